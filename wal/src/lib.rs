@@ -1,0 +1,52 @@
+//! `roost-wal`: a checksummed, segmented write-ahead log with group commit and torn-tail
+//! recovery. The batch pipeline writes each batch's plan and claim here before anything
+//! commits, and replays it on restart. This crate does no async and knows nothing of shards,
+//! spools or JSON; its on-disk format is `docs/wal-format.md`.
+#![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod format;
+mod log;
+pub mod recovery;
+pub mod storage;
+
+use std::path::PathBuf;
+
+pub use log::{Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
+
+/// A log sequence number: 1 for the first record, +1 per record, never reused.
+pub type Lsn = u64;
+
+/// Everything the log can fail with. Each variant names where.
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("wal {op} failed on {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("wal corrupt in {} at offset {offset} (expected lsn {lsn}): {reason}", segment.display())]
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        lsn: Lsn,
+        reason: String,
+    },
+    /// A write or sync failed earlier; the log takes no more appends until reopened.
+    #[error("wal refuses appends after an earlier I/O failure: {0}")]
+    Poisoned(String),
+    #[error("wal opened read-only")]
+    ReadOnly,
+    #[error("wal payload of {len} bytes over payload_bytes_max {max}")]
+    TooLarge { len: u64, max: u32 },
+    #[error("wal configuration: {0}")]
+    Config(String),
+}
+
+impl WalError {
+    /// True for damage found on disk (exit code "corruption"), as opposed to I/O failure.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, WalError::Corrupt { .. })
+    }
+}

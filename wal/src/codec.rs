@@ -42,7 +42,11 @@ impl RecordType {
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum PlannedOp {
     /// Create `record` (the canonical JSON bytes) under the claimed id.
-    Create { shard: String, id: u64, record: Vec<u8> },
+    Create {
+        shard: String,
+        id: u64,
+        record: Vec<u8>,
+    },
     /// Delete `id`, which existed on `shard` when the batch was planned.
     Delete { shard: String, id: u64 },
 }
@@ -159,8 +163,15 @@ mod tests {
             source: "a.json".into(),
             fingerprint: 99,
             ops: vec![
-                PlannedOp::Create { shard: "users".into(), id: 1001, record: b"{}".to_vec() },
-                PlannedOp::Delete { shard: "users".into(), id: 17 },
+                PlannedOp::Create {
+                    shard: "users".into(),
+                    id: 1001,
+                    record: b"{}".to_vec(),
+                },
+                PlannedOp::Delete {
+                    shard: "users".into(),
+                    id: 17,
+                },
             ],
         };
         let back: ClaimRecord = decode("claim", &encode(&c)).unwrap();
@@ -168,6 +179,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
         /// Random bytes never panic the decoder and never make it allocate past the input:
         /// a length prefix larger than what follows is an error.
         #[test]

@@ -33,7 +33,7 @@ pub const PAYLOAD_BYTES_MAX_LIMIT: u32 = 256 << 20;
 
 const _: () = assert!(RECORD_HEADER_LEN == 24);
 const _: () = assert!(LSN_OFFSET + 8 == RECORD_HEADER_LEN);
-const _: () = assert!(RECORD_HEADER_LEN % RECORD_ALIGN == 0);
+const _: () = assert!(RECORD_HEADER_LEN.is_multiple_of(RECORD_ALIGN));
 
 /// A decoded, verified header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +157,9 @@ mod tests {
     fn absurd_length_is_invalid_not_an_allocation() {
         let mut f = encode_frame(1, 1, 1, b"x");
         f[LEN_OFFSET..LEN_OFFSET + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(probe(&f, 1 << 20), Probe::Invalid("payload length over limit"));
+        assert_eq!(
+            probe(&f, 1 << 20),
+            Probe::Invalid("payload length over limit")
+        );
     }
 }

@@ -12,7 +12,9 @@ pub mod storage;
 
 use std::path::PathBuf;
 
-pub use log::{Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
+pub use log::{
+    Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
+};
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.
 pub type Lsn = u64;

@@ -112,12 +112,17 @@ pub struct Wal {
 
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wal").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Wal")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
 pub(crate) fn segment_name(first_lsn: Lsn) -> String {
-    format!("{first_lsn:0width$}{SEGMENT_SUFFIX}", width = SEGMENT_NAME_DIGITS)
+    format!(
+        "{first_lsn:0width$}{SEGMENT_SUFFIX}",
+        width = SEGMENT_NAME_DIGITS
+    )
 }
 
 fn parse_segment_name(name: &str) -> Option<Lsn> {
@@ -159,7 +164,9 @@ impl Wal {
             move |source| WalError::Io { op, path, source }
         };
         if !opts.read_only {
-            storage.create_dir_all(&dir).map_err(io("create dir", &dir))?;
+            storage
+                .create_dir_all(&dir)
+                .map_err(io("create dir", &dir))?;
         }
         let mut segments: Vec<Segment> = match storage.list(&dir) {
             Ok(names) => names
@@ -198,12 +205,24 @@ impl Wal {
                     });
                 }
             }
-            let mode = if opts.read_only || !last { OpenMode::Read } else { OpenMode::ReadWrite };
-            let file = storage.open(&seg.path, mode).map_err(io("open", &seg.path))?;
+            let mode = if opts.read_only || !last {
+                OpenMode::Read
+            } else {
+                OpenMode::ReadWrite
+            };
+            let file = storage
+                .open(&seg.path, mode)
+                .map_err(io("open", &seg.path))?;
             let bytes = read_all(file.as_ref()).map_err(io("read", &seg.path))?;
             report.bytes_scanned += bytes.len() as u64;
-            let scan = scan_segment(&bytes, seg.first_lsn, last, opts.payload_bytes_max, |_, _, _| Ok(()))
-                .map_err(|c| corrupt(&seg.path, c))?;
+            let scan = scan_segment(
+                &bytes,
+                seg.first_lsn,
+                last,
+                opts.payload_bytes_max,
+                |_, _, _| Ok(()),
+            )
+            .map_err(|c| corrupt(&seg.path, c))?;
             if scan.records == 0 && !last {
                 return Err(WalError::Corrupt {
                     segment: seg.path.clone(),
@@ -227,7 +246,8 @@ impl Wal {
                     // Cut, re-reserve the preallocated space as zeros, and make the cut durable
                     // before anything new is appended after it.
                     file.set_len(offset).map_err(io("truncate", &seg.path))?;
-                    file.allocate(opts.segment_bytes).map_err(io("allocate", &seg.path))?;
+                    file.allocate(opts.segment_bytes)
+                        .map_err(io("allocate", &seg.path))?;
                     file.sync_data().map_err(io("sync", &seg.path))?;
                 }
             }
@@ -267,7 +287,8 @@ impl Wal {
         // I/O failure (latched) rather than carry on.
         self.inner.lock().unwrap_or_else(|p| {
             let mut g = p.into_inner();
-            g.poisoned.get_or_insert_with(|| "a thread panicked inside the wal".into());
+            g.poisoned
+                .get_or_insert_with(|| "a thread panicked inside the wal".into());
             g
         })
     }
@@ -334,11 +355,19 @@ impl Wal {
             })?;
         }
         let (file, offset, path) = match g.active.as_ref() {
-            Some(a) => (a.file.clone(), a.write_offset, self.dir.join(segment_name(a.first_lsn))),
+            Some(a) => (
+                a.file.clone(),
+                a.write_offset,
+                self.dir.join(segment_name(a.first_lsn)),
+            ),
             None => return Err(WalError::Poisoned("no active segment".into())),
         };
         if let Err(source) = file.write_at(&frame, offset) {
-            let e = WalError::Io { op: "write", path, source };
+            let e = WalError::Io {
+                op: "write",
+                path,
+                source,
+            };
             g.poisoned = Some(e.to_string());
             return Err(e);
         }
@@ -356,7 +385,11 @@ impl Wal {
     fn roll(&self, g: &mut MutexGuard<'_, Inner>, first_lsn: Lsn) -> Result<(), WalError> {
         if let Some(old) = g.active.take() {
             let path = self.dir.join(segment_name(old.first_lsn));
-            old.file.sync_data().map_err(|source| WalError::Io { op: "sync", path, source })?;
+            old.file.sync_data().map_err(|source| WalError::Io {
+                op: "sync",
+                path,
+                source,
+            })?;
             g.synced_lsn = g.written_lsn;
             self.synced.notify_all();
         }
@@ -365,14 +398,20 @@ impl Wal {
             let path = path.clone();
             move |source| WalError::Io { op, path, source }
         };
-        let file = self.storage.open(&path, OpenMode::CreateNew).map_err(io("create"))?;
-        file.allocate(self.opts.segment_bytes).map_err(io("allocate"))?;
+        let file = self
+            .storage
+            .open(&path, OpenMode::CreateNew)
+            .map_err(io("create"))?;
+        file.allocate(self.opts.segment_bytes)
+            .map_err(io("allocate"))?;
         file.sync_data().map_err(io("sync"))?;
-        self.storage.sync_dir(&self.dir).map_err(|source| WalError::Io {
-            op: "sync dir",
-            path: self.dir.clone(),
-            source,
-        })?;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| WalError::Io {
+                op: "sync dir",
+                path: self.dir.clone(),
+                source,
+            })?;
         debug!(segment = %path.display(), first_lsn, "wal: rolled to new segment");
         g.segments.push(Segment { first_lsn, path });
         g.active = Some(Active {
@@ -400,7 +439,9 @@ impl Wal {
             }
             let target = g.written_lsn;
             let Some(active) = g.active.as_ref() else {
-                return Err(WalError::Poisoned("sync requested with no active segment".into()));
+                return Err(WalError::Poisoned(
+                    "sync requested with no active segment".into(),
+                ));
             };
             let file = active.file.clone();
             let path = self.dir.join(segment_name(active.first_lsn));
@@ -413,7 +454,11 @@ impl Wal {
             match r {
                 Ok(()) => g.synced_lsn = g.synced_lsn.max(target),
                 Err(source) => {
-                    let e = WalError::Io { op: "sync", path, source };
+                    let e = WalError::Io {
+                        op: "sync",
+                        path,
+                        source,
+                    };
                     warn!(error = %e, "wal: sync failed, log poisoned");
                     g.poisoned = Some(e.to_string());
                 }
@@ -429,7 +474,13 @@ impl Wal {
         let segs = g.segments.clone();
         let end = g.next_lsn;
         drop(g);
-        Replay::new(self.storage.clone(), segs, from, end, self.opts.payload_bytes_max)
+        Replay::new(
+            self.storage.clone(),
+            segs,
+            from,
+            end,
+            self.opts.payload_bytes_max,
+        )
     }
 
     /// Removes whole segments whose every record is below `lsn` (never the active one), then
@@ -439,19 +490,23 @@ impl Wal {
         let mut removed = 0;
         while g.segments.len() > 1 && g.segments[1].first_lsn <= lsn {
             let seg = g.segments.remove(0);
-            self.storage.remove(&seg.path).map_err(|source| WalError::Io {
-                op: "remove",
-                path: seg.path.clone(),
-                source,
-            })?;
+            self.storage
+                .remove(&seg.path)
+                .map_err(|source| WalError::Io {
+                    op: "remove",
+                    path: seg.path.clone(),
+                    source,
+                })?;
             removed += 1;
         }
         if removed > 0 {
-            self.storage.sync_dir(&self.dir).map_err(|source| WalError::Io {
-                op: "sync dir",
-                path: self.dir.clone(),
-                source,
-            })?;
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|source| WalError::Io {
+                    op: "sync dir",
+                    path: self.dir.clone(),
+                    source,
+                })?;
         }
         Ok(removed)
     }
@@ -480,9 +535,11 @@ impl Replay {
     fn new(storage: Arc<dyn Storage>, segs: Vec<Segment>, from: Lsn, end: Lsn, max: u32) -> Replay {
         // Skip segments that end before `from`: segment i ends where i+1 starts.
         let start = segs.iter().rposition(|s| s.first_lsn <= from).unwrap_or(0);
+        let mut segs = segs;
+        segs.drain(..start);
         Replay {
             storage,
-            segments: segs[start..].to_vec().into_iter(),
+            segments: segs.into_iter(),
             from,
             end,
             payload_bytes_max: max,
@@ -495,25 +552,34 @@ impl Replay {
             let path = seg.path.clone();
             move |source| WalError::Io { op, path, source }
         };
-        let file = self.storage.open(&seg.path, OpenMode::Read).map_err(io("open"))?;
+        let file = self
+            .storage
+            .open(&seg.path, OpenMode::Read)
+            .map_err(io("open"))?;
         let bytes = read_all(file.as_ref()).map_err(io("read"))?;
         let mut out = Vec::new();
         let (from, end) = (self.from, self.end);
         // Treated as the last segment: a record beyond what open accepted (a concurrent
         // writer's torn tail) ends the replay instead of failing it.
-        scan_segment(&bytes, seg.first_lsn, true, self.payload_bytes_max, |offset, h: &Header, p| {
-            if h.lsn >= from && h.lsn < end {
-                out.push(Record {
-                    lsn: h.lsn,
-                    epoch: h.epoch,
-                    record_type: h.record_type,
-                    payload: p.to_vec(),
-                    segment: seg.path.clone(),
-                    offset,
-                });
-            }
-            Ok(())
-        })
+        scan_segment(
+            &bytes,
+            seg.first_lsn,
+            true,
+            self.payload_bytes_max,
+            |offset, h: &Header, p| {
+                if h.lsn >= from && h.lsn < end {
+                    out.push(Record {
+                        lsn: h.lsn,
+                        epoch: h.epoch,
+                        record_type: h.record_type,
+                        payload: p.to_vec(),
+                        segment: seg.path.clone(),
+                        offset,
+                    });
+                }
+                Ok(())
+            },
+        )
         .map_err(|c| corrupt(&seg.path, c))?;
         Ok(out)
     }

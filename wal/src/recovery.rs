@@ -219,10 +219,19 @@ mod tests {
                 for last_segment in [false, true] {
                     for valid_follows in [false, true] {
                         n += 1;
-                        let o = Observation { seen, lsn_is_next, last_segment, valid_follows };
+                        let o = Observation {
+                            seen,
+                            lsn_is_next,
+                            last_segment,
+                            valid_follows,
+                        };
                         let a = decide(o);
                         seen_actions.insert(format!("{a:?}").split('(').next().unwrap().to_owned());
-                        assert_eq!(a == Action::Accept, seen == Seen::Valid && lsn_is_next, "{o:?}");
+                        assert_eq!(
+                            a == Action::Accept,
+                            seen == Seen::Valid && lsn_is_next,
+                            "{o:?}"
+                        );
                         if a == Action::TruncateTail {
                             assert!(last_segment && !valid_follows && seen == Seen::Invalid);
                         }
@@ -233,7 +242,11 @@ mod tests {
                             assert!(matches!(a, Action::Corrupt(_)), "{o:?}");
                         }
                         if seen == Seen::Zero && !valid_follows {
-                            let want = if last_segment { Action::EndOfLog } else { Action::EndOfSegment };
+                            let want = if last_segment {
+                                Action::EndOfLog
+                            } else {
+                                Action::EndOfSegment
+                            };
                             assert_eq!(a, want);
                         }
                     }
@@ -241,6 +254,10 @@ mod tests {
             }
         }
         assert_eq!(n, 24);
-        assert_eq!(seen_actions.len(), 5, "every action is reachable: {seen_actions:?}");
+        assert_eq!(
+            seen_actions.len(),
+            5,
+            "every action is reachable: {seen_actions:?}"
+        );
     }
 }

@@ -314,7 +314,11 @@ impl SimStorage {
 
     /// The live content of a file, for tests that damage or inspect bytes.
     pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
-        self.lock().files.get(path).filter(|f| f.live_linked).map(|f| f.live.clone())
+        self.lock()
+            .files
+            .get(path)
+            .filter(|f| f.live_linked)
+            .map(|f| f.live.clone())
     }
 
     /// Replaces a file's content in both images (a test planting damage on a quiet disk).
@@ -411,7 +415,11 @@ impl Storage for SimStorage {
                 // live image; the durable image keeps the old file until the directory syncs.
                 f.live = Vec::new();
                 f.pending.clear();
-                f.pending.push(PendingWrite { offset: 0, bytes: Vec::new(), resize: true });
+                f.pending.push(PendingWrite {
+                    offset: 0,
+                    bytes: Vec::new(),
+                    resize: true,
+                });
                 f.live_linked = true;
                 f.allocated = 0;
             }
@@ -571,12 +579,24 @@ mod tests {
         let f = d.open(&p, OpenMode::CreateNew).unwrap();
         f.write_at(b"hello", 0).unwrap();
         f.sync_data().unwrap();
-        assert!(d.crash(CrashMode::PowerDrop).file_bytes(&p).is_none(), "dir not synced");
+        assert!(
+            d.crash(CrashMode::PowerDrop).file_bytes(&p).is_none(),
+            "dir not synced"
+        );
         d.sync_dir(dir).unwrap();
         f.write_at(b" world", 5).unwrap();
-        assert_eq!(d.crash(CrashMode::Process).file_bytes(&p).unwrap(), b"hello world");
-        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), b"hello");
-        let torn = d.crash(CrashMode::PowerTear { seed: 7 }).file_bytes(&p).unwrap();
+        assert_eq!(
+            d.crash(CrashMode::Process).file_bytes(&p).unwrap(),
+            b"hello world"
+        );
+        assert_eq!(
+            d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(),
+            b"hello"
+        );
+        let torn = d
+            .crash(CrashMode::PowerTear { seed: 7 })
+            .file_bytes(&p)
+            .unwrap();
         assert!(b"hello world".starts_with(&torn[..]) && torn.len() >= 5);
         assert_eq!(d.sync_count(), 2);
     }
@@ -585,7 +605,10 @@ mod tests {
     #[test]
     fn freeze_stops_durability() {
         let d = SimStorage::new();
-        d.set_faults(SimFaults { freeze_after_syncs: Some(2), ..SimFaults::default() });
+        d.set_faults(SimFaults {
+            freeze_after_syncs: Some(2),
+            ..SimFaults::default()
+        });
         let dir = Path::new("/d");
         let p = dir.join("a");
         let f = d.open(&p, OpenMode::CreateNew).unwrap();
@@ -594,6 +617,9 @@ mod tests {
         f.sync_data().unwrap();
         f.write_at(b"two", 3).unwrap();
         f.sync_data().unwrap();
-        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), b"one");
+        assert_eq!(
+            d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(),
+            b"one"
+        );
     }
 }

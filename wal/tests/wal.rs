@@ -1,0 +1,416 @@
+//! Black-box tests of the log through its public API, on the simulated disk and on real
+//! temporary directories.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use roost_wal::format::{frame_len, LEN_OFFSET, RECORD_HEADER_LEN};
+use roost_wal::storage::{CrashMode, RealStorage, SimFaults, SimStorage, Storage};
+use roost_wal::{Wal, WalError, WalOptions};
+
+fn dir() -> PathBuf {
+    PathBuf::from("/sim/wal")
+}
+
+fn opts(segment_bytes: u64) -> WalOptions {
+    WalOptions {
+        segment_bytes,
+        payload_bytes_max: (segment_bytes as u32 - 32).min(4096),
+        ..WalOptions::default()
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("record-{i}-")
+        .repeat((i % 7 + 1) as usize)
+        .into_bytes()
+}
+
+fn all(wal: &Wal) -> Vec<(u64, Vec<u8>)> {
+    wal.replay(1)
+        .map(|r| r.map(|r| (r.lsn, r.payload)))
+        .collect::<Result<_, _>>()
+        .expect("replay")
+}
+
+fn open(disk: &SimStorage, o: WalOptions) -> Result<Wal, WalError> {
+    Wal::open_with(Arc::new(disk.clone()), dir(), o)
+}
+
+/// Goal: what goes in comes out, in order, across segment rolls and a reopen.
+#[test]
+fn round_trip_across_segments_and_reopen() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(512)).unwrap();
+    for i in 1..=100u64 {
+        assert_eq!(wal.append(1, &payload(i)).unwrap(), i);
+    }
+    drop(wal);
+    let wal = open(&disk, opts(512)).unwrap();
+    assert!(
+        wal.recovery_report().segments > 5,
+        "rolled: {:?}",
+        wal.recovery_report()
+    );
+    let got = all(&wal);
+    assert_eq!(got.len(), 100);
+    for (i, (lsn, p)) in got.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1);
+        assert_eq!(p, &payload(*lsn));
+    }
+    assert_eq!(wal.append(1, b"more").unwrap(), 101);
+    // Replay from the middle starts at the right record.
+    let from: Vec<u64> = wal.replay(57).map(|r| r.unwrap().lsn).collect();
+    assert_eq!(from, (57..=101).collect::<Vec<_>>());
+}
+
+/// Goal: the same on a real directory, including preallocated segment files on disk.
+#[test]
+fn round_trip_on_real_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wal = Wal::open(tmp.path(), opts(4096)).unwrap();
+    for i in 1..=50u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    drop(wal);
+    let names: Vec<String> = RealStorage.list(tmp.path()).unwrap();
+    assert!(
+        names.iter().all(|n| n.ends_with(".wal") && n.len() == 24),
+        "{names:?}"
+    );
+    for n in &names {
+        assert_eq!(
+            std::fs::metadata(tmp.path().join(n)).unwrap().len(),
+            4096,
+            "preallocated"
+        );
+    }
+    let wal = Wal::open(tmp.path(), opts(4096)).unwrap();
+    assert_eq!(all(&wal).len(), 50);
+}
+
+fn segment_path(disk: &SimStorage) -> PathBuf {
+    let mut p: Vec<PathBuf> = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.starts_with(dir()))
+        .collect();
+    p.sort();
+    p.pop().expect("a segment")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    /// Goal: a torn last record, cut at any byte offset (and the rest of the preallocated
+    /// space zero), recovers exactly the earlier records, and the cut is durable before the
+    /// next append.
+    #[test]
+    fn torn_tail_at_any_offset_recovers_earlier_records(n in 1u64..12, cut_frac in 0.0f64..1.0) {
+        let disk = SimStorage::new();
+        let wal = open(&disk, opts(1 << 16)).unwrap();
+        for i in 1..=n { wal.append(1, &payload(i)).unwrap(); }
+        drop(wal);
+        let seg = segment_path(&disk);
+        let mut bytes = disk.file_bytes(&seg).unwrap();
+        let last_start: usize = (1..n).map(|i| frame_len(payload(i).len())).sum();
+        let last_len = frame_len(payload(n).len());
+        let cut = last_start + ((last_len as f64) * cut_frac) as usize;
+        for b in &mut bytes[cut..] { *b = 0; }
+        disk.put_file_bytes(&seg, bytes);
+        let wal = open(&disk, opts(1 << 16)).unwrap();
+        let got = all(&wal);
+        let expect = if cut >= last_start + RECORD_HEADER_LEN + payload(n).len() { n } else { n - 1 };
+        prop_assert_eq!(got.len() as u64, expect);
+        // The cut must already be durable: a power loss right after open keeps it.
+        prop_assert_eq!(wal.append(1, b"after").unwrap(), expect + 1);
+        drop(wal);
+        let wal = open(&disk.crash(CrashMode::PowerDrop), opts(1 << 16)).unwrap();
+        let got = all(&wal);
+        prop_assert_eq!(got.last().unwrap(), &(expect + 1, b"after".to_vec()));
+    }
+}
+
+/// Goal: a torn tail cut at every byte offset of the last record, exhaustively for one size.
+#[test]
+fn torn_tail_every_byte_offset() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 14)).unwrap();
+    for i in 1..=3u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    drop(wal);
+    let seg = segment_path(&disk);
+    let orig = disk.file_bytes(&seg).unwrap();
+    let last_start = frame_len(payload(1).len()) + frame_len(payload(2).len());
+    let last_len = RECORD_HEADER_LEN + payload(3).len();
+    for cut in last_start..last_start + last_len {
+        let d = SimStorage::new();
+        let mut bytes = orig.clone();
+        for b in &mut bytes[cut..] {
+            *b = 0;
+        }
+        d.put_file_bytes(&seg, bytes);
+        let wal = open(&d, opts(1 << 14)).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        assert_eq!(all(&wal).len(), 2, "cut at {cut}");
+    }
+}
+
+/// Goal: one flipped byte in a middle record is corruption, reported with the segment, the
+/// offset of that record and its lsn; never silently truncated.
+#[test]
+fn flipped_byte_in_middle_record_is_corruption_at_its_offset() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 14)).unwrap();
+    for i in 1..=5u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    drop(wal);
+    let seg = segment_path(&disk);
+    let mut bytes = disk.file_bytes(&seg).unwrap();
+    let third: usize = (1..3).map(|i| frame_len(payload(i).len())).sum();
+    bytes[third + RECORD_HEADER_LEN + 3] ^= 0x01;
+    disk.put_file_bytes(&seg, bytes);
+    match open(&disk, opts(1 << 14)) {
+        Err(WalError::Corrupt {
+            segment,
+            offset,
+            lsn,
+            reason,
+        }) => {
+            assert_eq!(segment, seg);
+            assert_eq!(offset, third as u64);
+            assert_eq!(lsn, 3);
+            assert!(reason.contains("followed by valid"), "{reason}");
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Read-only open refuses the same way: no salvage by default anywhere.
+    let ro = WalOptions {
+        read_only: true,
+        ..opts(1 << 14)
+    };
+    assert!(matches!(open(&disk, ro), Err(WalError::Corrupt { .. })));
+}
+
+/// Goal: damage in a sealed (not the newest) segment is corruption even at its end.
+#[test]
+fn damage_in_sealed_segment_is_corruption() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(256)).unwrap();
+    for i in 1..=20u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    drop(wal);
+    let mut segs: Vec<PathBuf> = disk.paths();
+    segs.sort();
+    let first = &segs[0];
+    let mut bytes = disk.file_bytes(first).unwrap();
+    let first_len = frame_len(payload(1).len());
+    bytes[first_len + 5] ^= 0xff; // second record of the first segment, its last
+    disk.put_file_bytes(first, bytes);
+    let err = open(&disk, opts(256)).unwrap_err();
+    assert!(
+        matches!(err, WalError::Corrupt { ref segment, .. } if segment == first),
+        "{err}"
+    );
+}
+
+/// Goal: a header that claims a 4 GiB payload is corruption (or a torn tail when last and
+/// nothing follows), never an allocation of 4 GiB.
+#[test]
+fn four_gib_length_is_rejected_before_allocation() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 14)).unwrap();
+    for i in 1..=3u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    drop(wal);
+    let seg = segment_path(&disk);
+    let mut bytes = disk.file_bytes(&seg).unwrap();
+    let second = frame_len(payload(1).len());
+    bytes[second + LEN_OFFSET..second + LEN_OFFSET + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    disk.put_file_bytes(&seg, bytes);
+    let err = open(&disk, opts(1 << 14)).unwrap_err();
+    match err {
+        WalError::Corrupt { offset, reason, .. } => {
+            assert_eq!(offset, second as u64);
+            assert!(reason.contains("length over limit"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Goal: group commit. N threads appending at once all find their records after reopen, and
+/// the log made fewer syncs than records (counted through the seam and by the log).
+#[test]
+fn concurrent_appends_share_syncs() {
+    let disk = SimStorage::new();
+    let wal = Arc::new(open(&disk, opts(1 << 20)).unwrap());
+    let threads = 16u64;
+    let per = 50u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let wal = wal.clone();
+            std::thread::spawn(move || {
+                (0..per)
+                    .map(|i| wal.append(1, format!("t{t}-{i}").as_bytes()).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut lsns: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    lsns.sort();
+    assert_eq!(lsns, (1..=threads * per).collect::<Vec<_>>());
+    let records = threads * per;
+    let syncs = wal.sync_count();
+    let disk_syncs = disk.sync_count();
+    eprintln!("group commit: {records} records, {syncs} wal syncs, {disk_syncs} disk syncs");
+    assert!(syncs < records, "{syncs} syncs for {records} records");
+    assert!(disk_syncs < records);
+    drop(wal);
+    // Everything acknowledged survives a power loss.
+    let wal = open(&disk.crash(CrashMode::PowerDrop), opts(1 << 20)).unwrap();
+    let mut got: Vec<String> = all(&wal)
+        .into_iter()
+        .map(|(_, p)| String::from_utf8(p).unwrap())
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..threads)
+        .flat_map(|t| (0..per).map(move |i| format!("t{t}-{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// Goal: a failed sync poisons the log: the caller gets the error, and every later append is
+/// refused with the distinct `Poisoned` error, without another sync attempt.
+#[test]
+fn failed_sync_poisons_the_log() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 14)).unwrap();
+    wal.append(1, b"one").unwrap();
+    let before = disk.sync_count();
+    disk.set_faults(SimFaults {
+        fail_sync_at: Some(before + 1),
+        ..SimFaults::default()
+    });
+    assert!(matches!(
+        wal.append(1, b"two"),
+        Err(WalError::Poisoned(_)) | Err(WalError::Io { .. })
+    ));
+    let after = disk.sync_count();
+    assert!(matches!(
+        wal.append(1, b"three"),
+        Err(WalError::Poisoned(_))
+    ));
+    assert!(matches!(wal.sync_to(2), Err(WalError::Poisoned(_))));
+    assert_eq!(disk.sync_count(), after, "fsync is never retried");
+}
+
+/// Goal: a failed write poisons the log too.
+#[test]
+fn failed_write_poisons_the_log() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 14)).unwrap();
+    wal.append(1, b"one").unwrap();
+    disk.set_faults(SimFaults {
+        fail_write_at: Some(disk.write_count() + 1),
+        ..SimFaults::default()
+    });
+    assert!(matches!(
+        wal.append(1, b"two"),
+        Err(WalError::Io { op: "write", .. })
+    ));
+    assert!(matches!(
+        wal.append(1, b"three"),
+        Err(WalError::Poisoned(_))
+    ));
+}
+
+/// Goal: a power loss frozen at every sync point keeps exactly the acknowledged records
+/// (those whose append returned before the freeze), and recovery opens cleanly.
+#[test]
+fn power_loss_at_every_sync_keeps_acknowledged_records() {
+    for freeze in 0..40u64 {
+        for mode in [
+            CrashMode::PowerDrop,
+            CrashMode::PowerTear {
+                seed: freeze * 31 + 1,
+            },
+        ] {
+            let disk = SimStorage::new();
+            disk.set_faults(SimFaults {
+                freeze_after_syncs: Some(freeze),
+                ..SimFaults::default()
+            });
+            let wal = open(&disk, opts(300)).unwrap();
+            let mut acked = 0;
+            for i in 1..=25u64 {
+                wal.append(1, &payload(i)).unwrap();
+                if disk.sync_count() <= freeze {
+                    acked = i;
+                }
+            }
+            drop(wal);
+            let wal = open(&disk.crash(mode), opts(300))
+                .unwrap_or_else(|e| panic!("freeze {freeze} {mode:?}: {e}"));
+            let got = all(&wal);
+            assert!(
+                got.len() as u64 >= acked,
+                "freeze {freeze}: {} < {acked}",
+                got.len()
+            );
+            for (lsn, p) in &got {
+                assert_eq!(p, &payload(*lsn));
+            }
+        }
+    }
+}
+
+/// Goal: retiring removes whole segments below an lsn, keeps the rest replayable.
+#[test]
+fn retire_below_removes_whole_old_segments() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(256)).unwrap();
+    for i in 1..=40u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    let before = disk.paths().len();
+    let removed = wal.retire_below(20).unwrap();
+    assert!(removed > 0 && disk.paths().len() == before - removed);
+    let first = wal.replay(1).next().unwrap().unwrap().lsn;
+    assert!(first <= 20 && first > 1, "first kept lsn {first}");
+    drop(wal);
+    let wal = open(&disk.crash(CrashMode::PowerDrop), opts(256)).unwrap();
+    assert_eq!(wal.replay(1).last().unwrap().unwrap().lsn, 40);
+}
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wal-v1")
+}
+
+/// Goal: a WAL written by format version 1 is committed in the repo and must still replay,
+/// byte for byte. Regenerate only on a deliberate format change (and bump the version):
+/// `ROOST_WRITE_FIXTURES=1 cargo test -p roost-wal fixture`.
+#[test]
+fn fixture_v1_still_replays() {
+    let expect: Vec<(u64, Vec<u8>)> = (1..=12u64).map(|i| (i, payload(i))).collect();
+    if std::env::var_os("ROOST_WRITE_FIXTURES").is_some() {
+        let _ = std::fs::remove_dir_all(fixture_dir());
+        let wal = Wal::open(fixture_dir(), opts(512)).unwrap();
+        for (_, p) in &expect {
+            wal.append(1, p).unwrap();
+        }
+    }
+    let ro = WalOptions {
+        read_only: true,
+        ..opts(512)
+    };
+    let wal = Wal::open(fixture_dir(), ro).unwrap();
+    assert_eq!(all(&wal), expect);
+    assert!(wal.recovery_report().segments >= 2);
+}

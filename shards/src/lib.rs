@@ -1,1 +1,758 @@
-//! placeholder
+//! `roost-shards`: a shard is a single-writer store of records (id -> the client's JSON bytes)
+//! in preallocated, memory-mapped segment files under `<data-dir>/shards/<name>/`. Each batch's
+//! ops on a shard are one checksummed frame (`frame.rs`), so a shard transaction is atomic: a
+//! torn frame is dropped on open. This crate knows nothing of the WAL's records, of JSON or of
+//! async; the daemon decides when to [`Shard::flush`]. Format: `docs/shard-format.md`.
+#![deny(unsafe_code)]
+
+pub mod frame;
+#[allow(unsafe_code)]
+mod mmap;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use roost_wal::recovery::{decide, Action, Observation, Seen};
+use roost_wal::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
+use tracing::{debug, info, warn};
+
+pub use frame::{Txn, TxnOp};
+use frame::{FRAME_ALIGN, FRAME_HEADER_LEN, OP_CREATE};
+use mmap::MappedSegment;
+
+pub const SEGMENT_SUFFIX: &str = ".seg";
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Tunables of one shard.
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    /// Each segment is preallocated to this size; a frame that does not fit rolls to a new one.
+    pub segment_bytes: u64,
+    /// Open with plain reads, repair nothing, write nothing, take no lock (for `roost get`
+    /// while the daemon runs, and `roost verify`).
+    pub read_only: bool,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        ShardOptions {
+            segment_bytes: 16 << 20,
+            read_only: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("shard {op} failed on {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("shard corrupt in {} at offset {offset} (after lsn {lsn}): {reason}", segment.display())]
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        lsn: u64,
+        reason: String,
+    },
+    #[error("shard directory {} is locked by another process", path.display())]
+    Locked { path: PathBuf },
+    #[error("shard refuses writes after an earlier I/O failure: {0}")]
+    Poisoned(String),
+    #[error("shard transaction of {len} bytes does not fit a segment of {max} bytes")]
+    TxnTooLarge { len: u64, max: u64 },
+    #[error("shard transaction lsn {lsn} arrives after lsn {max_lsn} and is not held")]
+    OutOfOrder { lsn: u64, max_lsn: u64 },
+    #[error("shard already holds id {id} (transaction lsn {lsn})")]
+    DuplicateId { id: u64, lsn: u64 },
+    #[error("shard opened read-only")]
+    ReadOnly,
+}
+
+impl ShardError {
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, ShardError::Corrupt { .. })
+    }
+}
+
+/// What `apply` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Written,
+    /// The shard already holds this lsn: nothing changed (idempotent re-apply).
+    AlreadyHeld,
+}
+
+/// What open (or truncate) found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    pub segments: u64,
+    pub frames: u64,
+    pub records: u64,
+    pub deletes: u64,
+    pub torn_bytes_dropped: u64,
+    pub max_lsn: u64,
+}
+
+/// Where a live record's bytes are. 12 bytes; with the u64 key and the hash table's control
+/// byte this is about 24 bytes per record at a 7/8 load factor.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    seg: u32,
+    offset: u32,
+    len: u32,
+}
+
+/// One frame the shard holds, in lsn order.
+#[derive(Clone, Copy, Debug)]
+struct FrameMeta {
+    lsn: u64,
+    seg: u32,
+    offset: u32,
+    len: u32,
+}
+
+/// The ops of one held frame, for `roost verify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameSummary {
+    pub lsn: u64,
+    pub creates: Vec<u64>,
+    pub deletes: Vec<u64>,
+}
+
+enum SegData {
+    Mapped(MappedSegment),
+    Plain(Box<dyn StorageFile>),
+}
+
+struct Seg {
+    path: PathBuf,
+    data: SegData,
+}
+
+impl Seg {
+    fn bytes(&self) -> io::Result<Cow<'_, [u8]>> {
+        match &self.data {
+            SegData::Mapped(m) => Ok(Cow::Borrowed(m.as_slice())),
+            SegData::Plain(f) => Ok(Cow::Owned(read_all(f.as_ref())?)),
+        }
+    }
+    fn read(&self, offset: usize, len: usize) -> io::Result<Vec<u8>> {
+        match &self.data {
+            SegData::Mapped(m) => m
+                .as_slice()
+                .get(offset..offset + len)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past segment")),
+            SegData::Plain(f) => {
+                let mut buf = vec![0u8; len];
+                f.read_at(&mut buf, offset as u64)?;
+                Ok(buf)
+            }
+        }
+    }
+    fn write(&mut self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.data {
+            SegData::Mapped(m) => m.write_at(offset, bytes),
+            SegData::Plain(f) => f.write_at(bytes, offset as u64),
+        }
+    }
+    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        match &self.data {
+            SegData::Mapped(m) => m.flush_range(offset, len),
+            SegData::Plain(f) => f.sync_data(),
+        }
+    }
+}
+
+/// A single-writer record store. Every write takes `&mut self`; one owner per shard.
+pub struct Shard {
+    name: String,
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    opts: ShardOptions,
+    segs: Vec<Seg>,
+    /// Bytes used in the last segment.
+    write_offset: usize,
+    index: HashMap<u64, Loc>,
+    frames: Vec<FrameMeta>,
+    max_lsn: u64,
+    /// Largest id any create in any held frame used (deleted or not): ids are never reused.
+    max_id: u64,
+    /// Start of the range of the last segment written since the last flush.
+    dirty_from: Option<usize>,
+    poisoned: Option<String>,
+    /// Held for the shard's lifetime when writable on a real disk.
+    _lock: Option<File>,
+    report: OpenReport,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn seg_name(seq: u64) -> String {
+    format!("{seq:010}{SEGMENT_SUFFIX}")
+}
+
+fn parse_seg_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(SEGMENT_SUFFIX)?;
+    (stem.len() == 10 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
+}
+
+fn valid_follows(bytes: &[u8], from: usize) -> bool {
+    let mut pos = from.next_multiple_of(FRAME_ALIGN);
+    while pos + FRAME_HEADER_LEN <= bytes.len() {
+        if bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
+            && frame::probe(&bytes[pos..]).0 == Seen::Valid
+        {
+            return true;
+        }
+        pos += FRAME_ALIGN;
+    }
+    false
+}
+
+impl Shard {
+    /// Opens (creating if needed) shard `dir` on the real disk, memory-mapped.
+    pub fn open(dir: impl AsRef<Path>, opts: ShardOptions) -> Result<Shard, ShardError> {
+        Shard::open_with(RealStorage::shared(), dir, opts)
+    }
+
+    /// Opens through a storage seam. Segments are memory-mapped when the storage is the real
+    /// disk and the shard is writable; otherwise read and written with positioned I/O.
+    pub fn open_with(
+        storage: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        opts: ShardOptions,
+    ) -> Result<Shard, ShardError> {
+        let dir = dir.as_ref().to_path_buf();
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned();
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ShardError::Io { op, path, source }
+        };
+        let mut lock = None;
+        if !opts.read_only {
+            storage
+                .create_dir_all(&dir)
+                .map_err(io("create dir", &dir))?;
+            if storage.is_real() {
+                let path = dir.join(LOCK_FILE);
+                let f = File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io("open lock", &path))?;
+                match f.try_lock() {
+                    Ok(()) => lock = Some(f),
+                    Err(std::fs::TryLockError::WouldBlock) => {
+                        return Err(ShardError::Locked { path })
+                    }
+                    Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
+                }
+            }
+        }
+        let mut seqs: Vec<u64> = match storage.list(&dir) {
+            Ok(names) => names.iter().filter_map(|n| parse_seg_name(n)).collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && opts.read_only => Vec::new(),
+            Err(e) => return Err(io("list", &dir)(e)),
+        };
+        seqs.sort_unstable();
+        let mapped = storage.is_real() && !opts.read_only;
+        let mut segs = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            let path = dir.join(seg_name(seq));
+            let mode = if opts.read_only {
+                OpenMode::Read
+            } else {
+                OpenMode::ReadWrite
+            };
+            let file = storage.open(&path, mode).map_err(io("open", &path))?;
+            let data = if mapped {
+                let std_file = file
+                    .as_std_file()
+                    .ok_or_else(|| io("map", &path)(io::Error::other("not an OS file")))?
+                    .try_clone()
+                    .map_err(io("map", &path))?;
+                let len = file.len().map_err(io("stat", &path))?;
+                SegData::Mapped(MappedSegment::map(std_file, len).map_err(io("map", &path))?)
+            } else {
+                SegData::Plain(file)
+            };
+            segs.push(Seg { path, data });
+        }
+        let mut shard = Shard {
+            name,
+            dir,
+            storage,
+            opts,
+            segs,
+            write_offset: 0,
+            index: HashMap::new(),
+            frames: Vec::new(),
+            max_lsn: 0,
+            max_id: 0,
+            dirty_from: None,
+            poisoned: None,
+            _lock: lock,
+            report: OpenReport::default(),
+        };
+        shard.rebuild()?;
+        info!(shard = %shard.name, segments = shard.report.segments, frames = shard.report.frames,
+            records = shard.report.records, torn_bytes = shard.report.torn_bytes_dropped,
+            max_lsn = shard.max_lsn, "shard: opened");
+        Ok(shard)
+    }
+
+    /// Scans every segment, verifies every frame, drops (zeroes, when writable) a torn last
+    /// frame, and rebuilds the index from scratch.
+    fn rebuild(&mut self) -> Result<(), ShardError> {
+        self.index.clear();
+        self.frames.clear();
+        self.max_lsn = 0;
+        self.max_id = 0;
+        self.write_offset = 0;
+        self.dirty_from = None;
+        let mut report = OpenReport {
+            segments: self.segs.len() as u64,
+            ..OpenReport::default()
+        };
+        let nsegs = self.segs.len();
+        for si in 0..nsegs {
+            let last = si + 1 == nsegs;
+            let seg = &self.segs[si];
+            let bytes = seg.bytes().map_err(|source| ShardError::Io {
+                op: "read",
+                path: seg.path.clone(),
+                source,
+            })?;
+            let mut pos = 0usize;
+            let mut torn: Option<(usize, &'static str)> = None;
+            while pos < bytes.len() {
+                let (seen, view) = frame::probe(&bytes[pos..]);
+                let lsn_is_next = matches!(&view, Ok(v) if v.lsn > self.max_lsn);
+                let follows = seen != Seen::Valid && valid_follows(&bytes, pos + FRAME_ALIGN);
+                let obs = Observation {
+                    seen,
+                    lsn_is_next,
+                    last_segment: last,
+                    valid_follows: follows,
+                };
+                let corrupt = |reason: String| ShardError::Corrupt {
+                    segment: seg.path.clone(),
+                    offset: pos as u64,
+                    lsn: self.max_lsn,
+                    reason,
+                };
+                match (decide(obs), view) {
+                    (Action::Accept, Ok(v)) => {
+                        for op in &v.ops {
+                            if op.kind == OP_CREATE {
+                                let loc = Loc {
+                                    seg: si as u32,
+                                    offset: (pos + op.record_offset) as u32,
+                                    len: op.record_len as u32,
+                                };
+                                self.index.insert(op.id, loc);
+                                self.max_id = self.max_id.max(op.id);
+                                report.records += 1;
+                            } else {
+                                self.index.remove(&op.id);
+                                report.deletes += 1;
+                            }
+                        }
+                        self.frames.push(FrameMeta {
+                            lsn: v.lsn,
+                            seg: si as u32,
+                            offset: pos as u32,
+                            len: v.len as u32,
+                        });
+                        self.max_lsn = v.lsn;
+                        report.frames += 1;
+                        pos += v.len;
+                    }
+                    (Action::EndOfSegment | Action::EndOfLog, _) => break,
+                    (Action::TruncateTail, v) => {
+                        torn = Some((pos, v.err().unwrap_or("torn frame")));
+                        break;
+                    }
+                    (Action::Corrupt(reason), v) => {
+                        let detail = match v {
+                            Err(why) => format!("{reason} ({why})"),
+                            Ok(_) => reason.to_owned(),
+                        };
+                        return Err(corrupt(detail));
+                    }
+                    (Action::Accept, Err(_)) => {
+                        return Err(corrupt("decision table accepted a non-frame".into()))
+                    }
+                }
+            }
+            if last {
+                self.write_offset = pos;
+            }
+            if let Some((at, reason)) = torn {
+                let end = bytes.iter().rposition(|b| *b != 0).map_or(at, |p| p + 1);
+                report.torn_bytes_dropped = (end - at) as u64;
+                drop(bytes);
+                if !self.opts.read_only {
+                    warn!(shard = %self.name, segment = %self.segs[si].path.display(), offset = at,
+                        reason, bytes = end - at, "shard: dropping torn last frame");
+                    // Zero, never truncate: the file stays preallocated and mapped.
+                    let zeros = vec![0u8; end - at];
+                    let seg = &mut self.segs[si];
+                    let path = seg.path.clone();
+                    seg.write(at, &zeros)
+                        .and_then(|()| seg.flush(at, end - at))
+                        .map_err(|source| ShardError::Io {
+                            op: "repair torn tail",
+                            path,
+                            source,
+                        })?;
+                }
+            }
+        }
+        report.records = self.index.len() as u64;
+        report.max_lsn = self.max_lsn;
+        self.report = report;
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// Highest transaction lsn held (0 when empty). The shard holds exactly the lsns of its
+    /// frames; they arrive in increasing order.
+    pub fn max_lsn(&self) -> u64 {
+        self.max_lsn
+    }
+
+    /// Whether the frame for `lsn` is held.
+    pub fn holds(&self, lsn: u64) -> bool {
+        self.frames.binary_search_by_key(&lsn, |f| f.lsn).is_ok()
+    }
+
+    /// Every held lsn, in order.
+    pub fn held_lsns(&self) -> impl Iterator<Item = u64> + '_ {
+        self.frames.iter().map(|f| f.lsn)
+    }
+
+    /// Largest id ever created here, deleted or not.
+    pub fn max_id(&self) -> u64 {
+        self.max_id
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    /// Bytes of the in-memory index's table (for the memory benchmark).
+    pub fn index_capacity(&self) -> usize {
+        self.index.capacity()
+    }
+
+    fn io_err(&self, op: &'static str, seg: usize) -> impl FnOnce(io::Error) -> ShardError + '_ {
+        move |source| ShardError::Io {
+            op,
+            path: self
+                .segs
+                .get(seg)
+                .map_or_else(|| self.dir.clone(), |s| s.path.clone()),
+            source,
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Result<Option<Vec<u8>>, ShardError> {
+        let Some(loc) = self.index.get(&id) else {
+            return Ok(None);
+        };
+        let seg = &self.segs[loc.seg as usize];
+        seg.read(loc.offset as usize, loc.len as usize)
+            .map(Some)
+            .map_err(self.io_err("read", loc.seg as usize))
+    }
+
+    /// Every live record in id order.
+    pub fn scan(&self) -> Result<Vec<(u64, Vec<u8>)>, ShardError> {
+        let mut ids: Vec<u64> = self.index.keys().copied().collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(r) = self.get(id)? {
+                out.push((id, r));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The ops of every held frame (for `roost verify`).
+    pub fn frame_summaries(&self) -> Result<Vec<FrameSummary>, ShardError> {
+        let mut out = Vec::with_capacity(self.frames.len());
+        for f in &self.frames {
+            let bytes = self.segs[f.seg as usize]
+                .read(f.offset as usize, f.len as usize)
+                .map_err(self.io_err("read", f.seg as usize))?;
+            let (_, view) = frame::probe(&bytes);
+            let view = view.map_err(|why| ShardError::Corrupt {
+                segment: self.segs[f.seg as usize].path.clone(),
+                offset: f.offset as u64,
+                lsn: f.lsn,
+                reason: format!("frame changed since open: {why}"),
+            })?;
+            let (c, d): (Vec<&frame::OpRef>, Vec<&frame::OpRef>) =
+                view.ops.iter().partition(|o| o.kind == OP_CREATE);
+            out.push(FrameSummary {
+                lsn: f.lsn,
+                creates: c.iter().map(|o| o.id).collect(),
+                deletes: d.iter().map(|o| o.id).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn check_writable(&self) -> Result<(), ShardError> {
+        if self.opts.read_only {
+            return Err(ShardError::ReadOnly);
+        }
+        if let Some(why) = &self.poisoned {
+            return Err(ShardError::Poisoned(why.clone()));
+        }
+        Ok(())
+    }
+
+    /// Applies a transaction as one frame. Not durable until [`Shard::flush`]. Re-applying a
+    /// held lsn changes nothing.
+    pub fn apply(&mut self, txn: &Txn) -> Result<Applied, ShardError> {
+        self.check_writable()?;
+        if txn.lsn <= self.max_lsn {
+            return if self.holds(txn.lsn) {
+                Ok(Applied::AlreadyHeld)
+            } else {
+                Err(ShardError::OutOfOrder {
+                    lsn: txn.lsn,
+                    max_lsn: self.max_lsn,
+                })
+            };
+        }
+        for op in &txn.ops {
+            if let TxnOp::Create { id, .. } = op {
+                if self.index.contains_key(id) || *id <= self.max_id && self.id_was_used(*id) {
+                    return Err(ShardError::DuplicateId {
+                        id: *id,
+                        lsn: txn.lsn,
+                    });
+                }
+            }
+        }
+        let bytes = frame::encode(txn);
+        let len = bytes.len() as u64;
+        if len > self.opts.segment_bytes || len > u32::MAX as u64 {
+            return Err(ShardError::TxnTooLarge {
+                len,
+                max: self.opts.segment_bytes,
+            });
+        }
+        let fits = self
+            .segs
+            .last()
+            .is_some_and(|_| (self.write_offset as u64 + len) <= self.opts.segment_bytes);
+        if !fits {
+            self.roll()?;
+        }
+        let si = self.segs.len() - 1;
+        let at = self.write_offset;
+        if let Err(e) = self.segs[si].write(at, &bytes) {
+            let e = self.io_err("write", si)(e);
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        let (_, view) = frame::probe(&bytes);
+        let view = view.map_err(|why| ShardError::Corrupt {
+            segment: self.segs[si].path.clone(),
+            offset: at as u64,
+            lsn: txn.lsn,
+            reason: format!("frame just encoded does not verify: {why}"),
+        })?;
+        for op in &view.ops {
+            if op.kind == OP_CREATE {
+                let loc = Loc {
+                    seg: si as u32,
+                    offset: (at + op.record_offset) as u32,
+                    len: op.record_len as u32,
+                };
+                self.index.insert(op.id, loc);
+                self.max_id = self.max_id.max(op.id);
+            } else {
+                self.index.remove(&op.id);
+            }
+        }
+        self.frames.push(FrameMeta {
+            lsn: txn.lsn,
+            seg: si as u32,
+            offset: at as u32,
+            len: len as u32,
+        });
+        self.max_lsn = txn.lsn;
+        self.write_offset = at + bytes.len();
+        self.dirty_from.get_or_insert(at);
+        Ok(Applied::Written)
+    }
+
+    /// An id at or below `max_id` that is not live might have been deleted; only ids the
+    /// frames show were created count as used. Rare path: linear in frames.
+    fn id_was_used(&self, id: u64) -> bool {
+        self.frame_summaries()
+            .map(|fs| fs.iter().any(|f| f.creates.contains(&id)))
+            .unwrap_or(true)
+    }
+
+    /// Makes everything applied so far durable: `msync(MS_SYNC)` of the written range and
+    /// `fdatasync` of the file. A failure poisons the shard (never retried).
+    pub fn flush(&mut self) -> Result<(), ShardError> {
+        self.check_writable()?;
+        let Some(from) = self.dirty_from else {
+            return Ok(());
+        };
+        let si = self.segs.len() - 1;
+        let len = self.write_offset - from;
+        if let Err(e) = self.segs[si].flush(from, len) {
+            let e = self.io_err("flush", si)(e);
+            warn!(shard = %self.name, error = %e, "shard: flush failed, shard poisoned");
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        self.dirty_from = None;
+        Ok(())
+    }
+
+    /// Seals the last segment (flushed) and creates the next: create, preallocate, sync the
+    /// file and the directory, then map. ENOSPC at preallocation is an error that leaves the
+    /// shard as it was (readable, and writable once space returns).
+    fn roll(&mut self) -> Result<(), ShardError> {
+        self.flush()?;
+        let seq = self.segs.len() as u64 + 1;
+        let path = self.dir.join(seg_name(seq));
+        let io = |op: &'static str| {
+            let path = path.clone();
+            move |source| ShardError::Io { op, path, source }
+        };
+        let file = self
+            .storage
+            .open(&path, OpenMode::CreateNew)
+            .map_err(io("create"))?;
+        if let Err(e) = file.allocate(self.opts.segment_bytes) {
+            drop(file);
+            let _ = self.storage.remove(&path);
+            return Err(io("allocate")(e));
+        }
+        file.sync_data().map_err(io("sync"))?;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| ShardError::Io {
+                op: "sync dir",
+                path: self.dir.clone(),
+                source,
+            })?;
+        let data = if self.storage.is_real() {
+            let f = file
+                .as_std_file()
+                .ok_or_else(|| io("map")(io::Error::other("not an OS file")))?
+                .try_clone()
+                .map_err(io("map"))?;
+            SegData::Mapped(MappedSegment::map(f, self.opts.segment_bytes).map_err(io("map"))?)
+        } else {
+            SegData::Plain(file)
+        };
+        debug!(shard = %self.name, segment = %path.display(), "shard: rolled to new segment");
+        self.segs.push(Seg { path, data });
+        self.write_offset = 0;
+        Ok(())
+    }
+
+    /// Drops every frame with lsn >= `lsn` (replication's truncate-by-epoch will use it) and
+    /// rebuilds the index. Frames are zeroed in place and later segments removed after they
+    /// are unmapped; nothing mapped is ever truncated. Returns how many frames were dropped.
+    pub fn truncate_from(&mut self, lsn: u64) -> Result<usize, ShardError> {
+        self.check_writable()?;
+        let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
+            return Ok(0);
+        };
+        let dropped = self.frames.len() - k;
+        let first = self.frames[k];
+        let si = first.seg as usize;
+        let end = self
+            .frames
+            .iter()
+            .filter(|f| f.seg == first.seg)
+            .map(|f| (f.offset + f.len) as usize)
+            .max()
+            .unwrap_or(first.offset as usize);
+        let start = first.offset as usize;
+        let zeros = vec![0u8; end - start];
+        let r = self.segs[si]
+            .write(start, &zeros)
+            .and_then(|()| self.segs[si].flush(start, end - start));
+        if let Err(e) = r {
+            let e = self.io_err("truncate", si)(e);
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        // Newest first, so a crash midway leaves a prefix of segments.
+        while self.segs.len() > si + 1 {
+            if let Some(seg) = self.segs.pop() {
+                let path = seg.path.clone();
+                drop(seg); // unmap before removing
+                self.storage
+                    .remove(&path)
+                    .map_err(|source| ShardError::Io {
+                        op: "remove",
+                        path,
+                        source,
+                    })?;
+            }
+        }
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| ShardError::Io {
+                op: "sync dir",
+                path: self.dir.clone(),
+                source,
+            })?;
+        self.rebuild()?;
+        info!(shard = %self.name, lsn, dropped, "shard: truncated");
+        Ok(dropped)
+    }
+}

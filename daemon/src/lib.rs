@@ -1,1 +1,14 @@
-//! placeholder
+//! `roost`: the batch-apply daemon. `engine` is the pipeline (synchronous, testable over a
+//! simulated disk); `serve` is the async shell around it (spool watching, workers, signals);
+//! `cli` is the command line. `main.rs` only parses flags and calls into here.
+#![forbid(unsafe_code)]
+
+pub mod batch;
+pub mod cli;
+pub mod config;
+pub mod crash;
+pub mod engine;
+pub mod serve;
+pub mod spool;
+pub mod trigger;
+pub mod verify;

@@ -35,6 +35,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically replaces `to` with `from` (same directory or file system). Durable after
+    /// `sync_dir` of both parents.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes creations and removals of entries in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// True when files are real OS files, so a caller may memory-map them.
@@ -84,8 +87,10 @@ impl RealStorage {
     }
 }
 
-/// File mode for everything roost creates: owner read/write only (the data is the clients').
-pub const FILE_MODE: u32 = 0o600;
+/// File mode for everything roost creates: owner read/write, group read (the service group;
+/// spool results are read by the `roost-submit` group through the setgid `out/`), others
+/// nothing.
+pub const FILE_MODE: u32 = 0o640;
 
 impl Storage for RealStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -117,6 +122,10 @@ impl Storage for RealStorage {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -197,6 +206,9 @@ struct SimFile {
     pending: Vec<PendingWrite>,
     live_linked: bool,
     durable_linked: bool,
+    /// After a rename or re-creation over an entry whose new name is not yet durable: the
+    /// content a power loss brings back under this path (the old inode's durable bytes).
+    prior: Option<Vec<u8>>,
     allocated: u64,
 }
 
@@ -274,6 +286,12 @@ impl SimStorage {
         for (path, f) in &st.files {
             let (linked, content) = match mode {
                 CrashMode::Process => (f.live_linked, f.live.clone()),
+                CrashMode::PowerDrop | CrashMode::PowerTear { .. } if !f.durable_linked => {
+                    match &f.prior {
+                        Some(p) => (true, p.clone()),
+                        None => (false, Vec::new()),
+                    }
+                }
                 CrashMode::PowerDrop => (f.durable_linked, f.durable.clone()),
                 CrashMode::PowerTear { .. } => {
                     let mut img = f.durable.clone();
@@ -299,6 +317,7 @@ impl SimStorage {
                         pending: Vec::new(),
                         live_linked: true,
                         durable_linked: true,
+                        prior: None,
                         allocated: f.allocated,
                     },
                 );
@@ -411,6 +430,11 @@ impl Storage for SimStorage {
             }
             OpenMode::CreateNew => {
                 let f = st.files.entry(path.to_path_buf()).or_default();
+                if f.durable_linked {
+                    f.prior = Some(f.durable.clone());
+                    f.durable_linked = false;
+                    f.durable = Vec::new();
+                }
                 // A new inode: whatever a durable-but-unlinked old entry held is gone for the
                 // live image; the durable image keeps the old file until the directory syncs.
                 f.live = Vec::new();
@@ -443,6 +467,30 @@ impl Storage for SimStorage {
         }
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        let src = match st.files.get_mut(from) {
+            Some(f) if f.live_linked => {
+                f.live_linked = false;
+                f.clone()
+            }
+            _ => return Err(sim_err(io::ErrorKind::NotFound, "rename source missing")),
+        };
+        // The target entry now names the source's inode. Until the directory is synced the
+        // durable image still has the old target (if any); its durable content is kept.
+        let dst = st.files.entry(to.to_path_buf()).or_default();
+        let prior = if dst.durable_linked {
+            Some(dst.durable.clone())
+        } else {
+            dst.prior.take()
+        };
+        *dst = src;
+        dst.live_linked = true;
+        dst.durable_linked = false;
+        dst.prior = prior;
+        Ok(())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
         if !SimStorage::count_sync(&mut st)? {
@@ -451,8 +499,9 @@ impl Storage for SimStorage {
         st.files.retain(|p, f| {
             if p.parent() == Some(dir) {
                 f.durable_linked = f.live_linked;
+                f.prior = None;
             }
-            f.live_linked || f.durable_linked
+            f.live_linked || f.durable_linked || f.prior.is_some()
         });
         Ok(())
     }
@@ -599,6 +648,29 @@ mod tests {
             .unwrap();
         assert!(b"hello world".starts_with(&torn[..]) && torn.len() >= 5);
         assert_eq!(d.sync_count(), 2);
+    }
+
+    /// Goal: a rename is durable only once the directory is synced; before that a power loss
+    /// brings back the old name and the old target.
+    #[test]
+    fn rename_needs_dir_sync() {
+        let d = SimStorage::new();
+        let dir = Path::new("/d");
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        for (p, body) in [(&a, b"new"), (&b, b"old")] {
+            let f = d.open(p, OpenMode::CreateNew).unwrap();
+            f.write_at(body, 0).unwrap();
+            f.sync_data().unwrap();
+        }
+        d.sync_dir(dir).unwrap();
+        d.rename(&a, &b).unwrap();
+        let lost = d.crash(CrashMode::PowerDrop);
+        assert_eq!(lost.file_bytes(&b).unwrap(), b"old");
+        assert_eq!(lost.file_bytes(&a).unwrap(), b"new");
+        d.sync_dir(dir).unwrap();
+        let kept = d.crash(CrashMode::PowerDrop);
+        assert_eq!(kept.file_bytes(&b).unwrap(), b"new");
+        assert!(kept.file_bytes(&a).is_none());
     }
 
     /// Goal: freezing at the n-th sync keeps exactly what was durable at that sync.

@@ -1,0 +1,430 @@
+//! The `roost` command line (a public contract: commands and flags are only ever added).
+//! Exit codes follow sysexits(3) so systemd can tell a restart that may help from one that
+//! cannot (see `systemd/roost.service`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Parser, Subcommand};
+use roost_shards::{Shard, ShardOptions};
+use roost_wal::codec::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
+use roost_wal::storage::RealStorage;
+use roost_wal::{Wal, WalOptions};
+
+use crate::batch::{BatchResult, Status};
+use crate::config::Config;
+use crate::engine::{Engine, EngineError, EngineOptions, AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::spool::SpoolPaths;
+
+pub const EXIT_OK: i32 = 0;
+/// `submit --wait`: some batch rejected or conflicted; `verify`: a violation; `get`: not found.
+pub const EXIT_FAILED: i32 = 1;
+/// `submit --wait`: invalid input or an error; also clap's usage errors.
+pub const EXIT_INVALID: i32 = 2;
+/// Damage found on disk: a restart cannot fix it (EX_DATAERR).
+pub const EXIT_CORRUPTION: i32 = 65;
+/// An I/O failure latched the pipeline; a restart replays and repairs (EX_IOERR).
+pub const EXIT_IO: i32 = 74;
+/// Another roost holds the data directory (EX_TEMPFAIL).
+pub const EXIT_LOCKED: i32 = 75;
+/// The configuration is wrong (EX_CONFIG).
+pub const EXIT_CONFIG: i32 = 78;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "roost",
+    version,
+    about = "roost: a write-ahead-log batch-apply daemon.\n\nClients drop batch files into a spool directory; roost plans each batch, claims its ids in a checksummed WAL, commits one atomic transaction per shard and writes a result file. It survives kill -9 and power loss without losing an acknowledged batch or creating a record twice."
+)]
+pub struct Cli {
+    /// TOML configuration file (see examples/roost.toml). Without it, the embedded default.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory [default: $STATE_DIRECTORY, else ./roost-data].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Spool directory [default: <data-dir>/spool].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: recover, then apply every batch dropped into <spool>/new.
+    Serve,
+    /// Deliver batch files safely (tmp/, fsync, rename into new/, fsync the directory).
+    Submit {
+        /// Wait for each result and print it; exit 0 if all committed, 1 if any was rejected
+        /// or conflicted, 2 on invalid input or error.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit 2).
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        timeout: u64,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Print one record as JSON: {"shard":..,"id":..,"record":{..}}. Exit 1 if absent.
+    Get { shard: String, id: u64 },
+    /// Print every record of a shard as JSON lines, in id order.
+    Scan { shard: String },
+    /// Print the audit rows as JSON lines.
+    Audit,
+    /// Check every checksum and the spec's invariants on a data directory; exit 0 only if all
+    /// hold.
+    Verify,
+    /// Inspect the write-ahead log.
+    Wal {
+        #[command(subcommand)]
+        command: WalCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WalCommand {
+    /// Print the WAL records (lsn, epoch, type, request key, ops, claimed ids).
+    Dump {
+        /// Start at this lsn.
+        #[arg(long, value_name = "LSN", default_value_t = 1)]
+        from: u64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The configuration the flags and file describe.
+pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    let mut cfg = match &cli.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(d) = &cli.data_dir {
+        cfg.data_dir = d.clone();
+    }
+    if let Some(s) = &cli.spool_dir {
+        cfg.spool_dir = Some(s.clone());
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Maps an error to the process exit code.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if let Some(ee) = cause.downcast_ref::<EngineError>() {
+            return match ee {
+                _ if ee.is_corruption() => EXIT_CORRUPTION,
+                EngineError::Locked { .. } => EXIT_LOCKED,
+                _ => EXIT_IO,
+            };
+        }
+        if cause.downcast_ref::<crate::config::ConfigError>().is_some() {
+            return EXIT_CONFIG;
+        }
+    }
+    EXIT_FAILED
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let cfg = load_config(&cli)?;
+    match &cli.command {
+        Command::Serve => serve(cfg),
+        Command::Submit {
+            wait,
+            timeout,
+            files,
+        } => submit(&cfg, *wait, Duration::from_secs(*timeout), files),
+        Command::Get { shard, id } => {
+            let s = open_shard_read_only(&cfg, shard)?;
+            match s
+                .get(*id)
+                .with_context(|| format!("reading shard {shard}"))?
+            {
+                Some(rec) => {
+                    println!("{}", record_line(shard, *id, &rec));
+                    Ok(EXIT_OK)
+                }
+                None => {
+                    eprintln!("roost: no record {id} on shard {shard}");
+                    Ok(EXIT_FAILED)
+                }
+            }
+        }
+        Command::Scan { shard } => {
+            let s = open_shard_read_only(&cfg, shard)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for (id, rec) in s
+                .scan()
+                .with_context(|| format!("scanning shard {shard}"))?
+            {
+                writeln!(out, "{}", record_line(shard, id, &rec))?;
+            }
+            out.flush()?;
+            Ok(EXIT_OK)
+        }
+        Command::Audit => {
+            let wal = open_wal_read_only(&cfg.data_dir.join(AUDIT_DIR))?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for rec in wal.replay(1) {
+                let rec = rec?;
+                let a: AuditRecord = codec::decode("audit", &rec.payload)
+                    .with_context(|| format!("audit lsn {}", rec.lsn))?;
+                let v = serde_json::json!({"lsn": a.claim_lsn, "request_key": a.request_key, "op_index": a.op_index, "op": a.op.as_str(), "shard": a.shard, "id": a.id});
+                writeln!(out, "{v}")?;
+            }
+            out.flush()?;
+            Ok(EXIT_OK)
+        }
+        Command::Verify => {
+            let report = crate::verify::verify(RealStorage::shared(), &cfg.data_dir);
+            println!("roost verify {}", cfg.data_dir.display());
+            for line in &report.checked {
+                println!("  checked {line}");
+            }
+            for v in &report.violations {
+                println!("  VIOLATION {v}");
+            }
+            println!(
+                "{}",
+                if report.ok() {
+                    "all invariants hold"
+                } else {
+                    "FAILED"
+                }
+            );
+            Ok(if report.ok() { EXIT_OK } else { EXIT_FAILED })
+        }
+        Command::Wal {
+            command: WalCommand::Dump { from, json },
+        } => wal_dump(&cfg, *from, *json),
+    }
+}
+
+fn serve(cfg: Config) -> anyhow::Result<i32> {
+    let data_dir = cfg.data_dir.clone();
+    let spool_dir = cfg.spool_dir();
+    let engine = Engine::open(EngineOptions {
+        storage: RealStorage::shared(),
+        data_dir: data_dir.clone(),
+        spool_dir,
+        config: Arc::new(cfg),
+        crash: Arc::new(crate::crash::EnvCrash::from_env()),
+    })
+    .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+    crate::serve::serve(Arc::new(engine)).context("serving")?;
+    Ok(EXIT_OK)
+}
+
+fn record_line(shard: &str, id: u64, rec: &[u8]) -> String {
+    let record: serde_json::Value = serde_json::from_slice(rec)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(rec).into_owned()));
+    serde_json::json!({"shard": shard, "id": id, "record": record}).to_string()
+}
+
+fn open_shard_read_only(cfg: &Config, shard: &str) -> anyhow::Result<Shard> {
+    if !crate::batch::valid_shard_name(shard) {
+        bail!("shard name {shard:?} must match [a-z0-9][a-z0-9_-]{{0,63}}");
+    }
+    let dir = cfg.data_dir.join(SHARDS_DIR).join(shard);
+    if !dir.is_dir() {
+        bail!("no shard {shard} in {}", cfg.data_dir.display());
+    }
+    // Plain reads, no lock: works beside a running daemon (a frame being written is seen as
+    // a torn tail and left out) and when it is stopped.
+    Shard::open(
+        &dir,
+        ShardOptions {
+            read_only: true,
+            ..ShardOptions::default()
+        },
+    )
+    .with_context(|| format!("opening shard {}", dir.display()))
+}
+
+fn open_wal_read_only(dir: &Path) -> anyhow::Result<Wal> {
+    Wal::open(
+        dir,
+        WalOptions {
+            read_only: true,
+            payload_bytes_max: 128 << 20,
+            segment_bytes: 256 << 20,
+            ..WalOptions::default()
+        },
+    )
+    .with_context(|| format!("opening {}", dir.display()))
+}
+
+fn wal_dump(cfg: &Config, from: u64, json: bool) -> anyhow::Result<i32> {
+    let wal = open_wal_read_only(&cfg.data_dir.join(WAL_DIR))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for rec in wal.replay(from) {
+        let rec = rec?;
+        let ty = RecordType::from_u8(rec.record_type);
+        let ctx = || {
+            format!(
+                "wal lsn {} ({}:{})",
+                rec.lsn,
+                rec.segment.display(),
+                rec.offset
+            )
+        };
+        match ty {
+            Some(RecordType::Claim) => {
+                let c: ClaimRecord = codec::decode("claim", &rec.payload).with_context(ctx)?;
+                if json {
+                    let ops: Vec<serde_json::Value> = c
+                        .ops
+                        .iter()
+                        .map(|op| match op {
+                            PlannedOp::Create { shard, id, record } => serde_json::json!({"op": "create", "shard": shard, "id": id, "record": serde_json::from_slice::<serde_json::Value>(record).unwrap_or_default()}),
+                            PlannedOp::Delete { shard, id } => serde_json::json!({"op": "delete", "shard": shard, "id": id}),
+                        })
+                        .collect();
+                    let claimed: Vec<u64> = c
+                        .ops
+                        .iter()
+                        .filter(|o| matches!(o, PlannedOp::Create { .. }))
+                        .map(PlannedOp::id)
+                        .collect();
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"lsn": rec.lsn, "epoch": rec.epoch, "type": "claim", "request_key": c.request_key, "source": c.source, "fingerprint": format!("{:016x}", c.fingerprint), "claimed_ids": claimed, "ops": ops})
+                    )?;
+                } else {
+                    let ops: Vec<String> = c
+                        .ops
+                        .iter()
+                        .map(|op| format!("{} {} {}", op.kind().as_str(), op.shard(), op.id()))
+                        .collect();
+                    writeln!(
+                        out,
+                        "lsn {} epoch {} claim key={:?} source={:?} ops=[{}]",
+                        rec.lsn,
+                        rec.epoch,
+                        c.request_key,
+                        c.source,
+                        ops.join(", ")
+                    )?;
+                }
+            }
+            Some(RecordType::Done) => {
+                let d: DoneRecord = codec::decode("done", &rec.payload).with_context(ctx)?;
+                if json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"lsn": rec.lsn, "epoch": rec.epoch, "type": "done", "claim_lsn": d.claim_lsn})
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "lsn {} epoch {} done claim_lsn={}",
+                        rec.lsn, rec.epoch, d.claim_lsn
+                    )?;
+                }
+            }
+            _ => {
+                return Err(anyhow!(
+                    "{}: unknown record type {}",
+                    ctx(),
+                    rec.record_type
+                ))
+            }
+        }
+    }
+    out.flush()?;
+    Ok(EXIT_OK)
+}
+
+fn submit(cfg: &Config, wait: bool, timeout: Duration, files: &[PathBuf]) -> anyhow::Result<i32> {
+    let sp = SpoolPaths::new(&cfg.spool_dir());
+    for d in [&sp.tmp, &sp.new] {
+        if !d.is_dir() {
+            bail!("spool directory {} does not exist (is `roost serve` set up with this --data-dir/--spool-dir?)", d.display());
+        }
+    }
+    let mut names = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let base = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| crate::spool::valid_spool_name(n))
+            .ok_or_else(|| anyhow!("{}: not a usable file name", f.display()))?;
+        let name = free_name(&sp, base);
+        let tmp = sp.tmp.join(format!(".{name}.{}", std::process::id()));
+        {
+            let mut o = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            o.write_all(&bytes)?;
+            o.sync_all()
+                .with_context(|| format!("syncing {}", tmp.display()))?;
+        }
+        std::fs::rename(&tmp, sp.new.join(&name))
+            .with_context(|| format!("renaming into {}", sp.new.display()))?;
+        std::fs::File::open(&sp.new)?
+            .sync_all()
+            .with_context(|| format!("syncing {}", sp.new.display()))?;
+        eprintln!("submitted {} as {}", f.display(), name);
+        names.push(name);
+    }
+    if !wait {
+        return Ok(EXIT_OK);
+    }
+    let deadline = Instant::now() + timeout;
+    let mut code = EXIT_OK;
+    for name in names {
+        let out = sp.out.join(&name);
+        let text = loop {
+            match std::fs::read_to_string(&out) {
+                Ok(t) => break Some(t),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(_) => break None,
+            }
+        };
+        let Some(text) = text else {
+            eprintln!("roost: no result for {name} within {} s", timeout.as_secs());
+            code = EXIT_INVALID;
+            continue;
+        };
+        print!("{text}");
+        match serde_json::from_str::<BatchResult>(&text).map(|r| r.status) {
+            Ok(Status::Committed) => {}
+            Ok(Status::Rejected | Status::Conflict) => code = code.max(EXIT_FAILED),
+            Ok(Status::Invalid) | Err(_) => code = EXIT_INVALID,
+        }
+    }
+    Ok(code)
+}
+
+/// The file's own name unless new/, out/ or failed/ already has it; then NAME-1, NAME-2, ...
+fn free_name(sp: &SpoolPaths, base: &str) -> String {
+    let taken = |n: &str| {
+        [&sp.new, &sp.out, &sp.failed]
+            .iter()
+            .any(|d| d.join(n).symlink_metadata().is_ok())
+    };
+    if !taken(base) {
+        return base.to_owned();
+    }
+    let (stem, ext) = match base.rsplit_once('.') {
+        Some((s, e)) if !s.is_empty() => (s, format!(".{e}")),
+        _ => (base, String::new()),
+    };
+    (1u64..)
+        .map(|n| format!("{stem}-{n}{ext}"))
+        .find(|n| !taken(n))
+        .unwrap_or_else(|| base.to_owned())
+}

@@ -1,0 +1,172 @@
+//! Configuration: an embedded default that needs no file, optionally overridden by TOML
+//! (`examples/roost.toml` is a commented example) and then by command-line flags.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Limits and policies for one shard, from `[shards.NAME]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ShardConfig {
+    /// Largest record (canonical JSON bytes) a create may carry.
+    #[serde(default = "default_record_bytes_max")]
+    pub record_bytes_max: u32,
+    /// Top-level fields every created record must have.
+    #[serde(default)]
+    pub required_fields: Vec<String>,
+    /// Program and arguments run for each op with the op as JSON on stdin; no shell.
+    #[serde(default)]
+    pub before_trigger: Option<Vec<String>>,
+    #[serde(default = "default_trigger_timeout_ms")]
+    pub trigger_timeout_ms: u64,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            record_bytes_max: default_record_bytes_max(),
+            required_fields: Vec::new(),
+            before_trigger: None,
+            trigger_timeout_ms: default_trigger_timeout_ms(),
+        }
+    }
+}
+
+fn default_record_bytes_max() -> u32 {
+    64 << 10
+}
+fn default_trigger_timeout_ms() -> u64 {
+    5_000
+}
+
+/// The whole configuration. Every field has a default.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    /// Defaults to `<data_dir>/spool`.
+    pub spool_dir: Option<PathBuf>,
+    /// Ops in one batch at most.
+    pub batch_ops_max: u32,
+    /// A spool file larger than this is refused by its size, before it is read.
+    pub spool_file_bytes_max: u64,
+    /// Batches between intake and result at once (bounds threads, memory and open files).
+    pub batches_in_flight_max: usize,
+    /// Full rescan of `new/` this often; file-system events are only hints.
+    pub rescan_interval_ms: u64,
+    pub wal_segment_bytes: u64,
+    pub shard_segment_bytes: u64,
+    /// Declared shards; when empty, any valid shard name is created on first use.
+    pub shards: BTreeMap<String, ShardConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: default_data_dir(),
+            spool_dir: None,
+            batch_ops_max: 1_000,
+            spool_file_bytes_max: 16 << 20,
+            batches_in_flight_max: 64,
+            rescan_interval_ms: 1_000,
+            wal_segment_bytes: 64 << 20,
+            shard_segment_bytes: 16 << 20,
+            shards: BTreeMap::new(),
+        }
+    }
+}
+
+/// `$STATE_DIRECTORY` when systemd sets it (first entry), else `./roost-data`.
+pub fn default_data_dir() -> PathBuf {
+    match std::env::var_os("STATE_DIRECTORY") {
+        Some(v) if !v.is_empty() => {
+            let s = v.to_string_lossy().into_owned();
+            PathBuf::from(s.split(':').next().unwrap_or("roost-data"))
+        }
+        _ => PathBuf::from("roost-data"),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {}: {detail}", path.display())]
+    Parse { path: PathBuf, detail: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, sc) in &self.shards {
+            if !crate::batch::valid_shard_name(name) {
+                return Err(ConfigError::Invalid(format!(
+                    "shard name {name:?} must match [a-z0-9][a-z0-9_-]{{0,63}}"
+                )));
+            }
+            if let Some(t) = &sc.before_trigger {
+                if t.is_empty() {
+                    return Err(ConfigError::Invalid(format!(
+                        "shards.{name}.before_trigger is empty"
+                    )));
+                }
+            }
+        }
+        if self.batch_ops_max == 0 || self.batches_in_flight_max == 0 {
+            return Err(ConfigError::Invalid(
+                "batch_ops_max and batches_in_flight_max must be > 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn spool_dir(&self) -> PathBuf {
+        self.spool_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
+    pub fn rescan_interval(&self) -> Duration {
+        Duration::from_millis(self.rescan_interval_ms.max(10))
+    }
+
+    /// The shard's policy, or `None` when shards are declared and this one is not.
+    pub fn shard(&self, name: &str) -> Option<ShardConfig> {
+        if self.shards.is_empty() {
+            Some(ShardConfig::default())
+        } else {
+            self.shards.get(name).cloned()
+        }
+    }
+
+    /// Largest WAL payload a batch can produce under these limits (checked at start-up).
+    pub fn claim_bytes_max(&self) -> u64 {
+        let rec = self
+            .shards
+            .values()
+            .map(|s| s.record_bytes_max)
+            .max()
+            .unwrap_or(default_record_bytes_max()) as u64;
+        1024 + self.batch_ops_max as u64 * (rec + 128)
+    }
+}

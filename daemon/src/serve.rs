@@ -1,0 +1,212 @@
+//! `roost serve`: the async shell around the engine. It watches `new/` (notify events are
+//! only hints; a full rescan at start-up and every `rescan_interval_ms` is the truth), runs
+//! each file on a bounded pool of blocking workers (the engine blocks on fsync), and stops
+//! in three steps on SIGTERM/SIGINT: stop taking files, let in-flight batches finish, return.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tracing::{debug, error, info, warn};
+
+use crate::batch::{self, BatchResult};
+use crate::engine::{Engine, EngineError};
+use crate::spool::{self, read_dropped, Intake};
+
+/// Shared between the loop and its workers.
+struct Shared {
+    engine: Arc<Engine>,
+    /// Names being processed (a rescan must not start a second worker on one).
+    in_progress: Mutex<HashSet<String>>,
+    /// Names that could not even be quarantined (logged once, then left alone).
+    stuck: Mutex<HashSet<String>>,
+    fatal: Mutex<Option<EngineError>>,
+    stop: AtomicBool,
+    wake: Notify,
+}
+
+/// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
+pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
+    let workers = engine.config().batches_in_flight_max;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(workers + 4)
+        .enable_all()
+        .build()
+        .map_err(|source| EngineError::Io {
+            op: "start runtime",
+            path: engine.data_dir().to_path_buf(),
+            source,
+        })?;
+    rt.block_on(serve_async(engine))
+}
+
+async fn serve_async(engine: Arc<Engine>) -> Result<(), EngineError> {
+    let cfg = engine.config().clone();
+    let workers = cfg.batches_in_flight_max;
+    let new_dir = engine.spool().new.clone();
+    let shared = Arc::new(Shared {
+        engine,
+        in_progress: Mutex::new(HashSet::new()),
+        stuck: Mutex::new(HashSet::new()),
+        fatal: Mutex::new(None),
+        stop: AtomicBool::new(false),
+        wake: Notify::new(),
+    });
+    // File-system events: a bounded channel of one; a full channel already means "rescan".
+    let (tx, mut events) = mpsc::channel::<()>(1);
+    let _watcher = {
+        use notify::Watcher;
+        let tx = tx.clone();
+        match notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+            let _ = tx.try_send(());
+        }) {
+            Ok(mut w) => match w.watch(&new_dir, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => Some(w),
+                Err(e) => {
+                    warn!(dir = %new_dir.display(), error = %e, "cannot watch spool; relying on rescans");
+                    None
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "no file watcher; relying on rescans");
+                None
+            }
+        }
+    };
+    let map_sig = |source| EngineError::Io {
+        op: "install signal handler",
+        path: new_dir.clone(),
+        source,
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(map_sig)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(map_sig)?;
+    let mut tick = tokio::time::interval(cfg.rescan_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sem = Arc::new(Semaphore::new(workers));
+    info!(spool = %new_dir.display(), workers, "serving");
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("SIGTERM: stopping"); break; }
+            _ = int.recv() => { info!("SIGINT: stopping"); break; }
+            _ = shared.wake.notified() => {}
+            _ = events.recv() => {}
+            _ = tick.tick() => {}
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let names = match std::fs::read_dir(&new_dir) {
+            Ok(rd) => rd
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
+                continue;
+            }
+        };
+        for name in names {
+            if !spool::valid_spool_name(&name)
+                || shared.stuck.lock().is_ok_and(|s| s.contains(&name))
+            {
+                continue;
+            }
+            if !shared
+                .in_progress
+                .lock()
+                .is_ok_and(|mut s| s.insert(name.clone()))
+            {
+                continue;
+            }
+            // Bounded work in flight: wait for a worker, but keep answering signals.
+            let permit = tokio::select! {
+                p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                _ = term.recv() => { shared.stop.store(true, Ordering::SeqCst); break; }
+                _ = int.recv() => { shared.stop.store(true, Ordering::SeqCst); break; }
+            };
+            let sh = shared.clone();
+            tokio::task::spawn_blocking(move || {
+                let r = process(&sh, &name);
+                if let Err(e) = r {
+                    error!(file = %name, error = %e, "pipeline failure: stopping");
+                    if let Ok(mut f) = sh.fatal.lock() {
+                        f.get_or_insert(e);
+                    }
+                    sh.stop.store(true, Ordering::SeqCst);
+                    sh.wake.notify_one();
+                }
+                sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
+                drop(permit);
+            });
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    shared.stop.store(true, Ordering::SeqCst);
+    // Wait for every in-flight batch to reach its result (or fail).
+    let in_flight = workers - sem.available_permits();
+    info!(in_flight, "waiting for in-flight batches");
+    let _all = sem.acquire_many(workers as u32).await;
+    let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
+    match fatal {
+        Some(e) => Err(e),
+        None => {
+            info!("stopped cleanly");
+            Ok(())
+        }
+    }
+}
+
+/// One file from `new/` to its result.
+fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+    let engine = &sh.engine;
+    let cfg = engine.config();
+    let path = engine.spool().new.join(name);
+    let parsed = match read_dropped(&path, cfg.spool_file_bytes_max) {
+        Ok(Intake::Gone) => return Ok(()),
+        Ok(Intake::Refused(reason)) => Err(batch::Invalid {
+            request_key: None,
+            error: reason,
+        }),
+        Ok(Intake::Bytes(b)) => batch::parse(&b, cfg.batch_ops_max),
+        Err(e) => Err(batch::Invalid {
+            request_key: None,
+            error: format!("cannot read: {e}"),
+        }),
+    };
+    match parsed {
+        Ok(b) => {
+            let r = engine.submit(&b, name)?;
+            debug!(file = name, status = ?r.status, lsn = r.lsn, "batch done");
+            Ok(())
+        }
+        Err(inv) => {
+            quarantine(sh, name, &inv);
+            Ok(())
+        }
+    }
+}
+
+/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. Failing to do so is not
+/// fatal (the input is still there, nothing is lost): the name is logged and left alone.
+fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
+    let engine = &sh.engine;
+    let sp = engine.spool();
+    warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
+    let moved = std::fs::rename(sp.new.join(name), sp.failed.join(name));
+    let wrote = spool::write_result(
+        engine.storage().as_ref(),
+        sp,
+        name,
+        &BatchResult::invalid(inv),
+    );
+    if let Err(e) = moved.as_ref().and(wrote.as_ref()) {
+        error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
+        sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
+    }
+    engine.note_invalid();
+}

@@ -1,0 +1,508 @@
+//! Black-box tests of the real `roost` binary: a daemon on a temporary data directory, batch
+//! files through the spool, and the read commands on the files it leaves.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roost");
+
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `roost serve` and waits until it logs that it serves (recovery done).
+    fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_env(dir, extra, &[])
+    }
+
+    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let log = dir.join(format!("serve-{}.log", rand_u64()));
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(extra);
+        cmd.env("ROOST_LOG", "info").envs(env.iter().copied());
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("spawn roost serve");
+        let d = Daemon { child, log };
+        d.wait_log("serving", Duration::from_secs(20));
+        d
+    }
+
+    fn wait_log(&self, needle: &str, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.contains(needle) {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "daemon never logged {needle:?}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = rustix_pid(&self.child);
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < until, "daemon did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rustix_pid(c: &Child) -> String {
+    c.id().to_string()
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+fn roost(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .output()
+        .expect("run roost")
+}
+
+fn write_batch(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
+    p
+}
+
+/// `roost submit --wait` on files; returns (exit code, result objects).
+fn submit_wait(dir: &Path, files: &[PathBuf]) -> (i32, Vec<Value>) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["submit", "--wait", "--timeout", "30", "--data-dir"])
+        .arg(dir.join("data"));
+    cmd.args(files);
+    let out = cmd.output().unwrap();
+    let results = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("result line {l:?}: {e}")))
+        .collect();
+    (out.status.code().unwrap_or(-1), results)
+}
+
+fn scan(dir: &Path, shard: &str) -> Vec<Value> {
+    let out = roost(dir, &["scan", shard]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn create(shard: &str, record: Value) -> Value {
+    json!({"op": "create", "shard": shard, "record": record})
+}
+
+fn delete(shard: &str, id: u64) -> Value {
+    json!({"op": "delete", "shard": shard, "id": id})
+}
+
+fn verify_ok(dir: &Path) {
+    let out = roost(dir, &["verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "verify failed:\n{text}");
+    assert!(text.contains("all invariants hold"), "{text}");
+}
+
+/// Goal: creates and deletes across two shards commit together, ids are minted by the
+/// server and unique across shards, `get`/`scan`/`audit` show them, and `verify` agrees.
+#[test]
+fn create_and_delete_across_shards() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path(), &[]);
+    let b1 = write_batch(
+        t.path(),
+        "b1.json",
+        &json!({"request_key": "k1", "ops": [
+        create("users", json!({"name": "ada"})), create("users", json!({"name": "bob"})), create("orders", json!({"item": "tea"}))]}),
+    );
+    let (code, r) = submit_wait(t.path(), &[b1]);
+    assert_eq!(code, 0, "{r:?}");
+    assert_eq!(r[0]["status"], "committed");
+    let ids: Vec<u64> = r[0]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        3,
+        "ids unique across shards: {ids:?}"
+    );
+    let b2 = write_batch(
+        t.path(),
+        "b2.json",
+        &json!({"request_key": "k2", "ops": [
+        delete("users", ids[0]), delete("orders", ids[2]), create("orders", json!({"item": "cake"}))]}),
+    );
+    let (code, r2) = submit_wait(t.path(), &[b2]);
+    assert_eq!(code, 0, "{r2:?}");
+    let users = scan(t.path(), "users");
+    assert_eq!(users.len(), 1);
+    assert_eq!(users[0]["id"], ids[1]);
+    assert_eq!(users[0]["record"], json!({"name": "bob"}));
+    let orders = scan(t.path(), "orders");
+    assert_eq!(orders.len(), 1);
+    assert_eq!(orders[0]["record"]["item"], "cake");
+    let got = roost(t.path(), &["get", "users", &ids[1].to_string()]);
+    assert!(got.status.success());
+    let v: Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(
+        v,
+        json!({"shard": "users", "id": ids[1], "record": {"name": "bob"}})
+    );
+    assert_eq!(
+        roost(t.path(), &["get", "users", &ids[0].to_string()])
+            .status
+            .code(),
+        Some(1)
+    );
+    let audit = roost(t.path(), &["audit"]);
+    assert_eq!(
+        String::from_utf8_lossy(&audit.stdout).lines().count(),
+        6,
+        "one row per committed op"
+    );
+    verify_ok(t.path());
+    assert!(d.stop().success());
+}
+
+/// Goal: a batch whose second op is rejected writes nothing at all, and the result names the
+/// op and the reason.
+#[test]
+fn rejected_batch_writes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let _d = Daemon::start(t.path(), &[]);
+    let b = write_batch(
+        t.path(),
+        "b.json",
+        &json!({"request_key": "r1", "ops": [
+        create("users", json!({"name": "ada"})), delete("users", 424242)]}),
+    );
+    let (code, r) = submit_wait(t.path(), &[b]);
+    assert_eq!(code, 1);
+    assert_eq!(r[0]["status"], "rejected");
+    assert_eq!(r[0]["op_index"], 1);
+    assert!(r[0]["reason"].as_str().unwrap().contains("424242"));
+    assert!(scan(t.path(), "users").is_empty());
+    let audit = roost(t.path(), &["audit"]);
+    assert!(audit.stdout.is_empty());
+    let dump = roost(t.path(), &["wal", "dump"]);
+    assert!(dump.stdout.is_empty(), "no claim for a rejected batch");
+}
+
+/// Goal: required_fields and before_trigger reject ops (the trigger's stderr is the reason);
+/// an undeclared shard is rejected once shards are declared.
+#[test]
+fn required_fields_and_before_trigger_reject() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("roost.toml");
+    std::fs::write(&cfg, r#"
+[shards.users]
+required_fields = ["name"]
+before_trigger = ["/bin/sh", "-c", "if grep -q forbidden; then echo 'forbidden name' >&2; exit 3; fi"]
+trigger_timeout_ms = 5000
+"#).unwrap();
+    let cfgs = cfg.to_str().unwrap();
+    let _d = Daemon::start(t.path(), &["--config", cfgs]);
+    let a = write_batch(
+        t.path(),
+        "a.json",
+        &json!({"request_key": "a", "ops": [create("users", json!({"nick": "x"}))]}),
+    );
+    let b = write_batch(
+        t.path(),
+        "b.json",
+        &json!({"request_key": "b", "ops": [create("users", json!({"name": "ok"})), create("users", json!({"name": "forbidden"}))]}),
+    );
+    let c = write_batch(
+        t.path(),
+        "c.json",
+        &json!({"request_key": "c", "ops": [create("other", json!({"name": "x"}))]}),
+    );
+    let e = write_batch(
+        t.path(),
+        "e.json",
+        &json!({"request_key": "e", "ops": [create("users", json!({"name": "fine"}))]}),
+    );
+    let mut cmd = Command::new(BIN);
+    cmd.args(["submit", "--wait", "--config", cfgs, "--data-dir"])
+        .arg(t.path().join("data"))
+        .args([&a, &b, &c, &e]);
+    let out = cmd.output().unwrap();
+    let r: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(r[0]["status"], "rejected");
+    assert!(
+        r[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("required field \"name\""),
+        "{}",
+        r[0]
+    );
+    assert_eq!(r[1]["status"], "rejected");
+    assert_eq!(r[1]["op_index"], 1);
+    assert_eq!(r[1]["reason"], "forbidden name");
+    assert_eq!(r[2]["status"], "rejected");
+    assert!(r[2]["reason"].as_str().unwrap().contains("not declared"));
+    assert_eq!(r[3]["status"], "committed");
+    assert_eq!(scan(t.path(), "users").len(), 1);
+}
+
+/// Goal: the same key with the same content (any formatting) returns the original result
+/// with the same ids and changes nothing; with other content it is a conflict.
+#[test]
+fn same_key_same_ids_and_conflict() {
+    let t = tempfile::tempdir().unwrap();
+    let _d = Daemon::start(t.path(), &[]);
+    let b = write_batch(
+        t.path(),
+        "b.json",
+        &json!({"request_key": "order-17", "ops": [create("users", json!({"name": "ada", "age": 36}))]}),
+    );
+    let (_, r1) = submit_wait(t.path(), std::slice::from_ref(&b));
+    let same = t.path().join("same.json");
+    std::fs::write(&same, br#"{ "ops": [ { "record": {"age": 36, "name": "ada"}, "shard": "users", "op": "create" } ], "request_key": "order-17" }"#).unwrap();
+    let (code, r2) = submit_wait(t.path(), &[b, same]);
+    assert_eq!(code, 0);
+    assert_eq!(r2[0], r1[0]);
+    assert_eq!(r2[1], r1[0]);
+    assert_eq!(scan(t.path(), "users").len(), 1, "no second record");
+    let other = write_batch(
+        t.path(),
+        "o.json",
+        &json!({"request_key": "order-17", "ops": [create("users", json!({"name": "eve"}))]}),
+    );
+    let (code, r3) = submit_wait(t.path(), &[other]);
+    assert_eq!(code, 1);
+    assert_eq!(r3[0]["status"], "conflict");
+    assert_eq!(r3[0]["lsn"], r1[0]["lsn"]);
+    assert_eq!(scan(t.path(), "users").len(), 1);
+}
+
+/// Goal: results survive a restart, a repeat after the restart gets the same ids, and files
+/// dropped while the daemon is down are processed at start-up.
+#[test]
+fn results_survive_restart_and_dropped_files_are_picked_up() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path(), &[]);
+    let b = write_batch(
+        t.path(),
+        "b.json",
+        &json!({"request_key": "x", "ops": [create("s", json!({"n": 1}))]}),
+    );
+    let (_, r1) = submit_wait(t.path(), std::slice::from_ref(&b));
+    assert!(d.stop().success());
+    // Daemon down: submit without waiting, straight into the spool.
+    let late = write_batch(
+        t.path(),
+        "late.json",
+        &json!({"request_key": "late", "ops": [create("s", json!({"n": 2}))]}),
+    );
+    let out = Command::new(BIN)
+        .args(["submit", "--data-dir"])
+        .arg(t.path().join("data"))
+        .arg(&late)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _d = Daemon::start(t.path(), &[]);
+    let out_late = t.path().join("data/spool/out/late.json");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !out_late.exists() {
+        assert!(Instant::now() < until, "dropped file never processed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r: Value = serde_json::from_slice(&std::fs::read(&out_late).unwrap()).unwrap();
+    assert_eq!(r["status"], "committed");
+    let (_, r2) = submit_wait(t.path(), &[b]);
+    assert_eq!(r2[0], r1[0], "same ids after restart");
+    assert_eq!(scan(t.path(), "s").len(), 2);
+    verify_ok(t.path());
+}
+
+/// Goal: SIGKILL in the middle of a stream of batches, then a restart, loses no batch that
+/// had a result and duplicates nothing; every dropped file gets a result in the end.
+#[test]
+fn sigkill_mid_stream_loses_nothing_and_duplicates_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path(), &[]);
+    let spool = t.path().join("data/spool");
+    let n = 300;
+    for i in 0..n {
+        let v = json!({"request_key": format!("k{i}"), "ops": [create("a", json!({"i": i})), create("b", json!({"i": i}))]});
+        let tmp = spool.join(format!("tmp/f{i}.json"));
+        std::fs::File::create(&tmp)
+            .unwrap()
+            .write_all(&serde_json::to_vec(&v).unwrap())
+            .unwrap();
+        std::fs::rename(&tmp, spool.join(format!("new/f{i}.json"))).unwrap();
+    }
+    // Kill once some, but not all, results are out.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = std::fs::read_dir(spool.join("out")).unwrap().count();
+        if done >= 20 {
+            break;
+        }
+        assert!(Instant::now() < until, "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    d.kill9();
+    let mut acked: BTreeMap<String, Value> = BTreeMap::new();
+    for e in std::fs::read_dir(spool.join("out")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        acked.insert(
+            name,
+            serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap(),
+        );
+    }
+    assert!(acked.len() < n, "the kill came too late to mean anything");
+    let _d = Daemon::start(t.path(), &[]);
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(spool.join("out"))
+        .unwrap()
+        .filter(|e| {
+            !e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.')
+        })
+        .count()
+        < n
+    {
+        assert!(Instant::now() < until, "not every file got a result");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a = scan(t.path(), "a");
+    let b = scan(t.path(), "b");
+    assert_eq!(a.len(), n, "one record per batch on a");
+    assert_eq!(b.len(), n, "one record per batch on b");
+    let a_ids: HashSet<u64> = a.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    for (name, r) in &acked {
+        assert_eq!(r["status"], "committed", "{name}");
+        let id = r["ops"][0]["id"].as_u64().unwrap();
+        assert!(a_ids.contains(&id), "acknowledged {name} lost");
+        let now: Value =
+            serde_json::from_slice(&std::fs::read(spool.join("out").join(name)).unwrap()).unwrap();
+        assert_eq!(&now, r, "result of {name} changed");
+    }
+    let is: HashSet<i64> = a
+        .iter()
+        .map(|r| r["record"]["i"].as_i64().unwrap())
+        .collect();
+    assert_eq!(is.len(), n, "no batch applied twice");
+    verify_ok(t.path());
+}
+
+/// Goal: `roost verify` fails, naming the place, on a data directory with one flipped byte.
+#[test]
+fn verify_fails_on_a_flipped_byte() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path(), &[]);
+    for i in 0..3 {
+        let b = write_batch(
+            t.path(),
+            &format!("b{i}.json"),
+            &json!({"request_key": format!("k{i}"), "ops": [create("s", json!({"i": i}))]}),
+        );
+        submit_wait(t.path(), &[b]);
+    }
+    assert!(d.stop().success());
+    verify_ok(t.path());
+    let seg = t.path().join("data/shards/s/0000000001.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[40] ^= 0x20;
+    std::fs::write(&seg, bytes).unwrap();
+    let out = roost(t.path(), &["verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("VIOLATION shard s") && text.contains("0000000001.seg"),
+        "{text}"
+    );
+    // And the daemon refuses to start on it, with the corruption exit code.
+    let st = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(t.path().join("data"))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(65));
+}
+
+/// Goal: an unparseable file is quarantined in failed/ with an `invalid` result carrying line
+/// and column, and the daemon keeps serving.
+#[test]
+fn invalid_file_is_quarantined_and_daemon_keeps_serving() {
+    let t = tempfile::tempdir().unwrap();
+    let _d = Daemon::start(t.path(), &[]);
+    let bad = t.path().join("bad.json");
+    std::fs::write(&bad, b"{\"request_key\": \"k\",\n \"ops\": [}").unwrap();
+    let (code, r) = submit_wait(t.path(), &[bad]);
+    assert_eq!(code, 2);
+    assert_eq!(r[0]["status"], "invalid");
+    assert!(
+        r[0]["error"].as_str().unwrap().contains("line 2 column"),
+        "{}",
+        r[0]
+    );
+    assert!(t.path().join("data/spool/failed/bad.json").exists());
+    let ok = write_batch(
+        t.path(),
+        "ok.json",
+        &json!({"request_key": "ok", "ops": [create("s", json!({}))]}),
+    );
+    assert_eq!(submit_wait(t.path(), &[ok]).0, 0);
+}

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub const REQUEST_KEY_BYTES_MAX: usize = 255;
+pub const SHARD_NAME_BYTES_MAX: usize = 64;
 
 /// `[a-z0-9][a-z0-9_-]{0,63}`
 pub fn valid_shard_name(name: &str) -> bool {

@@ -159,7 +159,9 @@ impl Config {
         }
     }
 
-    /// Largest WAL payload a batch can produce under these limits (checked at start-up).
+    /// Largest WAL payload a batch can produce under these limits. A claim holds the
+    /// canonical records (never longer than the file they came from) plus fixed-size fields
+    /// per op, so the spool file limit bounds it as well as the per-op limits do.
     pub fn claim_bytes_max(&self) -> u64 {
         let rec = self
             .shards
@@ -167,6 +169,9 @@ impl Config {
             .map(|s| s.record_bytes_max)
             .max()
             .unwrap_or(default_record_bytes_max()) as u64;
-        1024 + self.batch_ops_max as u64 * (rec + 128)
+        let per_op = 64 + 2 * crate::batch::SHARD_NAME_BYTES_MAX as u64;
+        let by_ops = self.batch_ops_max as u64 * (rec + per_op);
+        let by_file = self.spool_file_bytes_max + self.batch_ops_max as u64 * per_op;
+        1024 + crate::batch::REQUEST_KEY_BYTES_MAX as u64 + by_ops.min(by_file)
     }
 }

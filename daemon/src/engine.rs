@@ -192,7 +192,7 @@ impl Engine {
         spool
             .create(storage.as_ref())
             .map_err(io("create", &spool_dir))?;
-        let payload_bytes_max = config.claim_bytes_max().clamp(1 << 20, 128 << 20) as u32;
+        let payload_bytes_max = config.claim_bytes_max().clamp(4 << 10, 128 << 20) as u32;
         let wal_opts = WalOptions {
             segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max as u64),
             payload_bytes_max,

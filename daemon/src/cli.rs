@@ -175,8 +175,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 let rec = rec?;
                 let a: AuditRecord = codec::decode("audit", &rec.payload)
                     .with_context(|| format!("audit lsn {}", rec.lsn))?;
-                let v = serde_json::json!({"lsn": a.claim_lsn, "request_key": a.request_key, "op_index": a.op_index, "op": a.op.as_str(), "shard": a.shard, "id": a.id});
-                writeln!(out, "{v}")?;
+                let line = AuditLine {
+                    lsn: a.claim_lsn,
+                    request_key: &a.request_key,
+                    op_index: a.op_index,
+                    op: a.op.as_str(),
+                    shard: &a.shard,
+                    id: a.id,
+                };
+                writeln!(out, "{}", serde_json::to_string(&line)?)?;
             }
             out.flush()?;
             Ok(EXIT_OK)
@@ -221,10 +228,32 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
     Ok(EXIT_OK)
 }
 
+/// `{"shard":..,"id":..,"record":{..}}`, fields in the documented order.
+#[derive(serde::Serialize)]
+struct RecordLine<'a> {
+    shard: &'a str,
+    id: u64,
+    record: serde_json::Value,
+}
+
+/// `{"lsn":..,"request_key":..,"op_index":..,"op":..,"shard":..,"id":..}`; `lsn` is the
+/// batch's claim lsn.
+#[derive(serde::Serialize)]
+struct AuditLine<'a> {
+    lsn: u64,
+    request_key: &'a str,
+    op_index: u32,
+    op: &'a str,
+    shard: &'a str,
+    id: u64,
+}
+
 fn record_line(shard: &str, id: u64, rec: &[u8]) -> String {
-    let record: serde_json::Value = serde_json::from_slice(rec)
+    // Records are canonical JSON written by roost and checksummed; a record that does not
+    // parse is shown as a string rather than hidden.
+    let record = serde_json::from_slice(rec)
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(rec).into_owned()));
-    serde_json::json!({"shard": shard, "id": id, "record": record}).to_string()
+    serde_json::to_string(&RecordLine { shard, id, record }).unwrap_or_default()
 }
 
 fn open_shard_read_only(cfg: &Config, shard: &str) -> anyhow::Result<Shard> {

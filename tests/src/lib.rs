@@ -38,7 +38,12 @@ pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engin
 }
 
 /// Opens, submits `batch` as spool file `name`, drops the engine.
-pub fn run_batch(disk: &SimStorage, crash: Arc<dyn CrashHook>, batch: &Batch, name: &str) -> Result<BatchResult, EngineError> {
+pub fn run_batch(
+    disk: &SimStorage,
+    crash: Arc<dyn CrashHook>,
+    batch: &Batch,
+    name: &str,
+) -> Result<BatchResult, EngineError> {
     let e = open_engine(disk, crash)?;
     e.submit(batch, name)
 }
@@ -56,16 +61,32 @@ pub fn contents(disk: &SimStorage, shards: &[&str]) -> Contents {
         .iter()
         .map(|s| {
             let dir = data_dir().join(SHARDS_DIR).join(s);
-            let sh = Shard::open_with(storage.clone(), &dir, ShardOptions { read_only: true, ..ShardOptions::default() })
-                .unwrap_or_else(|e| panic!("shard {s}: {e}"));
-            (s.to_string(), sh.scan().expect("scan").into_iter().collect())
+            let sh = Shard::open_with(
+                storage.clone(),
+                &dir,
+                ShardOptions {
+                    read_only: true,
+                    ..ShardOptions::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("shard {s}: {e}"));
+            (
+                s.to_string(),
+                sh.scan().expect("scan").into_iter().collect(),
+            )
         })
         .collect()
 }
 
 /// The invariants after a recovery, for one batch `b` run on top of `base`.
 /// `done` is the batch's committed result when the batch has completed.
-pub fn check_invariants(disk: &SimStorage, shards: &[&str], base: &Contents, b: &Batch, done: Option<&BatchResult>) -> Result<(), String> {
+pub fn check_invariants(
+    disk: &SimStorage,
+    shards: &[&str],
+    base: &Contents,
+    b: &Batch,
+    done: Option<&BatchResult>,
+) -> Result<(), String> {
     let report = roost::verify::verify(Arc::new(disk.clone()), Path::new(DATA));
     if !report.ok() {
         return Err(format!("verify: {:?}", report.violations));
@@ -74,9 +95,15 @@ pub fn check_invariants(disk: &SimStorage, shards: &[&str], base: &Contents, b: 
     // AtMostOnePerCreate: each create op's record (unique by content) exists at most once.
     for (k, op) in b.ops.iter().enumerate() {
         if let batch::BatchOp::Create { record, .. } = op {
-            let n: usize = now.values().map(|m| m.values().filter(|r| *r == record).count()).sum();
+            let n: usize = now
+                .values()
+                .map(|m| m.values().filter(|r| *r == record).count())
+                .sum();
             if n > 1 {
-                return Err(format!("AtMostOnePerCreate: op {k} of {:?} produced {n} records", b.request_key));
+                return Err(format!(
+                    "AtMostOnePerCreate: op {k} of {:?} produced {n} records",
+                    b.request_key
+                ));
             }
         }
     }
@@ -85,16 +112,44 @@ pub fn check_invariants(disk: &SimStorage, shards: &[&str], base: &Contents, b: 
         let base_s = base.get(*s).cloned().unwrap_or_default();
         let now_s = now.get(*s).cloned().unwrap_or_default();
         let mine: Vec<&batch::BatchOp> = b.ops.iter().filter(|o| o.shard() == *s).collect();
-        let deletes: BTreeSet<u64> = mine.iter().filter_map(|o| match o { batch::BatchOp::Delete { id, .. } => Some(*id), _ => None }).collect();
-        let creates: Vec<&Vec<u8>> = mine.iter().filter_map(|o| match o { batch::BatchOp::Create { record, .. } => Some(record), _ => None }).collect();
+        let deletes: BTreeSet<u64> = mine
+            .iter()
+            .filter_map(|o| match o {
+                batch::BatchOp::Delete { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let creates: Vec<&Vec<u8>> = mine
+            .iter()
+            .filter_map(|o| match o {
+                batch::BatchOp::Create { record, .. } => Some(record),
+                _ => None,
+            })
+            .collect();
         let untouched = now_s == base_s;
-        let kept: BTreeMap<u64, Vec<u8>> = base_s.iter().filter(|(id, _)| !deletes.contains(id)).map(|(k, v)| (*k, v.clone())).collect();
-        let new: BTreeMap<u64, Vec<u8>> = now_s.iter().filter(|(id, _)| !base_s.contains_key(id)).map(|(k, v)| (*k, v.clone())).collect();
-        let whole = now_s.iter().filter(|(id, _)| base_s.contains_key(id)).map(|(k, v)| (*k, v.clone())).collect::<BTreeMap<_, _>>() == kept
+        let kept: BTreeMap<u64, Vec<u8>> = base_s
+            .iter()
+            .filter(|(id, _)| !deletes.contains(id))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let new: BTreeMap<u64, Vec<u8>> = now_s
+            .iter()
+            .filter(|(id, _)| !base_s.contains_key(id))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let whole = now_s
+            .iter()
+            .filter(|(id, _)| base_s.contains_key(id))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect::<BTreeMap<_, _>>()
+            == kept
             && new.len() == creates.len()
             && creates.iter().all(|c| new.values().any(|v| v == *c));
         if !(untouched || whole) {
-            return Err(format!("NoPartialShard: shard {s} holds part of {:?}: base {base_s:?} now {now_s:?}", b.request_key));
+            return Err(format!(
+                "NoPartialShard: shard {s} holds part of {:?}: base {base_s:?} now {now_s:?}",
+                b.request_key
+            ));
         }
     }
     if let Some(r) = done {
@@ -102,7 +157,10 @@ pub fn check_invariants(disk: &SimStorage, shards: &[&str], base: &Contents, b: 
             Status::Rejected => {
                 // RejectedBatchWritesNothing.
                 if &now != base {
-                    return Err(format!("RejectedBatchWritesNothing: {:?} changed the shards", b.request_key));
+                    return Err(format!(
+                        "RejectedBatchWritesNothing: {:?} changed the shards",
+                        b.request_key
+                    ));
                 }
             }
             Status::Committed => {
@@ -125,7 +183,9 @@ pub fn check_invariants(disk: &SimStorage, shards: &[&str], base: &Contents, b: 
                     let w = want.get(*s).cloned().unwrap_or_default();
                     let n = now.get(*s).cloned().unwrap_or_default();
                     if w != n {
-                        return Err(format!("RetryConverges: shard {s} is {n:?}, expected {w:?}"));
+                        return Err(format!(
+                            "RetryConverges: shard {s} is {n:?}, expected {w:?}"
+                        ));
                     }
                 }
             }

@@ -42,14 +42,21 @@ fn batches() -> Vec<Batch> {
         vec![d("s2", 2), c("s1", "a"), c("s1", "b")],
         vec![c("s2", "a"), c("s1", "b"), d("s2", 2)],
         vec![d("s1", 1), d("s2", 2), c("s2", "a")],
-        vec![c("s1", "a"), d("s1", 999)],           // rejected at op 1
+        vec![c("s1", "a"), d("s1", 999)], // rejected at op 1
         vec![c("s1", "a"), c("s2", "b"), d("s2", 1)], // rejected: id 1 is on s1
-        vec![d("s1", 1), d("s1", 1)],               // rejected: second delete of the same id
+        vec![d("s1", 1), d("s1", 1)],     // rejected: second delete of the same id
     ];
-    ops.into_iter().enumerate().map(|(i, ops)| parse(&json!({"request_key": format!("batch-{i}"), "ops": ops}))).collect()
+    ops.into_iter()
+        .enumerate()
+        .map(|(i, ops)| parse(&json!({"request_key": format!("batch-{i}"), "ops": ops})))
+        .collect()
 }
 
-const MODES: [CrashMode; 3] = [CrashMode::Process, CrashMode::PowerDrop, CrashMode::PowerTear { seed: 0 }];
+const MODES: [CrashMode; 3] = [
+    CrashMode::Process,
+    CrashMode::PowerDrop,
+    CrashMode::PowerTear { seed: 0 },
+];
 
 fn mode_with_seed(m: CrashMode, seed: u64) -> CrashMode {
     match m {
@@ -78,7 +85,8 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                 let r1 = run_batch(&d1, Arc::new(NthCrash::new(hook)), &b, "b.json");
                 if c1 == 0 {
                     let r = r1.expect("clean run");
-                    check_invariants(&d1, SHARDS, &base_contents, &b, Some(&r)).unwrap_or_else(|e| panic!("clean {}: {e}", b.request_key));
+                    check_invariants(&d1, SHARDS, &base_contents, &b, Some(&r))
+                        .unwrap_or_else(|e| panic!("clean {}: {e}", b.request_key));
                     schedules += 1;
                     break;
                 }
@@ -88,9 +96,18 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                 let retry_points = {
                     let copy = after1.crash(CrashMode::Process);
                     let h = Arc::new(NthCrash::new(None));
-                    let r = run_batch(&copy, h.clone(), &b, "b.json").unwrap_or_else(|e| panic!("{} c1={c1} {mode:?}: retry failed: {e}", b.request_key));
-                    check_invariants(&copy, SHARDS, &base_contents, &b, Some(&r))
-                        .unwrap_or_else(|e| panic!("{} crash at {} ({mode:?}), retry: {e}", b.request_key, first[c1 as usize - 1]));
+                    let r = run_batch(&copy, h.clone(), &b, "b.json").unwrap_or_else(|e| {
+                        panic!("{} c1={c1} {mode:?}: retry failed: {e}", b.request_key)
+                    });
+                    check_invariants(&copy, SHARDS, &base_contents, &b, Some(&r)).unwrap_or_else(
+                        |e| {
+                            panic!(
+                                "{} crash at {} ({mode:?}), retry: {e}",
+                                b.request_key,
+                                first[c1 as usize - 1]
+                            )
+                        },
+                    );
                     names.extend(h.reached());
                     h.reached().len() as u64
                 };
@@ -102,14 +119,33 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                     seed += 1;
                     let after2 = d2.crash(mode_with_seed(mode, seed));
                     // Recovery alone, then the invariants on the files.
-                    let e = open_engine(&after2, no_crash()).unwrap_or_else(|e| panic!("{} recovery after c1={c1} c2={c2} {mode:?}: {e}", b.request_key));
+                    let e = open_engine(&after2, no_crash()).unwrap_or_else(|e| {
+                        panic!(
+                            "{} recovery after c1={c1} c2={c2} {mode:?}: {e}",
+                            b.request_key
+                        )
+                    });
                     drop(e);
-                    check_invariants(&after2, SHARDS, &base_contents, &b, None)
-                        .unwrap_or_else(|e| panic!("{} c1={c1} c2={c2} {mode:?} after recovery: {e}", b.request_key));
+                    check_invariants(&after2, SHARDS, &base_contents, &b, None).unwrap_or_else(
+                        |e| {
+                            panic!(
+                                "{} c1={c1} c2={c2} {mode:?} after recovery: {e}",
+                                b.request_key
+                            )
+                        },
+                    );
                     // The final retry completes and converges.
-                    let r = run_batch(&after2, no_crash(), &b, "b.json").unwrap_or_else(|e| panic!("final retry: {e}"));
-                    check_invariants(&after2, SHARDS, &base_contents, &b, Some(&r))
-                        .unwrap_or_else(|e| panic!("{} c1={c1} ({}) c2={c2} {mode:?} final: {e}", b.request_key, first[c1 as usize - 1]));
+                    let r = run_batch(&after2, no_crash(), &b, "b.json")
+                        .unwrap_or_else(|e| panic!("final retry: {e}"));
+                    check_invariants(&after2, SHARDS, &base_contents, &b, Some(&r)).unwrap_or_else(
+                        |e| {
+                            panic!(
+                                "{} c1={c1} ({}) c2={c2} {mode:?} final: {e}",
+                                b.request_key,
+                                first[c1 as usize - 1]
+                            )
+                        },
+                    );
                     schedules += 1;
                 }
             }
@@ -119,7 +155,22 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
     println!("crash schedules: {schedules} (10 batches, 3 crash modes, 2 crashes each); points seen: {names:?}");
     eprintln!("crash schedules: {schedules}");
     assert!(schedules > 1000, "too few schedules: {schedules}");
-    for p in ["after_plan", "after_claim_append", "after_claim_sync", "after_commit.0", "after_commit.1", "after_flush.1", "after_audit.2", "after_audit_sync", "after_done", "after_result", "after_input_removed"] {
-        assert!(names.iter().any(|n| n == p), "crash point {p} never exercised");
+    for p in [
+        "after_plan",
+        "after_claim_append",
+        "after_claim_sync",
+        "after_commit.0",
+        "after_commit.1",
+        "after_flush.1",
+        "after_audit.2",
+        "after_audit_sync",
+        "after_done",
+        "after_result",
+        "after_input_removed",
+    ] {
+        assert!(
+            names.iter().any(|n| n == p),
+            "crash point {p} never exercised"
+        );
     }
 }

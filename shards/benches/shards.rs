@@ -16,19 +16,31 @@ use roost_shards::frame::encoded_len;
 use roost_shards::{Shard, ShardOptions, Txn, TxnOp};
 
 fn bench_dir() -> PathBuf {
-    let base = std::env::var_os("ROOST_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
+    let base = std::env::var_os("ROOST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
     std::fs::create_dir_all(&base).expect("bench dir");
     tempfile::tempdir_in(base).expect("tempdir").keep()
 }
 
 fn secs() -> Duration {
-    Duration::from_secs_f64(std::env::var("ROOST_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0))
+    Duration::from_secs_f64(
+        std::env::var("ROOST_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2.0),
+    )
 }
 
 fn rss_anon_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("RssAnon:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -38,12 +50,26 @@ fn record(i: u64) -> Vec<u8> {
 
 fn main() {
     let root = bench_dir();
-    println!("roost-shards benchmark in {} ({} s per cell)", root.display(), secs().as_secs_f64());
+    println!(
+        "roost-shards benchmark in {} ({} s per cell)",
+        root.display(),
+        secs().as_secs_f64()
+    );
     println!();
-    println!("{:>7} | {:>9} {:>10} {:>9} | {:>12} {:>9} | {:>6}", "ops/txn", "txn/s", "records/s", "MB/s", "raw sync/s", "raw MB/s", "ratio");
+    println!(
+        "{:>7} | {:>9} {:>10} {:>9} | {:>12} {:>9} | {:>6}",
+        "ops/txn", "txn/s", "records/s", "MB/s", "raw sync/s", "raw MB/s", "ratio"
+    );
     for ops in [1usize, 10, 100] {
         let dir = root.join(format!("apply-{ops}"));
-        let mut s = Shard::open(&dir, ShardOptions { segment_bytes: 64 << 20, read_only: false }).expect("open");
+        let mut s = Shard::open(
+            &dir,
+            ShardOptions {
+                segment_bytes: 64 << 20,
+                read_only: false,
+            },
+        )
+        .expect("open");
         let mut id = 1u64;
         let mut lsn = 0u64;
         let mut bytes = 0u64;
@@ -51,7 +77,18 @@ fn main() {
         let mut frame = 0;
         while start.elapsed() < secs() {
             lsn += 1;
-            let txn = Txn { lsn, ops: (0..ops).map(|_| { id += 1; TxnOp::Create { id, record: record(id) } }).collect() };
+            let txn = Txn {
+                lsn,
+                ops: (0..ops)
+                    .map(|_| {
+                        id += 1;
+                        TxnOp::Create {
+                            id,
+                            record: record(id),
+                        }
+                    })
+                    .collect(),
+            };
             frame = encoded_len(&txn);
             bytes += frame as u64;
             s.apply(&txn).expect("apply");
@@ -59,7 +96,13 @@ fn main() {
         }
         let el = start.elapsed().as_secs_f64();
         // The raw limit: the same bytes per transaction, pwrite + fdatasync.
-        let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(dir.join("raw")).expect("raw");
+        let f = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(true)
+            .open(dir.join("raw"))
+            .expect("raw");
         f.set_len(64 << 20).expect("len");
         let buf = vec![0x5au8; frame];
         let rstart = Instant::now();
@@ -72,25 +115,56 @@ fn main() {
         }
         let rel = rstart.elapsed().as_secs_f64();
         let (tps, raw) = (lsn as f64 / el, n as f64 / rel);
-        println!("{ops:>7} | {tps:>9.0} {:>10.0} {:>9.2} | {raw:>12.0} {:>9.2} | {:>5.2}x", tps * ops as f64, bytes as f64 / el / 1e6, n as f64 * frame as f64 / rel / 1e6, tps / raw);
+        println!(
+            "{ops:>7} | {tps:>9.0} {:>10.0} {:>9.2} | {raw:>12.0} {:>9.2} | {:>5.2}x",
+            tps * ops as f64,
+            bytes as f64 / el / 1e6,
+            n as f64 * frame as f64 / rel / 1e6,
+            tps / raw
+        );
     }
 
-    let n: u64 = std::env::var("ROOST_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::var("ROOST_BENCH_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = root.join("big");
     {
-        let mut s = Shard::open(&dir, ShardOptions { segment_bytes: 64 << 20, read_only: false }).expect("open");
+        let mut s = Shard::open(
+            &dir,
+            ShardOptions {
+                segment_bytes: 64 << 20,
+                read_only: false,
+            },
+        )
+        .expect("open");
         let mut id = 0u64;
         let mut lsn = 0;
         while id < n {
             lsn += 1;
-            let ops = (0..100).map(|_| { id += 1; TxnOp::Create { id, record: record(id) } }).collect();
+            let ops = (0..100)
+                .map(|_| {
+                    id += 1;
+                    TxnOp::Create {
+                        id,
+                        record: record(id),
+                    }
+                })
+                .collect();
             s.apply(&Txn { lsn, ops }).expect("apply");
         }
         s.flush().expect("flush");
     }
     let before = rss_anon_kib();
     let start = Instant::now();
-    let s = Shard::open(&dir, ShardOptions { segment_bytes: 64 << 20, read_only: false }).expect("open");
+    let s = Shard::open(
+        &dir,
+        ShardOptions {
+            segment_bytes: 64 << 20,
+            read_only: false,
+        },
+    )
+    .expect("open");
     let open = start.elapsed();
     let after = rss_anon_kib();
     let per = (after.saturating_sub(before)) as f64 * 1024.0 / s.len() as f64;

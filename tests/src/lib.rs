@@ -2,6 +2,8 @@
 //! at named points, recovers, and checks the invariants of `RoostApplyBatch.tla` on the files
 //! (through `roost verify`'s checks plus a model of the expected shard contents).
 
+pub mod model;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

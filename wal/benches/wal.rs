@@ -18,18 +18,34 @@ use std::time::{Duration, Instant};
 use roost_wal::{Wal, WalOptions};
 
 fn bench_dir() -> PathBuf {
-    let base = std::env::var_os("ROOST_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
+    let base = std::env::var_os("ROOST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
     std::fs::create_dir_all(&base).expect("bench dir");
     tempfile::tempdir_in(base).expect("tempdir").keep()
 }
 
 fn secs() -> Duration {
-    Duration::from_secs_f64(std::env::var("ROOST_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0))
+    Duration::from_secs_f64(
+        std::env::var("ROOST_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2.0),
+    )
 }
 
 /// (records/s, MB/s, records per sync)
 fn wal_cell(dir: &Path, size: usize, writers: usize) -> (f64, f64, f64) {
-    let wal = Arc::new(Wal::open(dir, WalOptions { segment_bytes: 64 << 20, ..WalOptions::default() }).expect("open"));
+    let wal = Arc::new(
+        Wal::open(
+            dir,
+            WalOptions {
+                segment_bytes: 64 << 20,
+                ..WalOptions::default()
+            },
+        )
+        .expect("open"),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -59,7 +75,12 @@ fn wal_cell(dir: &Path, size: usize, writers: usize) -> (f64, f64, f64) {
 
 /// write + fdatasync of `size` bytes in a loop, appending: (ops/s, MB/s)
 fn raw_fdatasync(dir: &Path, size: usize) -> (f64, f64) {
-    let f = OpenOptions::new().create(true).write(true).truncate(true).open(dir.join("raw-sync")).expect("raw");
+    let f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(dir.join("raw-sync"))
+        .expect("raw");
     let buf = vec![0x5au8; size];
     let start = Instant::now();
     let mut n = 0u64;
@@ -93,9 +114,23 @@ fn drop_caches_hint() {
 fn main() {
     // `cargo bench` passes --bench; ignore arguments.
     let root = bench_dir();
-    println!("roost-wal benchmark in {} ({} s per cell)", root.display(), secs().as_secs_f64());
+    println!(
+        "roost-wal benchmark in {} ({} s per cell)",
+        root.display(),
+        secs().as_secs_f64()
+    );
     println!();
-    println!("{:>7} {:>7} | {:>12} {:>9} {:>10} | {:>14} {:>9} | {:>8}", "record", "writers", "appends/s", "MB/s", "recs/sync", "raw sync ops/s", "raw MB/s", "ratio");
+    println!(
+        "{:>7} {:>7} | {:>12} {:>9} {:>10} | {:>14} {:>9} | {:>8}",
+        "record",
+        "writers",
+        "appends/s",
+        "MB/s",
+        "recs/sync",
+        "raw sync ops/s",
+        "raw MB/s",
+        "ratio"
+    );
     let mut cell = 0;
     for size in [100usize, 4096] {
         let (raw_ops, raw_mb) = raw_fdatasync(&root, size);
@@ -113,7 +148,14 @@ fn main() {
     // Replay: a log of ~200 MB of 4 KiB records, then replay vs plain reads of its files.
     let dir = root.join("replay");
     {
-        let wal = Wal::open(&dir, WalOptions { segment_bytes: 64 << 20, ..WalOptions::default() }).expect("open");
+        let wal = Wal::open(
+            &dir,
+            WalOptions {
+                segment_bytes: 64 << 20,
+                ..WalOptions::default()
+            },
+        )
+        .expect("open");
         let payload = vec![0x11u8; 4096];
         let mut last = 0;
         for _ in 0..50_000 {
@@ -126,12 +168,23 @@ fn main() {
     let mut bytes = 0u64;
     for entry in std::fs::read_dir(&dir).expect("dir").flatten() {
         let mut buf = Vec::new();
-        File::open(entry.path()).expect("open").read_to_end(&mut buf).expect("read");
+        File::open(entry.path())
+            .expect("open")
+            .read_to_end(&mut buf)
+            .expect("read");
         bytes += buf.len() as u64;
     }
     let plain = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
     let start = Instant::now();
-    let wal = Wal::open(&dir, WalOptions { read_only: true, segment_bytes: 64 << 20, ..WalOptions::default() }).expect("open");
+    let wal = Wal::open(
+        &dir,
+        WalOptions {
+            read_only: true,
+            segment_bytes: 64 << 20,
+            ..WalOptions::default()
+        },
+    )
+    .expect("open");
     let mut payload_bytes = 0u64;
     let mut records = 0u64;
     for r in wal.replay(1) {

@@ -1,5 +1,5 @@
-//! Shard benchmark (not a test): transactions/s and MB/s applied (apply + flush, i.e. msync
-//! + fdatasync per transaction) for 1, 10 and 100 ops per transaction, next to the raw limit
+//! Shard benchmark (not a test): transactions/s and MB/s applied (apply and flush, i.e. msync
+//! and fdatasync per transaction) for 1, 10 and 100 ops per transaction, next to the raw limit
 //! measured in the same run (pwrite + fdatasync of the same frame size on a preallocated
 //! file); then open time and index memory per record at 1M records (anonymous RSS measured
 //! from /proc/self/status, so mapped file pages do not count).

@@ -78,6 +78,20 @@ pub enum Command {
     /// Check every checksum and the spec's invariants on a data directory; exit 0 only if all
     /// hold.
     Verify,
+    /// The crash-recovery drill: run `roost serve` as a child, stream batches, kill it with
+    /// SIGKILL at random moments and at named crash points, restart it, and check the
+    /// invariants after every restart. Exit 1 on any violation.
+    Drill {
+        /// Number of batches to stream.
+        #[arg(long, default_value_t = 200)]
+        batches: usize,
+        /// Number of kills.
+        #[arg(long, default_value_t = 6)]
+        kills: usize,
+        /// Seed: the same seed gives the same batches and kill schedule.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Inspect the write-ahead log.
     Wal {
         #[command(subcommand)]
@@ -210,6 +224,30 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Wal {
             command: WalCommand::Dump { from, json },
         } => wal_dump(&cfg, *from, *json),
+        Command::Drill {
+            batches,
+            kills,
+            seed,
+        } => {
+            // A scratch directory unless --data-dir was given; the drill's daemon gets
+            // <dir>/data.
+            let dir = match &cli.data_dir {
+                Some(d) => d.clone(),
+                None => tempfile_dir()?,
+            };
+            let violations = crate::drill::run(&crate::drill::DrillOptions {
+                data_dir: dir.clone(),
+                batches: *batches,
+                kills: *kills,
+                seed: *seed,
+            })?;
+            println!("drill directory: {}", dir.display());
+            Ok(if violations == 0 {
+                EXIT_OK
+            } else {
+                EXIT_FAILED
+            })
+        }
     }
 }
 
@@ -436,6 +474,18 @@ fn submit(cfg: &Config, wait: bool, timeout: Duration, files: &[PathBuf]) -> any
         }
     }
     Ok(code)
+}
+
+/// A fresh scratch directory under the system temporary directory.
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for n in 0..1000u32 {
+        let d = base.join(format!("roost-drill-{}-{n}", std::process::id()));
+        if std::fs::create_dir(&d).is_ok() {
+            return Ok(d);
+        }
+    }
+    bail!("cannot create a scratch directory in {}", base.display())
 }
 
 /// The file's own name unless new/, out/ or failed/ already has it; then NAME-1, NAME-2, ...

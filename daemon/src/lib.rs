@@ -7,6 +7,7 @@ pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod crash;
+pub mod drill;
 pub mod engine;
 pub mod serve;
 pub mod spool;

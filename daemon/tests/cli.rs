@@ -506,3 +506,36 @@ fn invalid_file_is_quarantined_and_daemon_keeps_serving() {
     );
     assert_eq!(submit_wait(t.path(), &[ok]).0, 0);
 }
+
+/// Goal: `roost drill` runs a real daemon through SIGKILLs at random moments and at named
+/// crash points, finds no violation on a correct build, and reports what it did.
+#[test]
+fn drill_finds_no_violation() {
+    let t = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "drill",
+            "--batches",
+            "80",
+            "--kills",
+            "4",
+            "--seed",
+            "3",
+            "--data-dir",
+        ])
+        .arg(t.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "drill failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("violations: none"), "{text}");
+    assert!(text.contains("kills: 4"), "{text}");
+    assert!(
+        text.contains("died at crash point") || text.contains("crash point"),
+        "{text}"
+    );
+}

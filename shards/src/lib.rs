@@ -21,7 +21,7 @@ use roost_wal::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
 use tracing::{debug, info, warn};
 
 pub use frame::{Txn, TxnOp};
-use frame::{FRAME_ALIGN, FRAME_HEADER_LEN, OP_CREATE};
+use frame::{FRAME_ALIGN, OP_CREATE};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
@@ -211,16 +211,9 @@ fn parse_seg_name(name: &str) -> Option<u64> {
 }
 
 fn valid_follows(bytes: &[u8], from: usize) -> bool {
-    let mut pos = from.next_multiple_of(FRAME_ALIGN);
-    while pos + FRAME_HEADER_LEN <= bytes.len() {
-        if bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
-            && frame::probe(&bytes[pos..]).0 == Seen::Valid
-        {
-            return true;
-        }
-        pos += FRAME_ALIGN;
-    }
-    false
+    roost_wal::recovery::valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
+        frame::probe(b).0 == Seen::Valid
+    })
 }
 
 impl Shard {

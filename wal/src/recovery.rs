@@ -105,19 +105,59 @@ pub struct CorruptAt {
     pub reason: String,
 }
 
-fn valid_follows(bytes: &[u8], from: usize, payload_bytes_max: u32) -> bool {
-    let mut pos = from.next_multiple_of(RECORD_ALIGN);
-    while pos + RECORD_HEADER_LEN <= bytes.len() {
-        // Fast path over preallocated zeros: a zero header word cannot start a record (its
-        // version byte would be zero).
-        if bytes[pos..pos + RECORD_HEADER_LEN].iter().any(|b| *b != 0)
-            && matches!(probe(&bytes[pos..], payload_bytes_max), Probe::Valid(_))
-        {
-            return true;
+/// Index of the first non-zero byte at or after `from`. Word-at-a-time: preallocated
+/// segments are mostly zeros, and recovery scans all of them.
+pub fn first_nonzero(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from.min(bytes.len());
+    while i < bytes.len() && !i.is_multiple_of(8) {
+        if bytes[i] != 0 {
+            return Some(i);
         }
-        pos += RECORD_ALIGN;
+        i += 1;
+    }
+    let words = &bytes[i..];
+    let mut chunks = words.chunks_exact(64);
+    let mut base = i;
+    for c in &mut chunks {
+        if c.iter().fold(0u8, |a, b| a | b) != 0 {
+            return c.iter().position(|b| *b != 0).map(|p| base + p);
+        }
+        base += 64;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|b| *b != 0)
+        .map(|p| base + p)
+}
+
+/// Whether some aligned offset at or after `from` starts a record that `is_valid` accepts.
+/// A record's header has a non-zero byte within its first `align + 4` bytes (the version byte
+/// at offset 4 is never zero), so only the aligned offsets just before each run of non-zero
+/// bytes can start one.
+pub fn valid_record_follows(
+    bytes: &[u8],
+    from: usize,
+    align: usize,
+    is_valid: impl Fn(&[u8]) -> bool,
+) -> bool {
+    let mut pos = from.next_multiple_of(align);
+    while let Some(p) = first_nonzero(bytes, pos) {
+        let start = (p / align) * align;
+        for o in [start, start + align] {
+            if o >= pos && o < bytes.len() && is_valid(&bytes[o..]) {
+                return true;
+            }
+        }
+        pos = start + align;
     }
     false
+}
+
+fn valid_follows(bytes: &[u8], from: usize, payload_bytes_max: u32) -> bool {
+    valid_record_follows(bytes, from, RECORD_ALIGN, |b| {
+        matches!(probe(b, payload_bytes_max), Probe::Valid(_))
+    })
 }
 
 /// Scans `bytes` (one whole segment) from offset 0, expecting lsn `first_lsn` first, and calls
@@ -205,6 +245,24 @@ pub fn scan_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_nonzero_finds_every_position() {
+        for len in [0usize, 1, 7, 8, 63, 64, 65, 200] {
+            for at in 0..len {
+                let mut b = vec![0u8; len];
+                b[at] = 9;
+                for from in 0..=at {
+                    assert_eq!(
+                        first_nonzero(&b, from),
+                        Some(at),
+                        "len {len} at {at} from {from}"
+                    );
+                }
+                assert_eq!(first_nonzero(&b, at + 1), None);
+            }
+        }
+    }
 
     /// Walks every combination of the decision table's inputs and checks each row against the
     /// rules stated independently: accept only a verified record in sequence; a torn tail only

@@ -72,6 +72,10 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
     let mut schedules = 0u64;
     let mut seed = 1u64;
     let mut names = std::collections::BTreeSet::new();
+    // Every failure, not just the first: the summary by invariant shows what a broken build
+    // (the mutant) does.
+    let mut failures: Vec<String> = Vec::new();
+    let mut fail = |msg: String| failures.push(msg);
     for b in batches() {
         let first = points(&base_disk, &b);
         names.extend(first.iter().cloned());
@@ -85,8 +89,9 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                 let r1 = run_batch(&d1, Arc::new(NthCrash::new(hook)), &b, "b.json");
                 if c1 == 0 {
                     let r = r1.expect("clean run");
-                    check_invariants(&d1, SHARDS, &base_contents, &b, Some(&r))
-                        .unwrap_or_else(|e| panic!("clean {}: {e}", b.request_key));
+                    if let Err(e) = check_invariants(&d1, SHARDS, &base_contents, &b, Some(&r)) {
+                        fail(format!("clean {}: {e}", b.request_key));
+                    }
                     schedules += 1;
                     break;
                 }
@@ -99,15 +104,13 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                     let r = run_batch(&copy, h.clone(), &b, "b.json").unwrap_or_else(|e| {
                         panic!("{} c1={c1} {mode:?}: retry failed: {e}", b.request_key)
                     });
-                    check_invariants(&copy, SHARDS, &base_contents, &b, Some(&r)).unwrap_or_else(
-                        |e| {
-                            panic!(
-                                "{} crash at {} ({mode:?}), retry: {e}",
-                                b.request_key,
-                                first[c1 as usize - 1]
-                            )
-                        },
-                    );
+                    if let Err(e) = check_invariants(&copy, SHARDS, &base_contents, &b, Some(&r)) {
+                        fail(format!(
+                            "{} crash at {} ({mode:?}), retry: {e}",
+                            b.request_key,
+                            first[c1 as usize - 1]
+                        ));
+                    }
                     names.extend(h.reached());
                     h.reached().len() as u64
                 };
@@ -126,30 +129,54 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                         )
                     });
                     drop(e);
-                    check_invariants(&after2, SHARDS, &base_contents, &b, None).unwrap_or_else(
-                        |e| {
-                            panic!(
-                                "{} c1={c1} c2={c2} {mode:?} after recovery: {e}",
-                                b.request_key
-                            )
-                        },
-                    );
+                    if let Err(e) = check_invariants(&after2, SHARDS, &base_contents, &b, None) {
+                        fail(format!(
+                            "{} c1={c1} c2={c2} {mode:?} after recovery: {e}",
+                            b.request_key
+                        ));
+                    }
                     // The final retry completes and converges.
                     let r = run_batch(&after2, no_crash(), &b, "b.json")
                         .unwrap_or_else(|e| panic!("final retry: {e}"));
-                    check_invariants(&after2, SHARDS, &base_contents, &b, Some(&r)).unwrap_or_else(
-                        |e| {
-                            panic!(
-                                "{} c1={c1} ({}) c2={c2} {mode:?} final: {e}",
-                                b.request_key,
-                                first[c1 as usize - 1]
-                            )
-                        },
-                    );
+                    if let Err(e) = check_invariants(&after2, SHARDS, &base_contents, &b, Some(&r))
+                    {
+                        fail(format!(
+                            "{} c1={c1} ({}) c2={c2} {mode:?} final: {e}",
+                            b.request_key,
+                            first[c1 as usize - 1]
+                        ));
+                    }
                     schedules += 1;
                 }
             }
         }
+    }
+    let mut by_invariant: std::collections::BTreeMap<&str, usize> =
+        std::collections::BTreeMap::new();
+    for f in &failures {
+        for inv in [
+            "NoPartialShard",
+            "RejectedBatchWritesNothing",
+            "AuditOnlyCommitted",
+            "AtMostOnePerCreate",
+            "RetryConverges",
+        ] {
+            if f.contains(inv) {
+                *by_invariant.entry(inv).or_default() += 1;
+            }
+        }
+    }
+    if !failures.is_empty() {
+        let dup = failures
+            .iter()
+            .find(|f| f.contains("produced"))
+            .or(failures.first());
+        panic!(
+            "{} failed checks in {schedules} schedules, by invariant {by_invariant:?}; e.g.\n  {}\n  {}",
+            failures.len(),
+            failures[0],
+            dup.map(String::as_str).unwrap_or("")
+        );
     }
     let names: Vec<String> = names.into_iter().collect();
     println!("crash schedules: {schedules} (10 batches, 3 crash modes, 2 crashes each); points seen: {names:?}");

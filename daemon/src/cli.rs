@@ -251,7 +251,50 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// Refuses a data directory that someone else could write: another owner, or group- or
+/// world-writable. The spool may be group-writable (clients write `tmp/` and `new/`); the
+/// WAL, audit log and shards may not.
+pub fn check_permissions(data_dir: &Path) -> Result<(), crate::config::ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    for d in [
+        data_dir.to_path_buf(),
+        data_dir.join(WAL_DIR),
+        data_dir.join(AUDIT_DIR),
+        data_dir.join(SHARDS_DIR),
+    ] {
+        let Ok(m) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        let bad = if m.file_type().is_symlink() {
+            Some("is a symbolic link".to_owned())
+        } else if m.uid() != me {
+            Some(format!(
+                "is owned by uid {}, but roost runs as uid {me}",
+                m.uid()
+            ))
+        } else if m.mode() & 0o022 != 0 {
+            Some(format!(
+                "is writable by other users (mode {:o}); run: chmod go-w {}",
+                m.mode() & 0o7777,
+                d.display()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            return Err(crate::config::ConfigError::Invalid(format!(
+                "refusing data directory: {} {why}",
+                d.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn serve(cfg: Config) -> anyhow::Result<i32> {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(cfg.umask));
+    check_permissions(&cfg.data_dir)?;
     let data_dir = cfg.data_dir.clone();
     let spool_dir = cfg.spool_dir();
     let engine = Engine::open(EngineOptions {

@@ -59,6 +59,14 @@ pub struct Config {
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
     pub shard_segment_bytes: u64,
+    /// `failed/` keeps at most this many quarantined files ...
+    pub failed_files_max: usize,
+    /// ... and this many bytes; past either, the oldest are removed first (with a log line).
+    pub failed_bytes_max: u64,
+    /// The process umask for everything `serve` creates (TOML octal: `umask = 0o027`). The
+    /// default keeps files and directories from other users; `0o022` makes them
+    /// world-readable.
+    pub umask: u32,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
 }
@@ -74,6 +82,9 @@ impl Default for Config {
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
             shard_segment_bytes: 16 << 20,
+            failed_files_max: 1_000,
+            failed_bytes_max: 256 << 20,
+            umask: 0o027,
             shards: BTreeMap::new(),
         }
     }
@@ -131,6 +142,12 @@ impl Config {
                     )));
                 }
             }
+        }
+        if self.umask > 0o777 {
+            return Err(ConfigError::Invalid(format!(
+                "umask {:o} is not a file mode mask",
+                self.umask
+            )));
         }
         if self.batch_ops_max == 0 || self.batches_in_flight_max == 0 {
             return Err(ConfigError::Invalid(

@@ -13,7 +13,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use roost_wal::storage::{OpenMode, Storage};
@@ -103,6 +103,20 @@ pub enum Intake {
 /// Opens `path` without following symlinks or blocking, checks it is a regular file of at
 /// most `bytes_max`, and reads it.
 pub fn read_dropped(path: &Path, bytes_max: u64) -> io::Result<Intake> {
+    // lstat first: a device node is never even opened (opening some has side effects).
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Ok(Intake::Refused("a symbolic link: not followed".into()))
+        }
+        Ok(m) if m.file_type().is_block_device() || m.file_type().is_char_device() => {
+            return Ok(Intake::Refused(
+                "a device node: only regular files are batches".into(),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Intake::Gone),
+        Err(e) => return Err(e),
+    }
     let f = match OpenOptions::new()
         .read(true)
         .custom_flags(
@@ -133,6 +147,13 @@ pub fn read_dropped(path: &Path, bytes_max: u64) -> io::Result<Intake> {
         };
         return Ok(Intake::Refused(format!(
             "{what}: only regular files are batches"
+        )));
+    }
+    // A hard link could hand the daemon a file its client cannot read itself.
+    if meta.nlink() > 1 {
+        return Ok(Intake::Refused(format!(
+            "a file with {} hard links: only a file's one name may be dropped",
+            meta.nlink()
         )));
     }
     if meta.len() > bytes_max {

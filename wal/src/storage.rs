@@ -87,10 +87,11 @@ impl RealStorage {
     }
 }
 
-/// File mode for everything roost creates: owner read/write, group read (the service group;
-/// spool results are read by the `roost-submit` group through the setgid `out/`), others
-/// nothing.
-pub const FILE_MODE: u32 = 0o640;
+/// File mode for everything roost creates, before the process umask: `roost serve` sets a
+/// umask of 0o027 by default (config `umask`), so files are owner read/write and group read
+/// (spool results are read by the `roost-submit` group through the setgid `out/`), and others
+/// get nothing.
+pub const FILE_MODE: u32 = 0o644;
 
 impl Storage for RealStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {

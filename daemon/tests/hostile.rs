@@ -1,0 +1,270 @@
+//! A hostile spool and hostile triggers against the real binary: limits, quarantine bounds,
+//! permissions, and ten thousand files at once.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_roost");
+
+fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
+    let until = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(dir: &Path, args: &[&str]) -> Serve {
+    let log = dir.join("serve.log");
+    let child = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(args)
+        .env("ROOST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("serving", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("serving")
+    });
+    Serve(child)
+}
+
+fn drop_in(spool: &Path, name: &str, body: &[u8]) {
+    std::fs::write(spool.join("tmp").join(name), body).unwrap();
+    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+}
+
+fn result(spool: &Path, name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(spool.join("out").join(name)).unwrap()).unwrap()
+}
+
+/// Goal: before-triggers that hang are killed at the time limit, that crash or do not exist
+/// reject the op with a reason, and megabytes of stderr are captured bounded; the daemon
+/// keeps serving throughout.
+#[test]
+fn hostile_triggers_reject_and_never_block() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("roost.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[shards.hang]
+before_trigger = ["/bin/sleep", "30"]
+trigger_timeout_ms = 300
+[shards.crash]
+before_trigger = ["/bin/sh", "-c", "kill -SEGV $$"]
+[shards.chatty]
+before_trigger = ["/bin/sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x >&2; exit 1"]
+[shards.missing]
+before_trigger = ["/nonexistent/trigger"]
+[shards.ok]
+before_trigger = ["/bin/cat"]
+"#,
+    )
+    .unwrap();
+    let _s = serve(t.path(), &["--config", cfg.to_str().unwrap()]);
+    let spool = t.path().join("data/spool");
+    for shard in ["hang", "crash", "chatty", "missing", "ok"] {
+        drop_in(&spool, &format!("{shard}.json"), format!(r#"{{"request_key":"{shard}","ops":[{{"op":"create","shard":"{shard}","record":{{}}}}]}}"#).as_bytes());
+    }
+    let started = Instant::now();
+    wait_for("trigger results", Duration::from_secs(30), || {
+        ["hang", "crash", "chatty", "missing", "ok"]
+            .iter()
+            .all(|s| spool.join("out").join(format!("{s}.json")).exists())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a hanging trigger blocked the daemon"
+    );
+    let hang = result(&spool, "hang.json");
+    assert_eq!(hang["status"], "rejected");
+    assert!(
+        hang["reason"]
+            .as_str()
+            .unwrap()
+            .contains("killed after 300 ms"),
+        "{hang}"
+    );
+    let crash = result(&spool, "crash.json");
+    assert_eq!(crash["status"], "rejected");
+    assert!(
+        crash["reason"].as_str().unwrap().contains("signal"),
+        "{crash}"
+    );
+    let chatty = result(&spool, "chatty.json");
+    assert_eq!(chatty["status"], "rejected");
+    let reason = chatty["reason"].as_str().unwrap();
+    assert!(
+        reason.len() <= 4096 && reason.starts_with("xxxx"),
+        "{} bytes",
+        reason.len()
+    );
+    let missing = result(&spool, "missing.json");
+    assert!(
+        missing["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not start"),
+        "{missing}"
+    );
+    assert_eq!(result(&spool, "ok.json")["status"], "committed");
+}
+
+/// Goal: failed/ stays within failed_files_max, removing the oldest first with a log line.
+#[test]
+fn failed_dir_is_bounded_oldest_first() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("roost.toml");
+    std::fs::write(&cfg, "failed_files_max = 5\n").unwrap();
+    let _s = serve(t.path(), &["--config", cfg.to_str().unwrap()]);
+    let spool = t.path().join("data/spool");
+    for i in 0..12 {
+        drop_in(&spool, &format!("bad-{i:02}.json"), b"not json");
+        wait_for("quarantine", Duration::from_secs(10), || {
+            spool.join("out").join(format!("bad-{i:02}.json")).exists()
+        });
+        std::thread::sleep(Duration::from_millis(15)); // distinct mtimes
+    }
+    let mut left: Vec<String> = std::fs::read_dir(spool.join("failed"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        (7..12)
+            .map(|i| format!("bad-{i:02}.json"))
+            .collect::<Vec<_>>()
+    );
+    let log = std::fs::read_to_string(t.path().join("serve.log")).unwrap();
+    assert_eq!(
+        log.matches("removed the oldest quarantined file").count(),
+        7,
+        "{log}"
+    );
+    // Every one of them still has its invalid result.
+    for i in 0..12 {
+        assert_eq!(
+            result(&spool, &format!("bad-{i:02}.json"))["status"],
+            "invalid"
+        );
+    }
+}
+
+/// Goal: the daemon refuses a data directory other users can write, says why, with the
+/// configuration exit code; and what it creates is not world-readable.
+#[test]
+fn permissions_are_checked_and_files_not_world_readable() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    {
+        let s = serve(t.path(), &[]);
+        let spool = data.join("spool");
+        drop_in(
+            &spool,
+            "a.json",
+            br#"{"request_key":"a","ops":[{"op":"create","shard":"s","record":{}}]}"#,
+        );
+        wait_for("result", Duration::from_secs(10), || {
+            spool.join("out/a.json").exists()
+        });
+        drop(s);
+    }
+    for sub in ["wal", "audit", "shards/s"] {
+        for e in std::fs::read_dir(data.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o007, 0, "{} is mode {mode:o}", p.display());
+        }
+    }
+    let mode = std::fs::metadata(data.join("wal"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o007, 0, "wal/ is mode {mode:o}");
+    std::fs::set_permissions(data.join("wal"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("writable by other users") && err.contains("chmod go-w"),
+        "{err}"
+    );
+}
+
+/// Goal: ten thousand files dropped at once are all processed with bounded work in flight
+/// (no file-descriptor exhaustion under a low fd limit), valid and invalid alike.
+#[test]
+fn ten_thousand_files_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let spool = data.join("spool");
+    for d in ["tmp", "new", "out", "failed"] {
+        std::fs::create_dir_all(spool.join(d)).unwrap();
+    }
+    let n = 10_000;
+    for i in 0..n {
+        let body = if i % 10 == 9 {
+            b"{broken".to_vec()
+        } else {
+            format!(r#"{{"request_key":"k{i}","ops":[{{"op":"create","shard":"s{}","record":{{"i":{i}}}}}]}}"#, i % 4).into_bytes()
+        };
+        std::fs::write(spool.join("new").join(format!("f{i:05}.json")), body).unwrap();
+    }
+    // A low descriptor limit: a daemon that opened every file at once would fail.
+    let log = t.path().join("serve.log");
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {BIN} serve --data-dir {}",
+            data.display()
+        ))
+        .env("ROOST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _s = Serve(child);
+    let started = Instant::now();
+    wait_for("ten thousand results", Duration::from_secs(240), || {
+        std::fs::read_dir(spool.join("out"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            >= n
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let mut committed = 0;
+    let mut invalid = 0;
+    for i in 0..n {
+        match result(&spool, &format!("f{i:05}.json"))["status"].as_str() {
+            Some("committed") => committed += 1,
+            Some("invalid") => invalid += 1,
+            other => panic!("f{i:05}: {other:?}"),
+        }
+    }
+    assert_eq!((committed, invalid), (9_000, 1_000));
+    assert_eq!(std::fs::read_dir(spool.join("new")).unwrap().count(), 0);
+    println!("10000 files processed in {secs:.1} s");
+}

@@ -1,0 +1,249 @@
+//! Property tests over every decoder that reads untrusted bytes: the batch parser (client
+//! files), the WAL (record frames and bincode payloads) and the shard frames (disk). Random
+//! bytes and mutations of valid inputs must give an error or a value, never a panic, and never
+//! a huge allocation: the whole test binary runs under a 1 GiB address-space limit, so an
+//! attempt to allocate what a forged length says (4 GiB, u64::MAX) aborts the run.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Once};
+
+use proptest::prelude::*;
+use roost::batch;
+use roost_shards::{Shard, ShardOptions, Txn, TxnOp};
+use roost_wal::codec::{self, ClaimRecord, PlannedOp, RecordType};
+use roost_wal::storage::{OpenMode, SimStorage, Storage};
+use roost_wal::{Wal, WalOptions};
+
+fn limit_memory() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let lim = rustix::process::Rlimit {
+            current: Some(1 << 30),
+            maximum: None,
+        };
+        let _ = rustix::process::setrlimit(rustix::process::Resource::As, lim);
+    });
+}
+
+const VALID_BATCH: &str = r#"{"request_key":"order-17","ops":[{"op":"create","shard":"users","record":{"name":"ada","tags":[1,2,{"x":null}]}},{"op":"delete","shard":"users","id":17}]}"#;
+
+fn valid_wal_segment() -> Vec<u8> {
+    let disk = SimStorage::new();
+    let wal = Wal::open_with(
+        Arc::new(disk.clone()),
+        "/w",
+        WalOptions {
+            segment_bytes: 4096,
+            payload_bytes_max: 2048,
+            ..WalOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..4u64 {
+        let c = ClaimRecord {
+            request_key: format!("k{i}"),
+            source: "f".into(),
+            fingerprint: i,
+            ops: vec![PlannedOp::Create {
+                shard: "s".into(),
+                id: i,
+                record: b"{}".to_vec(),
+            }],
+        };
+        wal.append(RecordType::Claim as u8, &codec::encode(&c))
+            .unwrap();
+    }
+    disk.file_bytes(&PathBuf::from("/w/00000000000000000001.wal"))
+        .unwrap()
+}
+
+fn valid_shard_segment() -> Vec<u8> {
+    let disk = SimStorage::new();
+    let mut s = Shard::open_with(
+        Arc::new(disk.clone()),
+        "/s/x",
+        ShardOptions {
+            segment_bytes: 4096,
+            read_only: false,
+        },
+    )
+    .unwrap();
+    for lsn in 1..=4u64 {
+        s.apply(&Txn {
+            lsn,
+            ops: vec![
+                TxnOp::Create {
+                    id: lsn,
+                    record: b"{\"a\":1}".to_vec(),
+                },
+                TxnOp::Delete { id: 99 },
+            ],
+        })
+        .unwrap();
+    }
+    s.flush().unwrap();
+    disk.file_bytes(&PathBuf::from("/s/x/0000000001.seg"))
+        .unwrap()
+}
+
+/// Opens `bytes` as the only WAL segment, read-only and read-write: Ok or a WAL error.
+fn open_wal(bytes: Vec<u8>) {
+    let disk = SimStorage::new();
+    disk.put_file_bytes(&PathBuf::from("/w/00000000000000000001.wal"), bytes);
+    for read_only in [true, false] {
+        let o = WalOptions {
+            segment_bytes: 4096,
+            payload_bytes_max: 2048,
+            read_only,
+            ..WalOptions::default()
+        };
+        if let Ok(w) = Wal::open_with(Arc::new(disk.clone()), "/w", o) {
+            for r in w.replay(1).flatten() {
+                let _ = codec::decode::<ClaimRecord>("claim", &r.payload);
+            }
+        }
+    }
+}
+
+fn open_shard(bytes: Vec<u8>) {
+    let disk = SimStorage::new();
+    disk.put_file_bytes(&PathBuf::from("/s/x/0000000001.seg"), bytes);
+    for read_only in [true, false] {
+        if let Ok(s) = Shard::open_with(
+            Arc::new(disk.clone()),
+            "/s/x",
+            ShardOptions {
+                segment_bytes: 4096,
+                read_only,
+            },
+        ) {
+            let _ = s.scan();
+            let _ = s.frame_summaries();
+        }
+    }
+}
+
+fn mutate(mut v: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
+    for (pos, byte, how) in edits {
+        if v.is_empty() {
+            v.push(*byte);
+            continue;
+        }
+        let p = pos % v.len();
+        match how % 4 {
+            0 => v[p] ^= byte | 1,
+            1 => v.insert(p, *byte),
+            2 => {
+                v.remove(p);
+            }
+            _ => v.truncate(p),
+        }
+    }
+    v
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 400,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn batch_parser_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        limit_memory();
+        let _ = batch::parse(&bytes, 1000);
+    }
+
+    #[test]
+    fn batch_parser_mutated_valid(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)) {
+        limit_memory();
+        let v = mutate(VALID_BATCH.as_bytes().to_vec(), &edits);
+        if let Ok(b) = batch::parse(&v, 1000) {
+            prop_assert!(!b.request_key.is_empty() && !b.ops.is_empty());
+        }
+    }
+
+    #[test]
+    fn wal_random_segment(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        limit_memory();
+        open_wal(bytes);
+    }
+
+    #[test]
+    fn wal_mutated_segment(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
+        limit_memory();
+        open_wal(mutate(valid_wal_segment(), &edits));
+    }
+
+    #[test]
+    fn wal_payload_random(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+        limit_memory();
+        let _ = codec::decode::<ClaimRecord>("claim", &bytes);
+        let _ = codec::decode::<codec::AuditRecord>("audit", &bytes);
+        let _ = codec::decode::<codec::DoneRecord>("done", &bytes);
+    }
+
+    #[test]
+    fn shard_random_segment(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        limit_memory();
+        open_shard(bytes);
+    }
+
+    #[test]
+    fn shard_mutated_segment(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
+        limit_memory();
+        open_shard(mutate(valid_shard_segment(), &edits));
+    }
+}
+
+/// Goal: forged lengths everywhere (a WAL record claiming 4 GiB, a bincode string of
+/// u64::MAX bytes inside a valid frame, a shard op claiming 4 GiB) are errors under the 1 GiB
+/// limit, never allocations.
+#[test]
+fn forged_lengths_are_errors() {
+    limit_memory();
+    let mut seg = valid_wal_segment();
+    seg[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    open_wal(seg);
+    // A frame whose checksum is right but whose payload's length prefix is absurd.
+    let mut payload = vec![0u8; 8];
+    payload.extend_from_slice(&u64::MAX.to_le_bytes());
+    let frame = roost_wal::format::encode_frame(RecordType::Claim as u8, 1, 1, &payload);
+    let disk = SimStorage::new();
+    let p = PathBuf::from("/w/00000000000000000001.wal");
+    let f = disk.open(&p, OpenMode::CreateNew).unwrap();
+    f.write_at(&frame, 0).unwrap();
+    let w = Wal::open_with(
+        Arc::new(disk.clone()),
+        "/w",
+        WalOptions {
+            segment_bytes: 4096,
+            payload_bytes_max: 2048,
+            read_only: true,
+            ..WalOptions::default()
+        },
+    )
+    .unwrap();
+    let rec = w.replay(1).next().unwrap().unwrap();
+    assert!(codec::decode::<ClaimRecord>("claim", &rec.payload).is_err());
+    let mut sseg = valid_shard_segment();
+    sseg[32 + 4..32 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    open_shard(sseg);
+}
+
+/// Goal: the address-space limit the property tests rely on is really in force (so a huge
+/// allocation would fail them, not pass silently).
+#[test]
+fn memory_limit_is_in_force() {
+    limit_memory();
+    let mut v: Vec<u8> = Vec::new();
+    assert!(
+        v.try_reserve_exact(2 << 30).is_err(),
+        "a 2 GiB allocation succeeded under the limit"
+    );
+}

@@ -268,3 +268,23 @@ fn ten_thousand_files_at_once() {
     assert_eq!(std::fs::read_dir(spool.join("new")).unwrap().count(), 0);
     println!("10000 files processed in {secs:.1} s");
 }
+
+/// Goal: a file dropped under a name that already has a result gets its own result under
+/// that name (results are per name, latest wins; names should be unique, as in Maildir),
+/// and the earlier batch is untouched: its key still gives its original result.
+#[test]
+fn name_collision_with_an_existing_result() {
+    let t = tempfile::tempdir().unwrap();
+    let _s = serve(t.path(), &[]);
+    let spool = t.path().join("data/spool");
+    let first = br#"{"request_key":"one","ops":[{"op":"create","shard":"s","record":{"n":1}}]}"#;
+    drop_in(&spool, "same.json", first);
+    wait_for("first result", Duration::from_secs(10), || spool.join("out/same.json").exists());
+    let r1 = result(&spool, "same.json");
+    drop_in(&spool, "same.json", br#"{"request_key":"two","ops":[{"op":"create","shard":"s","record":{"n":2}}]}"#);
+    wait_for("second result", Duration::from_secs(10), || result(&spool, "same.json")["request_key"] == "two");
+    assert_eq!(result(&spool, "same.json")["status"], "committed");
+    drop_in(&spool, "again.json", first);
+    wait_for("replayed result", Duration::from_secs(10), || spool.join("out/again.json").exists());
+    assert_eq!(result(&spool, "again.json"), r1, "the first batch's result is still its own");
+}

@@ -69,6 +69,16 @@ pub enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Ask the running daemon (over its control socket) for its state: epoch, last lsn,
+    /// batches in flight, counts since start, records per shard, the last recovery.
+    Status {
+        /// The raw JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Prometheus text format instead.
+        #[arg(long, conflicts_with = "json")]
+        metrics: bool,
+    },
     /// Print one record as JSON: {"shard":..,"id":..,"record":{..}}. Exit 1 if absent.
     Get { shard: String, id: u64 },
     /// Print every record of a shard as JSON lines, in id order.
@@ -154,6 +164,49 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             timeout,
             files,
         } => submit(&cfg, *wait, Duration::from_secs(*timeout), files),
+        Command::Status { json, metrics } => {
+            let path = crate::control::socket_path(&cfg);
+            let what = if *metrics { "metrics" } else { "status" };
+            let text = crate::control::request(&path, what).with_context(|| {
+                format!(
+                    "roost is not running, or not on this data directory (control socket {})",
+                    path.display()
+                )
+            })?;
+            if *json || *metrics {
+                print!("{text}");
+            } else {
+                let v: serde_json::Value =
+                    serde_json::from_str(&text).context("reading the status answer")?;
+                println!(
+                    "roost: {}",
+                    if v["healthy"] == true {
+                        "serving"
+                    } else {
+                        "UNHEALTHY"
+                    }
+                );
+                println!(
+                    "  epoch {}, last lsn {}, {} batches in flight",
+                    v["epoch"], v["last_lsn"], v["in_flight"]
+                );
+                println!("  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate", v["committed"], v["rejected"], v["invalid"], v["conflict"], v["duplicate"]);
+                println!(
+                    "  wal: {} appends, {} syncs ({:.1} records per sync)",
+                    v["wal_appends"],
+                    v["wal_syncs"],
+                    v["wal_records_per_sync"].as_f64().unwrap_or(0.0)
+                );
+                if let Some(m) = v["shards"].as_object() {
+                    for (k, n) in m {
+                        println!("  shard {k}: {n} records");
+                    }
+                }
+                let r = &v["recovery"];
+                println!("  last recovery: {} ms, {} records replayed, {} batches finished, {} bytes truncated", r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]);
+            }
+            Ok(EXIT_OK)
+        }
         Command::Get { shard, id } => {
             let s = open_shard_read_only(&cfg, shard)?;
             match s
@@ -297,12 +350,20 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
     check_permissions(&cfg.data_dir)?;
     let data_dir = cfg.data_dir.clone();
     let spool_dir = cfg.spool_dir();
-    let engine = Engine::open(EngineOptions {
-        storage: RealStorage::shared(),
-        data_dir: data_dir.clone(),
-        spool_dir,
-        config: Arc::new(cfg),
-        crash: Arc::new(crate::crash::EnvCrash::from_env()),
+    crate::notify::status("recovering: opening the data directory");
+    let engine = Engine::open_with_progress(
+        EngineOptions {
+            storage: RealStorage::shared(),
+            data_dir: data_dir.clone(),
+            spool_dir,
+            config: Arc::new(cfg),
+            crash: Arc::new(crate::crash::EnvCrash::from_env()),
+        },
+        &|msg| crate::notify::status(&format!("recovering: {msg}")),
+    )
+    .map_err(|e| {
+        crate::notify::status(&format!("failed: {e}"));
+        e
     })
     .with_context(|| format!("opening data directory {}", data_dir.display()))?;
     crate::serve::serve(Arc::new(engine)).context("serving")?;

@@ -67,6 +67,12 @@ pub struct Config {
     /// default keeps files and directories from other users; `0o022` makes them
     /// world-readable.
     pub umask: u32,
+    /// The control socket for `roost status` [default: $RUNTIME_DIRECTORY/roost.sock, else
+    /// <data_dir>/roost.sock].
+    pub control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this loopback address (e.g. "127.0.0.1:9187").
+    /// Off by default. The metrics are also on the control socket (`roost status --metrics`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
 }
@@ -85,6 +91,8 @@ impl Default for Config {
             failed_files_max: 1_000,
             failed_bytes_max: 256 << 20,
             umask: 0o027,
+            control_socket: None,
+            metrics_listen: None,
             shards: BTreeMap::new(),
         }
     }

@@ -86,6 +86,10 @@ pub struct Stats {
     pub conflict: AtomicU64,
     pub duplicate: AtomicU64,
     pub in_flight: AtomicU64,
+    pub latency: crate::metrics::PhaseLatency,
+    /// Milliseconds since the engine opened at which a batch last moved through a step; the
+    /// watchdog stops pinging when batches are in flight and this stops advancing.
+    pub last_progress_ms: AtomicU64,
 }
 
 /// What recovery did at open.
@@ -139,6 +143,7 @@ pub struct Engine {
     finished_cv: Condvar,
     failed: AtomicBool,
     pub stats: Stats,
+    opened: Instant,
     recovery: RecoveryReport,
     _lock: Option<File>,
 }
@@ -157,6 +162,15 @@ impl Engine {
     /// that was claimed but not finished, with its claimed ids and recorded plan, before
     /// returning. Nothing new is taken before this returns.
     pub fn open(opts: EngineOptions) -> Result<Engine, EngineError> {
+        Engine::open_with_progress(opts, &|_| {})
+    }
+
+    /// [`Engine::open`], calling `progress` with a one-line status at least every second
+    /// of a long recovery (the serve loop turns it into STATUS= and a log line).
+    pub fn open_with_progress(
+        opts: EngineOptions,
+        progress: &dyn Fn(&str),
+    ) -> Result<Engine, EngineError> {
         let started = Instant::now();
         let EngineOptions {
             storage,
@@ -217,13 +231,24 @@ impl Engine {
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
             stats: Stats::default(),
+            opened: Instant::now(),
             recovery: RecoveryReport::default(),
             _lock: lock_file,
         };
-        engine.recover(started)
+        engine.recover(started, progress)
     }
 
-    fn recover(mut self, started: Instant) -> Result<Engine, EngineError> {
+    fn recover(mut self, started: Instant, progress: &dyn Fn(&str)) -> Result<Engine, EngineError> {
+        let total = self.wal.recovery_report().records;
+        let mut last_report = Instant::now();
+        let mut report = |msg: String| {
+            if last_report.elapsed() >= Duration::from_secs(1) {
+                last_report = Instant::now();
+                info!(status = %msg, "recovery progress");
+                progress(&msg);
+            }
+        };
+        progress(&format!("replaying 0/{total} records"));
         // 1. Replay the WAL: every key, the highest id ever claimed, the unfinished claims.
         let mut unfinished: BTreeMap<Lsn, ClaimRecord> = BTreeMap::new();
         let mut shard_names = BTreeSet::new();
@@ -233,6 +258,7 @@ impl Engine {
             for rec in self.wal.replay(1) {
                 let rec = rec?;
                 records += 1;
+                report(format!("replaying {records}/{total} records"));
                 match RecordType::from_u8(rec.record_type) {
                     Some(RecordType::Claim) => {
                         let c: ClaimRecord =
@@ -311,7 +337,9 @@ impl Engine {
         }
         // 4. Finish every unfinished batch, oldest first, from its recorded plan.
         let mut finished = 0;
+        let to_finish = unfinished.len();
         for (lsn, claim) in &unfinished {
+            report(format!("finishing claimed batches {finished}/{to_finish}"));
             if cfg!(feature = "mutant-no-claim") {
                 // The mutant: the claim is not kept across the retry. The key is forgotten,
                 // so the client's retry plans again and mints fresh ids.
@@ -408,7 +436,37 @@ impl Engine {
     }
 
     fn hit(&self, point: &str) -> Result<(), EngineError> {
+        self.stats
+            .last_progress_ms
+            .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.crash.hit(point).inspect_err(|_| self.fail())
+    }
+
+    /// Milliseconds since open.
+    pub fn uptime_ms(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    /// The last lsn written to the WAL.
+    pub fn last_lsn(&self) -> Lsn {
+        self.wal.next_lsn() - 1
+    }
+
+    /// False when batches are in flight but none has moved for `stall`: a wedged shard or
+    /// disk. The watchdog stops pinging then.
+    pub fn healthy(&self, stall: Duration) -> bool {
+        if self.is_failed() {
+            return false;
+        }
+        let in_flight = self.stats.in_flight.load(Ordering::Relaxed);
+        let since = self
+            .uptime_ms()
+            .saturating_sub(self.stats.last_progress_ms.load(Ordering::Relaxed));
+        in_flight == 0 || since < stall.as_millis() as u64
+    }
+
+    pub fn wal_stats(&self) -> (u64, u64) {
+        (self.wal.append_count(), self.wal.sync_count())
     }
 
     fn fail(&self) {
@@ -487,6 +545,7 @@ impl Engine {
     fn submit_inner(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
         let fp = fingerprint(batch);
         let key = batch.request_key.as_str();
+        let t0 = Instant::now();
         // Cheap idempotency check before running any trigger.
         if let Some(r) = self.check_key(key, fp, source)? {
             return Ok(r);
@@ -546,6 +605,8 @@ impl Engine {
             };
             return self.reply(source, r);
         }
+        self.stats.latency.plan.record(t0.elapsed());
+        let t1 = Instant::now();
         self.hit("after_plan")?;
         // Claim: mint ids, append plan + ids + fingerprint as one record.
         let ops: Vec<PlannedOp> = batch
@@ -599,7 +660,9 @@ impl Engine {
         self.hit("after_claim_append")?;
         self.wal.sync_to(lsn)?;
         self.hit("after_claim_sync")?;
+        self.stats.latency.claim.record(t1.elapsed());
         let r = self.finish(lsn, &claim, &HashSet::new())?;
+        self.stats.latency.batch.record(t0.elapsed());
         Ok(r)
     }
 
@@ -714,6 +777,7 @@ impl Engine {
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
     ) -> Result<BatchResult, EngineError> {
+        let t_commit = Instant::now();
         let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
         for op in &claim.ops {
             let t = match op {
@@ -767,6 +831,8 @@ impl Engine {
                 }
             }
         }
+        self.stats.latency.commit.record(t_commit.elapsed());
+        let t_finish = Instant::now();
         let mut last = None;
         for (i, op) in claim.ops.iter().enumerate() {
             if audited.contains(&(i as u32)) {
@@ -817,6 +883,7 @@ impl Engine {
         }
         self.finished_cv.notify_all();
         self.stats.committed.fetch_add(1, Ordering::Relaxed);
+        self.stats.latency.finish.record(t_finish.elapsed());
         Ok(r)
     }
 

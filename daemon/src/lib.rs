@@ -6,9 +6,12 @@
 pub mod batch;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod crash;
 pub mod drill;
 pub mod engine;
+pub mod metrics;
+pub mod notify;
 pub mod serve;
 pub mod spool;
 pub mod trigger;

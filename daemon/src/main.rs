@@ -15,11 +15,21 @@ fn main() {
         .ok()
         .and_then(|l| l.parse::<tracing::Level>().ok())
         .unwrap_or(default);
-    tracing_subscriber::fmt()
+    // ROOST_LOG_FORMAT=json: one JSON object per line. Under systemd (JOURNAL_STREAM set) the
+    // journal adds timestamps, so plain lines carry none; never colour unless on a terminal.
+    let json = std::env::var("ROOST_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_max_level(level)
-        .init();
+        .with_ansi(std::io::stderr().is_terminal() && !journal)
+        .with_max_level(level);
+    if json {
+        builder.json().init();
+    } else if journal {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
     let code = match roost::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Notify, Semaphore};
@@ -89,7 +90,27 @@ async fn serve_async(engine: Arc<Engine>) -> Result<(), EngineError> {
     let mut tick = tokio::time::interval(cfg.rescan_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
-    info!(spool = %new_dir.display(), workers, "serving");
+    // Control socket, optional metrics endpoint, and the systemd status/watchdog ticker.
+    let sock = crate::control::socket_path(&cfg);
+    let control = tokio::spawn({
+        let (sock, engine) = (sock.clone(), shared.engine.clone());
+        async move {
+            if let Err(e) = crate::control::serve_socket(sock.clone(), engine).await {
+                warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
+            }
+        }
+    });
+    let metrics = cfg.metrics_listen.map(|addr| {
+        let engine = shared.engine.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::control::serve_metrics_tcp(addr, engine).await {
+                warn!(%addr, error = %e, "metrics endpoint unavailable");
+            }
+        })
+    });
+    let ticker = tokio::spawn(notify_loop(shared.engine.clone()));
+    crate::notify::ready();
+    info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
     loop {
         tokio::select! {
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
@@ -152,14 +173,51 @@ async fn serve_async(engine: Arc<Engine>) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
     // Wait for every in-flight batch to reach its result (or fail).
     let in_flight = workers - sem.available_permits();
+    crate::notify::stopping(&format!(
+        "stopping: waiting for {in_flight} in-flight batches"
+    ));
     info!(in_flight, "waiting for in-flight batches");
     let _all = sem.acquire_many(workers as u32).await;
+    ticker.abort();
+    control.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
+    let _ = std::fs::remove_file(&sock);
     let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
     match fatal {
         Some(e) => Err(e),
         None => {
             info!("stopped cleanly");
             Ok(())
+        }
+    }
+}
+
+/// Every second: STATUS= with the pipeline's state; WATCHDOG=1 at half the watchdog interval
+/// but only while the pipeline is healthy (no batch stuck longer than the interval), so a
+/// wedged shard or disk makes systemd restart us.
+async fn notify_loop(engine: Arc<Engine>) {
+    let watchdog = crate::notify::watchdog_interval();
+    let period = watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 2).min(Duration::from_secs(1))
+    });
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let s = &engine.stats;
+        crate::notify::status(&format!(
+            "serving, {} batches in flight, {} committed, last lsn {}",
+            s.in_flight.load(Ordering::Relaxed),
+            s.committed.load(Ordering::Relaxed),
+            engine.last_lsn()
+        ));
+        if let Some(w) = watchdog {
+            if engine.healthy(w) {
+                crate::notify::watchdog();
+            } else {
+                warn!("pipeline not healthy: withholding the watchdog ping");
+            }
         }
     }
 }

@@ -20,6 +20,10 @@ pub fn run(argv: &[String], input: &[u8], timeout: Duration) -> Result<(), Strin
     let mut child = Command::new(prog)
         .args(args)
         .process_group(0)
+        // A trigger must never speak to systemd for us.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

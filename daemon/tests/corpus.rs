@@ -81,6 +81,16 @@ fn corpus_table() {
     println!("corpus: {} cases", cases.len());
 }
 
+/// Kills the daemon when the test ends, passing or not.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
     let until = Instant::now() + limit;
     while !f() {
@@ -98,14 +108,16 @@ fn corpus_into_a_running_daemon() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
     let log = std::fs::File::create(t.path().join("serve.log")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(&data)
-        .env("ROOST_LOG", "info")
-        .stderr(log)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Guard(
+        Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .env("ROOST_LOG", "info")
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let spool = data.join("spool");
     wait_for("serving", Duration::from_secs(20), || {
         std::fs::read_to_string(t.path().join("serve.log"))
@@ -215,9 +227,7 @@ fn corpus_into_a_running_daemon() {
     });
     let r: Value = serde_json::from_slice(&std::fs::read(out.join("after.json")).unwrap()).unwrap();
     assert_eq!(r["status"], "committed");
-    assert!(child.try_wait().unwrap().is_none(), "daemon died");
-    let _ = child.kill();
-    let _ = child.wait();
+    assert!(child.0.try_wait().unwrap().is_none(), "daemon died");
     println!("{} inputs, {quarantined} quarantined", expect.len());
     assert_eq!(
         Status::Invalid,

@@ -279,12 +279,26 @@ fn name_collision_with_an_existing_result() {
     let spool = t.path().join("data/spool");
     let first = br#"{"request_key":"one","ops":[{"op":"create","shard":"s","record":{"n":1}}]}"#;
     drop_in(&spool, "same.json", first);
-    wait_for("first result", Duration::from_secs(10), || spool.join("out/same.json").exists());
+    wait_for("first result", Duration::from_secs(10), || {
+        spool.join("out/same.json").exists()
+    });
     let r1 = result(&spool, "same.json");
-    drop_in(&spool, "same.json", br#"{"request_key":"two","ops":[{"op":"create","shard":"s","record":{"n":2}}]}"#);
-    wait_for("second result", Duration::from_secs(10), || result(&spool, "same.json")["request_key"] == "two");
+    drop_in(
+        &spool,
+        "same.json",
+        br#"{"request_key":"two","ops":[{"op":"create","shard":"s","record":{"n":2}}]}"#,
+    );
+    wait_for("second result", Duration::from_secs(10), || {
+        result(&spool, "same.json")["request_key"] == "two"
+    });
     assert_eq!(result(&spool, "same.json")["status"], "committed");
     drop_in(&spool, "again.json", first);
-    wait_for("replayed result", Duration::from_secs(10), || spool.join("out/again.json").exists());
-    assert_eq!(result(&spool, "again.json"), r1, "the first batch's result is still its own");
+    wait_for("replayed result", Duration::from_secs(10), || {
+        spool.join("out/again.json").exists()
+    });
+    assert_eq!(
+        result(&spool, "again.json"),
+        r1,
+        "the first batch's result is still its own"
+    );
 }

@@ -1,0 +1,204 @@
+//! The control socket (a Unix stream socket, mode 0660, in `$RUNTIME_DIRECTORY` or the data
+//! directory) behind `roost status`, and the Prometheus text format. The protocol is one
+//! request line, one answer, then the server closes: `status` answers JSON, `metrics`
+//! answers Prometheus text. The JSON shape is a public contract: fields are only added.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tracing::{debug, warn};
+
+use crate::config::Config;
+use crate::engine::Engine;
+
+/// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
+/// `control_socket` overrides both.
+pub fn socket_path(cfg: &Config) -> PathBuf {
+    if let Some(p) = &cfg.control_socket {
+        return p.clone();
+    }
+    match std::env::var_os("RUNTIME_DIRECTORY") {
+        Some(v) if !v.is_empty() => {
+            let s = v.to_string_lossy().into_owned();
+            PathBuf::from(s.split(':').next().unwrap_or(".")).join("roost.sock")
+        }
+        _ => cfg.data_dir.join("roost.sock"),
+    }
+}
+
+/// Everything `roost status --json` shows.
+pub fn status_json(engine: &Engine) -> serde_json::Value {
+    let s = &engine.stats;
+    let (appends, syncs) = engine.wal_stats();
+    let rec = engine.recovery_report();
+    json!({
+        "epoch": 1,
+        "last_lsn": engine.last_lsn(),
+        "in_flight": s.in_flight.load(Ordering::Relaxed),
+        "committed": s.committed.load(Ordering::Relaxed),
+        "rejected": s.rejected.load(Ordering::Relaxed),
+        "invalid": s.invalid.load(Ordering::Relaxed),
+        "conflict": s.conflict.load(Ordering::Relaxed),
+        "duplicate": s.duplicate.load(Ordering::Relaxed),
+        "wal_appends": appends,
+        "wal_syncs": syncs,
+        "wal_records_per_sync": if syncs == 0 { 0.0 } else { appends as f64 / syncs as f64 },
+        "healthy": !engine.is_failed(),
+        "uptime_ms": engine.uptime_ms(),
+        "shards": engine.shard_counts(),
+        "recovery": {
+            "duration_ms": rec.duration.as_millis() as u64,
+            "records_replayed": rec.wal_records,
+            "batches_finished": rec.batches_finished,
+            "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
+        },
+    })
+}
+
+/// Prometheus text exposition format.
+pub fn metrics_text(engine: &Engine) -> String {
+    let s = &engine.stats;
+    let (appends, syncs) = engine.wal_stats();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP roost_batches_total Batches by final status since start."
+    );
+    let _ = writeln!(out, "# TYPE roost_batches_total counter");
+    for (status, v) in [
+        ("committed", &s.committed),
+        ("rejected", &s.rejected),
+        ("invalid", &s.invalid),
+        ("conflict", &s.conflict),
+        ("duplicate", &s.duplicate),
+    ] {
+        let _ = writeln!(
+            out,
+            "roost_batches_total{{status=\"{status}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP roost_batches_in_flight Batches between intake and result."
+    );
+    let _ = writeln!(out, "# TYPE roost_batches_in_flight gauge");
+    let _ = writeln!(
+        out,
+        "roost_batches_in_flight {}",
+        s.in_flight.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP roost_wal_appends_total WAL records appended since start."
+    );
+    let _ = writeln!(out, "# TYPE roost_wal_appends_total counter");
+    let _ = writeln!(out, "roost_wal_appends_total {appends}");
+    let _ = writeln!(
+        out,
+        "# HELP roost_wal_syncs_total WAL fdatasyncs (group commits) since start."
+    );
+    let _ = writeln!(out, "# TYPE roost_wal_syncs_total counter");
+    let _ = writeln!(out, "roost_wal_syncs_total {syncs}");
+    let _ = writeln!(
+        out,
+        "# HELP roost_last_lsn The last lsn written to the WAL."
+    );
+    let _ = writeln!(out, "# TYPE roost_last_lsn gauge");
+    let _ = writeln!(out, "roost_last_lsn {}", engine.last_lsn());
+    let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
+    let _ = writeln!(out, "# TYPE roost_shard_records gauge");
+    for (name, n) in engine.shard_counts() {
+        let _ = writeln!(out, "roost_shard_records{{shard=\"{name}\"}} {n}");
+    }
+    s.latency.write_prometheus(&mut out);
+    out
+}
+
+/// Binds the control socket (removing a stale one: the data directory lock guarantees no
+/// other daemon owns it), mode 0660, and answers requests until the task is dropped.
+pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(tokio::io::AsyncReadExt::take(r, 256));
+            let answer = match tokio::time::timeout(
+                Duration::from_secs(5),
+                reader.read_line(&mut line),
+            )
+            .await
+            {
+                Ok(Ok(_)) => match line.trim() {
+                    "status" => format!("{}\n", status_json(&engine)),
+                    "metrics" => metrics_text(&engine),
+                    other => format!(
+                        "{}\n",
+                        json!({"error": format!("unknown request {other:?}: try status or metrics")})
+                    ),
+                },
+                _ => return,
+            };
+            if let Err(e) = w.write_all(answer.as_bytes()).await {
+                debug!(error = %e, "control client went away");
+            }
+        });
+    }
+}
+
+/// Serves the Prometheus text on a loopback TCP address (`metrics_listen`, off by default),
+/// answering any HTTP request with the metrics.
+pub async fn serve_metrics_tcp(
+    addr: std::net::SocketAddr,
+    engine: Arc<Engine>,
+) -> std::io::Result<()> {
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "metrics_listen is not a loopback address; refusing to expose metrics");
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut reader = BufReader::new(tokio::io::AsyncReadExt::take(r, 8192));
+            let mut line = String::new();
+            // Read the request head up to the blank line, bounded.
+            loop {
+                line.clear();
+                match tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
+                    .await
+                {
+                    Ok(Ok(n)) if n > 0 && line.trim() != "" => continue,
+                    _ => break,
+                }
+            }
+            let body = metrics_text(&engine);
+            let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            let _ = w.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// The client side: one request, the whole answer.
+pub fn request(path: &Path, what: &str) -> std::io::Result<String> {
+    let mut s = std::os::unix::net::UnixStream::connect(path)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(format!("{what}\n").as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}

@@ -1,0 +1,119 @@
+//! Counters and latency histograms for `roost status` and the Prometheus text endpoint.
+//! Lock-free (atomics only): recording happens on the hot path of every batch.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).
+pub const BUCKETS_US: [u64; 14] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 5_000_000,
+];
+
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_US.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn record(&self, d: Duration) {
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        if let Some(i) = BUCKETS_US.iter().position(|b| us <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Appends this histogram in Prometheus text format.
+    pub fn write_prometheus(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cum += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}le=\"{}\"}} {cum}",
+                *b as f64 / 1e6
+            );
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count());
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{}}} {}",
+            labels.trim_end_matches(','),
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "{name}_count{{{}}} {}",
+            labels.trim_end_matches(','),
+            self.count()
+        );
+    }
+}
+
+/// The pipeline's phases, as measured per batch.
+#[derive(Debug, Default)]
+pub struct PhaseLatency {
+    /// Static checks, triggers and the state checks under the planner lock.
+    pub plan: Histogram,
+    /// Claim append and its group-committed sync.
+    pub claim: Histogram,
+    /// Every shard transaction applied and flushed.
+    pub commit: Histogram,
+    /// Audit rows, done record, result file.
+    pub finish: Histogram,
+    /// From the start of planning to the result file.
+    pub batch: Histogram,
+}
+
+impl PhaseLatency {
+    pub fn write_prometheus(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP roost_phase_seconds Time spent per batch in each pipeline phase."
+        );
+        let _ = writeln!(out, "# TYPE roost_phase_seconds histogram");
+        for (phase, h) in [
+            ("plan", &self.plan),
+            ("claim", &self.claim),
+            ("commit", &self.commit),
+            ("finish", &self.finish),
+        ] {
+            h.write_prometheus(out, "roost_phase_seconds", &format!("phase=\"{phase}\","));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP roost_batch_seconds Time from planning to the result file."
+        );
+        let _ = writeln!(out, "# TYPE roost_batch_seconds histogram");
+        self.batch.write_prometheus(out, "roost_batch_seconds", "");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.record(Duration::from_micros(50));
+        h.record(Duration::from_millis(3));
+        h.record(Duration::from_secs(60));
+        let mut s = String::new();
+        h.write_prometheus(&mut s, "x", "");
+        assert!(s.contains("x_bucket{le=\"0.0001\"} 1"), "{s}");
+        assert!(s.contains("x_bucket{le=\"0.005\"} 2"), "{s}");
+        assert!(s.contains("x_bucket{le=\"5\"} 2"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 3"), "{s}");
+        assert!(s.contains("x_count{} 3"), "{s}");
+    }
+}

@@ -1,0 +1,336 @@
+//! The service contract: systemd's notify protocol over a real Unix datagram socket, graceful
+//! SIGTERM in the middle of a stream, exit codes, and `roost status`.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_roost");
+
+/// Kills the child when a test ends, passing or not (a leaked daemon would hold the test
+/// harness's pipes open).
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
+    let until = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn drop_in(spool: &Path, name: &str, body: &[u8]) {
+    std::fs::write(spool.join("tmp").join(name), body).unwrap();
+    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+}
+
+fn batch(i: usize) -> Vec<u8> {
+    format!(r#"{{"request_key":"k{i}","ops":[{{"op":"create","shard":"a","record":{{"i":{i}}}}},{{"op":"create","shard":"b","record":{{"i":{i}}}}}]}}"#).into_bytes()
+}
+
+/// Collects every datagram sent to a socket, as systemd would receive them.
+fn listen(path: &Path) -> Arc<Mutex<Vec<String>>> {
+    let sock = UnixDatagram::bind(path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) => g
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    if Arc::strong_count(&g) == 1 {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    got
+}
+
+/// Goal: READY=1 only after recovery (the batch a crash left claimed is finished, its
+/// result written, before READY), STATUS= during recovery and while serving, WATCHDOG=1
+/// pings when WATCHDOG_USEC is set, STOPPING=1 on SIGTERM, then exit 0.
+#[test]
+fn notify_protocol() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let spool = data.join("spool");
+    // Leave a claimed, unfinished batch: the daemon kills itself after the claim's sync.
+    let mut c = Guard(
+        Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .env("ROOST_CRASH_AT", "after_claim_sync")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("spool", Duration::from_secs(20), || {
+        spool.join("new").is_dir()
+    });
+    drop_in(&spool, "pending.json", &batch(1));
+    let st = c.0.wait().unwrap();
+    assert!(!st.success(), "the crash point must have killed it");
+    assert!(!spool.join("out/pending.json").exists());
+
+    let sock = t.path().join("notify.sock");
+    let got = listen(&sock);
+    // systemd sets WATCHDOG_PID to the service's pid; `exec` keeps the shell's.
+    let d = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "WATCHDOG_PID=$$ exec {BIN} serve --data-dir {}",
+            data.display()
+        ))
+        .env("NOTIFY_SOCKET", &sock)
+        .env("WATCHDOG_USEC", "200000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut d = Guard(d);
+    wait_for("READY=1", Duration::from_secs(20), || {
+        got.lock().unwrap().iter().any(|m| m.contains("READY=1"))
+    });
+    // Recovery finished the pending batch before READY.
+    assert!(
+        spool.join("out/pending.json").exists(),
+        "READY before recovery finished"
+    );
+    wait_for("watchdog pings", Duration::from_secs(10), || {
+        got.lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.contains("WATCHDOG=1"))
+            .count()
+            >= 3
+    });
+    wait_for("serving status", Duration::from_secs(10), || {
+        got.lock()
+            .unwrap()
+            .iter()
+            .any(|m| m.contains("STATUS=serving, 0 batches in flight"))
+    });
+    Command::new("kill")
+        .args(["-TERM", &d.0.id().to_string()])
+        .status()
+        .unwrap();
+    let st = d.0.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    std::thread::sleep(Duration::from_millis(150));
+    let msgs = got.lock().unwrap().clone();
+    let pos = |needle: &str| msgs.iter().position(|m| m.contains(needle));
+    let recovering = pos("STATUS=recovering").expect("STATUS during recovery");
+    let ready = pos("READY=1").unwrap();
+    let stopping = pos("STOPPING=1").expect("STOPPING=1 on SIGTERM");
+    assert!(recovering < ready && ready < stopping, "{msgs:?}");
+    assert!(
+        msgs[..ready].iter().all(|m| !m.contains("WATCHDOG")),
+        "watchdog before READY: {msgs:?}"
+    );
+}
+
+/// Goal: SIGTERM in the middle of a stream: the daemon stops taking files, finishes what is
+/// in flight, exits 0; nothing that got a result is lost, and a restart finishes the rest
+/// with no duplicate.
+#[test]
+fn sigterm_mid_stream_loses_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let spool = data.join("spool");
+    let log = t.path().join("serve.log");
+    let mut d = Guard(
+        Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .env("ROOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("serving", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("serving")
+    });
+    let n = 400;
+    for i in 0..n {
+        drop_in(&spool, &format!("f{i:04}.json"), &batch(i));
+    }
+    wait_for("some results", Duration::from_secs(30), || {
+        std::fs::read_dir(spool.join("out")).unwrap().count() >= 30
+    });
+    Command::new("kill")
+        .args(["-TERM", &d.0.id().to_string()])
+        .status()
+        .unwrap();
+    let st = d.0.wait().unwrap();
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let done: Vec<String> = std::fs::read_dir(spool.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    let before: Vec<(String, Value)> = done
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                serde_json::from_slice(&std::fs::read(spool.join("out").join(n)).unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    // Every batch that got a result is committed; nothing is left half-done.
+    let v = Command::new(BIN)
+        .args(["verify", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
+    for (name, r) in &before {
+        assert_eq!(r["status"], "committed", "{name}");
+    }
+    let d = Guard(
+        Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("all results", Duration::from_secs(60), || {
+        std::fs::read_dir(spool.join("out"))
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count()
+            >= n
+    });
+    drop(d);
+    for (name, r) in &before {
+        let now: Value =
+            serde_json::from_slice(&std::fs::read(spool.join("out").join(name)).unwrap()).unwrap();
+        assert_eq!(&now, r, "{name} changed");
+    }
+    let scan = Command::new(BIN)
+        .args(["scan", "a", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&scan.stdout).lines().count(),
+        n,
+        "one record per batch"
+    );
+    println!("{} of {n} done before SIGTERM", before.len());
+}
+
+/// Goal: a bad configuration exits 78 (RestartPreventExitStatus), naming the problem.
+#[test]
+fn bad_config_exit_code() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("bad.toml");
+    std::fs::write(&cfg, "batch_ops_max = \"lots\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(t.path().join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("batch_ops_max"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&cfg, "[shards.\"Bad/Name\"]\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(t.path().join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    // A second daemon on a locked data directory: 75.
+    let data = t.path().join("d2");
+    let log = t.path().join("s.log");
+    let first = Guard(
+        Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .env("ROOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("serving", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("serving")
+    });
+    let second = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    // `roost status` talks to the first one.
+    let st = Command::new(BIN)
+        .args(["status", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["epoch"], 1);
+    assert_eq!(v["healthy"], true);
+    drop(first);
+    let st = Command::new(BIN)
+        .args(["status", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_ne!(st.status.code(), Some(0), "status with no daemon must fail");
+}

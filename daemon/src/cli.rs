@@ -351,6 +351,29 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
     let data_dir = cfg.data_dir.clone();
     let spool_dir = cfg.spool_dir();
     crate::notify::status("recovering: opening the data directory");
+    // A progress bar when a person is watching; STATUS= (at most once a second) for systemd.
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "recovery: {msg} [{bar:40}] {pos}/{len} ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let last_status = std::cell::Cell::new(Instant::now() - Duration::from_secs(2));
+    let progress = |phase: &str, done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_message(phase.to_owned());
+            b.set_length(total);
+            b.set_position(done);
+        }
+        if last_status.get().elapsed() >= Duration::from_secs(1) {
+            last_status.set(Instant::now());
+            crate::notify::status(&format!("recovering: {phase} {done}/{total}"));
+        }
+    };
     let engine = Engine::open_with_progress(
         EngineOptions {
             storage: RealStorage::shared(),
@@ -359,13 +382,16 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
             config: Arc::new(cfg),
             crash: Arc::new(crate::crash::EnvCrash::from_env()),
         },
-        &|msg| crate::notify::status(&format!("recovering: {msg}")),
+        &progress,
     )
     .map_err(|e| {
         crate::notify::status(&format!("failed: {e}"));
         e
     })
     .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     crate::serve::serve(Arc::new(engine)).context("serving")?;
     Ok(EXIT_OK)
 }

@@ -162,14 +162,15 @@ impl Engine {
     /// that was claimed but not finished, with its claimed ids and recorded plan, before
     /// returning. Nothing new is taken before this returns.
     pub fn open(opts: EngineOptions) -> Result<Engine, EngineError> {
-        Engine::open_with_progress(opts, &|_| {})
+        Engine::open_with_progress(opts, &|_, _, _| {})
     }
 
-    /// [`Engine::open`], calling `progress` with a one-line status at least every second
-    /// of a long recovery (the serve loop turns it into STATUS= and a log line).
+    /// [`Engine::open`], calling `progress(phase, done, total)` about ten times a second
+    /// during a long recovery (the CLI draws a bar on a terminal and sends STATUS=); a log
+    /// line goes out at least every second.
     pub fn open_with_progress(
         opts: EngineOptions,
-        progress: &dyn Fn(&str),
+        progress: &dyn Fn(&str, u64, u64),
     ) -> Result<Engine, EngineError> {
         let started = Instant::now();
         let EngineOptions {
@@ -238,17 +239,25 @@ impl Engine {
         engine.recover(started, progress)
     }
 
-    fn recover(mut self, started: Instant, progress: &dyn Fn(&str)) -> Result<Engine, EngineError> {
+    fn recover(
+        mut self,
+        started: Instant,
+        progress: &dyn Fn(&str, u64, u64),
+    ) -> Result<Engine, EngineError> {
         let total = self.wal.recovery_report().records;
-        let mut last_report = Instant::now();
-        let mut report = |msg: String| {
-            if last_report.elapsed() >= Duration::from_secs(1) {
-                last_report = Instant::now();
-                info!(status = %msg, "recovery progress");
-                progress(&msg);
+        let mut last_call = Instant::now();
+        let mut last_log = Instant::now();
+        let mut report = |phase: &str, done: u64, total: u64| {
+            if last_call.elapsed() >= Duration::from_millis(100) {
+                last_call = Instant::now();
+                progress(phase, done, total);
+            }
+            if last_log.elapsed() >= Duration::from_secs(1) {
+                last_log = Instant::now();
+                info!(phase, done, total, "recovery progress");
             }
         };
-        progress(&format!("replaying 0/{total} records"));
+        progress("replaying records", 0, total);
         // 1. Replay the WAL: every key, the highest id ever claimed, the unfinished claims.
         let mut unfinished: BTreeMap<Lsn, ClaimRecord> = BTreeMap::new();
         let mut shard_names = BTreeSet::new();
@@ -258,7 +267,7 @@ impl Engine {
             for rec in self.wal.replay(1) {
                 let rec = rec?;
                 records += 1;
-                report(format!("replaying {records}/{total} records"));
+                report("replaying records", records, total);
                 match RecordType::from_u8(rec.record_type) {
                     Some(RecordType::Claim) => {
                         let c: ClaimRecord =
@@ -339,7 +348,7 @@ impl Engine {
         let mut finished = 0;
         let to_finish = unfinished.len();
         for (lsn, claim) in &unfinished {
-            report(format!("finishing claimed batches {finished}/{to_finish}"));
+            report("finishing claimed batches", finished, to_finish as u64);
             if cfg!(feature = "mutant-no-claim") {
                 // The mutant: the claim is not kept across the retry. The key is forgotten,
                 // so the client's retry plans again and mints fresh ids.

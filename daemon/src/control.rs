@@ -49,6 +49,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "wal_appends": appends,
         "wal_syncs": syncs,
         "wal_records_per_sync": if syncs == 0 { 0.0 } else { appends as f64 / syncs as f64 },
+        "shard_txns": s.shard_txns.load(Ordering::Relaxed),
+        "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
         "healthy": !engine.is_failed(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),

@@ -7,8 +7,9 @@
 //! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
 //!   order and ids are minted in lsn order, unique across all shards and never reused.
 //! - Claim syncs are group-committed by the WAL: waiting workers share fdatasyncs.
-//! - Each shard applies transactions strictly in lsn order: a worker waits for its turn on
-//!   each shard it touches (`ShardSlot::turns`), so overlapping batches never reorder.
+//! - Each shard has one owner thread (`owner.rs`) that applies transactions strictly in lsn
+//!   order (the turns registered at claim time) and flushes once per round for all of them,
+//!   so overlapping batches never reorder and share shard flushes.
 //! - A failure of any write or sync latches the engine (`failed`): the daemon exits non-zero
 //!   and recovery on restart repairs.
 
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use roost_shards::{Shard, ShardError, ShardOptions, Txn, TxnOp};
+use roost_shards::{Shard, ShardError, ShardOptions, TxnOp};
 use roost_wal::codec::{
     self, AuditRecord, ClaimRecord, CodecError, DoneRecord, PlannedOp, RecordType,
 };
@@ -30,6 +31,7 @@ use tracing::{debug, info, warn};
 use crate::batch::{fingerprint, Batch, BatchOp, BatchResult, OpResult, Status};
 use crate::config::Config;
 use crate::crash::CrashHook;
+use crate::owner::{OwnerContext, ShardSlot};
 use crate::spool::{self, SpoolPaths};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,19 @@ pub enum EngineError {
     Failed,
     #[error("wal record lsn {lsn}: {detail}")]
     Inconsistent { lsn: Lsn, detail: String },
+    /// A shard owner stopped after an earlier failure, reported to another waiter.
+    #[error("{0}")]
+    Poisoned(String),
+}
+
+impl EngineError {
+    /// The same failure for a second waiter (I/O errors are not `Clone`).
+    pub fn clone_for_reply(&self) -> EngineError {
+        match self {
+            EngineError::Crashed(p) => EngineError::Crashed(p.clone()),
+            other => EngineError::Poisoned(other.to_string()),
+        }
+    }
 }
 
 impl EngineError {
@@ -87,6 +102,10 @@ pub struct Stats {
     pub duplicate: AtomicU64,
     pub in_flight: AtomicU64,
     pub latency: crate::metrics::PhaseLatency,
+    /// Shard transactions applied, and the flushes (msync + fdatasync) that made them
+    /// durable: owners flush once per round, so under load flushes < transactions.
+    pub shard_txns: AtomicU64,
+    pub shard_flushes: AtomicU64,
     /// Milliseconds since the engine opened at which a batch last moved through a step; the
     /// watchdog stops pinging when batches are in flight and this stops advancing.
     pub last_progress_ms: AtomicU64,
@@ -100,13 +119,6 @@ pub struct RecoveryReport {
     pub batches_finished: u64,
     pub wal_torn_bytes: u64,
     pub audit_torn_bytes: u64,
-}
-
-struct ShardSlot {
-    shard: Mutex<Shard>,
-    /// Claimed lsns touching this shard, not yet applied; the smallest goes next.
-    turns: Mutex<BTreeSet<Lsn>>,
-    turn_cv: Condvar,
 }
 
 #[derive(Clone, Copy)]
@@ -142,7 +154,7 @@ pub struct Engine {
     /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).
     finished_cv: Condvar,
     failed: AtomicBool,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
     _lock: Option<File>,
@@ -231,7 +243,7 @@ impl Engine {
             }),
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
-            stats: Stats::default(),
+            stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
             _lock: lock_file,
@@ -324,7 +336,7 @@ impl Engine {
         //    retired below a create, because each shard remembers its largest id.
         for name in &shard_names {
             let slot = self.slot(name)?;
-            let max_id = lock(&slot.shard).max_id();
+            let (_, max_id) = slot.stats()?;
             let mut p = lock(&self.planner);
             p.next_id = p.next_id.max(max_id + 1);
         }
@@ -413,7 +425,7 @@ impl Engine {
             .collect();
         slots
             .into_iter()
-            .map(|(k, s)| (k, lock(&s.shard).len()))
+            .filter_map(|(k, s)| s.stats().ok().map(|(n, _)| (k, n)))
             .collect()
     }
 
@@ -435,11 +447,19 @@ impl Engine {
             shard: name.to_owned(),
             source,
         })?;
-        let slot = Arc::new(ShardSlot {
-            shard: Mutex::new(shard),
-            turns: Mutex::new(BTreeSet::new()),
-            turn_cv: Condvar::new(),
-        });
+        let ctx = OwnerContext {
+            crash: self.crash.clone(),
+            stats: self.stats.clone(),
+            opened: self.opened,
+        };
+        let slot =
+            Arc::new(
+                ShardSlot::spawn(name, shard, ctx).map_err(|source| EngineError::Io {
+                    op: "start shard owner",
+                    path: self.data_dir.join(SHARDS_DIR).join(name),
+                    source,
+                })?,
+            );
         shards.insert(name.to_owned(), slot.clone());
         Ok(slot)
     }
@@ -481,9 +501,6 @@ impl Engine {
     fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
         self.finished_cv.notify_all();
-        for s in lock(&self.shards).values() {
-            s.turn_cv.notify_all();
-        }
     }
 
     fn check(&self) -> Result<(), EngineError> {
@@ -722,7 +739,7 @@ impl Engine {
                 }
             }
         };
-        let held = lock(&slot.shard).contains(id);
+        let held = slot.contains(id)?;
         Ok(held)
     }
 
@@ -800,36 +817,8 @@ impl Engine {
         }
         for (k, (name, ops)) in by_shard.into_iter().enumerate() {
             let slot = self.slot(name)?;
-            let shard_err = |source| EngineError::Shard {
-                shard: name.to_owned(),
-                source,
-            };
-            {
-                let mut turns = lock(&slot.turns);
-                // Recovery runs alone and registers no turns: an absent lsn goes at once.
-                while turns.first().is_some_and(|first| *first < lsn) {
-                    self.check()?;
-                    turns = slot
-                        .turn_cv
-                        .wait_timeout(turns, Duration::from_millis(50))
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
-                }
-            }
-            {
-                let mut shard = lock(&slot.shard);
-                shard
-                    .apply(&Txn {
-                        lsn,
-                        ops: ops.clone(),
-                    })
-                    .map_err(shard_err)?;
-                self.hit(&format!("after_commit.{k}"))?;
-                shard.flush().map_err(shard_err)?;
-            }
-            self.hit(&format!("after_flush.{k}"))?;
-            lock(&slot.turns).remove(&lsn);
-            slot.turn_cv.notify_all();
+            // The owner applies it in lsn order, flushes, and answers once it is durable.
+            slot.apply(lsn, k, ops.clone(), &|| self.is_failed())?;
             let mut p = lock(&self.planner);
             if let Some(o) = p.overlay.get_mut(name) {
                 for op in &ops {

@@ -12,6 +12,7 @@ pub mod drill;
 pub mod engine;
 pub mod metrics;
 pub mod notify;
+pub mod owner;
 pub mod serve;
 pub mod spool;
 pub mod trigger;

@@ -31,6 +31,12 @@ struct Shared {
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
 pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
+    serve_until(engine, Arc::new(Notify::new()))
+}
+
+/// [`serve`], also stopping (the same graceful way) when `stop` is notified: for embedding
+/// the daemon in another program, such as the benchmark.
+pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
     let workers = engine.config().batches_in_flight_max;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -42,10 +48,10 @@ pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
             path: engine.data_dir().to_path_buf(),
             source,
         })?;
-    rt.block_on(serve_async(engine))
+    rt.block_on(serve_async(engine, stop))
 }
 
-async fn serve_async(engine: Arc<Engine>) -> Result<(), EngineError> {
+async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
     let cfg = engine.config().clone();
     let workers = cfg.batches_in_flight_max;
     let new_dir = engine.spool().new.clone();
@@ -113,6 +119,7 @@ async fn serve_async(engine: Arc<Engine>) -> Result<(), EngineError> {
     info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
     loop {
         tokio::select! {
+            _ = stop.notified() => { info!("asked to stop"); break; }
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = shared.wake.notified() => {}

@@ -1,0 +1,359 @@
+//! `cargo run --release -p roost-bench`: roost end to end through the spool, side by side in
+//! one run with what a user would pick instead (a SQLite spool consumer at the same
+//! durability) and with the raw disk (an fdatasync loop and sequential bandwidth). Prints one
+//! table and writes `docs/bench-throughput.svg` (throughput against client count).
+//!
+//! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_DIR` puts the
+//! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
+
+mod peer;
+mod spool;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use roost::config::Config;
+use roost::crash::NoCrash;
+use roost::engine::{Engine, EngineOptions};
+use roost_wal::storage::RealStorage;
+
+use crate::spool::{burst, closed_loop, open_loop, Workload};
+
+/// Sizes; `quick` for the CI smoke run.
+struct Sizes {
+    burst: usize,
+    clients: Vec<usize>,
+    cell: Duration,
+    restart_records: u64,
+}
+
+fn sizes() -> Sizes {
+    if std::env::var_os("ROOST_BENCH_QUICK").is_some() {
+        Sizes {
+            burst: 200,
+            clients: vec![1, 4],
+            cell: Duration::from_millis(400),
+            restart_records: 20_000,
+        }
+    } else {
+        Sizes {
+            burst: 10_000,
+            clients: vec![1, 4, 16, 64],
+            cell: Duration::from_secs(4),
+            restart_records: 1_000_000,
+        }
+    }
+}
+
+/// A daemon under test: `roost serve` in this process, stopped gracefully at drop.
+pub struct Roost {
+    pub engine: Arc<Engine>,
+    pub spool: PathBuf,
+    stop: Arc<tokio::sync::Notify>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Roost {
+    fn start(dir: &Path) -> anyhow::Result<Roost> {
+        let cfg = Config {
+            data_dir: dir.to_path_buf(),
+            batches_in_flight_max: 64,
+            ..Config::default()
+        };
+        let engine = Arc::new(Engine::open(EngineOptions {
+            storage: RealStorage::shared(),
+            data_dir: dir.to_path_buf(),
+            spool_dir: dir.join("spool"),
+            config: Arc::new(cfg),
+            crash: Arc::new(NoCrash),
+        })?);
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let (e, s) = (engine.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            if let Err(err) = roost::serve::serve_until(e, s) {
+                eprintln!("roost serve failed: {err}");
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(Roost {
+            engine,
+            spool: dir.join("spool"),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Roost {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn raw_fdatasync(dir: &Path, size: usize, secs: Duration) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(dir.join("raw-sync"))
+        .expect("raw");
+    let buf = vec![0x5au8; size];
+    let start = Instant::now();
+    let (mut n, mut off) = (0u64, 0u64);
+    while start.elapsed() < secs {
+        f.write_all_at(&buf, off).expect("write");
+        f.sync_data().expect("sync");
+        off += size as u64;
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn raw_bandwidth(dir: &Path, total: usize) -> f64 {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("raw-bw")).expect("bw");
+    let buf = vec![0xa5u8; 1 << 20];
+    let start = Instant::now();
+    for _ in 0..total / buf.len() {
+        f.write_all(&buf).expect("write");
+    }
+    f.sync_data().expect("sync");
+    total as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn rss_anon_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `roost-bench --restart-probe DIR`: open the engine (recovery) and report the time to ready
+/// and the anonymous memory it holds, in a fresh process so nothing else is counted.
+fn restart_probe(dir: &Path) -> anyhow::Result<()> {
+    let before = rss_anon_kib();
+    let t = Instant::now();
+    let engine = Engine::open(EngineOptions {
+        storage: RealStorage::shared(),
+        data_dir: dir.to_path_buf(),
+        spool_dir: dir.join("spool"),
+        config: Arc::new(Config {
+            data_dir: dir.to_path_buf(),
+            ..Config::default()
+        }),
+        crash: Arc::new(NoCrash),
+    })?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let records: usize = engine.shard_counts().values().sum();
+    let after = rss_anon_kib();
+    println!("{ms:.0} {records} {}", after.saturating_sub(before));
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--restart-probe") {
+        return restart_probe(Path::new(args.get(2).context("--restart-probe DIR")?));
+    }
+    let sz = sizes();
+    let base = std::env::var_os("ROOST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/bench-e2e"));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base)?;
+    let small = Workload {
+        ops: 10,
+        record_bytes: 100,
+    };
+    let large = Workload {
+        ops: 10,
+        record_bytes: 4096,
+    };
+    println!(
+        "roost end-to-end benchmark in {} (batches of {} creates of ~{} B)",
+        base.display(),
+        small.ops,
+        small.record_bytes
+    );
+
+    let sync_rate = raw_fdatasync(&base, 1200, Duration::from_secs(2));
+    let bandwidth = raw_bandwidth(&base, if sz.burst < 1000 { 32 << 20 } else { 256 << 20 });
+    println!(
+        "raw disk: {sync_rate:.0} fdatasync/s (1.2 KB writes), {bandwidth:.0} MB/s sequential"
+    );
+
+    // roost
+    let r = Roost::start(&base.join("roost"))?;
+    let roost_burst = burst(&r.spool, sz.burst, &small)?;
+    println!("roost burst: {roost_burst:.0} batches/s");
+    let mut roost_cl = Vec::new();
+    let mut per_sync_64 = 0.0;
+    for &c in &sz.clients {
+        let (a0, s0) = r.engine.wal_stats();
+        let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
+        let (rate, _) = closed_loop(&r.spool, c, sz.cell, &small)?;
+        let (a1, s1) = r.engine.wal_stats();
+        let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
+        let batches_per_sync = (c1 - c0) as f64 / ((s1 - s0).max(1)) as f64;
+        println!("roost {c:>2} clients: {rate:.0} batches/s, {batches_per_sync:.1} batches per WAL fdatasync ({} appends, {} syncs)", a1 - a0, s1 - s0);
+        if c == *sz.clients.last().unwrap_or(&1) {
+            per_sync_64 = batches_per_sync;
+        }
+        roost_cl.push((c, rate));
+    }
+    let peak = roost_cl.iter().map(|x| x.1).fold(roost_burst, f64::max);
+    let (p50, p99) = open_loop(&r.spool, peak / 2.0, sz.cell, &small)?;
+    println!(
+        "roost latency at {:.0} batches/s (half of peak): p50 {:.2} ms, p99 {:.2} ms",
+        peak / 2.0,
+        p50 * 1e3,
+        p99 * 1e3
+    );
+    drop(r);
+
+    let r = Roost::start(&base.join("roost-large"))?;
+    let max_clients = *sz.clients.last().unwrap_or(&1);
+    let (large_rate, _) = closed_loop(&r.spool, max_clients, sz.cell, &large)?;
+    let wal_mb = large_rate * (large.ops * (large.record_bytes + 60)) as f64 / 1e6;
+    println!("roost large records ({} x {} B, {max_clients} clients): {large_rate:.0} batches/s, about {wal_mb:.1} MB/s into the WAL ({:.0}% of sequential bandwidth)", large.ops, large.record_bytes, 100.0 * wal_mb / bandwidth);
+    drop(r);
+
+    // the SQLite peer
+    let p = peer::Peer::start(&base.join("sqlite"))?;
+    let peer_burst = burst(&p.spool, sz.burst, &small)?;
+    println!("sqlite burst: {peer_burst:.0} batches/s");
+    let mut peer_cl = Vec::new();
+    for &c in &sz.clients {
+        let (rate, _) = closed_loop(&p.spool, c, sz.cell, &small)?;
+        println!("sqlite {c:>2} clients: {rate:.0} batches/s");
+        peer_cl.push((c, rate));
+    }
+    drop(p);
+
+    // restart: records over 8 shards, then READY time and index memory in a fresh process
+    let rdir = base.join("restart");
+    spool::populate(&rdir, sz.restart_records, 8)?;
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .arg("--restart-probe")
+        .arg(&rdir)
+        .output()?;
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let (ready_ms, recs, kib) = (
+        v.first().copied().unwrap_or(f64::NAN),
+        v.get(1).copied().unwrap_or(0.0),
+        v.get(2).copied().unwrap_or(0.0),
+    );
+    println!("restart: {recs:.0} records over 8 shards ready in {ready_ms:.0} ms; {:.1} bytes of memory per record", kib * 1024.0 / recs.max(1.0));
+
+    // the table
+    println!();
+    println!("| measure | roost | SQLite peer | raw disk | ratio |");
+    println!("|---|---|---|---|---|");
+    println!("| burst of {} files, batches/s | {roost_burst:.0} | {peer_burst:.0} | {sync_rate:.0} fdatasync/s | roost/peer {:.1}x |", sz.burst, roost_burst / peer_burst);
+    for ((c, a), (_, b)) in roost_cl.iter().zip(&peer_cl) {
+        println!("| {c} closed-loop clients, batches/s | {a:.0} | {b:.0} | {sync_rate:.0} fdatasync/s | roost/peer {:.1}x |", a / b);
+    }
+    println!("| batches per WAL fdatasync, {max_clients} clients | {per_sync_64:.1} | | | |");
+    println!("| WAL MB/s, 10 x 4 KiB records, {max_clients} clients | {wal_mb:.1} | | {bandwidth:.0} MB/s sequential | {:.2} of bandwidth |", wal_mb / bandwidth);
+    println!(
+        "| latency p50 / p99 at half peak, ms | {:.2} / {:.2} | | | |",
+        p50 * 1e3,
+        p99 * 1e3
+    );
+    println!("| restart to ready, {recs:.0} records / 8 shards, ms | {ready_ms:.0} | | | |");
+    println!(
+        "| index memory, bytes per record | {:.1} | | | |",
+        kib * 1024.0 / recs.max(1.0)
+    );
+
+    let svg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-throughput.svg");
+    if std::env::var_os("ROOST_BENCH_QUICK").is_none() {
+        plot(&svg, &roost_cl, &peer_cl, sync_rate)?;
+        println!("\nplot: {}", svg.display());
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(())
+}
+
+fn plot(
+    path: &Path,
+    roost: &[(usize, f64)],
+    peer: &[(usize, f64)],
+    sync_rate: f64,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ymax = roost
+        .iter()
+        .chain(peer)
+        .map(|x| x.1)
+        .fold(sync_rate, f64::max)
+        * 1.15;
+    let xmax = roost.iter().map(|x| x.0).max().unwrap_or(64) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "batches/s against closed-loop clients (10 creates of 100 B each)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d((1f64..xmax * 1.1).log_scale(), 0f64..ymax)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("clients")
+        .y_desc("batches/s")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let series = [("roost", roost, BLUE), ("SQLite peer", peer, RED)];
+    for (name, pts, color) in series {
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|(c, r)| (*c as f64, *r)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|(c, r)| Circle::new((*c as f64, *r), 3, color.filled())),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(1.0, sync_rate), (xmax * 1.1, sync_rate)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .label("fdatasync bound (one batch per sync)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}

@@ -97,18 +97,27 @@ impl ShardSlot {
             .map_err(|_| EngineError::Failed)
     }
 
-    /// Applies and flushes one transaction in its turn; returns once it is durable. Gives up
-    /// with `Failed` when `failed()` says the pipeline stopped (an earlier batch whose turn
-    /// this one waits for will then never arrive).
-    pub fn apply(
+    /// Hands one transaction to the owner, to be applied in its turn and flushed; the answer
+    /// comes on the returned receiver (see [`ShardSlot::wait_applied`]).
+    pub fn send_apply(
         &self,
         lsn: Lsn,
         k: usize,
         ops: Vec<TxnOp>,
-        failed: &dyn Fn() -> bool,
-    ) -> Result<(), EngineError> {
+    ) -> Result<mpsc::Receiver<Result<(), EngineError>>, EngineError> {
         let (reply, rx) = mpsc::channel();
         self.send(ShardMsg::Apply { lsn, k, ops, reply })?;
+        Ok(rx)
+    }
+
+    /// Waits until the transaction is durable. Gives up with `Failed` when `failed()` says the
+    /// pipeline stopped (an earlier batch whose turn this one waits for will then never
+    /// arrive).
+    pub fn wait_applied(
+        &self,
+        rx: &mpsc::Receiver<Result<(), EngineError>>,
+        failed: &dyn Fn() -> bool,
+    ) -> Result<(), EngineError> {
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(r) => return r,

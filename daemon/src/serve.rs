@@ -185,6 +185,13 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     ));
     info!(in_flight, "waiting for in-flight batches");
     let _all = sem.acquire_many(workers as u32).await;
+    // Done records are written lazily: make them durable before saying we stopped cleanly.
+    if let Err(e) = shared.engine.sync() {
+        warn!(error = %e, "final wal sync failed");
+        if let Ok(mut f) = shared.fatal.lock() {
+            f.get_or_insert(e);
+        }
+    }
     ticker.abort();
     control.abort();
     if let Some(m) = metrics {

@@ -1,6 +1,9 @@
 //! Black-box tests of the real `roost` binary: a daemon on a temporary data directory, batch
 //! files through the spool, and the read commands on the files it leaves.
 
+mod common;
+use common::BIN;
+
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,8 +11,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_roost");
 
 struct Daemon {
     child: Child,

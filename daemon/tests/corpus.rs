@@ -2,11 +2,14 @@
 //! table-driven test in-process, and dropped, mixed with valid batches and with hostile
 //! non-files, into a running daemon.
 
+mod common;
+use common::*;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use roost::batch::{self, Status};
 use roost::config::Config;
@@ -14,8 +17,6 @@ use roost::crash::NoCrash;
 use roost::engine::{Engine, EngineOptions};
 use roost_wal::storage::SimStorage;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_roost");
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
@@ -79,24 +80,6 @@ fn corpus_table() {
     // Nothing invalid or rejected reached the WAL or a shard.
     assert_eq!(engine.wal().next_lsn(), 1, "a bad input wrote to the WAL");
     println!("corpus: {} cases", cases.len());
-}
-
-/// Kills the daemon when the test ends, passing or not.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
-    let until = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Goal: the whole corpus, hostile non-files (symlink, hard link, FIFO, device node,

@@ -1,33 +1,17 @@
 //! A hostile spool and hostile triggers against the real binary: limits, quarantine bounds,
 //! permissions, and ten thousand files at once.
 
+mod common;
+use common::*;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_roost");
-
-fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
-    let until = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path, args: &[&str]) -> Serve {
+fn serve(dir: &Path, args: &[&str]) -> Guard {
     let log = dir.join("serve.log");
     let child = Command::new(BIN)
         .args(["serve", "--data-dir"])
@@ -43,12 +27,7 @@ fn serve(dir: &Path, args: &[&str]) -> Serve {
             .unwrap_or_default()
             .contains("serving")
     });
-    Serve(child)
-}
-
-fn drop_in(spool: &Path, name: &str, body: &[u8]) {
-    std::fs::write(spool.join("tmp").join(name), body).unwrap();
-    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+    Guard(child)
 }
 
 fn result(spool: &Path, name: &str) -> Value {
@@ -246,7 +225,7 @@ fn ten_thousand_files_at_once() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let _s = Serve(child);
+    let _s = Guard(child);
     let started = Instant::now();
     wait_for("ten thousand results", Duration::from_secs(240), || {
         std::fs::read_dir(spool.join("out"))

@@ -1,39 +1,16 @@
 //! The service contract: systemd's notify protocol over a real Unix datagram socket, graceful
 //! SIGTERM in the middle of a stream, exit codes, and `roost status`.
 
+mod common;
+use common::*;
+
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_roost");
-
-/// Kills the child when a test ends, passing or not (a leaked daemon would hold the test
-/// harness's pipes open).
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
-    let until = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn drop_in(spool: &Path, name: &str, body: &[u8]) {
-    std::fs::write(spool.join("tmp").join(name), body).unwrap();
-    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
-}
 
 fn batch(i: usize) -> Vec<u8> {
     format!(r#"{{"request_key":"k{i}","ops":[{{"op":"create","shard":"a","record":{{"i":{i}}}}},{{"op":"create","shard":"b","record":{{"i":{i}}}}}]}}"#).into_bytes()

@@ -1,0 +1,34 @@
+//! Helpers shared by the black-box tests of the `roost` binary.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_roost");
+
+/// Polls `f` until it holds; fails the test naming `what` after `limit`.
+pub fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
+    let until = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills a child process when the test ends, passing or not (a leaked daemon would hold the
+/// test harness's pipes open and keep running).
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Drops a batch into a spool the client's way: write into `tmp/`, rename into `new/`.
+pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
+    std::fs::write(spool.join("tmp").join(name), body).unwrap();
+    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+}

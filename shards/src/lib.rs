@@ -10,7 +10,6 @@ pub mod frame;
 mod mmap;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -100,13 +99,114 @@ pub struct OpenReport {
     pub max_lsn: u64,
 }
 
-/// Where a live record's bytes are. 12 bytes; with the u64 key and the hash table's control
-/// byte this is about 24 bytes per record at a 7/8 load factor.
+/// Where a live record's bytes are. 12 bytes; with the u64 id, 20 bytes per record.
 #[derive(Clone, Copy, Debug)]
 struct Loc {
     seg: u32,
     offset: u32,
     len: u32,
+}
+
+/// The in-memory index: ids sorted, with their locations in a parallel vector (8 + 12 = 20
+/// bytes per record, no hash table overhead). Ids are minted in increasing order and a shard
+/// applies transactions in lsn order, so inserts are appends; a delete leaves a tombstone
+/// (`seg == TOMBSTONE`) that compaction removes once tombstones are half the entries.
+#[derive(Debug, Default)]
+struct Index {
+    ids: Vec<u64>,
+    locs: Vec<Loc>,
+    live: usize,
+}
+
+const TOMBSTONE: u32 = u32::MAX;
+
+impl Index {
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.locs.clear();
+        self.live = 0;
+    }
+
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        // Fast path: the newest id.
+        match self.ids.last() {
+            Some(last) if *last < id => Err(self.ids.len()),
+            _ => self.ids.binary_search(&id),
+        }
+    }
+
+    fn insert(&mut self, id: u64, loc: Loc) {
+        match self.find(id) {
+            Ok(i) => {
+                if self.locs[i].seg == TOMBSTONE {
+                    self.live += 1;
+                }
+                self.locs[i] = loc;
+            }
+            Err(i) => {
+                self.ids.insert(i, id);
+                self.locs.insert(i, loc);
+                self.live += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Ok(i) = self.find(id) {
+            if self.locs[i].seg != TOMBSTONE {
+                self.locs[i].seg = TOMBSTONE;
+                self.live -= 1;
+                let dead = self.ids.len() - self.live;
+                if dead > 1024 && dead * 2 > self.ids.len() {
+                    self.compact();
+                }
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        let mut w = 0;
+        for r in 0..self.ids.len() {
+            if self.locs[r].seg != TOMBSTONE {
+                self.ids[w] = self.ids[r];
+                self.locs[w] = self.locs[r];
+                w += 1;
+            }
+        }
+        self.ids.truncate(w);
+        self.locs.truncate(w);
+    }
+
+    fn get(&self, id: u64) -> Option<Loc> {
+        self.find(id)
+            .ok()
+            .map(|i| self.locs[i])
+            .filter(|l| l.seg != TOMBSTONE)
+    }
+
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Live ids in increasing order.
+    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids
+            .iter()
+            .zip(&self.locs)
+            .filter(|(_, l)| l.seg != TOMBSTONE)
+            .map(|(id, _)| *id)
+    }
+
+    /// Drops tombstones and spare capacity (after a rebuild).
+    fn shrink(&mut self) {
+        self.compact();
+        self.ids.shrink_to_fit();
+        self.locs.shrink_to_fit();
+    }
+
+    fn capacity(&self) -> usize {
+        self.ids.capacity()
+    }
 }
 
 /// One frame the shard holds, in lsn order.
@@ -180,7 +280,7 @@ pub struct Shard {
     segs: Vec<Seg>,
     /// Bytes used in the last segment.
     write_offset: usize,
-    index: HashMap<u64, Loc>,
+    index: Index,
     frames: Vec<FrameMeta>,
     max_lsn: u64,
     /// Largest id any create in any held frame used (deleted or not): ids are never reused.
@@ -297,7 +397,7 @@ impl Shard {
             opts,
             segs,
             write_offset: 0,
-            index: HashMap::new(),
+            index: Index::default(),
             frames: Vec::new(),
             max_lsn: 0,
             max_id: 0,
@@ -366,7 +466,7 @@ impl Shard {
                                 self.max_id = self.max_id.max(op.id);
                                 report.records += 1;
                             } else {
-                                self.index.remove(&op.id);
+                                self.index.remove(op.id);
                                 report.deletes += 1;
                             }
                         }
@@ -421,6 +521,7 @@ impl Shard {
                 }
             }
         }
+        self.index.shrink();
         report.records = self.index.len() as u64;
         report.max_lsn = self.max_lsn;
         self.report = report;
@@ -465,11 +566,11 @@ impl Shard {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.index.len() == 0
     }
 
     pub fn contains(&self, id: u64) -> bool {
-        self.index.contains_key(&id)
+        self.index.get(id).is_some()
     }
 
     /// Bytes of the in-memory index's table (for the memory benchmark).
@@ -489,7 +590,7 @@ impl Shard {
     }
 
     pub fn get(&self, id: u64) -> Result<Option<Vec<u8>>, ShardError> {
-        let Some(loc) = self.index.get(&id) else {
+        let Some(loc) = self.index.get(id) else {
             return Ok(None);
         };
         let seg = &self.segs[loc.seg as usize];
@@ -500,8 +601,7 @@ impl Shard {
 
     /// Every live record in id order.
     pub fn scan(&self) -> Result<Vec<(u64, Vec<u8>)>, ShardError> {
-        let mut ids: Vec<u64> = self.index.keys().copied().collect();
-        ids.sort_unstable();
+        let ids: Vec<u64> = self.index.ids().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(r) = self.get(id)? {
@@ -562,7 +662,7 @@ impl Shard {
         }
         for op in &txn.ops {
             if let TxnOp::Create { id, .. } = op {
-                if self.index.contains_key(id) || *id <= self.max_id && self.id_was_used(*id) {
+                if self.index.get(*id).is_some() || *id <= self.max_id && self.id_was_used(*id) {
                     return Err(ShardError::DuplicateId {
                         id: *id,
                         lsn: txn.lsn,
@@ -609,7 +709,7 @@ impl Shard {
                 self.index.insert(op.id, loc);
                 self.max_id = self.max_id.max(op.id);
             } else {
-                self.index.remove(&op.id);
+                self.index.remove(op.id);
             }
         }
         self.frames.push(FrameMeta {

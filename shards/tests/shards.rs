@@ -394,3 +394,47 @@ fn damage_before_a_valid_frame_is_corruption() {
         other => panic!("expected corruption, got {other:?}"),
     }
 }
+
+/// Goal: the index keeps working when ids do not arrive in increasing order and when more
+/// than half of them are deleted (compaction), checked against a model after reopen too.
+#[test]
+fn index_out_of_order_ids_and_mass_deletes() {
+    let disk = SimStorage::new();
+    let mut s = open_sim(&disk, 1 << 20).unwrap();
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut lsn = 0;
+    for chunk in [(5000u64..7000), (1..2000), (9000..9500)] {
+        lsn += 1;
+        let ops: Vec<TxnOp> = chunk
+            .clone()
+            .rev()
+            .map(|id| TxnOp::Create {
+                id,
+                record: rec(id),
+            })
+            .collect();
+        for id in chunk {
+            model.insert(id, rec(id));
+        }
+        s.apply(&Txn { lsn, ops }).unwrap();
+    }
+    lsn += 1;
+    let victims: Vec<u64> = model.keys().copied().filter(|id| id % 3 != 0).collect();
+    for id in &victims {
+        model.remove(id);
+    }
+    s.apply(&Txn {
+        lsn,
+        ops: victims.iter().map(|id| TxnOp::Delete { id: *id }).collect(),
+    })
+    .unwrap();
+    s.flush().unwrap();
+    let want: Vec<(u64, Vec<u8>)> = model.clone().into_iter().collect();
+    assert_eq!(s.scan().unwrap(), want);
+    assert_eq!(s.get(6001).unwrap(), None);
+    assert_eq!(s.get(6003).unwrap(), Some(rec(6003)));
+    drop(s);
+    let s = open_sim(&disk, 1 << 20).unwrap();
+    assert_eq!(s.scan().unwrap(), want);
+    assert_eq!(s.len(), model.len());
+}

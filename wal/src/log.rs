@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tracing::{debug, info, warn};
 
-use crate::format::{encode_frame, frame_len, Header, PAYLOAD_BYTES_MAX_LIMIT};
-use crate::recovery::{scan_segment, CorruptAt, Ending};
+use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
+use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, Step};
 use crate::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
 use crate::{Lsn, WalError};
 
@@ -521,14 +521,15 @@ fn corrupt(path: &Path, c: CorruptAt) -> WalError {
     }
 }
 
-/// Iterator over records; see [`Wal::replay`].
+/// Iterator over records; see [`Wal::replay`]. Streams: it holds one segment's bytes and
+/// copies out one record at a time.
 pub struct Replay {
     storage: Arc<dyn Storage>,
     segments: std::vec::IntoIter<Segment>,
     from: Lsn,
     end: Lsn,
     payload_bytes_max: u32,
-    buffered: std::vec::IntoIter<Record>,
+    current: Option<(Segment, Vec<u8>, ScanState)>,
 }
 
 impl Replay {
@@ -543,11 +544,11 @@ impl Replay {
             from,
             end,
             payload_bytes_max: max,
-            buffered: Vec::new().into_iter(),
+            current: None,
         }
     }
 
-    fn load(&mut self, seg: &Segment) -> Result<Vec<Record>, WalError> {
+    fn load(&self, seg: &Segment) -> Result<Vec<u8>, WalError> {
         let io = |op: &'static str| {
             let path = seg.path.clone();
             move |source| WalError::Io { op, path, source }
@@ -556,32 +557,48 @@ impl Replay {
             .storage
             .open(&seg.path, OpenMode::Read)
             .map_err(io("open"))?;
-        let bytes = read_all(file.as_ref()).map_err(io("read"))?;
-        let mut out = Vec::new();
-        let (from, end) = (self.from, self.end);
-        // Treated as the last segment: a record beyond what open accepted (a concurrent
-        // writer's torn tail) ends the replay instead of failing it.
-        scan_segment(
-            &bytes,
-            seg.first_lsn,
-            true,
-            self.payload_bytes_max,
-            |offset, h: &Header, p| {
-                if h.lsn >= from && h.lsn < end {
-                    out.push(Record {
-                        lsn: h.lsn,
-                        epoch: h.epoch,
-                        record_type: h.record_type,
-                        payload: p.to_vec(),
+        read_all(file.as_ref()).map_err(io("read"))
+    }
+
+    fn advance(&mut self) -> Result<Option<Record>, WalError> {
+        loop {
+            let Some((seg, bytes, st)) = self.current.as_mut() else {
+                let Some(seg) = self.segments.next() else {
+                    return Ok(None);
+                };
+                let bytes = self.load(&seg)?;
+                let st = ScanState::new(seg.first_lsn);
+                self.current = Some((seg, bytes, st));
+                continue;
+            };
+            // Treated as the last segment: a record beyond what open accepted (a concurrent
+            // writer's torn tail) ends the replay instead of failing it.
+            match step(bytes, st, true, self.payload_bytes_max)
+                .map_err(|c| corrupt(&seg.path, c))?
+            {
+                Step::Record { header, .. } if header.lsn >= self.end => {
+                    self.segments = Vec::new().into_iter();
+                    self.current = None;
+                    return Ok(None);
+                }
+                Step::Record {
+                    offset,
+                    header,
+                    payload,
+                } if header.lsn >= self.from => {
+                    return Ok(Some(Record {
+                        lsn: header.lsn,
+                        epoch: header.epoch,
+                        record_type: header.record_type,
+                        payload: bytes[payload].to_vec(),
                         segment: seg.path.clone(),
                         offset,
-                    });
+                    }));
                 }
-                Ok(())
-            },
-        )
-        .map_err(|c| corrupt(&seg.path, c))?;
-        Ok(out)
+                Step::Record { .. } => {}
+                Step::End(_) => self.current = None,
+            }
+        }
     }
 }
 
@@ -589,17 +606,12 @@ impl Iterator for Replay {
     type Item = Result<Record, WalError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(r) = self.buffered.next() {
-                return Some(Ok(r));
-            }
-            let seg = self.segments.next()?;
-            match self.load(&seg) {
-                Ok(v) => self.buffered = v.into_iter(),
-                Err(e) => {
-                    self.segments = Vec::new().into_iter();
-                    return Some(Err(e));
-                }
+        match self.advance() {
+            Ok(r) => r.map(Ok),
+            Err(e) => {
+                self.segments = Vec::new().into_iter();
+                self.current = None;
+                Some(Err(e))
             }
         }
     }

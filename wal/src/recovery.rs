@@ -160,6 +160,100 @@ fn valid_follows(bytes: &[u8], from: usize, payload_bytes_max: u32) -> bool {
     })
 }
 
+/// Where a scan of one segment stands: the next offset, the lsn the next record must carry,
+/// and how many records it has accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanState {
+    pub pos: usize,
+    pub next_lsn: u64,
+    pub records: u64,
+}
+
+impl ScanState {
+    pub fn new(first_lsn: u64) -> ScanState {
+        ScanState {
+            pos: 0,
+            next_lsn: first_lsn,
+            records: 0,
+        }
+    }
+}
+
+/// One step of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// An accepted record: its offset, header and where its payload is in the segment.
+    Record {
+        offset: u64,
+        header: Header,
+        payload: std::ops::Range<usize>,
+    },
+    /// The segment ends here (cleanly or with a torn tail); `state.pos` is the valid end.
+    End(Ending),
+}
+
+/// Advances a scan of `bytes` (one whole segment) by one record, applying the decision table.
+/// The one loop behind [`scan_segment`] and the WAL's streaming replay.
+pub fn step(
+    bytes: &[u8],
+    st: &mut ScanState,
+    last_segment: bool,
+    payload_bytes_max: u32,
+) -> Result<Step, CorruptAt> {
+    let pos = st.pos;
+    if pos >= bytes.len() {
+        return Ok(Step::End(Ending::Clean));
+    }
+    let p = probe(&bytes[pos..], payload_bytes_max);
+    let (seen, lsn_is_next, why) = match p {
+        Probe::Zero => (Seen::Zero, false, "zero header"),
+        Probe::Valid(h) => (Seen::Valid, h.lsn == st.next_lsn, "lsn out of sequence"),
+        Probe::Invalid(why) => (Seen::Invalid, false, why),
+    };
+    let follows = match seen {
+        Seen::Valid => false,
+        _ => valid_follows(bytes, pos + RECORD_ALIGN, payload_bytes_max),
+    };
+    let obs = Observation {
+        seen,
+        lsn_is_next,
+        last_segment,
+        valid_follows: follows,
+    };
+    let corrupt = |reason: &str| CorruptAt {
+        offset: pos as u64,
+        lsn: st.next_lsn,
+        reason: reason.to_owned(),
+    };
+    match (decide(obs), p) {
+        (Action::Accept, Probe::Valid(h)) => {
+            let start = pos + RECORD_HEADER_LEN;
+            st.records += 1;
+            st.next_lsn += 1;
+            st.pos += frame_len(h.len as usize);
+            Ok(Step::Record {
+                offset: pos as u64,
+                header: h,
+                payload: start..start + h.len as usize,
+            })
+        }
+        (Action::EndOfSegment | Action::EndOfLog, _) => Ok(Step::End(Ending::Clean)),
+        (Action::TruncateTail, _) => Ok(Step::End(Ending::TornTail {
+            offset: pos as u64,
+            reason: why,
+        })),
+        (Action::Corrupt(reason), _) => {
+            let detail = if matches!(seen, Seen::Valid | Seen::Zero) {
+                reason.to_owned()
+            } else {
+                format!("{reason} ({why})")
+            };
+            Err(corrupt(&detail))
+        }
+        (Action::Accept, _) => Err(corrupt("decision table accepted a non-record")),
+    }
+}
+
 /// Scans `bytes` (one whole segment) from offset 0, expecting lsn `first_lsn` first, and calls
 /// `on_record` for each accepted record with its offset, header and payload.
 pub fn scan_segment(
@@ -169,75 +263,22 @@ pub fn scan_segment(
     payload_bytes_max: u32,
     mut on_record: impl FnMut(u64, &Header, &[u8]) -> Result<(), CorruptAt>,
 ) -> Result<SegmentScan, CorruptAt> {
-    let mut pos = 0usize;
-    let mut next_lsn = first_lsn;
-    let mut records = 0u64;
+    let mut st = ScanState::new(first_lsn);
     loop {
-        if pos >= bytes.len() {
-            return Ok(SegmentScan {
-                valid_end: pos as u64,
-                next_lsn,
-                records,
-                ending: Ending::Clean,
-            });
-        }
-        let p = probe(&bytes[pos..], payload_bytes_max);
-        let (seen, lsn_is_next, why) = match p {
-            Probe::Zero => (Seen::Zero, false, "zero header"),
-            Probe::Valid(h) => (Seen::Valid, h.lsn == next_lsn, "lsn out of sequence"),
-            Probe::Invalid(why) => (Seen::Invalid, false, why),
-        };
-        let follows = match seen {
-            Seen::Valid => false,
-            _ => valid_follows(bytes, pos + RECORD_ALIGN, payload_bytes_max),
-        };
-        let obs = Observation {
-            seen,
-            lsn_is_next,
-            last_segment,
-            valid_follows: follows,
-        };
-        let corrupt = |reason: &str| CorruptAt {
-            offset: pos as u64,
-            lsn: next_lsn,
-            reason: reason.to_owned(),
-        };
-        match (decide(obs), p) {
-            (Action::Accept, Probe::Valid(h)) => {
-                let start = pos + RECORD_HEADER_LEN;
-                on_record(pos as u64, &h, &bytes[start..start + h.len as usize])?;
-                records += 1;
-                next_lsn += 1;
-                pos += frame_len(h.len as usize);
-            }
-            (Action::EndOfSegment | Action::EndOfLog, _) => {
+        match step(bytes, &mut st, last_segment, payload_bytes_max)? {
+            Step::Record {
+                offset,
+                header,
+                payload,
+            } => on_record(offset, &header, &bytes[payload])?,
+            Step::End(ending) => {
                 return Ok(SegmentScan {
-                    valid_end: pos as u64,
-                    next_lsn,
-                    records,
-                    ending: Ending::Clean,
+                    valid_end: st.pos as u64,
+                    next_lsn: st.next_lsn,
+                    records: st.records,
+                    ending,
                 })
             }
-            (Action::TruncateTail, _) => {
-                return Ok(SegmentScan {
-                    valid_end: pos as u64,
-                    next_lsn,
-                    records,
-                    ending: Ending::TornTail {
-                        offset: pos as u64,
-                        reason: why,
-                    },
-                })
-            }
-            (Action::Corrupt(reason), _) => {
-                let detail = if matches!(seen, Seen::Valid | Seen::Zero) {
-                    reason.to_owned()
-                } else {
-                    format!("{reason} ({why})")
-                };
-                return Err(corrupt(&detail));
-            }
-            (Action::Accept, _) => return Err(corrupt("decision table accepted a non-record")),
         }
     }
 }

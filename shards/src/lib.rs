@@ -310,6 +310,34 @@ fn parse_seg_name(name: &str) -> Option<u64> {
     (stem.len() == 10 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
 }
 
+/// Applies one verified frame (at `at` in segment `seg`) to the index: creates insert their
+/// location, deletes remove. Returns (creates, deletes). The one place open and apply share.
+fn index_frame(
+    index: &mut Index,
+    max_id: &mut u64,
+    seg: usize,
+    at: usize,
+    view: &frame::FrameView,
+) -> (u64, u64) {
+    let (mut creates, mut deletes) = (0, 0);
+    for op in &view.ops {
+        if op.kind == OP_CREATE {
+            let loc = Loc {
+                seg: seg as u32,
+                offset: (at + op.record_offset) as u32,
+                len: op.record_len as u32,
+            };
+            index.insert(op.id, loc);
+            *max_id = (*max_id).max(op.id);
+            creates += 1;
+        } else {
+            index.remove(op.id);
+            deletes += 1;
+        }
+    }
+    (creates, deletes)
+}
+
 fn valid_follows(bytes: &[u8], from: usize) -> bool {
     roost_wal::recovery::valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
         frame::probe(b).0 == Seen::Valid
@@ -455,21 +483,9 @@ impl Shard {
                 };
                 match (decide(obs), view) {
                     (Action::Accept, Ok(v)) => {
-                        for op in &v.ops {
-                            if op.kind == OP_CREATE {
-                                let loc = Loc {
-                                    seg: si as u32,
-                                    offset: (pos + op.record_offset) as u32,
-                                    len: op.record_len as u32,
-                                };
-                                self.index.insert(op.id, loc);
-                                self.max_id = self.max_id.max(op.id);
-                                report.records += 1;
-                            } else {
-                                self.index.remove(op.id);
-                                report.deletes += 1;
-                            }
-                        }
+                        let (c, d) = index_frame(&mut self.index, &mut self.max_id, si, pos, &v);
+                        report.records += c;
+                        report.deletes += d;
                         self.frames.push(FrameMeta {
                             lsn: v.lsn,
                             seg: si as u32,
@@ -699,19 +715,7 @@ impl Shard {
             lsn: txn.lsn,
             reason: format!("frame just encoded does not verify: {why}"),
         })?;
-        for op in &view.ops {
-            if op.kind == OP_CREATE {
-                let loc = Loc {
-                    seg: si as u32,
-                    offset: (at + op.record_offset) as u32,
-                    len: op.record_len as u32,
-                };
-                self.index.insert(op.id, loc);
-                self.max_id = self.max_id.max(op.id);
-            } else {
-                self.index.remove(op.id);
-            }
-        }
+        index_frame(&mut self.index, &mut self.max_id, si, at, &view);
         self.frames.push(FrameMeta {
             lsn: txn.lsn,
             seg: si as u32,

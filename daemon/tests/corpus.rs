@@ -7,7 +7,7 @@ use common::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,23 +90,8 @@ fn corpus_table() {
 fn corpus_into_a_running_daemon() {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    let log = std::fs::File::create(t.path().join("serve.log")).unwrap();
-    let mut child = Guard(
-        Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(&data)
-            .env("ROOST_LOG", "info")
-            .stderr(log)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = serve_ready(&data, &t.path().join("serve.log"), &[]);
     let spool = data.join("spool");
-    wait_for("serving", Duration::from_secs(20), || {
-        std::fs::read_to_string(t.path().join("serve.log"))
-            .unwrap_or_default()
-            .contains("serving")
-    });
     let tmp = spool.join("tmp");
     let new = spool.join("new");
     let mut expect: BTreeMap<String, (String, String)> = BTreeMap::new();

@@ -12,22 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 fn serve(dir: &Path, args: &[&str]) -> Guard {
-    let log = dir.join("serve.log");
-    let child = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(dir.join("data"))
-        .args(args)
-        .env("ROOST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_for("serving", Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("serving")
-    });
-    Guard(child)
+    serve_ready(&dir.join("data"), &dir.join("serve.log"), args)
 }
 
 fn result(spool: &Path, name: &str) -> Value {

@@ -139,21 +139,7 @@ fn sigterm_mid_stream_loses_nothing() {
     let data = t.path().join("data");
     let spool = data.join("spool");
     let log = t.path().join("serve.log");
-    let mut d = Guard(
-        Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(&data)
-            .env("ROOST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for("serving", Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("serving")
-    });
+    let mut d = serve_ready(&data, &log, &[]);
     let n = 400;
     for i in 0..n {
         drop_in(&spool, &format!("f{i:04}.json"), &batch(i));
@@ -268,21 +254,7 @@ fn bad_config_exit_code() {
     // A second daemon on a locked data directory: 75.
     let data = t.path().join("d2");
     let log = t.path().join("s.log");
-    let first = Guard(
-        Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(&data)
-            .env("ROOST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for("serving", Duration::from_secs(20), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("serving")
-    });
+    let first = serve_ready(&data, &log, &[]);
     let second = Command::new(BIN)
         .args(["serve", "--data-dir"])
         .arg(&data)

@@ -510,76 +510,88 @@ fn id_name(x: u8, old: u8) -> String {
 /// Breadth-first exploration with a visited set, checking every invariant in every state.
 /// Stops at the first violation (which, breadth-first, has a shortest trace).
 pub fn explore(c: &Constants) -> Exploration {
-    let mut index: HashMap<State, usize> = HashMap::new();
-    // Per state: (parent, action, depth). States themselves are kept for the trace.
-    let mut states: Vec<State> = Vec::new();
-    let mut meta: Vec<(usize, String, usize)> = Vec::new();
-    let mut queue = VecDeque::new();
-    let mut generated = 0usize;
-    let mut depth = 0usize;
-    let trace = |states: &Vec<State>, meta: &Vec<(usize, String, usize)>, mut at: usize| {
+    let mut g = Graph::default();
+    // Initial states are their own parents (`None` below), at depth 0.
+    for s in init(c) {
+        if let Some(e) = g.visit(c, s, None, "Init".into()) {
+            return e;
+        }
+    }
+    while let Some(at) = g.queue.pop_front() {
+        for (action, s) in next(&g.states[at], c) {
+            if let Some(e) = g.visit(c, s, Some(at), action) {
+                return e;
+            }
+        }
+    }
+    g.result(c, None)
+}
+
+/// The explored graph: every distinct state once, with (parent, action, depth) for traces.
+#[derive(Default)]
+struct Graph {
+    index: HashMap<State, usize>,
+    states: Vec<State>,
+    meta: Vec<(usize, String, usize)>,
+    queue: VecDeque<usize>,
+    generated: usize,
+    depth: usize,
+}
+
+impl Graph {
+    /// Counts `s` as generated; if it is new, records, checks and enqueues it. Returns the
+    /// finished exploration when `s` violates an invariant.
+    fn visit(
+        &mut self,
+        c: &Constants,
+        s: State,
+        parent: Option<usize>,
+        action: String,
+    ) -> Option<Exploration> {
+        self.generated += 1;
+        if self.index.contains_key(&s) {
+            return None;
+        }
+        let id = self.states.len();
+        let (parent, depth) = match parent {
+            Some(p) => (p, self.meta[p].2 + 1),
+            None => (id, 0),
+        };
+        self.depth = self.depth.max(depth);
+        self.index.insert(s.clone(), id);
+        self.states.push(s);
+        self.meta.push((parent, action, depth));
+        if let Err(inv) = check(&self.states[id], c) {
+            return Some(self.result(c, Some((inv, self.trace(id)))));
+        }
+        self.queue.push_back(id);
+        None
+    }
+
+    fn trace(&self, mut at: usize) -> Vec<(String, State)> {
         let mut t = Vec::new();
         loop {
-            t.push((meta[at].1.clone(), states[at].clone()));
-            if meta[at].0 == at {
+            t.push((self.meta[at].1.clone(), self.states[at].clone()));
+            if self.meta[at].0 == at {
                 break;
             }
-            at = meta[at].0;
+            at = self.meta[at].0;
         }
         t.reverse();
         t
-    };
-    for s in init(c) {
-        generated += 1;
-        if index.contains_key(&s) {
-            continue;
-        }
-        let id = states.len();
-        index.insert(s.clone(), id);
-        states.push(s);
-        meta.push((id, "Init".into(), 0));
-        if let Err(inv) = check(&states[id], c) {
-            return Exploration {
-                old: c.old,
-                distinct: states.len(),
-                generated,
-                depth,
-                violation: Some((inv, trace(&states, &meta, id))),
-            };
-        }
-        queue.push_back(id);
     }
-    while let Some(at) = queue.pop_front() {
-        let d = meta[at].2;
-        depth = depth.max(d);
-        let succ = next(&states[at], c);
-        for (action, s) in succ {
-            generated += 1;
-            if index.contains_key(&s) {
-                continue;
-            }
-            let id = states.len();
-            index.insert(s.clone(), id);
-            states.push(s);
-            meta.push((at, action, d + 1));
-            depth = depth.max(d + 1);
-            if let Err(inv) = check(&states[id], c) {
-                return Exploration {
-                    old: c.old,
-                    distinct: states.len(),
-                    generated,
-                    depth,
-                    violation: Some((inv, trace(&states, &meta, id))),
-                };
-            }
-            queue.push_back(id);
+
+    fn result(
+        &self,
+        c: &Constants,
+        violation: Option<(&'static str, Vec<(String, State)>)>,
+    ) -> Exploration {
+        Exploration {
+            old: c.old,
+            distinct: self.states.len(),
+            generated: self.generated,
+            depth: self.depth,
+            violation,
         }
-    }
-    Exploration {
-        old: c.old,
-        distinct: states.len(),
-        generated,
-        depth,
-        violation: None,
     }
 }

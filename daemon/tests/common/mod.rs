@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_roost");
@@ -31,4 +31,25 @@ impl Drop for Guard {
 pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
     std::fs::write(spool.join("tmp").join(name), body).unwrap();
     std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+}
+
+/// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs
+/// "serving" (recovery done).
+pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> Guard {
+    let child = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(data)
+        .args(args)
+        .env("ROOST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    wait_for("serving", Duration::from_secs(20), || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("serving")
+    });
+    guard
 }

@@ -162,11 +162,71 @@ fn restart_probe(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `roost-bench --closed-loop [CLIENTS] [SECS]`: one closed-loop cell against roost, with the
+/// mean time per batch in each pipeline phase and the fsync counts: the probe for profiling
+/// (`perf record`, `valgrind --tool=callgrind`) and for trying a change quickly.
+fn closed_loop_probe(clients: usize, dur: Duration) -> anyhow::Result<()> {
+    let base = bench_dir().join("probe");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base)?;
+    let w = Workload {
+        ops: 10,
+        record_bytes: 100,
+    };
+    let r = Roost::start(&base)?;
+    let e = r.engine.clone();
+    let lat = &e.stats.latency;
+    let phases = [
+        ("plan", &lat.plan),
+        ("claim", &lat.claim),
+        ("commit", &lat.commit),
+        ("finish", &lat.finish),
+        ("batch", &lat.batch),
+    ];
+    let before: Vec<(u64, u64)> = phases
+        .iter()
+        .map(|(_, h)| (h.count(), h.sum_us()))
+        .collect();
+    let (a0, s0) = e.wal_stats();
+    let (t0, f0) = (
+        e.stats.shard_txns.load(Ordering::Relaxed),
+        e.stats.shard_flushes.load(Ordering::Relaxed),
+    );
+    let (rate, _) = closed_loop(&r.spool, clients, dur, &w)?;
+    let (a1, s1) = e.wal_stats();
+    let (t1, f1) = (
+        e.stats.shard_txns.load(Ordering::Relaxed),
+        e.stats.shard_flushes.load(Ordering::Relaxed),
+    );
+    println!("{clients} clients: {rate:.0} batches/s; wal {} appends / {} syncs; shards {} txns / {} flushes", a1 - a0, s1 - s0, t1 - t0, f1 - f0);
+    for ((name, h), (c0, u0)) in phases.iter().zip(before) {
+        let n = (h.count() - c0).max(1);
+        println!(
+            "  {name:<7} mean {:>8.2} ms",
+            (h.sum_us() - u0) as f64 / n as f64 / 1e3
+        );
+    }
+    drop(r);
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(())
+}
+
+fn bench_dir() -> PathBuf {
+    std::env::var_os("ROOST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/bench-e2e"))
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("--restart-probe") => {
             return restart_probe(Path::new(args.get(2).context("--restart-probe DIR")?))
+        }
+        Some("--closed-loop") => {
+            let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
+            let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            return closed_loop_probe(clients, Duration::from_secs_f64(secs));
         }
         Some(_) => {
             eprintln!("usage: roost-bench (no arguments; ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files)");
@@ -175,9 +235,7 @@ fn main() -> anyhow::Result<()> {
         None => {}
     }
     let sz = sizes();
-    let base = std::env::var_os("ROOST_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/bench-e2e"));
+    let base = bench_dir();
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base)?;
     let small = Workload {

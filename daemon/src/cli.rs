@@ -192,10 +192,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 );
                 println!("  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate", v["committed"], v["rejected"], v["invalid"], v["conflict"], v["duplicate"]);
                 println!(
-                    "  wal: {} appends, {} syncs ({:.1} records per sync)",
+                    "  wal: {} appends, {} syncs ({:.1} records, {:.1} batches per sync)",
                     v["wal_appends"],
                     v["wal_syncs"],
-                    v["wal_records_per_sync"].as_f64().unwrap_or(0.0)
+                    v["wal_records_per_sync"].as_f64().unwrap_or(0.0),
+                    v["wal_batches_per_sync"].as_f64().unwrap_or(0.0)
+                );
+                println!(
+                    "  results: {} published in {} rounds ({:.1} per round)",
+                    v["results_published"],
+                    v["result_rounds"],
+                    v["results_per_round"].as_f64().unwrap_or(0.0)
                 );
                 if let Some(m) = v["shards"].as_object() {
                     for (k, n) in m {

@@ -73,8 +73,26 @@ pub struct Config {
     /// Serve Prometheus metrics over HTTP on this loopback address (e.g. "127.0.0.1:9187").
     /// Off by default. The metrics are also on the control socket (`roost status --metrics`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How result files in `out/` are made durable before their inputs are removed; see
+    /// [`ResultSync`].
+    pub result_sync: ResultSync,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
+}
+
+/// How a round of result files is made durable (both are equally durable; they differ in cost
+/// and in what else they wait for).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultSync {
+    /// One `syncfs` of the spool's file system per round, whatever the number of results in
+    /// it: the fastest, but it also waits for other programs' unwritten data on that file
+    /// system. The default; right when the spool has a file system (or a quiet one) of its own.
+    #[default]
+    Syncfs,
+    /// One `fdatasync` per result file (issued by the batches' own workers, concurrently),
+    /// then the round: for a spool on a busy shared file system.
+    Fsync,
 }
 
 impl Default for Config {
@@ -93,6 +111,7 @@ impl Default for Config {
             umask: 0o027,
             control_socket: None,
             metrics_listen: None,
+            result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
         }
     }

@@ -36,19 +36,26 @@ pub fn socket_path(cfg: &Config) -> PathBuf {
 pub fn status_json(engine: &Engine) -> serde_json::Value {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
+    let (rounds, published) = engine.publish_stats();
+    let committed = s.committed.load(Ordering::Relaxed);
+    let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
     let rec = engine.recovery_report();
     json!({
         "epoch": 1,
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
-        "committed": s.committed.load(Ordering::Relaxed),
+        "committed": committed,
         "rejected": s.rejected.load(Ordering::Relaxed),
         "invalid": s.invalid.load(Ordering::Relaxed),
         "conflict": s.conflict.load(Ordering::Relaxed),
         "duplicate": s.duplicate.load(Ordering::Relaxed),
         "wal_appends": appends,
         "wal_syncs": syncs,
-        "wal_records_per_sync": if syncs == 0 { 0.0 } else { appends as f64 / syncs as f64 },
+        "wal_records_per_sync": per(appends, syncs),
+        "wal_batches_per_sync": per(committed, syncs),
+        "result_rounds": rounds,
+        "results_published": published,
+        "results_per_round": per(published, rounds),
         "shard_txns": s.shard_txns.load(Ordering::Relaxed),
         "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
         "healthy": !engine.is_failed(),
@@ -108,6 +115,19 @@ pub fn metrics_text(engine: &Engine) -> String {
     );
     let _ = writeln!(out, "# TYPE roost_wal_syncs_total counter");
     let _ = writeln!(out, "roost_wal_syncs_total {syncs}");
+    let (rounds, published) = engine.publish_stats();
+    let _ = writeln!(
+        out,
+        "# HELP roost_result_rounds_total Rounds that made result files durable (each one sync of their data and one of out/)."
+    );
+    let _ = writeln!(out, "# TYPE roost_result_rounds_total counter");
+    let _ = writeln!(out, "roost_result_rounds_total {rounds}");
+    let _ = writeln!(
+        out,
+        "# HELP roost_results_published_total Result files published since start."
+    );
+    let _ = writeln!(out, "# TYPE roost_results_published_total counter");
+    let _ = writeln!(out, "roost_results_published_total {published}");
     let _ = writeln!(
         out,
         "# HELP roost_last_lsn The last lsn written to the WAL."

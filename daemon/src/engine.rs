@@ -32,7 +32,7 @@ use crate::batch::{fingerprint, Batch, BatchOp, BatchResult, OpResult, Status};
 use crate::config::Config;
 use crate::crash::CrashHook;
 use crate::owner::{OwnerContext, ShardSlot};
-use crate::spool::{self, SpoolPaths};
+use crate::spool::{self, Publisher, SpoolPaths};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -145,6 +145,7 @@ pub struct Engine {
     storage: Arc<dyn Storage>,
     data_dir: PathBuf,
     spool: SpoolPaths,
+    publisher: Publisher,
     config: Arc<Config>,
     crash: Arc<dyn CrashHook>,
     wal: Wal,
@@ -227,10 +228,13 @@ impl Engine {
         };
         let wal = Wal::open_with(storage.clone(), data_dir.join(WAL_DIR), wal_opts.clone())?;
         let audit = Wal::open_with(storage.clone(), data_dir.join(AUDIT_DIR), wal_opts)?;
+        let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
+            .map_err(io("open", &spool.out))?;
         let engine = Engine {
             storage,
             data_dir,
             spool,
+            publisher,
             config,
             crash,
             wal,
@@ -787,21 +791,35 @@ impl Engine {
     }
 
     fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
-        spool::write_result(self.storage.as_ref(), &self.spool, source, &r).map_err(|e| {
-            EngineError::Io {
+        self.publish(source, &r)?;
+        self.remove_input(source)?;
+        Ok(r)
+    }
+
+    /// Writes `out/NAME` durably, in a round with the other batches finishing now.
+    pub fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
+        self.publisher
+            .publish(source, r)
+            .map_err(|e| EngineError::Io {
                 op: "write result",
                 path: self.spool.out.join(source),
                 source: e,
-            }
-        })?;
+            })
+    }
+
+    /// (rounds, results) published since start.
+    pub fn publish_stats(&self) -> (u64, u64) {
+        self.publisher.stats()
+    }
+
+    fn remove_input(&self, source: &str) -> Result<(), EngineError> {
         spool::remove_input(self.storage.as_ref(), &self.spool, source).map_err(|e| {
             EngineError::Io {
                 op: "remove input",
                 path: self.spool.new.join(source),
                 source: e,
             }
-        })?;
-        Ok(r)
+        })
     }
 
     /// Commit and Finish for a durable claim: one transaction per shard in lsn order, audit
@@ -890,21 +908,9 @@ impl Engine {
         )?;
         self.hit("after_done")?;
         let r = committed_result(lsn, claim);
-        spool::write_result(self.storage.as_ref(), &self.spool, &claim.source, &r).map_err(
-            |e| EngineError::Io {
-                op: "write result",
-                path: self.spool.out.join(&claim.source),
-                source: e,
-            },
-        )?;
+        self.publish(&claim.source, &r)?;
         self.hit("after_result")?;
-        spool::remove_input(self.storage.as_ref(), &self.spool, &claim.source).map_err(|e| {
-            EngineError::Io {
-                op: "remove input",
-                path: self.spool.new.join(&claim.source),
-                source: e,
-            }
-        })?;
+        self.remove_input(&claim.source)?;
         self.hit("after_input_removed")?;
         if let Some(k) = lock(&self.planner).keys.get_mut(&claim.request_key) {
             k.done = true;

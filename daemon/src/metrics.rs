@@ -32,6 +32,11 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// Total recorded time, in microseconds (mean = sum / count).
+    pub fn sum_us(&self) -> u64 {
+        self.sum_us.load(Ordering::Relaxed)
+    }
+
     /// Appends this histogram in Prometheus text format.
     pub fn write_prometheus(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;

@@ -279,13 +279,12 @@ fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
             f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
         }
     }
-    let wrote = spool::write_result(
-        engine.storage().as_ref(),
-        sp,
-        name,
-        &BatchResult::invalid(inv),
-    );
-    if let Err(e) = moved.as_ref().and(wrote.as_ref()) {
+    let wrote = engine.publish(name, &BatchResult::invalid(inv));
+    if let Err(e) = moved
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and(wrote.as_ref().map_err(|e| e.to_string()))
+    {
         error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
         sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
     }

@@ -40,6 +40,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes creations and removals of entries in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// A handle on the file system holding `dir`, for [`StorageFs::sync_fs`]. Open it before
+    /// the writes it must cover: a write-back error is reported to handles opened before it.
+    fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>>;
     /// True when files are real OS files, so a caller may memory-map them.
     fn is_real(&self) -> bool {
         false
@@ -66,6 +69,17 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn as_std_file(&self) -> Option<&File> {
         None
     }
+}
+
+/// A file system, seen through one of its directories.
+pub trait StorageFs: Send + Sync + fmt::Debug {
+    /// `syncfs`: makes the data of every file on the file system durable (one journal commit
+    /// and one device flush for all of them, instead of an fsync each). Callers rely on it only
+    /// for the data of files in the directory the handle was opened on; their names still need
+    /// [`Storage::sync_dir`]. Reports any write-back error on the file system since the
+    /// previous call (or since the handle was opened), so it may fail for another program's
+    /// file: the safe side.
+    fn sync_fs(&self) -> io::Result<()>;
 }
 
 /// Reads a whole file through the seam.
@@ -133,8 +147,23 @@ impl Storage for RealStorage {
         File::open(dir)?.sync_all()
     }
 
+    fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>> {
+        Ok(Box::new(RealFs(File::open(dir)?)))
+    }
+
     fn is_real(&self) -> bool {
         true
+    }
+}
+
+/// Holds a directory open: `syncfs` reports write-back errors since the handle's last call
+/// (Linux 5.8 and later), so one long-lived handle misses none.
+#[derive(Debug)]
+struct RealFs(File);
+
+impl StorageFs for RealFs {
+    fn sync_fs(&self) -> io::Result<()> {
+        rustix::fs::syncfs(&self.0).map_err(io::Error::from)
     }
 }
 
@@ -504,6 +533,37 @@ impl Storage for SimStorage {
             }
             f.live_linked || f.durable_linked || f.prior.is_some()
         });
+        Ok(())
+    }
+
+    fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>> {
+        Ok(Box::new(SimFs {
+            disk: self.clone(),
+            dir: dir.to_path_buf(),
+        }))
+    }
+}
+
+/// The simulated `syncfs` makes durable only what callers may rely on: the data of the files
+/// in the handle's directory (not their names, not files elsewhere).
+#[derive(Debug)]
+struct SimFs {
+    disk: SimStorage,
+    dir: PathBuf,
+}
+
+impl StorageFs for SimFs {
+    fn sync_fs(&self) -> io::Result<()> {
+        let mut st = self.disk.lock();
+        if !SimStorage::count_sync(&mut st)? {
+            return Ok(());
+        }
+        for (p, f) in st.files.iter_mut() {
+            if f.live_linked && p.parent() == Some(self.dir.as_path()) {
+                f.durable = f.live.clone();
+                f.pending.clear();
+            }
+        }
         Ok(())
     }
 }

@@ -512,6 +512,11 @@ impl Engine {
         (self.wal.append_count(), self.wal.sync_count())
     }
 
+    /// (appends, syncs) of the audit log since open.
+    pub fn audit_stats(&self) -> (u64, u64) {
+        (self.audit.append_count(), self.audit.sync_count())
+    }
+
     fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
         self.finished_cv.notify_all();

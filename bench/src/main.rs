@@ -3,7 +3,8 @@
 //! durability) and with the raw disk (an fdatasync loop and sequential bandwidth). Prints one
 //! table and writes `docs/bench-throughput.svg` (throughput against client count).
 //!
-//! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_DIR` puts the
+//! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_SYNCFS=1` runs
+//! roost with `result_sync = "syncfs"`; `ROOST_BENCH_DIR` puts the
 //! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
 
 mod peer;
@@ -61,6 +62,11 @@ impl Roost {
         let cfg = Config {
             data_dir: dir.to_path_buf(),
             batches_in_flight_max: 64,
+            result_sync: if std::env::var_os("ROOST_BENCH_SYNCFS").is_some() {
+                roost::config::ResultSync::Syncfs
+            } else {
+                roost::config::ResultSync::Fsync
+            },
             ..Config::default()
         };
         let engine = Arc::new(Engine::open(EngineOptions {
@@ -162,10 +168,11 @@ fn restart_probe(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `roost-bench --closed-loop [CLIENTS] [SECS]`: one closed-loop cell against roost, with the
+/// `roost-bench --closed-loop [CLIENTS] [SECS] [BURST]`: one closed-loop cell against roost
+/// (after a burst of BURST files, to look at a daemon that has had one), with the
 /// mean time per batch in each pipeline phase and the fsync counts: the probe for profiling
 /// (`perf record`, `valgrind --tool=callgrind`) and for trying a change quickly.
-fn closed_loop_probe(clients: usize, dur: Duration) -> anyhow::Result<()> {
+fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<()> {
     let base = bench_dir().join("probe");
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base)?;
@@ -174,6 +181,10 @@ fn closed_loop_probe(clients: usize, dur: Duration) -> anyhow::Result<()> {
         record_bytes: 100,
     };
     let r = Roost::start(&base)?;
+    if burst_first > 0 {
+        let rate = burst(&r.spool, burst_first, &w)?;
+        println!("burst of {burst_first} first: {rate:.0} batches/s");
+    }
     let e = r.engine.clone();
     let lat = &e.stats.latency;
     let phases = [
@@ -230,7 +241,8 @@ fn main() -> anyhow::Result<()> {
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);
-            return closed_loop_probe(clients, Duration::from_secs_f64(secs));
+            let burst_first = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(0);
+            return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
             eprintln!("usage: roost-bench (no arguments; ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files)");
@@ -294,11 +306,21 @@ fn main() -> anyhow::Result<()> {
     );
     drop(r);
 
+    // Large records: WAL bytes per second measured from the WAL's own append counter
+    // (bytes the claims took), in a burst (the pipeline's capacity) and with closed-loop
+    // clients.
     let r = Roost::start(&base.join("roost-large"))?;
     let max_clients = *sz.clients.last().unwrap_or(&1);
+    let wal_bytes = |r: &Roost| r.engine.wal().append_bytes();
+    let b0 = wal_bytes(&r);
+    let t = Instant::now();
+    let large_burst = burst(&r.spool, sz.burst / 4, &large)?;
+    let burst_mb = (wal_bytes(&r) - b0) as f64 / t.elapsed().as_secs_f64() / 1e6;
+    let b0 = wal_bytes(&r);
+    let t = Instant::now();
     let (large_rate, _) = closed_loop(&r.spool, max_clients, sz.cell, &large)?;
-    let wal_mb = large_rate * (large.ops * (large.record_bytes + 60)) as f64 / 1e6;
-    println!("roost large records ({} x {} B, {max_clients} clients): {large_rate:.0} batches/s, about {wal_mb:.1} MB/s into the WAL ({:.0}% of sequential bandwidth)", large.ops, large.record_bytes, 100.0 * wal_mb / bandwidth);
+    let wal_mb = (wal_bytes(&r) - b0) as f64 / t.elapsed().as_secs_f64() / 1e6;
+    println!("roost large records ({} x {} B): burst of {} files {large_burst:.0} batches/s = {burst_mb:.1} MB/s into the WAL ({:.0}% of sequential bandwidth); {max_clients} clients {large_rate:.0} batches/s = {wal_mb:.1} MB/s ({:.0}%)", large.ops, large.record_bytes, sz.burst / 4, 100.0 * burst_mb / bandwidth, 100.0 * wal_mb / bandwidth);
     drop(r);
 
     // the SQLite peer
@@ -341,6 +363,7 @@ fn main() -> anyhow::Result<()> {
         println!("| {c} closed-loop clients, batches/s | {a:.0} | {b:.0} | {sync_rate:.0} fdatasync/s | roost/peer {:.1}x |", a / b);
     }
     println!("| batches per WAL fdatasync, {max_clients} clients | {per_sync_64:.1} | | | |");
+    println!("| WAL MB/s, 10 x 4 KiB records, burst of {} files | {burst_mb:.1} | | {bandwidth:.0} MB/s sequential | {:.2} of bandwidth |", sz.burst / 4, burst_mb / bandwidth);
     println!("| WAL MB/s, 10 x 4 KiB records, {max_clients} clients | {wal_mb:.1} | | {bandwidth:.0} MB/s sequential | {:.2} of bandwidth |", wal_mb / bandwidth);
     println!(
         "| latency p50 / p99 at {:.0} batches/s (half the closed-loop peak), ms | {:.2} / {:.2} | | | |",

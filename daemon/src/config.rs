@@ -80,19 +80,21 @@ pub struct Config {
     pub shards: BTreeMap<String, ShardConfig>,
 }
 
-/// How a round of result files is made durable (both are equally durable; they differ in cost
-/// and in what else they wait for).
+/// How a round of result files is made durable (equally durable; they differ in cost and in
+/// what else they wait for).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ResultSync {
-    /// One `syncfs` of the spool's file system per round, whatever the number of results in
-    /// it: the fastest, but it also waits for other programs' unwritten data on that file
-    /// system. The default; right when the spool has a file system (or a quiet one) of its own.
+    /// One `fdatasync` per result file, issued by the batches' own workers concurrently (the
+    /// journal commits them together), then the round's renames and one fsync of `out/`.
+    /// Waits for nothing but roost's own files. The default.
     #[default]
-    Syncfs,
-    /// One `fdatasync` per result file (issued by the batches' own workers, concurrently),
-    /// then the round: for a spool on a busy shared file system.
     Fsync,
+    /// One `syncfs` of the spool's file system per round, whatever the number of results in
+    /// it, then the renames and one fsync of `out/`. Fewer syncs under load, but it also
+    /// waits for every other unwritten page on that file system (other programs' too, and
+    /// roost's own shard pages not yet flushed); measured no faster here (docs/benchmarks.md).
+    Syncfs,
 }
 
 impl Default for Config {
@@ -217,5 +219,24 @@ impl Config {
         let by_ops = self.batch_ops_max as u64 * (rec + per_op);
         let by_file = self.spool_file_bytes_max + self.batch_ops_max as u64 * per_op;
         1024 + crate::batch::REQUEST_KEY_BYTES_MAX as u64 + by_ops.min(by_file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commented_example_loads_and_result_sync_parses() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/roost.toml");
+        let cfg = Config::load(&example).expect("examples/roost.toml is a valid config");
+        assert_eq!(cfg.result_sync, ResultSync::Fsync);
+        assert_eq!(Config::default().result_sync, ResultSync::Fsync);
+        let cfg: Config = toml::from_str("result_sync = \"syncfs\"").expect("syncfs");
+        assert_eq!(cfg.result_sync, ResultSync::Syncfs);
+        let e = toml::from_str::<Config>("result_sync = \"sometimes\"")
+            .expect_err("an unknown mode is an error")
+            .to_string();
+        assert!(e.contains("sometimes") && e.contains("fsync"), "{e}");
     }
 }

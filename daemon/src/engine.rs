@@ -373,7 +373,7 @@ impl Engine {
             }
             info!(lsn, request_key = %claim.request_key, "recovery: finishing claimed batch");
             let none = HashSet::new();
-            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
             finished += 1;
         }
         self.recovery = RecoveryReport {
@@ -706,9 +706,7 @@ impl Engine {
         self.wal.sync_to(lsn)?;
         self.hit("after_claim_sync")?;
         self.stats.latency.claim.record(t1.elapsed());
-        let r = self.finish(lsn, &claim, &HashSet::new())?;
-        self.stats.latency.batch.record(t0.elapsed());
-        Ok(r)
+        self.finish(lsn, &claim, &HashSet::new(), Some(t0))
     }
 
     fn check_key(
@@ -828,13 +826,23 @@ impl Engine {
     }
 
     /// Commit and Finish for a durable claim: one transaction per shard in lsn order, audit
-    /// rows (skipping those already written), the done record, the result file. Every step is
-    /// idempotent, so recovery can run it again from any crash point.
+    /// rows (skipping those already written), the result file; then the durability tail:
+    /// the shards' flushes, the audit log's sync, the done record. Every step is idempotent,
+    /// so recovery can run it again from any crash point.
+    ///
+    /// The result is published once every shard transaction is applied (readable) and the
+    /// audit rows are written, but before the shards and the audit log are synced: the claim,
+    /// durable since the claim step, is what the result stands on. A power loss before the
+    /// done record is durable makes recovery run this again from the claim (a held lsn is a
+    /// no-op, audit rows already there are skipped, the result is the same), so the shards'
+    /// and the audit log's syncs come off the client's wait. The done record is appended
+    /// only after them: done means nothing is left to redo.
     fn finish(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
+        started: Option<Instant>,
     ) -> Result<BatchResult, EngineError> {
         let t_commit = Instant::now();
         let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
@@ -848,8 +856,7 @@ impl Engine {
             };
             by_shard.entry(op.shard()).or_default().push(t);
         }
-        // Every touched shard's owner at once: each applies in lsn order and answers after its
-        // flush, so the shards' flushes overlap instead of adding up. All answers are
+        // Every touched shard's owner at once; each applies in lsn order. All answers are
         // collected (even after a failure) so no owner is still writing when this returns.
         let mut waits = Vec::new();
         for (k, (name, ops)) in by_shard.into_iter().enumerate() {
@@ -858,8 +865,9 @@ impl Engine {
             waits.push((name, ops, slot, rx));
         }
         let mut first_err = None;
+        let mut slots = Vec::with_capacity(waits.len());
         for (name, ops, slot, rx) in waits {
-            match slot.wait_applied(&rx, &|| self.is_failed()) {
+            match slot.wait(&rx, &|| self.is_failed()) {
                 Ok(()) => {
                     let mut p = lock(&self.planner);
                     if let Some(o) = p.overlay.get_mut(name) {
@@ -875,6 +883,7 @@ impl Engine {
                     first_err.get_or_insert(e);
                 }
             }
+            slots.push(slot);
         }
         if let Some(e) = first_err {
             return Err(e);
@@ -900,6 +909,26 @@ impl Engine {
             );
             self.hit(&format!("after_audit.{i}"))?;
         }
+        let r = committed_result(lsn, claim);
+        self.publish(&claim.source, &r)?;
+        if let Some(t0) = started {
+            self.stats.latency.batch.record(t0.elapsed());
+        }
+        self.hit("after_result")?;
+        // The durability tail, off the client's wait.
+        let mut flushes = Vec::with_capacity(slots.len());
+        for (k, slot) in slots.iter().enumerate() {
+            flushes.push(slot.send_flush(k)?);
+        }
+        let mut first_err = None;
+        for (slot, rx) in slots.iter().zip(&flushes) {
+            if let Err(e) = slot.wait(rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
         if let Some(last) = last {
             self.audit.sync_to(last)?;
         }
@@ -912,9 +941,6 @@ impl Engine {
             &codec::encode(&DoneRecord { claim_lsn: lsn }),
         )?;
         self.hit("after_done")?;
-        let r = committed_result(lsn, claim);
-        self.publish(&claim.source, &r)?;
-        self.hit("after_result")?;
         self.remove_input(&claim.source)?;
         self.hit("after_input_removed")?;
         if let Some(k) = lock(&self.planner).keys.get_mut(&claim.request_key) {

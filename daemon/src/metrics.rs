@@ -73,9 +73,9 @@ pub struct PhaseLatency {
     pub claim: Histogram,
     /// Every shard transaction applied and flushed.
     pub commit: Histogram,
-    /// Audit rows, done record, result file.
+    /// Audit rows, result file, then the shards' flushes, the audit sync and the done record.
     pub finish: Histogram,
-    /// From the start of planning to the result file.
+    /// From the start of planning to the result file (what a client waits).
     pub batch: Histogram,
 }
 

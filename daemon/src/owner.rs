@@ -1,9 +1,11 @@
 //! One owner thread per shard: the only code that touches a shard's mmap and files. Workers
 //! talk to it by message. It applies transactions strictly in lsn order (the turns the planner
-//! registered at claim time), and flushes once for every transaction it applied in one round,
-//! so concurrent batches on one shard share an msync + fdatasync (group flush) the way claims
-//! share WAL syncs. Replies go out only after the flush: a worker never audits an op whose
-//! shard transaction is not durable.
+//! registered at claim time) and answers each once it is applied (readable, not yet durable).
+//! Durability is a separate request: a worker asks for a flush once its result is published,
+//! and the owner flushes once for every request of a round, so concurrent batches on one shard
+//! share an msync + fdatasync (group flush) the way claims share WAL syncs. A batch's `done`
+//! record is appended only after its flushes: until then recovery applies it again from its
+//! claim (a held lsn is a no-op).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -21,12 +23,17 @@ use crate::engine::{EngineError, Stats};
 /// Messages a shard's owner answers. Bounded channel: a worker blocks rather than queue
 /// without limit.
 pub enum ShardMsg {
-    /// Apply when `lsn` is this shard's next turn, flush, then reply. `k` is the shard's
-    /// position in its batch (names the crash points `after_commit.K`, `after_flush.K`).
+    /// Apply when `lsn` is this shard's next turn, then reply. `k` is the shard's position
+    /// in its batch (names the crash points `after_commit.K`, `after_flush.K`).
     Apply {
         lsn: Lsn,
         k: usize,
         ops: Vec<TxnOp>,
+        reply: Sender<Result<(), EngineError>>,
+    },
+    /// Make everything applied so far durable, then reply.
+    Flush {
+        k: usize,
         reply: Sender<Result<(), EngineError>>,
     },
     Contains {
@@ -97,8 +104,8 @@ impl ShardSlot {
             .map_err(|_| EngineError::Failed)
     }
 
-    /// Hands one transaction to the owner, to be applied in its turn and flushed; the answer
-    /// comes on the returned receiver (see [`ShardSlot::wait_applied`]).
+    /// Hands one transaction to the owner, to be applied in its turn; the answer comes on the
+    /// returned receiver (see [`ShardSlot::wait`]).
     pub fn send_apply(
         &self,
         lsn: Lsn,
@@ -110,10 +117,21 @@ impl ShardSlot {
         Ok(rx)
     }
 
-    /// Waits until the transaction is durable. Gives up with `Failed` when `failed()` says the
+    /// Asks the owner to flush everything applied so far (the caller's transaction among it);
+    /// the answer comes on the returned receiver.
+    pub fn send_flush(
+        &self,
+        k: usize,
+    ) -> Result<mpsc::Receiver<Result<(), EngineError>>, EngineError> {
+        let (reply, rx) = mpsc::channel();
+        self.send(ShardMsg::Flush { k, reply })?;
+        Ok(rx)
+    }
+
+    /// Waits for an apply or a flush. Gives up with `Failed` when `failed()` says the
     /// pipeline stopped (an earlier batch whose turn this one waits for will then never
     /// arrive).
-    pub fn wait_applied(
+    pub fn wait(
         &self,
         rx: &mpsc::Receiver<Result<(), EngineError>>,
         failed: &dyn Fn() -> bool,
@@ -154,7 +172,7 @@ impl Drop for ShardSlot {
     }
 }
 
-/// Where a worker waits for its shard transaction to be durable.
+/// Where a worker waits for its shard transaction to be applied, or flushed.
 type Reply = Sender<Result<(), EngineError>>;
 type Pending = BTreeMap<Lsn, (usize, Vec<TxnOp>, Reply)>;
 
@@ -166,6 +184,7 @@ fn owner(
     ctx: OwnerContext,
 ) {
     let mut pending: Pending = BTreeMap::new();
+    let mut flushes: Vec<(usize, Reply)> = Vec::new();
     // Once a step fails (I/O, or an injected crash), this owner answers every later apply
     // with the failure and writes nothing more.
     let mut dead: Option<String> = None;
@@ -175,10 +194,12 @@ fn owner(
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        let handle = |m: ShardMsg, pending: &mut Pending| match m {
+        let handle = |m: ShardMsg, pending: &mut Pending, flushes: &mut Vec<(usize, Reply)>| match m
+        {
             ShardMsg::Apply { lsn, k, ops, reply } => {
                 pending.insert(lsn, (k, ops, reply));
             }
+            ShardMsg::Flush { k, reply } => flushes.push((k, reply)),
             ShardMsg::Contains { id, reply } => {
                 let _ = reply.send(shard.contains(id));
             }
@@ -187,19 +208,23 @@ fn owner(
             }
         };
         if let Some(m) = first {
-            handle(m, &mut pending);
+            handle(m, &mut pending, &mut flushes);
         }
         while let Ok(m) = rx.try_recv() {
-            handle(m, &mut pending);
+            handle(m, &mut pending, &mut flushes);
         }
         if let Some(why) = &dead {
-            for (_, (_, _, reply)) in std::mem::take(&mut pending) {
+            let replies = std::mem::take(&mut pending)
+                .into_values()
+                .map(|(_, _, r)| r)
+                .chain(std::mem::take(&mut flushes).into_iter().map(|(_, r)| r));
+            for reply in replies {
                 let _ = reply.send(Err(EngineError::Poisoned(why.clone())));
             }
             continue;
         }
         // Apply every pending transaction whose turn it is, in lsn order.
-        let mut applied: Vec<(Lsn, usize, Reply)> = Vec::new();
+        let mut applied = 0usize;
         let mut failure: Option<EngineError> = None;
         while let Some((&lsn, _)) = pending.first_key_value() {
             // Recovery registers no turns; otherwise an earlier claimed lsn goes first.
@@ -219,10 +244,9 @@ fn owner(
                 .and_then(|_| ctx.hit(&format!("after_commit.{k}")));
             match r {
                 Ok(()) => {
-                    // The turn passes at apply: order is what turns guard; durability is the
-                    // flush below, before any reply.
                     lock(&turns).remove(&lsn);
-                    applied.push((lsn, k, reply));
+                    let _ = reply.send(Ok(()));
+                    applied += 1;
                 }
                 Err(e) => {
                     let _ = reply.send(Err(e.clone_for_reply()));
@@ -231,30 +255,34 @@ fn owner(
                 }
             }
         }
-        if !applied.is_empty() {
-            tracing::debug!(shard = %name, applied = applied.len(), "owner round");
-        }
-        if failure.is_none() && !applied.is_empty() {
-            if let Err(source) = shard.flush() {
-                failure = Some(EngineError::Shard {
-                    shard: name.clone(),
-                    source,
-                });
-            }
+        if applied > 0 {
+            tracing::debug!(shard = %name, applied, "owner round");
             ctx.stats
                 .shard_txns
-                .fetch_add(applied.len() as u64, Ordering::Relaxed);
-            ctx.stats.shard_flushes.fetch_add(1, Ordering::Relaxed);
+                .fetch_add(applied as u64, Ordering::Relaxed);
         }
-        for (_lsn, k, reply) in applied {
-            let r = match &failure {
-                Some(e) => Err(e.clone_for_reply()),
-                None => ctx.hit(&format!("after_flush.{k}")),
-            };
-            if let Err(e) = &r {
-                failure.get_or_insert_with(|| e.clone_for_reply());
+        // One flush for every request of the round: each asker's transaction was applied
+        // before it asked.
+        if !flushes.is_empty() {
+            if failure.is_none() {
+                if let Err(source) = shard.flush() {
+                    failure = Some(EngineError::Shard {
+                        shard: name.clone(),
+                        source,
+                    });
+                }
+                ctx.stats.shard_flushes.fetch_add(1, Ordering::Relaxed);
             }
-            let _ = reply.send(r);
+            for (k, reply) in std::mem::take(&mut flushes) {
+                let r = match &failure {
+                    Some(e) => Err(e.clone_for_reply()),
+                    None => ctx.hit(&format!("after_flush.{k}")),
+                };
+                if let Err(e) = &r {
+                    failure.get_or_insert_with(|| e.clone_for_reply());
+                }
+                let _ = reply.send(r);
+            }
         }
         if let Some(e) = failure {
             tracing::warn!(shard = %name, error = %e, "shard owner stopped");

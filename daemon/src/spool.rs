@@ -65,11 +65,13 @@ pub fn valid_spool_name(name: &str) -> bool {
 
 /// Publishes result files in rounds: group commit for `out/`.
 ///
-/// A result is written to a hidden temporary in `out/`, then joins a round. The first caller
-/// to find no round running runs one for everything queued: makes the temporaries' data
-/// durable ([`ResultSync`]), renames each to `out/NAME`, and fsyncs `out/` once; the others
-/// wait for it. So a client that sees `out/NAME` sees the whole result, and keeps it across a
-/// power loss, and under load a round of N results costs two syncs instead of 2N.
+/// A result is written to a hidden temporary in `out/` (and, by default, fdatasynced by its
+/// own worker, concurrently with the others), then joins a round. The first caller to find no
+/// round running runs one for everything queued: makes the temporaries' data durable if that
+/// is the round's job ([`ResultSync::Syncfs`]), renames each to `out/NAME`, and fsyncs `out/`
+/// once; the others wait for it. So a client that sees `out/NAME` sees the whole result, and
+/// keeps it across a power loss, and under load a round of N results costs N + 1 syncs
+/// instead of 2N (2 with `syncfs`).
 ///
 /// A failed round latches (like a failed WAL sync: an fsync is never retried): every later
 /// publish fails, the engine stops, and recovery publishes again from the WAL and the inputs

@@ -107,6 +107,7 @@ pub struct Wal {
     synced: Condvar,
     syncs: AtomicU64,
     appends: AtomicU64,
+    append_bytes: AtomicU64,
     report: RecoveryReport,
 }
 
@@ -278,6 +279,7 @@ impl Wal {
             synced: Condvar::new(),
             syncs: AtomicU64::new(0),
             appends: AtomicU64::new(0),
+            append_bytes: AtomicU64::new(0),
             report,
         })
     }
@@ -318,6 +320,11 @@ impl Wal {
 
     pub fn append_count(&self) -> u64 {
         self.appends.load(Ordering::Relaxed)
+    }
+
+    /// Bytes appended since open (whole records: header, payload, padding).
+    pub fn append_bytes(&self) -> u64 {
+        self.append_bytes.load(Ordering::Relaxed)
     }
 
     /// Appends a record and waits until it is durable. Returns its lsn.
@@ -377,6 +384,8 @@ impl Wal {
         g.next_lsn = lsn + 1;
         g.written_lsn = lsn;
         self.appends.fetch_add(1, Ordering::Relaxed);
+        self.append_bytes
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
         Ok(lsn)
     }
 

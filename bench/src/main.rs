@@ -180,6 +180,17 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
         ops: 10,
         record_bytes: 100,
     };
+    if std::env::var_os("ROOST_BENCH_PEER").is_some() {
+        let p = peer::Peer::start(&base)?;
+        if burst_first > 0 {
+            let rate = burst(&p.spool, burst_first, &w)?;
+            println!("sqlite burst of {burst_first} first: {rate:.0} batches/s");
+        }
+        let (rate, lat) = closed_loop(&p.spool, clients, dur, &w)?;
+        let max = lat.iter().max().copied().unwrap_or_default();
+        println!("sqlite {clients} clients: {rate:.0} batches/s, slowest {max:?}");
+        return Ok(());
+    }
     let r = Roost::start(&base)?;
     if burst_first > 0 {
         let rate = burst(&r.spool, burst_first, &w)?;
@@ -275,36 +286,59 @@ fn main() -> anyhow::Result<()> {
         "raw disk: {sync_rate:.0} fdatasync/s (1.2 KB writes), {bandwidth:.0} MB/s sequential"
     );
 
-    // roost
-    let r = Roost::start(&base.join("roost"))?;
+    // Bursts, then the closed-loop cells with roost and the peer taking turns (each restarted
+    // on its own directory for its cell): the machine's speed drifts, so cells of the same
+    // client count are measured next to each other. After its burst each system gets one
+    // second of a single client, not counted: SQLite's first commit after a burst checkpoints
+    // the WAL the burst left behind (seconds), which would otherwise land in the 1-client cell.
+    let (roost_dir, peer_dir) = (base.join("roost"), base.join("sqlite"));
+    let warm = Duration::from_secs(1).min(sz.cell);
+    let r = Roost::start(&roost_dir)?;
     let roost_burst = burst(&r.spool, sz.burst, &small)?;
     println!("roost burst: {roost_burst:.0} batches/s");
+    closed_loop(&r.spool, 1, warm, &small)?;
+    drop(r);
+    let p = peer::Peer::start(&peer_dir)?;
+    let peer_burst = burst(&p.spool, sz.burst, &small)?;
+    println!("sqlite burst: {peer_burst:.0} batches/s");
+    closed_loop(&p.spool, 1, warm, &small)?;
+    drop(p);
     let mut roost_cl = Vec::new();
+    let mut peer_cl = Vec::new();
     let mut per_sync_64 = 0.0;
     for &c in &sz.clients {
+        let r = Roost::start(&roost_dir)?;
         let (a0, s0) = r.engine.wal_stats();
         let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
         let (rate, _) = closed_loop(&r.spool, c, sz.cell, &small)?;
         let (a1, s1) = r.engine.wal_stats();
         let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
+        let (rounds, published) = r.engine.publish_stats();
+        drop(r);
         let batches_per_sync = (c1 - c0) as f64 / ((s1 - s0).max(1)) as f64;
-        println!("roost {c:>2} clients: {rate:.0} batches/s, {batches_per_sync:.1} batches per WAL fdatasync ({} appends, {} syncs)", a1 - a0, s1 - s0);
+        println!("roost  {c:>2} clients: {rate:.0} batches/s, {batches_per_sync:.1} batches per WAL fdatasync ({} appends, {} syncs), {:.1} results per out/ round", a1 - a0, s1 - s0, published as f64 / rounds.max(1) as f64);
         if c == *sz.clients.last().unwrap_or(&1) {
             per_sync_64 = batches_per_sync;
         }
         roost_cl.push((c, rate));
+        let p = peer::Peer::start(&peer_dir)?;
+        let (prate, _) = closed_loop(&p.spool, c, sz.cell, &small)?;
+        drop(p);
+        println!("sqlite {c:>2} clients: {prate:.0} batches/s");
+        peer_cl.push((c, prate));
     }
     // Half of the sustained (closed-loop) peak: the burst rate is not sustainable with clients
     // competing for the same cores and journal, and an overloaded open loop measures queueing.
     let peak = roost_cl.iter().map(|x| x.1).fold(0.0, f64::max);
+    let r = Roost::start(&roost_dir)?;
     let (p50, p99) = open_loop(&r.spool, peak / 2.0, sz.cell, &small)?;
+    drop(r);
     println!(
         "roost latency at {:.0} batches/s (half of the closed-loop peak): p50 {:.2} ms, p99 {:.2} ms",
         peak / 2.0,
         p50 * 1e3,
         p99 * 1e3
     );
-    drop(r);
 
     // Large records: WAL bytes per second measured from the WAL's own append counter
     // (bytes the claims took), in a burst (the pipeline's capacity) and with closed-loop
@@ -322,18 +356,6 @@ fn main() -> anyhow::Result<()> {
     let wal_mb = (wal_bytes(&r) - b0) as f64 / t.elapsed().as_secs_f64() / 1e6;
     println!("roost large records ({} x {} B): burst of {} files {large_burst:.0} batches/s = {burst_mb:.1} MB/s into the WAL ({:.0}% of sequential bandwidth); {max_clients} clients {large_rate:.0} batches/s = {wal_mb:.1} MB/s ({:.0}%)", large.ops, large.record_bytes, sz.burst / 4, 100.0 * burst_mb / bandwidth, 100.0 * wal_mb / bandwidth);
     drop(r);
-
-    // the SQLite peer
-    let p = peer::Peer::start(&base.join("sqlite"))?;
-    let peer_burst = burst(&p.spool, sz.burst, &small)?;
-    println!("sqlite burst: {peer_burst:.0} batches/s");
-    let mut peer_cl = Vec::new();
-    for &c in &sz.clients {
-        let (rate, _) = closed_loop(&p.spool, c, sz.cell, &small)?;
-        println!("sqlite {c:>2} clients: {rate:.0} batches/s");
-        peer_cl.push((c, rate));
-    }
-    drop(p);
 
     // restart: records over 8 shards, then READY time and index memory in a fresh process
     let rdir = base.join("restart");

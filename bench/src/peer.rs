@@ -197,6 +197,10 @@ fn finish(spool: &Path, name: &str, v: &serde_json::Value) -> anyhow::Result<()>
     f.sync_data()?;
     std::fs::rename(&tmp, out.join(name))?;
     std::fs::File::open(&out)?.sync_all()?;
-    std::fs::remove_file(spool.join("new").join(name))?;
-    Ok(())
+    // Another worker may have taken the same name from a stale listing and finished first
+    // (the request key makes the second run a duplicate with the same result).
+    match std::fs::remove_file(spool.join("new").join(name)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
 }

@@ -2,7 +2,7 @@
 //! clients that wait for each result, and an open loop at a fixed rate for latency. Results
 //! are noticed through inotify on `out/` (with a polling fallback).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -32,6 +32,9 @@ fn body(key: &str, w: &Workload) -> Vec<u8> {
 /// Tells waiters when their result file appears in `out/`.
 struct Results {
     waiters: Arc<Mutex<HashMap<String, Sender<Instant>>>>,
+    /// Distinct result names seen: one rename can arrive as several events (inotify's
+    /// MOVED_TO, and notify's "both" event naming the source and the target), so events are
+    /// not counted, names are.
     seen: Arc<AtomicUsize>,
     out: PathBuf,
     _watcher: notify::RecommendedWatcher,
@@ -43,6 +46,7 @@ impl Results {
             Arc::new(Mutex::new(HashMap::new()));
         let seen = Arc::new(AtomicUsize::new(0));
         let (w, s) = (waiters.clone(), seen.clone());
+        let mut names: HashSet<String> = HashSet::new();
         let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
             let Ok(ev) = ev else { return };
             let now = Instant::now();
@@ -57,10 +61,10 @@ impl Results {
                 let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
                     continue;
                 };
-                if name.starts_with('.') {
+                if name.starts_with('.') || !names.insert(name.to_owned()) {
                     continue;
                 }
-                s.fetch_add(1, Ordering::Relaxed);
+                s.store(names.len(), Ordering::Relaxed);
                 if let Some(tx) = w.lock().ok().and_then(|mut m| m.remove(name)) {
                     let _ = tx.send(now);
                 }

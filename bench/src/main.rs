@@ -315,7 +315,9 @@ fn main() -> anyhow::Result<()> {
     let (_, s1) = r.engine.wal_stats();
     let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
     let burst_per_sync = (c1 - c0) as f64 / (s1 - s0).max(1) as f64;
-    println!("roost burst: {roost_burst:.0} batches/s, {burst_per_sync:.1} batches per WAL fdatasync");
+    println!(
+        "roost burst: {roost_burst:.0} batches/s, {burst_per_sync:.1} batches per WAL fdatasync"
+    );
     closed_loop(&r.spool, 1, warm, &small)?;
     drop(r);
     let p = peer::Peer::start(&peer_dir)?;
@@ -355,7 +357,10 @@ fn main() -> anyhow::Result<()> {
         let (rate, prate) = (median(&mut rr), median(&mut pr));
         let batches_per_sync = batches as f64 / syncs.max(1) as f64;
         println!("roost  {c:>2} clients: {rate:.0} batches/s (cells {}), {batches_per_sync:.1} batches per WAL fdatasync, {:.1} results per out/ round", fmt_rates(&rr), published as f64 / rounds.max(1) as f64);
-        println!("sqlite {c:>2} clients: {prate:.0} batches/s (cells {})", fmt_rates(&pr));
+        println!(
+            "sqlite {c:>2} clients: {prate:.0} batches/s (cells {})",
+            fmt_rates(&pr)
+        );
         if c == *sz.clients.last().unwrap_or(&1) {
             per_sync_64 = batches_per_sync;
         }

@@ -1,5 +1,6 @@
-//! `roost serve`: the async shell around the engine. It watches `new/` (notify events are
-//! only hints; a full rescan at start-up and every `rescan_interval_ms` is the truth), runs
+//! `roost serve`: the async shell around the engine. It watches `new/` (notify events name
+//! the files that arrived and are only hints; a full rescan at start-up, every
+//! `rescan_interval_ms`, and whenever an event may have been lost is the truth), runs
 //! each file on a bounded pool of blocking workers (the engine blocks on fsync), and stops
 //! in three steps on SIGTERM/SIGINT: stop taking files, let in-flight batches finish, return.
 
@@ -27,6 +28,38 @@ struct Shared {
     failed: Mutex<FailedDir>,
     stop: AtomicBool,
     wake: Notify,
+}
+
+/// Event hints queued between the watcher and the loop; past this, a rescan instead.
+const EVENTS_MAX: usize = 4096;
+
+/// The names a file-system event says arrived in `new/`: `Some(name)` per file created or
+/// moved in, `None` when the event may have lost arrivals (the kernel's queue overflowed, an
+/// error, a name that is not UTF-8) and only a rescan can tell. Removals and changes are not
+/// arrivals (the daemon's own removals from `new/` would otherwise wake it once per batch).
+fn arrivals(res: notify::Result<notify::Event>) -> Vec<Option<String>> {
+    use notify::event::{EventKind, ModifyKind, RenameMode};
+    let Ok(ev) = res else {
+        return vec![None];
+    };
+    if ev.need_rescan() {
+        return vec![None];
+    }
+    let paths = match ev.kind {
+        EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => &ev.paths[..],
+        // Source and target: only the target arrived.
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+            &ev.paths[ev.paths.len().saturating_sub(1)..]
+        }
+        EventKind::Modify(ModifyKind::Name(RenameMode::Any))
+        | EventKind::Any
+        | EventKind::Other => return vec![None],
+        _ => return Vec::new(),
+    };
+    paths
+        .iter()
+        .map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
+        .collect()
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
@@ -65,13 +98,26 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         stop: AtomicBool::new(false),
         wake: Notify::new(),
     });
-    // File-system events: a bounded channel of one; a full channel already means "rescan".
-    let (tx, mut events) = mpsc::channel::<()>(1);
+    // File-system events name the files that arrived; they are hints. A full channel, or an
+    // event that names nothing we can use (the kernel queue overflowed), asks for a rescan,
+    // as does the timer: a rescan of `new/` is the truth.
+    let (tx, mut events) = mpsc::channel::<String>(EVENTS_MAX);
+    let rescan_needed = Arc::new(AtomicBool::new(true));
     let _watcher = {
         use notify::Watcher;
-        let tx = tx.clone();
-        match notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-            let _ = tx.try_send(());
+        let (tx, rescan) = (tx.clone(), rescan_needed.clone());
+        let wake = shared.clone();
+        match notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            for hint in arrivals(res) {
+                let sent = match hint {
+                    Some(name) => tx.try_send(name).is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    rescan.store(true, Ordering::SeqCst);
+                    wake.wake.notify_one();
+                }
+            }
         }) {
             Ok(mut w) => match w.watch(&new_dir, notify::RecursiveMode::NonRecursive) {
                 Ok(()) => Some(w),
@@ -118,27 +164,33 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     crate::notify::ready();
     info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
     loop {
+        let mut names: Vec<String> = Vec::new();
         tokio::select! {
             _ = stop.notified() => { info!("asked to stop"); break; }
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = shared.wake.notified() => {}
-            _ = events.recv() => {}
-            _ = tick.tick() => {}
+            Some(name) = events.recv() => names.push(name),
+            _ = tick.tick() => rescan_needed.store(true, Ordering::SeqCst),
         }
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        let names = match std::fs::read_dir(&new_dir) {
-            Ok(rd) => rd
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-                .collect::<Vec<_>>(),
-            Err(e) => {
-                warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
-                continue;
+        while let Ok(name) = events.try_recv() {
+            names.push(name);
+        }
+        if rescan_needed.swap(false, Ordering::SeqCst) {
+            match std::fs::read_dir(&new_dir) {
+                Ok(rd) => names.extend(
+                    rd.flatten()
+                        .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
+                ),
+                Err(e) => {
+                    warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
+                    continue;
+                }
             }
-        };
+        }
         for name in names {
             if !spool::valid_spool_name(&name)
                 || shared.stuck.lock().is_ok_and(|s| s.contains(&name))
@@ -364,5 +416,67 @@ impl FailedDir {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{
+        CreateKind, DataChange, EventKind, Flag, ModifyKind, RemoveKind, RenameMode,
+    };
+    use notify::Event;
+    use std::path::PathBuf;
+
+    fn ev(kind: EventKind, paths: &[&str]) -> notify::Result<Event> {
+        let mut e = Event::new(kind);
+        for p in paths {
+            e = e.add_path(PathBuf::from(p));
+        }
+        Ok(e)
+    }
+
+    #[test]
+    fn events_name_arrivals_and_ask_for_a_rescan_when_unsure() {
+        let some = |n: &str| vec![Some(n.to_owned())];
+        assert_eq!(
+            arrivals(ev(EventKind::Create(CreateKind::File), &["/s/new/a.json"])),
+            some("a.json")
+        );
+        assert_eq!(
+            arrivals(ev(
+                EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                &["/s/new/b.json"]
+            )),
+            some("b.json")
+        );
+        // A rename within new/: only the target arrived.
+        assert_eq!(
+            arrivals(ev(
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                &["/s/new/.b.tmp", "/s/new/b.json"]
+            )),
+            some("b.json")
+        );
+        // The daemon's own removals, and writes to a file, are not arrivals.
+        assert!(arrivals(ev(EventKind::Remove(RemoveKind::File), &["/s/new/a.json"])).is_empty());
+        assert!(arrivals(ev(
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+            &["/s/new/a.json"]
+        ))
+        .is_empty());
+        assert!(arrivals(ev(
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            &["/s/new/a.json"]
+        ))
+        .is_empty());
+        // Lost events: an overflowed queue, an error, a kind that says nothing.
+        let overflow = Ok(Event::new(EventKind::Other).set_flag(Flag::Rescan));
+        assert_eq!(arrivals(overflow), vec![None]);
+        assert_eq!(
+            arrivals(Err(notify::Error::generic("queue overflow"))),
+            vec![None]
+        );
+        assert_eq!(arrivals(ev(EventKind::Any, &[])), vec![None]);
     }
 }

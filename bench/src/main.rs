@@ -209,22 +209,19 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
         .iter()
         .map(|(_, h)| (h.count(), h.sum_us()))
         .collect();
-    let (a0, s0) = e.wal_stats();
-    let (_, as0) = e.audit_stats();
-    let (r0, p0) = e.publish_stats();
-    let (t0, f0) = (
-        e.stats.shard_txns.load(Ordering::Relaxed),
-        e.stats.shard_flushes.load(Ordering::Relaxed),
-    );
+    // wal appends, wal syncs, shard txns, shard flushes, audit syncs, results, result rounds
+    let counters = || {
+        let ((a, s), (_, au), (ro, pu)) = (e.wal_stats(), e.audit_stats(), e.publish_stats());
+        let (t, f) = (
+            e.stats.shard_txns.load(Ordering::Relaxed),
+            e.stats.shard_flushes.load(Ordering::Relaxed),
+        );
+        [a, s, t, f, au, pu, ro]
+    };
+    let c0 = counters();
     let (rate, _) = closed_loop(&r.spool, clients, dur, &w)?;
-    let (a1, s1) = e.wal_stats();
-    let (_, as1) = e.audit_stats();
-    let (r1, p1) = e.publish_stats();
-    let (t1, f1) = (
-        e.stats.shard_txns.load(Ordering::Relaxed),
-        e.stats.shard_flushes.load(Ordering::Relaxed),
-    );
-    println!("{clients} clients: {rate:.0} batches/s; wal {} appends / {} syncs; shards {} txns / {} flushes; audit {} syncs; results {} in {} rounds", a1 - a0, s1 - s0, t1 - t0, f1 - f0, as1 - as0, p1 - p0, r1 - r0);
+    let d: Vec<u64> = counters().iter().zip(c0).map(|(b, a)| b - a).collect();
+    println!("{clients} clients: {rate:.0} batches/s; wal {} appends / {} syncs; shards {} txns / {} flushes; audit {} syncs; results {} in {} rounds", d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
     for ((name, h), (c0, u0)) in phases.iter().zip(before) {
         let n = (h.count() - c0).max(1);
         println!(

@@ -169,7 +169,8 @@ fn restart_probe(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// `roost-bench --closed-loop [CLIENTS] [SECS] [BURST]`: one closed-loop cell against roost
-/// (after a burst of BURST files, to look at a daemon that has had one), with the
+/// (after a burst of BURST files, to look at a daemon that has had one; records of
+/// `ROOST_BENCH_RECORD_BYTES`, default 100; `ROOST_BENCH_PEER=1` for the peer), with the
 /// mean time per batch in each pipeline phase and the fsync counts: the probe for profiling
 /// (`perf record`, `valgrind --tool=callgrind`) and for trying a change quickly.
 fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<()> {
@@ -178,7 +179,10 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
     std::fs::create_dir_all(&base)?;
     let w = Workload {
         ops: 10,
-        record_bytes: 100,
+        record_bytes: std::env::var("ROOST_BENCH_RECORD_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100),
     };
     if std::env::var_os("ROOST_BENCH_PEER").is_some() {
         let p = peer::Peer::start(&base)?;

@@ -39,6 +39,18 @@ pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engin
     })
 }
 
+/// The result a client can see on `disk` for spool file `name`, if any: what roost has
+/// acknowledged. A visible result file that is not whole JSON is an error.
+pub fn visible_result(disk: &SimStorage, name: &str) -> Result<Option<BatchResult>, String> {
+    let path = data_dir().join("spool").join("out").join(name);
+    match disk.file_bytes(&path) {
+        None => Ok(None),
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("out/{name} is visible but not a whole result ({e}): {bytes:?}")),
+    }
+}
+
 /// Opens, submits `batch` as spool file `name`, drops the engine.
 pub fn run_batch(
     disk: &SimStorage,

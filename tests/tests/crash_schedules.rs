@@ -7,6 +7,8 @@
 //! Method: the real engine over the simulated disk; each crash is taken as a process crash
 //! (everything written stays), a power loss (unsynced writes dropped) and a torn power loss
 //! (a prefix of unsynced writes kept, the last one torn). The number of schedules is printed.
+//! Beyond the model's five: a result the client could see after a crash stays the answer
+//! (`AckedResultKept`: every later retry answers the same status and ids).
 //! The mutant build (`--features roost/mutant-no-claim`) must fail this test.
 
 use roost::batch::Batch;
@@ -97,6 +99,16 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                 }
                 assert!(r1.is_err(), "crash point {c1} not reached");
                 let after1 = d1.crash(mode);
+                // What the client saw before the crash: an answer, once visible, must stay
+                // the answer (same status, same ids) whatever recovery and retries do.
+                let acked1 = visible_result(&after1, "b.json").unwrap_or_else(|e| {
+                    fail(format!(
+                        "{} crash at {} ({mode:?}): {e}",
+                        b.request_key,
+                        first[c1 as usize - 1]
+                    ));
+                    None
+                });
                 // Every crash point of the retry (recovery + resubmission) on a copy.
                 let retry_points = {
                     let copy = after1.crash(CrashMode::Process);
@@ -111,6 +123,13 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                             first[c1 as usize - 1]
                         ));
                     }
+                    if let Some(a) = acked1.as_ref().filter(|a| **a != r) {
+                        fail(format!(
+                            "AckedResultKept: {} crash at {} ({mode:?}): the client saw {a:?}, the retry answered {r:?}",
+                            b.request_key,
+                            first[c1 as usize - 1]
+                        ));
+                    }
                     names.extend(h.reached());
                     h.reached().len() as u64
                 };
@@ -121,6 +140,10 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                     assert!(r2.is_err(), "retry crash point {c2} not reached");
                     seed += 1;
                     let after2 = d2.crash(mode_with_seed(mode, seed));
+                    let acked2 = visible_result(&after2, "b.json").unwrap_or_else(|e| {
+                        fail(format!("{} c1={c1} c2={c2} {mode:?}: {e}", b.request_key));
+                        None
+                    });
                     // Recovery alone, then the invariants on the files.
                     let e = open_engine(&after2, no_crash()).unwrap_or_else(|e| {
                         panic!(
@@ -146,6 +169,15 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
                             first[c1 as usize - 1]
                         ));
                     }
+                    for a in [&acked1, &acked2].into_iter().flatten() {
+                        if *a != r {
+                            fail(format!(
+                                "AckedResultKept: {} c1={c1} ({}) c2={c2} {mode:?}: the client saw {a:?}, the final retry answered {r:?}",
+                                b.request_key,
+                                first[c1 as usize - 1]
+                            ));
+                        }
+                    }
                     schedules += 1;
                 }
             }
@@ -155,6 +187,7 @@ fn every_crash_point_twice_per_batch_keeps_the_invariants() {
         std::collections::BTreeMap::new();
     for f in &failures {
         for inv in [
+            "AckedResultKept",
             "NoPartialShard",
             "RejectedBatchWritesNothing",
             "AuditOnlyCommitted",

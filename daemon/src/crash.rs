@@ -17,11 +17,11 @@ pub const POINTS: &[&str] = &[
     "after_claim_append",
     "after_claim_sync",
     "after_commit.K",
-    "after_flush.K",
     "after_audit.I",
+    "after_result",
+    "after_flush.K",
     "after_audit_sync",
     "after_done",
-    "after_result",
     "after_input_removed",
 ];
 

@@ -34,12 +34,12 @@ const CRASH_POINTS: &[&str] = &[
     "after_claim_append",
     "after_claim_sync",
     "after_commit.0",
-    "after_flush.0",
     "after_commit.1",
     "after_audit.0",
+    "after_result",
+    "after_flush.0",
     "after_audit_sync",
     "after_done",
-    "after_result",
 ];
 
 struct Child2 {

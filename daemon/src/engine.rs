@@ -151,6 +151,11 @@ pub struct Engine {
     wal: Wal,
     audit: Wal,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
+    /// Per shard, the largest claim lsn with a `done` record in the WAL: every frame up to it
+    /// was flushed before that record was written, and anything later is rebuilt from its
+    /// claim. Lets a shard drop a gap among never-flushed frames after a power loss rather
+    /// than call it corruption. Exact only because the WAL is replayed from its first record.
+    synced_through: HashMap<String, Lsn>,
     planner: Mutex<Planner>,
     /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).
     finished_cv: Condvar,
@@ -240,6 +245,7 @@ impl Engine {
             wal,
             audit,
             shards: Mutex::new(HashMap::new()),
+            synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
                 keys: HashMap::new(),
                 next_id: 1,
@@ -276,6 +282,7 @@ impl Engine {
         progress("replaying records", 0, total);
         // 1. Replay the WAL: every key, the highest id ever claimed, the unfinished claims.
         let mut unfinished: BTreeMap<Lsn, ClaimRecord> = BTreeMap::new();
+        let mut synced: HashMap<String, Lsn> = HashMap::new();
         let mut shard_names = BTreeSet::new();
         let mut records = 0u64;
         {
@@ -323,6 +330,10 @@ impl Engine {
                                 detail: format!("done for unknown claim lsn {}", d.claim_lsn),
                             });
                         };
+                        for op in &c.ops {
+                            let t = synced.entry(op.shard().to_owned()).or_insert(0);
+                            *t = (*t).max(d.claim_lsn);
+                        }
                         if let Some(k) = p.keys.get_mut(&c.request_key) {
                             k.done = true;
                         }
@@ -336,6 +347,7 @@ impl Engine {
                 }
             }
         }
+        self.synced_through = synced;
         // 2. Open every shard the WAL names; ids are never reused even if the WAL were
         //    retired below a create, because each shard remembers its largest id.
         for name in &shard_names {
@@ -441,6 +453,7 @@ impl Engine {
         let opts = ShardOptions {
             segment_bytes: self.config.shard_segment_bytes,
             read_only: false,
+            synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
         };
         let shard = Shard::open_with(
             self.storage.clone(),

@@ -160,8 +160,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             }
         })
     });
-    let ticker = tokio::spawn(notify_loop(shared.engine.clone()));
+    // READY=1 before the ticker exists: its first WATCHDOG=1 must not overtake it.
     crate::notify::ready();
+    let ticker = tokio::spawn(notify_loop(shared.engine.clone()));
     info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
     loop {
         let mut names: Vec<String> = Vec::new();

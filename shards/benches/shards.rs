@@ -66,7 +66,7 @@ fn main() {
             &dir,
             ShardOptions {
                 segment_bytes: 64 << 20,
-                read_only: false,
+                ..ShardOptions::default()
             },
         )
         .expect("open");
@@ -134,7 +134,7 @@ fn main() {
             &dir,
             ShardOptions {
                 segment_bytes: 64 << 20,
-                read_only: false,
+                ..ShardOptions::default()
             },
         )
         .expect("open");
@@ -161,7 +161,7 @@ fn main() {
         &dir,
         ShardOptions {
             segment_bytes: 64 << 20,
-            read_only: false,
+            ..ShardOptions::default()
         },
     )
     .expect("open");

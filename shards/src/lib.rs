@@ -34,6 +34,14 @@ pub struct ShardOptions {
     /// Open with plain reads, repair nothing, write nothing, take no lock (for `roost get`
     /// while the daemon runs, and `roost verify`).
     pub read_only: bool,
+    /// Every frame with an lsn up to this one is known flushed (the caller holds durable
+    /// proof, such as a `done` record written only after the flush), and every later frame
+    /// can be rebuilt by the caller. Frames past it were never flushed, so a power loss may
+    /// have kept some of their pages and not others (the kernel writes a mapping's dirty pages
+    /// back in no promised order): once every frame up to this lsn has been read, damage in the
+    /// last segment is a torn tail even when valid frames follow it, and all of it is dropped.
+    /// `None` (the default): any damage followed by a valid frame is corruption.
+    pub synced_through_lsn: Option<u64>,
 }
 
 impl Default for ShardOptions {
@@ -41,6 +49,7 @@ impl Default for ShardOptions {
         ShardOptions {
             segment_bytes: 16 << 20,
             read_only: false,
+            synced_through_lsn: None,
         }
     }
 }
@@ -469,6 +478,15 @@ impl Shard {
                 let (seen, view) = frame::probe(&bytes[pos..]);
                 let lsn_is_next = matches!(&view, Ok(v) if v.lsn > self.max_lsn);
                 let follows = seen != Seen::Valid && valid_follows(&bytes, pos + FRAME_ALIGN);
+                let unsynced = self
+                    .opts
+                    .synced_through_lsn
+                    .is_some_and(|t| self.max_lsn >= t);
+                if last && follows && unsynced {
+                    // A gap among frames never flushed: drop it and everything after it.
+                    torn = Some((pos, "gap among unflushed frames (pages written back out of order before a power loss)"));
+                    break;
+                }
                 let obs = Observation {
                     seen,
                     lsn_is_next,

@@ -17,6 +17,7 @@ fn opts(segment_bytes: u64) -> ShardOptions {
     ShardOptions {
         segment_bytes,
         read_only: false,
+        synced_through_lsn: None,
     }
 }
 
@@ -392,6 +393,70 @@ fn damage_before_a_valid_frame_is_corruption() {
             assert_eq!(offset, 0);
         }
         other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+/// Goal: a gap among frames never flushed (a power loss kept a later page of the map and not
+/// an earlier one) is dropped with everything after it when the caller vouches that every
+/// frame up to some lsn was flushed and all of them were read; damage at or before that lsn
+/// stays corruption, as does any gap when nothing is vouched for.
+#[test]
+fn gap_among_unflushed_frames_is_a_torn_tail_only_past_the_synced_lsn() {
+    let build = || {
+        let disk = SimStorage::new();
+        let mut s = open_sim(&disk, 1 << 14).unwrap();
+        for lsn in 1..=2 {
+            s.apply(&create_txn(lsn, &[lsn])).unwrap();
+        }
+        s.flush().unwrap();
+        for lsn in 3..=5 {
+            s.apply(&create_txn(lsn, &[lsn])).unwrap();
+        }
+        drop(s);
+        disk
+    };
+    let seg = sim_dir().join("0000000001.seg");
+    let frame = encoded_len(&create_txn(1, &[1]));
+    // Frame 3 (never flushed) lost; frames 4 and 5 (never flushed either) on the disk.
+    let with_gap = |disk: &SimStorage| {
+        let mut b = disk.file_bytes(&seg).unwrap();
+        b[2 * frame..3 * frame].fill(0);
+        disk.put_file_bytes(&seg, b);
+    };
+    let open = |disk: &SimStorage, t: Option<u64>| {
+        Shard::open_with(
+            Arc::new(disk.clone()),
+            sim_dir(),
+            ShardOptions {
+                synced_through_lsn: t,
+                ..opts(1 << 14)
+            },
+        )
+    };
+    for t in [Some(0), Some(1), Some(2)] {
+        let disk = build();
+        with_gap(&disk);
+        let mut s = open(&disk, t).unwrap_or_else(|e| panic!("synced through {t:?}: {e}"));
+        assert_eq!(contents(&s), vec![1, 2], "synced through {t:?}");
+        assert_eq!(s.max_lsn(), 2);
+        assert!(s.open_report().torn_bytes_dropped >= 2 * frame as u64);
+        // The caller re-applies 3, 4, 5 from its log; the dropped frames are gone for good.
+        for lsn in 3..=5 {
+            assert_eq!(s.apply(&create_txn(lsn, &[lsn])).unwrap(), Applied::Written);
+        }
+        s.flush().unwrap();
+        drop(s);
+        let s = open(&disk, None).unwrap();
+        assert_eq!(contents(&s), vec![1, 2, 3, 4, 5]);
+    }
+    // The gap is at or before what was vouched flushed: corruption, not a tail to drop.
+    for t in [None, Some(3), Some(4)] {
+        let disk = build();
+        with_gap(&disk);
+        match open(&disk, t) {
+            Err(ShardError::Corrupt { offset, .. }) => assert_eq!(offset, 2 * frame as u64),
+            other => panic!("synced through {t:?}: expected corruption, got {other:?}"),
+        }
     }
 }
 

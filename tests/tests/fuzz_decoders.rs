@@ -65,6 +65,7 @@ fn valid_shard_segment() -> Vec<u8> {
         ShardOptions {
             segment_bytes: 4096,
             read_only: false,
+            synced_through_lsn: None,
         },
     )
     .unwrap();
@@ -115,6 +116,7 @@ fn open_shard(bytes: Vec<u8>) {
             ShardOptions {
                 segment_bytes: 4096,
                 read_only,
+                synced_through_lsn: None,
             },
         ) {
             let _ = s.scan();

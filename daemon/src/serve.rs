@@ -103,10 +103,13 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     // as does the timer: a rescan of `new/` is the truth.
     let (tx, mut events) = mpsc::channel::<String>(EVENTS_MAX);
     let rescan_needed = Arc::new(AtomicBool::new(true));
+    // The watcher's thread may outlive this function by a moment after the watcher is
+    // dropped: its callback holds nothing of the engine's (which must be gone, with its
+    // lock, when serve returns).
+    let lost_events = Arc::new(Notify::new());
     let _watcher = {
         use notify::Watcher;
-        let (tx, rescan) = (tx.clone(), rescan_needed.clone());
-        let wake = shared.clone();
+        let (tx, rescan, wake) = (tx.clone(), rescan_needed.clone(), lost_events.clone());
         match notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             for hint in arrivals(res) {
                 let sent = match hint {
@@ -115,7 +118,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
                 };
                 if !sent {
                     rescan.store(true, Ordering::SeqCst);
-                    wake.wake.notify_one();
+                    wake.notify_one();
                 }
             }
         }) {
@@ -171,6 +174,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = shared.wake.notified() => {}
+            _ = lost_events.notified() => {}
             Some(name) = events.recv() => names.push(name),
             _ = tick.tick() => rescan_needed.store(true, Ordering::SeqCst),
         }
@@ -435,6 +439,51 @@ mod tests {
             e = e.add_path(PathBuf::from(p));
         }
         Ok(e)
+    }
+
+    /// Goal: once `serve_until` returns, nothing holds the engine (and its data directory
+    /// lock) any more: an embedding program can open the directory again at once.
+    #[test]
+    fn serve_releases_the_engine_when_it_returns() {
+        use crate::config::Config;
+        use crate::crash::NoCrash;
+        use crate::engine::EngineOptions;
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path().join("data");
+        let open = || {
+            Engine::open(EngineOptions {
+                storage: roost_wal::storage::RealStorage::shared(),
+                data_dir: dir.clone(),
+                spool_dir: dir.join("spool"),
+                config: Arc::new(Config {
+                    data_dir: dir.clone(),
+                    control_socket: Some(dir.join("roost.sock")),
+                    ..Config::default()
+                }),
+                crash: Arc::new(NoCrash),
+            })
+        };
+        for round in 0..10 {
+            let engine = Arc::new(open().unwrap_or_else(|e| panic!("round {round}: {e}")));
+            // A file arrives while serving, so the watcher has fired.
+            std::fs::write(dir.join("spool/new").join(format!("f{round}.json")), format!(r#"{{"request_key":"k{round}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#)).expect("drop");
+            let stop = Arc::new(Notify::new());
+            let (e, s) = (engine.clone(), stop.clone());
+            let th = std::thread::spawn(move || serve_until(e, s));
+            let out = dir.join("spool/out").join(format!("f{round}.json"));
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while !out.exists() {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "no result in round {round}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            drop(engine);
+            stop.notify_one();
+            th.join().expect("serve thread").expect("serve");
+        }
+        open().expect("the directory is free after the last round");
     }
 
     #[test]

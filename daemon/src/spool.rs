@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use roost_wal::storage::{OpenMode, Storage, StorageFs};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::batch::BatchResult;
 use crate::config::ResultSync;
@@ -86,25 +86,39 @@ pub struct Publisher {
     done: Condvar,
     rounds: AtomicU64,
     published: AtomicU64,
+    /// Makes every temporary's name unique, so two results for one name never share one.
+    tmp_seq: AtomicU64,
 }
 
 #[derive(Default)]
 struct Round {
     /// Tickets are handed out in order, and a round takes the whole queue, so every ticket up
     /// to `published_through` is in `out/`.
-    queue: Vec<(u64, String)>,
+    queue: Vec<Queued>,
     next_ticket: u64,
     published_through: u64,
     running: bool,
     poisoned: Option<String>,
 }
 
-fn tmp_name(out: &Path, name: &str) -> PathBuf {
-    out.join(format!(".{name}.tmp"))
+/// A result waiting for its round: ticket, its temporary, its name in `out/`.
+type Queued = (u64, PathBuf, String);
+
+/// `.NAME.SEQ.tmp`: hidden (clients ignore dot-files in `out/`), unique per publish.
+fn is_temporary(file_name: &str) -> bool {
+    file_name.starts_with('.') && file_name.ends_with(".tmp")
 }
 
 impl Publisher {
+    /// Opens the publisher on `out/`, first removing the temporaries a crash left there (no
+    /// round had renamed them, so no client ever saw them).
     pub fn new(storage: Arc<dyn Storage>, out: &Path, mode: ResultSync) -> io::Result<Publisher> {
+        for stale in storage.list(out)?.iter().filter(|n| is_temporary(n)) {
+            match storage.remove(&out.join(stale)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => debug!(file = %stale, "removed a temporary result left by a crash"),
+            }
+        }
         let fs = storage.open_fs(out)?;
         Ok(Publisher {
             storage,
@@ -115,6 +129,7 @@ impl Publisher {
             done: Condvar::new(),
             rounds: AtomicU64::new(0),
             published: AtomicU64::new(0),
+            tmp_seq: AtomicU64::new(0),
         })
     }
 
@@ -132,21 +147,23 @@ impl Publisher {
 
     /// Writes `out/NAME` atomically and durably; returns once it is both.
     pub fn publish(&self, name: &str, result: &BatchResult) -> io::Result<()> {
-        let tmp = tmp_name(&self.out, name);
-        match self.storage.remove(&tmp) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.out.join(format!(".{name}.{seq}.tmp"));
+        let written = self.storage.open(&tmp, OpenMode::CreateNew).and_then(|f| {
+            f.write_at(&result.to_json_line(), 0)?;
+            if self.mode == ResultSync::Fsync {
+                f.sync_data()?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            let _ = self.storage.remove(&tmp);
+            return Err(e);
         }
-        let f = self.storage.open(&tmp, OpenMode::CreateNew)?;
-        f.write_at(&result.to_json_line(), 0)?;
-        if self.mode == ResultSync::Fsync {
-            f.sync_data()?;
-        }
-        drop(f);
         let mut g = self.lock();
         g.next_ticket += 1;
         let ticket = g.next_ticket;
-        g.queue.push((ticket, name.to_owned()));
+        g.queue.push((ticket, tmp, name.to_owned()));
         loop {
             if let Some(why) = &g.poisoned {
                 return Err(io::Error::other(format!(
@@ -161,7 +178,7 @@ impl Publisher {
                 continue;
             }
             let round = std::mem::take(&mut g.queue);
-            let last = round.last().map_or(ticket, |(t, _)| *t);
+            let last = round.last().map_or(ticket, |(t, _, _)| *t);
             g.running = true;
             drop(g);
             let r = self.run(&round);
@@ -183,7 +200,7 @@ impl Publisher {
         }
     }
 
-    fn run(&self, round: &[(u64, String)]) -> io::Result<()> {
+    fn run(&self, round: &[Queued]) -> io::Result<()> {
         let ctx = |what: &str, p: &Path, e: io::Error| {
             io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
         };
@@ -192,10 +209,10 @@ impl Publisher {
                 .sync_fs()
                 .map_err(|e| ctx("syncfs of the file system holding", &self.out, e))?;
         }
-        for (_, name) in round {
+        for (_, tmp, name) in round {
             let to = self.out.join(name);
             self.storage
-                .rename(&tmp_name(&self.out, name), &to)
+                .rename(tmp, &to)
                 .map_err(|e| ctx("rename of the result to", &to, e))?;
         }
         self.storage
@@ -373,6 +390,44 @@ mod tests {
             }
             power_loss_case(mode, 4, None, CrashMode::PowerDrop);
         }
+    }
+
+    #[test]
+    fn temporaries_left_by_a_crash_are_removed_at_open_and_names_may_repeat() {
+        let out = PathBuf::from("/spool/out");
+        let disk = SimStorage::new();
+        disk.put_file_bytes(&out.join(".a.json.7.tmp"), b"{\"half".to_vec());
+        disk.put_file_bytes(&out.join("b.json"), result(1).to_json_line());
+        disk.put_file_bytes(&out.join(".note"), b"not ours to judge".to_vec());
+        let p = Publisher::new(Arc::new(disk.clone()), &out, ResultSync::Fsync).expect("publisher");
+        assert!(
+            disk.file_bytes(&out.join(".a.json.7.tmp")).is_none(),
+            "stale temporary removed"
+        );
+        assert!(
+            disk.file_bytes(&out.join("b.json")).is_some(),
+            "results kept"
+        );
+        assert!(
+            disk.file_bytes(&out.join(".note")).is_some(),
+            "other dot-files kept"
+        );
+        // One name published twice in a row (a client reusing a name): the later wins.
+        p.publish("a.json", &result(2)).expect("first");
+        p.publish("a.json", &result(3)).expect("second");
+        assert_eq!(
+            disk.file_bytes(&out.join("a.json")),
+            Some(result(3).to_json_line())
+        );
+        let hidden: Vec<_> = disk
+            .paths()
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with(".tmp"))
+            })
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
     }
 
     #[test]

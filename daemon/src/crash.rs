@@ -18,11 +18,11 @@ pub const POINTS: &[&str] = &[
     "after_claim_sync",
     "after_commit.K",
     "after_audit.I",
+    "after_input_removed",
     "after_result",
     "after_flush.K",
     "after_audit_sync",
     "after_done",
-    "after_input_removed",
 ];
 
 pub trait CrashHook: Send + Sync {

@@ -839,7 +839,8 @@ impl Engine {
     }
 
     /// Commit and Finish for a durable claim: one transaction per shard in lsn order, audit
-    /// rows (skipping those already written), the result file; then the durability tail:
+    /// rows (skipping those already written), the input removed, the result file; then the
+    /// durability tail:
     /// the shards' flushes, the audit log's sync, the done record. Every step is idempotent,
     /// so recovery can run it again from any crash point.
     ///
@@ -922,6 +923,11 @@ impl Engine {
             );
             self.hit(&format!("after_audit.{i}"))?;
         }
+        // The input goes before the answer: the claim holds the batch from here on, and a
+        // client may reuse the name as soon as it sees the answer (a removal after it could
+        // take the new file).
+        self.remove_input(&claim.source)?;
+        self.hit("after_input_removed")?;
         let r = committed_result(lsn, claim);
         self.publish(&claim.source, &r)?;
         if let Some(t0) = started {
@@ -954,8 +960,6 @@ impl Engine {
             &codec::encode(&DoneRecord { claim_lsn: lsn }),
         )?;
         self.hit("after_done")?;
-        self.remove_input(&claim.source)?;
-        self.hit("after_input_removed")?;
         if let Some(k) = lock(&self.planner).keys.get_mut(&claim.request_key) {
             k.done = true;
         }

@@ -93,47 +93,68 @@ pub fn metrics_text(engine: &Engine) -> String {
             v.load(Ordering::Relaxed)
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP roost_batches_in_flight Batches between intake and result."
-    );
-    let _ = writeln!(out, "# TYPE roost_batches_in_flight gauge");
-    let _ = writeln!(
-        out,
-        "roost_batches_in_flight {}",
-        s.in_flight.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP roost_wal_appends_total WAL records appended since start."
-    );
-    let _ = writeln!(out, "# TYPE roost_wal_appends_total counter");
-    let _ = writeln!(out, "roost_wal_appends_total {appends}");
-    let _ = writeln!(
-        out,
-        "# HELP roost_wal_syncs_total WAL fdatasyncs (group commits) since start."
-    );
-    let _ = writeln!(out, "# TYPE roost_wal_syncs_total counter");
-    let _ = writeln!(out, "roost_wal_syncs_total {syncs}");
     let (rounds, published) = engine.publish_stats();
-    let _ = writeln!(
-        out,
-        "# HELP roost_result_rounds_total Rounds that made result files durable (each one sync of their data and one of out/)."
-    );
-    let _ = writeln!(out, "# TYPE roost_result_rounds_total counter");
-    let _ = writeln!(out, "roost_result_rounds_total {rounds}");
-    let _ = writeln!(
-        out,
-        "# HELP roost_results_published_total Result files published since start."
-    );
-    let _ = writeln!(out, "# TYPE roost_results_published_total counter");
-    let _ = writeln!(out, "roost_results_published_total {published}");
-    let _ = writeln!(
-        out,
-        "# HELP roost_last_lsn The last lsn written to the WAL."
-    );
-    let _ = writeln!(out, "# TYPE roost_last_lsn gauge");
-    let _ = writeln!(out, "roost_last_lsn {}", engine.last_lsn());
+    let (_, audit_syncs) = engine.audit_stats();
+    for (name, kind, help, value) in [
+        (
+            "roost_batches_in_flight",
+            "gauge",
+            "Batches between intake and result.",
+            s.in_flight.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_wal_appends_total",
+            "counter",
+            "WAL records appended since start.",
+            appends,
+        ),
+        (
+            "roost_wal_syncs_total",
+            "counter",
+            "WAL fdatasyncs (group commits) since start.",
+            syncs,
+        ),
+        (
+            "roost_audit_syncs_total",
+            "counter",
+            "Audit log fdatasyncs (group commits) since start.",
+            audit_syncs,
+        ),
+        (
+            "roost_shard_txns_total",
+            "counter",
+            "Shard transactions applied since start.",
+            s.shard_txns.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_shard_flushes_total",
+            "counter",
+            "Shard flushes (one msync each, grouped per owner round) since start.",
+            s.shard_flushes.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_result_rounds_total",
+            "counter",
+            "Rounds that published result files (one fsync of out/ each) since start.",
+            rounds,
+        ),
+        (
+            "roost_results_published_total",
+            "counter",
+            "Result files published since start.",
+            published,
+        ),
+        (
+            "roost_last_lsn",
+            "gauge",
+            "The last lsn written to the WAL.",
+            engine.last_lsn(),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {value}");
+    }
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");
     for (name, n) in engine.shard_counts() {

@@ -283,3 +283,82 @@ fn bad_config_exit_code() {
         .unwrap();
     assert_ne!(st.status.code(), Some(0), "status with no daemon must fail");
 }
+
+/// Goal: `roost status` counts what happened (batches, WAL group commits, result rounds,
+/// shard flushes) and `--metrics` exposes the same in Prometheus text, every sample with its
+/// HELP and TYPE.
+#[test]
+fn status_and_metrics_count_the_pipeline() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let spool = data.join("spool");
+    let n = 12;
+    for i in 0..n {
+        drop_in(&spool, &format!("m{i}.json"), &batch(i));
+    }
+    wait_for("results", Duration::from_secs(30), || {
+        (0..n).all(|i| spool.join(format!("out/m{i}.json")).exists())
+    });
+    let status = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("status")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: Value = serde_json::from_str(&status(&["--json"])).unwrap();
+    assert_eq!(v["committed"], n as u64, "{v}");
+    let published = v["results_published"].as_u64().unwrap();
+    let rounds = v["result_rounds"].as_u64().unwrap();
+    assert_eq!(published, n as u64, "{v}");
+    assert!((1..=published).contains(&rounds), "{v}");
+    let syncs = v["wal_syncs"].as_u64().unwrap();
+    assert!(syncs >= 1, "{v}");
+    let per_sync = v["wal_batches_per_sync"].as_f64().unwrap();
+    assert!((per_sync - n as f64 / syncs as f64).abs() < 1e-9, "{v}");
+    // Two shards per batch: a transaction each, flushed at least once per shard.
+    assert_eq!(v["shard_txns"], 2 * n as u64, "{v}");
+    assert!(v["shard_flushes"].as_u64().unwrap() >= 2, "{v}");
+
+    let text = status(&["--metrics"]);
+    assert!(
+        text.contains(&format!("roost_batches_total{{status=\"committed\"}} {n}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("roost_results_published_total {n}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("roost_shard_txns_total {}", 2 * n)),
+        "{text}"
+    );
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line
+            .split(['{', ' '])
+            .next()
+            .unwrap()
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no HELP for {line}"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "no TYPE for {line}"
+        );
+    }
+    let human = status(&[]);
+    assert!(human.contains("results: 12 published in"), "{human}");
+}

@@ -22,6 +22,11 @@ struct Shared {
     engine: Arc<Engine>,
     /// Names being processed (a rescan must not start a second worker on one).
     in_progress: Mutex<HashSet<String>>,
+    /// Names that arrived again while in progress (a client reusing a name right after its
+    /// answer): looked at again as soon as their worker is done, not at the next rescan.
+    again: Mutex<HashSet<String>>,
+    /// Names to look at again, handed back to the loop by finishing workers.
+    requeue: Mutex<Vec<String>>,
     /// Names that could not even be quarantined (logged once, then left alone).
     stuck: Mutex<HashSet<String>>,
     fatal: Mutex<Option<EngineError>>,
@@ -92,6 +97,8 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     let shared = Arc::new(Shared {
         engine,
         in_progress: Mutex::new(HashSet::new()),
+        again: Mutex::new(HashSet::new()),
+        requeue: Mutex::new(Vec::new()),
         stuck: Mutex::new(HashSet::new()),
         fatal: Mutex::new(None),
         failed: Mutex::new(FailedDir::load(&engine_failed_dir)),
@@ -184,6 +191,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         while let Ok(name) = events.try_recv() {
             names.push(name);
         }
+        if let Ok(mut q) = shared.requeue.lock() {
+            names.append(&mut q);
+        }
         if rescan_needed.swap(false, Ordering::SeqCst) {
             match std::fs::read_dir(&new_dir) {
                 Ok(rd) => names.extend(
@@ -207,6 +217,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
                 .lock()
                 .is_ok_and(|mut s| s.insert(name.clone()))
             {
+                shared.again.lock().map(|mut s| s.insert(name)).ok();
                 continue;
             }
             // Bounded work in flight: wait for a worker, but keep answering signals.
@@ -227,6 +238,10 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
                     sh.wake.notify_one();
                 }
                 sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
+                if sh.again.lock().is_ok_and(|mut s| s.remove(&name)) {
+                    sh.requeue.lock().map(|mut q| q.push(name)).ok();
+                    sh.wake.notify_one();
+                }
                 drop(permit);
             });
         }
@@ -484,6 +499,95 @@ mod tests {
             th.join().expect("serve thread").expect("serve");
         }
         open().expect("the directory is free after the last round");
+    }
+
+    /// Goal: a name that arrives again while its first batch is still in its durability tail
+    /// (the client saw the answer and reused the name at once) is taken as soon as the first
+    /// worker is done, not at the next rescan (set an hour apart here).
+    /// Method: a crash hook that holds the first batch at `after_result` until the second
+    /// file is in `new/`.
+    #[test]
+    fn a_name_reused_during_the_tail_is_taken_when_the_worker_is_done() {
+        use crate::config::Config;
+        use crate::engine::EngineOptions;
+        use std::sync::mpsc;
+
+        /// Blocks the first `after_result` until released.
+        struct Hold {
+            reached: Mutex<Option<mpsc::Sender<()>>>,
+            release: Mutex<mpsc::Receiver<()>>,
+        }
+        impl crate::crash::CrashHook for Hold {
+            fn hit(&self, point: &str) -> Result<(), EngineError> {
+                if point == "after_result" {
+                    if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
+                        let _ = tx.send(());
+                        let _ = self
+                            .release
+                            .lock()
+                            .map(|r| r.recv_timeout(Duration::from_secs(20)));
+                    }
+                }
+                Ok(())
+            }
+        }
+        let (reached_tx, reached) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path().join("data");
+        let engine = Arc::new(
+            Engine::open(EngineOptions {
+                storage: roost_wal::storage::RealStorage::shared(),
+                data_dir: dir.clone(),
+                spool_dir: dir.join("spool"),
+                config: Arc::new(Config {
+                    data_dir: dir.clone(),
+                    control_socket: Some(dir.join("roost.sock")),
+                    rescan_interval_ms: 3_600_000,
+                    ..Config::default()
+                }),
+                crash: Arc::new(Hold {
+                    reached: Mutex::new(Some(reached_tx)),
+                    release: Mutex::new(release_rx),
+                }),
+            })
+            .expect("open"),
+        );
+        let stop = Arc::new(Notify::new());
+        let (e, s) = (engine.clone(), stop.clone());
+        let th = std::thread::spawn(move || serve_until(e, s));
+        let spool = dir.join("spool");
+        let drop_in = |key: &str| {
+            let tmp = spool.join("tmp/same.json");
+            std::fs::write(&tmp, format!(r#"{{"request_key":"{key}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#)).expect("write");
+            std::fs::rename(&tmp, spool.join("new/same.json")).expect("rename");
+        };
+        drop_in("first");
+        reached
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the first batch reached its result");
+        let out = spool.join("out/same.json");
+        assert!(std::fs::read_to_string(&out)
+            .expect("first result")
+            .contains("first"));
+        drop_in("second");
+        // Let the watcher deliver the second file's event while the first is held.
+        std::thread::sleep(Duration::from_millis(300));
+        release.send(()).expect("release");
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("second")
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "the reused name was not taken after its first worker finished"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(engine);
+        stop.notify_one();
+        th.join().expect("serve thread").expect("serve");
     }
 
     #[test]

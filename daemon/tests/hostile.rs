@@ -240,11 +240,15 @@ fn ten_thousand_files_at_once() {
 
 /// Goal: a file dropped under a name that already has a result gets its own result under
 /// that name (results are per name, latest wins; names should be unique, as in Maildir),
-/// and the earlier batch is untouched: its key still gives its original result.
+/// and the earlier batch is untouched: its key still gives its original result. The second
+/// file is dropped the moment the first result shows, while the first batch may still be
+/// syncing, and rescans are off (an hour apart): it must be taken on its event alone.
 #[test]
 fn name_collision_with_an_existing_result() {
     let t = tempfile::tempdir().unwrap();
-    let _s = serve(t.path(), &[]);
+    let cfg = t.path().join("roost.toml");
+    std::fs::write(&cfg, "rescan_interval_ms = 3600000\n").unwrap();
+    let _s = serve(t.path(), &["--config", cfg.to_str().unwrap()]);
     let spool = t.path().join("data/spool");
     let first = br#"{"request_key":"one","ops":[{"op":"create","shard":"s","record":{"n":1}}]}"#;
     drop_in(&spool, "same.json", first);

@@ -27,6 +27,11 @@ pub const POINTS: &[&str] = &[
 
 pub trait CrashHook: Send + Sync {
     fn hit(&self, point: &str) -> Result<(), EngineError>;
+    /// False when no point can ever fire: callers then skip formatting indexed point names
+    /// (`after_audit.{i}` was a string per op per batch for nothing).
+    fn armed(&self) -> bool {
+        true
+    }
 }
 
 /// Never crashes.
@@ -36,6 +41,9 @@ pub struct NoCrash;
 impl CrashHook for NoCrash {
     fn hit(&self, _point: &str) -> Result<(), EngineError> {
         Ok(())
+    }
+    fn armed(&self) -> bool {
+        false
     }
 }
 
@@ -64,6 +72,9 @@ impl EnvCrash {
 }
 
 impl CrashHook for EnvCrash {
+    fn armed(&self) -> bool {
+        self.target.is_some()
+    }
     fn hit(&self, point: &str) -> Result<(), EngineError> {
         if let Some((p, n)) = &self.target {
             if p == point && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == *n {

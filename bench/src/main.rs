@@ -223,6 +223,30 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
         [a, s, t, f, au, pu, ro]
     };
     let c0 = counters();
+    if let Some(rate) = std::env::var("ROOST_BENCH_OPEN_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        // Open loop at a fixed rate: the client's p50/p99 next to the engine's own, by phase
+        // (histogram bucket bounds), to see where a latency tail comes from.
+        let (p50, p99) = open_loop(&r.spool, rate, dur, &w)?;
+        println!(
+            "open loop at {rate:.0}/s: client p50 {:.2} ms, p99 {:.2} ms",
+            p50 * 1e3,
+            p99 * 1e3
+        );
+        for (name, h) in &phases {
+            let q = |x: f64| h.quantile_us(x).map_or(f64::NAN, |u| u as f64 / 1e3);
+            println!(
+                "  {name:<7} p50 <= {:>8.2} ms, p99 <= {:>8.2} ms (since start)",
+                q(0.5),
+                q(0.99)
+            );
+        }
+        drop(r);
+        let _ = std::fs::remove_dir_all(&base);
+        return Ok(());
+    }
     let (rate, _) = closed_loop(&r.spool, clients, dur, &w)?;
     let d: Vec<u64> = counters().iter().zip(c0).map(|(b, a)| b - a).collect();
     println!("{clients} clients: {rate:.0} batches/s; wal {} appends / {} syncs; shards {} txns / {} flushes; audit {} syncs; results {} in {} rounds", d[0], d[1], d[2], d[3], d[4], d[5], d[6]);

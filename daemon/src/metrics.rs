@@ -37,6 +37,24 @@ impl Histogram {
         self.sum_us.load(Ordering::Relaxed)
     }
 
+    /// The upper bound of the bucket holding the `q`-quantile, in microseconds (`u64::MAX`
+    /// for the open last bucket); `None` when nothing was recorded.
+    pub fn quantile_us(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((n as f64 * q.clamp(0.0, 1.0)).ceil() as u64).max(1);
+        let mut cum = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cum += self.buckets[i].load(Ordering::Relaxed);
+            if cum >= rank {
+                return Some(*b);
+            }
+        }
+        Some(u64::MAX)
+    }
+
     /// Appends this histogram in Prometheus text format.
     pub fn write_prometheus(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
@@ -120,5 +138,13 @@ mod tests {
         assert!(s.contains("x_bucket{le=\"5\"} 2"), "{s}");
         assert!(s.contains("x_bucket{le=\"+Inf\"} 3"), "{s}");
         assert!(s.contains("x_count{} 3"), "{s}");
+        assert_eq!(h.quantile_us(0.0), Some(100));
+        assert_eq!(h.quantile_us(0.5), Some(5_000));
+        assert_eq!(
+            h.quantile_us(0.99),
+            Some(u64::MAX),
+            "60 s is past the last bound"
+        );
+        assert_eq!(Histogram::default().quantile_us(0.5), None);
     }
 }

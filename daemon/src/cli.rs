@@ -204,6 +204,19 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     v["result_rounds"],
                     v["results_per_round"].as_f64().unwrap_or(0.0)
                 );
+                let ms = |phase: &str, q: &str| {
+                    v["latency_ms"][phase][q]
+                        .as_f64()
+                        .map_or("-".to_owned(), |x| format!("{x}"))
+                };
+                println!(
+                    "  latency p50/p99 (bucket bounds, ms): plan {}/{}, claim {}/{}, commit {}/{}, finish {}/{}, to result {}/{}",
+                    ms("plan", "p50"), ms("plan", "p99"),
+                    ms("claim", "p50"), ms("claim", "p99"),
+                    ms("commit", "p50"), ms("commit", "p99"),
+                    ms("finish", "p50"), ms("finish", "p99"),
+                    ms("batch", "p50"), ms("batch", "p99"),
+                );
                 if let Some(m) = v["shards"].as_object() {
                     for (k, n) in m {
                         println!("  shard {k}: {n} records");

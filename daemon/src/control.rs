@@ -40,6 +40,23 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
     let committed = s.committed.load(Ordering::Relaxed);
     let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
     let rec = engine.recovery_report();
+    let lat = &s.latency;
+    let mut latency = serde_json::Map::new();
+    for (phase, h) in [
+        ("plan", &lat.plan),
+        ("claim", &lat.claim),
+        ("commit", &lat.commit),
+        ("finish", &lat.finish),
+        ("batch", &lat.batch),
+    ] {
+        // Bucket upper bounds in ms; null before the first batch or past the last bound.
+        let q = |x: f64| {
+            h.quantile_us(x)
+                .filter(|u| *u != u64::MAX)
+                .map(|u| u as f64 / 1e3)
+        };
+        latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
+    }
     json!({
         "epoch": 1,
         "last_lsn": engine.last_lsn(),
@@ -61,6 +78,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "healthy": !engine.is_failed(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),
+        "latency_ms": latency,
         "recovery": {
             "duration_ms": rec.duration.as_millis() as u64,
             "records_replayed": rec.wal_records,

@@ -359,6 +359,15 @@ fn status_and_metrics_count_the_pipeline() {
             "no TYPE for {line}"
         );
     }
+    for phase in ["plan", "claim", "commit", "finish", "batch"] {
+        let p50 = v["latency_ms"][phase]["p50"].as_f64();
+        let p99 = v["latency_ms"][phase]["p99"].as_f64();
+        assert!(
+            matches!((p50, p99), (Some(a), Some(b)) if a > 0.0 && a <= b),
+            "{phase}: {v}"
+        );
+    }
     let human = status(&[]);
     assert!(human.contains("results: 12 published in"), "{human}");
+    assert!(human.contains("latency p50/p99"), "{human}");
 }

@@ -289,6 +289,15 @@ fn main() -> anyhow::Result<()> {
         Some("--restart-probe") => {
             return restart_probe(Path::new(args.get(2).context("--restart-probe DIR")?))
         }
+        Some("--populate") => {
+            // `--populate DIR RECORDS`: fill DIR for `--restart-probe DIR` (profiling restart).
+            let dir = Path::new(args.get(2).context("--populate DIR RECORDS")?);
+            let n = args
+                .get(3)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1_000_000);
+            return spool::populate(dir, n, 8);
+        }
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);

@@ -57,10 +57,23 @@ pub struct Roost {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The engine on the real disk over `dir` (spool in `dir/spool`), with `cfg` pointed at `dir`.
+pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::engine::EngineError> {
+    Engine::open(EngineOptions {
+        storage: RealStorage::shared(),
+        data_dir: dir.to_path_buf(),
+        spool_dir: dir.join("spool"),
+        config: Arc::new(Config {
+            data_dir: dir.to_path_buf(),
+            ..cfg
+        }),
+        crash: Arc::new(NoCrash),
+    })
+}
+
 impl Roost {
     fn start(dir: &Path) -> anyhow::Result<Roost> {
         let cfg = Config {
-            data_dir: dir.to_path_buf(),
             batches_in_flight_max: 64,
             result_sync: if std::env::var_os("ROOST_BENCH_SYNCFS").is_some() {
                 roost::config::ResultSync::Syncfs
@@ -69,13 +82,7 @@ impl Roost {
             },
             ..Config::default()
         };
-        let engine = Arc::new(Engine::open(EngineOptions {
-            storage: RealStorage::shared(),
-            data_dir: dir.to_path_buf(),
-            spool_dir: dir.join("spool"),
-            config: Arc::new(cfg),
-            crash: Arc::new(NoCrash),
-        })?);
+        let engine = Arc::new(open_engine(dir, cfg)?);
         let stop = Arc::new(tokio::sync::Notify::new());
         let (e, s) = (engine.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -151,16 +158,7 @@ fn rss_anon_kib() -> u64 {
 fn restart_probe(dir: &Path) -> anyhow::Result<()> {
     let before = rss_anon_kib();
     let t = Instant::now();
-    let engine = Engine::open(EngineOptions {
-        storage: RealStorage::shared(),
-        data_dir: dir.to_path_buf(),
-        spool_dir: dir.join("spool"),
-        config: Arc::new(Config {
-            data_dir: dir.to_path_buf(),
-            ..Config::default()
-        }),
-        crash: Arc::new(NoCrash),
-    })?;
+    let engine = open_engine(dir, Config::default())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let records: usize = engine.shard_counts().values().sum();
     let after = rss_anon_kib();
@@ -201,14 +199,7 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
         println!("burst of {burst_first} first: {rate:.0} batches/s");
     }
     let e = r.engine.clone();
-    let lat = &e.stats.latency;
-    let phases = [
-        ("plan", &lat.plan),
-        ("claim", &lat.claim),
-        ("commit", &lat.commit),
-        ("finish", &lat.finish),
-        ("batch", &lat.batch),
-    ];
+    let phases = e.stats.latency.phases();
     let before: Vec<(u64, u64)> = phases
         .iter()
         .map(|(_, h)| (h.count(), h.sum_us()))

@@ -262,19 +262,7 @@ pub fn open_loop(
 /// Fills a data directory with `records` records over `shards` shards through the real engine
 /// (batches of 100 creates from 8 threads), for the restart measurement.
 pub fn populate(dir: &Path, records: u64, shards: usize) -> anyhow::Result<()> {
-    use roost::config::Config;
-    use roost::crash::NoCrash;
-    use roost::engine::{Engine, EngineOptions};
-    let engine = Arc::new(Engine::open(EngineOptions {
-        storage: roost_wal::storage::RealStorage::shared(),
-        data_dir: dir.to_path_buf(),
-        spool_dir: dir.join("spool"),
-        config: Arc::new(Config {
-            data_dir: dir.to_path_buf(),
-            ..Config::default()
-        }),
-        crash: Arc::new(NoCrash),
-    })?);
+    let engine = Arc::new(crate::open_engine(dir, roost::config::Config::default())?);
     let per_batch = 100u64;
     let batches = records.div_ceil(per_batch);
     let next = Arc::new(AtomicUsize::new(0));

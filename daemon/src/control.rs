@@ -40,15 +40,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
     let committed = s.committed.load(Ordering::Relaxed);
     let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
     let rec = engine.recovery_report();
-    let lat = &s.latency;
     let mut latency = serde_json::Map::new();
-    for (phase, h) in [
-        ("plan", &lat.plan),
-        ("claim", &lat.claim),
-        ("commit", &lat.commit),
-        ("finish", &lat.finish),
-        ("batch", &lat.batch),
-    ] {
+    for (phase, h) in s.latency.phases() {
         // Bucket upper bounds in ms; null before the first batch or past the last bound.
         let q = |x: f64| {
             h.quantile_us(x)

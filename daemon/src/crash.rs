@@ -32,6 +32,15 @@ pub trait CrashHook: Send + Sync {
     fn armed(&self) -> bool {
         true
     }
+    /// The name of point `BASE.I` (`after_audit.2`), formatted only when a hook is armed;
+    /// otherwise just `BASE`, which nothing matches.
+    fn nth<'a>(&self, base: &'a str, i: usize) -> std::borrow::Cow<'a, str> {
+        if self.armed() {
+            format!("{base}.{i}").into()
+        } else {
+            base.into()
+        }
+    }
 }
 
 /// Never crashes.

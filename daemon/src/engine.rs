@@ -488,15 +488,6 @@ impl Engine {
         self.crash.hit(point).inspect_err(|_| self.fail())
     }
 
-    /// The point `BASE.I`, named only when a hook could fire there.
-    fn hit_nth(&self, base: &str, i: usize) -> Result<(), EngineError> {
-        if self.crash.armed() {
-            self.hit(&format!("{base}.{i}"))
-        } else {
-            self.hit(base)
-        }
-    }
-
     /// Milliseconds since open.
     pub fn uptime_ms(&self) -> u64 {
         self.opened.elapsed().as_millis() as u64
@@ -930,7 +921,7 @@ impl Engine {
                 self.audit
                     .append_nowait(RecordType::Audit as u8, &codec::encode(&row))?,
             );
-            self.hit_nth("after_audit", i)?;
+            self.hit(&self.crash.nth("after_audit", i))?;
         }
         // The input goes before the answer: the claim holds the batch from here on, and a
         // client may reuse the name as soon as it sees the answer (a removal after it could

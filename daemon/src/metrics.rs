@@ -98,18 +98,25 @@ pub struct PhaseLatency {
 }
 
 impl PhaseLatency {
+    /// The phases in pipeline order, named as status and metrics name them; `batch` (planning
+    /// to result file) last.
+    pub fn phases(&self) -> [(&'static str, &Histogram); 5] {
+        [
+            ("plan", &self.plan),
+            ("claim", &self.claim),
+            ("commit", &self.commit),
+            ("finish", &self.finish),
+            ("batch", &self.batch),
+        ]
+    }
+
     pub fn write_prometheus(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "# HELP roost_phase_seconds Time spent per batch in each pipeline phase."
         );
         let _ = writeln!(out, "# TYPE roost_phase_seconds histogram");
-        for (phase, h) in [
-            ("plan", &self.plan),
-            ("claim", &self.claim),
-            ("commit", &self.commit),
-            ("finish", &self.finish),
-        ] {
+        for (phase, h) in self.phases().into_iter().filter(|(p, _)| *p != "batch") {
             h.write_prometheus(out, "roost_phase_seconds", &format!("phase=\"{phase}\","));
         }
         let _ = writeln!(

@@ -75,15 +75,6 @@ impl OwnerContext {
             .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.crash.hit(point)
     }
-
-    /// The point `BASE.K`, named only when a hook could fire there.
-    fn hit_nth(&self, base: &str, k: usize) -> Result<(), EngineError> {
-        if self.crash.armed() {
-            self.hit(&format!("{base}.{k}"))
-        } else {
-            self.hit(base)
-        }
-    }
 }
 
 const QUEUE_MAX: usize = 1024;
@@ -250,7 +241,7 @@ fn owner(
                     shard: name.clone(),
                     source,
                 })
-                .and_then(|_| ctx.hit_nth("after_commit", k));
+                .and_then(|_| ctx.hit(&ctx.crash.nth("after_commit", k)));
             match r {
                 Ok(()) => {
                     lock(&turns).remove(&lsn);
@@ -285,7 +276,7 @@ fn owner(
             for (k, reply) in std::mem::take(&mut flushes) {
                 let r = match &failure {
                     Some(e) => Err(e.clone_for_reply()),
-                    None => ctx.hit_nth("after_flush", k),
+                    None => ctx.hit(&ctx.crash.nth("after_flush", k)),
                 };
                 if let Err(e) = &r {
                     failure.get_or_insert_with(|| e.clone_for_reply());

@@ -456,47 +456,86 @@ mod tests {
         Ok(e)
     }
 
+    /// An engine on a real temporary directory, with `crash` and a rescan interval.
+    fn open_real(
+        dir: &std::path::Path,
+        crash: Arc<dyn crate::crash::CrashHook>,
+        rescan_interval_ms: u64,
+    ) -> Result<Engine, EngineError> {
+        use crate::config::Config;
+        Engine::open(crate::engine::EngineOptions {
+            storage: roost_wal::storage::RealStorage::shared(),
+            data_dir: dir.to_path_buf(),
+            spool_dir: dir.join("spool"),
+            config: Arc::new(Config {
+                data_dir: dir.to_path_buf(),
+                control_socket: Some(dir.join("roost.sock")),
+                rescan_interval_ms,
+                ..Config::default()
+            }),
+            crash,
+        })
+    }
+
+    /// `serve_until` on its own thread; `stop` asks it to stop and joins it.
+    struct Serving {
+        stop: Arc<Notify>,
+        thread: std::thread::JoinHandle<Result<(), EngineError>>,
+    }
+
+    impl Serving {
+        fn start(engine: Arc<Engine>) -> Serving {
+            let stop = Arc::new(Notify::new());
+            let s = stop.clone();
+            let thread = std::thread::spawn(move || serve_until(engine, s));
+            Serving { stop, thread }
+        }
+
+        fn stop(self) {
+            self.stop.notify_one();
+            self.thread.join().expect("serve thread").expect("serve");
+        }
+    }
+
+    /// Drops a one-create batch with `key` as `new/NAME`, the client's way.
+    fn drop_in(spool: &std::path::Path, name: &str, key: &str) {
+        let tmp = spool.join("tmp").join(name);
+        std::fs::write(
+            &tmp,
+            format!(
+                r#"{{"request_key":"{key}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#
+            ),
+        )
+        .expect("write");
+        std::fs::rename(&tmp, spool.join("new").join(name)).expect("rename");
+    }
+
+    /// Polls `f` for up to 20 s; fails with `what` after that.
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(std::time::Instant::now() < until, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Goal: once `serve_until` returns, nothing holds the engine (and its data directory
     /// lock) any more: an embedding program can open the directory again at once.
     #[test]
     fn serve_releases_the_engine_when_it_returns() {
-        use crate::config::Config;
-        use crate::crash::NoCrash;
-        use crate::engine::EngineOptions;
         let t = tempfile::tempdir().expect("tempdir");
         let dir = t.path().join("data");
-        let open = || {
-            Engine::open(EngineOptions {
-                storage: roost_wal::storage::RealStorage::shared(),
-                data_dir: dir.clone(),
-                spool_dir: dir.join("spool"),
-                config: Arc::new(Config {
-                    data_dir: dir.clone(),
-                    control_socket: Some(dir.join("roost.sock")),
-                    ..Config::default()
-                }),
-                crash: Arc::new(NoCrash),
-            })
-        };
+        let open = || open_real(&dir, Arc::new(crate::crash::NoCrash), 1_000);
         for round in 0..10 {
             let engine = Arc::new(open().unwrap_or_else(|e| panic!("round {round}: {e}")));
             // A file arrives while serving, so the watcher has fired.
-            std::fs::write(dir.join("spool/new").join(format!("f{round}.json")), format!(r#"{{"request_key":"k{round}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#)).expect("drop");
-            let stop = Arc::new(Notify::new());
-            let (e, s) = (engine.clone(), stop.clone());
-            let th = std::thread::spawn(move || serve_until(e, s));
-            let out = dir.join("spool/out").join(format!("f{round}.json"));
-            let until = std::time::Instant::now() + Duration::from_secs(20);
-            while !out.exists() {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "no result in round {round}"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let name = format!("f{round}.json");
+            drop_in(&dir.join("spool"), &name, &format!("k{round}"));
+            let serving = Serving::start(engine.clone());
+            let out = dir.join("spool/out").join(&name);
+            wait_until(&format!("no result in round {round}"), || out.exists());
             drop(engine);
-            stop.notify_one();
-            th.join().expect("serve thread").expect("serve");
+            serving.stop();
         }
         open().expect("the directory is free after the last round");
     }
@@ -508,8 +547,6 @@ mod tests {
     /// file is in `new/`.
     #[test]
     fn a_name_reused_during_the_tail_is_taken_when_the_worker_is_done() {
-        use crate::config::Config;
-        use crate::engine::EngineOptions;
         use std::sync::mpsc;
 
         /// Blocks the first `after_result` until released.
@@ -535,34 +572,14 @@ mod tests {
         let (release, release_rx) = mpsc::channel();
         let t = tempfile::tempdir().expect("tempdir");
         let dir = t.path().join("data");
-        let engine = Arc::new(
-            Engine::open(EngineOptions {
-                storage: roost_wal::storage::RealStorage::shared(),
-                data_dir: dir.clone(),
-                spool_dir: dir.join("spool"),
-                config: Arc::new(Config {
-                    data_dir: dir.clone(),
-                    control_socket: Some(dir.join("roost.sock")),
-                    rescan_interval_ms: 3_600_000,
-                    ..Config::default()
-                }),
-                crash: Arc::new(Hold {
-                    reached: Mutex::new(Some(reached_tx)),
-                    release: Mutex::new(release_rx),
-                }),
-            })
-            .expect("open"),
-        );
-        let stop = Arc::new(Notify::new());
-        let (e, s) = (engine.clone(), stop.clone());
-        let th = std::thread::spawn(move || serve_until(e, s));
+        let hold = Arc::new(Hold {
+            reached: Mutex::new(Some(reached_tx)),
+            release: Mutex::new(release_rx),
+        });
+        let engine = Arc::new(open_real(&dir, hold, 3_600_000).expect("open"));
+        let serving = Serving::start(engine.clone());
         let spool = dir.join("spool");
-        let drop_in = |key: &str| {
-            let tmp = spool.join("tmp/same.json");
-            std::fs::write(&tmp, format!(r#"{{"request_key":"{key}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#)).expect("write");
-            std::fs::rename(&tmp, spool.join("new/same.json")).expect("rename");
-        };
-        drop_in("first");
+        drop_in(&spool, "same.json", "first");
         reached
             .recv_timeout(Duration::from_secs(20))
             .expect("the first batch reached its result");
@@ -570,24 +587,20 @@ mod tests {
         assert!(std::fs::read_to_string(&out)
             .expect("first result")
             .contains("first"));
-        drop_in("second");
+        drop_in(&spool, "same.json", "second");
         // Let the watcher deliver the second file's event while the first is held.
         std::thread::sleep(Duration::from_millis(300));
         release.send(()).expect("release");
-        let until = std::time::Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .contains("second")
-        {
-            assert!(
-                std::time::Instant::now() < until,
-                "the reused name was not taken after its first worker finished"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            "the reused name was not taken after its first worker finished",
+            || {
+                std::fs::read_to_string(&out)
+                    .unwrap_or_default()
+                    .contains("second")
+            },
+        );
         drop(engine);
-        stop.notify_one();
-        th.join().expect("serve thread").expect("serve");
+        serving.stop();
     }
 
     #[test]

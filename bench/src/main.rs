@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use roost::config::Config;
-use roost::crash::NoCrash;
-use roost::engine::{Engine, EngineOptions};
+use roost::pipeline::crash::NoCrash;
+use roost::pipeline::{Engine, EngineOptions};
 use roost_wal::storage::RealStorage;
 
 use crate::spool::{burst, closed_loop, open_loop, Workload};
@@ -58,11 +58,9 @@ pub struct Roost {
 }
 
 /// The engine on the real disk over `dir` (spool in `dir/spool`), with `cfg` pointed at `dir`.
-pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::engine::EngineError> {
+pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::EngineError> {
     Engine::open(EngineOptions {
         storage: RealStorage::shared(),
-        data_dir: dir.to_path_buf(),
-        spool_dir: dir.join("spool"),
         config: Arc::new(Config {
             data_dir: dir.to_path_buf(),
             ..cfg

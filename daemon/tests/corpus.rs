@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use roost::batch::{self, Status};
 use roost::config::Config;
-use roost::crash::NoCrash;
-use roost::engine::{Engine, EngineOptions};
+use roost::pipeline::crash::NoCrash;
+use roost::pipeline::{Engine, EngineOptions};
 use roost_wal::storage::SimStorage;
 use serde_json::Value;
 
@@ -49,8 +49,6 @@ fn corpus_table() {
     };
     let engine = Engine::open(EngineOptions {
         storage: Arc::new(disk.clone()),
-        data_dir: "/sim/d".into(),
-        spool_dir: "/sim/d/spool".into(),
         config: Arc::new(cfg.clone()),
         crash: Arc::new(NoCrash),
     })

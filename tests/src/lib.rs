@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use roost::batch::{self, Batch, BatchResult, Status};
 use roost::config::Config;
-use roost::crash::{CrashHook, NoCrash, NthCrash};
-use roost::engine::{Engine, EngineError, EngineOptions, SHARDS_DIR};
+use roost::error::EngineError;
+use roost::layout::SHARDS_DIR;
+use roost::pipeline::crash::{CrashHook, NoCrash, NthCrash};
+use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_wal::storage::{SimStorage, Storage};
 
@@ -32,8 +34,6 @@ pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engin
     };
     Engine::open(EngineOptions {
         storage: Arc::new(disk.clone()),
-        data_dir: data_dir(),
-        spool_dir: data_dir().join("spool"),
         config: Arc::new(cfg),
         crash,
     })
@@ -163,7 +163,7 @@ pub fn check_invariants(
         }
     }
     // What `roost verify` reads off the files (checksums, claims, audit rows, frames).
-    let report = roost::verify::verify(Arc::new(disk.clone()), Path::new(DATA));
+    let report = roost::ops::verify::verify(Arc::new(disk.clone()), Path::new(DATA));
     if !report.ok() {
         return Err(format!("verify: {:?}", report.violations));
     }

@@ -12,7 +12,7 @@
 //! The mutant build (`--features roost/mutant-no-claim`) must fail this test.
 
 use roost::batch::Batch;
-use roost::crash::NthCrash;
+use roost::pipeline::crash::NthCrash;
 use roost_tests::*;
 use roost_wal::storage::{CrashMode, SimStorage};
 use serde_json::json;
@@ -295,6 +295,6 @@ fn a_gap_among_unflushed_shard_frames_after_a_power_loss_is_recovered() {
             .count()
     };
     assert_eq!((n("a"), n("b"), n("b2")), (1, 1, 1), "{all:?}");
-    let report = roost::verify::verify(Arc::new(disk.clone()), &data_dir());
+    let report = roost::ops::verify::verify(Arc::new(disk.clone()), &data_dir());
     assert!(report.ok(), "{:?}", report.violations);
 }

@@ -7,16 +7,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::pipeline::records::{
+    self as codec, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType,
+};
 use anyhow::{anyhow, bail, Context};
 use clap::{Parser, Subcommand};
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::codec::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
 use roost_wal::storage::RealStorage;
 use roost_wal::{Wal, WalOptions};
 
 use crate::batch::{BatchResult, Status};
 use crate::config::Config;
-use crate::engine::{Engine, EngineError, EngineOptions, AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::error::EngineError;
+use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::pipeline::{Engine, EngineOptions};
 use crate::spool::SpoolPaths;
 
 pub const EXIT_OK: i32 = 0;
@@ -165,9 +169,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             files,
         } => submit(&cfg, *wait, Duration::from_secs(*timeout), files),
         Command::Status { json, metrics } => {
-            let path = crate::control::socket_path(&cfg);
+            let path = crate::ops::control::socket_path(&cfg);
             let what = if *metrics { "metrics" } else { "status" };
-            let text = crate::control::request(&path, what).with_context(|| {
+            let text = crate::ops::control::request(&path, what).with_context(|| {
                 format!(
                     "roost is not running, or not on this data directory (control socket {})",
                     path.display()
@@ -276,7 +280,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Verify => {
-            let report = crate::verify::verify(RealStorage::shared(), &cfg.data_dir);
+            let report = crate::ops::verify::verify(RealStorage::shared(), &cfg.data_dir);
             println!("roost verify {}", cfg.data_dir.display());
             for line in &report.checked {
                 println!("  checked {line}");
@@ -308,7 +312,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 Some(d) => d.clone(),
                 None => tempfile_dir()?,
             };
-            let violations = crate::drill::run(&crate::drill::DrillOptions {
+            let violations = crate::ops::drill::run(&crate::ops::drill::DrillOptions {
                 data_dir: dir.clone(),
                 batches: *batches,
                 kills: *kills,
@@ -369,8 +373,9 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(cfg.umask));
     check_permissions(&cfg.data_dir)?;
     let data_dir = cfg.data_dir.clone();
-    let spool_dir = cfg.spool_dir();
-    crate::notify::status("recovering: opening the data directory");
+    let crash = crate::pipeline::crash::EnvCrash::from_env()
+        .map_err(|e| crate::config::ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
+    crate::ops::notify::status("recovering: opening the data directory");
     // A progress bar when a person is watching; STATUS= (at most once a second) for systemd.
     let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
         let b = indicatif::ProgressBar::new(0);
@@ -391,21 +396,19 @@ fn serve(cfg: Config) -> anyhow::Result<i32> {
         }
         if last_status.get().elapsed() >= Duration::from_secs(1) {
             last_status.set(Instant::now());
-            crate::notify::status(&format!("recovering: {phase} {done}/{total}"));
+            crate::ops::notify::status(&format!("recovering: {phase} {done}/{total}"));
         }
     };
     let engine = Engine::open_with_progress(
         EngineOptions {
             storage: RealStorage::shared(),
-            data_dir: data_dir.clone(),
-            spool_dir,
             config: Arc::new(cfg),
-            crash: Arc::new(crate::crash::EnvCrash::from_env()),
+            crash: Arc::new(crash),
         },
         &progress,
     )
     .map_err(|e| {
-        crate::notify::status(&format!("failed: {e}"));
+        crate::ops::notify::status(&format!("failed: {e}"));
         e
     })
     .with_context(|| format!("opening data directory {}", data_dir.display()))?;

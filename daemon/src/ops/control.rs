@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tracing::{debug, warn};
 
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::pipeline::Engine;
 
 /// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
 /// `control_socket` overrides both.

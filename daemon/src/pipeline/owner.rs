@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use roost_shards::{Shard, Txn, TxnOp};
 use roost_wal::Lsn;
 
-use crate::crash::CrashHook;
-use crate::engine::{EngineError, Stats};
+use super::crash::{CrashHook, CrashPoint, Step};
+use super::metrics::Stats;
+use crate::error::EngineError;
 
 /// Messages a shard's owner answers. Bounded channel: a worker blocks rather than queue
 /// without limit.
@@ -51,7 +52,7 @@ pub struct ShardSlot {
     name: String,
     tx: Option<SyncSender<ShardMsg>>,
     /// Claimed lsns touching this shard, not yet applied; the smallest goes next. The planner
-    /// inserts under its lock (so in lsn order); the owner removes after the flush.
+    /// inserts under its lock (so in lsn order); the owner removes each once it is applied.
     pub turns: Arc<Mutex<BTreeSet<Lsn>>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -69,7 +70,7 @@ pub struct OwnerContext {
 }
 
 impl OwnerContext {
-    fn hit(&self, point: &str) -> Result<(), EngineError> {
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
         self.stats
             .last_progress_ms
             .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -174,77 +175,118 @@ impl Drop for ShardSlot {
 
 /// Where a worker waits for its shard transaction to be applied, or flushed.
 type Reply = Sender<Result<(), EngineError>>;
-type Pending = BTreeMap<Lsn, (usize, Vec<TxnOp>, Reply)>;
+
+/// The owner thread's state: the only holder of its `Shard`.
+struct Owner {
+    name: String,
+    shard: Shard,
+    turns: Arc<Mutex<BTreeSet<Lsn>>>,
+    ctx: OwnerContext,
+    /// Transactions received, waiting for their turn, by lsn.
+    pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Reply)>,
+    /// Flush requests of this round (shard position in the batch, reply).
+    flushes: Vec<(usize, Reply)>,
+    /// Once a step fails (I/O, or an injected crash), this owner answers every later request
+    /// with the failure (its class kept) and writes nothing more.
+    dead: Option<EngineError>,
+}
 
 fn owner(
     name: String,
-    mut shard: Shard,
+    shard: Shard,
     rx: Receiver<ShardMsg>,
     turns: Arc<Mutex<BTreeSet<Lsn>>>,
     ctx: OwnerContext,
 ) {
-    let mut pending: Pending = BTreeMap::new();
-    let mut flushes: Vec<(usize, Reply)> = Vec::new();
-    // Once a step fails (I/O, or an injected crash), this owner answers every later apply
-    // with the failure and writes nothing more.
-    let mut dead: Option<String> = None;
+    let mut o = Owner {
+        name,
+        shard,
+        turns,
+        ctx,
+        pending: BTreeMap::new(),
+        flushes: Vec::new(),
+        dead: None,
+    };
     loop {
-        let first = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(m) => Some(m),
-            Err(RecvTimeoutError::Timeout) => None,
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(m) => o.take(m),
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
-        };
-        let handle = |m: ShardMsg, pending: &mut Pending, flushes: &mut Vec<(usize, Reply)>| match m
-        {
-            ShardMsg::Apply { lsn, k, ops, reply } => {
-                pending.insert(lsn, (k, ops, reply));
-            }
-            ShardMsg::Flush { k, reply } => flushes.push((k, reply)),
-            ShardMsg::Contains { id, reply } => {
-                let _ = reply.send(shard.contains(id));
-            }
-            ShardMsg::Stats { reply } => {
-                let _ = reply.send((shard.len(), shard.max_id()));
-            }
-        };
-        if let Some(m) = first {
-            handle(m, &mut pending, &mut flushes);
         }
         while let Ok(m) = rx.try_recv() {
-            handle(m, &mut pending, &mut flushes);
+            o.take(m);
         }
-        if let Some(why) = &dead {
-            let replies = std::mem::take(&mut pending)
-                .into_values()
-                .map(|(_, _, r)| r)
-                .chain(std::mem::take(&mut flushes).into_iter().map(|(_, r)| r));
-            for reply in replies {
-                let _ = reply.send(Err(EngineError::Poisoned(why.clone())));
-            }
+        if o.dead.is_some() {
+            o.refuse_all();
             continue;
         }
-        // Apply every pending transaction whose turn it is, in lsn order.
-        let mut applied = 0usize;
-        let mut failure: Option<EngineError> = None;
-        while let Some((&lsn, _)) = pending.first_key_value() {
+        let mut failure = o.apply_turns();
+        o.flush_round(&mut failure);
+        if let Some(e) = failure {
+            tracing::warn!(shard = %o.name, error = %e, "shard owner stopped");
+            o.dead = Some(e);
+        }
+    }
+}
+
+impl Owner {
+    /// Queues an apply or a flush; answers a read at once.
+    fn take(&mut self, m: ShardMsg) {
+        match m {
+            ShardMsg::Apply { lsn, k, ops, reply } => {
+                self.pending.insert(lsn, (k, ops, reply));
+            }
+            ShardMsg::Flush { k, reply } => self.flushes.push((k, reply)),
+            ShardMsg::Contains { id, reply } => {
+                let _ = reply.send(self.shard.contains(id));
+            }
+            ShardMsg::Stats { reply } => {
+                let _ = reply.send((self.shard.len(), self.shard.max_id()));
+            }
+        }
+    }
+
+    /// A dead owner answers every queued request with its failure.
+    fn refuse_all(&mut self) {
+        let Some(why) = &self.dead else { return };
+        let replies = std::mem::take(&mut self.pending)
+            .into_values()
+            .map(|(_, _, r)| r)
+            .chain(
+                std::mem::take(&mut self.flushes)
+                    .into_iter()
+                    .map(|(_, r)| r),
+            );
+        for reply in replies {
+            let _ = reply.send(Err(why.clone_for_reply()));
+        }
+    }
+
+    /// Applies every pending transaction whose turn it is, in lsn order; the first failure
+    /// stops the round.
+    fn apply_turns(&mut self) -> Option<EngineError> {
+        let mut applied = 0u64;
+        let mut failure = None;
+        while let Some((&lsn, _)) = self.pending.first_key_value() {
             // Recovery registers no turns; otherwise an earlier claimed lsn goes first.
-            if lock(&turns).first().is_some_and(|t| *t < lsn) {
-                tracing::debug!(shard = %name, lsn, first_turn = ?lock(&turns).first(), pending = pending.len(), "owner waits for an earlier turn");
+            if lock(&self.turns).first().is_some_and(|t| *t < lsn) {
+                tracing::debug!(shard = %self.name, lsn, pending = self.pending.len(), "owner waits for an earlier turn");
                 break;
             }
-            let Some((_, (k, ops, reply))) = pending.pop_first() else {
+            let Some((_, (k, ops, reply))) = self.pending.pop_first() else {
                 break;
             };
-            let r = shard
+            let r = self
+                .shard
                 .apply(&Txn { lsn, ops })
                 .map_err(|source| EngineError::Shard {
-                    shard: name.clone(),
+                    shard: self.name.clone(),
                     source,
                 })
-                .and_then(|_| ctx.hit(&ctx.crash.nth("after_commit", k)));
+                .and_then(|_| self.ctx.hit(Step::AfterCommit.nth(k)));
             match r {
                 Ok(()) => {
-                    lock(&turns).remove(&lsn);
+                    lock(&self.turns).remove(&lsn);
                     let _ = reply.send(Ok(()));
                     applied += 1;
                 }
@@ -256,37 +298,39 @@ fn owner(
             }
         }
         if applied > 0 {
-            tracing::debug!(shard = %name, applied, "owner round");
-            ctx.stats
+            tracing::debug!(shard = %self.name, applied, "owner round");
+            self.ctx
+                .stats
                 .shard_txns
-                .fetch_add(applied as u64, Ordering::Relaxed);
+                .fetch_add(applied, Ordering::Relaxed);
         }
-        // One flush for every request of the round: each asker's transaction was applied
-        // before it asked.
-        if !flushes.is_empty() {
-            if failure.is_none() {
-                if let Err(source) = shard.flush() {
-                    failure = Some(EngineError::Shard {
-                        shard: name.clone(),
-                        source,
-                    });
-                }
-                ctx.stats.shard_flushes.fetch_add(1, Ordering::Relaxed);
-            }
-            for (k, reply) in std::mem::take(&mut flushes) {
-                let r = match &failure {
-                    Some(e) => Err(e.clone_for_reply()),
-                    None => ctx.hit(&ctx.crash.nth("after_flush", k)),
-                };
-                if let Err(e) = &r {
-                    failure.get_or_insert_with(|| e.clone_for_reply());
-                }
-                let _ = reply.send(r);
-            }
+        failure
+    }
+
+    /// One flush for every request of the round: each asker's transaction was applied before
+    /// it asked. After a failure, every asker gets it.
+    fn flush_round(&mut self, failure: &mut Option<EngineError>) {
+        if self.flushes.is_empty() {
+            return;
         }
-        if let Some(e) = failure {
-            tracing::warn!(shard = %name, error = %e, "shard owner stopped");
-            dead = Some(e.to_string());
+        if failure.is_none() {
+            if let Err(source) = self.shard.flush() {
+                *failure = Some(EngineError::Shard {
+                    shard: self.name.clone(),
+                    source,
+                });
+            }
+            self.ctx.stats.shard_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        for (k, reply) in std::mem::take(&mut self.flushes) {
+            let r = match failure.as_ref() {
+                Some(e) => Err(e.clone_for_reply()),
+                None => self.ctx.hit(Step::AfterFlush.nth(k)),
+            };
+            if let Err(e) = &r {
+                failure.get_or_insert_with(|| e.clone_for_reply());
+            }
+            let _ = reply.send(r);
         }
     }
 }

@@ -18,7 +18,7 @@ use roost_wal::storage::{RealStorage, SplitMix};
 use serde_json::{json, Value};
 
 use crate::batch::{BatchResult, Status};
-use crate::engine::SHARDS_DIR;
+use crate::layout::SHARDS_DIR;
 use crate::spool::SpoolPaths;
 
 pub struct DrillOptions {
@@ -368,7 +368,7 @@ fn check(
     violations: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let data = dir.join("data");
-    let report = crate::verify::verify(RealStorage::shared(), &data);
+    let report = super::verify::verify(RealStorage::shared(), &data);
     violations.extend(report.violations.iter().map(|v| format!("verify: {v}")));
     // Every record, by shard.
     let mut records: HashMap<u64, (&str, Value)> = HashMap::new();

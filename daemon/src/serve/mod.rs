@@ -14,8 +14,9 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tracing::{debug, error, info, warn};
 
 use crate::batch::{self, BatchResult};
-use crate::engine::{Engine, EngineError};
-use crate::spool::{self, read_dropped, Intake};
+use crate::error::EngineError;
+use crate::pipeline::Engine;
+use crate::spool::{self, read_dropped, FailedDir, Intake};
 
 /// Shared between the loop and its workers.
 struct Shared {
@@ -153,11 +154,11 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
     // Control socket, optional metrics endpoint, and the systemd status/watchdog ticker.
-    let sock = crate::control::socket_path(&cfg);
+    let sock = crate::ops::control::socket_path(&cfg);
     let control = tokio::spawn({
         let (sock, engine) = (sock.clone(), shared.engine.clone());
         async move {
-            if let Err(e) = crate::control::serve_socket(sock.clone(), engine).await {
+            if let Err(e) = crate::ops::control::serve_socket(sock.clone(), engine).await {
                 warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
             }
         }
@@ -165,13 +166,13 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     let metrics = cfg.metrics_listen.map(|addr| {
         let engine = shared.engine.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::control::serve_metrics_tcp(addr, engine).await {
+            if let Err(e) = crate::ops::control::serve_metrics_tcp(addr, engine).await {
                 warn!(%addr, error = %e, "metrics endpoint unavailable");
             }
         })
     });
     // READY=1 before the ticker exists: its first WATCHDOG=1 must not overtake it.
-    crate::notify::ready();
+    crate::ops::notify::ready();
     let ticker = tokio::spawn(notify_loop(shared.engine.clone()));
     info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
     loop {
@@ -252,7 +253,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     shared.stop.store(true, Ordering::SeqCst);
     // Wait for every in-flight batch to reach its result (or fail).
     let in_flight = workers - sem.available_permits();
-    crate::notify::stopping(&format!(
+    crate::ops::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
     info!(in_flight, "waiting for in-flight batches");
@@ -284,7 +285,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
 /// but only while the pipeline is healthy (no batch stuck longer than the interval), so a
 /// wedged shard or disk makes systemd restart us.
 async fn notify_loop(engine: Arc<Engine>) {
-    let watchdog = crate::notify::watchdog_interval();
+    let watchdog = crate::ops::notify::watchdog_interval();
     let period = watchdog.map_or(Duration::from_secs(1), |w| {
         (w / 2).min(Duration::from_secs(1))
     });
@@ -292,7 +293,7 @@ async fn notify_loop(engine: Arc<Engine>) {
     loop {
         tick.tick().await;
         let s = &engine.stats;
-        crate::notify::status(&format!(
+        crate::ops::notify::status(&format!(
             "serving, {} batches in flight, {} committed, last lsn {}",
             s.in_flight.load(Ordering::Relaxed),
             s.committed.load(Ordering::Relaxed),
@@ -300,7 +301,7 @@ async fn notify_loop(engine: Arc<Engine>) {
         ));
         if let Some(w) = watchdog {
             if engine.healthy(w) {
-                crate::notify::watchdog();
+                crate::ops::notify::watchdog();
             } else {
                 warn!("pipeline not healthy: withholding the watchdog ping");
             }
@@ -363,82 +364,6 @@ fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
     engine.note_invalid();
 }
 
-/// The quarantine's bookkeeping: oldest first, so a flood of bad files cannot fill the disk.
-struct FailedDir {
-    dir: std::path::PathBuf,
-    entries: std::collections::VecDeque<(String, u64)>,
-    bytes: u64,
-}
-
-/// Disk space an entry takes (allocated blocks, so a sparse file counts for what it uses).
-fn entry_bytes(path: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .map(|m| m.blocks() * 512)
-        .unwrap_or(0)
-}
-
-impl FailedDir {
-    /// Reads what `failed/` already holds, oldest first by modification time.
-    fn load(dir: &std::path::Path) -> FailedDir {
-        let mut found: Vec<(std::time::SystemTime, String, u64)> = std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| {
-                        let m = e.path().symlink_metadata().ok()?;
-                        Some((
-                            m.modified().ok()?,
-                            e.file_name().to_str()?.to_owned(),
-                            entry_bytes(&e.path()),
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        found.sort();
-        let bytes = found.iter().map(|f| f.2).sum();
-        FailedDir {
-            dir: dir.to_path_buf(),
-            entries: found.into_iter().map(|(_, n, b)| (n, b)).collect(),
-            bytes,
-        }
-    }
-
-    /// Records `name` as just quarantined, then removes the oldest entries past the limits.
-    fn add(&mut self, name: &str, files_max: usize, bytes_max: u64) {
-        if let Some(i) = self.entries.iter().position(|(n, _)| n == name) {
-            if let Some((_, b)) = self.entries.remove(i) {
-                self.bytes -= b;
-            }
-        }
-        let b = entry_bytes(&self.dir.join(name));
-        self.entries.push_back((name.to_owned(), b));
-        self.bytes += b;
-        // Oldest first; a single entry larger than the whole budget goes too (it cannot be
-        // kept within it), rather than evicting everything else.
-        while self.entries.len() > files_max || self.bytes > bytes_max {
-            let Some((old, b)) = self.entries.pop_front() else {
-                break;
-            };
-            self.bytes -= b;
-            let path = self.dir.join(&old);
-            let r = match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
-                Ok(_) => std::fs::remove_file(&path),
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok(()) => {
-                    warn!(file = %old, bytes = b, files_max, bytes_max, "failed/ over its limits: removed the oldest quarantined file")
-                }
-                Err(e) => {
-                    warn!(file = %old, error = %e, "failed/ over its limits: cannot remove the oldest quarantined file")
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,14 +384,12 @@ mod tests {
     /// An engine on a real temporary directory, with `crash` and a rescan interval.
     fn open_real(
         dir: &std::path::Path,
-        crash: Arc<dyn crate::crash::CrashHook>,
+        crash: Arc<dyn crate::pipeline::crash::CrashHook>,
         rescan_interval_ms: u64,
     ) -> Result<Engine, EngineError> {
         use crate::config::Config;
-        Engine::open(crate::engine::EngineOptions {
+        Engine::open(crate::pipeline::EngineOptions {
             storage: roost_wal::storage::RealStorage::shared(),
-            data_dir: dir.to_path_buf(),
-            spool_dir: dir.join("spool"),
             config: Arc::new(Config {
                 data_dir: dir.to_path_buf(),
                 control_socket: Some(dir.join("roost.sock")),
@@ -525,7 +448,7 @@ mod tests {
     fn serve_releases_the_engine_when_it_returns() {
         let t = tempfile::tempdir().expect("tempdir");
         let dir = t.path().join("data");
-        let open = || open_real(&dir, Arc::new(crate::crash::NoCrash), 1_000);
+        let open = || open_real(&dir, Arc::new(crate::pipeline::crash::NoCrash), 1_000);
         for round in 0..10 {
             let engine = Arc::new(open().unwrap_or_else(|e| panic!("round {round}: {e}")));
             // A file arrives while serving, so the watcher has fired.
@@ -547,6 +470,7 @@ mod tests {
     /// file is in `new/`.
     #[test]
     fn a_name_reused_during_the_tail_is_taken_when_the_worker_is_done() {
+        use crate::pipeline::crash::{CrashPoint, Step};
         use std::sync::mpsc;
 
         /// Blocks the first `after_result` until released.
@@ -554,9 +478,9 @@ mod tests {
             reached: Mutex<Option<mpsc::Sender<()>>>,
             release: Mutex<mpsc::Receiver<()>>,
         }
-        impl crate::crash::CrashHook for Hold {
-            fn hit(&self, point: &str) -> Result<(), EngineError> {
-                if point == "after_result" {
+        impl crate::pipeline::crash::CrashHook for Hold {
+            fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+                if point == Step::AfterResult.at() {
                     if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
                         let _ = tx.send(());
                         let _ = self

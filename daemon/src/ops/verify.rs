@@ -7,12 +7,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::pipeline::records::{
+    self as codec, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType,
+};
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::codec::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
 use roost_wal::storage::Storage;
 use roost_wal::{Lsn, Wal, WalOptions};
 
-use crate::engine::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
 
 #[derive(Debug, Default)]
 pub struct VerifyReport {

@@ -5,6 +5,25 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// Counters since start (for `roost status` and the bench).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub committed: AtomicU64,
+    pub rejected: AtomicU64,
+    pub invalid: AtomicU64,
+    pub conflict: AtomicU64,
+    pub duplicate: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub latency: PhaseLatency,
+    /// Shard transactions applied, and the flushes that made them durable: owners flush once
+    /// per round, so under load flushes < transactions.
+    pub shard_txns: AtomicU64,
+    pub shard_flushes: AtomicU64,
+    /// Milliseconds since the engine opened at which a batch last moved through a step; the
+    /// watchdog stops pinging when batches are in flight and this stops advancing.
+    pub last_progress_ms: AtomicU64,
+}
+
 /// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).
 pub const BUCKETS_US: [u64; 14] = [
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,

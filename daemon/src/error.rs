@@ -1,0 +1,151 @@
+//! The daemon's error type and the one mapping from a failure's class to an exit code.
+//!
+//! Every failure keeps its class from where it happened to the exit code: damage on disk is
+//! `Corruption` (65: systemd must not restart into it), a failed write or sync is `Io` (74: a
+//! restart replays and repairs), another roost on the data directory is `Locked` (75), a bad
+//! configuration is `Config` (78), bad input from the command line is `Usage` (2). A failure
+//! reported to a second waiter (a shard owner answering several batches, a thread joining
+//! another) is cloned with [`EngineError::clone_for_reply`], which keeps the class.
+//! This module is a leaf: it imports nothing else from the daemon.
+
+use std::path::PathBuf;
+
+use roost_shards::ShardError;
+use roost_wal::{Lsn, WalError};
+
+/// A payload could not be decoded: the frame's checksum held, so this is a format mismatch or
+/// a bug, never a torn write.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} payload: {detail}")]
+pub struct CodecError {
+    pub what: &'static str,
+    pub detail: String,
+}
+
+/// What kind of failure, as far as the operator and systemd care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Damage found on disk (a checksum that held over bytes that contradict each other, a
+    /// gap below the synced point): a restart cannot help.
+    Corruption,
+    /// A write, sync or read failed: the pipeline latched; a restart replays and repairs.
+    Io,
+    /// The data directory is held by another roost.
+    Locked,
+    /// The configuration is wrong.
+    Config,
+    /// The command line or its input is wrong.
+    Usage,
+    /// A command ran and its answer is "no" (`verify` found a violation, `get` found nothing,
+    /// a submitted batch was rejected).
+    Failed,
+}
+
+pub const EXIT_OK: i32 = 0;
+/// `submit --wait`: some batch rejected or conflicted; `verify`: a violation; `get`: not found.
+pub const EXIT_FAILED: i32 = 1;
+/// Usage errors, invalid input; `submit --wait`: an invalid file, an error or a timeout.
+pub const EXIT_INVALID: i32 = 2;
+/// Damage found on disk: a restart cannot fix it (EX_DATAERR).
+pub const EXIT_CORRUPTION: i32 = 65;
+/// An I/O failure latched the pipeline; a restart replays and repairs (EX_IOERR).
+pub const EXIT_IO: i32 = 74;
+/// Another roost holds the data directory (EX_TEMPFAIL).
+pub const EXIT_LOCKED: i32 = 75;
+/// The configuration is wrong (EX_CONFIG).
+pub const EXIT_CONFIG: i32 = 78;
+
+impl ErrorClass {
+    /// The process exit code for this class (sysexits(3); README's public contract).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorClass::Corruption => EXIT_CORRUPTION,
+            ErrorClass::Io => EXIT_IO,
+            ErrorClass::Locked => EXIT_LOCKED,
+            ErrorClass::Config => EXIT_CONFIG,
+            ErrorClass::Usage => EXIT_INVALID,
+            ErrorClass::Failed => EXIT_FAILED,
+        }
+    }
+}
+
+/// Everything the pipeline can fail with. Each variant names where.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error("shard {shard}: {source}")]
+    Shard { shard: String, source: ShardError },
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("record lsn {lsn}: cannot decode {source}")]
+    Codec { lsn: Lsn, source: CodecError },
+    /// A record could not be encoded (over the codec's limit, which the daemon's own limits
+    /// rule out): never written as an empty payload.
+    #[error("cannot encode {0}")]
+    Encode(CodecError),
+    #[error("data directory {} is locked: another roost is running on it", path.display())]
+    Locked { path: PathBuf },
+    #[error("injected crash at {0}")]
+    Crashed(String),
+    #[error("pipeline stopped after an earlier failure")]
+    Failed,
+    #[error("wal record lsn {lsn}: {detail}")]
+    Inconsistent { lsn: Lsn, detail: String },
+    /// A failure already reported elsewhere (a shard owner stopped), repeated to another
+    /// waiter with its class.
+    #[error("{message}")]
+    Poisoned { class: ErrorClass, message: String },
+}
+
+impl EngineError {
+    /// The same failure for a second waiter (I/O errors are not `Clone`): the message and the
+    /// class survive, so a corrupt shard still exits 65 whoever reports it.
+    pub fn clone_for_reply(&self) -> EngineError {
+        match self {
+            EngineError::Crashed(p) => EngineError::Crashed(p.clone()),
+            other => EngineError::Poisoned {
+                class: other.class(),
+                message: other.to_string(),
+            },
+        }
+    }
+
+    /// The failure's class, which decides the exit code.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            EngineError::Wal(e) if e.is_corruption() => ErrorClass::Corruption,
+            EngineError::Wal(WalError::Config(_)) => ErrorClass::Config,
+            EngineError::Shard { source, .. } => shard_class(source),
+            EngineError::Codec { .. } | EngineError::Inconsistent { .. } => ErrorClass::Corruption,
+            EngineError::Locked { .. } => ErrorClass::Locked,
+            EngineError::Poisoned { class, .. } => *class,
+            EngineError::Wal(_)
+            | EngineError::Io { .. }
+            | EngineError::Encode(_)
+            | EngineError::Crashed(_)
+            | EngineError::Failed => ErrorClass::Io,
+        }
+    }
+
+    pub fn is_corruption(&self) -> bool {
+        self.class() == ErrorClass::Corruption
+    }
+}
+
+/// A shard's failure class. A duplicate id or an lsn out of order means the WAL and the shard
+/// disagree about what was committed: damage (or a bug), which a restart would only repeat.
+fn shard_class(e: &ShardError) -> ErrorClass {
+    match e {
+        ShardError::Corrupt { .. }
+        | ShardError::DuplicateId { .. }
+        | ShardError::OutOfOrder { .. } => ErrorClass::Corruption,
+        ShardError::Locked { .. } => ErrorClass::Locked,
+        ShardError::TxnTooLarge { .. } => ErrorClass::Config,
+        ShardError::Io { .. } | ShardError::Poisoned(_) | ShardError::ReadOnly => ErrorClass::Io,
+    }
+}

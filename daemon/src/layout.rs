@@ -1,0 +1,55 @@
+//! The data directory's names, in one place: the pipeline, `verify`, `drill` and the read
+//! commands all find the WAL, the audit log and the shards through [`Layout`].
+//! A leaf module: it imports nothing else from the daemon.
+//!
+//! ```text
+//! <data-dir>/LOCK            flock held by the running daemon
+//! <data-dir>/wal/            the batch WAL (claims, done records)
+//! <data-dir>/audit/          the audit log (one row per committed op), same frame format
+//! <data-dir>/shards/<name>/  one shard's segments
+//! ```
+
+use std::path::{Path, PathBuf};
+
+pub const WAL_DIR: &str = "wal";
+pub const AUDIT_DIR: &str = "audit";
+pub const SHARDS_DIR: &str = "shards";
+pub const LOCK_FILE: &str = "LOCK";
+
+/// The paths of one data directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    data_dir: PathBuf,
+}
+
+impl Layout {
+    pub fn new(data_dir: &Path) -> Layout {
+        Layout {
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn wal(&self) -> PathBuf {
+        self.data_dir.join(WAL_DIR)
+    }
+
+    pub fn audit(&self) -> PathBuf {
+        self.data_dir.join(AUDIT_DIR)
+    }
+
+    pub fn shards(&self) -> PathBuf {
+        self.data_dir.join(SHARDS_DIR)
+    }
+
+    pub fn shard(&self, name: &str) -> PathBuf {
+        self.shards().join(name)
+    }
+
+    pub fn lock_file(&self) -> PathBuf {
+        self.data_dir.join(LOCK_FILE)
+    }
+}

@@ -1,0 +1,287 @@
+//! Named crash points: every step boundary of the pipeline calls [`CrashHook::hit`] with a
+//! [`CrashPoint`]. In production the hook is [`EnvCrash`], inert unless `ROOST_CRASH_AT` is
+//! set, and then it kills the process with SIGKILL at the named point (how `roost drill` and
+//! the black-box crash tests reach them in a release binary). In-process crash tests use
+//! [`NthCrash`], which makes the pipeline return [`EngineError::Crashed`] so the test can take
+//! the simulated disk as a crash would leave it.
+//!
+//! A point is a typed value (a step and, for per-shard and per-op steps, an index); its
+//! name (`after_commit.0`) is parsed once, when the variable is read, and formatted only when
+//! a hook records or reports it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::error::EngineError;
+
+/// The pipeline's step boundaries, in pipeline order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    AfterPlan,
+    AfterClaimAppend,
+    AfterClaimSync,
+    /// After shard K of the batch applied its transaction (K: the shard's position).
+    AfterCommit,
+    /// After audit row I was appended (I: the op index).
+    AfterAudit,
+    AfterInputRemoved,
+    AfterResult,
+    /// After shard K flushed.
+    AfterFlush,
+    AfterAuditSync,
+    AfterDone,
+}
+
+impl Step {
+    /// Every step, in pipeline order.
+    pub const ALL: [Step; 10] = [
+        Step::AfterPlan,
+        Step::AfterClaimAppend,
+        Step::AfterClaimSync,
+        Step::AfterCommit,
+        Step::AfterAudit,
+        Step::AfterInputRemoved,
+        Step::AfterResult,
+        Step::AfterFlush,
+        Step::AfterAuditSync,
+        Step::AfterDone,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::AfterPlan => "after_plan",
+            Step::AfterClaimAppend => "after_claim_append",
+            Step::AfterClaimSync => "after_claim_sync",
+            Step::AfterCommit => "after_commit",
+            Step::AfterAudit => "after_audit",
+            Step::AfterInputRemoved => "after_input_removed",
+            Step::AfterResult => "after_result",
+            Step::AfterFlush => "after_flush",
+            Step::AfterAuditSync => "after_audit_sync",
+            Step::AfterDone => "after_done",
+        }
+    }
+
+    /// Steps that happen once per shard or per op carry an index.
+    pub fn indexed(self) -> bool {
+        matches!(
+            self,
+            Step::AfterCommit | Step::AfterAudit | Step::AfterFlush
+        )
+    }
+
+    /// The point of this step without an index.
+    pub fn at(self) -> CrashPoint {
+        CrashPoint {
+            step: self,
+            index: None,
+        }
+    }
+
+    /// The point of this step for shard or op `index`.
+    pub fn nth(self, index: usize) -> CrashPoint {
+        CrashPoint {
+            step: self,
+            index: Some(index as u32),
+        }
+    }
+}
+
+/// One crash point: `after_claim_sync`, `after_commit.1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CrashPoint {
+    pub step: Step,
+    pub index: Option<u32>,
+}
+
+impl fmt::Display for CrashPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "{}.{i}", self.step.name()),
+            None => f.write_str(self.step.name()),
+        }
+    }
+}
+
+/// A name that is not a crash point.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done)")]
+pub struct UnknownPoint(pub String);
+
+impl FromStr for CrashPoint {
+    type Err = UnknownPoint;
+
+    fn from_str(s: &str) -> Result<CrashPoint, UnknownPoint> {
+        let bad = || UnknownPoint(s.to_owned());
+        let (name, index) = match s.split_once('.') {
+            Some((n, i)) => (n, Some(i.parse::<u32>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        let step = Step::ALL
+            .into_iter()
+            .find(|st| st.name() == name)
+            .ok_or_else(bad)?;
+        if index.is_some() && !step.indexed() {
+            return Err(bad());
+        }
+        Ok(CrashPoint { step, index })
+    }
+}
+
+pub trait CrashHook: Send + Sync {
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError>;
+}
+
+/// Never crashes.
+#[derive(Debug, Default)]
+pub struct NoCrash;
+
+impl CrashHook for NoCrash {
+    fn hit(&self, _point: CrashPoint) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// A target as `ROOST_CRASH_AT` names it: `POINT` or `POINT#N` (the N-th time the point is
+/// reached, 1-based). An indexed step named without its index (`after_commit`) matches it at
+/// any index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashTarget {
+    pub point: CrashPoint,
+    pub nth: u64,
+}
+
+impl CrashTarget {
+    fn matches(&self, p: CrashPoint) -> bool {
+        p.step == self.point.step && (self.point.index.is_none() || self.point.index == p.index)
+    }
+}
+
+impl FromStr for CrashTarget {
+    type Err = UnknownPoint;
+
+    fn from_str(s: &str) -> Result<CrashTarget, UnknownPoint> {
+        let (p, n) = match s.split_once('#') {
+            Some((p, n)) => (p, n.parse::<u64>().map_err(|_| UnknownPoint(s.to_owned()))?),
+            None => (s, 1),
+        };
+        if n == 0 {
+            return Err(UnknownPoint(s.to_owned()));
+        }
+        Ok(CrashTarget {
+            point: p.parse()?,
+            nth: n,
+        })
+    }
+}
+
+/// `ROOST_CRASH_AT=POINT[#N]`: SIGKILL there. Inert when the variable is unset or empty.
+#[derive(Debug)]
+pub struct EnvCrash {
+    target: Option<CrashTarget>,
+    seen: AtomicU64,
+}
+
+impl EnvCrash {
+    /// Reads `ROOST_CRASH_AT` once; a name that is not a crash point is an error (a drill
+    /// that can never crash would pass for the wrong reason).
+    pub fn from_env() -> Result<EnvCrash, UnknownPoint> {
+        let target = match std::env::var("ROOST_CRASH_AT") {
+            Ok(s) if !s.is_empty() => Some(s.parse()?),
+            _ => None,
+        };
+        Ok(EnvCrash {
+            target,
+            seen: AtomicU64::new(0),
+        })
+    }
+}
+
+impl CrashHook for EnvCrash {
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+        if let Some(t) = &self.target {
+            if t.matches(point) && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == t.nth {
+                tracing::warn!(%point, "ROOST_CRASH_AT reached: killing this process");
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::KILL,
+                );
+                std::process::abort();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Crashes (returns `Crashed`) at the `n`-th point reached overall, 1-based; records every
+/// point reached, so a test can first enumerate a schedule's points and then crash at each.
+#[derive(Debug, Default)]
+pub struct NthCrash {
+    pub crash_at: Option<u64>,
+    reached: Mutex<Vec<CrashPoint>>,
+}
+
+impl NthCrash {
+    pub fn new(crash_at: Option<u64>) -> NthCrash {
+        NthCrash {
+            crash_at,
+            reached: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The names of the points reached so far, in order.
+    pub fn reached(&self) -> Vec<String> {
+        self.reached
+            .lock()
+            .map(|v| v.iter().map(CrashPoint::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl CrashHook for NthCrash {
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+        let mut r = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(point);
+        if self.crash_at == Some(r.len() as u64) {
+            return Err(EngineError::Crashed(point.to_string()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_point_name_round_trips() {
+        for step in Step::ALL {
+            let p = if step.indexed() {
+                step.nth(3)
+            } else {
+                step.at()
+            };
+            assert_eq!(p.to_string().parse::<CrashPoint>().unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn targets_parse_once_and_bad_names_are_errors() {
+        let t: CrashTarget = "after_commit.1#2".parse().unwrap();
+        assert_eq!((t.point, t.nth), (Step::AfterCommit.nth(1), 2));
+        let any: CrashTarget = "after_audit".parse().unwrap();
+        assert!(any.matches(Step::AfterAudit.nth(7)));
+        assert!(!any.matches(Step::AfterFlush.nth(7)));
+        for bad in [
+            "after_lunch",
+            "after_plan.1",
+            "after_commit.x",
+            "after_done#0",
+            "#2",
+        ] {
+            assert!(bad.parse::<CrashTarget>().is_err(), "{bad} parsed");
+        }
+    }
+}

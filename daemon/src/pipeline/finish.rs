@@ -1,0 +1,236 @@
+//! Commit and Finish for a durable claim: one transaction per shard in lsn order, audit rows
+//! (skipping those already written), the input removed, the result file; then the
+//! durability tail: the shards' flushes, the audit log's sync, the `done` record. Every step
+//! is idempotent, so recovery can run it again from any crash point.
+//!
+//! The result is published once every shard transaction is applied (readable) and the audit
+//! rows are written, but before the shards and the audit log are synced: the claim, durable
+//! since the claim step, is what the result stands on. A power loss before the `done` record
+//! is durable makes recovery run this again from the claim (a held lsn is a no-op, audit
+//! rows already there are skipped, the result is the same), so the shards' and the audit
+//! log's syncs come off the client's wait. The `done` record is appended only after them:
+//! done means nothing is left to redo.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Instant;
+
+use roost_shards::TxnOp;
+use roost_wal::Lsn;
+
+use super::crash::Step;
+use super::owner::ShardSlot;
+use super::records::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
+use super::{io_err, lock, Engine};
+use crate::batch::{BatchResult, OpResult, Status};
+use crate::error::EngineError;
+
+/// One touched shard of a batch: its owner and the ops sent to it.
+struct Touched<'a> {
+    name: &'a str,
+    slot: Arc<ShardSlot>,
+    ops: Vec<TxnOp>,
+}
+
+impl Engine {
+    /// Commit and Finish for the durable claim at `lsn` (see the module comment). `audited`
+    /// holds the op indexes whose audit rows exist already (recovery); `started` is when a
+    /// live batch entered the pipeline (for its latency).
+    pub(super) fn finish(
+        &self,
+        lsn: Lsn,
+        claim: &ClaimRecord,
+        audited: &HashSet<u32>,
+        started: Option<Instant>,
+    ) -> Result<BatchResult, EngineError> {
+        let t_commit = Instant::now();
+        let touched = self.commit(lsn, claim)?;
+        self.stats.latency.commit.record(t_commit.elapsed());
+        let t_finish = Instant::now();
+        let last_row = self.write_audit_rows(lsn, claim, audited)?;
+        let r = self.answer(lsn, claim, started)?;
+        self.durability_tail(lsn, &touched, last_row)?;
+        if let Some(k) = lock(&self.planner).keys.get_mut(&claim.request_key) {
+            k.done = true;
+        }
+        self.finished_cv.notify_all();
+        self.stats.committed.fetch_add(1, Ordering::Relaxed);
+        self.stats.latency.finish.record(t_finish.elapsed());
+        Ok(r)
+    }
+
+    /// Sends every touched shard its transaction at once; each owner applies in lsn order.
+    /// All answers are collected (even after a failure) so no owner is still writing when
+    /// this returns. Clears the batch's planning overlays as each shard applies.
+    fn commit<'c>(
+        &self,
+        lsn: Lsn,
+        claim: &'c ClaimRecord,
+    ) -> Result<Vec<Touched<'c>>, EngineError> {
+        let mut sent = Vec::new();
+        for (k, (name, ops)) in transactions(claim).into_iter().enumerate() {
+            let slot = self.slot(name)?;
+            let rx = slot.send_apply(lsn, k, ops.clone())?;
+            sent.push((Touched { name, slot, ops }, rx));
+        }
+        let mut first_err = None;
+        let mut touched = Vec::with_capacity(sent.len());
+        for (t, rx) in sent {
+            match t.slot.wait(&rx, &|| self.is_failed()) {
+                Ok(()) => self.clear_overlay(&t),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+            touched.push(t);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(touched),
+        }
+    }
+
+    /// The shard holds the batch's ops now: planning no longer needs the overlay.
+    fn clear_overlay(&self, t: &Touched<'_>) {
+        let mut p = lock(&self.planner);
+        if let Some(o) = p.overlay.get_mut(t.name) {
+            for op in &t.ops {
+                match op {
+                    TxnOp::Create { id, .. } => o.created.remove(id),
+                    TxnOp::Delete { id } => o.deleted.remove(id),
+                };
+            }
+        }
+    }
+
+    /// One audit row per op not already written; returns the last row's lsn in the audit log.
+    fn write_audit_rows(
+        &self,
+        lsn: Lsn,
+        claim: &ClaimRecord,
+        audited: &HashSet<u32>,
+    ) -> Result<Option<Lsn>, EngineError> {
+        let mut last = None;
+        for (i, op) in claim.ops.iter().enumerate() {
+            if audited.contains(&(i as u32)) {
+                continue;
+            }
+            let row = AuditRecord {
+                claim_lsn: lsn,
+                request_key: claim.request_key.clone(),
+                op_index: i as u32,
+                op: op.kind(),
+                shard: op.shard().to_owned(),
+                id: op.id(),
+            };
+            let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
+            last = Some(
+                self.audit
+                    .append_nowait(RecordType::Audit as u8, &payload)?,
+            );
+            self.hit(Step::AfterAudit.nth(i))?;
+        }
+        Ok(last)
+    }
+
+    /// The input goes, then the answer is published. The input goes first: the claim holds
+    /// the batch from here on, and a client may reuse the name as soon as it sees the answer
+    /// (a removal after it could take the new file).
+    fn answer(
+        &self,
+        lsn: Lsn,
+        claim: &ClaimRecord,
+        started: Option<Instant>,
+    ) -> Result<BatchResult, EngineError> {
+        self.remove_input(&claim.source)?;
+        self.hit(Step::AfterInputRemoved.at())?;
+        let r = committed_result(lsn, claim);
+        self.publish(&claim.source, &r)?;
+        if let Some(t0) = started {
+            self.stats.latency.batch.record(t0.elapsed());
+        }
+        self.hit(Step::AfterResult.at())?;
+        Ok(r)
+    }
+
+    /// Off the client's wait: every touched shard flushes (grouped per owner), the audit log
+    /// syncs, then the `done` record is appended. Not synced on its own: it rides on the next
+    /// group commit. If a power loss drops it, recovery finishes the batch again, and every
+    /// step of that is idempotent (held lsns, audit rows already there, the same result).
+    fn durability_tail(
+        &self,
+        lsn: Lsn,
+        touched: &[Touched<'_>],
+        last_row: Option<Lsn>,
+    ) -> Result<(), EngineError> {
+        let mut flushes: Vec<Receiver<Result<(), EngineError>>> = Vec::new();
+        for (k, t) in touched.iter().enumerate() {
+            flushes.push(t.slot.send_flush(k)?);
+        }
+        let mut first_err = None;
+        for (t, rx) in touched.iter().zip(&flushes) {
+            if let Err(e) = t.slot.wait(rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if let Some(last) = last_row {
+            self.audit.sync_to(last)?;
+        }
+        self.hit(Step::AfterAuditSync.at())?;
+        let done = DoneRecord { claim_lsn: lsn };
+        let payload = records::encode("done", &done).map_err(EngineError::Encode)?;
+        self.wal.append_nowait(RecordType::Done as u8, &payload)?;
+        self.hit(Step::AfterDone.at())
+    }
+
+    /// Writes `out/NAME` durably, in a round with the other batches finishing now.
+    pub fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
+        self.publisher
+            .publish(source, r)
+            .map_err(io_err("write result", &self.spool.out.join(source)))
+    }
+}
+
+/// The claim's ops as one transaction per shard, in shard-name order (the order that names
+/// the crash points `after_commit.K`).
+fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
+    let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
+    for op in &claim.ops {
+        let t = match op {
+            PlannedOp::Create { id, record, .. } => TxnOp::Create {
+                id: *id,
+                record: record.clone(),
+            },
+            PlannedOp::Delete { id, .. } => TxnOp::Delete { id: *id },
+        };
+        by_shard.entry(op.shard()).or_default().push(t);
+    }
+    by_shard
+}
+
+/// The committed result of a claim: the same whenever it is rebuilt.
+pub fn committed_result(lsn: Lsn, c: &ClaimRecord) -> BatchResult {
+    BatchResult {
+        request_key: Some(c.request_key.clone()),
+        status: Status::Committed,
+        lsn: Some(lsn),
+        ops: Some(
+            c.ops
+                .iter()
+                .map(|op| OpResult {
+                    op: op.kind().as_str().to_owned(),
+                    shard: op.shard().to_owned(),
+                    id: op.id(),
+                })
+                .collect(),
+        ),
+        op_index: None,
+        reason: None,
+        error: None,
+    }
+}

@@ -1,0 +1,350 @@
+//! The batch pipeline of `RoostApplyBatch.tla` on real files: Plan -> Claim -> Commit ->
+//! Finish, and the recovery that finishes every claimed batch after a crash.
+//!
+//! This module is synchronous and owns no threads but the shard owners: the serve loop calls
+//! [`Engine::submit`] from a bounded pool of blocking workers, and crash tests call it
+//! directly over a simulated disk. Many batches may be in the pipeline at once:
+//! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
+//!   order and ids are minted in lsn order, unique across all shards and never reused
+//!   (`plan.rs`).
+//! - Claim syncs are group-committed by the WAL: waiting workers share fdatasyncs.
+//! - Each shard has one owner thread (`owner.rs`) that applies transactions strictly in lsn
+//!   order (the turns registered at claim time) and flushes once per round for all of them,
+//!   so overlapping batches never reorder and share shard flushes (`finish.rs`).
+//! - A failure of any write or sync latches the engine (`failed`): the daemon exits non-zero
+//!   and recovery on restart repairs (`recover.rs`).
+//!
+//! Files: `plan` (Plan and Claim), `finish` (Commit and Finish), `recover` (open-time
+//! replay), `records` (the WAL and audit payloads), `owner` (shard owner threads), `crash`
+//! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms).
+
+pub mod crash;
+mod finish;
+pub mod metrics;
+mod owner;
+mod plan;
+pub mod records;
+mod recover;
+pub mod trigger;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use roost_shards::{Shard, ShardOptions};
+use roost_wal::storage::Storage;
+use roost_wal::{Lsn, Wal, WalOptions};
+
+use crate::config::Config;
+use crate::error::EngineError;
+use crate::layout::Layout;
+use crate::spool::{Publisher, SpoolPaths};
+use crash::{CrashHook, CrashPoint};
+use metrics::Stats;
+use owner::{OwnerContext, ShardSlot};
+
+pub use finish::committed_result;
+pub use recover::RecoveryReport;
+
+/// What the engine runs on: the storage seam, the configuration (which names the data and
+/// spool directories) and the crash hook.
+#[derive(Clone)]
+pub struct EngineOptions {
+    pub storage: Arc<dyn Storage>,
+    pub config: Arc<Config>,
+    pub crash: Arc<dyn CrashHook>,
+}
+
+#[derive(Clone, Copy)]
+struct KeyState {
+    lsn: Lsn,
+    fingerprint: u64,
+    done: bool,
+}
+
+/// Ids planned but not yet committed, per shard: planning sees committed state plus these.
+#[derive(Default)]
+struct Overlay {
+    created: HashSet<u64>,
+    deleted: HashSet<u64>,
+}
+
+/// What the planner lock guards: the request keys, the id counter, the overlays.
+struct Planner {
+    keys: HashMap<String, KeyState>,
+    next_id: u64,
+    overlay: HashMap<String, Overlay>,
+}
+
+pub struct Engine {
+    storage: Arc<dyn Storage>,
+    layout: Layout,
+    spool: SpoolPaths,
+    publisher: Publisher,
+    config: Arc<Config>,
+    crash: Arc<dyn CrashHook>,
+    wal: Wal,
+    audit: Wal,
+    shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
+    /// Per shard, the largest claim lsn with a `done` record in the WAL: every frame up to it
+    /// was flushed before that record was written, and anything later is rebuilt from its
+    /// claim. Lets a shard drop a gap among never-flushed frames after a power loss rather
+    /// than call it corruption. Exact only because the WAL is replayed from its first record.
+    synced_through: HashMap<String, Lsn>,
+    planner: Mutex<Planner>,
+    /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).
+    finished_cv: Condvar,
+    failed: AtomicBool,
+    pub stats: Arc<Stats>,
+    opened: Instant,
+    recovery: RecoveryReport,
+    _lock: Option<File>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `EngineError::Io` for `op` on `path`, as a `map_err` closure.
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
+    let path = path.to_path_buf();
+    move |source| EngineError::Io { op, path, source }
+}
+
+impl Engine {
+    /// Opens the data directory and runs recovery: replays the WAL and finishes every batch
+    /// that was claimed but not finished, with its claimed ids and recorded plan, before
+    /// returning. Nothing new is taken before this returns.
+    pub fn open(opts: EngineOptions) -> Result<Engine, EngineError> {
+        Engine::open_with_progress(opts, &|_, _, _| {})
+    }
+
+    /// [`Engine::open`], calling `progress(phase, done, total)` about ten times a second
+    /// during a long recovery (the CLI draws a bar on a terminal and sends STATUS=); a log
+    /// line goes out at least every second.
+    pub fn open_with_progress(
+        opts: EngineOptions,
+        progress: &dyn Fn(&str, u64, u64),
+    ) -> Result<Engine, EngineError> {
+        let started = Instant::now();
+        let EngineOptions {
+            storage,
+            config,
+            crash,
+        } = opts;
+        let layout = Layout::new(&config.data_dir);
+        storage
+            .create_dir_all(layout.data_dir())
+            .map_err(io_err("create", layout.data_dir()))?;
+        let lock_file = lock_data_dir(storage.as_ref(), &layout)?;
+        let spool = SpoolPaths::new(&config.spool_dir());
+        spool
+            .create(storage.as_ref())
+            .map_err(io_err("create", &spool.root))?;
+        let wal_opts = wal_options(&config);
+        let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
+        let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
+        let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
+            .map_err(io_err("open", &spool.out))?;
+        let engine = Engine {
+            storage,
+            layout,
+            spool,
+            publisher,
+            config,
+            crash,
+            wal,
+            audit,
+            shards: Mutex::new(HashMap::new()),
+            synced_through: HashMap::new(),
+            planner: Mutex::new(Planner {
+                keys: HashMap::new(),
+                next_id: 1,
+                overlay: HashMap::new(),
+            }),
+            finished_cv: Condvar::new(),
+            failed: AtomicBool::new(false),
+            stats: Arc::new(Stats::default()),
+            opened: Instant::now(),
+            recovery: RecoveryReport::default(),
+            _lock: lock_file,
+        };
+        engine.recover(started, progress)
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    pub fn spool(&self) -> &SpoolPaths {
+        &self.spool
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.layout.data_dir()
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Record counts per open shard.
+    pub fn shard_counts(&self) -> BTreeMap<String, usize> {
+        let slots: Vec<(String, Arc<ShardSlot>)> = lock(&self.shards)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        slots
+            .into_iter()
+            .filter_map(|(k, s)| s.stats().ok().map(|(n, _)| (k, n)))
+            .collect()
+    }
+
+    /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
+    fn slot(&self, name: &str) -> Result<Arc<ShardSlot>, EngineError> {
+        let mut shards = lock(&self.shards);
+        if let Some(s) = shards.get(name) {
+            return Ok(s.clone());
+        }
+        let opts = ShardOptions {
+            segment_bytes: self.config.shard_segment_bytes,
+            read_only: false,
+            synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
+        };
+        let dir = self.layout.shard(name);
+        let shard =
+            Shard::open_with(self.storage.clone(), dir.clone(), opts).map_err(|source| {
+                EngineError::Shard {
+                    shard: name.to_owned(),
+                    source,
+                }
+            })?;
+        let ctx = OwnerContext {
+            crash: self.crash.clone(),
+            stats: self.stats.clone(),
+            opened: self.opened,
+        };
+        let slot = ShardSlot::spawn(name, shard, ctx).map_err(io_err("start shard owner", &dir))?;
+        let slot = Arc::new(slot);
+        shards.insert(name.to_owned(), slot.clone());
+        Ok(slot)
+    }
+
+    /// A step boundary: progress for the watchdog, and the crash hook.
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+        self.stats
+            .last_progress_ms
+            .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.crash.hit(point).inspect_err(|_| self.fail())
+    }
+
+    /// Milliseconds since open.
+    pub fn uptime_ms(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    /// The last lsn written to the WAL.
+    pub fn last_lsn(&self) -> Lsn {
+        self.wal.next_lsn() - 1
+    }
+
+    /// False when batches are in flight but none has moved for `stall`: a wedged shard or
+    /// disk. The watchdog stops pinging then.
+    pub fn healthy(&self, stall: Duration) -> bool {
+        if self.is_failed() {
+            return false;
+        }
+        let in_flight = self.stats.in_flight.load(Ordering::Relaxed);
+        let since = self
+            .uptime_ms()
+            .saturating_sub(self.stats.last_progress_ms.load(Ordering::Relaxed));
+        in_flight == 0 || since < stall.as_millis() as u64
+    }
+
+    /// Makes every WAL record written so far durable (the lazily written done records): the
+    /// last step of a graceful stop.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        let last = self.last_lsn();
+        if last > 0 {
+            self.wal.sync_to(last)?;
+        }
+        Ok(())
+    }
+
+    pub fn wal_stats(&self) -> (u64, u64) {
+        (self.wal.append_count(), self.wal.sync_count())
+    }
+
+    /// (appends, syncs) of the audit log since open.
+    pub fn audit_stats(&self) -> (u64, u64) {
+        (self.audit.append_count(), self.audit.sync_count())
+    }
+
+    /// (rounds, results) published since start.
+    pub fn publish_stats(&self) -> (u64, u64) {
+        self.publisher.stats()
+    }
+
+    /// Records an invalid input: counted, result written, input already moved by the caller.
+    pub fn note_invalid(&self) {
+        self.stats.invalid.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+        self.finished_cv.notify_all();
+    }
+
+    fn check(&self) -> Result<(), EngineError> {
+        if self.is_failed() {
+            Err(EngineError::Failed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The WAL and audit log options the configuration implies: a segment always holds at least
+/// two of the largest claims.
+fn wal_options(config: &Config) -> WalOptions {
+    let payload_bytes_max = config.claim_bytes_max().clamp(4 << 10, 128 << 20) as u32;
+    WalOptions {
+        segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max as u64),
+        payload_bytes_max,
+        ..WalOptions::default()
+    }
+}
+
+/// Takes the data directory's `LOCK` (on a real disk; the simulator has one process).
+fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<File>, EngineError> {
+    if !storage.is_real() {
+        return Ok(None);
+    }
+    let path = layout.lock_file();
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err("open", &path))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(EngineError::Locked { path }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io_err("lock", &path)(e)),
+    }
+}

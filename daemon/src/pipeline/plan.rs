@@ -1,0 +1,353 @@
+//! Plan and Claim: the idempotency check, the static checks and before-triggers, the state
+//! checks under the planner lock, and the claim (ids minted, one WAL record, its sync).
+//! The first rejection ends a batch and nothing but its result is written.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use roost_wal::Lsn;
+use tracing::{debug, warn};
+
+use super::crash::Step;
+use super::records::{self, ClaimRecord, PlannedOp, RecordType};
+use super::{io_err, lock, Engine, KeyState, Planner};
+use crate::batch::{fingerprint, Batch, BatchOp, BatchResult, Status};
+use crate::error::EngineError;
+use crate::spool;
+
+/// What the planner lock says about a request key.
+enum KeyCheck {
+    /// Never seen: plan it.
+    New,
+    /// Seen with another fingerprint, or finished: it has an answer (built after the lock
+    /// is dropped: a duplicate's answer reads the WAL).
+    Known(KeyState),
+}
+
+impl Engine {
+    /// Runs one batch through the pipeline and returns its result, which is also written to
+    /// `out/<source>` before this returns (and `new/<source>` removed).
+    pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+        self.check()?;
+        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = self.submit_inner(batch, source);
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = &r {
+            if !matches!(e, EngineError::Failed) {
+                warn!(error = %e, request_key = %batch.request_key, source, "pipeline failed");
+            }
+            self.fail();
+        }
+        r
+    }
+
+    fn submit_inner(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+        let fp = fingerprint(batch);
+        let key = batch.request_key.as_str();
+        let t0 = Instant::now();
+        // Cheap idempotency check before running any trigger.
+        if let Some(r) = self.check_key(key, fp)? {
+            return self.reply(source, r);
+        }
+        let static_reject = self.precheck(batch);
+        let limit = static_reject.as_ref().map_or(batch.ops.len(), |(i, _)| *i);
+        let mut p = lock(&self.planner);
+        // The key may have been claimed while triggers ran.
+        p = match self.wait_for_key(p, key, fp)? {
+            (p, KeyCheck::New) => p,
+            (p, KeyCheck::Known(k)) => {
+                drop(p);
+                if let Some(r) = self.answer_for(key, fp, Some(k))? {
+                    return self.reply(source, r);
+                }
+                return Err(EngineError::Inconsistent {
+                    lsn: k.lsn,
+                    detail: format!("request key {key:?} has no answer"),
+                });
+            }
+        };
+        if let Some((i, reason)) = self.plan_deletes(&p, batch, limit)?.or(static_reject) {
+            drop(p);
+            return self.reply(source, self.rejected(key, i, reason));
+        }
+        self.stats.latency.plan.record(t0.elapsed());
+        let t1 = Instant::now();
+        self.hit(Step::AfterPlan.at())?;
+        let (lsn, claim) = self.claim(p, batch, source, fp)?;
+        self.hit(Step::AfterClaimAppend.at())?;
+        self.wal.sync_to(lsn)?;
+        self.hit(Step::AfterClaimSync.at())?;
+        self.stats.latency.claim.record(t1.elapsed());
+        self.finish(lsn, &claim, &HashSet::new(), Some(t0))
+    }
+
+    /// Static checks and before-triggers, in op order, without any lock: the first op that
+    /// fails and why. These outcomes depend on the op alone, so they are the same on every
+    /// attempt.
+    fn precheck(&self, batch: &Batch) -> Option<(usize, String)> {
+        for (i, op) in batch.ops.iter().enumerate() {
+            let Some(sc) = self.config.shard(op.shard()) else {
+                let reason = format!(
+                    "shard {:?} is not declared in the configuration",
+                    op.shard()
+                );
+                return Some((i, reason));
+            };
+            if let BatchOp::Create { record, fields, .. } = op {
+                if record.len() > sc.record_bytes_max as usize {
+                    let reason = format!(
+                        "record is {} bytes, over record_bytes_max {}",
+                        record.len(),
+                        sc.record_bytes_max
+                    );
+                    return Some((i, reason));
+                }
+                if let Some(f) = sc.required_fields.iter().find(|f| !fields.contains(f)) {
+                    return Some((i, format!("record lacks required field {f:?}")));
+                }
+            }
+            if let Some(argv) = &sc.before_trigger {
+                let input = trigger_input(&batch.request_key, i, op);
+                let limit = Duration::from_millis(sc.trigger_timeout_ms);
+                if let Err(reason) = super::trigger::run(argv, &input, limit) {
+                    return Some((i, reason));
+                }
+            }
+        }
+        None
+    }
+
+    /// The answer for a key already seen, if it has one: a conflict (another fingerprint) or
+    /// the original result (finished). An unfinished claim of the same batch has none yet.
+    fn check_key(&self, key: &str, fp: u64) -> Result<Option<BatchResult>, EngineError> {
+        let k = lock(&self.planner).keys.get(key).copied();
+        self.answer_for(key, fp, k)
+    }
+
+    fn answer_for(
+        &self,
+        key: &str,
+        fp: u64,
+        k: Option<KeyState>,
+    ) -> Result<Option<BatchResult>, EngineError> {
+        match k {
+            Some(k) if k.fingerprint != fp => Ok(Some(self.conflict(key, k.lsn))),
+            Some(k) if k.done => self.duplicate(k.lsn).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Under the planner lock: waits while the same batch is claimed and in flight (it
+    /// finishes, then its result is the answer).
+    fn wait_for_key<'a>(
+        &'a self,
+        mut p: MutexGuard<'a, Planner>,
+        key: &str,
+        fp: u64,
+    ) -> Result<(MutexGuard<'a, Planner>, KeyCheck), EngineError> {
+        loop {
+            self.check()?;
+            match p.keys.get(key).copied() {
+                None => return Ok((p, KeyCheck::New)),
+                Some(k) if k.fingerprint != fp || k.done => return Ok((p, KeyCheck::Known(k))),
+                Some(_) => {}
+            }
+            p = self
+                .finished_cv
+                .wait_timeout(p, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Walks the deletes up to `limit` in order against committed state plus planned
+    /// overlays: the first that names an id that does not exist, and why.
+    fn plan_deletes(
+        &self,
+        p: &Planner,
+        batch: &Batch,
+        limit: usize,
+    ) -> Result<Option<(usize, String)>, EngineError> {
+        let mut deleted_here: HashSet<(&str, u64)> = HashSet::new();
+        for (i, op) in batch.ops[..limit].iter().enumerate() {
+            if let BatchOp::Delete { shard, id } = op {
+                let exists =
+                    self.exists(p, shard, *id)? && !deleted_here.contains(&(shard.as_str(), *id));
+                if !exists {
+                    return Ok(Some((
+                        i,
+                        format!("id {id} does not exist on shard {shard}"),
+                    )));
+                }
+                deleted_here.insert((shard, *id));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Claim, under the planner lock: mint ids, append plan + ids + fingerprint as one WAL
+    /// record (not yet synced), register the shards' turns and the overlays.
+    fn claim(
+        &self,
+        mut p: MutexGuard<'_, Planner>,
+        batch: &Batch,
+        source: &str,
+        fp: u64,
+    ) -> Result<(Lsn, ClaimRecord), EngineError> {
+        let ops: Vec<PlannedOp> = batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Create { shard, record, .. } => {
+                    let id = p.next_id;
+                    p.next_id += 1;
+                    let record = record.clone();
+                    let shard = shard.clone();
+                    PlannedOp::Create { shard, id, record }
+                }
+                BatchOp::Delete { shard, id } => PlannedOp::Delete {
+                    shard: shard.clone(),
+                    id: *id,
+                },
+            })
+            .collect();
+        let claim = ClaimRecord {
+            request_key: batch.request_key.clone(),
+            source: source.to_owned(),
+            fingerprint: fp,
+            ops,
+        };
+        let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
+        let lsn = self.wal.append_nowait(RecordType::Claim as u8, &payload)?;
+        for name in claim.touched_shards() {
+            let slot = self.slot(name)?;
+            lock(&slot.turns).insert(lsn);
+        }
+        for op in &claim.ops {
+            let o = p.overlay.entry(op.shard().to_owned()).or_default();
+            match op {
+                PlannedOp::Create { id, .. } => o.created.insert(*id),
+                PlannedOp::Delete { id, .. } => o.deleted.insert(*id),
+            };
+        }
+        let key = KeyState {
+            lsn,
+            fingerprint: fp,
+            done: false,
+        };
+        p.keys.insert(claim.request_key.clone(), key);
+        Ok((lsn, claim))
+    }
+
+    /// Whether `id` exists on `shard` for planning: committed state plus planned overlays.
+    fn exists(&self, p: &Planner, shard: &str, id: u64) -> Result<bool, EngineError> {
+        if let Some(o) = p.overlay.get(shard) {
+            if o.deleted.contains(&id) {
+                return Ok(false);
+            }
+            if o.created.contains(&id) {
+                return Ok(true);
+            }
+        }
+        // A shard never written has no segments yet: nothing exists on it, and a rejected
+        // delete must not create it.
+        let open = lock(&self.shards).get(shard).cloned();
+        let slot = match open {
+            Some(s) => s,
+            None if self.shard_has_segments(shard) => self.slot(shard)?,
+            None => return Ok(false),
+        };
+        slot.contains(id)
+    }
+
+    fn shard_has_segments(&self, shard: &str) -> bool {
+        match self.storage.list(&self.layout.shard(shard)) {
+            Ok(names) => names
+                .iter()
+                .any(|n| n.ends_with(roost_shards::SEGMENT_SUFFIX)),
+            Err(_) => false,
+        }
+    }
+
+    fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
+        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        debug!(request_key = key, op_index, reason = %reason, "batch rejected");
+        BatchResult {
+            request_key: Some(key.to_owned()),
+            status: Status::Rejected,
+            lsn: None,
+            ops: None,
+            op_index: Some(op_index as u32),
+            reason: Some(reason),
+            error: None,
+        }
+    }
+
+    fn conflict(&self, key: &str, lsn: Lsn) -> BatchResult {
+        self.stats.conflict.fetch_add(1, Ordering::Relaxed);
+        BatchResult {
+            request_key: Some(key.to_owned()),
+            status: Status::Conflict,
+            lsn: Some(lsn),
+            ops: None,
+            op_index: None,
+            reason: Some(format!(
+                "request key already used at lsn {lsn} with a different batch"
+            )),
+            error: None,
+        }
+    }
+
+    /// The original result of a finished batch, rebuilt from its claim.
+    fn duplicate(&self, lsn: Lsn) -> Result<BatchResult, EngineError> {
+        self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
+        let rec = self
+            .wal
+            .replay(lsn)
+            .next()
+            .transpose()?
+            .filter(|r| r.lsn == lsn)
+            .ok_or_else(|| EngineError::Inconsistent {
+                lsn,
+                detail: "claim not found for a known key".into(),
+            })?;
+        match records::decode_wal(&rec)? {
+            records::WalEntry::Claim(c) => Ok(super::committed_result(lsn, &c)),
+            records::WalEntry::Done(_) => Err(EngineError::Inconsistent {
+                lsn,
+                detail: "a request key points at a done record, not a claim".into(),
+            }),
+        }
+    }
+
+    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
+    /// removes the input.
+    fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
+        self.publish(source, &r)?;
+        self.remove_input(source)?;
+        Ok(r)
+    }
+
+    /// Removes `new/NAME` (not synced: a file that comes back gives the same answer).
+    pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
+        spool::remove_input(self.storage.as_ref(), &self.spool, source)
+            .map_err(io_err("remove input", &self.spool.new.join(source)))
+    }
+}
+
+/// What a before-trigger reads on stdin for op `i`.
+fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
+    let v = match op {
+        BatchOp::Create { shard, record, .. } => {
+            let record: serde_json::Value =
+                serde_json::from_slice(record).unwrap_or(serde_json::Value::Null);
+            serde_json::json!({"request_key": key, "op_index": i, "op": "create", "shard": shard, "record": record})
+        }
+        BatchOp::Delete { shard, id } => {
+            serde_json::json!({"request_key": key, "op_index": i, "op": "delete", "shard": shard, "id": id})
+        }
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}

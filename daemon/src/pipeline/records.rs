@@ -1,0 +1,309 @@
+//! The daemon's records in the batch WAL and the audit log (claim, done, audit row), and the
+//! one place that knows how they are encoded: bincode 2 (pinned `>=2.0.1, <3`; bincode 3.x is
+//! an empty tombstone, RUSTSEC-2025-0141), little-endian, fixed-width integers, with a decode
+//! limit so a length prefix read from disk can never make it allocate more than the frame
+//! that holds it. The WAL itself stores opaque `(type, bytes)` records; the version byte of
+//! each WAL frame covers these payloads too, so any change here bumps `WAL_FORMAT_VERSION`
+//! (pinned below). No `usize` is ever encoded: every integer field has an explicit width.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bincode::{Decode, Encode};
+use roost_wal::{Lsn, Record, Wal};
+
+use crate::error::EngineError;
+
+pub use crate::error::CodecError;
+
+/// The payload schema of this module is the one the WAL's frame version byte announces.
+/// Changing a record below means a new `WAL_FORMAT_VERSION` and a decoder kept for the old.
+pub const RECORDS_FORMAT_VERSION: u8 = 1;
+const _: () = assert!(roost_wal::format::WAL_FORMAT_VERSION == RECORDS_FORMAT_VERSION);
+
+/// Record types of the batch WAL (`<data-dir>/wal`) and of the audit log
+/// (`<data-dir>/audit`, same frame format).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordType {
+    /// A batch's plan and claimed ids under its request key ([`ClaimRecord`]).
+    Claim = 1,
+    /// The batch is finished: every shard committed, every audit row durable ([`DoneRecord`]).
+    Done = 2,
+    /// One audit row, one per committed op (audit log only, [`AuditRecord`]).
+    Audit = 3,
+}
+
+impl RecordType {
+    pub fn from_u8(v: u8) -> Option<RecordType> {
+        match v {
+            1 => Some(RecordType::Claim),
+            2 => Some(RecordType::Done),
+            3 => Some(RecordType::Audit),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordType::Claim => "claim",
+            RecordType::Done => "done",
+            RecordType::Audit => "audit",
+        }
+    }
+}
+
+/// One planned op, exactly as it will be applied: a half-applied batch is finished from this,
+/// never planned again.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum PlannedOp {
+    /// Create `record` (the canonical JSON bytes) under the claimed id.
+    Create {
+        shard: String,
+        id: u64,
+        record: Vec<u8>,
+    },
+    /// Delete `id`, which existed on `shard` when the batch was planned.
+    Delete { shard: String, id: u64 },
+}
+
+impl PlannedOp {
+    pub fn shard(&self) -> &str {
+        match self {
+            PlannedOp::Create { shard, .. } | PlannedOp::Delete { shard, .. } => shard,
+        }
+    }
+    pub fn id(&self) -> u64 {
+        match self {
+            PlannedOp::Create { id, .. } | PlannedOp::Delete { id, .. } => *id,
+        }
+    }
+    pub fn kind(&self) -> OpKind {
+        match self {
+            PlannedOp::Create { .. } => OpKind::Create,
+            PlannedOp::Delete { .. } => OpKind::Delete,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum OpKind {
+    Create,
+    Delete,
+}
+
+impl OpKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Create => "create",
+            OpKind::Delete => "delete",
+        }
+    }
+}
+
+/// The claim: written and synced before any shard commits.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct ClaimRecord {
+    pub request_key: String,
+    /// The spool file name the batch came from, so recovery can write its result.
+    pub source: String,
+    /// The batch's fingerprint: a hash of its canonical form, compared when a key comes back.
+    pub fingerprint: u64,
+    pub ops: Vec<PlannedOp>,
+}
+
+impl ClaimRecord {
+    /// The shards the batch touches, each once, in name order.
+    pub fn touched_shards(&self) -> std::collections::BTreeSet<&str> {
+        self.ops.iter().map(PlannedOp::shard).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct DoneRecord {
+    pub claim_lsn: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct AuditRecord {
+    /// The lsn of the batch's claim in the batch WAL.
+    pub claim_lsn: u64,
+    pub request_key: String,
+    pub op_index: u32,
+    pub op: OpKind,
+    pub shard: String,
+    pub id: u64,
+}
+
+/// Decoding never reads past this many bytes, whatever a length prefix says.
+const DECODE_LIMIT_BYTES: usize = 256 << 20;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<DECODE_LIMIT_BYTES>()
+}
+
+/// Encodes a record. Fails only when the value exceeds the decode limit, which the daemon's
+/// own limits (record_bytes_max, batch_ops_max) rule out long before; the error is still
+/// reported, never replaced by an empty payload.
+pub fn encode<T: Encode>(what: &'static str, value: &T) -> Result<Vec<u8>, CodecError> {
+    bincode::encode_to_vec(value, config()).map_err(|e| CodecError {
+        what,
+        detail: e.to_string(),
+    })
+}
+
+pub fn decode<T: Decode<()>>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {
+    let (value, used) = bincode::decode_from_slice(bytes, config()).map_err(|e| CodecError {
+        what,
+        detail: e.to_string(),
+    })?;
+    if used != bytes.len() {
+        return Err(CodecError {
+            what,
+            detail: format!("{} trailing bytes", bytes.len() - used),
+        });
+    }
+    Ok(value)
+}
+
+/// A batch-WAL record, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WalEntry {
+    Claim(ClaimRecord),
+    Done(DoneRecord),
+}
+
+/// Decodes one batch-WAL record. A record whose checksum held but whose type or payload make
+/// no sense is damage (corruption class), named by its lsn.
+pub fn decode_wal(rec: &Record) -> Result<WalEntry, EngineError> {
+    let lsn = rec.lsn;
+    let codec = |source| EngineError::Codec { lsn, source };
+    match RecordType::from_u8(rec.record_type) {
+        Some(RecordType::Claim) => decode("claim", &rec.payload)
+            .map(WalEntry::Claim)
+            .map_err(codec),
+        Some(RecordType::Done) => decode("done", &rec.payload)
+            .map(WalEntry::Done)
+            .map_err(codec),
+        _ => Err(EngineError::Inconsistent {
+            lsn,
+            detail: format!("unknown record type {} in the batch wal", rec.record_type),
+        }),
+    }
+}
+
+/// Decodes one audit-log record.
+pub fn decode_audit(rec: &Record) -> Result<AuditRecord, EngineError> {
+    if rec.record_type != RecordType::Audit as u8 {
+        return Err(EngineError::Inconsistent {
+            lsn: rec.lsn,
+            detail: format!("unknown record type {} in the audit log", rec.record_type),
+        });
+    }
+    decode("audit", &rec.payload).map_err(|source| EngineError::Codec {
+        lsn: rec.lsn,
+        source,
+    })
+}
+
+/// Every batch-WAL record from `from` on, decoded, with its lsn.
+pub fn read_wal(
+    wal: &Wal,
+    from: Lsn,
+) -> impl Iterator<Item = Result<(Lsn, WalEntry), EngineError>> + '_ {
+    wal.replay(from).map(|rec| {
+        let rec = rec?;
+        Ok((rec.lsn, decode_wal(&rec)?))
+    })
+}
+
+/// Every audit row from `from` on, decoded, with its own lsn in the audit log.
+pub fn read_audit(
+    audit: &Wal,
+    from: Lsn,
+) -> impl Iterator<Item = Result<(Lsn, AuditRecord), EngineError>> + '_ {
+    audit.replay(from).map(|rec| {
+        let rec = rec?;
+        Ok((rec.lsn, decode_audit(&rec)?))
+    })
+}
+
+/// Claims seen in the WAL, in lsn order, and which of them a `done` record finished. Feeds
+/// both recovery and `verify`: the largest claim lsn a `done` record vouches for, per shard
+/// (every frame up to it was flushed before that `done` was written).
+#[derive(Debug, Default)]
+pub struct ClaimLedger {
+    /// Claims without a `done` record yet, by claim lsn.
+    pub unfinished: BTreeMap<Lsn, ClaimRecord>,
+    /// Per shard, the largest claim lsn with a `done` record.
+    pub vouched: HashMap<String, Lsn>,
+}
+
+impl ClaimLedger {
+    pub fn claim(&mut self, lsn: Lsn, c: ClaimRecord) {
+        self.unfinished.insert(lsn, c);
+    }
+
+    /// Marks the claim at `d.claim_lsn` finished and returns it; a `done` for a claim not
+    /// seen (or finished twice) is damage.
+    pub fn done(&mut self, lsn: Lsn, d: &DoneRecord) -> Result<ClaimRecord, EngineError> {
+        let Some(c) = self.unfinished.remove(&d.claim_lsn) else {
+            return Err(EngineError::Inconsistent {
+                lsn,
+                detail: format!("done for unknown claim lsn {}", d.claim_lsn),
+            });
+        };
+        for op in &c.ops {
+            let t = self.vouched.entry(op.shard().to_owned()).or_insert(0);
+            *t = (*t).max(d.claim_lsn);
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn claim_round_trips() {
+        let c = ClaimRecord {
+            request_key: "order-17".into(),
+            source: "a.json".into(),
+            fingerprint: 99,
+            ops: vec![
+                PlannedOp::Create {
+                    shard: "users".into(),
+                    id: 1001,
+                    record: b"{}".to_vec(),
+                },
+                PlannedOp::Delete {
+                    shard: "users".into(),
+                    id: 17,
+                },
+            ],
+        };
+        let back: ClaimRecord = decode("claim", &encode("claim", &c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+        /// Random bytes never panic the decoder and never make it allocate past the input:
+        /// a length prefix larger than what follows is an error.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<ClaimRecord>("claim", &bytes);
+            let _ = decode::<AuditRecord>("audit", &bytes);
+        }
+    }
+
+    #[test]
+    fn huge_length_prefix_is_an_error() {
+        let mut b = vec![0u8; 8];
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode::<ClaimRecord>("claim", &b).is_err());
+    }
+}

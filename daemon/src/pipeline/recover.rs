@@ -1,0 +1,180 @@
+//! Recovery at open: replay the WAL, open every shard it names, find the audit rows already
+//! written, and finish every claimed batch without a `done` record from its recorded plan
+//! and claimed ids (`RoostApplyBatch.tla`: a claim is always finished with the same ids).
+//! Nothing new is taken until this returns.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use roost_wal::Lsn;
+use tracing::info;
+
+use super::records::{read_audit, read_wal, ClaimLedger, ClaimRecord, PlannedOp, WalEntry};
+use super::{lock, Engine, KeyState};
+use crate::error::EngineError;
+
+/// What recovery did at open.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub duration: Duration,
+    pub wal_records: u64,
+    pub batches_finished: u64,
+    pub wal_torn_bytes: u64,
+    pub audit_torn_bytes: u64,
+}
+
+/// Calls the caller's progress callback about ten times a second and logs once a second.
+struct Progress<'a> {
+    callback: &'a dyn Fn(&str, u64, u64),
+    last_call: Instant,
+    last_log: Instant,
+}
+
+impl Progress<'_> {
+    fn report(&mut self, phase: &str, done: u64, total: u64) {
+        if self.last_call.elapsed() >= Duration::from_millis(100) {
+            self.last_call = Instant::now();
+            (self.callback)(phase, done, total);
+        }
+        if self.last_log.elapsed() >= Duration::from_secs(1) {
+            self.last_log = Instant::now();
+            info!(phase, done, total, "recovery progress");
+        }
+    }
+}
+
+impl Engine {
+    pub(super) fn recover(
+        mut self,
+        started: Instant,
+        callback: &dyn Fn(&str, u64, u64),
+    ) -> Result<Engine, EngineError> {
+        let mut progress = Progress {
+            callback,
+            last_call: Instant::now(),
+            last_log: Instant::now(),
+        };
+        callback("replaying records", 0, self.wal.recovery_report().records);
+        let (ledger, shard_names, records) = self.replay_wal(&mut progress)?;
+        self.synced_through = ledger.vouched;
+        self.open_named_shards(&shard_names)?;
+        let audited = self.audited_rows(&ledger.unfinished)?;
+        let finished = self.finish_unfinished(&ledger.unfinished, &audited, &mut progress)?;
+        self.recovery = RecoveryReport {
+            duration: started.elapsed(),
+            wal_records: records,
+            batches_finished: finished,
+            wal_torn_bytes: self.wal.recovery_report().torn_bytes_truncated,
+            audit_torn_bytes: self.audit.recovery_report().torn_bytes_truncated,
+        };
+        info!(
+            records,
+            batches_finished = finished,
+            ms = self.recovery.duration.as_millis() as u64,
+            next_lsn = self.wal.next_lsn(),
+            "recovery: done"
+        );
+        Ok(self)
+    }
+
+    /// Step 1: replays the WAL into the planner (every key, the highest id ever claimed) and
+    /// a ledger of the unfinished claims; returns the shards the WAL names and the record
+    /// count.
+    fn replay_wal(
+        &self,
+        progress: &mut Progress<'_>,
+    ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
+        let total = self.wal.recovery_report().records;
+        let mut ledger = ClaimLedger::default();
+        let mut shard_names = BTreeSet::new();
+        let mut records = 0u64;
+        let mut p = lock(&self.planner);
+        for entry in read_wal(&self.wal, 1) {
+            let (lsn, entry) = entry?;
+            records += 1;
+            progress.report("replaying records", records, total);
+            match entry {
+                WalEntry::Claim(c) => {
+                    for op in &c.ops {
+                        shard_names.insert(op.shard().to_owned());
+                        if let PlannedOp::Create { id, .. } = op {
+                            p.next_id = p.next_id.max(id + 1);
+                        }
+                    }
+                    let key = KeyState {
+                        lsn,
+                        fingerprint: c.fingerprint,
+                        done: false,
+                    };
+                    p.keys.insert(c.request_key.clone(), key);
+                    ledger.claim(lsn, c);
+                }
+                WalEntry::Done(d) => {
+                    let c = ledger.done(lsn, &d)?;
+                    if let Some(k) = p.keys.get_mut(&c.request_key) {
+                        k.done = true;
+                    }
+                }
+            }
+        }
+        Ok((ledger, shard_names, records))
+    }
+
+    /// Step 2: opens every shard the WAL names. Ids are never reused even if the WAL were
+    /// retired below a create, because each shard remembers its largest id.
+    fn open_named_shards(&self, names: &BTreeSet<String>) -> Result<(), EngineError> {
+        for name in names {
+            let slot = self.slot(name)?;
+            let (_, max_id) = slot.stats()?;
+            let mut p = lock(&self.planner);
+            p.next_id = p.next_id.max(max_id + 1);
+        }
+        Ok(())
+    }
+
+    /// Step 3: the audit rows already written for unfinished claims, by claim lsn.
+    fn audited_rows(
+        &self,
+        unfinished: &BTreeMap<Lsn, ClaimRecord>,
+    ) -> Result<HashMap<Lsn, HashSet<u32>>, EngineError> {
+        let mut audited: HashMap<Lsn, HashSet<u32>> = HashMap::new();
+        let Some(first) = unfinished.keys().next().copied() else {
+            return Ok(audited);
+        };
+        for row in read_audit(&self.audit, 1) {
+            let (_, a) = row?;
+            if a.claim_lsn >= first && unfinished.contains_key(&a.claim_lsn) {
+                audited.entry(a.claim_lsn).or_default().insert(a.op_index);
+            }
+        }
+        Ok(audited)
+    }
+
+    /// Step 4: finishes every unfinished batch, oldest first, from its recorded plan.
+    fn finish_unfinished(
+        &self,
+        unfinished: &BTreeMap<Lsn, ClaimRecord>,
+        audited: &HashMap<Lsn, HashSet<u32>>,
+        progress: &mut Progress<'_>,
+    ) -> Result<u64, EngineError> {
+        let mut finished = 0;
+        let none = HashSet::new();
+        for (lsn, claim) in unfinished {
+            progress.report(
+                "finishing claimed batches",
+                finished,
+                unfinished.len() as u64,
+            );
+            if cfg!(feature = "mutant-no-claim") {
+                // The mutant: the claim is not kept across the retry. The key is forgotten,
+                // so the client's retry plans again and mints fresh ids.
+                lock(&self.planner).keys.remove(&claim.request_key);
+                continue;
+            }
+            info!(lsn, request_key = %claim.request_key, "recovery: finishing claimed batch");
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
+            finished += 1;
+        }
+        Ok(finished)
+    }
+}

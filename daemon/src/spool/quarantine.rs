@@ -1,0 +1,82 @@
+//! The quarantine's bookkeeping: `failed/` keeps at most `failed_files_max` entries and
+//! `failed_bytes_max` bytes of disk blocks, the oldest removed first, so a flood of bad files
+//! cannot fill the disk. Uses `std::fs` directly: quarantined files are outside what recovery
+//! relies on.
+
+use tracing::warn;
+
+/// The quarantine's bookkeeping: oldest first, so a flood of bad files cannot fill the disk.
+pub struct FailedDir {
+    dir: std::path::PathBuf,
+    entries: std::collections::VecDeque<(String, u64)>,
+    bytes: u64,
+}
+
+/// Disk space an entry takes (allocated blocks, so a sparse file counts for what it uses).
+fn entry_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .map(|m| m.blocks() * 512)
+        .unwrap_or(0)
+}
+
+impl FailedDir {
+    /// Reads what `failed/` already holds, oldest first by modification time.
+    pub fn load(dir: &std::path::Path) -> FailedDir {
+        let mut found: Vec<(std::time::SystemTime, String, u64)> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| {
+                        let m = e.path().symlink_metadata().ok()?;
+                        Some((
+                            m.modified().ok()?,
+                            e.file_name().to_str()?.to_owned(),
+                            entry_bytes(&e.path()),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        let bytes = found.iter().map(|f| f.2).sum();
+        FailedDir {
+            dir: dir.to_path_buf(),
+            entries: found.into_iter().map(|(_, n, b)| (n, b)).collect(),
+            bytes,
+        }
+    }
+
+    /// Records `name` as just quarantined, then removes the oldest entries past the limits.
+    pub fn add(&mut self, name: &str, files_max: usize, bytes_max: u64) {
+        if let Some(i) = self.entries.iter().position(|(n, _)| n == name) {
+            if let Some((_, b)) = self.entries.remove(i) {
+                self.bytes -= b;
+            }
+        }
+        let b = entry_bytes(&self.dir.join(name));
+        self.entries.push_back((name.to_owned(), b));
+        self.bytes += b;
+        // Oldest first; a single entry larger than the whole budget goes too (it cannot be
+        // kept within it), rather than evicting everything else.
+        while self.entries.len() > files_max || self.bytes > bytes_max {
+            let Some((old, b)) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= b;
+            let path = self.dir.join(&old);
+            let r = match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
+                Ok(_) => std::fs::remove_file(&path),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(()) => {
+                    warn!(file = %old, bytes = b, files_max, bytes_max, "failed/ over its limits: removed the oldest quarantined file")
+                }
+                Err(e) => {
+                    warn!(file = %old, error = %e, "failed/ over its limits: cannot remove the oldest quarantined file")
+                }
+            }
+        }
+    }
+}

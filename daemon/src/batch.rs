@@ -267,9 +267,101 @@ pub struct OpResult {
     pub id: u64,
 }
 
-/// The result file for one batch (`out/NAME`).
+/// The result of one batch (`out/NAME`): what its status implies, and nothing else.
+/// Serialised through [`ResultFile`], so the JSON is the documented flat object
+/// (`{"request_key":..,"status":"committed","lsn":..,"ops":[..]}`) with the fields in that
+/// order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchResult {
+#[serde(into = "ResultFile", try_from = "ResultFile")]
+pub enum BatchResult {
+    Committed {
+        request_key: String,
+        lsn: u64,
+        ops: Vec<OpResult>,
+    },
+    /// Op `op_index` was rejected when the batch was planned; nothing was written.
+    Rejected {
+        request_key: String,
+        op_index: u32,
+        reason: String,
+    },
+    /// Not a valid batch (the request key, if it could be read).
+    Invalid {
+        request_key: Option<String>,
+        error: String,
+    },
+    /// The key was used at `lsn` with a different batch.
+    Conflict {
+        request_key: String,
+        lsn: u64,
+        reason: String,
+    },
+}
+
+impl BatchResult {
+    pub fn invalid(inv: &Invalid) -> BatchResult {
+        BatchResult::Invalid {
+            request_key: inv.request_key.clone(),
+            error: inv.error.clone(),
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        match self {
+            BatchResult::Committed { .. } => Status::Committed,
+            BatchResult::Rejected { .. } => Status::Rejected,
+            BatchResult::Invalid { .. } => Status::Invalid,
+            BatchResult::Conflict { .. } => Status::Conflict,
+        }
+    }
+
+    pub fn request_key(&self) -> Option<&str> {
+        match self {
+            BatchResult::Committed { request_key, .. }
+            | BatchResult::Rejected { request_key, .. }
+            | BatchResult::Conflict { request_key, .. } => Some(request_key),
+            BatchResult::Invalid { request_key, .. } => request_key.as_deref(),
+        }
+    }
+
+    /// The claim's lsn (committed), or the lsn of the batch the key belongs to (conflict).
+    pub fn lsn(&self) -> Option<u64> {
+        match self {
+            BatchResult::Committed { lsn, .. } | BatchResult::Conflict { lsn, .. } => Some(*lsn),
+            _ => None,
+        }
+    }
+
+    /// The ops with their ids (committed); empty otherwise.
+    pub fn ops(&self) -> &[OpResult] {
+        match self {
+            BatchResult::Committed { ops, .. } => ops,
+            _ => &[],
+        }
+    }
+
+    /// Why not committed: the rejection or conflict reason, or the invalid file's error.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            BatchResult::Committed { .. } => None,
+            BatchResult::Rejected { reason, .. } | BatchResult::Conflict { reason, .. } => {
+                Some(reason)
+            }
+            BatchResult::Invalid { error, .. } => Some(error),
+        }
+    }
+
+    pub fn to_json_line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+}
+
+/// The result file's JSON shape (a public contract): one flat object whose optional fields
+/// depend on `status`. Only [`BatchResult`] is used in code; this is its wire form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultFile {
     pub request_key: Option<String>,
     pub status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -284,29 +376,129 @@ pub struct BatchResult {
     pub error: Option<String>,
 }
 
-impl BatchResult {
-    pub fn invalid(inv: &Invalid) -> BatchResult {
-        BatchResult {
-            request_key: inv.request_key.clone(),
-            status: Status::Invalid,
+impl From<BatchResult> for ResultFile {
+    fn from(r: BatchResult) -> ResultFile {
+        let status = r.status();
+        let mut f = ResultFile {
+            request_key: None,
+            status,
             lsn: None,
             ops: None,
             op_index: None,
             reason: None,
-            error: Some(inv.error.clone()),
+            error: None,
+        };
+        match r {
+            BatchResult::Committed {
+                request_key,
+                lsn,
+                ops,
+            } => {
+                (f.request_key, f.lsn, f.ops) = (Some(request_key), Some(lsn), Some(ops));
+            }
+            BatchResult::Rejected {
+                request_key,
+                op_index,
+                reason,
+            } => {
+                (f.request_key, f.op_index, f.reason) =
+                    (Some(request_key), Some(op_index), Some(reason));
+            }
+            BatchResult::Invalid { request_key, error } => {
+                (f.request_key, f.error) = (request_key, Some(error));
+            }
+            BatchResult::Conflict {
+                request_key,
+                lsn,
+                reason,
+            } => {
+                (f.request_key, f.lsn, f.reason) = (Some(request_key), Some(lsn), Some(reason));
+            }
         }
+        f
     }
+}
 
-    pub fn to_json_line(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec(self).unwrap_or_default();
-        v.push(b'\n');
-        v
+impl TryFrom<ResultFile> for BatchResult {
+    type Error = String;
+
+    /// A result file whose fields do not fit its status is an error, not a guess.
+    fn try_from(f: ResultFile) -> Result<BatchResult, String> {
+        let missing = |what: &str| format!("a {:?} result without {what}", f.status);
+        let key = || f.request_key.clone().ok_or_else(|| missing("request_key"));
+        Ok(match f.status {
+            Status::Committed => BatchResult::Committed {
+                request_key: key()?,
+                lsn: f.lsn.ok_or_else(|| missing("lsn"))?,
+                ops: f.ops.clone().ok_or_else(|| missing("ops"))?,
+            },
+            Status::Rejected => BatchResult::Rejected {
+                request_key: key()?,
+                op_index: f.op_index.ok_or_else(|| missing("op_index"))?,
+                reason: f.reason.clone().ok_or_else(|| missing("reason"))?,
+            },
+            Status::Invalid => BatchResult::Invalid {
+                request_key: f.request_key.clone(),
+                error: f.error.clone().ok_or_else(|| missing("error"))?,
+            },
+            Status::Conflict => BatchResult::Conflict {
+                request_key: key()?,
+                lsn: f.lsn.ok_or_else(|| missing("lsn"))?,
+                reason: f.reason.clone().ok_or_else(|| missing("reason"))?,
+            },
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the typed result serialises to exactly the documented JSON, field order
+    /// included, and a file whose fields do not fit its status does not parse.
+    #[test]
+    fn results_keep_the_documented_json() {
+        let c = BatchResult::Committed {
+            request_key: "order-17".into(),
+            lsn: 42,
+            ops: vec![OpResult {
+                op: "create".into(),
+                shard: "users".into(),
+                id: 1001,
+            }],
+        };
+        let text = String::from_utf8(c.to_json_line()).unwrap();
+        assert_eq!(
+            text,
+            "{\"request_key\":\"order-17\",\"status\":\"committed\",\"lsn\":42,\"ops\":[{\"op\":\"create\",\"shard\":\"users\",\"id\":1001}]}\n"
+        );
+        assert_eq!(serde_json::from_str::<BatchResult>(&text).unwrap(), c);
+        let r = BatchResult::Rejected {
+            request_key: "k".into(),
+            op_index: 1,
+            reason: "no".into(),
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            text,
+            r#"{"request_key":"k","status":"rejected","op_index":1,"reason":"no"}"#
+        );
+        let i = BatchResult::Invalid {
+            request_key: None,
+            error: "bad".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&i).unwrap(),
+            r#"{"request_key":null,"status":"invalid","error":"bad"}"#
+        );
+        for bad in [
+            r#"{"request_key":"k","status":"committed","lsn":1}"#,
+            r#"{"request_key":"k","status":"conflict","lsn":1}"#,
+            r#"{"request_key":null,"status":"rejected","op_index":0,"reason":"x"}"#,
+        ] {
+            assert!(serde_json::from_str::<BatchResult>(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_the_documented_example() {

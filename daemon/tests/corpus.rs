@@ -61,12 +61,12 @@ fn corpus_table() {
             Err(inv) => ("invalid".to_owned(), inv.error),
             Ok(b) => {
                 let r = engine.submit(&b, file).unwrap();
-                let s = serde_json::to_value(r.status)
+                let s = serde_json::to_value(r.status())
                     .unwrap()
                     .as_str()
                     .unwrap()
                     .to_owned();
-                (s, r.reason.or(r.error).unwrap_or_default())
+                (s, r.reason().unwrap_or_default().to_owned())
             }
         };
         assert_eq!(&got_status, status, "{file}: {got_err}");

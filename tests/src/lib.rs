@@ -168,7 +168,7 @@ pub fn check_invariants(
         return Err(format!("verify: {:?}", report.violations));
     }
     if let Some(r) = done {
-        match r.status {
+        match r.status() {
             Status::Rejected => {
                 // RejectedBatchWritesNothing.
                 if &now != base {
@@ -181,7 +181,7 @@ pub fn check_invariants(
             Status::Committed => {
                 // RetryConverges: base minus deletes plus one record per create, under the
                 // claimed ids of the result.
-                let ops = r.ops.as_ref().ok_or("committed result without ops")?;
+                let ops = r.ops();
                 let mut want = base.clone();
                 for (op, res) in b.ops.iter().zip(ops) {
                     let m = want.entry(op.shard().to_owned()).or_default();

@@ -37,10 +37,10 @@ fn concurrent_batches_share_flushes_and_stay_ordered() {
         .into_iter()
         .flat_map(|h| h.join().unwrap())
         .collect();
-    assert!(results.iter().all(|r| r.status == Status::Committed));
+    assert!(results.iter().all(|r| r.status() == Status::Committed));
     let mut ids: Vec<u64> = results
         .iter()
-        .flat_map(|r| r.ops.iter().flatten().map(|o| o.id))
+        .flat_map(|r| r.ops().iter().map(|o| o.id))
         .collect();
     ids.sort_unstable();
     ids.dedup();

@@ -274,7 +274,7 @@ fn a_gap_among_unflushed_shard_frames_after_a_power_loss_is_recovered() {
     let (off, len, lsn) = last.expect("s1 has frames");
     assert_eq!(
         lsn,
-        acked.lsn.expect("committed"),
+        acked.lsn().expect("committed"),
         "the last frame on s1 is b's"
     );
     let frame = bytes[off..off + len].to_vec();

@@ -620,7 +620,7 @@ fn submit(cfg: &Config, wait: bool, timeout: Duration, files: &[PathBuf]) -> any
             continue;
         };
         print!("{text}");
-        match serde_json::from_str::<BatchResult>(&text).map(|r| r.status) {
+        match serde_json::from_str::<BatchResult>(&text).map(|r| r.status()) {
             Ok(Status::Committed) => {}
             Ok(Status::Rejected | Status::Conflict) => code = code.max(EXIT_FAILED),
             Ok(Status::Invalid) | Err(_) => code = EXIT_INVALID,

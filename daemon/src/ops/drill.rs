@@ -308,7 +308,7 @@ pub fn run(opts: &DrillOptions) -> anyhow::Result<usize> {
     println!("  kills: {kills}; recovery times (spawn to serving, ms): {ms:?}");
     let committed = sent
         .iter()
-        .filter(|s| read_result(&sp, &s.name).is_some_and(|r| r.status == Status::Committed))
+        .filter(|s| read_result(&sp, &s.name).is_some_and(|r| r.status() == Status::Committed))
         .count();
     println!("  results: {committed} committed of {} files", sent.len());
     if violations.is_empty() {
@@ -402,8 +402,8 @@ fn check(
         match read_result(sp, &s.name) {
             None => violations.push(format!("{}: no result", s.name)),
             Some(r) => {
-                if r.status == Status::Committed {
-                    for op in r.ops.iter().flatten() {
+                if r.status() == Status::Committed {
+                    for op in r.ops().iter() {
                         if op.op == "delete" {
                             deleted.insert(op.id);
                         }
@@ -418,12 +418,12 @@ fn check(
         let Some(r) = results.get(s.name.as_str()) else {
             continue;
         };
-        if s.expect_rejected && r.status == Status::Committed {
+        if s.expect_rejected && r.status() == Status::Committed {
             violations.push(format!("{}: expected a rejection, got committed", s.name));
         }
         if let Some(orig) = &s.retry_of {
             if let Some(o) = results.get(orig.as_str()) {
-                if o.status == Status::Committed && o != r {
+                if o.status() == Status::Committed && o != r {
                     violations.push(format!(
                         "{}: retry of {orig} got a different result",
                         s.name
@@ -431,10 +431,10 @@ fn check(
                 }
             }
         }
-        if r.status != Status::Committed || s.retry_of.is_some() {
+        if r.status() != Status::Committed || s.retry_of.is_some() {
             continue;
         }
-        for (k, op) in r.ops.iter().flatten().enumerate() {
+        for (k, op) in r.ops().iter().enumerate() {
             if op.op != "create" || deleted.contains(&op.id) {
                 continue;
             }

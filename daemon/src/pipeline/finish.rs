@@ -24,7 +24,7 @@ use super::crash::Step;
 use super::owner::ShardSlot;
 use super::records::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
 use super::{io_err, lock, Engine};
-use crate::batch::{BatchResult, OpResult, Status};
+use crate::batch::{BatchResult, OpResult};
 use crate::error::EngineError;
 
 /// One touched shard of a batch: its owner and the ops sent to it.
@@ -215,22 +215,17 @@ fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
 
 /// The committed result of a claim: the same whenever it is rebuilt.
 pub fn committed_result(lsn: Lsn, c: &ClaimRecord) -> BatchResult {
-    BatchResult {
-        request_key: Some(c.request_key.clone()),
-        status: Status::Committed,
-        lsn: Some(lsn),
-        ops: Some(
-            c.ops
-                .iter()
-                .map(|op| OpResult {
-                    op: op.kind().as_str().to_owned(),
-                    shard: op.shard().to_owned(),
-                    id: op.id(),
-                })
-                .collect(),
-        ),
-        op_index: None,
-        reason: None,
-        error: None,
+    BatchResult::Committed {
+        request_key: c.request_key.clone(),
+        lsn,
+        ops: c
+            .ops
+            .iter()
+            .map(|op| OpResult {
+                op: op.kind().as_str().to_owned(),
+                shard: op.shard().to_owned(),
+                id: op.id(),
+            })
+            .collect(),
     }
 }

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType};
 use super::{io_err, lock, Engine, KeyState, Planner};
-use crate::batch::{fingerprint, Batch, BatchOp, BatchResult, Status};
+use crate::batch::{fingerprint, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
 
@@ -274,29 +274,19 @@ impl Engine {
     fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
         debug!(request_key = key, op_index, reason = %reason, "batch rejected");
-        BatchResult {
-            request_key: Some(key.to_owned()),
-            status: Status::Rejected,
-            lsn: None,
-            ops: None,
-            op_index: Some(op_index as u32),
-            reason: Some(reason),
-            error: None,
+        BatchResult::Rejected {
+            request_key: key.to_owned(),
+            op_index: op_index as u32,
+            reason,
         }
     }
 
     fn conflict(&self, key: &str, lsn: Lsn) -> BatchResult {
         self.stats.conflict.fetch_add(1, Ordering::Relaxed);
-        BatchResult {
-            request_key: Some(key.to_owned()),
-            status: Status::Conflict,
-            lsn: Some(lsn),
-            ops: None,
-            op_index: None,
-            reason: Some(format!(
-                "request key already used at lsn {lsn} with a different batch"
-            )),
-            error: None,
+        BatchResult::Conflict {
+            request_key: key.to_owned(),
+            lsn,
+            reason: format!("request key already used at lsn {lsn} with a different batch"),
         }
     }
 

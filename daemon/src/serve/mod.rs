@@ -329,7 +329,7 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     match parsed {
         Ok(b) => {
             let r = engine.submit(&b, name)?;
-            debug!(file = name, status = ?r.status, lsn = r.lsn, "batch done");
+            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
             Ok(())
         }
         Err(inv) => {

@@ -4,19 +4,28 @@
 //! each file on a bounded pool of blocking workers (the engine blocks on fsync), and stops
 //! in three steps on SIGTERM/SIGINT: stop taking files, let in-flight batches finish, return.
 
+//!
+//! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
+//! quarantine), `sidecars` (control socket, metrics, the systemd ticker).
+
+mod events;
+mod sidecars;
+mod worker;
+
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{mpsc, Notify, Semaphore};
-use tracing::{debug, error, info, warn};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tracing::{info, warn};
 
-use crate::batch::{self, BatchResult};
 use crate::error::EngineError;
 use crate::pipeline::Engine;
-use crate::spool::{self, read_dropped, FailedDir, Intake};
+use crate::spool::{self, FailedDir};
+use events::Hints;
+use sidecars::Sidecars;
 
 /// Shared between the loop and its workers.
 struct Shared {
@@ -34,38 +43,6 @@ struct Shared {
     failed: Mutex<FailedDir>,
     stop: AtomicBool,
     wake: Notify,
-}
-
-/// Event hints queued between the watcher and the loop; past this, a rescan instead.
-const EVENTS_MAX: usize = 4096;
-
-/// The names a file-system event says arrived in `new/`: `Some(name)` per file created or
-/// moved in, `None` when the event may have lost arrivals (the kernel's queue overflowed, an
-/// error, a name that is not UTF-8) and only a rescan can tell. Removals and changes are not
-/// arrivals (the daemon's own removals from `new/` would otherwise wake it once per batch).
-fn arrivals(res: notify::Result<notify::Event>) -> Vec<Option<String>> {
-    use notify::event::{EventKind, ModifyKind, RenameMode};
-    let Ok(ev) = res else {
-        return vec![None];
-    };
-    if ev.need_rescan() {
-        return vec![None];
-    }
-    let paths = match ev.kind {
-        EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => &ev.paths[..],
-        // Source and target: only the target arrived.
-        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
-            &ev.paths[ev.paths.len().saturating_sub(1)..]
-        }
-        EventKind::Modify(ModifyKind::Name(RenameMode::Any))
-        | EventKind::Any
-        | EventKind::Other => return vec![None],
-        _ => return Vec::new(),
-    };
-    paths
-        .iter()
-        .map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
-        .collect()
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
@@ -90,187 +67,140 @@ pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineE
     rt.block_on(serve_async(engine, stop))
 }
 
+impl Shared {
+    fn new(engine: Arc<Engine>) -> Arc<Shared> {
+        let failed = FailedDir::load(&engine.spool().failed);
+        Arc::new(Shared {
+            engine,
+            in_progress: Mutex::new(HashSet::new()),
+            again: Mutex::new(HashSet::new()),
+            requeue: Mutex::new(Vec::new()),
+            stuck: Mutex::new(HashSet::new()),
+            fatal: Mutex::new(None),
+            failed: Mutex::new(failed),
+            stop: AtomicBool::new(false),
+            wake: Notify::new(),
+        })
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn install(dir: &Path) -> Result<Signals, EngineError> {
+        let map = |source| EngineError::Io {
+            op: "install signal handler",
+            path: dir.to_path_buf(),
+            source,
+        };
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(map)?,
+            int: signal(SignalKind::interrupt()).map_err(map)?,
+        })
+    }
+}
+
 async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
     let cfg = engine.config().clone();
     let workers = cfg.batches_in_flight_max;
     let new_dir = engine.spool().new.clone();
-    let engine_failed_dir = engine.spool().failed.clone();
-    let shared = Arc::new(Shared {
-        engine,
-        in_progress: Mutex::new(HashSet::new()),
-        again: Mutex::new(HashSet::new()),
-        requeue: Mutex::new(Vec::new()),
-        stuck: Mutex::new(HashSet::new()),
-        fatal: Mutex::new(None),
-        failed: Mutex::new(FailedDir::load(&engine_failed_dir)),
-        stop: AtomicBool::new(false),
-        wake: Notify::new(),
-    });
-    // File-system events name the files that arrived; they are hints. A full channel, or an
-    // event that names nothing we can use (the kernel queue overflowed), asks for a rescan,
-    // as does the timer: a rescan of `new/` is the truth.
-    let (tx, mut events) = mpsc::channel::<String>(EVENTS_MAX);
-    let rescan_needed = Arc::new(AtomicBool::new(true));
-    // The watcher's thread may outlive this function by a moment after the watcher is
-    // dropped: its callback holds nothing of the engine's (which must be gone, with its
-    // lock, when serve returns).
-    let lost_events = Arc::new(Notify::new());
-    let _watcher = {
-        use notify::Watcher;
-        let (tx, rescan, wake) = (tx.clone(), rescan_needed.clone(), lost_events.clone());
-        match notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            for hint in arrivals(res) {
-                let sent = match hint {
-                    Some(name) => tx.try_send(name).is_ok(),
-                    None => false,
-                };
-                if !sent {
-                    rescan.store(true, Ordering::SeqCst);
-                    wake.notify_one();
-                }
-            }
-        }) {
-            Ok(mut w) => match w.watch(&new_dir, notify::RecursiveMode::NonRecursive) {
-                Ok(()) => Some(w),
-                Err(e) => {
-                    warn!(dir = %new_dir.display(), error = %e, "cannot watch spool; relying on rescans");
-                    None
-                }
-            },
-            Err(e) => {
-                warn!(error = %e, "no file watcher; relying on rescans");
-                None
-            }
-        }
-    };
-    let map_sig = |source| EngineError::Io {
-        op: "install signal handler",
-        path: new_dir.clone(),
-        source,
-    };
-    let mut term = signal(SignalKind::terminate()).map_err(map_sig)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(map_sig)?;
+    let shared = Shared::new(engine);
+    let mut hints = Hints::watch(&new_dir);
+    let mut signals = Signals::install(&new_dir)?;
     let mut tick = tokio::time::interval(cfg.rescan_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
-    // Control socket, optional metrics endpoint, and the systemd status/watchdog ticker.
-    let sock = crate::ops::control::socket_path(&cfg);
-    let control = tokio::spawn({
-        let (sock, engine) = (sock.clone(), shared.engine.clone());
-        async move {
-            if let Err(e) = crate::ops::control::serve_socket(sock.clone(), engine).await {
-                warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
-            }
-        }
-    });
-    let metrics = cfg.metrics_listen.map(|addr| {
-        let engine = shared.engine.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::ops::control::serve_metrics_tcp(addr, engine).await {
-                warn!(%addr, error = %e, "metrics endpoint unavailable");
-            }
-        })
-    });
-    // READY=1 before the ticker exists: its first WATCHDOG=1 must not overtake it.
-    crate::ops::notify::ready();
-    let ticker = tokio::spawn(notify_loop(shared.engine.clone()));
-    info!(spool = %new_dir.display(), workers, socket = %sock.display(), "serving");
+    let sidecars = Sidecars::start(&cfg, &shared.engine);
+    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), "serving");
     loop {
         let mut names: Vec<String> = Vec::new();
         tokio::select! {
             _ = stop.notified() => { info!("asked to stop"); break; }
-            _ = term.recv() => { info!("SIGTERM: stopping"); break; }
-            _ = int.recv() => { info!("SIGINT: stopping"); break; }
+            _ = signals.term.recv() => { info!("SIGTERM: stopping"); break; }
+            _ = signals.int.recv() => { info!("SIGINT: stopping"); break; }
             _ = shared.wake.notified() => {}
-            _ = lost_events.notified() => {}
-            Some(name) = events.recv() => names.push(name),
-            _ = tick.tick() => rescan_needed.store(true, Ordering::SeqCst),
+            _ = hints.lost_events.notified() => {}
+            Some(name) = hints.events.recv() => names.push(name),
+            _ = tick.tick() => hints.rescan_needed.store(true, Ordering::SeqCst),
         }
-        if shared.stop.load(Ordering::SeqCst) {
+        if shared.stopping() {
             break;
-        }
-        while let Ok(name) = events.try_recv() {
-            names.push(name);
         }
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
-        if rescan_needed.swap(false, Ordering::SeqCst) {
-            match std::fs::read_dir(&new_dir) {
-                Ok(rd) => names.extend(
-                    rd.flatten()
-                        .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
-                ),
-                Err(e) => {
-                    warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
-                    continue;
-                }
-            }
+        if let Err(e) = hints.drain(&mut names) {
+            warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
+            continue;
         }
-        for name in names {
-            if !spool::valid_spool_name(&name)
-                || shared.stuck.lock().is_ok_and(|s| s.contains(&name))
-            {
-                continue;
-            }
-            if !shared
-                .in_progress
-                .lock()
-                .is_ok_and(|mut s| s.insert(name.clone()))
-            {
-                shared.again.lock().map(|mut s| s.insert(name)).ok();
-                continue;
-            }
-            // Bounded work in flight: wait for a worker, but keep answering signals.
-            let permit = tokio::select! {
-                p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                _ = term.recv() => { shared.stop.store(true, Ordering::SeqCst); break; }
-                _ = int.recv() => { shared.stop.store(true, Ordering::SeqCst); break; }
-            };
-            let sh = shared.clone();
-            tokio::task::spawn_blocking(move || {
-                let r = process(&sh, &name);
-                if let Err(e) = r {
-                    error!(file = %name, error = %e, "pipeline failure: stopping");
-                    if let Ok(mut f) = sh.fatal.lock() {
-                        f.get_or_insert(e);
-                    }
-                    sh.stop.store(true, Ordering::SeqCst);
-                    sh.wake.notify_one();
-                }
-                sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
-                if sh.again.lock().is_ok_and(|mut s| s.remove(&name)) {
-                    sh.requeue.lock().map(|mut q| q.push(name)).ok();
-                    sh.wake.notify_one();
-                }
-                drop(permit);
-            });
-        }
-        if shared.stop.load(Ordering::SeqCst) {
+        dispatch(&shared, names, &sem, &mut signals).await;
+        if shared.stopping() {
             break;
         }
     }
+    shutdown(&shared, &sem, workers, sidecars).await
+}
+
+/// Starts a worker for each name that is a batch and not already in progress (a name in
+/// progress is looked at again when its worker is done). Bounded: waits for a free worker,
+/// but keeps answering signals.
+async fn dispatch(
+    shared: &Arc<Shared>,
+    names: Vec<String>,
+    sem: &Arc<Semaphore>,
+    sig: &mut Signals,
+) {
+    for name in names {
+        if !spool::valid_spool_name(&name) || shared.stuck.lock().is_ok_and(|s| s.contains(&name)) {
+            continue;
+        }
+        if !shared
+            .in_progress
+            .lock()
+            .is_ok_and(|mut s| s.insert(name.clone()))
+        {
+            shared.again.lock().map(|mut s| s.insert(name)).ok();
+            continue;
+        }
+        let permit: OwnedSemaphorePermit = tokio::select! {
+            p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = sig.term.recv() => { shared.stop.store(true, Ordering::SeqCst); return; }
+            _ = sig.int.recv() => { shared.stop.store(true, Ordering::SeqCst); return; }
+        };
+        worker::spawn(shared.clone(), name, permit);
+    }
+}
+
+/// The graceful stop: take no more files, wait for every in-flight batch to reach its
+/// result (or fail), make the lazily written done records durable, stop the sidecars.
+async fn shutdown(
+    shared: &Arc<Shared>,
+    sem: &Arc<Semaphore>,
+    workers: usize,
+    sidecars: Sidecars,
+) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
-    // Wait for every in-flight batch to reach its result (or fail).
     let in_flight = workers - sem.available_permits();
     crate::ops::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
     info!(in_flight, "waiting for in-flight batches");
     let _all = sem.acquire_many(workers as u32).await;
-    // Done records are written lazily: make them durable before saying we stopped cleanly.
     if let Err(e) = shared.engine.sync() {
         warn!(error = %e, "final wal sync failed");
         if let Ok(mut f) = shared.fatal.lock() {
             f.get_or_insert(e);
         }
     }
-    ticker.abort();
-    control.abort();
-    if let Some(m) = metrics {
-        m.abort();
-    }
-    let _ = std::fs::remove_file(&sock);
+    sidecars.stop();
     let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
     match fatal {
         Some(e) => Err(e),
@@ -281,97 +211,16 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     }
 }
 
-/// Every second: STATUS= with the pipeline's state; WATCHDOG=1 at half the watchdog interval
-/// but only while the pipeline is healthy (no batch stuck longer than the interval), so a
-/// wedged shard or disk makes systemd restart us.
-async fn notify_loop(engine: Arc<Engine>) {
-    let watchdog = crate::ops::notify::watchdog_interval();
-    let period = watchdog.map_or(Duration::from_secs(1), |w| {
-        (w / 2).min(Duration::from_secs(1))
-    });
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tick.tick().await;
-        let s = &engine.stats;
-        crate::ops::notify::status(&format!(
-            "serving, {} batches in flight, {} committed, last lsn {}",
-            s.in_flight.load(Ordering::Relaxed),
-            s.committed.load(Ordering::Relaxed),
-            engine.last_lsn()
-        ));
-        if let Some(w) = watchdog {
-            if engine.healthy(w) {
-                crate::ops::notify::watchdog();
-            } else {
-                warn!("pipeline not healthy: withholding the watchdog ping");
-            }
-        }
-    }
-}
-
-/// One file from `new/` to its result.
-fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
-    let engine = &sh.engine;
-    let cfg = engine.config();
-    let path = engine.spool().new.join(name);
-    let parsed = match read_dropped(&path, cfg.spool_file_bytes_max) {
-        Ok(Intake::Gone) => return Ok(()),
-        Ok(Intake::Refused(reason)) => Err(batch::Invalid {
-            request_key: None,
-            error: reason,
-        }),
-        Ok(Intake::Bytes(b)) => batch::parse(&b, cfg.batch_ops_max),
-        Err(e) => Err(batch::Invalid {
-            request_key: None,
-            error: format!("cannot read: {e}"),
-        }),
-    };
-    match parsed {
-        Ok(b) => {
-            let r = engine.submit(&b, name)?;
-            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
-            Ok(())
-        }
-        Err(inv) => {
-            quarantine(sh, name, &inv);
-            Ok(())
-        }
-    }
-}
-
-/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. Failing to do so is not
-/// fatal (the input is still there, nothing is lost): the name is logged and left alone.
-fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
-    let engine = &sh.engine;
-    let sp = engine.spool();
-    warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
-    let moved = std::fs::rename(sp.new.join(name), sp.failed.join(name));
-    if moved.is_ok() {
-        if let Ok(mut f) = sh.failed.lock() {
-            let cfg = engine.config();
-            f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
-        }
-    }
-    let wrote = engine.publish(name, &BatchResult::invalid(inv));
-    if let Err(e) = moved
-        .as_ref()
-        .map_err(|e| e.to_string())
-        .and(wrote.as_ref().map_err(|e| e.to_string()))
-    {
-        error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
-        sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
-    }
-    engine.note_invalid();
-}
-
 #[cfg(test)]
 mod tests {
+    use super::events::arrivals;
     use super::*;
     use notify::event::{
         CreateKind, DataChange, EventKind, Flag, ModifyKind, RemoveKind, RenameMode,
     };
     use notify::Event;
     use std::path::PathBuf;
+    use std::time::Duration;
 
     fn ev(kind: EventKind, paths: &[&str]) -> notify::Result<Event> {
         let mut e = Event::new(kind);

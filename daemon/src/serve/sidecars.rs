@@ -1,0 +1,90 @@
+//! What runs beside the serve loop: the control socket (`roost status`), the optional
+//! Prometheus endpoint, and the systemd STATUS=/WATCHDOG= ticker.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::config::Config;
+use crate::ops::{control, notify};
+use crate::pipeline::Engine;
+
+pub(super) struct Sidecars {
+    pub socket: PathBuf,
+    control: JoinHandle<()>,
+    metrics: Option<JoinHandle<()>>,
+    ticker: JoinHandle<()>,
+}
+
+impl Sidecars {
+    /// Starts the control socket and metrics endpoint, says READY=1, then starts the ticker
+    /// (READY=1 first: the ticker's first WATCHDOG=1 must not overtake it).
+    pub fn start(cfg: &Config, engine: &Arc<Engine>) -> Sidecars {
+        let socket = control::socket_path(cfg);
+        let control = tokio::spawn({
+            let (sock, engine) = (socket.clone(), engine.clone());
+            async move {
+                if let Err(e) = control::serve_socket(sock.clone(), engine).await {
+                    warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
+                }
+            }
+        });
+        let metrics = cfg.metrics_listen.map(|addr| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                if let Err(e) = control::serve_metrics_tcp(addr, engine).await {
+                    warn!(%addr, error = %e, "metrics endpoint unavailable");
+                }
+            })
+        });
+        notify::ready();
+        let ticker = tokio::spawn(notify_loop(engine.clone()));
+        Sidecars {
+            socket,
+            control,
+            metrics,
+            ticker,
+        }
+    }
+
+    pub fn stop(self) {
+        self.ticker.abort();
+        self.control.abort();
+        if let Some(m) = self.metrics {
+            m.abort();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Every second: STATUS= with the pipeline's state; WATCHDOG=1 at half the watchdog interval
+/// but only while the pipeline is healthy (no batch stuck longer than the interval), so a
+/// wedged shard or disk makes systemd restart us.
+async fn notify_loop(engine: Arc<Engine>) {
+    let watchdog = notify::watchdog_interval();
+    let period = watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 2).min(Duration::from_secs(1))
+    });
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let s = &engine.stats;
+        notify::status(&format!(
+            "serving, {} batches in flight, {} committed, last lsn {}",
+            s.in_flight.load(Ordering::Relaxed),
+            s.committed.load(Ordering::Relaxed),
+            engine.last_lsn()
+        ));
+        if let Some(w) = watchdog {
+            if engine.healthy(w) {
+                notify::watchdog();
+            } else {
+                warn!("pipeline not healthy: withholding the watchdog ping");
+            }
+        }
+    }
+}

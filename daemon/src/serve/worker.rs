@@ -1,0 +1,89 @@
+//! A worker: one file from `new/` to its result, on the blocking pool (the engine blocks on
+//! fsync). An invalid file is quarantined; a pipeline failure stops the loop.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{debug, error, warn};
+
+use super::Shared;
+use crate::batch::{self, BatchResult};
+use crate::error::EngineError;
+use crate::spool::{read_dropped, Intake};
+
+/// Runs `name` on the blocking pool, holding `permit` until it is done; then hands a name
+/// that arrived again meanwhile back to the loop.
+pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit) {
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = process(&sh, &name) {
+            error!(file = %name, error = %e, "pipeline failure: stopping");
+            if let Ok(mut f) = sh.fatal.lock() {
+                f.get_or_insert(e);
+            }
+            sh.stop.store(true, Ordering::SeqCst);
+            sh.wake.notify_one();
+        }
+        sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
+        if sh.again.lock().is_ok_and(|mut s| s.remove(&name)) {
+            sh.requeue.lock().map(|mut q| q.push(name)).ok();
+            sh.wake.notify_one();
+        }
+        drop(permit);
+    });
+}
+
+/// One file from `new/` to its result.
+fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+    let engine = &sh.engine;
+    let cfg = engine.config();
+    let path = engine.spool().new.join(name);
+    let parsed = match read_dropped(&path, cfg.spool_file_bytes_max) {
+        Ok(Intake::Gone) => return Ok(()),
+        Ok(Intake::Refused(reason)) => Err(batch::Invalid {
+            request_key: None,
+            error: reason,
+        }),
+        Ok(Intake::Bytes(b)) => batch::parse(&b, cfg.batch_ops_max),
+        Err(e) => Err(batch::Invalid {
+            request_key: None,
+            error: format!("cannot read: {e}"),
+        }),
+    };
+    match parsed {
+        Ok(b) => {
+            let r = engine.submit(&b, name)?;
+            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
+            Ok(())
+        }
+        Err(inv) => {
+            quarantine(sh, name, &inv);
+            Ok(())
+        }
+    }
+}
+
+/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. Failing to do so is not
+/// fatal (the input is still there, nothing is lost): the name is logged and left alone.
+fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
+    let engine = &sh.engine;
+    let sp = engine.spool();
+    warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
+    let moved = std::fs::rename(sp.new.join(name), sp.failed.join(name));
+    if moved.is_ok() {
+        if let Ok(mut f) = sh.failed.lock() {
+            let cfg = engine.config();
+            f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
+        }
+    }
+    let wrote = engine.publish(name, &BatchResult::invalid(inv));
+    if let Err(e) = moved
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and(wrote.as_ref().map_err(|e| e.to_string()))
+    {
+        error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
+        sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
+    }
+    engine.note_invalid();
+}

@@ -84,7 +84,6 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
 /// Prometheus text exposition format.
 pub fn metrics_text(engine: &Engine) -> String {
     let s = &engine.stats;
-    let (appends, syncs) = engine.wal_stats();
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -104,9 +103,27 @@ pub fn metrics_text(engine: &Engine) -> String {
             v.load(Ordering::Relaxed)
         );
     }
+    for (name, kind, help, value) in samples(engine) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
+    let _ = writeln!(out, "# TYPE roost_shard_records gauge");
+    for (name, n) in engine.shard_counts() {
+        let _ = writeln!(out, "roost_shard_records{{shard=\"{name}\"}} {n}");
+    }
+    s.latency.write_prometheus(&mut out);
+    out
+}
+
+/// One sample per metric without labels: (name, type, help, value).
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 9] {
+    let s = &engine.stats;
+    let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
     let (_, audit_syncs) = engine.audit_stats();
-    for (name, kind, help, value) in [
+    [
         (
             "roost_batches_in_flight",
             "gauge",
@@ -161,18 +178,7 @@ pub fn metrics_text(engine: &Engine) -> String {
             "The last lsn written to the WAL.",
             engine.last_lsn(),
         ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        let _ = writeln!(out, "{name} {value}");
-    }
-    let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
-    let _ = writeln!(out, "# TYPE roost_shard_records gauge");
-    for (name, n) in engine.shard_counts() {
-        let _ = writeln!(out, "roost_shard_records{{shard=\"{name}\"}} {n}");
-    }
-    s.latency.write_prometheus(&mut out);
-    out
+    ]
 }
 
 /// Binds the control socket (removing a stale one: the data directory lock guarantees no

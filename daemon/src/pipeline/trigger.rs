@@ -29,8 +29,33 @@ pub fn run(argv: &[String], input: &[u8], timeout: Duration) -> Result<(), Strin
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("before_trigger {prog:?} could not start: {e}"))?;
-    // Feed stdin and drain stderr on helper threads so a trigger that ignores its input or
-    // prints megabytes can never block us; both end when the child's pipes close.
+    let (writer, stderr_rx) = feed_and_drain(&mut child, input);
+    let status = wait_until(&mut child, prog, timeout);
+    // A grandchild may still hold the pipes open: never wait on it for long.
+    let stderr = stderr_rx
+        .recv_timeout(Duration::from_millis(200))
+        .unwrap_or_default();
+    drop(writer);
+    let status = status?;
+    if status.success() {
+        Ok(())
+    } else {
+        let text = String::from_utf8_lossy(&stderr).trim().to_owned();
+        Err(if text.is_empty() {
+            format!("before_trigger {prog:?} rejected the op ({status})")
+        } else {
+            text
+        })
+    }
+}
+
+/// Feeds stdin and drains stderr on helper threads so a trigger that ignores its input or
+/// prints megabytes can never block us; both end when the child's pipes close. Keeps at most
+/// `TRIGGER_STDERR_BYTES_MAX` of stderr, sent on the returned channel.
+fn feed_and_drain(
+    child: &mut std::process::Child,
+    input: &[u8],
+) -> (std::thread::JoinHandle<()>, mpsc::Receiver<Vec<u8>>) {
     let mut stdin = child.stdin.take();
     let input = input.to_vec();
     let writer = std::thread::spawn(move || {
@@ -54,40 +79,33 @@ pub fn run(argv: &[String], input: &[u8], timeout: Duration) -> Result<(), Strin
         }
         let _ = tx.send(kept);
     });
+    (writer, rx)
+}
+
+/// Waits for the trigger until `timeout`, then kills its whole process group (a trigger's own
+/// children die with it).
+fn wait_until(
+    child: &mut std::process::Child,
+    prog: &str,
+    timeout: Duration,
+) -> Result<std::process::ExitStatus, String> {
     let deadline = Instant::now() + timeout;
-    let status = loop {
+    loop {
         match child.try_wait() {
-            Ok(Some(st)) => break Ok(st),
+            Ok(Some(st)) => return Ok(st),
             Ok(None) if Instant::now() >= deadline => {
-                // The whole process group: a trigger's own children die with it.
                 if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
                     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
                 }
                 let _ = child.kill();
                 let _ = child.wait();
-                break Err(format!(
+                return Err(format!(
                     "before_trigger {prog:?} killed after {} ms time limit",
                     timeout.as_millis()
                 ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => break Err(format!("before_trigger {prog:?}: wait failed: {e}")),
+            Err(e) => return Err(format!("before_trigger {prog:?}: wait failed: {e}")),
         }
-    };
-    // A grandchild may still hold the pipes open: never wait on it for long.
-    let stderr = rx
-        .recv_timeout(Duration::from_millis(200))
-        .unwrap_or_default();
-    drop(writer);
-    let status = status?;
-    if status.success() {
-        Ok(())
-    } else {
-        let text = String::from_utf8_lossy(&stderr).trim().to_owned();
-        Err(if text.is_empty() {
-            format!("before_trigger {prog:?} rejected the op ({status})")
-        } else {
-            text
-        })
     }
 }

@@ -10,13 +10,12 @@ pub mod frame;
 mod mmap;
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use roost_wal::recovery::{decide, Action, Observation, Seen};
-use roost_wal::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
+use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
+use roost_storage::{read_all, DirLock, LockError, OpenMode, RealStorage, Storage, StorageFile};
 use tracing::{debug, info, warn};
 
 pub use frame::{Txn, TxnOp};
@@ -24,7 +23,7 @@ use frame::{FRAME_ALIGN, OP_CREATE};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
-pub const LOCK_FILE: &str = "LOCK";
+pub use roost_storage::LOCK_FILE;
 
 /// Tunables of one shard.
 #[derive(Clone, Debug)]
@@ -298,7 +297,7 @@ pub struct Shard {
     dirty_from: Option<usize>,
     poisoned: Option<String>,
     /// Held for the shard's lifetime when writable on a real disk.
-    _lock: Option<File>,
+    _lock: Option<DirLock>,
     report: OpenReport,
 }
 
@@ -348,7 +347,7 @@ fn index_frame(
 }
 
 fn valid_follows(bytes: &[u8], from: usize) -> bool {
-    roost_wal::recovery::valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
+    valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
         frame::probe(b).0 == Seen::Valid
     })
 }
@@ -382,19 +381,12 @@ impl Shard {
                 .create_dir_all(&dir)
                 .map_err(io("create dir", &dir))?;
             if storage.is_real() {
-                let path = dir.join(LOCK_FILE);
-                let f = File::options()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&path)
-                    .map_err(io("open lock", &path))?;
-                match f.try_lock() {
-                    Ok(()) => lock = Some(f),
-                    Err(std::fs::TryLockError::WouldBlock) => {
-                        return Err(ShardError::Locked { path })
+                match DirLock::acquire(&dir) {
+                    Ok(l) => lock = Some(l),
+                    Err(LockError::Held { path }) => return Err(ShardError::Locked { path }),
+                    Err(LockError::Io { op, path, source }) => {
+                        return Err(ShardError::Io { op, path, source })
                     }
-                    Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
                 }
             }
         }

@@ -15,8 +15,8 @@ use tracing::{debug, info, warn};
 
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
 use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, Step};
-use crate::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
 use crate::{Lsn, WalError};
+use roost_storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
 
 /// Suffix of segment files; the stem is the first lsn, zero-padded to 20 digits.
 pub const SEGMENT_SUFFIX: &str = ".wal";

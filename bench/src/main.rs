@@ -19,7 +19,8 @@ use anyhow::Context;
 use roost::config::Config;
 use roost::pipeline::crash::NoCrash;
 use roost::pipeline::{Engine, EngineOptions};
-use roost_wal::storage::RealStorage;
+use roost_benchkit::{bench_base, raw_bandwidth, raw_fdatasync, rss_anon_kib, SyncFile};
+use roost_storage::RealStorage;
 
 use crate::spool::{burst, closed_loop, open_loop, Workload};
 
@@ -105,50 +106,6 @@ impl Drop for Roost {
             let _ = t.join();
         }
     }
-}
-
-fn raw_fdatasync(dir: &Path, size: usize, secs: Duration) -> f64 {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(dir.join("raw-sync"))
-        .expect("raw");
-    let buf = vec![0x5au8; size];
-    let start = Instant::now();
-    let (mut n, mut off) = (0u64, 0u64);
-    while start.elapsed() < secs {
-        f.write_all_at(&buf, off).expect("write");
-        f.sync_data().expect("sync");
-        off += size as u64;
-        n += 1;
-    }
-    n as f64 / start.elapsed().as_secs_f64()
-}
-
-fn raw_bandwidth(dir: &Path, total: usize) -> f64 {
-    use std::io::Write;
-    let mut f = std::fs::File::create(dir.join("raw-bw")).expect("bw");
-    let buf = vec![0xa5u8; 1 << 20];
-    let start = Instant::now();
-    for _ in 0..total / buf.len() {
-        f.write_all(&buf).expect("write");
-    }
-    f.sync_data().expect("sync");
-    total as f64 / start.elapsed().as_secs_f64() / 1e6
-}
-
-fn rss_anon_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("RssAnon:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// `roost-bench --restart-probe DIR`: open the engine (recovery) and report the time to ready
@@ -267,9 +224,7 @@ fn fmt_rates(v: &[f64]) -> String {
 }
 
 fn bench_dir() -> PathBuf {
-    std::env::var_os("ROOST_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/bench-e2e"))
+    bench_base("target/bench-e2e")
 }
 
 fn main() -> anyhow::Result<()> {
@@ -318,8 +273,15 @@ fn main() -> anyhow::Result<()> {
         small.record_bytes
     );
 
-    let sync_rate = raw_fdatasync(&base, 1200, Duration::from_secs(2));
-    let bandwidth = raw_bandwidth(&base, if sz.burst < 1000 { 32 << 20 } else { 256 << 20 });
+    let sync_rate = raw_fdatasync(
+        &base.join("raw-sync"),
+        1200,
+        Duration::from_secs(2),
+        SyncFile::Append,
+    )?
+    .ops_per_sec;
+    let bw_bytes = if sz.burst < 1000 { 32 << 20 } else { 256 << 20 };
+    let bandwidth = raw_bandwidth(&base.join("raw-bw"), bw_bytes)?;
     println!(
         "raw disk: {sync_rate:.0} fdatasync/s (1.2 KB writes), {bandwidth:.0} MB/s sequential"
     );

@@ -7,49 +7,18 @@
 //! `cargo bench -p roost-shards` (ROOST_BENCH_DIR, ROOST_BENCH_SECS as for the WAL bench;
 //! ROOST_BENCH_RECORDS to change the 1M).
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use roost_benchkit::{bench_tempdir, cell_duration as secs, raw_fdatasync, rss_anon_kib, SyncFile};
 use roost_shards::frame::encoded_len;
 use roost_shards::{Shard, ShardOptions, Txn, TxnOp};
-
-fn bench_dir() -> PathBuf {
-    let base = std::env::var_os("ROOST_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
-    std::fs::create_dir_all(&base).expect("bench dir");
-    tempfile::tempdir_in(base).expect("tempdir").keep()
-}
-
-fn secs() -> Duration {
-    Duration::from_secs_f64(
-        std::env::var("ROOST_BENCH_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2.0),
-    )
-}
-
-fn rss_anon_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("RssAnon:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn record(i: u64) -> Vec<u8> {
     format!("{{\"name\":\"user-{i:08}\",\"email\":\"user{i}@example.org\",\"plan\":\"basic\",\"n\":{i}}}").into_bytes()
 }
 
 fn main() {
-    let root = bench_dir();
+    let root = bench_tempdir("target/bench-tmp").expect("bench dir");
     println!(
         "roost-shards benchmark in {} ({} s per cell)",
         root.display(),
@@ -96,31 +65,19 @@ fn main() {
         }
         let el = start.elapsed().as_secs_f64();
         // The raw limit: the same bytes per transaction, pwrite + fdatasync.
-        let f = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(true)
-            .open(dir.join("raw"))
-            .expect("raw");
-        f.set_len(64 << 20).expect("len");
-        let buf = vec![0x5au8; frame];
-        let rstart = Instant::now();
-        let (mut n, mut off) = (0u64, 0u64);
-        while rstart.elapsed() < secs() {
-            f.write_all_at(&buf, off % (60 << 20)).expect("write");
-            f.sync_data().expect("sync");
-            off += frame as u64;
-            n += 1;
-        }
-        let rel = rstart.elapsed().as_secs_f64();
-        let (tps, raw) = (lsn as f64 / el, n as f64 / rel);
+        let file = SyncFile::Preallocated {
+            file_bytes: 64 << 20,
+            wrap_bytes: 60 << 20,
+        };
+        let raw = raw_fdatasync(&dir.join("raw"), frame, secs(), file).expect("raw fdatasync");
+        let tps = lsn as f64 / el;
         println!(
-            "{ops:>7} | {tps:>9.0} {:>10.0} {:>9.2} | {raw:>12.0} {:>9.2} | {:>5.2}x",
+            "{ops:>7} | {tps:>9.0} {:>10.0} {:>9.2} | {:>12.0} {:>9.2} | {:>5.2}x",
             tps * ops as f64,
             bytes as f64 / el / 1e6,
-            n as f64 * frame as f64 / rel / 1e6,
-            tps / raw
+            raw.ops_per_sec,
+            raw.mb_per_sec,
+            tps / raw.ops_per_sec
         );
     }
 

@@ -20,7 +20,7 @@
 //!     16  rec_len record   then zero padding to an 8-byte boundary
 //! ```
 
-use roost_wal::recovery::Seen;
+use roost_storage::recovery::Seen;
 
 pub const FRAME_HEADER_LEN: usize = 32;
 pub const CRC_OFFSET: usize = 0;

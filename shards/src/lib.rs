@@ -10,13 +10,12 @@ pub mod frame;
 mod mmap;
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use roost_wal::recovery::{decide, Action, Observation, Seen};
-use roost_wal::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
+use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
+use roost_storage::{read_all, DirLock, LockError, OpenMode, RealStorage, Storage, StorageFile};
 use tracing::{debug, info, warn};
 
 pub use frame::{Txn, TxnOp};
@@ -24,7 +23,7 @@ use frame::{FRAME_ALIGN, OP_CREATE};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
-pub const LOCK_FILE: &str = "LOCK";
+pub use roost_storage::LOCK_FILE;
 
 /// Tunables of one shard.
 #[derive(Clone, Debug)]
@@ -298,7 +297,7 @@ pub struct Shard {
     dirty_from: Option<usize>,
     poisoned: Option<String>,
     /// Held for the shard's lifetime when writable on a real disk.
-    _lock: Option<File>,
+    _lock: Option<DirLock>,
     report: OpenReport,
 }
 
@@ -348,9 +347,151 @@ fn index_frame(
 }
 
 fn valid_follows(bytes: &[u8], from: usize) -> bool {
-    roost_wal::recovery::valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
+    valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
         frame::probe(b).0 == Seen::Valid
     })
+}
+
+/// Where a scan of one segment stopped: `pos` is just past the last accepted frame; `torn`,
+/// when set, is the offset and reason of a torn tail to drop.
+struct SegmentEnd {
+    pos: usize,
+    torn: Option<(usize, &'static str)>,
+}
+
+/// A scan's refusal to go on: the offset, the last good lsn, and why.
+struct FrameCorrupt {
+    offset: usize,
+    lsn: u64,
+    reason: String,
+}
+
+/// Scans one segment's frames (`bytes`, the whole segment) with the decision table, calling
+/// `on_frame` with the offset of each accepted frame; `max_lsn` is the last accepted lsn, in
+/// and out. Reads only; the caller drops a torn tail.
+fn scan_frames(
+    bytes: &[u8],
+    last: bool,
+    synced_through_lsn: Option<u64>,
+    max_lsn: &mut u64,
+    mut on_frame: impl FnMut(usize, &frame::FrameView),
+) -> Result<SegmentEnd, FrameCorrupt> {
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let (seen, view) = frame::probe(&bytes[pos..]);
+        let lsn_is_next = matches!(&view, Ok(v) if v.lsn > *max_lsn);
+        let follows = seen != Seen::Valid && valid_follows(bytes, pos + FRAME_ALIGN);
+        let unsynced = synced_through_lsn.is_some_and(|t| *max_lsn >= t);
+        if last && follows && unsynced {
+            // A gap among frames never flushed: drop it and everything after it.
+            let torn = Some((
+                pos,
+                "gap among unflushed frames (pages written back out of order before a power loss)",
+            ));
+            return Ok(SegmentEnd { pos, torn });
+        }
+        let obs = Observation {
+            seen,
+            lsn_is_next,
+            last_segment: last,
+            valid_follows: follows,
+        };
+        let corrupt = |reason: String| FrameCorrupt {
+            offset: pos,
+            lsn: *max_lsn,
+            reason,
+        };
+        match (decide(obs), view) {
+            (Action::Accept, Ok(v)) => {
+                on_frame(pos, &v);
+                *max_lsn = v.lsn;
+                pos += v.len;
+            }
+            (Action::EndOfSegment | Action::EndOfLog, _) => break,
+            (Action::TruncateTail, v) => {
+                let torn = Some((pos, v.err().unwrap_or("torn frame")));
+                return Ok(SegmentEnd { pos, torn });
+            }
+            (Action::Corrupt(reason), v) => {
+                let detail = match v {
+                    Err(why) => format!("{reason} ({why})"),
+                    Ok(_) => reason.to_owned(),
+                };
+                return Err(corrupt(detail));
+            }
+            (Action::Accept, Err(_)) => {
+                return Err(corrupt("decision table accepted a non-frame".into()))
+            }
+        }
+    }
+    Ok(SegmentEnd { pos, torn: None })
+}
+
+/// Maps a segment file read-write over `[0, len)`.
+fn map_segment(file: &dyn StorageFile, len: u64) -> io::Result<MappedSegment> {
+    let std_file = file
+        .as_std_file()
+        .ok_or_else(|| io::Error::other("not an OS file"))?
+        .try_clone()?;
+    MappedSegment::map(std_file, len)
+}
+
+/// Creates a writable shard's directory and, on a real disk, locks it for this process.
+fn create_and_lock(storage: &dyn Storage, dir: &Path) -> Result<Option<DirLock>, ShardError> {
+    storage
+        .create_dir_all(dir)
+        .map_err(|source| ShardError::Io {
+            op: "create dir",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    if !storage.is_real() {
+        return Ok(None);
+    }
+    match DirLock::acquire(dir) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Held { path }) => Err(ShardError::Locked { path }),
+        Err(LockError::Io { op, path, source }) => Err(ShardError::Io { op, path, source }),
+    }
+}
+
+/// Opens every segment file in `dir`, oldest first: mapped when the storage is the real disk
+/// and the shard is writable, positioned I/O otherwise. A read-only open of a missing
+/// directory finds no segments.
+fn open_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    read_only: bool,
+) -> Result<Vec<Seg>, ShardError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ShardError::Io { op, path, source }
+    };
+    let mut seqs: Vec<u64> = match storage.list(dir) {
+        Ok(names) => names.iter().filter_map(|n| parse_seg_name(n)).collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && read_only => Vec::new(),
+        Err(e) => return Err(io("list", dir)(e)),
+    };
+    seqs.sort_unstable();
+    let mapped = storage.is_real() && !read_only;
+    let mode = if read_only {
+        OpenMode::Read
+    } else {
+        OpenMode::ReadWrite
+    };
+    let mut segs = Vec::with_capacity(seqs.len());
+    for seq in seqs {
+        let path = dir.join(seg_name(seq));
+        let file = storage.open(&path, mode).map_err(io("open", &path))?;
+        let data = if mapped {
+            let len = file.len().map_err(io("stat", &path))?;
+            SegData::Mapped(map_segment(file.as_ref(), len).map_err(io("map", &path))?)
+        } else {
+            SegData::Plain(file)
+        };
+        segs.push(Seg { path, data });
+    }
+    Ok(segs)
 }
 
 impl Shard {
@@ -372,61 +513,12 @@ impl Shard {
             .and_then(|n| n.to_str())
             .unwrap_or("")
             .to_owned();
-        let io = |op: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ShardError::Io { op, path, source }
+        let lock = if opts.read_only {
+            None
+        } else {
+            create_and_lock(storage.as_ref(), &dir)?
         };
-        let mut lock = None;
-        if !opts.read_only {
-            storage
-                .create_dir_all(&dir)
-                .map_err(io("create dir", &dir))?;
-            if storage.is_real() {
-                let path = dir.join(LOCK_FILE);
-                let f = File::options()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&path)
-                    .map_err(io("open lock", &path))?;
-                match f.try_lock() {
-                    Ok(()) => lock = Some(f),
-                    Err(std::fs::TryLockError::WouldBlock) => {
-                        return Err(ShardError::Locked { path })
-                    }
-                    Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
-                }
-            }
-        }
-        let mut seqs: Vec<u64> = match storage.list(&dir) {
-            Ok(names) => names.iter().filter_map(|n| parse_seg_name(n)).collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && opts.read_only => Vec::new(),
-            Err(e) => return Err(io("list", &dir)(e)),
-        };
-        seqs.sort_unstable();
-        let mapped = storage.is_real() && !opts.read_only;
-        let mut segs = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            let path = dir.join(seg_name(seq));
-            let mode = if opts.read_only {
-                OpenMode::Read
-            } else {
-                OpenMode::ReadWrite
-            };
-            let file = storage.open(&path, mode).map_err(io("open", &path))?;
-            let data = if mapped {
-                let std_file = file
-                    .as_std_file()
-                    .ok_or_else(|| io("map", &path)(io::Error::other("not an OS file")))?
-                    .try_clone()
-                    .map_err(io("map", &path))?;
-                let len = file.len().map_err(io("stat", &path))?;
-                SegData::Mapped(MappedSegment::map(std_file, len).map_err(io("map", &path))?)
-            } else {
-                SegData::Plain(file)
-            };
-            segs.push(Seg { path, data });
-        }
+        let segs = open_segments(storage.as_ref(), &dir, opts.read_only)?;
         let mut shard = Shard {
             name,
             dir,
@@ -465,101 +557,86 @@ impl Shard {
         };
         let nsegs = self.segs.len();
         for si in 0..nsegs {
-            let last = si + 1 == nsegs;
-            let seg = &self.segs[si];
-            let bytes = seg.bytes().map_err(|source| ShardError::Io {
-                op: "read",
-                path: seg.path.clone(),
-                source,
-            })?;
-            let mut pos = 0usize;
-            let mut torn: Option<(usize, &'static str)> = None;
-            while pos < bytes.len() {
-                let (seen, view) = frame::probe(&bytes[pos..]);
-                let lsn_is_next = matches!(&view, Ok(v) if v.lsn > self.max_lsn);
-                let follows = seen != Seen::Valid && valid_follows(&bytes, pos + FRAME_ALIGN);
-                let unsynced = self
-                    .opts
-                    .synced_through_lsn
-                    .is_some_and(|t| self.max_lsn >= t);
-                if last && follows && unsynced {
-                    // A gap among frames never flushed: drop it and everything after it.
-                    torn = Some((pos, "gap among unflushed frames (pages written back out of order before a power loss)"));
-                    break;
-                }
-                let obs = Observation {
-                    seen,
-                    lsn_is_next,
-                    last_segment: last,
-                    valid_follows: follows,
-                };
-                let corrupt = |reason: String| ShardError::Corrupt {
-                    segment: seg.path.clone(),
-                    offset: pos as u64,
-                    lsn: self.max_lsn,
-                    reason,
-                };
-                match (decide(obs), view) {
-                    (Action::Accept, Ok(v)) => {
-                        let (c, d) = index_frame(&mut self.index, &mut self.max_id, si, pos, &v);
-                        report.records += c;
-                        report.deletes += d;
-                        self.frames.push(FrameMeta {
-                            lsn: v.lsn,
-                            seg: si as u32,
-                            offset: pos as u32,
-                            len: v.len as u32,
-                        });
-                        self.max_lsn = v.lsn;
-                        report.frames += 1;
-                        pos += v.len;
-                    }
-                    (Action::EndOfSegment | Action::EndOfLog, _) => break,
-                    (Action::TruncateTail, v) => {
-                        torn = Some((pos, v.err().unwrap_or("torn frame")));
-                        break;
-                    }
-                    (Action::Corrupt(reason), v) => {
-                        let detail = match v {
-                            Err(why) => format!("{reason} ({why})"),
-                            Ok(_) => reason.to_owned(),
-                        };
-                        return Err(corrupt(detail));
-                    }
-                    (Action::Accept, Err(_)) => {
-                        return Err(corrupt("decision table accepted a non-frame".into()))
-                    }
-                }
-            }
-            if last {
-                self.write_offset = pos;
-            }
-            if let Some((at, reason)) = torn {
-                let end = bytes.iter().rposition(|b| *b != 0).map_or(at, |p| p + 1);
-                report.torn_bytes_dropped = (end - at) as u64;
-                drop(bytes);
-                if !self.opts.read_only {
-                    warn!(shard = %self.name, segment = %self.segs[si].path.display(), offset = at,
-                        reason, bytes = end - at, "shard: dropping torn last frame");
-                    // Zero, never truncate: the file stays preallocated and mapped.
-                    let zeros = vec![0u8; end - at];
-                    let seg = &mut self.segs[si];
-                    let path = seg.path.clone();
-                    seg.write(at, &zeros)
-                        .and_then(|()| seg.flush(at, end - at))
-                        .map_err(|source| ShardError::Io {
-                            op: "repair torn tail",
-                            path,
-                            source,
-                        })?;
-                }
-            }
+            self.rebuild_segment(si, si + 1 == nsegs, &mut report)?;
         }
         self.index.shrink();
         report.records = self.index.len() as u64;
         report.max_lsn = self.max_lsn;
         self.report = report;
         Ok(())
+    }
+
+    /// Adds segment `si`'s frames to the index and the frame list, sets the write offset when
+    /// it is the `last` segment, and drops a torn tail found there.
+    fn rebuild_segment(
+        &mut self,
+        si: usize,
+        last: bool,
+        report: &mut OpenReport,
+    ) -> Result<(), ShardError> {
+        let seg = &self.segs[si];
+        let bytes = seg.bytes().map_err(|source| ShardError::Io {
+            op: "read",
+            path: seg.path.clone(),
+            source,
+        })?;
+        let (index, max_id, frames) = (&mut self.index, &mut self.max_id, &mut self.frames);
+        let on_frame = |pos: usize, v: &frame::FrameView| {
+            let (c, d) = index_frame(index, max_id, si, pos, v);
+            report.records += c;
+            report.deletes += d;
+            frames.push(FrameMeta {
+                lsn: v.lsn,
+                seg: si as u32,
+                offset: pos as u32,
+                len: v.len as u32,
+            });
+            report.frames += 1;
+        };
+        let synced_through = self.opts.synced_through_lsn;
+        let end = scan_frames(&bytes, last, synced_through, &mut self.max_lsn, on_frame).map_err(
+            |c| ShardError::Corrupt {
+                segment: seg.path.clone(),
+                offset: c.offset as u64,
+                lsn: c.lsn,
+                reason: c.reason,
+            },
+        )?;
+        if last {
+            self.write_offset = end.pos;
+        }
+        if let Some((at, reason)) = end.torn {
+            let torn_end = bytes.iter().rposition(|b| *b != 0).map_or(at, |p| p + 1);
+            report.torn_bytes_dropped = (torn_end - at) as u64;
+            drop(bytes);
+            if !self.opts.read_only {
+                self.zero_torn_tail(si, at, torn_end, reason)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Zeroes `[at, end)` of segment `si` and flushes it, before any new frame goes there.
+    /// Zero, never truncate: the file stays preallocated and mapped.
+    fn zero_torn_tail(
+        &mut self,
+        si: usize,
+        at: usize,
+        end: usize,
+        reason: &'static str,
+    ) -> Result<(), ShardError> {
+        warn!(shard = %self.name, segment = %self.segs[si].path.display(), offset = at,
+            reason, bytes = end - at, "shard: dropping torn last frame");
+        let zeros = vec![0u8; end - at];
+        let seg = &mut self.segs[si];
+        let path = seg.path.clone();
+        seg.write(at, &zeros)
+            .and_then(|()| seg.flush(at, end - at))
+            .map_err(|source| ShardError::Io {
+                op: "repair torn tail",
+                path,
+                source,
+            })
     }
 
     pub fn name(&self) -> &str {
@@ -802,12 +879,7 @@ impl Shard {
                 source,
             })?;
         let data = if self.storage.is_real() {
-            let f = file
-                .as_std_file()
-                .ok_or_else(|| io("map")(io::Error::other("not an OS file")))?
-                .try_clone()
-                .map_err(io("map"))?;
-            SegData::Mapped(MappedSegment::map(f, self.opts.segment_bytes).map_err(io("map"))?)
+            SegData::Mapped(map_segment(file.as_ref(), self.opts.segment_bytes).map_err(io("map"))?)
         } else {
             SegData::Plain(file)
         };

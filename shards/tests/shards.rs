@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use roost_shards::frame::encoded_len;
 use roost_shards::{Applied, Shard, ShardError, ShardOptions, Txn, TxnOp};
-use roost_wal::storage::{CrashMode, SimFaults, SimStorage};
+use roost_storage::{CrashMode, SimFaults, SimStorage};
 
 fn sim_dir() -> PathBuf {
     PathBuf::from("/sim/shards/users")

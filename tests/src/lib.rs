@@ -15,7 +15,7 @@ use roost::layout::SHARDS_DIR;
 use roost::pipeline::crash::{CrashHook, NoCrash, NthCrash};
 use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::storage::{SimStorage, Storage};
+use roost_storage::{SimStorage, Storage};
 
 pub const DATA: &str = "/sim/data";
 
@@ -212,7 +212,7 @@ pub fn check_invariants(
 
 /// The crash points a clean run of `b` on `disk` reaches (on a copy; `disk` is unchanged).
 pub fn points(disk: &SimStorage, b: &Batch) -> Vec<String> {
-    let copy = disk.crash(roost_wal::storage::CrashMode::Process);
+    let copy = disk.crash(roost_storage::CrashMode::Process);
     let hook = Arc::new(NthCrash::new(None));
     run_batch(&copy, hook.clone(), b, "b.json").expect("clean run");
     hook.reached()

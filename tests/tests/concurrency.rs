@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use roost::batch::Status;
+use roost_storage::{CrashMode, SimStorage};
 use roost_tests::*;
-use roost_wal::storage::{CrashMode, SimStorage};
 use serde_json::json;
 
 /// Goal: many workers submitting at once on two shards all commit with distinct ids; the

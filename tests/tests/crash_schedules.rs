@@ -13,8 +13,8 @@
 
 use roost::batch::Batch;
 use roost::pipeline::crash::NthCrash;
+use roost_storage::{CrashMode, SimStorage};
 use roost_tests::*;
-use roost_wal::storage::{CrashMode, SimStorage};
 use serde_json::json;
 use std::sync::Arc;
 

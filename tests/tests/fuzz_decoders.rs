@@ -10,8 +10,8 @@ use std::sync::{Arc, Once};
 use proptest::prelude::*;
 use roost::batch;
 use roost_shards::{Shard, ShardOptions, Txn, TxnOp};
+use roost_storage::{OpenMode, SimStorage, Storage};
 use roost_wal::codec::{self, ClaimRecord, PlannedOp, RecordType};
-use roost_wal::storage::{OpenMode, SimStorage, Storage};
 use roost_wal::{Wal, WalOptions};
 
 fn limit_memory() {

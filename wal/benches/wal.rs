@@ -7,32 +7,17 @@
 //! `cargo bench -p roost-wal` (set ROOST_BENCH_DIR to put the files on another disk;
 //! ROOST_BENCH_SECS to change the time per cell, default 2).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use roost_benchkit::{
+    bench_tempdir, cell_duration as secs, raw_bandwidth, raw_fdatasync, SyncFile,
+};
 use roost_wal::{Wal, WalOptions};
-
-fn bench_dir() -> PathBuf {
-    let base = std::env::var_os("ROOST_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/bench-tmp"));
-    std::fs::create_dir_all(&base).expect("bench dir");
-    tempfile::tempdir_in(base).expect("tempdir").keep()
-}
-
-fn secs() -> Duration {
-    Duration::from_secs_f64(
-        std::env::var("ROOST_BENCH_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2.0),
-    )
-}
 
 /// (records/s, MB/s, records per sync)
 fn wal_cell(dir: &Path, size: usize, writers: usize) -> (f64, f64, f64) {
@@ -73,47 +58,13 @@ fn wal_cell(dir: &Path, size: usize, writers: usize) -> (f64, f64, f64) {
     (n / el, n * size as f64 / el / 1e6, n / syncs)
 }
 
-/// write + fdatasync of `size` bytes in a loop, appending: (ops/s, MB/s)
-fn raw_fdatasync(dir: &Path, size: usize) -> (f64, f64) {
-    let f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(dir.join("raw-sync"))
-        .expect("raw");
-    let buf = vec![0x5au8; size];
-    let start = Instant::now();
-    let mut n = 0u64;
-    let mut off = 0u64;
-    while start.elapsed() < secs() {
-        f.write_all_at(&buf, off).expect("write");
-        f.sync_data().expect("sync");
-        off += size as u64;
-        n += 1;
-    }
-    let el = start.elapsed().as_secs_f64();
-    (n as f64 / el, n as f64 * size as f64 / el / 1e6)
-}
-
-/// Sequential write bandwidth: 1 MiB writes, one fdatasync at the end. MB/s.
-fn raw_bandwidth(dir: &Path, total: usize) -> f64 {
-    let mut f = File::create(dir.join("raw-bw")).expect("bw");
-    let buf = vec![0xa5u8; 1 << 20];
-    let start = Instant::now();
-    for _ in 0..total / buf.len() {
-        f.write_all(&buf).expect("write");
-    }
-    f.sync_data().expect("sync");
-    total as f64 / start.elapsed().as_secs_f64() / 1e6
-}
-
 fn drop_caches_hint() {
     // Best effort: replay and plain reads are compared on the same (warm) page cache.
 }
 
 fn main() {
     // `cargo bench` passes --bench; ignore arguments.
-    let root = bench_dir();
+    let root = bench_tempdir("target/bench-tmp").expect("bench dir");
     println!(
         "roost-wal benchmark in {} ({} s per cell)",
         root.display(),
@@ -133,7 +84,9 @@ fn main() {
     );
     let mut cell = 0;
     for size in [100usize, 4096] {
-        let (raw_ops, raw_mb) = raw_fdatasync(&root, size);
+        let raw = raw_fdatasync(&root.join("raw-sync"), size, secs(), SyncFile::Append)
+            .expect("raw fdatasync");
+        let (raw_ops, raw_mb) = (raw.ops_per_sec, raw.mb_per_sec);
         for writers in [1usize, 4, 16, 64] {
             cell += 1;
             let dir = root.join(format!("wal-{cell}"));
@@ -141,7 +94,7 @@ fn main() {
             println!("{size:>7} {writers:>7} | {ops:>12.0} {mb:>9.2} {per_sync:>10.1} | {raw_ops:>14.0} {raw_mb:>9.2} | {:>7.1}x", ops / raw_ops);
         }
     }
-    let bw = raw_bandwidth(&root, 256 << 20);
+    let bw = raw_bandwidth(&root.join("raw-bw"), 256 << 20).expect("raw bandwidth");
     println!();
     println!("sequential write bandwidth (1 MiB writes + one fdatasync): {bw:.0} MB/s");
 

@@ -1,14 +1,17 @@
 //! `roost-wal`: a checksummed, segmented write-ahead log with group commit and torn-tail
 //! recovery. The batch pipeline writes each batch's plan and claim here before anything
 //! commits, and replays it on restart. This crate does no async and knows nothing of shards,
-//! spools or JSON; its on-disk format is `docs/wal-format.md`.
+//! spools or JSON; its I/O goes through `roost_storage`'s seam, and its on-disk format is
+//! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
 pub mod codec;
 pub mod format;
 mod log;
 pub mod recovery;
-pub mod storage;
+
+// transitional: removed when the daemon imports roost_storage directly
+pub use roost_storage as storage;
 
 use std::path::PathBuf;
 

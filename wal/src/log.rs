@@ -14,9 +14,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tracing::{debug, info, warn};
 
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
-use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, Step};
-use crate::storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
+use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, SegmentScan, Step};
 use crate::{Lsn, WalError};
+use roost_storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
 
 /// Suffix of segment files; the stem is the first lsn, zero-padded to 20 digits.
 pub const SEGMENT_SUFFIX: &str = ".wal";
@@ -148,119 +148,22 @@ impl Wal {
         opts: WalOptions,
     ) -> Result<Wal, WalError> {
         let dir = dir.as_ref().to_path_buf();
-        if opts.payload_bytes_max > PAYLOAD_BYTES_MAX_LIMIT {
-            return Err(WalError::Config(format!(
-                "payload_bytes_max {} over the format's limit {PAYLOAD_BYTES_MAX_LIMIT}",
-                opts.payload_bytes_max
-            )));
-        }
-        if opts.segment_bytes < frame_len(opts.payload_bytes_max as usize) as u64 {
-            return Err(WalError::Config(format!(
-                "segment_bytes {} cannot hold one payload of payload_bytes_max {}",
-                opts.segment_bytes, opts.payload_bytes_max
-            )));
-        }
-        let io = |op: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| WalError::Io { op, path, source }
-        };
+        check_options(&opts)?;
         if !opts.read_only {
             storage
                 .create_dir_all(&dir)
-                .map_err(io("create dir", &dir))?;
+                .map_err(|source| WalError::Io {
+                    op: "create dir",
+                    path: dir.clone(),
+                    source,
+                })?;
         }
-        let mut segments: Vec<Segment> = match storage.list(&dir) {
-            Ok(names) => names
-                .iter()
-                .filter_map(|n| {
-                    parse_segment_name(n).map(|first_lsn| Segment {
-                        first_lsn,
-                        path: dir.join(n),
-                    })
-                })
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && opts.read_only => Vec::new(),
-            Err(e) => return Err(io("list", &dir)(e)),
-        };
-        segments.sort_by_key(|s| s.first_lsn);
-
-        let mut report = RecoveryReport {
-            segments: segments.len() as u64,
-            ..RecoveryReport::default()
-        };
-        let mut next_lsn: Option<Lsn> = None;
-        let mut active = None;
-        let count = segments.len();
-        for (i, seg) in segments.iter().enumerate() {
-            let last = i + 1 == count;
-            if let Some(expect) = next_lsn {
-                if seg.first_lsn != expect {
-                    return Err(WalError::Corrupt {
-                        segment: seg.path.clone(),
-                        offset: 0,
-                        lsn: expect,
-                        reason: format!(
-                            "segment starts at lsn {} but the previous one ended before lsn {expect}",
-                            seg.first_lsn
-                        ),
-                    });
-                }
-            }
-            let mode = if opts.read_only || !last {
-                OpenMode::Read
-            } else {
-                OpenMode::ReadWrite
-            };
-            let file = storage
-                .open(&seg.path, mode)
-                .map_err(io("open", &seg.path))?;
-            let bytes = read_all(file.as_ref()).map_err(io("read", &seg.path))?;
-            report.bytes_scanned += bytes.len() as u64;
-            let scan = scan_segment(
-                &bytes,
-                seg.first_lsn,
-                last,
-                opts.payload_bytes_max,
-                |_, _, _| Ok(()),
-            )
-            .map_err(|c| corrupt(&seg.path, c))?;
-            if scan.records == 0 && !last {
-                return Err(WalError::Corrupt {
-                    segment: seg.path.clone(),
-                    offset: 0,
-                    lsn: seg.first_lsn,
-                    reason: "sealed segment holds no records".into(),
-                });
-            }
-            report.records += scan.records;
-            if scan.records > 0 {
-                report.first_lsn.get_or_insert(seg.first_lsn);
-                report.last_lsn = Some(scan.next_lsn - 1);
-            }
-            next_lsn = Some(scan.next_lsn);
-            if let Ending::TornTail { offset, reason } = scan.ending {
-                report.torn_bytes_truncated = bytes.len() as u64 - offset;
-                report.torn_reason = Some(reason);
-                if !opts.read_only {
-                    warn!(segment = %seg.path.display(), offset, reason, lsn = scan.next_lsn,
-                        "wal: cutting torn tail");
-                    // Cut, re-reserve the preallocated space as zeros, and make the cut durable
-                    // before anything new is appended after it.
-                    file.set_len(offset).map_err(io("truncate", &seg.path))?;
-                    file.allocate(opts.segment_bytes)
-                        .map_err(io("allocate", &seg.path))?;
-                    file.sync_data().map_err(io("sync", &seg.path))?;
-                }
-            }
-            if last && !opts.read_only {
-                active = Some(Active {
-                    file: Arc::from(file),
-                    first_lsn: seg.first_lsn,
-                    write_offset: scan.valid_end,
-                });
-            }
-        }
-        let next_lsn = next_lsn.unwrap_or(1);
+        let segments = list_segments(storage.as_ref(), &dir, opts.read_only)?;
+        let Recovered {
+            report,
+            next_lsn,
+            active,
+        } = recover_segments(storage.as_ref(), &segments, &opts)?;
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
             next_lsn, torn_bytes = report.torn_bytes_truncated, "wal: opened");
         Ok(Wal {
@@ -519,6 +422,165 @@ impl Wal {
         }
         Ok(removed)
     }
+}
+
+/// Refuses options the format cannot honour, before anything is opened.
+fn check_options(opts: &WalOptions) -> Result<(), WalError> {
+    if opts.payload_bytes_max > PAYLOAD_BYTES_MAX_LIMIT {
+        return Err(WalError::Config(format!(
+            "payload_bytes_max {} over the format's limit {PAYLOAD_BYTES_MAX_LIMIT}",
+            opts.payload_bytes_max
+        )));
+    }
+    if opts.segment_bytes < frame_len(opts.payload_bytes_max as usize) as u64 {
+        return Err(WalError::Config(format!(
+            "segment_bytes {} cannot hold one payload of payload_bytes_max {}",
+            opts.segment_bytes, opts.payload_bytes_max
+        )));
+    }
+    Ok(())
+}
+
+/// The segment files in `dir`, oldest first (other names are ignored). A read-only open of a
+/// missing directory finds none.
+fn list_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    read_only: bool,
+) -> Result<Vec<Segment>, WalError> {
+    let mut segments: Vec<Segment> = match storage.list(dir) {
+        Ok(names) => names
+            .iter()
+            .filter_map(|n| {
+                parse_segment_name(n).map(|first_lsn| Segment {
+                    first_lsn,
+                    path: dir.join(n),
+                })
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && read_only => Vec::new(),
+        Err(source) => {
+            return Err(WalError::Io {
+                op: "list",
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    segments.sort_by_key(|s| s.first_lsn);
+    Ok(segments)
+}
+
+/// What recovery of every segment found: the report, the lsn the next append gets, and the
+/// newest segment open for appends (when writable).
+struct Recovered {
+    report: RecoveryReport,
+    next_lsn: Lsn,
+    active: Option<Active>,
+}
+
+/// Scans `segments` in order, checking that each starts where the previous one ended.
+fn recover_segments(
+    storage: &dyn Storage,
+    segments: &[Segment],
+    opts: &WalOptions,
+) -> Result<Recovered, WalError> {
+    let mut report = RecoveryReport {
+        segments: segments.len() as u64,
+        ..RecoveryReport::default()
+    };
+    let mut next_lsn: Option<Lsn> = None;
+    let mut active = None;
+    let count = segments.len();
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == count;
+        if let Some(expect) = next_lsn {
+            if seg.first_lsn != expect {
+                return Err(WalError::Corrupt {
+                    segment: seg.path.clone(),
+                    offset: 0,
+                    lsn: expect,
+                    reason: format!(
+                        "segment starts at lsn {} but the previous one ended before lsn {expect}",
+                        seg.first_lsn
+                    ),
+                });
+            }
+        }
+        let (file, scan) = recover_segment(storage, seg, last, opts, &mut report)?;
+        next_lsn = Some(scan.next_lsn);
+        if last && !opts.read_only {
+            active = Some(Active {
+                file: Arc::from(file),
+                first_lsn: seg.first_lsn,
+                write_offset: scan.valid_end,
+            });
+        }
+    }
+    Ok(Recovered {
+        report,
+        next_lsn: next_lsn.unwrap_or(1),
+        active,
+    })
+}
+
+/// Opens and scans one segment, adds what it holds to `report`, and (when writable) cuts its
+/// torn tail. Returns the open file (read-write only for the newest segment of a writable
+/// log) and the scan.
+fn recover_segment(
+    storage: &dyn Storage,
+    seg: &Segment,
+    last: bool,
+    opts: &WalOptions,
+    report: &mut RecoveryReport,
+) -> Result<(Box<dyn StorageFile>, SegmentScan), WalError> {
+    let io = |op: &'static str| {
+        let path = seg.path.clone();
+        move |source| WalError::Io { op, path, source }
+    };
+    let mode = if opts.read_only || !last {
+        OpenMode::Read
+    } else {
+        OpenMode::ReadWrite
+    };
+    let file = storage.open(&seg.path, mode).map_err(io("open"))?;
+    let bytes = read_all(file.as_ref()).map_err(io("read"))?;
+    report.bytes_scanned += bytes.len() as u64;
+    let scan = scan_segment(
+        &bytes,
+        seg.first_lsn,
+        last,
+        opts.payload_bytes_max,
+        |_, _, _| Ok(()),
+    )
+    .map_err(|c| corrupt(&seg.path, c))?;
+    if scan.records == 0 && !last {
+        return Err(WalError::Corrupt {
+            segment: seg.path.clone(),
+            offset: 0,
+            lsn: seg.first_lsn,
+            reason: "sealed segment holds no records".into(),
+        });
+    }
+    report.records += scan.records;
+    if scan.records > 0 {
+        report.first_lsn.get_or_insert(seg.first_lsn);
+        report.last_lsn = Some(scan.next_lsn - 1);
+    }
+    if let Ending::TornTail { offset, reason } = scan.ending {
+        report.torn_bytes_truncated = bytes.len() as u64 - offset;
+        report.torn_reason = Some(reason);
+        if !opts.read_only {
+            warn!(segment = %seg.path.display(), offset, reason, lsn = scan.next_lsn,
+                "wal: cutting torn tail");
+            // Cut, re-reserve the preallocated space as zeros, and make the cut durable
+            // before anything new is appended after it.
+            file.set_len(offset).map_err(io("truncate"))?;
+            file.allocate(opts.segment_bytes).map_err(io("allocate"))?;
+            file.sync_data().map_err(io("sync"))?;
+        }
+    }
+    Ok((file, scan))
 }
 
 fn corrupt(path: &Path, c: CorruptAt) -> WalError {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use roost_storage::{CrashMode, RealStorage, SimFaults, SimStorage, Storage};
 use roost_wal::format::{frame_len, LEN_OFFSET, RECORD_HEADER_LEN};
-use roost_wal::storage::{CrashMode, RealStorage, SimFaults, SimStorage, Storage};
 use roost_wal::{Wal, WalError, WalOptions};
 
 fn dir() -> PathBuf {

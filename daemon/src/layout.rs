@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub const WAL_DIR: &str = "wal";
 pub const AUDIT_DIR: &str = "audit";
 pub const SHARDS_DIR: &str = "shards";
-pub const LOCK_FILE: &str = "LOCK";
+pub use roost_storage::LOCK_FILE;
 
 /// The paths of one data directory.
 #[derive(Clone, Debug, PartialEq, Eq)]

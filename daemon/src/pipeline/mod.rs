@@ -28,14 +28,13 @@ mod recover;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::storage::Storage;
+use roost_storage::{DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
 use crate::config::Config;
@@ -101,7 +100,7 @@ pub struct Engine {
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
-    _lock: Option<File>,
+    _lock: Option<DirLock>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -331,20 +330,13 @@ fn wal_options(config: &Config) -> WalOptions {
 }
 
 /// Takes the data directory's `LOCK` (on a real disk; the simulator has one process).
-fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<File>, EngineError> {
+fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<DirLock>, EngineError> {
     if !storage.is_real() {
         return Ok(None);
     }
-    let path = layout.lock_file();
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io_err("open", &path))?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(f)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(EngineError::Locked { path }),
-        Err(std::fs::TryLockError::Error(e)) => Err(io_err("lock", &path)(e)),
+    match DirLock::acquire(layout.data_dir()) {
+        Ok(l) => Ok(Some(l)),
+        Err(LockError::Held { path }) => Err(EngineError::Locked { path }),
+        Err(LockError::Io { op, path, source }) => Err(EngineError::Io { op, path, source }),
     }
 }

@@ -1,0 +1,98 @@
+//! The daemon's folders are layers (ARCHITECTURE.md, "daemon/"): each part may use only the
+//! parts below it, so there is no module cycle. Cargo enforces the crate graph; this test
+//! enforces the module graph inside the `roost` crate.
+
+use std::path::{Path, PathBuf};
+
+/// The parts, lowest first. A part may refer to itself and to any part before it.
+const LAYERS: &[&[&str]] = &[
+    &["error", "layout"],
+    &["batch"],
+    &["config"],
+    &["spool"],
+    &["pipeline"],
+    &["ops"],
+    &["serve"],
+    &["cli"],
+];
+
+fn rank(part: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&part))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read src").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every `crate::NAME` a file refers to.
+fn crate_refs(text: &str) -> Vec<String> {
+    text.match_indices("crate::")
+        .map(|(i, m)| {
+            text[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+/// Goal: no part of the daemon refers to a part above it (which would allow a cycle), and
+/// every part is in the table (a new folder must be placed).
+/// Method: read every source file under `daemon/src`, take its part from its first path
+/// component, and check each `crate::X` it names against the layer table.
+#[test]
+fn every_part_uses_only_the_parts_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 20, "found only {} files", files.len());
+    let mut violations = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).expect("under src");
+        let first = rel.components().next().expect("a component");
+        let part = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if part == "lib" || part == "main" {
+            continue;
+        }
+        let Some(mine) = rank(&part) else {
+            violations.push(format!(
+                "{}: part {part:?} is not in the layer table",
+                rel.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(f).expect("read source");
+        for r in crate_refs(&text) {
+            match rank(&r) {
+                Some(theirs) if theirs <= mine => {}
+                Some(_) => violations.push(format!(
+                    "{}: {part} uses {r}, a part above it",
+                    rel.display()
+                )),
+                None => {
+                    violations.push(format!("{}: crate::{r} is not a known part", rel.display()))
+                }
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// Goal: the checker itself can fail: a reference upwards is reported.
+#[test]
+fn an_upward_reference_is_seen() {
+    let refs = crate_refs("use crate::serve::x; crate::error::EngineError");
+    assert_eq!(refs, ["serve", "error"]);
+    assert!(rank("serve") > rank("pipeline"));
+}

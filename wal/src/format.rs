@@ -5,12 +5,12 @@
 //! offset size field
 //!      0    4 crc32     CRC-32 (crc32fast, IEEE) over bytes 4..24 of the header, then the payload
 //!      4    1 version   WAL_FORMAT_VERSION
-//!      5    1 type      record type (codec::RecordType)
+//!      5    1 type      record type (the caller's; the daemon's are in pipeline/records.rs)
 //!      6    2 reserved  zero
 //!      8    4 len       payload length in bytes, <= the log's payload_bytes_max
 //!     12    4 epoch     epoch of the writer (1 until replication, see Kip101.tla)
 //!     16    8 lsn       log sequence number, strictly increasing by 1 across the whole log
-//!     24  len payload   bincode (codec.rs), then zero padding to an 8-byte boundary
+//!     24  len payload   opaque bytes (the daemon's bincode records), then zero padding to 8
 //! ```
 //! All integers little-endian.
 

@@ -142,6 +142,7 @@ impl EngineError {
 fn shard_class(e: &ShardError) -> ErrorClass {
     match e {
         ShardError::Corrupt { .. }
+        | ShardError::HeldDiffers { .. }
         | ShardError::DuplicateId { .. }
         | ShardError::OutOfOrder { .. } => ErrorClass::Corruption,
         ShardError::Locked { .. } => ErrorClass::Locked,

@@ -76,6 +76,12 @@ pub enum ShardError {
     TxnTooLarge { len: u64, max: u64 },
     #[error("shard transaction lsn {lsn} arrives after lsn {max_lsn} and is not held")]
     OutOfOrder { lsn: u64, max_lsn: u64 },
+    #[error("shard holds a different transaction at lsn {lsn} ({} at offset {offset}) than the one applied again", segment.display())]
+    HeldDiffers {
+        segment: PathBuf,
+        offset: u64,
+        lsn: u64,
+    },
     #[error("shard already holds id {id} (transaction lsn {lsn})")]
     DuplicateId { id: u64, lsn: u64 },
     #[error("shard opened read-only")]
@@ -84,7 +90,10 @@ pub enum ShardError {
 
 impl ShardError {
     pub fn is_corruption(&self) -> bool {
-        matches!(self, ShardError::Corrupt { .. })
+        matches!(
+            self,
+            ShardError::Corrupt { .. } | ShardError::HeldDiffers { .. }
+        )
     }
 }
 
@@ -445,6 +454,14 @@ fn create_and_lock(storage: &dyn Storage, dir: &Path) -> Result<Option<DirLock>,
             path: dir.to_path_buf(),
             source,
         })?;
+    // A new directory lasts only once its parent is synced; its segments' names only once it is.
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        storage.sync_dir(d).map_err(|source| ShardError::Io {
+            op: "sync dir at open",
+            path: d.to_path_buf(),
+            source,
+        })?;
+    }
     if !storage.is_real() {
         return Ok(None);
     }
@@ -483,6 +500,11 @@ fn open_segments(
     for seq in seqs {
         let path = dir.join(seg_name(seq));
         let file = storage.open(&path, mode).map_err(io("open", &path))?;
+        if !read_only {
+            // After a process crash the page cache may hold frames that were applied but never
+            // flushed: make the whole file durable before recovery counts them as held.
+            file.sync_data().map_err(io("sync at open", &path))?;
+        }
         let data = if mapped {
             let len = file.len().map_err(io("stat", &path))?;
             SegData::Mapped(map_segment(file.as_ref(), len).map_err(io("map", &path))?)
@@ -763,7 +785,7 @@ impl Shard {
         self.check_writable()?;
         if txn.lsn <= self.max_lsn {
             return if self.holds(txn.lsn) {
-                Ok(Applied::AlreadyHeld)
+                self.check_held(txn).map(|()| Applied::AlreadyHeld)
             } else {
                 Err(ShardError::OutOfOrder {
                     lsn: txn.lsn,
@@ -821,6 +843,30 @@ impl Shard {
         self.write_offset = at + bytes.len();
         self.dirty_from.get_or_insert(at);
         Ok(Applied::Written)
+    }
+
+    /// A re-apply of a held lsn (recovery finishing a batch again) must carry exactly the
+    /// frame the shard holds. Anything else means the WAL and the shard disagree about that
+    /// lsn (say, a power loss took a claim from the WAL while the shard kept its frame, and the
+    /// lsn was handed out again): refuse loudly rather than answer a batch whose ops were
+    /// never applied.
+    fn check_held(&self, txn: &Txn) -> Result<(), ShardError> {
+        let Ok(i) = self.frames.binary_search_by_key(&txn.lsn, |f| f.lsn) else {
+            return Ok(());
+        };
+        let m = self.frames[i];
+        let si = m.seg as usize;
+        let stored = self.segs[si]
+            .read(m.offset as usize, m.len as usize)
+            .map_err(self.io_err("read", si))?;
+        if stored == frame::encode(txn) {
+            return Ok(());
+        }
+        Err(ShardError::HeldDiffers {
+            segment: self.segs[si].path.clone(),
+            offset: m.offset as u64,
+            lsn: txn.lsn,
+        })
     }
 
     /// An id at or below `max_id` that is not live might have been deleted; only ids the

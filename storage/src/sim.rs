@@ -15,7 +15,8 @@ use crate::seam::{OpenMode, Storage, StorageFile, StorageFs};
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashMode {
-    /// `kill -9`: everything written stays (the page cache survives the process).
+    /// `kill -9`: everything written stays readable (the page cache survives the process),
+    /// and what was not synced is still not durable: a later power loss can take it.
     Process,
     /// Power loss: only what was synced stays.
     PowerDrop,
@@ -105,6 +106,16 @@ impl SimStorage {
     /// The disk a restarted process finds after `mode`. Counters and faults start afresh.
     pub fn crash(&self, mode: CrashMode) -> SimStorage {
         let st = self.lock();
+        if mode == CrashMode::Process {
+            // The page cache outlives the process: what was written stays readable, and what
+            // was not synced is still not durable (a later power loss can take it).
+            return SimStorage {
+                state: Arc::new(Mutex::new(SimState {
+                    files: st.files.clone(),
+                    ..SimState::default()
+                })),
+            };
+        }
         let mut files = BTreeMap::new();
         let mut rng = match mode {
             CrashMode::PowerTear { seed } => SplitMix(seed),

@@ -159,6 +159,14 @@ impl Wal {
                 })?;
         }
         let segments = list_segments(storage.as_ref(), &dir, opts.read_only)?;
+        if !opts.read_only {
+            // The segments' names, like their bytes, may be in the cache only.
+            storage.sync_dir(&dir).map_err(|source| WalError::Io {
+                op: "sync dir at open",
+                path: dir.clone(),
+                source,
+            })?;
+        }
         let Recovered {
             report,
             next_lsn,
@@ -544,6 +552,12 @@ fn recover_segment(
         OpenMode::ReadWrite
     };
     let file = storage.open(&seg.path, mode).map_err(io("open"))?;
+    if !opts.read_only {
+        // After a process crash the page cache still holds what was appended but never
+        // synced: the scan below would read it as if it were on disk. Make it durable first,
+        // so nothing is built on records a later power loss could take away.
+        file.sync_data().map_err(io("sync at open"))?;
+    }
     let bytes = read_all(file.as_ref()).map_err(io("read"))?;
     report.bytes_scanned += bytes.len() as u64;
     let scan = scan_segment(

@@ -65,6 +65,10 @@ pub struct SimFaults {
 struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
     syncs: u64,
+    /// The power went (a sync past `freeze_after_syncs`): nothing written from now on can
+    /// reach the disk, so later writes change the live image only, never the pending ones a
+    /// torn power loss may keep.
+    frozen: bool,
     writes: u64,
     faults: SimFaults,
 }
@@ -206,7 +210,10 @@ impl SimStorage {
             return Err(sim_err(io::ErrorKind::Other, "sync failed (EIO)"));
         }
         st.syncs = n;
-        Ok(st.faults.freeze_after_syncs.is_none_or(|f| n <= f))
+        if st.faults.freeze_after_syncs.is_some_and(|f| n > f) {
+            st.frozen = true;
+        }
+        Ok(!st.frozen)
     }
 }
 
@@ -419,6 +426,7 @@ impl StorageFile for SimHandle {
             if st.faults.fail_write_at == Some(st.writes) {
                 return Err(sim_err(io::ErrorKind::Other, "write failed (EIO)"));
             }
+            let frozen = st.frozen;
             let f = file_mut(st, p)?;
             let w = PendingWrite {
                 offset,
@@ -426,7 +434,9 @@ impl StorageFile for SimHandle {
                 resize: false,
             };
             apply_write(&mut f.live, &w, buf.len());
-            f.pending.push(w);
+            if !frozen {
+                f.pending.push(w);
+            }
             Ok(())
         })
     }
@@ -452,6 +462,7 @@ impl StorageFile for SimHandle {
                     return Err(io::Error::from_raw_os_error(28)); // ENOSPC
                 }
             }
+            let frozen = st.frozen;
             let f = file_mut(st, p)?;
             f.allocated = f.allocated.max(len);
             if (f.live.len() as u64) < len {
@@ -461,7 +472,9 @@ impl StorageFile for SimHandle {
                     resize: true,
                 };
                 apply_write(&mut f.live, &w, 0);
-                f.pending.push(w);
+                if !frozen {
+                    f.pending.push(w);
+                }
             }
             Ok(())
         })
@@ -469,6 +482,7 @@ impl StorageFile for SimHandle {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.with(|st, p| {
+            let frozen = st.frozen;
             let f = file_mut(st, p)?;
             let w = PendingWrite {
                 offset: len,
@@ -476,7 +490,9 @@ impl StorageFile for SimHandle {
                 resize: true,
             };
             apply_write(&mut f.live, &w, 0);
-            f.pending.push(w);
+            if !frozen {
+                f.pending.push(w);
+            }
             f.allocated = f.allocated.min(len);
             Ok(())
         })

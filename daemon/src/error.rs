@@ -69,6 +69,35 @@ impl ErrorClass {
     }
 }
 
+/// A command's own failure with its class, for what has no typed cause underneath: a shard
+/// that is not declared, a submit that cannot deliver, a daemon that does not answer. Used
+/// as `.context(CommandError::usage(..))` it also states the class of whatever it wraps
+/// (the command decides; `cli::exit_code` looks for it first).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandError {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+impl CommandError {
+    /// Bad input from the command line (exit 2).
+    pub fn usage(message: impl Into<String>) -> CommandError {
+        CommandError {
+            class: ErrorClass::Usage,
+            message: message.into(),
+        }
+    }
+
+    /// The command ran and its answer is "no" (exit 1).
+    pub fn failed(message: impl Into<String>) -> CommandError {
+        CommandError {
+            class: ErrorClass::Failed,
+            message: message.into(),
+        }
+    }
+}
+
 /// Everything the pipeline can fail with. Each variant names where.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -118,14 +147,12 @@ impl EngineError {
     /// The failure's class, which decides the exit code.
     pub fn class(&self) -> ErrorClass {
         match self {
-            EngineError::Wal(e) if e.is_corruption() => ErrorClass::Corruption,
-            EngineError::Wal(WalError::Config(_)) => ErrorClass::Config,
+            EngineError::Wal(e) => wal_class(e),
             EngineError::Shard { source, .. } => shard_class(source),
             EngineError::Codec { .. } | EngineError::Inconsistent { .. } => ErrorClass::Corruption,
             EngineError::Locked { .. } => ErrorClass::Locked,
             EngineError::Poisoned { class, .. } => *class,
-            EngineError::Wal(_)
-            | EngineError::Io { .. }
+            EngineError::Io { .. }
             | EngineError::Encode(_)
             | EngineError::Crashed(_)
             | EngineError::Failed => ErrorClass::Io,
@@ -137,9 +164,20 @@ impl EngineError {
     }
 }
 
+/// A WAL failure's class: damage on disk is corruption, a bad option is configuration,
+/// everything else (a failed read, write or sync, a latched log) is I/O. Asks the WAL's own
+/// `is_corruption`, so a variant added there keeps its meaning here.
+pub fn wal_class(e: &WalError) -> ErrorClass {
+    match e {
+        e if e.is_corruption() => ErrorClass::Corruption,
+        WalError::Config(_) => ErrorClass::Config,
+        _ => ErrorClass::Io,
+    }
+}
+
 /// A shard's failure class. A duplicate id or an lsn out of order means the WAL and the shard
 /// disagree about what was committed: damage (or a bug), which a restart would only repeat.
-fn shard_class(e: &ShardError) -> ErrorClass {
+pub fn shard_class(e: &ShardError) -> ErrorClass {
     match e {
         ShardError::Corrupt { .. }
         | ShardError::HeldDiffers { .. }
@@ -148,5 +186,66 @@ fn shard_class(e: &ShardError) -> ErrorClass {
         ShardError::Locked { .. } => ErrorClass::Locked,
         ShardError::TxnTooLarge { .. } => ErrorClass::Config,
         ShardError::Io { .. } | ShardError::Poisoned(_) | ShardError::ReadOnly => ErrorClass::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard_failure(source: ShardError) -> EngineError {
+        EngineError::Shard {
+            shard: "users".into(),
+            source,
+        }
+    }
+
+    /// Issue 12: a shard owner answers every waiting batch with `clone_for_reply()`; a
+    /// duplicate id or a corrupt segment reported that way used to become a plain
+    /// "poisoned" I/O failure (exit 74, so systemd restarted into the damage). The clone must
+    /// keep class Corruption and exit 65, and say the same thing.
+    #[test]
+    fn shard_corruption_cloned_for_reply_stays_corruption() {
+        let cases = [
+            shard_failure(ShardError::DuplicateId { id: 7, lsn: 3 }),
+            shard_failure(ShardError::OutOfOrder { lsn: 2, max_lsn: 5 }),
+            shard_failure(ShardError::Corrupt {
+                segment: PathBuf::from("shards/users/0000000001.seg"),
+                offset: 4096,
+                lsn: 3,
+                reason: "checksum".into(),
+            }),
+        ];
+        for e in cases {
+            let reply = e.clone_for_reply();
+            assert_eq!(e.class(), ErrorClass::Corruption, "{e}");
+            assert_eq!(reply.class(), ErrorClass::Corruption, "{reply}");
+            assert_eq!(reply.class().exit_code(), EXIT_CORRUPTION);
+            assert_eq!(reply.to_string(), e.to_string());
+            // A reply of a reply (a thread joining the owner) keeps it too.
+            assert_eq!(reply.clone_for_reply().class(), ErrorClass::Corruption);
+        }
+        let locked = shard_failure(ShardError::Locked {
+            path: PathBuf::from("shards/users/lock"),
+        });
+        assert_eq!(locked.clone_for_reply().class().exit_code(), EXIT_LOCKED);
+    }
+
+    /// Goal: every WAL error has the class the README's exit codes promise (a corrupt log
+    /// 65, a failed sync 74).
+    #[test]
+    fn wal_errors_keep_their_class() {
+        let corrupt = WalError::Corrupt {
+            segment: PathBuf::from("wal/1.wal"),
+            offset: 24,
+            lsn: 2,
+            reason: "checksum".into(),
+        };
+        assert_eq!(EngineError::Wal(corrupt).class(), ErrorClass::Corruption);
+        let io = WalError::Poisoned("fsync failed".into());
+        assert_eq!(
+            EngineError::Wal(io).clone_for_reply().class(),
+            ErrorClass::Io
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The `roost` binary: parse flags, set up logging, call the library, exit with its code.
 
 use clap::Parser;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 fn main() {
     let cli = roost::cli::Cli::parse();
@@ -33,7 +33,8 @@ fn main() {
     let code = match roost::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("roost: {e:#}");
+            // A failed write to stderr is no reason to exit with another class.
+            let _ = writeln!(std::io::stderr(), "roost: {e:#}");
             roost::cli::exit_code(&e)
         }
     };

@@ -90,20 +90,19 @@ fn corpus_into_a_running_daemon() {
     let data = t.path().join("data");
     let mut child = serve_ready(&data, &t.path().join("serve.log"), &[]);
     let spool = data.join("spool");
-    let tmp = spool.join("tmp");
     let new = spool.join("new");
     let mut expect: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let drop_in = |name: &str, bytes: &[u8]| {
-        std::fs::write(tmp.join(name), bytes).unwrap();
-        std::fs::rename(tmp.join(name), new.join(name)).unwrap();
-    };
     for (file, status, err) in manifest() {
-        drop_in(&file, &std::fs::read(corpus_dir().join(&file)).unwrap());
+        drop_in(
+            &spool,
+            &file,
+            &std::fs::read(corpus_dir().join(&file)).unwrap(),
+        );
         expect.insert(file, (status, err));
     }
     for i in 0..20 {
         let name = format!("valid-{i}.json");
-        drop_in(&name, format!(r#"{{"request_key":"valid-{i}","ops":[{{"op":"create","shard":"s","record":{{"i":{i}}}}}]}}"#).as_bytes());
+        drop_in(&spool, &name, format!(r#"{{"request_key":"valid-{i}","ops":[{{"op":"create","shard":"s","record":{{"i":{i}}}}}]}}"#).as_bytes());
         expect.insert(name, ("committed".into(), String::new()));
     }
     // Hostile entries, made in place.
@@ -139,7 +138,7 @@ fn corpus_into_a_running_daemon() {
     {
         expect.insert("dev.json".into(), ("invalid".into(), "device node".into()));
     }
-    let huge = tmp.join("huge.json");
+    let huge = spool.join("tmp").join("huge.json");
     std::fs::File::create(&huge)
         .unwrap()
         .set_len(2 << 30)
@@ -185,6 +184,7 @@ fn corpus_into_a_running_daemon() {
     assert_eq!(text.lines().count(), 20, "{text}");
     // Still serving.
     drop_in(
+        &spool,
         "after.json",
         br#"{"request_key":"after","ops":[{"op":"create","shard":"s","record":{}}]}"#,
     );

@@ -212,9 +212,19 @@ pub fn read_wal(
     wal: &Wal,
     from: Lsn,
 ) -> impl Iterator<Item = Result<(Lsn, WalEntry), EngineError>> + '_ {
+    read_wal_frames(wal, from).map(|r| r.map(|(rec, entry)| (rec.lsn, entry)))
+}
+
+/// Every batch-WAL record from `from` on, decoded, with its frame (epoch, segment, offset)
+/// for tools that show where a record lives (`roost wal dump`).
+pub fn read_wal_frames(
+    wal: &Wal,
+    from: Lsn,
+) -> impl Iterator<Item = Result<(Record, WalEntry), EngineError>> + '_ {
     wal.replay(from).map(|rec| {
         let rec = rec?;
-        Ok((rec.lsn, decode_wal(&rec)?))
+        let entry = decode_wal(&rec)?;
+        Ok((rec, entry))
     })
 }
 

@@ -12,9 +12,11 @@
 //! files go through the storage seam so crash tests see them, and are published in rounds
 //! ([`Publisher`]).
 //!
-//! Files: `intake` (reading a dropped file safely), `publish` (result files in rounds),
-//! `quarantine` (the bounded `failed/` folder).
+//! Files: `deliver` (the client's side: tmp/, fsync, rename into new/), `intake` (reading a
+//! dropped file safely), `publish` (result files in rounds), `quarantine` (the bounded
+//! `failed/` folder).
 
+mod deliver;
 mod intake;
 mod publish;
 mod quarantine;
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use roost_wal::storage::Storage;
 
+pub use deliver::deliver;
 pub use intake::{read_dropped, Intake};
 pub use publish::Publisher;
 pub use quarantine::FailedDir;

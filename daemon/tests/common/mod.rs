@@ -27,10 +27,11 @@ impl Drop for Guard {
     }
 }
 
-/// Drops a batch into a spool the client's way: write into `tmp/`, rename into `new/`.
+/// Drops a batch into a spool the client's way ([`roost::spool::deliver`]: `tmp/`, fsync,
+/// rename into `new/`, fsync `new/`).
 pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
-    std::fs::write(spool.join("tmp").join(name), body).unwrap();
-    std::fs::rename(spool.join("tmp").join(name), spool.join("new").join(name)).unwrap();
+    roost::spool::deliver(&roost::spool::SpoolPaths::new(spool), name, body)
+        .unwrap_or_else(|e| panic!("delivering {name}: {e}"));
 }
 
 /// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs

@@ -1,0 +1,65 @@
+//! The checks: `roost verify` (offline, every checksum and the spec's invariants) and
+//! `roost drill` (crash-recovery drill on a scratch directory). Both answer with exit 0 when
+//! everything holds and 1 on any violation; the checking itself lives in `ops`.
+
+use std::path::{Path, PathBuf};
+
+use roost_wal::storage::RealStorage;
+
+use crate::config::Config;
+use crate::error::{EXIT_FAILED, EXIT_OK};
+
+pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
+    let report = crate::ops::verify::verify(RealStorage::shared(), &cfg.data_dir);
+    println!("roost verify {}", cfg.data_dir.display());
+    for line in &report.checked {
+        println!("  checked {line}");
+    }
+    for v in &report.violations {
+        println!("  VIOLATION {v}");
+    }
+    if report.ok() {
+        println!("all invariants hold");
+        Ok(EXIT_OK)
+    } else {
+        println!("FAILED");
+        Ok(EXIT_FAILED)
+    }
+}
+
+/// The drill on `data_dir` (its daemon gets `<dir>/data`), else on a fresh scratch directory.
+pub(super) fn drill(
+    data_dir: Option<&Path>,
+    batches: usize,
+    kills: usize,
+    seed: u64,
+) -> anyhow::Result<i32> {
+    let dir = match data_dir {
+        Some(d) => d.to_path_buf(),
+        None => scratch_dir()?,
+    };
+    let violations = crate::ops::drill::run(&crate::ops::drill::DrillOptions {
+        data_dir: dir.clone(),
+        batches,
+        kills,
+        seed,
+    })?;
+    println!("drill directory: {}", dir.display());
+    Ok(if violations == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    })
+}
+
+/// A fresh scratch directory under the system temporary directory.
+fn scratch_dir() -> anyhow::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for n in 0..1000u32 {
+        let d = base.join(format!("roost-drill-{}-{n}", std::process::id()));
+        if std::fs::create_dir(&d).is_ok() {
+            return Ok(d);
+        }
+    }
+    anyhow::bail!("cannot create a scratch directory in {}", base.display())
+}

@@ -1,0 +1,130 @@
+//! `roost serve`: refuse a data directory others could write, recover (with a progress bar
+//! in a terminal and STATUS= for systemd), then hand the engine to the async serve loop.
+//! Failures keep their class: a corrupt WAL or shard exits 65, a locked directory 75.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use roost_wal::storage::RealStorage;
+
+use crate::config::{Config, ConfigError};
+use crate::error::EXIT_OK;
+use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::ops::notify;
+use crate::pipeline::{Engine, EngineOptions};
+
+pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(cfg.umask));
+    check_permissions(&cfg.data_dir)?;
+    let data_dir = cfg.data_dir.clone();
+    let crash = crate::pipeline::crash::EnvCrash::from_env()
+        .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
+    notify::status("recovering: opening the data directory");
+    let progress = RecoveryProgress::new();
+    let engine = Engine::open_with_progress(
+        EngineOptions {
+            storage: RealStorage::shared(),
+            config: Arc::new(cfg),
+            crash: Arc::new(crash),
+        },
+        &|phase: &str, done: u64, total: u64| progress.report(phase, done, total),
+    )
+    .inspect_err(|e| notify::status(&format!("failed: {e}")))
+    .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+    progress.finish();
+    crate::serve::serve(Arc::new(engine)).context("serving")?;
+    Ok(EXIT_OK)
+}
+
+/// Recovery progress: a bar when a person is watching (stderr is a terminal), and STATUS=
+/// for systemd at most once a second.
+struct RecoveryProgress {
+    bar: Option<indicatif::ProgressBar>,
+    last_status: Cell<Instant>,
+}
+
+impl RecoveryProgress {
+    fn new() -> RecoveryProgress {
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let b = indicatif::ProgressBar::new(0);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "recovery: {msg} [{bar:40}] {pos}/{len} ({elapsed})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b
+        });
+        RecoveryProgress {
+            bar,
+            // In the past, so the first report goes out at once.
+            last_status: Cell::new(Instant::now() - Duration::from_secs(2)),
+        }
+    }
+
+    fn report(&self, phase: &str, done: u64, total: u64) {
+        if let Some(b) = &self.bar {
+            b.set_message(phase.to_owned());
+            b.set_length(total);
+            b.set_position(done);
+        }
+        if self.last_status.get().elapsed() >= Duration::from_secs(1) {
+            self.last_status.set(Instant::now());
+            notify::status(&format!("recovering: {phase} {done}/{total}"));
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Refuses a data directory that someone else could write: another owner, or group- or
+/// world-writable. The spool may be group-writable (clients write `tmp/` and `new/`); the
+/// WAL, audit log and shards may not.
+pub fn check_permissions(data_dir: &Path) -> Result<(), ConfigError> {
+    let me = rustix::process::geteuid().as_raw();
+    for d in [
+        data_dir.to_path_buf(),
+        data_dir.join(WAL_DIR),
+        data_dir.join(AUDIT_DIR),
+        data_dir.join(SHARDS_DIR),
+    ] {
+        let Ok(m) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        if let Some(why) = unsafe_dir(&d, &m, me) {
+            return Err(ConfigError::Invalid(format!(
+                "refusing data directory: {} {why}",
+                d.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Why `d` must not hold roost's files, if it must not.
+fn unsafe_dir(d: &Path, m: &std::fs::Metadata, me: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if m.file_type().is_symlink() {
+        Some("is a symbolic link".to_owned())
+    } else if m.uid() != me {
+        Some(format!(
+            "is owned by uid {}, but roost runs as uid {me}",
+            m.uid()
+        ))
+    } else if m.mode() & 0o022 != 0 {
+        Some(format!(
+            "is writable by other users (mode {:o}); run: chmod go-w {}",
+            m.mode() & 0o7777,
+            d.display()
+        ))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,81 @@
+//! `roost status [--json | --metrics]`: ask the running daemon over its control socket.
+//! No daemon answering is the command's answer "not running", exit 1 (not an I/O failure:
+//! nothing on disk is wrong and there is nothing for a restart of this command to repair).
+
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::error::{CommandError, EXIT_OK};
+
+pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<i32> {
+    let path = crate::ops::control::socket_path(cfg);
+    let what = if metrics { "metrics" } else { "status" };
+    let text = crate::ops::control::request(&path, what).map_err(|e| {
+        CommandError::failed(format!(
+            "roost is not running, or not on this data directory (control socket {}): {e}",
+            path.display()
+        ))
+    })?;
+    if json || metrics {
+        print!("{text}");
+    } else {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).context("reading the status answer")?;
+        print_status(&v);
+    }
+    Ok(EXIT_OK)
+}
+
+/// The status object as a few lines for a person.
+fn print_status(v: &serde_json::Value) {
+    let healthy = if v["healthy"] == true {
+        "serving"
+    } else {
+        "UNHEALTHY"
+    };
+    println!("roost: {healthy}");
+    println!(
+        "  epoch {}, last lsn {}, {} batches in flight",
+        v["epoch"], v["last_lsn"], v["in_flight"]
+    );
+    println!(
+        "  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate",
+        v["committed"], v["rejected"], v["invalid"], v["conflict"], v["duplicate"]
+    );
+    println!(
+        "  wal: {} appends, {} syncs ({:.1} records, {:.1} batches per sync)",
+        v["wal_appends"],
+        v["wal_syncs"],
+        v["wal_records_per_sync"].as_f64().unwrap_or(0.0),
+        v["wal_batches_per_sync"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "  results: {} published in {} rounds ({:.1} per round)",
+        v["results_published"],
+        v["result_rounds"],
+        v["results_per_round"].as_f64().unwrap_or(0.0)
+    );
+    let ms = |phase: &str, q: &str| {
+        v["latency_ms"][phase][q]
+            .as_f64()
+            .map_or("-".to_owned(), |x| format!("{x}"))
+    };
+    println!(
+        "  latency p50/p99 (bucket bounds, ms): plan {}/{}, claim {}/{}, commit {}/{}, finish {}/{}, to result {}/{}",
+        ms("plan", "p50"), ms("plan", "p99"),
+        ms("claim", "p50"), ms("claim", "p99"),
+        ms("commit", "p50"), ms("commit", "p99"),
+        ms("finish", "p50"), ms("finish", "p99"),
+        ms("batch", "p50"), ms("batch", "p99"),
+    );
+    if let Some(m) = v["shards"].as_object() {
+        for (k, n) in m {
+            println!("  shard {k}: {n} records");
+        }
+    }
+    let r = &v["recovery"];
+    println!(
+        "  last recovery: {} ms, {} records replayed, {} batches finished, {} bytes truncated",
+        r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]
+    );
+}

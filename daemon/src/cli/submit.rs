@@ -1,0 +1,100 @@
+//! `roost submit [--wait] FILE...`: deliver each file into the spool (through
+//! [`crate::spool::deliver`], the one client-side delivery), then optionally wait for each
+//! result and print it. Exit 0 when all committed, 1 when any was rejected or conflicted,
+//! 2 when any was invalid, timed out, or could not be delivered at all (a missing or
+//! unwritable spool, an unreadable file: README's contract, whatever the cause's class).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::batch::{BatchResult, Status};
+use crate::config::Config;
+use crate::error::{CommandError, EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+use crate::spool::SpoolPaths;
+
+pub(super) fn submit(
+    cfg: &Config,
+    wait: bool,
+    timeout: Duration,
+    files: &[PathBuf],
+) -> anyhow::Result<i32> {
+    let sp = SpoolPaths::new(&cfg.spool_dir());
+    let names = deliver_all(&sp, files).context(CommandError::usage("submit failed"))?;
+    if !wait {
+        return Ok(EXIT_OK);
+    }
+    let deadline = Instant::now() + timeout;
+    let mut code = EXIT_OK;
+    for name in names {
+        let Some(text) = wait_for_result(&sp, &name, deadline) else {
+            eprintln!("roost: no result for {name} within {} s", timeout.as_secs());
+            code = EXIT_INVALID;
+            continue;
+        };
+        print!("{text}");
+        match serde_json::from_str::<BatchResult>(&text).map(|r| r.status()) {
+            Ok(Status::Committed) => {}
+            Ok(Status::Rejected | Status::Conflict) => code = code.max(EXIT_FAILED),
+            Ok(Status::Invalid) | Err(_) => code = EXIT_INVALID,
+        }
+    }
+    Ok(code)
+}
+
+/// Delivers every file under a free spool name, in order; returns the names used.
+fn deliver_all(sp: &SpoolPaths, files: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    for d in [&sp.tmp, &sp.new] {
+        if !d.is_dir() {
+            anyhow::bail!("spool directory {} does not exist (is `roost serve` set up with this --data-dir/--spool-dir?)", d.display());
+        }
+    }
+    let mut names = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let base = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| crate::spool::valid_spool_name(n))
+            .with_context(|| format!("{}: not a usable spool file name", f.display()))?;
+        let name = free_name(sp, base);
+        crate::spool::deliver(sp, &name, &bytes)
+            .with_context(|| format!("delivering {} as {name}", f.display()))?;
+        eprintln!("submitted {} as {}", f.display(), name);
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The result file for `name` once it appears, or `None` at the deadline.
+fn wait_for_result(sp: &SpoolPaths, name: &str, deadline: Instant) -> Option<String> {
+    let out = sp.out.join(name);
+    loop {
+        match std::fs::read_to_string(&out) {
+            Ok(t) => return Some(t),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The file's own name unless new/, out/ or failed/ already has it; then NAME-1, NAME-2, ...
+fn free_name(sp: &SpoolPaths, base: &str) -> String {
+    let taken = |n: &str| {
+        [&sp.new, &sp.out, &sp.failed]
+            .iter()
+            .any(|d| d.join(n).symlink_metadata().is_ok())
+    };
+    if !taken(base) {
+        return base.to_owned();
+    }
+    let (stem, ext) = match base.rsplit_once('.') {
+        Some((s, e)) if !s.is_empty() => (s, format!(".{e}")),
+        _ => (base, String::new()),
+    };
+    (1u64..)
+        .map(|n| format!("{stem}-{n}{ext}"))
+        .find(|n| !taken(n))
+        .unwrap_or_else(|| base.to_owned())
+}

@@ -12,12 +12,13 @@ use roost::batch::{self, Batch, BatchResult, Status};
 use roost::config::Config;
 use roost::error::EngineError;
 use roost::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use roost::ops::verify::offline_wal_options;
 use roost::pipeline::crash::{CrashHook, NoCrash, NthCrash};
 use roost::pipeline::records::{read_audit, read_wal, AuditRecord, WalEntry};
 use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_wal::storage::{SimStorage, Storage};
-use roost_wal::{Lsn, Wal, WalOptions};
+use roost_wal::{Lsn, Wal};
 
 pub const DATA: &str = "/sim/data";
 
@@ -102,24 +103,16 @@ pub fn contents(disk: &SimStorage, shards: &[&str]) -> Contents {
         .collect()
 }
 
-fn wal_read_only() -> WalOptions {
-    WalOptions {
-        read_only: true,
-        payload_bytes_max: 128 << 20,
-        segment_bytes: 256 << 20,
-        ..WalOptions::default()
-    }
-}
-
 /// Every record of the batch WAL under `data`, decoded, read-only; panics on damage.
 pub fn wal_entries(storage: Arc<dyn Storage>, data: &Path) -> Vec<(Lsn, WalEntry)> {
-    let wal = Wal::open_with(storage, data.join(WAL_DIR), wal_read_only()).expect("open wal");
+    let wal = Wal::open_with(storage, data.join(WAL_DIR), offline_wal_options()).expect("open wal");
     read_wal(&wal, 1).map(|e| e.expect("wal record")).collect()
 }
 
 /// Every row of the audit log under `data`, with its lsn there, read-only; panics on damage.
 pub fn audit_rows(storage: Arc<dyn Storage>, data: &Path) -> Vec<(Lsn, AuditRecord)> {
-    let log = Wal::open_with(storage, data.join(AUDIT_DIR), wal_read_only()).expect("open audit");
+    let log =
+        Wal::open_with(storage, data.join(AUDIT_DIR), offline_wal_options()).expect("open audit");
     read_audit(&log, 1).map(|e| e.expect("audit row")).collect()
 }
 

@@ -61,7 +61,9 @@ struct Files {
     frames: usize,
 }
 
-fn read_only() -> WalOptions {
+/// How an offline reader opens the batch WAL or the audit log: read-only (nothing is cut or
+/// created), with limits above any a daemon writes, so a log from any configuration opens.
+pub fn offline_wal_options() -> WalOptions {
     WalOptions {
         read_only: true,
         payload_bytes_max: 128 << 20,
@@ -85,12 +87,23 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     r
 }
 
+/// Opens the log in `data_dir/name` read-only; a failure is a violation named after the log.
+fn open_log(
+    storage: &Arc<dyn Storage>,
+    data_dir: &Path,
+    name: &str,
+    r: &mut VerifyReport,
+) -> Option<Wal> {
+    Wal::open_with(storage.clone(), data_dir.join(name), offline_wal_options())
+        .map_err(|e| r.violation(format!("{name}: {e}")))
+        .ok()
+}
+
 /// Loads the batch WAL, checksumming every record. A record that does not decode is skipped
 /// (and reported); a frame that does not check out ends the replay.
 fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut VerifyReport) {
-    let wal = match Wal::open_with(storage.clone(), data_dir.join(WAL_DIR), read_only()) {
-        Err(e) => return r.violation(format!("wal: {e}")),
-        Ok(wal) => wal,
+    let Some(wal) = open_log(storage, data_dir, WAL_DIR, r) else {
+        return;
     };
     let mut ledger = ClaimLedger::default();
     let mut wal_records = 0u64;
@@ -134,9 +147,8 @@ fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut 
 
 /// Loads the audit log, checksumming every row; the first that fails ends the replay.
 fn load_audit(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut VerifyReport) {
-    let audit = match Wal::open_with(storage.clone(), data_dir.join(AUDIT_DIR), read_only()) {
-        Err(e) => return r.violation(format!("audit: {e}")),
-        Ok(a) => a,
+    let Some(audit) = open_log(storage, data_dir, AUDIT_DIR, r) else {
+        return;
     };
     for row in read_audit(&audit, 1) {
         match row {

@@ -10,7 +10,8 @@ use std::sync::{Arc, Once};
 use proptest::prelude::*;
 use roost::batch;
 use roost_shards::{frame, Shard, ShardOptions, Txn, TxnOp};
-use roost_wal::codec::{self, ClaimRecord, PlannedOp, RecordType};
+// The daemon's own record codec (the one it writes and replays with), not `roost_wal::codec`.
+use roost::pipeline::records::{self as codec, ClaimRecord, PlannedOp, RecordType};
 use roost_wal::format::{frame_len, LEN_OFFSET};
 use roost_wal::storage::{OpenMode, SimStorage, Storage};
 use roost_wal::{Wal, WalOptions};
@@ -51,8 +52,11 @@ fn valid_wal_segment() -> Vec<u8> {
                 record: b"{}".to_vec(),
             }],
         };
-        wal.append(RecordType::Claim as u8, &codec::encode(&c))
-            .unwrap();
+        wal.append(
+            RecordType::Claim as u8,
+            &codec::encode("claim", &c).unwrap(),
+        )
+        .unwrap();
     }
     disk.file_bytes(&PathBuf::from("/w/00000000000000000001.wal"))
         .unwrap()

@@ -15,7 +15,7 @@ use roost::batch::{self, Status};
 use roost::config::Config;
 use roost::pipeline::crash::NoCrash;
 use roost::pipeline::{Engine, EngineOptions};
-use roost_wal::storage::SimStorage;
+use roost_storage::SimStorage;
 use serde_json::Value;
 
 fn corpus_dir() -> PathBuf {

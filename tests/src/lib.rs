@@ -11,11 +11,14 @@ use std::sync::Arc;
 use roost::batch::{self, Batch, BatchResult, Status};
 use roost::config::Config;
 use roost::error::EngineError;
-use roost::layout::SHARDS_DIR;
+use roost::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use roost::ops::verify::offline_wal_options;
 use roost::pipeline::crash::{CrashHook, NoCrash, NthCrash};
+use roost::pipeline::records::{read_audit, read_wal, AuditRecord, WalEntry};
 use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_storage::{SimStorage, Storage};
+use roost_wal::{Lsn, Wal};
 
 pub const DATA: &str = "/sim/data";
 
@@ -24,6 +27,14 @@ pub fn data_dir() -> PathBuf {
 }
 
 pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engine, EngineError> {
+    open_engine_on(Arc::new(disk.clone()), crash)
+}
+
+/// [`open_engine`] over any storage (a simulated disk wrapped to add faults or latency).
+pub fn open_engine_on(
+    storage: Arc<dyn Storage>,
+    crash: Arc<dyn CrashHook>,
+) -> Result<Engine, EngineError> {
     let cfg = Config {
         data_dir: data_dir(),
         wal_segment_bytes: 64 << 10,
@@ -33,7 +44,7 @@ pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engin
         ..Config::default()
     };
     Engine::open(EngineOptions {
-        storage: Arc::new(disk.clone()),
+        storage,
         config: Arc::new(cfg),
         crash,
     })
@@ -90,6 +101,19 @@ pub fn contents(disk: &SimStorage, shards: &[&str]) -> Contents {
             )
         })
         .collect()
+}
+
+/// Every record of the batch WAL under `data`, decoded, read-only; panics on damage.
+pub fn wal_entries(storage: Arc<dyn Storage>, data: &Path) -> Vec<(Lsn, WalEntry)> {
+    let wal = Wal::open_with(storage, data.join(WAL_DIR), offline_wal_options()).expect("open wal");
+    read_wal(&wal, 1).map(|e| e.expect("wal record")).collect()
+}
+
+/// Every row of the audit log under `data`, with its lsn there, read-only; panics on damage.
+pub fn audit_rows(storage: Arc<dyn Storage>, data: &Path) -> Vec<(Lsn, AuditRecord)> {
+    let log =
+        Wal::open_with(storage, data.join(AUDIT_DIR), offline_wal_options()).expect("open audit");
+    read_audit(&log, 1).map(|e| e.expect("audit row")).collect()
 }
 
 /// The invariants after a recovery, for one batch `b` run on top of `base`.

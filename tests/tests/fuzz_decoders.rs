@@ -9,9 +9,11 @@ use std::sync::{Arc, Once};
 
 use proptest::prelude::*;
 use roost::batch;
-use roost_shards::{Shard, ShardOptions, Txn, TxnOp};
+use roost_shards::{frame, Shard, ShardOptions, Txn, TxnOp};
+// The daemon's own record codec (the one it writes and replays with).
+use roost::pipeline::records::{self as codec, ClaimRecord, PlannedOp, RecordType};
 use roost_storage::{OpenMode, SimStorage, Storage};
-use roost_wal::codec::{self, ClaimRecord, PlannedOp, RecordType};
+use roost_wal::format::{frame_len, LEN_OFFSET};
 use roost_wal::{Wal, WalOptions};
 
 fn limit_memory() {
@@ -50,8 +52,11 @@ fn valid_wal_segment() -> Vec<u8> {
                 record: b"{}".to_vec(),
             }],
         };
-        wal.append(RecordType::Claim as u8, &codec::encode(&c))
-            .unwrap();
+        wal.append(
+            RecordType::Claim as u8,
+            &codec::encode("claim", &c).unwrap(),
+        )
+        .unwrap();
     }
     disk.file_bytes(&PathBuf::from("/w/00000000000000000001.wal"))
         .unwrap()
@@ -87,10 +92,16 @@ fn valid_shard_segment() -> Vec<u8> {
         .unwrap()
 }
 
-/// Opens `bytes` as the only WAL segment, read-only and read-write: Ok or a WAL error.
-fn open_wal(bytes: Vec<u8>) {
+/// What opening a segment gave, per mode (read-only, then read-write): the records (WAL)
+/// or live records (shard) it yields, or the error that refused it.
+type Outcome = Vec<Result<usize, String>>;
+
+/// Opens `bytes` as the only WAL segment, read-only and read-write: the payloads replayed
+/// (every one also decoded as a claim, which may fail) or the WAL's error.
+fn open_wal(bytes: Vec<u8>) -> Outcome {
     let disk = SimStorage::new();
     disk.put_file_bytes(&PathBuf::from("/w/00000000000000000001.wal"), bytes);
+    let mut out = Vec::new();
     for read_only in [true, false] {
         let o = WalOptions {
             segment_bytes: 4096,
@@ -98,31 +109,45 @@ fn open_wal(bytes: Vec<u8>) {
             read_only,
             ..WalOptions::default()
         };
-        if let Ok(w) = Wal::open_with(Arc::new(disk.clone()), "/w", o) {
-            for r in w.replay(1).flatten() {
-                let _ = codec::decode::<ClaimRecord>("claim", &r.payload);
-            }
-        }
+        out.push(match Wal::open_with(Arc::new(disk.clone()), "/w", o) {
+            Err(e) => Err(e.to_string()),
+            Ok(w) => w
+                .replay(1)
+                .map(|r| {
+                    let r = r.map_err(|e| e.to_string())?;
+                    let _ = codec::decode::<ClaimRecord>("claim", &r.payload);
+                    Ok(())
+                })
+                .collect::<Result<Vec<()>, String>>()
+                .map(|v| v.len()),
+        });
     }
+    out
 }
 
-fn open_shard(bytes: Vec<u8>) {
+/// Opens `bytes` as the only segment of a shard, read-only and read-write: the live records
+/// (after its frames were summarised too) or the shard's error.
+fn open_shard(bytes: Vec<u8>) -> Outcome {
     let disk = SimStorage::new();
     disk.put_file_bytes(&PathBuf::from("/s/x/0000000001.seg"), bytes);
+    let mut out = Vec::new();
     for read_only in [true, false] {
-        if let Ok(s) = Shard::open_with(
-            Arc::new(disk.clone()),
-            "/s/x",
-            ShardOptions {
-                segment_bytes: 4096,
-                read_only,
-                synced_through_lsn: None,
-            },
-        ) {
-            let _ = s.scan();
-            let _ = s.frame_summaries();
-        }
+        let opts = ShardOptions {
+            segment_bytes: 4096,
+            read_only,
+            synced_through_lsn: None,
+        };
+        out.push(
+            Shard::open_with(Arc::new(disk.clone()), "/s/x", opts)
+                .and_then(|s| {
+                    s.frame_summaries()?;
+                    s.scan()
+                })
+                .map(|records| records.len())
+                .map_err(|e| e.to_string()),
+        );
     }
+    out
 }
 
 fn mutate(mut v: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
@@ -173,13 +198,13 @@ proptest! {
     #[test]
     fn wal_random_segment(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
         limit_memory();
-        open_wal(bytes);
+        let _ = open_wal(bytes);
     }
 
     #[test]
     fn wal_mutated_segment(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
         limit_memory();
-        open_wal(mutate(valid_wal_segment(), &edits));
+        let _ = open_wal(mutate(valid_wal_segment(), &edits));
     }
 
     #[test]
@@ -193,25 +218,42 @@ proptest! {
     #[test]
     fn shard_random_segment(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
         limit_memory();
-        open_shard(bytes);
+        let _ = open_shard(bytes);
     }
 
     #[test]
     fn shard_mutated_segment(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
         limit_memory();
-        open_shard(mutate(valid_shard_segment(), &edits));
+        let _ = open_shard(mutate(valid_shard_segment(), &edits));
     }
 }
 
 /// Goal: forged lengths everywhere (a WAL record claiming 4 GiB, a bincode string of
-/// u64::MAX bytes inside a valid frame, a shard op claiming 4 GiB) are errors under the 1 GiB
-/// limit, never allocations.
+/// u64::MAX bytes inside a valid frame, a shard op claiming 4 GiB inside a frame whose
+/// checksum holds) are refusals under the 1 GiB limit, never allocations or panics. Method:
+/// each forged input is opened and the answer is asserted: damage before valid records is an
+/// error in both modes; the forged length as the last record is a torn tail, cut.
 #[test]
 fn forged_lengths_are_errors() {
     limit_memory();
-    let mut seg = valid_wal_segment();
-    seg[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-    open_wal(seg);
+    let forged_len = |mut seg: Vec<u8>, at: usize| {
+        seg[at + LEN_OFFSET..at + LEN_OFFSET + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        seg
+    };
+    // The first of four records claims 4 GiB: damage below valid records, refused.
+    for (mode, got) in open_wal(forged_len(valid_wal_segment(), 0))
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            got.is_err(),
+            "mode {mode}: a 4 GiB record length opened: {got:?}"
+        );
+    }
+    // The last record claims 4 GiB: a torn tail; the three before it replay.
+    let seg = valid_wal_segment();
+    let last = frame_len(seg_payload_len(&seg)) * 3;
+    assert_eq!(open_wal(forged_len(seg, last)), vec![Ok(3), Ok(3)]);
     // A frame whose checksum is right but whose payload's length prefix is absurd.
     let mut payload = vec![0u8; 8];
     payload.extend_from_slice(&u64::MAX.to_le_bytes());
@@ -233,9 +275,27 @@ fn forged_lengths_are_errors() {
     .unwrap();
     let rec = w.replay(1).next().unwrap().unwrap();
     assert!(codec::decode::<ClaimRecord>("claim", &rec.payload).is_err());
+    // The first op of the first of four shard frames claims a 4 GiB record, and the frame's
+    // checksum is recomputed so that only the length check can refuse it.
     let mut sseg = valid_shard_segment();
-    sseg[32 + 4..32 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
-    open_shard(sseg);
+    let (_, first) = frame::probe(&sseg);
+    let first_len = first.expect("the valid segment's first frame").len;
+    let at = frame::FRAME_HEADER_LEN + frame::OP_REC_LEN_OFFSET;
+    sseg[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let crc = crc32fast::hash(&sseg[frame::VERSION_OFFSET..first_len]);
+    sseg[frame::CRC_OFFSET..frame::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(frame::probe(&sseg).1, Err("record past end of frame"));
+    for (mode, got) in open_shard(sseg).iter().enumerate() {
+        assert!(
+            got.is_err(),
+            "mode {mode}: a 4 GiB op length opened: {got:?}"
+        );
+    }
+}
+
+/// The payload length of the first record of a WAL segment (all four valid ones are alike).
+fn seg_payload_len(seg: &[u8]) -> usize {
+    u32::from_le_bytes(seg[LEN_OFFSET..LEN_OFFSET + 4].try_into().unwrap()) as usize
 }
 
 /// Goal: the address-space limit the property tests rely on is really in force (so a huge

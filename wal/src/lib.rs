@@ -5,13 +5,9 @@
 //! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
-pub mod codec;
 pub mod format;
 mod log;
 pub mod recovery;
-
-// transitional: removed when the daemon imports roost_storage directly
-pub use roost_storage as storage;
 
 use std::path::PathBuf;
 

@@ -4,9 +4,7 @@
 //! is handed and never writes: the caller acts on a torn tail.
 
 use crate::format::{frame_len, probe, Header, Probe, RECORD_ALIGN, RECORD_HEADER_LEN};
-use roost_storage::recovery::valid_record_follows;
-// transitional: removed when the daemon imports roost_storage directly
-pub use roost_storage::recovery::{decide, first_nonzero, Action, Observation, Seen};
+use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
 
 /// How a segment scan ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use roost_wal::storage::RealStorage;
+use roost_storage::RealStorage;
 
 use crate::config::Config;
 use crate::error::{EXIT_FAILED, EXIT_OK};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use roost_wal::storage::RealStorage;
+use roost_storage::RealStorage;
 
 use crate::config::{Config, ConfigError};
 use crate::error::EXIT_OK;

@@ -9,16 +9,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::storage::{RealStorage, SplitMix};
+use roost_storage::{RealStorage, SplitMix};
 use serde_json::{json, Value};
 
+use super::child::ServeChild;
 use crate::batch::{BatchResult, Status};
 use crate::layout::SHARDS_DIR;
+use crate::pipeline::crash::{CrashPoint, CrashTarget, Step};
 use crate::spool::SpoolPaths;
 
 pub struct DrillOptions {
@@ -29,97 +30,21 @@ pub struct DrillOptions {
 }
 
 const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
-const CRASH_POINTS: &[&str] = &[
-    "after_plan",
-    "after_claim_append",
-    "after_claim_sync",
-    "after_commit.0",
-    "after_commit.1",
-    "after_audit.0",
-    "after_result",
-    "after_flush.0",
-    "after_audit_sync",
-    "after_done",
+/// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
+const CRASH_POINTS: [CrashPoint; 10] = [
+    Step::AfterPlan.at(),
+    Step::AfterClaimAppend.at(),
+    Step::AfterClaimSync.at(),
+    Step::AfterCommit.nth(0),
+    Step::AfterCommit.nth(1),
+    Step::AfterAudit.nth(0),
+    Step::AfterResult.at(),
+    Step::AfterFlush.nth(0),
+    Step::AfterAuditSync.at(),
+    Step::AfterDone.at(),
 ];
-
-struct Child2 {
-    child: Child,
-    log: PathBuf,
-    started: Instant,
-}
-
-fn spawn(dir: &Path, n: usize, crash: Option<&str>) -> anyhow::Result<Child2> {
-    let log = dir.join(format!("drill-serve-{n}.log"));
-    let mut cmd = Command::new(std::env::current_exe().context("locating the roost binary")?);
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("ROOST_LOG", "info");
-    match crash {
-        Some(p) => cmd.env("ROOST_CRASH_AT", p),
-        None => cmd.env_remove("ROOST_CRASH_AT"),
-    };
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?);
-    let child = cmd.spawn().context("starting roost serve")?;
-    Ok(Child2 {
-        child,
-        log,
-        started: Instant::now(),
-    })
-}
-
-impl Child2 {
-    /// Waits for the "serving" line: recovery is done. Returns the recovery time.
-    fn ready(&mut self) -> anyhow::Result<Duration> {
-        let until = Instant::now() + Duration::from_secs(120);
-        loop {
-            if std::fs::read_to_string(&self.log)
-                .unwrap_or_default()
-                .contains("serving")
-            {
-                return Ok(self.started.elapsed());
-            }
-            if let Some(st) = self.child.try_wait()? {
-                bail!(
-                    "roost serve exited during recovery ({st}); log {}",
-                    self.log.display()
-                );
-            }
-            if Instant::now() > until {
-                bail!(
-                    "roost serve not ready after 120 s; log {}",
-                    self.log.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits up to `limit` for the child to die by itself (a crash point); true if it did.
-    fn died_within(&mut self, limit: Duration) -> bool {
-        let until = Instant::now() + limit;
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        false
-    }
-}
-
-impl Drop for Child2 {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+/// How long a daemon may take to recover, and the spool to drain, before the drill fails.
+const READY_LIMIT: Duration = Duration::from_secs(120);
 
 /// One submitted file and what the drill expects of it.
 struct Sent {
@@ -147,203 +72,281 @@ fn read_result(sp: &SpoolPaths, name: &str) -> Option<BatchResult> {
 
 /// Runs the drill; prints the report; returns the number of violations.
 pub fn run(opts: &DrillOptions) -> anyhow::Result<usize> {
-    let dir = opts.data_dir.clone();
-    std::fs::create_dir_all(&dir)?;
-    let sp = SpoolPaths::new(&dir.join("data").join("spool"));
-    let mut rng = SplitMix(opts.seed);
-    let mut violations: Vec<String> = Vec::new();
-    let mut recoveries: Vec<Duration> = Vec::new();
-    let mut sent: Vec<Sent> = Vec::new();
-    let mut bodies: Vec<(String, Vec<u8>)> = Vec::new(); // key, body of every original batch
-                                                         // Ids the drill believes live (from committed results it has read), for deletes.
-    let mut live: BTreeMap<u64, &'static str> = BTreeMap::new();
+    std::fs::create_dir_all(&opts.data_dir)?;
+    let mut d = Drill::new(opts)?;
     let rounds = opts.kills + 1;
-    let per_round = opts.batches.div_ceil(rounds);
-    let mut starts = 0;
-    let mut kill_log = Vec::new();
-    let mut next_batch = 0;
     for round in 0..rounds {
-        // Odd rounds die at a named crash point (the N-th time it is reached), even rounds at
-        // a random moment; the last round is not killed.
-        let last = round + 1 == rounds;
-        let crash = if !last && round % 2 == 1 {
-            let p = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
-            Some(format!("{p}#{}", 1 + rng.below(4)))
-        } else {
-            None
-        };
-        let mut child = spawn(&dir, starts, crash.as_deref())?;
-        starts += 1;
-        let mut fired = false;
-        match child.ready() {
-            Ok(d) => recoveries.push(d),
-            // The crash point fired while recovery finished an earlier batch: that is this
-            // round's kill; carry on with a clean daemon.
-            Err(_) if crash.is_some() && child.child.try_wait()?.is_some() => {
-                kill_log.push(format!(
-                    "round {round}: died at crash point {} during recovery",
-                    crash.as_deref().unwrap_or("")
-                ));
-                fired = true;
-                drop(child);
-                child = spawn(&dir, starts, None)?;
-                starts += 1;
-                recoveries.push(child.ready()?);
-            }
-            Err(e) => return Err(e),
-        }
-        let kill_at = rng.below(per_round as u64) as usize;
-        let kill_delay = Duration::from_millis(rng.below(150));
-        let mut killed = false;
-        let quota = if last {
-            opts.batches.saturating_sub(next_batch)
-        } else {
-            per_round
-        };
-        for j in 0..quota {
-            if next_batch >= opts.batches {
-                break;
-            }
-            let i = next_batch;
-            next_batch += 1;
-            let name = format!("b{i:06}.json");
-            if rng.below(10) == 0 && !bodies.is_empty() {
-                // A retry of an earlier batch: same key, same content, new file.
-                let k = rng.below(bodies.len() as u64) as usize;
-                let (key, body) = bodies[k].clone();
-                let orig = sent
-                    .iter()
-                    .find(|s| s.key == key && s.retry_of.is_none())
-                    .map(|s| s.name.clone());
-                drop_file(&sp, &name, &body)?;
-                sent.push(Sent {
-                    name,
-                    key,
-                    retry_of: orig,
-                    expect_rejected: false,
-                });
-            } else {
-                let key = format!("drill-{}-{i}", opts.seed);
-                let nops = 1 + rng.below(3) as usize;
-                let mut ops = Vec::new();
-                let mut expect_rejected = false;
-                for k in 0..nops {
-                    let r = rng.below(10);
-                    if r < 2 && !live.is_empty() {
-                        let pick = rng.below(live.len() as u64) as usize;
-                        if let Some((&id, &shard)) = live.iter().nth(pick) {
-                            live.remove(&id);
-                            ops.push(json!({"op": "delete", "shard": shard, "id": id}));
-                            continue;
-                        }
-                    }
-                    if r == 2 {
-                        expect_rejected = true;
-                        ops.push(json!({"op": "delete", "shard": SHARDS[0], "id": 1u64 << 60}));
-                        continue;
-                    }
-                    let shard = SHARDS[rng.below(SHARDS.len() as u64) as usize];
-                    ops.push(
-                        json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}}),
-                    );
-                }
-                let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
-                drop_file(&sp, &name, &body)?;
-                bodies.push((key.clone(), body));
-                sent.push(Sent {
-                    name,
-                    key,
-                    retry_of: None,
-                    expect_rejected,
-                });
-            }
-            if !last && crash.is_none() && j == kill_at {
-                std::thread::sleep(kill_delay);
-                child.kill();
-                killed = true;
-                kill_log.push(format!(
-                    "round {round}: SIGKILL at a random moment ({} ms after batch {i})",
-                    kill_delay.as_millis()
-                ));
-                break;
-            }
-        }
-        if let (Some(p), false) = (&crash, fired) {
+        d.round(round, round + 1 == rounds)?;
+    }
+    d.report(rounds);
+    Ok(d.violations.len())
+}
+
+/// The drill's state across rounds. Every random draw comes from `rng`, in a fixed order, so
+/// the same seed gives the same batches and the same kill schedule.
+struct Drill<'a> {
+    opts: &'a DrillOptions,
+    bin: PathBuf,
+    sp: SpoolPaths,
+    rng: SplitMix,
+    violations: Vec<String>,
+    /// Spawn to "serving", per process start.
+    recoveries: Vec<Duration>,
+    sent: Vec<Sent>,
+    /// Key and body of every original batch, for retries.
+    bodies: Vec<(String, Vec<u8>)>,
+    /// Ids the drill believes live (from committed results it has read), for deletes.
+    live: BTreeMap<u64, &'static str>,
+    starts: usize,
+    kill_log: Vec<String>,
+    next_batch: usize,
+    per_round: usize,
+}
+
+impl<'a> Drill<'a> {
+    fn new(opts: &'a DrillOptions) -> anyhow::Result<Drill<'a>> {
+        Ok(Drill {
+            opts,
+            bin: std::env::current_exe().context("locating the roost binary")?,
+            sp: SpoolPaths::new(&opts.data_dir.join("data").join("spool")),
+            rng: SplitMix(opts.seed),
+            violations: Vec::new(),
+            recoveries: Vec::new(),
+            sent: Vec::new(),
+            bodies: Vec::new(),
+            live: BTreeMap::new(),
+            starts: 0,
+            kill_log: Vec::new(),
+            next_batch: 0,
+            per_round: opts.batches.div_ceil(opts.kills + 1),
+        })
+    }
+
+    /// One round: start a daemon, stream the round's batches, kill it (odd rounds at a named
+    /// crash point, the N-th time it is reached; even rounds at a random moment; the last
+    /// round is not killed), then restart and check.
+    fn round(&mut self, round: usize, last: bool) -> anyhow::Result<()> {
+        let crash = (!last && round % 2 == 1).then(|| self.pick_crash());
+        let (mut child, fired) = self.start(round, crash)?;
+        let mut killed = self.send_round(round, last, crash.is_some(), &mut child)?;
+        if let (Some(p), false) = (crash, fired) {
             if child.died_within(Duration::from_secs(10)) {
-                kill_log.push(format!("round {round}: died at crash point {p}"));
+                self.kill_log
+                    .push(format!("round {round}: died at crash point {p}"));
             } else {
-                kill_log.push(format!(
+                self.kill_log.push(format!(
                     "round {round}: crash point {p} not reached in 10 s; SIGKILL"
                 ));
             }
             killed = true;
         }
         if !killed && !last {
-            kill_log.push(format!("round {round}: SIGKILL after the round's batches"));
+            self.kill_log
+                .push(format!("round {round}: SIGKILL after the round's batches"));
         }
         drop(child); // SIGKILL if still running
-        restart_and_check(
-            &dir,
-            &sp,
-            &sent,
-            &mut live,
-            &mut violations,
-            &mut starts,
-            &mut recoveries,
-        )?;
+        self.restart_and_check()
     }
-    let kills = kill_log.len();
-    println!(
-        "roost drill: seed {} , {} batches ({} files), {} rounds, {} process starts",
-        opts.seed,
-        bodies.len(),
-        sent.len(),
-        rounds,
-        starts
-    );
-    for l in &kill_log {
-        println!("  {l}");
-    }
-    let ms: Vec<u128> = recoveries.iter().map(Duration::as_millis).collect();
-    println!("  kills: {kills}; recovery times (spawn to serving, ms): {ms:?}");
-    let committed = sent
-        .iter()
-        .filter(|s| read_result(&sp, &s.name).is_some_and(|r| r.status() == Status::Committed))
-        .count();
-    println!("  results: {committed} committed of {} files", sent.len());
-    if violations.is_empty() {
-        println!("  violations: none");
-    } else {
-        println!("  violations: {}", violations.len());
-        for v in &violations {
-            println!("    {v}");
+
+    fn pick_crash(&mut self) -> CrashTarget {
+        let point = CRASH_POINTS[self.rng.below(CRASH_POINTS.len() as u64) as usize];
+        CrashTarget {
+            point,
+            nth: 1 + self.rng.below(4),
         }
     }
-    Ok(violations.len())
-}
 
-/// Starts a clean daemon, waits for recovery and for every sent file to have a result,
-/// checks the invariants, and kills it.
-fn restart_and_check(
-    dir: &Path,
-    sp: &SpoolPaths,
-    sent: &[Sent],
-    live: &mut BTreeMap<u64, &'static str>,
-    violations: &mut Vec<String>,
-    starts: &mut usize,
-    recoveries: &mut Vec<Duration>,
-) -> anyhow::Result<()> {
-    let mut c = spawn(dir, *starts, None)?;
-    *starts += 1;
-    recoveries.push(c.ready()?);
-    wait_drained(sp, sent)?;
-    check(dir, sp, sent, live, violations)?;
-    c.kill();
-    Ok(())
+    /// Starts `roost serve` with the log `drill-serve-N.log`, N counting process starts.
+    fn spawn(&mut self, crash: Option<CrashTarget>) -> anyhow::Result<ServeChild> {
+        let dir = &self.opts.data_dir;
+        let log = dir.join(format!("drill-serve-{}.log", self.starts));
+        self.starts += 1;
+        ServeChild::spawn(&self.bin, &dir.join("data"), &log, |cmd| {
+            if let Some(t) = crash {
+                cmd.env("ROOST_CRASH_AT", t.to_string());
+            }
+        })
+    }
+
+    /// Starts the round's daemon and waits for its recovery; true with it if the crash point
+    /// already fired during recovery (which finished an earlier batch): that is the round's
+    /// kill, and the round carries on with a clean daemon.
+    fn start(
+        &mut self,
+        round: usize,
+        crash: Option<CrashTarget>,
+    ) -> anyhow::Result<(ServeChild, bool)> {
+        let mut child = self.spawn(crash)?;
+        match child.ready(READY_LIMIT) {
+            Ok(d) => {
+                self.recoveries.push(d);
+                Ok((child, false))
+            }
+            Err(_) if crash.is_some() && child.exited()?.is_some() => {
+                let p = crash.map(|t| t.to_string()).unwrap_or_default();
+                self.kill_log.push(format!(
+                    "round {round}: died at crash point {p} during recovery"
+                ));
+                drop(child);
+                let mut child = self.spawn(None)?;
+                self.recoveries.push(child.ready(READY_LIMIT)?);
+                Ok((child, true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the round's batches into the spool; in a random-kill round, SIGKILLs the daemon
+    /// a random delay after a random batch and returns true.
+    fn send_round(
+        &mut self,
+        round: usize,
+        last: bool,
+        crash: bool,
+        child: &mut ServeChild,
+    ) -> anyhow::Result<bool> {
+        let kill_at = self.rng.below(self.per_round as u64) as usize;
+        let kill_delay = Duration::from_millis(self.rng.below(150));
+        let quota = if last {
+            self.opts.batches.saturating_sub(self.next_batch)
+        } else {
+            self.per_round
+        };
+        for j in 0..quota {
+            if self.next_batch >= self.opts.batches {
+                break;
+            }
+            let i = self.next_batch;
+            self.next_batch += 1;
+            self.send_batch(i)?;
+            if !last && !crash && j == kill_at {
+                std::thread::sleep(kill_delay);
+                child.kill();
+                self.kill_log.push(format!(
+                    "round {round}: SIGKILL at a random moment ({} ms after batch {i})",
+                    kill_delay.as_millis()
+                ));
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Drops batch `i` as `bNNNNNN.json`: one time in ten a retry of an earlier batch (same
+    /// key, same content, new file), otherwise a new one.
+    fn send_batch(&mut self, i: usize) -> anyhow::Result<()> {
+        let name = format!("b{i:06}.json");
+        if self.rng.below(10) == 0 && !self.bodies.is_empty() {
+            let k = self.rng.below(self.bodies.len() as u64) as usize;
+            let (key, body) = self.bodies[k].clone();
+            let orig = self
+                .sent
+                .iter()
+                .find(|s| s.key == key && s.retry_of.is_none())
+                .map(|s| s.name.clone());
+            drop_file(&self.sp, &name, &body)?;
+            self.sent.push(Sent {
+                name,
+                key,
+                retry_of: orig,
+                expect_rejected: false,
+            });
+            return Ok(());
+        }
+        let key = format!("drill-{}-{i}", self.opts.seed);
+        let (ops, expect_rejected) = self.new_ops(&key);
+        let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
+        drop_file(&self.sp, &name, &body)?;
+        self.bodies.push((key.clone(), body));
+        self.sent.push(Sent {
+            name,
+            key,
+            retry_of: None,
+            expect_rejected,
+        });
+        Ok(())
+    }
+
+    /// One to three ops: creates over the shards, deletes of ids believed live, and now and
+    /// then a delete of an id that never existed, which rejects the batch.
+    fn new_ops(&mut self, key: &str) -> (Vec<Value>, bool) {
+        let nops = 1 + self.rng.below(3) as usize;
+        let mut ops = Vec::new();
+        let mut expect_rejected = false;
+        for k in 0..nops {
+            let r = self.rng.below(10);
+            if r < 2 && !self.live.is_empty() {
+                let pick = self.rng.below(self.live.len() as u64) as usize;
+                if let Some((&id, &shard)) = self.live.iter().nth(pick) {
+                    self.live.remove(&id);
+                    ops.push(json!({"op": "delete", "shard": shard, "id": id}));
+                    continue;
+                }
+            }
+            if r == 2 {
+                expect_rejected = true;
+                ops.push(json!({"op": "delete", "shard": SHARDS[0], "id": 1u64 << 60}));
+                continue;
+            }
+            let shard = SHARDS[self.rng.below(SHARDS.len() as u64) as usize];
+            ops.push(json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}}));
+        }
+        (ops, expect_rejected)
+    }
+
+    /// Starts a clean daemon, waits for recovery and for every sent file to have a result,
+    /// checks the invariants, and kills it.
+    fn restart_and_check(&mut self) -> anyhow::Result<()> {
+        let mut c = self.spawn(None)?;
+        self.recoveries.push(c.ready(READY_LIMIT)?);
+        wait_drained(&self.sp, &self.sent)?;
+        let found = check(&self.opts.data_dir, &self.sp, &self.sent, &mut self.live)?;
+        self.violations.extend(found);
+        c.kill();
+        Ok(())
+    }
+
+    fn report(&self, rounds: usize) {
+        println!(
+            "roost drill: seed {} , {} batches ({} files), {} rounds, {} process starts",
+            self.opts.seed,
+            self.bodies.len(),
+            self.sent.len(),
+            rounds,
+            self.starts
+        );
+        for l in &self.kill_log {
+            println!("  {l}");
+        }
+        let ms: Vec<u128> = self.recoveries.iter().map(Duration::as_millis).collect();
+        println!(
+            "  kills: {}; recovery times (spawn to serving, ms): {ms:?}",
+            self.kill_log.len()
+        );
+        let committed = self
+            .sent
+            .iter()
+            .filter(|s| {
+                read_result(&self.sp, &s.name).is_some_and(|r| r.status() == Status::Committed)
+            })
+            .count();
+        println!(
+            "  results: {committed} committed of {} files",
+            self.sent.len()
+        );
+        if self.violations.is_empty() {
+            println!("  violations: none");
+        } else {
+            println!("  violations: {}", self.violations.len());
+            for v in &self.violations {
+                println!("    {v}");
+            }
+        }
+    }
 }
 
 fn wait_drained(sp: &SpoolPaths, sent: &[Sent]) -> anyhow::Result<()> {
-    let until = Instant::now() + Duration::from_secs(120);
+    let until = Instant::now() + READY_LIMIT;
     loop {
         let missing = sent
             .iter()
@@ -359,38 +362,22 @@ fn wait_drained(sp: &SpoolPaths, sent: &[Sent]) -> anyhow::Result<()> {
     }
 }
 
-/// The invariants, on the files, with the daemon idle.
+/// The invariants, on the files, with the daemon idle: `verify`'s, no create twice, every
+/// result as expected. Refreshes `live` from what the committed results left.
 fn check(
     dir: &Path,
     sp: &SpoolPaths,
     sent: &[Sent],
     live: &mut BTreeMap<u64, &'static str>,
-    violations: &mut Vec<String>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
     let data = dir.join("data");
     let report = super::verify::verify(RealStorage::shared(), &data);
-    violations.extend(report.violations.iter().map(|v| format!("verify: {v}")));
-    // Every record, by shard.
-    let mut records: HashMap<u64, (&str, Value)> = HashMap::new();
-    let mut tags: HashMap<String, usize> = HashMap::new();
-    for s in SHARDS {
-        let sdir = data.join(SHARDS_DIR).join(s);
-        if !sdir.is_dir() {
-            continue;
-        }
-        let sh = Shard::open(
-            &sdir,
-            ShardOptions {
-                read_only: true,
-                ..ShardOptions::default()
-            },
-        )?;
-        for (id, rec) in sh.scan()? {
-            let v: Value = serde_json::from_slice(&rec)?;
-            *tags.entry(v.to_string()).or_default() += 1;
-            records.insert(id, (s, v));
-        }
-    }
+    let mut violations: Vec<String> = report
+        .violations
+        .iter()
+        .map(|v| format!("verify: {v}"))
+        .collect();
+    let (records, tags) = read_shards(&data)?;
     for (tag, n) in &tags {
         if *n > 1 {
             violations.push(format!("a create produced {n} records: {tag}"));
@@ -403,11 +390,8 @@ fn check(
             None => violations.push(format!("{}: no result", s.name)),
             Some(r) => {
                 if r.status() == Status::Committed {
-                    for op in r.ops().iter() {
-                        if op.op == "delete" {
-                            deleted.insert(op.id);
-                        }
-                    }
+                    let ops = r.ops();
+                    deleted.extend(ops.iter().filter(|o| o.op == "delete").map(|o| o.id));
                 }
                 results.insert(&s.name, r);
             }
@@ -415,44 +399,81 @@ fn check(
     }
     live.clear();
     for s in sent {
-        let Some(r) = results.get(s.name.as_str()) else {
+        if let Some(r) = results.get(s.name.as_str()) {
+            check_result(s, r, &results, &deleted, &records, live, &mut violations);
+        }
+    }
+    Ok(violations)
+}
+
+/// Every record of every drill shard by id, and how many records hold each content (every
+/// create's record is unique, so a count above one is a create applied twice).
+type ShardRecords = (HashMap<u64, (&'static str, Value)>, HashMap<String, usize>);
+
+fn read_shards(data: &Path) -> anyhow::Result<ShardRecords> {
+    let mut records = HashMap::new();
+    let mut tags: HashMap<String, usize> = HashMap::new();
+    for s in SHARDS {
+        let sdir = data.join(SHARDS_DIR).join(s);
+        if !sdir.is_dir() {
             continue;
+        }
+        let opts = ShardOptions {
+            read_only: true,
+            ..ShardOptions::default()
         };
-        if s.expect_rejected && r.status() == Status::Committed {
-            violations.push(format!("{}: expected a rejection, got committed", s.name));
+        for (id, rec) in Shard::open(&sdir, opts)?.scan()? {
+            let v: Value = serde_json::from_slice(&rec)?;
+            *tags.entry(v.to_string()).or_default() += 1;
+            records.insert(id, (*s, v));
         }
-        if let Some(orig) = &s.retry_of {
-            if let Some(o) = results.get(orig.as_str()) {
-                if o.status() == Status::Committed && o != r {
-                    violations.push(format!(
-                        "{}: retry of {orig} got a different result",
-                        s.name
-                    ));
-                }
-            }
+    }
+    Ok((records, tags))
+}
+
+/// One file's result: a rejection where one was meant, a retry's result equal to its
+/// original's, every committed create present (unless a later batch deleted it).
+fn check_result(
+    s: &Sent,
+    r: &BatchResult,
+    results: &BTreeMap<&str, BatchResult>,
+    deleted: &HashSet<u64>,
+    records: &HashMap<u64, (&'static str, Value)>,
+    live: &mut BTreeMap<u64, &'static str>,
+    violations: &mut Vec<String>,
+) {
+    if s.expect_rejected && r.status() == Status::Committed {
+        violations.push(format!("{}: expected a rejection, got committed", s.name));
+    }
+    if let Some(o) = s.retry_of.as_deref().and_then(|orig| results.get(orig)) {
+        if o.status() == Status::Committed && o != r {
+            let orig = s.retry_of.as_deref().unwrap_or_default();
+            violations.push(format!(
+                "{}: retry of {orig} got a different result",
+                s.name
+            ));
         }
-        if r.status() != Status::Committed || s.retry_of.is_some() {
+    }
+    if r.status() != Status::Committed || s.retry_of.is_some() {
+        return;
+    }
+    for (k, op) in r.ops().iter().enumerate() {
+        if op.op != "create" || deleted.contains(&op.id) {
             continue;
         }
-        for (k, op) in r.ops().iter().enumerate() {
-            if op.op != "create" || deleted.contains(&op.id) {
-                continue;
-            }
-            match records.get(&op.id) {
-                None => violations.push(format!(
-                    "{} ({}): committed create {} of op {k} is missing",
-                    s.name, s.key, op.id
-                )),
-                Some((shard, v)) => {
-                    if *shard != op.shard || v["drill"] != s.key.as_str() {
-                        violations.push(format!("{}: id {} holds {v} on {shard}", s.name, op.id));
-                    }
-                    if let Some(st) = SHARDS.iter().find(|x| **x == op.shard) {
-                        live.insert(op.id, st);
-                    }
+        match records.get(&op.id) {
+            None => violations.push(format!(
+                "{} ({}): committed create {} of op {k} is missing",
+                s.name, s.key, op.id
+            )),
+            Some((shard, v)) => {
+                if *shard != op.shard || v["drill"] != s.key.as_str() {
+                    violations.push(format!("{}: id {} holds {v} on {shard}", s.name, op.id));
+                }
+                if let Some(st) = SHARDS.iter().find(|x| **x == op.shard) {
+                    live.insert(op.id, st);
                 }
             }
         }
     }
-    Ok(())
 }

@@ -2,16 +2,22 @@
 //! also works beside a running daemon, seeing a consistent prefix), verifies every checksum,
 //! and checks the invariants of RoostApplyBatch.tla that can be read off the files. Never
 //! writes.
+//!
+//! One loading step reads the WAL, the audit log and the shards into [`Files`] (every
+//! checksum is verified there); then one function per invariant of the spec, named after it,
+//! each pushing its violations and one "checked" line. Errors opening or decoding are
+//! violations, never early returns: the checks run on whatever could be read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::error::EngineError;
 use crate::pipeline::records::{
-    self as codec, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType,
+    read_audit, read_wal, AuditRecord, ClaimLedger, ClaimRecord, PlannedOp, WalEntry,
 };
 use roost_shards::{Shard, ShardOptions};
-use roost_wal::storage::Storage;
+use roost_storage::Storage;
 use roost_wal::{Lsn, Wal, WalOptions};
 
 use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
@@ -28,12 +34,36 @@ impl VerifyReport {
     pub fn ok(&self) -> bool {
         self.violations.is_empty()
     }
+
+    fn violation(&mut self, v: String) {
+        self.violations.push(v);
+    }
 }
 
 /// One shard's frames: lsn -> (ids created, ids deleted).
 type HeldFrames = BTreeMap<Lsn, (Vec<u64>, Vec<u64>)>;
 
-fn read_only() -> WalOptions {
+/// Everything the checks read, loaded once.
+#[derive(Debug, Default)]
+struct Files {
+    /// Every claim in the batch WAL, finished or not, by lsn.
+    claims: BTreeMap<Lsn, ClaimRecord>,
+    /// The claim lsns `done` records name (a name without a claim is a violation, reported
+    /// by [`retry_converges`]).
+    done: BTreeSet<Lsn>,
+    /// Per shard, the largest claim lsn a `done` record vouches for: the engine's recovery
+    /// rule, from the same [`ClaimLedger`].
+    vouched: HashMap<String, Lsn>,
+    audit: Vec<AuditRecord>,
+    /// Per shard, its transaction frames.
+    held: BTreeMap<String, HeldFrames>,
+    /// Frames over all shards.
+    frames: usize,
+}
+
+/// How an offline reader opens the batch WAL or the audit log: read-only (nothing is cut or
+/// created), with limits above any a daemon writes, so a log from any configuration opens.
+pub fn offline_wal_options() -> WalOptions {
     WalOptions {
         read_only: true,
         payload_bytes_max: 128 << 20,
@@ -45,74 +75,103 @@ fn read_only() -> WalOptions {
 /// Runs every check. Errors opening or decoding are violations, not early returns.
 pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     let mut r = VerifyReport::default();
-    let mut claims: BTreeMap<Lsn, ClaimRecord> = BTreeMap::new();
-    let mut done: BTreeSet<Lsn> = BTreeSet::new();
+    let mut f = Files::default();
+    load_wal(&storage, data_dir, &mut f, &mut r);
+    load_audit(&storage, data_dir, &mut f, &mut r);
+    load_shards(&storage, data_dir, &mut f, &mut r);
+    at_most_one_per_create(&f, &mut r);
+    no_partial_shard(&f, &mut r);
+    rejected_batch_writes_nothing(&f, &mut r);
+    audit_only_committed(&f, &mut r);
+    retry_converges(&f, &mut r);
+    r
+}
+
+/// Opens the log in `data_dir/name` read-only; a failure is a violation named after the log.
+fn open_log(
+    storage: &Arc<dyn Storage>,
+    data_dir: &Path,
+    name: &str,
+    r: &mut VerifyReport,
+) -> Option<Wal> {
+    Wal::open_with(storage.clone(), data_dir.join(name), offline_wal_options())
+        .map_err(|e| r.violation(format!("{name}: {e}")))
+        .ok()
+}
+
+/// Loads the batch WAL, checksumming every record. A record that does not decode is skipped
+/// (and reported); a frame that does not check out ends the replay.
+fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut VerifyReport) {
+    let Some(wal) = open_log(storage, data_dir, WAL_DIR, r) else {
+        return;
+    };
+    let mut ledger = ClaimLedger::default();
     let mut wal_records = 0u64;
-    match Wal::open_with(storage.clone(), data_dir.join(WAL_DIR), read_only()) {
-        Err(e) => r.violations.push(format!("wal: {e}")),
-        Ok(wal) => {
-            for rec in wal.replay(1) {
-                let rec = match rec {
-                    Ok(rec) => rec,
-                    Err(e) => {
-                        r.violations.push(format!("wal: {e}"));
-                        break;
-                    }
-                };
-                wal_records += 1;
-                match RecordType::from_u8(rec.record_type) {
-                    Some(RecordType::Claim) => {
-                        match codec::decode::<ClaimRecord>("claim", &rec.payload) {
-                            Ok(c) => {
-                                claims.insert(rec.lsn, c);
-                            }
-                            Err(e) => r.violations.push(format!("wal lsn {}: {e}", rec.lsn)),
-                        }
-                    }
-                    Some(RecordType::Done) => {
-                        match codec::decode::<DoneRecord>("done", &rec.payload) {
-                            Ok(d) => {
-                                done.insert(d.claim_lsn);
-                            }
-                            Err(e) => r.violations.push(format!("wal lsn {}: {e}", rec.lsn)),
-                        }
-                    }
-                    _ => r.violations.push(format!(
-                        "wal lsn {}: unknown record type {}",
-                        rec.lsn, rec.record_type
-                    )),
-                }
+    for entry in read_wal(&wal, 1) {
+        match entry {
+            Ok((lsn, WalEntry::Claim(c))) => {
+                ledger.claim(lsn, c.clone());
+                f.claims.insert(lsn, c);
             }
-            let torn = wal.recovery_report().torn_bytes_truncated;
-            r.checked.push(format!(
-                "wal: {wal_records} records checksummed ({} claims, {} done), torn tail {torn} bytes",
-                claims.len(),
-                done.len()
-            ));
-        }
-    }
-    let mut audit: Vec<AuditRecord> = Vec::new();
-    match Wal::open_with(storage.clone(), data_dir.join(AUDIT_DIR), read_only()) {
-        Err(e) => r.violations.push(format!("audit: {e}")),
-        Ok(a) => {
-            for rec in a.replay(1) {
-                match rec.map_err(|e| e.to_string()).and_then(|rec| {
-                    codec::decode::<AuditRecord>("audit", &rec.payload)
-                        .map_err(|e| format!("lsn {}: {e}", rec.lsn))
-                }) {
-                    Ok(row) => audit.push(row),
-                    Err(e) => {
-                        r.violations.push(format!("audit: {e}"));
-                        break;
+            Ok((lsn, WalEntry::Done(d))) => {
+                f.done.insert(d.claim_lsn);
+                // A `done` for a claim never seen is reported with the finished batches; one
+                // for a claim already finished is damage recovery would refuse too.
+                if let Err(e) = ledger.done(lsn, &d) {
+                    if f.claims.contains_key(&d.claim_lsn) {
+                        r.violation(format!("wal: {e}"));
                     }
                 }
             }
-            r.checked
-                .push(format!("audit: {} rows checksummed", audit.len()));
+            Err(EngineError::Codec { lsn, source }) => {
+                r.violation(format!("wal lsn {lsn}: {source}"));
+            }
+            Err(EngineError::Inconsistent { lsn, detail }) => {
+                r.violation(format!("wal lsn {lsn}: {detail}"));
+            }
+            Err(e) => {
+                r.violation(format!("wal: {e}"));
+                break;
+            }
+        }
+        wal_records += 1;
+    }
+    f.vouched = ledger.vouched;
+    let torn = wal.recovery_report().torn_bytes_truncated;
+    r.checked.push(format!(
+        "wal: {wal_records} records checksummed ({} claims, {} done), torn tail {torn} bytes",
+        f.claims.len(),
+        f.done.len()
+    ));
+}
+
+/// Loads the audit log, checksumming every row; the first that fails ends the replay.
+fn load_audit(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut VerifyReport) {
+    let Some(audit) = open_log(storage, data_dir, AUDIT_DIR, r) else {
+        return;
+    };
+    for row in read_audit(&audit, 1) {
+        match row {
+            Ok((_, row)) => f.audit.push(row),
+            Err(e) => {
+                r.violation(match e {
+                    EngineError::Codec { lsn, source } => format!("audit: lsn {lsn}: {source}"),
+                    e => format!("audit: {e}"),
+                });
+                break;
+            }
         }
     }
-    // Shards: every one the WAL names, plus every directory on disk.
-    let mut names: BTreeSet<String> = claims
+    r.checked
+        .push(format!("audit: {} rows checksummed", f.audit.len()));
+}
+
+/// Loads every shard the WAL names plus every shard directory on disk, checksumming every
+/// frame. A shard trusts as flushed what a `done` record vouches for; a gap among later
+/// frames is a torn tail, not corruption.
+fn load_shards(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut VerifyReport) {
+    let mut names: BTreeSet<String> = f
+        .claims
         .values()
         .flat_map(|c| c.ops.iter().map(|o| o.shard().to_owned()))
         .collect();
@@ -123,49 +182,36 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
                 .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
         );
     }
-    // What recovery trusts as flushed per shard (the engine's rule): frames up to the last
-    // claim with a `done` record; a gap among later frames is a torn tail, not corruption.
-    let mut synced: BTreeMap<&str, Lsn> = BTreeMap::new();
-    for lsn in &done {
-        if let Some(c) = claims.get(lsn) {
-            for op in &c.ops {
-                let t = synced.entry(op.shard()).or_insert(0);
-                *t = (*t).max(*lsn);
-            }
-        }
-    }
-    let mut held: BTreeMap<String, HeldFrames> = BTreeMap::new();
-    let mut frames = 0usize;
     for name in &names {
         let dir = data_dir.join(SHARDS_DIR).join(name);
         let opts = ShardOptions {
             read_only: true,
-            synced_through_lsn: Some(synced.get(name.as_str()).copied().unwrap_or(0)),
+            synced_through_lsn: Some(f.vouched.get(name).copied().unwrap_or(0)),
             ..ShardOptions::default()
         };
         match Shard::open_with(storage.clone(), &dir, opts).and_then(|s| s.frame_summaries()) {
-            Err(e) => r.violations.push(format!("shard {name}: {e}")),
+            Err(e) => r.violation(format!("shard {name}: {e}")),
             Ok(fs) => {
-                frames += fs.len();
-                held.insert(
-                    name.clone(),
-                    fs.into_iter()
-                        .map(|f| (f.lsn, (f.creates, f.deletes)))
-                        .collect(),
-                );
+                f.frames += fs.len();
+                let frames = fs.into_iter().map(|s| (s.lsn, (s.creates, s.deletes)));
+                f.held.insert(name.clone(), frames.collect());
             }
         }
     }
     r.checked.push(format!(
-        "shards: {} shards, {frames} transaction frames checksummed",
-        held.len()
+        "shards: {} shards, {} transaction frames checksummed",
+        f.held.len(),
+        f.frames
     ));
+}
 
-    // AtMostOnePerCreate, read off the files: every id is created by at most one frame in all
-    // shards, and every request key has at most one claim (a second claim for the same key is
-    // what a retry without its claim produces).
+/// `AtMostOnePerCreate`, read off the files: every id is created by at most one frame in all
+/// shards, and every request key has at most one claim (a second claim for the same key is
+/// what a retry without its claim produces). Also the Claim step's `Fresh \ UsedIds`: no id
+/// is claimed twice.
+fn at_most_one_per_create(f: &Files, r: &mut VerifyReport) {
     let mut creators: HashMap<u64, Vec<(String, Lsn)>> = HashMap::new();
-    for (name, fs) in &held {
+    for (name, fs) in &f.held {
         for (lsn, (creates, _)) in fs {
             for id in creates {
                 creators.entry(*id).or_default().push((name.clone(), *lsn));
@@ -176,116 +222,147 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     for (id, who) in &creators {
         if who.len() > 1 {
             dup_ids += 1;
-            r.violations.push(format!(
+            r.violation(format!(
                 "AtMostOnePerCreate: id {id} created {} times: {who:?}",
                 who.len()
             ));
         }
     }
+    let keys = one_claim_per_request_key(f, r);
+    let claimed = claimed_ids_are_fresh(f, r);
+    r.checked.push(format!(
+        "AtMostOnePerCreate: {} created ids, {claimed} claimed ids, {keys} request keys; {dup_ids} duplicates",
+        creators.len(),
+    ));
+}
+
+/// Every request key has one claim; returns the number of keys.
+fn one_claim_per_request_key(f: &Files, r: &mut VerifyReport) -> usize {
     let mut by_key: HashMap<&str, Vec<Lsn>> = HashMap::new();
-    for (lsn, c) in &claims {
+    for (lsn, c) in &f.claims {
         by_key.entry(&c.request_key).or_default().push(*lsn);
     }
     for (key, lsns) in &by_key {
         if lsns.len() > 1 {
-            let landed: Vec<&Lsn> = lsns
+            let landed = lsns
                 .iter()
-                .filter(|l| held.values().any(|fs| fs.contains_key(l)))
-                .collect();
-            r.violations.push(format!(
-                "AtMostOnePerCreate: request key {key:?} claimed {} times (lsns {lsns:?}, {} with shard effects)",
+                .filter(|l| f.held.values().any(|fs| fs.contains_key(l)))
+                .count();
+            r.violation(format!(
+                "AtMostOnePerCreate: request key {key:?} claimed {} times (lsns {lsns:?}, {landed} with shard effects)",
                 lsns.len(),
-                landed.len()
             ));
         }
     }
+    by_key.len()
+}
+
+/// The Claim step draws from `Fresh \ UsedIds`: no id is claimed by two claims. Returns the
+/// number of claimed ids.
+fn claimed_ids_are_fresh(f: &Files, r: &mut VerifyReport) -> usize {
     let mut claimed_ids: HashMap<u64, Lsn> = HashMap::new();
-    for (lsn, c) in &claims {
+    for (lsn, c) in &f.claims {
         for op in &c.ops {
             if let PlannedOp::Create { id, .. } = op {
                 if let Some(other) = claimed_ids.insert(*id, *lsn) {
-                    r.violations.push(format!(
+                    r.violation(format!(
                         "id {id} claimed by lsn {other} and lsn {lsn}: ids must never be reused"
                     ));
                 }
             }
         }
     }
-    r.checked.push(format!(
-        "AtMostOnePerCreate: {} created ids, {} claimed ids, {} request keys; {dup_ids} duplicates",
-        creators.len(),
-        claimed_ids.len(),
-        by_key.len()
-    ));
+    claimed_ids.len()
+}
 
-    // NoPartialShard: every frame is exactly its claim's ops for that shard.
+/// The ids of `c`'s ops of one kind on `shard`, in op order: what its frame there must hold.
+fn claimed_on(c: &ClaimRecord, shard: &str, creates: bool) -> Vec<u64> {
+    c.ops
+        .iter()
+        .filter(|o| o.shard() == shard && matches!(o, PlannedOp::Create { .. }) == creates)
+        .map(PlannedOp::id)
+        .collect()
+}
+
+/// `NoPartialShard`: every frame is exactly its claim's ops for that shard (a shard commits
+/// a batch's ops for it in one transaction, so a frame with some of them is a partial one).
+fn no_partial_shard(f: &Files, r: &mut VerifyReport) {
     let mut partial = 0;
-    for (name, fs) in &held {
+    for (name, fs) in &f.held {
         for (lsn, (creates, deletes)) in fs {
-            let Some(c) = claims.get(lsn) else {
-                partial += 1;
-                r.violations.push(format!(
-                    "shard {name} holds lsn {lsn}, which no claim in the wal has"
-                ));
+            let Some(c) = f.claims.get(lsn) else {
+                partial += 1; // reported by rejected_batch_writes_nothing
                 continue;
             };
-            let want_c: Vec<u64> = c
-                .ops
-                .iter()
-                .filter(|o| o.shard() == name && matches!(o, PlannedOp::Create { .. }))
-                .map(PlannedOp::id)
-                .collect();
-            let want_d: Vec<u64> = c
-                .ops
-                .iter()
-                .filter(|o| o.shard() == name && matches!(o, PlannedOp::Delete { .. }))
-                .map(PlannedOp::id)
-                .collect();
+            let want_c = claimed_on(c, name, true);
+            let want_d = claimed_on(c, name, false);
             if &want_c != creates || &want_d != deletes {
                 partial += 1;
-                r.violations.push(format!("NoPartialShard: shard {name} lsn {lsn} holds creates {creates:?} deletes {deletes:?}, claim says {want_c:?} {want_d:?}"));
+                r.violation(format!("NoPartialShard: shard {name} lsn {lsn} holds creates {creates:?} deletes {deletes:?}, claim says {want_c:?} {want_d:?}"));
             }
         }
     }
     r.checked.push(format!(
-        "NoPartialShard: {frames} frames match their claims; {partial} do not"
+        "NoPartialShard: {} frames match their claims; {partial} do not",
+        f.frames
     ));
+}
 
-    // AuditOnlyCommitted.
+/// `RejectedBatchWritesNothing`, as far as the files show it: a batch is rejected while it is
+/// planned, before it claims, so a rejected batch has no claim; every shard frame must
+/// therefore belong to a claim in the WAL.
+fn rejected_batch_writes_nothing(f: &Files, r: &mut VerifyReport) {
+    for (name, fs) in &f.held {
+        for lsn in fs.keys().filter(|l| !f.claims.contains_key(l)) {
+            r.violation(format!(
+                "shard {name} holds lsn {lsn}, which no claim in the wal has"
+            ));
+        }
+    }
+}
+
+/// `AuditOnlyCommitted`: every audit row names a transaction its shard holds.
+fn audit_only_committed(f: &Files, r: &mut VerifyReport) {
     let mut bad_audit = 0;
-    let mut audited: HashMap<Lsn, BTreeSet<u32>> = HashMap::new();
-    for row in &audit {
-        audited
-            .entry(row.claim_lsn)
-            .or_default()
-            .insert(row.op_index);
-        let ok = held
+    for row in &f.audit {
+        let ok = f
+            .held
             .get(&row.shard)
             .is_some_and(|fs| fs.contains_key(&row.claim_lsn));
         if !ok {
             bad_audit += 1;
-            r.violations.push(format!("AuditOnlyCommitted: audit row lsn {} op {} on shard {} but the shard does not hold that transaction", row.claim_lsn, row.op_index, row.shard));
+            r.violation(format!("AuditOnlyCommitted: audit row lsn {} op {} on shard {} but the shard does not hold that transaction", row.claim_lsn, row.op_index, row.shard));
         }
     }
     r.checked.push(format!(
         "AuditOnlyCommitted: {} audit rows; {bad_audit} without a committed transaction",
-        audit.len()
+        f.audit.len()
     ));
+}
 
-    // Every finished batch's effects are present.
+/// `RetryConverges`, for the batches the files call finished (a `done` record, written only
+/// after every shard flushed and every audit row synced): each touched shard holds the
+/// batch's transaction and every op has its audit row. What the transaction holds is
+/// [`no_partial_shard`]'s to check.
+fn retry_converges(f: &Files, r: &mut VerifyReport) {
+    let mut audited: HashMap<Lsn, BTreeSet<u32>> = HashMap::new();
+    for row in &f.audit {
+        audited
+            .entry(row.claim_lsn)
+            .or_default()
+            .insert(row.op_index);
+    }
     let mut missing = 0;
-    for lsn in &done {
-        let Some(c) = claims.get(lsn) else {
+    for lsn in &f.done {
+        let Some(c) = f.claims.get(lsn) else {
             missing += 1;
-            r.violations
-                .push(format!("done record for lsn {lsn} without a claim"));
+            r.violation(format!("done record for lsn {lsn} without a claim"));
             continue;
         };
-        let shards: BTreeSet<&str> = c.ops.iter().map(PlannedOp::shard).collect();
-        for s in shards {
-            if !held.get(s).is_some_and(|fs| fs.contains_key(lsn)) {
+        for s in c.touched_shards() {
+            if !f.held.get(s).is_some_and(|fs| fs.contains_key(lsn)) {
                 missing += 1;
-                r.violations.push(format!(
+                r.violation(format!(
                     "finished batch lsn {lsn} ({:?}): shard {s} lacks its transaction",
                     c.request_key
                 ));
@@ -294,7 +371,7 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
         let rows = audited.get(lsn).map_or(0, BTreeSet::len);
         if rows != c.ops.len() {
             missing += 1;
-            r.violations.push(format!(
+            r.violation(format!(
                 "finished batch lsn {lsn}: {rows} audit rows for {} ops",
                 c.ops.len()
             ));
@@ -302,7 +379,6 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     }
     r.checked.push(format!(
         "finished batches: {} checked; {missing} missing effects",
-        done.len()
+        f.done.len()
     ));
-    r
 }

@@ -73,7 +73,7 @@ impl Step {
     }
 
     /// The point of this step without an index.
-    pub fn at(self) -> CrashPoint {
+    pub const fn at(self) -> CrashPoint {
         CrashPoint {
             step: self,
             index: None,
@@ -81,7 +81,7 @@ impl Step {
     }
 
     /// The point of this step for shard or op `index`.
-    pub fn nth(self, index: usize) -> CrashPoint {
+    pub const fn nth(self, index: usize) -> CrashPoint {
         CrashPoint {
             step: self,
             index: Some(index as u32),
@@ -156,6 +156,13 @@ pub struct CrashTarget {
 impl CrashTarget {
     fn matches(&self, p: CrashPoint) -> bool {
         p.step == self.point.step && (self.point.index.is_none() || self.point.index == p.index)
+    }
+}
+
+/// The name `ROOST_CRASH_AT` takes: `POINT#N`.
+impl fmt::Display for CrashTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.point, self.nth)
     }
 }
 
@@ -271,6 +278,7 @@ mod tests {
     fn targets_parse_once_and_bad_names_are_errors() {
         let t: CrashTarget = "after_commit.1#2".parse().unwrap();
         assert_eq!((t.point, t.nth), (Step::AfterCommit.nth(1), 2));
+        assert_eq!(t.to_string().parse::<CrashTarget>().unwrap(), t);
         let any: CrashTarget = "after_audit".parse().unwrap();
         assert!(any.matches(Step::AfterAudit.nth(7)));
         assert!(!any.matches(Step::AfterFlush.nth(7)));

@@ -238,7 +238,7 @@ mod tests {
     ) -> Result<Engine, EngineError> {
         use crate::config::Config;
         Engine::open(crate::pipeline::EngineOptions {
-            storage: roost_wal::storage::RealStorage::shared(),
+            storage: roost_storage::RealStorage::shared(),
             config: Arc::new(Config {
                 data_dir: dir.to_path_buf(),
                 control_socket: Some(dir.join("roost.sock")),

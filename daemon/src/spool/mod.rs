@@ -24,7 +24,7 @@ mod quarantine;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use roost_wal::storage::Storage;
+use roost_storage::Storage;
 
 pub use deliver::deliver;
 pub use intake::{read_dropped, Intake};

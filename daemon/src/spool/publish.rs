@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use roost_wal::storage::{OpenMode, Storage, StorageFs};
+use roost_storage::{OpenMode, Storage, StorageFs};
 use tracing::{debug, warn};
 
 use crate::batch::BatchResult;
@@ -173,7 +173,7 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::batch::Invalid;
-    use roost_wal::storage::{CrashMode, SimFaults, SimStorage};
+    use roost_storage::{CrashMode, SimFaults, SimStorage};
 
     fn result(i: usize) -> BatchResult {
         BatchResult::invalid(&Invalid {
@@ -317,7 +317,7 @@ mod tests {
         std::fs::create_dir_all(&out).expect("out");
         for mode in [ResultSync::Syncfs, ResultSync::Fsync] {
             let p = Arc::new(
-                Publisher::new(roost_wal::storage::RealStorage::shared(), &out, mode)
+                Publisher::new(roost_storage::RealStorage::shared(), &out, mode)
                     .expect("publisher"),
             );
             let threads: Vec<_> = (0..8)

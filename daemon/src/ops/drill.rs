@@ -7,7 +7,6 @@
 //! kill lands depends on timing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -53,15 +52,6 @@ struct Sent {
     /// Another file with the same key and content, whose result this one must equal.
     retry_of: Option<String>,
     expect_rejected: bool,
-}
-
-fn drop_file(sp: &SpoolPaths, name: &str, body: &[u8]) -> anyhow::Result<()> {
-    let tmp = sp.tmp.join(format!(".{name}"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(body)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, sp.new.join(name))?;
-    Ok(())
 }
 
 fn read_result(sp: &SpoolPaths, name: &str) -> Option<BatchResult> {
@@ -244,7 +234,7 @@ impl<'a> Drill<'a> {
                 .iter()
                 .find(|s| s.key == key && s.retry_of.is_none())
                 .map(|s| s.name.clone());
-            drop_file(&self.sp, &name, &body)?;
+            crate::spool::deliver(&self.sp, &name, &body)?;
             self.sent.push(Sent {
                 name,
                 key,
@@ -256,7 +246,7 @@ impl<'a> Drill<'a> {
         let key = format!("drill-{}-{i}", self.opts.seed);
         let (ops, expect_rejected) = self.new_ops(&key);
         let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
-        drop_file(&self.sp, &name, &body)?;
+        crate::spool::deliver(&self.sp, &name, &body)?;
         self.bodies.push((key.clone(), body));
         self.sent.push(Sent {
             name,

@@ -50,6 +50,9 @@ pub const EXIT_INVALID: i32 = 2;
 pub const EXIT_CORRUPTION: i32 = 65;
 /// An I/O failure latched the pipeline; a restart replays and repairs (EX_IOERR).
 pub const EXIT_IO: i32 = 74;
+/// A panic (a bug) in any thread or task: the whole process stops (EX_SOFTWARE); a restart
+/// replays and repairs like after a crash.
+pub const EXIT_SOFTWARE: i32 = 70;
 /// Another roost holds the data directory (EX_TEMPFAIL).
 pub const EXIT_LOCKED: i32 = 75;
 /// The configuration is wrong (EX_CONFIG).

@@ -1,9 +1,12 @@
 //! The `roost` binary: parse flags, set up logging, call the library, exit with its code.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use std::io::{IsTerminal, Write};
 
 fn main() {
+    stop_on_any_panic();
     let cli = roost::cli::Cli::parse();
     // Plain, colourless lines when not on a terminal (systemd's journal captures stderr).
     // The daemon logs at info; one-shot commands only say something when it matters.
@@ -22,7 +25,10 @@ fn main() {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal() && !journal)
-        .with_max_level(level);
+        .with_max_level(level)
+        // A log line that cannot be written (stderr gone, EIO, a full disk under the journal)
+        // is dropped: it must not panic the daemon or decide its exit code.
+        .log_internal_errors(false);
     if json {
         builder.json().init();
     } else if journal {
@@ -39,4 +45,16 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A panic anywhere (a shard owner thread, a worker on tokio's blocking pool, the serve loop)
+/// is a bug: the whole process stops with `EXIT_SOFTWARE` (70) at once, instead of tokio
+/// swallowing the task's panic and the daemon running on without that part. Recovery on
+/// restart finishes whatever was claimed, as after any crash. Writing the message may fail;
+/// that changes nothing.
+fn stop_on_any_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        let _ = writeln!(std::io::stderr(), "roost: internal error (panic): {info}");
+        std::process::exit(roost::error::EXIT_SOFTWARE);
+    }));
 }

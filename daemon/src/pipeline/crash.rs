@@ -184,23 +184,42 @@ impl FromStr for CrashTarget {
     }
 }
 
-/// `ROOST_CRASH_AT=POINT[#N]`: SIGKILL there. Inert when the variable is unset or empty.
+/// How an armed [`EnvCrash`] stops the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// SIGKILL: the process vanishes, as under `kill -9` or the OOM killer.
+    Kill,
+    /// A panic in the thread that reached the point (a shard owner, a worker): shows that a
+    /// panic anywhere stops the whole daemon with a known exit code.
+    Panic,
+}
+
+/// `ROOST_CRASH_AT=POINT[#N]`: SIGKILL there (or a panic, with `ROOST_CRASH_MODE=panic`).
+/// Inert when the variable is unset or empty.
 #[derive(Debug)]
 pub struct EnvCrash {
     target: Option<CrashTarget>,
+    mode: CrashMode,
     seen: AtomicU64,
 }
 
 impl EnvCrash {
-    /// Reads `ROOST_CRASH_AT` once; a name that is not a crash point is an error (a drill
-    /// that can never crash would pass for the wrong reason).
+    /// Reads `ROOST_CRASH_AT` and `ROOST_CRASH_MODE` once; a name that is not a crash point
+    /// or a mode that is not `kill` or `panic` is an error (a drill that can never crash
+    /// would pass for the wrong reason).
     pub fn from_env() -> Result<EnvCrash, UnknownPoint> {
         let target = match std::env::var("ROOST_CRASH_AT") {
             Ok(s) if !s.is_empty() => Some(s.parse()?),
             _ => None,
         };
+        let mode = match std::env::var("ROOST_CRASH_MODE").as_deref() {
+            Err(_) | Ok("") | Ok("kill") => CrashMode::Kill,
+            Ok("panic") => CrashMode::Panic,
+            Ok(other) => return Err(UnknownPoint(format!("ROOST_CRASH_MODE={other}"))),
+        };
         Ok(EnvCrash {
             target,
+            mode,
             seen: AtomicU64::new(0),
         })
     }
@@ -208,17 +227,19 @@ impl EnvCrash {
 
 impl CrashHook for EnvCrash {
     fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-        if let Some(t) = &self.target {
-            if t.matches(point) && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == t.nth {
-                tracing::warn!(%point, "ROOST_CRASH_AT reached: killing this process");
-                let _ = rustix::process::kill_process(
-                    rustix::process::getpid(),
-                    rustix::process::Signal::KILL,
-                );
-                std::process::abort();
-            }
+        let Some(t) = &self.target else {
+            return Ok(());
+        };
+        if !t.matches(point) || self.seen.fetch_add(1, Ordering::SeqCst) + 1 != t.nth {
+            return Ok(());
         }
-        Ok(())
+        tracing::warn!(%point, mode = ?self.mode, "ROOST_CRASH_AT reached");
+        if self.mode == CrashMode::Panic {
+            panic!("ROOST_CRASH_AT={point} with ROOST_CRASH_MODE=panic");
+        }
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        std::process::abort();
     }
 }
 

@@ -6,6 +6,7 @@
 //! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_SYNCFS=1` runs
 //! roost with `result_sync = "syncfs"`; `ROOST_BENCH_DIR` puts the
 //! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
+#![forbid(unsafe_code)]
 
 mod peer;
 mod spool;

@@ -1,5 +1,6 @@
 //! Black-box tests of the real `roost` binary: a daemon on a temporary data directory, batch
 //! files through the spool, and the read commands on the files it leaves.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::BIN;

@@ -1,6 +1,7 @@
 //! The bad-input corpus (`tests/corpus/`, expectations in `MANIFEST.tsv`), run as one
 //! table-driven test in-process, and dropped, mixed with valid batches and with hostile
 //! non-files, into a running daemon.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;

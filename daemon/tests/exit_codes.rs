@@ -5,6 +5,7 @@
 //! names an exact code, so a failure that changes class fails the test.
 //! (75 for a second `serve` and 78 for a bad config file are asserted in `systemd.rs`,
 //! `bad_config_exit_code`.)
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;

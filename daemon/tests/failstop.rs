@@ -2,6 +2,7 @@
 //! part (issue 13, item 4): a panic in a shard owner thread or in a worker on tokio's
 //! blocking pool stops the whole process with 70 (EX_SOFTWARE), and recovery then finishes
 //! the batch; a log line that cannot be written changes nothing.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! A hostile spool and hostile triggers against the real binary: limits, quarantine bounds,
 //! permissions, and ten thousand files at once.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;

@@ -1,5 +1,6 @@
 //! The service contract: systemd's notify protocol over a real Unix datagram socket, graceful
 //! SIGTERM in the middle of a stream, exit codes, and `roost status`.
+#![forbid(unsafe_code)]
 
 mod common;
 use common::*;

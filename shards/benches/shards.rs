@@ -6,6 +6,7 @@
 //!
 //! `cargo bench -p roost-shards` (ROOST_BENCH_DIR, ROOST_BENCH_SECS as for the WAL bench;
 //! ROOST_BENCH_RECORDS to change the 1M).
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -3,6 +3,7 @@
 //! opening with exactly the records, ids and held lsns it was written with. On a deliberate
 //! format change, bump `SHARD_FORMAT_VERSION`, keep this fixture and its test, and add one for
 //! the new version.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

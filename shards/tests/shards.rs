@@ -1,5 +1,6 @@
 //! Black-box tests of a shard through its public API, on the simulated disk (power loss,
 //! torn frames, ENOSPC) and on real temporary directories (mmap, locking).
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

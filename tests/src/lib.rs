@@ -1,6 +1,7 @@
 //! Harness for the pipeline proofs: runs the real engine over the simulated disk, crashes it
 //! at named points, recovers, and checks the invariants of `RoostApplyBatch.tla` on the files
 //! (through `roost verify`'s checks plus a model of the expected shard contents).
+#![forbid(unsafe_code)]
 
 pub mod model;
 

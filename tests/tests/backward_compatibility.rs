@@ -6,6 +6,7 @@
 //! The fixture: three batches over shards `a` and `b`, each with creates and a delete of a
 //! record an earlier batch created, run one after another by the real engine on the real
 //! file system.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

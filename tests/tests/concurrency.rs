@@ -1,4 +1,5 @@
 //! The pipeline under concurrency, on the real engine over the simulated disk.
+#![forbid(unsafe_code)]
 
 use std::io;
 use std::path::Path;

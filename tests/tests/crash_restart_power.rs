@@ -13,6 +13,7 @@
 //! again, retry every batch, and check: recovery opens, every create exists at most once
 //! (exactly once if committed, under the id of its answer), every answer visible after the
 //! cut is the answer of the retry, and `roost verify` holds.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,6 +10,7 @@
 //! Beyond the model's five: a result the client could see after a crash stays the answer
 //! (`AckedResultKept`: every later retry answers the same status and ids).
 //! The mutant build (`--features roost/mutant-no-claim`) must fail this test.
+#![forbid(unsafe_code)]
 
 use roost::batch::Batch;
 use roost::pipeline::crash::NthCrash;

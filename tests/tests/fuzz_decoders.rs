@@ -3,6 +3,7 @@
 //! bytes and mutations of valid inputs must give an error or a value, never a panic, and never
 //! a huge allocation: the whole test binary runs under a 1 GiB address-space limit, so an
 //! attempt to allocate what a forged length says (4 GiB, u64::MAX) aborts the run.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Once};

@@ -1,5 +1,6 @@
 //! The executable model of RoostApplyBatch.tla, explored exhaustively (issue: prove the
 //! pipeline, part 1).
+#![forbid(unsafe_code)]
 
 use roost_tests::model::{explore, Constants};
 

@@ -6,6 +6,7 @@
 //!
 //! `cargo bench -p roost-wal` (set ROOST_BENCH_DIR to put the files on another disk;
 //! ROOST_BENCH_SECS to change the time per cell, default 2).
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::Read;

@@ -1,5 +1,6 @@
 //! Black-box tests of the log through its public API, on the simulated disk and on real
 //! temporary directories.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

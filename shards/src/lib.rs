@@ -869,6 +869,17 @@ impl Shard {
         })
     }
 
+    /// Makes the segments' names in the shard's directory durable.
+    fn sync_dir(&self) -> Result<(), ShardError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| ShardError::Io {
+                op: "sync dir",
+                path: self.dir.clone(),
+                source,
+            })
+    }
+
     /// An id at or below `max_id` that is not live might have been deleted; only ids the
     /// frames show were created count as used. Rare path: linear in frames.
     fn id_was_used(&self, id: u64) -> bool {
@@ -917,13 +928,7 @@ impl Shard {
             return Err(io("allocate")(e));
         }
         file.sync_data().map_err(io("sync"))?;
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|source| ShardError::Io {
-                op: "sync dir",
-                path: self.dir.clone(),
-                source,
-            })?;
+        self.sync_dir()?;
         let data = if self.storage.is_real() {
             SegData::Mapped(map_segment(file.as_ref(), self.opts.segment_bytes).map_err(io("map"))?)
         } else {
@@ -977,13 +982,7 @@ impl Shard {
                     })?;
             }
         }
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|source| ShardError::Io {
-                op: "sync dir",
-                path: self.dir.clone(),
-                source,
-            })?;
+        self.sync_dir()?;
         self.rebuild()?;
         info!(shard = %self.name, lsn, dropped, "shard: truncated");
         Ok(dropped)

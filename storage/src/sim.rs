@@ -217,6 +217,20 @@ impl SimStorage {
     }
 }
 
+/// Resizes the live image to `len`; the resize is pending (a power loss may or may not keep
+/// it) unless the power already went.
+fn resize(f: &mut SimFile, len: u64, frozen: bool) {
+    let w = PendingWrite {
+        offset: len,
+        bytes: Vec::new(),
+        resize: true,
+    };
+    apply_write(&mut f.live, &w, 0);
+    if !frozen {
+        f.pending.push(w);
+    }
+}
+
 fn apply_write(img: &mut Vec<u8>, w: &PendingWrite, n: usize) {
     if w.resize {
         img.resize(w.offset as usize, 0);
@@ -466,15 +480,7 @@ impl StorageFile for SimHandle {
             let f = file_mut(st, p)?;
             f.allocated = f.allocated.max(len);
             if (f.live.len() as u64) < len {
-                let w = PendingWrite {
-                    offset: len,
-                    bytes: Vec::new(),
-                    resize: true,
-                };
-                apply_write(&mut f.live, &w, 0);
-                if !frozen {
-                    f.pending.push(w);
-                }
+                resize(f, len, frozen);
             }
             Ok(())
         })
@@ -484,15 +490,7 @@ impl StorageFile for SimHandle {
         self.with(|st, p| {
             let frozen = st.frozen;
             let f = file_mut(st, p)?;
-            let w = PendingWrite {
-                offset: len,
-                bytes: Vec::new(),
-                resize: true,
-            };
-            apply_write(&mut f.live, &w, 0);
-            if !frozen {
-                f.pending.push(w);
-            }
+            resize(f, len, frozen);
             f.allocated = f.allocated.min(len);
             Ok(())
         })

@@ -325,13 +325,7 @@ impl Wal {
         file.allocate(self.opts.segment_bytes)
             .map_err(io("allocate"))?;
         file.sync_data().map_err(io("sync"))?;
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|source| WalError::Io {
-                op: "sync dir",
-                path: self.dir.clone(),
-                source,
-            })?;
+        self.sync_dir()?;
         debug!(segment = %path.display(), first_lsn, "wal: rolled to new segment");
         g.segments.push(Segment { first_lsn, path });
         g.active = Some(Active {
@@ -403,6 +397,17 @@ impl Wal {
         )
     }
 
+    /// Makes the segments' names in the log's directory durable.
+    fn sync_dir(&self) -> Result<(), WalError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| WalError::Io {
+                op: "sync dir",
+                path: self.dir.clone(),
+                source,
+            })
+    }
+
     /// Removes whole segments whose every record is below `lsn` (never the active one), then
     /// syncs the directory. Returns how many were removed.
     pub fn retire_below(&self, lsn: Lsn) -> Result<usize, WalError> {
@@ -420,13 +425,7 @@ impl Wal {
             removed += 1;
         }
         if removed > 0 {
-            self.storage
-                .sync_dir(&self.dir)
-                .map_err(|source| WalError::Io {
-                    op: "sync dir",
-                    path: self.dir.clone(),
-                    source,
-                })?;
+            self.sync_dir()?;
         }
         Ok(removed)
     }

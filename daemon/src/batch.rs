@@ -161,17 +161,31 @@ pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
         });
         invalid(key.as_deref(), format!("invalid batch: {e}"))
     })?;
+    check_key_and_size(&raw, batch_ops_max)?;
+    let key = raw.request_key.as_str();
+    let ops = raw
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| canonical_op(key, i, op))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Batch {
+        request_key: raw.request_key,
+        ops,
+    })
+}
+
+/// The request key's rules and the op count, before any op is looked at.
+fn check_key_and_size(raw: &RawBatch, batch_ops_max: u32) -> Result<(), Invalid> {
     let key = raw.request_key.as_str();
     if key.is_empty() {
         return Err(invalid(Some(key), "request_key is empty"));
     }
     if key.len() > REQUEST_KEY_BYTES_MAX {
+        let len = key.len();
         return Err(invalid(
             None,
-            format!(
-                "request_key is {} bytes, over {REQUEST_KEY_BYTES_MAX}",
-                key.len()
-            ),
+            format!("request_key is {len} bytes, over {REQUEST_KEY_BYTES_MAX}"),
         ));
     }
     if key.chars().any(char::is_control) {
@@ -181,43 +195,39 @@ pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
         return Err(invalid(Some(key), "batch has no ops"));
     }
     if raw.ops.len() > batch_ops_max as usize {
+        let n = raw.ops.len();
         return Err(invalid(
             Some(key),
-            format!(
-                "batch has {} ops, over batch_ops_max {batch_ops_max}",
-                raw.ops.len()
-            ),
+            format!("batch has {n} ops, over batch_ops_max {batch_ops_max}"),
         ));
     }
-    let mut ops = Vec::with_capacity(raw.ops.len());
-    for (i, op) in raw.ops.into_iter().enumerate() {
-        let shard = match &op {
-            RawOp::Create { shard, .. } | RawOp::Delete { shard, .. } => shard.clone(),
-        };
-        if !valid_shard_name(&shard) {
-            return Err(invalid(
-                Some(key),
-                format!("op {i}: shard name {shard:?} must match [a-z0-9][a-z0-9_-]{{0,63}}"),
-            ));
-        }
-        ops.push(match op {
-            RawOp::Create { record, .. } => {
-                let fields = record.keys().cloned().collect();
-                // serde_json's Map is ordered by key: this is the canonical form.
-                let record = serde_json::to_vec(&record)
-                    .map_err(|e| invalid(Some(key), format!("op {i}: record: {e}")))?;
-                BatchOp::Create {
-                    shard,
-                    record,
-                    fields,
-                }
-            }
-            RawOp::Delete { id, .. } => BatchOp::Delete { shard, id },
-        });
+    Ok(())
+}
+
+/// Op `i` checked (its shard name) and in canonical form (the record's keys in order).
+fn canonical_op(key: &str, i: usize, op: &RawOp) -> Result<BatchOp, Invalid> {
+    let shard = match op {
+        RawOp::Create { shard, .. } | RawOp::Delete { shard, .. } => shard.clone(),
+    };
+    if !valid_shard_name(&shard) {
+        return Err(invalid(
+            Some(key),
+            format!("op {i}: shard name {shard:?} must match [a-z0-9][a-z0-9_-]{{0,63}}"),
+        ));
     }
-    Ok(Batch {
-        request_key: raw.request_key,
-        ops,
+    Ok(match op {
+        RawOp::Create { record, .. } => {
+            let fields = record.keys().cloned().collect();
+            // serde_json's Map is ordered by key: this is the canonical form.
+            let record = serde_json::to_vec(record)
+                .map_err(|e| invalid(Some(key), format!("op {i}: record: {e}")))?;
+            BatchOp::Create {
+                shard,
+                record,
+                fields,
+            }
+        }
+        RawOp::Delete { id, .. } => BatchOp::Delete { shard, id: *id },
     })
 }
 

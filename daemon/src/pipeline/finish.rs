@@ -51,10 +51,13 @@ impl Engine {
         let t_finish = Instant::now();
         let last_row = self.write_audit_rows(lsn, claim, audited)?;
         let r = self.answer(lsn, claim, started)?;
-        self.durability_tail(lsn, &touched, last_row)?;
-        if let Some(k) = lock(&self.planner).keys.get_mut(&claim.request_key) {
+        let done = self.durability_tail(lsn, &touched, last_row)?;
+        let mut p = lock(&self.planner);
+        if let Some(k) = p.keys.get_mut(&claim.request_key) {
             k.done = true;
         }
+        p.tails.done(&claim.source, lsn, done);
+        drop(p);
         self.finished_cv.notify_all();
         self.stats.committed.fetch_add(1, Ordering::Relaxed);
         self.stats.latency.finish.record(t_finish.elapsed());
@@ -137,16 +140,22 @@ impl Engine {
 
     /// The input goes, then the answer is published. The input goes first: the claim holds
     /// the batch from here on, and a client may reuse the name as soon as it sees the answer
-    /// (a removal after it could take the new file).
+    /// (a removal after it could take the new file). Recovery (`started` is `None`) removes
+    /// and publishes only what is still this batch's (`names.rs`).
     fn answer(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
         started: Option<Instant>,
     ) -> Result<BatchResult, EngineError> {
+        let r = committed_result(lsn, claim);
+        if started.is_none() {
+            self.recovery_answer(claim, &r)?;
+            self.hit(Step::AfterResult.at())?;
+            return Ok(r);
+        }
         self.remove_input(&claim.source)?;
         self.hit(Step::AfterInputRemoved.at())?;
-        let r = committed_result(lsn, claim);
         self.publish(&claim.source, &r)?;
         if let Some(t0) = started {
             self.stats.latency.batch.record(t0.elapsed());
@@ -156,7 +165,7 @@ impl Engine {
     }
 
     /// Off the client's wait: every touched shard flushes (grouped per owner), the audit log
-    /// syncs, then the `done` record is appended. Not synced on its own: it rides on the next
+    /// syncs, then the `done` record is appended (its lsn is returned). Not synced on its own: it rides on the next
     /// group commit. If a power loss drops it, recovery finishes the batch again, and every
     /// step of that is idempotent (held lsns, audit rows already there, the same result).
     fn durability_tail(
@@ -164,7 +173,7 @@ impl Engine {
         lsn: Lsn,
         touched: &[Touched<'_>],
         last_row: Option<Lsn>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Lsn, EngineError> {
         let mut flushes: Vec<Receiver<Result<(), EngineError>>> = Vec::new();
         for (k, t) in touched.iter().enumerate() {
             flushes.push(t.slot.send_flush(k)?);
@@ -184,12 +193,19 @@ impl Engine {
         self.hit(Step::AfterAuditSync.at())?;
         let done = DoneRecord { claim_lsn: lsn };
         let payload = records::encode("done", &done).map_err(EngineError::Encode)?;
-        self.wal.append_nowait(RecordType::Done as u8, &payload)?;
-        self.hit(Step::AfterDone.at())
+        let done = self.wal.append_nowait(RecordType::Done as u8, &payload)?;
+        self.hit(Step::AfterDone.at())?;
+        Ok(done)
     }
 
-    /// Writes `out/NAME` durably, in a round with the other batches finishing now.
+    /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
+    /// settles any earlier claim under the same name (`names.rs`).
     pub fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
+        let own = match r {
+            BatchResult::Committed { lsn, .. } => Some(*lsn),
+            _ => None,
+        };
+        self.settle_name(source, own)?;
         self.publisher
             .publish(source, r)
             .map_err(io_err("write result", &self.spool.out.join(source)))

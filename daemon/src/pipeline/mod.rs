@@ -21,6 +21,7 @@
 pub mod crash;
 mod finish;
 pub mod metrics;
+mod names;
 mod owner;
 mod plan;
 pub mod records;
@@ -76,6 +77,8 @@ struct Planner {
     keys: HashMap<String, KeyState>,
     next_id: u64,
     overlay: HashMap<String, Overlay>,
+    /// Claims whose `done` is not known durable, by spool name (`names.rs`).
+    tails: names::Tails,
 }
 
 pub struct Engine {
@@ -163,6 +166,7 @@ impl Engine {
                 keys: HashMap::new(),
                 next_id: 1,
                 overlay: HashMap::new(),
+                tails: names::Tails::default(),
             }),
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),

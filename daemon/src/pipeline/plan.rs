@@ -238,6 +238,7 @@ impl Engine {
             done: false,
         };
         p.keys.insert(claim.request_key.clone(), key);
+        p.tails.claimed(source, lsn);
         Ok((lsn, claim))
     }
 

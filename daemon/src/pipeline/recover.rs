@@ -60,6 +60,11 @@ impl Engine {
         self.open_named_shards(&shard_names)?;
         let audited = self.audited_rows(&ledger.unfinished)?;
         let finished = self.finish_unfinished(&ledger.unfinished, &audited, &mut progress)?;
+        if finished > 0 {
+            // The finished batches' `done` records, durable before anything new is taken: a
+            // reused name must never see them finished again (`names.rs`).
+            self.sync()?;
+        }
         self.recovery = RecoveryReport {
             duration: started.elapsed(),
             wal_records: records,

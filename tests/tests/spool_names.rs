@@ -1,0 +1,103 @@
+//! A spool name reused while the earlier batch under it is not settled (issue 13, item 2).
+//! Recovery must never delete the new batch's input, publish the old answer over the new
+//! one, or bring back an answer the client already consumed.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use roost::batch::{BatchResult, Status};
+use roost::pipeline::crash::NthCrash;
+use roost_storage::{CrashMode, SimStorage, Storage};
+use roost_tests::*;
+use serde_json::json;
+
+fn spool(sub: &str, name: &str) -> std::path::PathBuf {
+    data_dir().join("spool").join(sub).join(name)
+}
+
+/// The client consumes `out/NAME`: removes it, durably.
+fn consume(disk: &SimStorage, name: &str) {
+    let out = spool("out", "");
+    disk.remove(&out.join(name)).expect("remove result");
+    disk.sync_dir(&out).expect("sync out/");
+}
+
+fn x() -> serde_json::Value {
+    json!({"request_key": "x", "ops": [{"op": "create", "shard": "s1", "record": {"tag": "x"}}]})
+}
+
+fn y() -> serde_json::Value {
+    json!({"request_key": "y", "ops": [{"op": "create", "shard": "s2", "record": {"tag": "y"}}]})
+}
+
+/// Goal: the earlier batch X, finished again by recovery, leaves a new batch Y waiting in
+/// `new/NAME` alone (its input is not deleted, X's answer is not written for it), and Y then
+/// gets its own answer.
+/// Method: X crashes right after its answer (no `done`); the client reuses the name for Y,
+/// which is in `new/NAME` when the daemon restarts; recovery; then Y is submitted.
+#[test]
+fn recovery_leaves_a_reused_names_new_input_alone() {
+    let disk = SimStorage::new();
+    let pts = points(&disk.crash(CrashMode::Process), &parse(&x()));
+    let at = pts.iter().position(|p| p == "after_result").expect("point") as u64 + 1;
+    let err = run_batch(
+        &disk,
+        Arc::new(NthCrash::new(Some(at))),
+        &parse(&x()),
+        "n.json",
+    )
+    .expect_err("crashes after its answer");
+    assert!(err.to_string().contains("after_result"), "{err}");
+    consume(&disk, "n.json");
+    let y_bytes = serde_json::to_vec(&y()).expect("json");
+    disk.put_file_bytes(&spool("new", "n.json"), y_bytes.clone());
+    let disk = disk.crash(CrashMode::Process);
+    let e = open_engine(&disk, no_crash()).expect("recovery");
+    assert_eq!(e.recovery_report().batches_finished, 1, "x finished again");
+    assert_eq!(
+        disk.file_bytes(&spool("new", "n.json")),
+        Some(y_bytes),
+        "recovery deleted the new batch's input"
+    );
+    assert_eq!(
+        visible_result(&disk, "n.json").expect("whole"),
+        None,
+        "recovery published x's answer under the name y now uses"
+    );
+    let r = e.submit(&parse(&y()), "n.json").expect("y");
+    assert_eq!(r.status(), Status::Committed);
+    assert_eq!(visible_result(&disk, "n.json").expect("whole"), Some(r));
+}
+
+/// Goal: once any answer for NAME is out, no earlier batch under NAME is finished again by a
+/// later recovery: an answer the client consumed never comes back, and a later answer under
+/// the name is never replaced by an earlier one.
+/// Method: X commits under NAME (its `done` appended, not synced); the client consumes the
+/// answer and reuses NAME for Y, which is rejected (no claim, so no WAL sync of its own);
+/// the client consumes that too; the power goes. After recovery, `out/NAME` must not exist.
+#[test]
+fn a_consumed_answer_never_comes_back_after_the_name_was_reused() {
+    let disk = SimStorage::new();
+    let e = open_engine(&disk, no_crash()).expect("open");
+    let rx = e.submit(&parse(&x()), "n.json").expect("x");
+    assert_eq!(rx.status(), Status::Committed);
+    consume(&disk, "n.json");
+    let bad = json!({"request_key": "y", "ops": [{"op": "delete", "shard": "s1", "id": 999}]});
+    let ry = e.submit(&parse(&bad), "n.json").expect("y");
+    assert!(matches!(ry, BatchResult::Rejected { .. }), "{ry:?}");
+    assert_eq!(visible_result(&disk, "n.json").expect("whole"), Some(ry));
+    consume(&disk, "n.json");
+    drop(e);
+    let disk = disk.crash(CrashMode::PowerDrop);
+    let e = open_engine(&disk, no_crash()).expect("recovery");
+    assert_eq!(
+        e.recovery_report().batches_finished,
+        0,
+        "x's done record was lost: it is finished again"
+    );
+    assert_eq!(
+        visible_result(&disk, "n.json").expect("whole"),
+        None,
+        "an answer the client consumed came back"
+    );
+}

@@ -68,13 +68,16 @@ impl Tails {
         }
     }
 
-    /// Claims under `name` other than `own`: `Ok(largest done lsn)` when all have one
-    /// (0 when none is left), `Err(())` while some has not appended its `done` yet.
+    /// Claims under `name` earlier than `own` (all of them without one): `Ok(largest done
+    /// lsn)` when all have one (0 when none is left), `Err(())` while some has not appended
+    /// its `done` yet. Only earlier claims: two batches under one name never wait for each
+    /// other.
     fn others(&self, name: &str, own: Option<Lsn>) -> Result<Lsn, ()> {
         let mut max = 0;
+        let before = own.unwrap_or(Lsn::MAX);
         for (claim, done) in self.by_name.get(name).into_iter().flatten() {
-            if Some(*claim) == own {
-                continue;
+            if *claim >= before {
+                break;
             }
             max = max.max(done.ok_or(())?);
         }

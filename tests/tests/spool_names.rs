@@ -101,3 +101,63 @@ fn a_consumed_answer_never_comes_back_after_the_name_was_reused() {
         "an answer the client consumed came back"
     );
 }
+
+/// Goal (issue 13, item 6): a `conflict` answer cites an earlier claim; once the client has
+/// read it, a power loss must not take that claim away (the key would then plan as new, and
+/// a retry of the conflicting batch would commit: the answer would change).
+/// Method: batch X is held right after its claim is appended (not yet synced); batch Y with
+/// the same key and other content is answered `conflict`; the power goes at once. After
+/// recovery, the retry of Y must still be that conflict.
+#[test]
+fn a_conflict_answer_survives_a_power_loss() {
+    use roost::error::EngineError;
+    use roost::pipeline::crash::{CrashHook, CrashPoint, Step};
+    use std::sync::{mpsc, Mutex};
+
+    /// Holds the first `after_claim_append` until released.
+    struct Hold {
+        reached: Mutex<Option<mpsc::Sender<()>>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+    impl CrashHook for Hold {
+        fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+            if point == Step::AfterClaimAppend.at() {
+                if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
+                    let _ = tx.send(());
+                    let _ = self
+                        .release
+                        .lock()
+                        .map(|r| r.recv_timeout(std::time::Duration::from_secs(20)));
+                }
+            }
+            Ok(())
+        }
+    }
+    let disk = SimStorage::new();
+    let (reached_tx, reached) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let hook = Arc::new(Hold {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(release_rx),
+    });
+    let e = Arc::new(open_engine(&disk, hook).expect("open"));
+    let held = {
+        let e = e.clone();
+        std::thread::spawn(move || e.submit(&parse(&x()), "x.json"))
+    };
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("x reached its claim");
+    let other = json!({"request_key": "x", "ops": [{"op": "create", "shard": "s2", "record": {"tag": "other"}}]});
+    let seen = e.submit(&parse(&other), "y.json").expect("y");
+    assert_eq!(seen.status(), Status::Conflict, "{seen:?}");
+    let after = disk.crash(CrashMode::PowerDrop);
+    let _ = release.send(());
+    let _ = held.join();
+    drop(e);
+    let r = run_batch(&after, no_crash(), &parse(&other), "y2.json").expect("retry of y");
+    assert_eq!(
+        r, seen,
+        "the conflict the client read changed after a power loss"
+    );
+}

@@ -151,6 +151,7 @@ impl Engine {
         let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
+        sync_new_dirs(storage.as_ref(), &layout, &spool)?;
         let engine = Engine {
             storage,
             layout,
@@ -331,6 +332,32 @@ fn wal_options(config: &Config) -> WalOptions {
         payload_bytes_max,
         ..WalOptions::default()
     }
+}
+
+/// The directories open may have just created (the data directory, `wal/`, `audit/`,
+/// `shards/`, the spool and its folders) last only once their parents are synced.
+fn sync_new_dirs(
+    storage: &dyn Storage,
+    layout: &Layout,
+    spool: &SpoolPaths,
+) -> Result<(), EngineError> {
+    storage
+        .create_dir_all(&layout.shards())
+        .map_err(io_err("create", &layout.shards()))?;
+    let dirs = [
+        layout.data_dir().parent(),
+        Some(layout.data_dir()),
+        spool.root.parent(),
+        Some(spool.root.as_path()),
+    ];
+    for d in dirs
+        .into_iter()
+        .flatten()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        storage.sync_dir(d).map_err(io_err("sync dir", d))?;
+    }
+    Ok(())
 }
 
 /// Takes the data directory's `LOCK` (on a real disk; the simulator has one process).

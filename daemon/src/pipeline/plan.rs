@@ -126,6 +126,7 @@ impl Engine {
         self.answer_for(key, fp, k)
     }
 
+    /// Must be called without the planner lock (it may sync the WAL).
     fn answer_for(
         &self,
         key: &str,
@@ -133,7 +134,12 @@ impl Engine {
         k: Option<KeyState>,
     ) -> Result<Option<BatchResult>, EngineError> {
         match k {
-            Some(k) if k.fingerprint != fp => Ok(Some(self.conflict(key, k.lsn))),
+            Some(k) if k.fingerprint != fp => {
+                // The answer cites the claim at k.lsn: it must be durable first, or a power
+                // loss could take it and the key would then plan as new (issue 13, item 6).
+                self.wal.sync_to(k.lsn)?;
+                Ok(Some(self.conflict(key, k.lsn)))
+            }
             Some(k) if k.done => self.duplicate(k.lsn).map(Some),
             _ => Ok(None),
         }

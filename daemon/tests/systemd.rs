@@ -316,7 +316,16 @@ fn status_and_metrics_count_the_pipeline() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    let v: Value = serde_json::from_str(&status(&["--json"])).unwrap();
+    // A batch counts as committed at the end of its durability tail, a moment after its
+    // result is out: poll (bounded) until the counter has caught up, then check it exactly.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let v: Value = loop {
+        let v: Value = serde_json::from_str(&status(&["--json"])).unwrap();
+        if v["committed"] == n as u64 || std::time::Instant::now() > until {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(v["committed"], n as u64, "{v}");
     let published = v["results_published"].as_u64().unwrap();
     let rounds = v["result_rounds"].as_u64().unwrap();

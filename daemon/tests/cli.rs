@@ -4,19 +4,18 @@
 
 mod common;
 use common::BIN;
+use roost::ops::child::ServeChild;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
+/// `roost serve` on `DIR/data` ([`ServeChild`]: killed when dropped).
+struct Daemon(ServeChild);
 
 impl Daemon {
     /// Starts `roost serve` and waits until it logs that it serves (recovery done).
@@ -26,63 +25,24 @@ impl Daemon {
 
     fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let log = dir.join(format!("serve-{}.log", rand_u64()));
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--data-dir"])
-            .arg(dir.join("data"))
-            .args(extra);
-        cmd.env("ROOST_LOG", "info").envs(env.iter().copied());
-        cmd.stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let child = cmd.spawn().expect("spawn roost serve");
-        let d = Daemon { child, log };
-        d.wait_log("serving", Duration::from_secs(20));
-        d
-    }
-
-    fn wait_log(&self, needle: &str, limit: Duration) {
-        let until = Instant::now() + limit;
-        loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if text.contains(needle) {
-                return;
-            }
-            assert!(
-                Instant::now() < until,
-                "daemon never logged {needle:?}:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut d = ServeChild::spawn(Path::new(BIN), &dir.join("data"), &log, |c| {
+            c.args(extra).envs(env.iter().copied());
+        })
+        .expect("spawn roost serve");
+        d.ready(Duration::from_secs(20)).expect("serving");
+        Daemon(d)
     }
 
     fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.kill();
     }
 
     /// SIGTERM and the exit status.
     fn stop(mut self) -> std::process::ExitStatus {
-        let pid = rustix_pid(&self.child);
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(Instant::now() < until, "daemon did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.0
+            .stop(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("daemon did not stop on SIGTERM: {e:#}"))
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rustix_pid(c: &Child) -> String {
-    c.id().to_string()
 }
 
 fn rand_u64() -> u64 {

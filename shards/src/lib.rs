@@ -504,6 +504,8 @@ fn open_segments(
             // After a process crash the page cache may hold frames that were applied but never
             // flushed: make the whole file durable before recovery counts them as held.
             file.sync_data().map_err(io("sync at open", &path))?;
+            // Pages a failed writeback marked clean may still be cached: read the disk.
+            file.drop_cache().map_err(io("drop cache at open", &path))?;
         }
         let data = if mapped {
             let len = file.len().map_err(io("stat", &path))?;

@@ -103,6 +103,9 @@ impl StorageFile for RealFile {
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
     }
+    fn drop_cache(&self) -> io::Result<()> {
+        rustix::fs::fadvise(&self.0, 0, None, rustix::fs::Advice::DontNeed).map_err(io::Error::from)
+    }
     fn allocate(&self, len: u64) -> io::Result<()> {
         if len == 0 {
             return Ok(());

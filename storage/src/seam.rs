@@ -52,6 +52,13 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// `fdatasync`: makes written data (and the metadata needed to read it) durable.
     fn sync_data(&self) -> io::Result<()>;
+    /// Drops the file's cached pages that are not dirty, so that the next read comes from the
+    /// disk. After a failed writeback the kernel marks pages clean that never reached the
+    /// disk (a later fsync reports nothing): only dropping them shows what the disk holds.
+    /// Call it after a successful `sync_data` (dirty pages are kept, not dropped).
+    fn drop_cache(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Reserves `[0, len)` so later writes there cannot fail for lack of space
     /// (`posix_fallocate`). Never shrinks.
     fn allocate(&self, len: u64) -> io::Result<()>;

@@ -59,6 +59,10 @@ pub struct SimFaults {
     pub fail_sync_at: Option<u64>,
     /// Total bytes `allocate` may reserve across all files; past it, ENOSPC.
     pub space_bytes_max: Option<u64>,
+    /// Every file `sync_data` takes this long (outside the disk's lock), as on a real disk:
+    /// where syncs cost nothing, concurrent writers rarely overlap and group commit cannot
+    /// be seen.
+    pub sync_latency: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -456,13 +460,39 @@ impl StorageFile for SimHandle {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        let latency = self.disk.lock().faults.sync_latency;
+        if let Some(d) = latency {
+            std::thread::sleep(d);
+        }
         self.with(|st, p| {
-            if !SimStorage::count_sync(st)? {
-                return Ok(());
+            match SimStorage::count_sync(st) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    // The kernel marks the pages clean after a failed writeback: what they
+                    // hold stays readable in the cache but will never reach the disk.
+                    file_mut(st, p)?.pending.clear();
+                    return Err(e);
+                }
             }
             let f = file_mut(st, p)?;
-            f.durable = f.live.clone();
-            f.pending.clear();
+            // Only what is dirty is written: pages a failed sync marked clean are not.
+            for w in std::mem::take(&mut f.pending) {
+                let n = w.bytes.len();
+                apply_write(&mut f.durable, &w, n);
+            }
+            Ok(())
+        })
+    }
+
+    fn drop_cache(&self) -> io::Result<()> {
+        self.with(|st, p| {
+            let f = file_mut(st, p)?;
+            let mut img = f.durable.clone();
+            for w in &f.pending {
+                apply_write(&mut img, w, w.bytes.len());
+            }
+            f.live = img;
             Ok(())
         })
     }

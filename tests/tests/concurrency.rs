@@ -1,15 +1,13 @@
 //! The pipeline under concurrency, on the real engine over the simulated disk.
 #![forbid(unsafe_code)]
 
-use std::io;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use roost::batch::Status;
 use roost::pipeline::records::WalEntry;
-use roost_storage::{CrashMode, OpenMode, SimStorage, Storage, StorageFile, StorageFs};
+use roost_storage::{CrashMode, SimFaults, SimStorage};
 use roost_tests::*;
 use serde_json::json;
 
@@ -24,8 +22,11 @@ use serde_json::json;
 #[test]
 fn concurrent_batches_share_flushes_and_stay_ordered() {
     let disk = SimStorage::new();
-    let slow = Arc::new(SlowSync(disk.clone()));
-    let engine = Arc::new(open_engine_on(slow, no_crash()).unwrap());
+    disk.set_faults(SimFaults {
+        sync_latency: Some(Duration::from_millis(1)),
+        ..SimFaults::default()
+    });
+    let engine = Arc::new(open_engine(&disk, no_crash()).unwrap());
     let threads = 16;
     let per = 25;
     let handles: Vec<_> = (0..threads)
@@ -78,59 +79,4 @@ fn concurrent_batches_share_flushes_and_stay_ordered() {
     let c = contents(&after, &["s1", "s2"]);
     assert_eq!(c["s1"].len(), threads * per);
     assert_eq!(c["s2"].len(), threads * per);
-}
-
-/// A simulated disk whose every `fdatasync` takes `SYNC_LATENCY`.
-#[derive(Debug)]
-struct SlowSync(SimStorage);
-
-#[derive(Debug)]
-struct SlowFile(Box<dyn StorageFile>);
-
-const SYNC_LATENCY: Duration = Duration::from_millis(1);
-
-impl Storage for SlowSync {
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.0.create_dir_all(dir)
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.0.list(dir)
-    }
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(SlowFile(self.0.open(path, mode)?)))
-    }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        self.0.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.0.sync_dir(dir)
-    }
-    fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>> {
-        self.0.open_fs(dir)
-    }
-}
-
-impl StorageFile for SlowFile {
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        std::thread::sleep(SYNC_LATENCY);
-        self.0.sync_data()
-    }
-    fn allocate(&self, len: u64) -> io::Result<()> {
-        self.0.allocate(len)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
 }

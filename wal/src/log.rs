@@ -556,6 +556,9 @@ fn recover_segment(
         // synced: the scan below would read it as if it were on disk. Make it durable first,
         // so nothing is built on records a later power loss could take away.
         file.sync_data().map_err(io("sync at open"))?;
+        // After a failed writeback (the process that saw it is gone) the cache may hold
+        // pages the disk never got, marked clean: read what the disk holds instead.
+        file.drop_cache().map_err(io("drop cache at open"))?;
     }
     let bytes = read_all(file.as_ref()).map_err(io("read"))?;
     report.bytes_scanned += bytes.len() as u64;

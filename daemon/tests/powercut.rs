@@ -72,8 +72,22 @@ impl Rig {
             .expect("run roost")
     }
 
-    /// Starts `roost serve` and waits (60 s at most) for "serving": recovery is done.
+    /// Starts `roost serve` and waits (60 s at most) for "serving": recovery is done. A
+    /// daemon killed by a signal this test did not send (another program's SIGTERM on a
+    /// shared machine) is reported and started again, up to three times: to recovery that is
+    /// one more crash.
     fn serve(&mut self) -> Daemon {
+        for _ in 0..3 {
+            match self.try_serve() {
+                Ok(d) => return d,
+                Err(why) => println!("power-cut harness: {why}; starting it again"),
+            }
+        }
+        panic!("roost serve was killed during recovery three times in a row");
+    }
+
+    fn try_serve(&mut self) -> Result<Daemon, String> {
+        use std::os::unix::process::ExitStatusExt;
         self.starts += 1;
         let log = self.tmp.join(format!("serve-{}.log", self.starts));
         let child = Command::new(BIN)
@@ -93,6 +107,11 @@ impl Rig {
         let until = Instant::now() + Duration::from_secs(60);
         while !d.log_text().contains("serving") {
             if let Ok(Some(st)) = d.child.try_wait() {
+                if let Some(sig) = st.signal() {
+                    return Err(format!(
+                        "roost serve killed by signal {sig} during recovery"
+                    ));
+                }
                 panic!(
                     "roost serve exited during recovery ({st}):\n{}",
                     d.log_text()
@@ -105,7 +124,7 @@ impl Rig {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        d
+        Ok(d)
     }
 }
 
@@ -290,6 +309,12 @@ fn acknowledged_batches_survive_power_cuts_on_ext4() {
             );
         }
         stats.cuts += 1;
+        println!(
+            "cut {cut}: {} files sent, {} results read so far ({:.1} s)",
+            ledger.sent.len(),
+            ledger.acked.len(),
+            started.elapsed().as_secs_f64()
+        );
     }
     drop(daemon);
     let secs = started.elapsed().as_secs_f64();

@@ -59,17 +59,21 @@ impl Rig {
         self.tmp.join("mnt-spool")
     }
 
-    fn roost(&self, args: &[&str]) -> std::process::Output {
-        Command::new(BIN)
-            .args(args)
+    /// `roost ARGS --config .. --data-dir .. --spool-dir ..`, not yet run.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
             .arg("--config")
             .arg(&self.config)
             .arg("--data-dir")
             .arg(&self.data)
             .arg("--spool-dir")
-            .arg(&self.spool)
-            .output()
-            .expect("run roost")
+            .arg(&self.spool);
+        c
+    }
+
+    fn roost(&self, args: &[&str]) -> std::process::Output {
+        self.command(args).output().expect("run roost")
     }
 
     /// Starts `roost serve` and waits (60 s at most) for "serving": recovery is done. A
@@ -90,14 +94,8 @@ impl Rig {
         use std::os::unix::process::ExitStatusExt;
         self.starts += 1;
         let log = self.tmp.join(format!("serve-{}.log", self.starts));
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .arg("--data-dir")
-            .arg(&self.data)
-            .arg("--spool-dir")
-            .arg(&self.spool)
+        let child = self
+            .command(&["serve"])
             .env("ROOST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))

@@ -6,9 +6,9 @@
 //!      0    4 crc32     CRC-32 (crc32fast, IEEE) over bytes 4..24 of the header, then the payload
 //!      4    1 version   WAL_FORMAT_VERSION (2; version 1 is still read)
 //!      5    1 type      record type (the caller's; the daemon's are in pipeline/records.rs)
-//!      6    2 synced_back  lsn minus the highest lsn durable when this record was appended;
-//!                     0 = no mark (version 1, where these bytes were reserved and zero, or
-//!                     more than u16::MAX records unsynced)
+//!      6    2 synced    synced_back: lsn minus the highest lsn durable when this record was
+//!                       appended; 0 = no mark (more than u16::MAX records unsynced). Version 1:
+//!                       reserved, zero (its records keep the old rule, see Header::vouches_for)
 //!      8    4 len       payload length in bytes, <= the log's payload_bytes_max
 //!     12    4 epoch     epoch of the writer (1 until replication, see Kip101.tla)
 //!     16    8 lsn       log sequence number, strictly increasing by 1 across the whole log

@@ -252,14 +252,29 @@ fn torn_wal_tail_is_not_corruption() {
 }
 
 /// Goal: a damaged audit row followed by valid rows makes `audit` exit 65 (it used to exit
-/// 1). Method: flip a payload byte of the first audit frame.
+/// 1). Method: a fourth batch after a restart (its row vouches that a sync covered the first
+/// three: docs/wal-format.md, "the synced mark"), then flip a payload byte of the first audit
+/// frame. Damage no later row vouches for would be a hole from a power loss, cut instead.
 #[test]
 fn damaged_audit_exits_65() {
     let t = tempfile::tempdir().unwrap();
     let data = populated(t.path());
+    let mut d = serve_ready(&data, &t.path().join("serve-again.log"), &[]);
+    let spool = data.join("spool");
+    drop_in(&spool, "b3.json", &create("k3", "s"));
+    wait_for("a fourth result", Duration::from_secs(20), || {
+        spool.join("out/b3.json").exists()
+    });
+    let pid = d.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(d.0.wait().unwrap().code(), Some(0));
     let out = roost(&data, &["audit"]);
     assert_code(&out, 0, "audit on a clean log");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 4);
     flip_wal_frame(&data.join("audit"), 0);
     assert_code(&roost(&data, &["audit"]), 65, "audit on a damaged row");
 }

@@ -404,6 +404,9 @@ fn scan_frames(
             lsn_is_next,
             last_segment: last,
             valid_follows: follows,
+            // The check above already cut a gap past the vouched lsn; what reaches the table is
+            // covered by a flush, or the shard has no evidence either way (the old rule).
+            below_synced: !unsynced,
         };
         let corrupt = |reason: String| FrameCorrupt {
             offset: pos,

@@ -26,6 +26,12 @@ pub struct Observation {
     pub last_segment: bool,
     /// Some valid frame exists at a later aligned offset of this segment.
     pub valid_follows: bool,
+    /// Durable evidence says a completed sync covered this position: a later valid frame
+    /// vouches for it (the WAL's synced mark), or the store has no such evidence and keeps the
+    /// old assumption that the disk persists unsynced writes as a prefix (a shard with no
+    /// `synced_through_lsn`, a WAL record of format version 1). Consulted only when a valid
+    /// frame follows: damage with nothing valid after it is a torn tail either way.
+    pub below_synced: bool,
 }
 
 /// What recovery does at that position.
@@ -48,30 +54,46 @@ pub enum Action {
 /// The decision table. Every combination of inputs has exactly one row; the unit test walks
 /// all of them.
 ///
-/// | seen    | lsn next | last seg | valid follows | action        |
-/// |---------|----------|----------|---------------|---------------|
-/// | Valid   | yes      | any      | any           | Accept        |
-/// | Valid   | no       | any      | any           | Corrupt       |
-/// | Zero    | any      | no       | no            | EndOfSegment  |
-/// | Zero    | any      | yes      | no            | EndOfLog      |
-/// | Zero    | any      | any      | yes           | Corrupt       |
-/// | Invalid | any      | yes      | no            | TruncateTail  |
-/// | Invalid | any      | yes      | yes           | Corrupt       |
-/// | Invalid | any      | no       | any           | Corrupt       |
+/// | seen    | lsn next | last seg | valid follows | below synced | action        |
+/// |---------|----------|----------|---------------|--------------|---------------|
+/// | Valid   | yes      | any      | any           | any          | Accept        |
+/// | Valid   | no       | any      | any           | any          | Corrupt       |
+/// | Zero    | any      | no       | no            | any          | EndOfSegment  |
+/// | Zero    | any      | yes      | no            | any          | EndOfLog      |
+/// | Zero    | any      | no       | yes           | any          | Corrupt       |
+/// | Zero    | any      | yes      | yes           | yes          | Corrupt       |
+/// | Zero    | any      | yes      | yes           | no           | TruncateTail  |
+/// | Invalid | any      | yes      | no            | any          | TruncateTail  |
+/// | Invalid | any      | yes      | yes           | yes          | Corrupt       |
+/// | Invalid | any      | yes      | yes           | no           | TruncateTail  |
+/// | Invalid | any      | no       | any           | any          | Corrupt       |
 pub fn decide(o: Observation) -> Action {
-    match (o.seen, o.lsn_is_next, o.last_segment, o.valid_follows) {
-        (Seen::Valid, true, _, _) => Action::Accept,
-        (Seen::Valid, false, _, _) => Action::Corrupt("lsn out of sequence"),
-        (Seen::Zero, _, false, false) => Action::EndOfSegment,
-        (Seen::Zero, _, true, false) => Action::EndOfLog,
-        (Seen::Zero, _, _, true) => Action::Corrupt("zeroed gap before valid records"),
-        (Seen::Invalid, _, true, false) => Action::TruncateTail,
-        (Seen::Invalid, _, true, true) => {
-            Action::Corrupt("damaged record followed by valid records")
+    match (
+        o.seen,
+        o.lsn_is_next,
+        o.last_segment,
+        o.valid_follows,
+        o.below_synced,
+    ) {
+        (Seen::Valid, true, _, _, _) => Action::Accept,
+        (Seen::Valid, false, _, _, _) => Action::Corrupt("lsn out of sequence"),
+        (Seen::Zero, _, false, false, _) => Action::EndOfSegment,
+        (Seen::Zero, _, true, false, _) => Action::EndOfLog,
+        (Seen::Zero, _, false, true, _) => Action::Corrupt("zeroed gap before valid records"),
+        (Seen::Zero, _, true, true, true) => {
+            Action::Corrupt("zeroed gap below the synced point before valid records")
         }
+        (Seen::Invalid, _, true, false, _) => Action::TruncateTail,
+        (Seen::Invalid, _, true, true, true) => {
+            Action::Corrupt("damaged record below the synced point followed by valid records")
+        }
+        // No sync ever covered this position, so a power loss may have kept later unsynced
+        // pages and not this one (write-back order, a volatile disk cache, ext4 zeroing an
+        // extent whose conversion was lost): a hole in the tail, not damage to durable data.
+        (Seen::Zero | Seen::Invalid, _, true, true, false) => Action::TruncateTail,
         // Segments are synced before the next one is created, so a sealed segment can never
         // have a torn tail: any damage there is corruption.
-        (Seen::Invalid, _, false, _) => Action::Corrupt("damaged record in a sealed segment"),
+        (Seen::Invalid, _, false, _, _) => Action::Corrupt("damaged record in a sealed segment"),
     }
 }
 
@@ -148,8 +170,10 @@ mod tests {
 
     /// Walks every combination of the decision table's inputs and checks each row against the
     /// rules stated independently: accept only a verified record in sequence; a torn tail only
-    /// in the newest segment with nothing valid after it; anything that has a valid record
-    /// after it and is not itself accepted is corruption.
+    /// in the newest segment, with nothing valid after it or with nothing after it that a
+    /// completed sync covered; anything else that has a valid record after it and is not
+    /// itself accepted is corruption; without evidence of a sync (`below_synced` true, the
+    /// default of a store that has none) the table is the old one.
     #[test]
     fn decision_table_covers_every_combination() {
         let mut seen_actions = std::collections::HashSet::new();
@@ -158,46 +182,80 @@ mod tests {
             for lsn_is_next in [false, true] {
                 for last_segment in [false, true] {
                     for valid_follows in [false, true] {
-                        n += 1;
-                        let o = Observation {
-                            seen,
-                            lsn_is_next,
-                            last_segment,
-                            valid_follows,
-                        };
-                        let a = decide(o);
-                        seen_actions.insert(format!("{a:?}").split('(').next().unwrap().to_owned());
-                        assert_eq!(
-                            a == Action::Accept,
-                            seen == Seen::Valid && lsn_is_next,
-                            "{o:?}"
-                        );
-                        if a == Action::TruncateTail {
-                            assert!(last_segment && !valid_follows && seen == Seen::Invalid);
-                        }
-                        if valid_follows && a != Action::Accept {
-                            assert!(matches!(a, Action::Corrupt(_)), "{o:?} -> {a:?}");
-                        }
-                        if seen == Seen::Invalid && !last_segment {
-                            assert!(matches!(a, Action::Corrupt(_)), "{o:?}");
-                        }
-                        if seen == Seen::Zero && !valid_follows {
-                            let want = if last_segment {
-                                Action::EndOfLog
-                            } else {
-                                Action::EndOfSegment
+                        for below_synced in [false, true] {
+                            n += 1;
+                            let o = Observation {
+                                seen,
+                                lsn_is_next,
+                                last_segment,
+                                valid_follows,
+                                below_synced,
                             };
-                            assert_eq!(a, want);
+                            let a = decide(o);
+                            seen_actions
+                                .insert(format!("{a:?}").split('(').next().unwrap().to_owned());
+                            check_row(o, a);
                         }
                     }
                 }
             }
         }
-        assert_eq!(n, 24);
+        assert_eq!(n, 48);
         assert_eq!(
             seen_actions.len(),
             5,
             "every action is reachable: {seen_actions:?}"
         );
+    }
+
+    /// The rules each row must satisfy, stated without the table.
+    fn check_row(o: Observation, a: Action) {
+        let damaged = o.seen != Seen::Valid;
+        assert_eq!(
+            a == Action::Accept,
+            o.seen == Seen::Valid && o.lsn_is_next,
+            "{o:?}"
+        );
+        if a == Action::TruncateTail {
+            assert!(o.last_segment && damaged, "{o:?}");
+            assert!(
+                (!o.valid_follows && o.seen == Seen::Invalid) || !o.below_synced,
+                "{o:?}"
+            );
+        }
+        if o.valid_follows && a != Action::Accept {
+            // A hole: damage in the newest segment that no completed sync covered.
+            let hole = o.last_segment && !o.below_synced && damaged;
+            assert_eq!(a == Action::TruncateTail, hole, "{o:?} -> {a:?}");
+            if !hole {
+                assert!(matches!(a, Action::Corrupt(_)), "{o:?} -> {a:?}");
+            }
+        }
+        if o.seen == Seen::Invalid && !o.last_segment {
+            assert!(matches!(a, Action::Corrupt(_)), "{o:?}");
+        }
+        if o.seen == Seen::Zero && !o.valid_follows {
+            let want = if o.last_segment {
+                Action::EndOfLog
+            } else {
+                Action::EndOfSegment
+            };
+            assert_eq!(a, want);
+        }
+        // Without evidence of a sync, the table is the one before `below_synced` existed.
+        if o.below_synced {
+            let old = match (o.seen, o.last_segment, o.valid_follows) {
+                (Seen::Valid, _, _) => a,
+                (Seen::Zero, false, false) => Action::EndOfSegment,
+                (Seen::Zero, true, false) => Action::EndOfLog,
+                (Seen::Invalid, true, false) => Action::TruncateTail,
+                _ => Action::Corrupt(""),
+            };
+            assert_eq!(
+                std::mem::discriminant(&a),
+                std::mem::discriminant(&old),
+                "{o:?}"
+            );
+        }
     }
 }

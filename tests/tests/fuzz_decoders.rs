@@ -258,7 +258,7 @@ fn forged_lengths_are_errors() {
     // A frame whose checksum is right but whose payload's length prefix is absurd.
     let mut payload = vec![0u8; 8];
     payload.extend_from_slice(&u64::MAX.to_le_bytes());
-    let frame = roost_wal::format::encode_frame(RecordType::Claim as u8, 1, 1, &payload);
+    let frame = roost_wal::format::encode_frame(RecordType::Claim as u8, 1, 1, 0, &payload);
     let disk = SimStorage::new();
     let p = PathBuf::from("/w/00000000000000000001.wal");
     let f = disk.open(&p, OpenMode::CreateNew).unwrap();

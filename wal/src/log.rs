@@ -262,16 +262,19 @@ impl Wal {
             return Err(WalError::Poisoned(why.clone()));
         }
         let lsn = g.next_lsn;
-        let frame = encode_frame(record_type, self.opts.epoch, lsn, payload);
+        let len = frame_len(payload.len()) as u64;
         let fits = g
             .active
             .as_ref()
-            .is_some_and(|a| a.write_offset + frame.len() as u64 <= self.opts.segment_bytes);
+            .is_some_and(|a| a.write_offset + len <= self.opts.segment_bytes);
         if !fits {
             self.roll(&mut g, lsn).inspect_err(|e| {
                 g.poisoned.get_or_insert_with(|| e.to_string());
             })?;
         }
+        // The record's synced mark: what is durable now, before it is written (after a roll,
+        // the whole sealed segment).
+        let frame = encode_frame(record_type, self.opts.epoch, lsn, g.synced_lsn, payload);
         let (file, offset, path) = match g.active.as_ref() {
             Some(a) => (
                 a.file.clone(),

@@ -6,6 +6,11 @@
 use crate::format::{frame_len, probe, Header, Probe, RECORD_ALIGN, RECORD_HEADER_LEN};
 use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
 
+/// The reason a torn tail gives when valid records follow the damage: none of them vouches
+/// that a sync covered it, so a power loss kept later unsynced pages and not this one.
+pub const HOLE_REASON: &str =
+    "hole among records no sync covered (a power loss kept a later page, not an earlier one)";
+
 /// How a segment scan ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
@@ -39,6 +44,18 @@ fn valid_follows(bytes: &[u8], from: usize, payload_bytes_max: u32) -> bool {
     valid_record_follows(bytes, from, RECORD_ALIGN, |b| {
         matches!(probe(b, payload_bytes_max), Probe::Valid(_))
     })
+}
+
+/// Whether a valid record after `from` vouches that a completed sync covered `lsn` (its
+/// synced mark reaches `lsn`, or it is a version 1 record: the old rule). Records before the
+/// damage cannot: a mark is always below its own record's lsn.
+fn sync_vouched_after(bytes: &[u8], from: usize, lsn: u64, payload_bytes_max: u32) -> bool {
+    valid_record_follows(
+        bytes,
+        from,
+        RECORD_ALIGN,
+        |b| matches!(probe(b, payload_bytes_max), Probe::Valid(h) if h.vouches_for(lsn)),
+    )
 }
 
 /// Where a scan of one segment stands: the next offset, the lsn the next record must carry,
@@ -95,11 +112,14 @@ pub fn step(
         Seen::Valid => false,
         _ => valid_follows(bytes, pos + RECORD_ALIGN, payload_bytes_max),
     };
+    let below_synced =
+        follows && sync_vouched_after(bytes, pos + RECORD_ALIGN, st.next_lsn, payload_bytes_max);
     let obs = Observation {
         seen,
         lsn_is_next,
         last_segment,
         valid_follows: follows,
+        below_synced,
     };
     let corrupt = |reason: &str| CorruptAt {
         offset: pos as u64,
@@ -121,7 +141,7 @@ pub fn step(
         (Action::EndOfSegment | Action::EndOfLog, _) => Ok(Step::End(Ending::Clean)),
         (Action::TruncateTail, _) => Ok(Step::End(Ending::TornTail {
             offset: pos as u64,
-            reason: why,
+            reason: if follows { HOLE_REASON } else { why },
         })),
         (Action::Corrupt(reason), _) => {
             let detail = if matches!(seen, Seen::Valid | Seen::Zero) {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use roost_storage::{CrashMode, RealStorage, SimFaults, SimStorage, Storage};
-use roost_wal::format::{frame_len, LEN_OFFSET, RECORD_HEADER_LEN};
+use roost_wal::format::{
+    frame_len, probe, Header, Probe, LEN_OFFSET, RECORD_HEADER_LEN, WAL_FORMAT_VERSION,
+};
 use roost_wal::{Wal, WalError, WalOptions};
 
 fn dir() -> PathBuf {
@@ -394,30 +396,95 @@ fn retire_below_removes_whole_old_segments() {
     assert_eq!(wal.replay(1).last().unwrap().unwrap().lsn, 40);
 }
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wal-v1")
+fn fixture_dir(version: u8) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/wal-v{version}"))
 }
 
-/// Goal: a WAL written by format version 1 is committed in the repo and must still replay,
-/// byte for byte. Regenerate only on a deliberate format change (and bump the version):
-/// `ROOST_WRITE_FIXTURES=1 cargo test -p roost-wal fixture`.
-#[test]
-fn fixture_v1_still_replays() {
-    let expect: Vec<(u64, Vec<u8>)> = (1..=12u64).map(|i| (i, payload(i))).collect();
-    if std::env::var_os("ROOST_WRITE_FIXTURES").is_some() {
-        let _ = std::fs::remove_dir_all(fixture_dir());
-        let wal = Wal::open(fixture_dir(), opts(512)).unwrap();
-        for (_, p) in &expect {
-            wal.append(1, p).unwrap();
+/// The fixture's records: lsn 1..=12, each with `payload(lsn)`.
+fn fixture_records() -> Vec<(u64, Vec<u8>)> {
+    (1..=12u64).map(|i| (i, payload(i))).collect()
+}
+
+/// Writes the current version's fixture when `ROOST_WRITE_FIXTURES` is set, never an older
+/// one: `ROOST_WRITE_FIXTURES=1 cargo test -p roost-wal fixture` after a deliberate format
+/// change (and a bump of `WAL_FORMAT_VERSION`, so the old fixture stays beside it). Appends
+/// without waiting and syncs every third record, so the synced marks differ from record to
+/// record.
+fn maybe_write_fixture(version: u8) {
+    if version != WAL_FORMAT_VERSION || std::env::var_os("ROOST_WRITE_FIXTURES").is_none() {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(fixture_dir(version));
+    let wal = Wal::open(fixture_dir(version), opts(512)).unwrap();
+    for (lsn, p) in fixture_records() {
+        assert_eq!(wal.append_nowait(1, &p).unwrap(), lsn);
+        if lsn % 3 == 0 {
+            wal.sync_to(lsn).unwrap();
         }
     }
+    wal.sync_to(12).unwrap();
+}
+
+fn open_fixture(version: u8) -> Wal {
+    maybe_write_fixture(version);
     let ro = WalOptions {
         read_only: true,
         ..opts(512)
     };
-    let wal = Wal::open(fixture_dir(), ro).unwrap();
-    assert_eq!(all(&wal), expect);
+    let wal = Wal::open(fixture_dir(version), ro).unwrap();
+    assert_eq!(all(&wal), fixture_records());
     assert!(wal.recovery_report().segments >= 2);
+    wal
+}
+
+/// Every record header of a log directory on the real disk, oldest first.
+fn headers(dir: &Path) -> Vec<Header> {
+    let mut names = RealStorage.list(dir).unwrap();
+    names.sort();
+    let mut out = Vec::new();
+    for n in names {
+        let bytes = std::fs::read(dir.join(n)).unwrap();
+        let mut pos = 0;
+        while let Probe::Valid(h) = probe(&bytes[pos..], 4096) {
+            pos += frame_len(h.len as usize);
+            out.push(h);
+        }
+    }
+    out
+}
+
+/// Goal: a WAL written by format version 1 is committed in the repo and must still replay,
+/// byte for byte; its headers carry no synced mark.
+#[test]
+fn fixture_v1_still_replays() {
+    open_fixture(1);
+    let hs = headers(&fixture_dir(1));
+    assert_eq!(hs.len(), 12);
+    assert!(hs.iter().all(|h| h.version == 1 && h.synced_back == 0));
+}
+
+/// Goal: a WAL written by format version 2 is committed in the repo and must still replay,
+/// byte for byte, with the synced marks its writer stamped: every record vouches for what
+/// was synced before it (every third record, and the sealed segment at each roll).
+#[test]
+fn fixture_v2_still_replays_with_its_synced_marks() {
+    open_fixture(2);
+    let hs = headers(&fixture_dir(2));
+    assert_eq!(hs.len(), 12);
+    let mut synced = 0;
+    for h in &hs {
+        assert_eq!(h.version, 2);
+        let mark = h.lsn - u64::from(h.synced_back);
+        assert!(
+            h.synced_back > 0 && mark >= synced,
+            "{h:?} after sync {synced}"
+        );
+        assert!(
+            mark >= (h.lsn - 1) / 3 * 3,
+            "{h:?}: the last sync_to is vouched for"
+        );
+        synced = mark;
+    }
 }
 
 /// Goal (issue 13, item 5): after a failed fsync the kernel marks the pages clean, so the

@@ -4,7 +4,7 @@
 //! limit so a length prefix read from disk can never make it allocate more than the frame
 //! that holds it. The WAL itself stores opaque `(type, bytes)` records; the version byte of
 //! each WAL frame covers these payloads too, so any change here bumps `WAL_FORMAT_VERSION`
-//! (pinned below). No `usize` is ever encoded: every integer field has an explicit width.
+//! (the mapping from frame versions to this payload version is pinned below). No `usize` is ever encoded: every integer field has an explicit width.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,10 +15,17 @@ use crate::error::EngineError;
 
 pub use crate::error::CodecError;
 
-/// The payload schema of this module is the one the WAL's frame version byte announces.
-/// Changing a record below means a new `WAL_FORMAT_VERSION` and a decoder kept for the old.
+/// The payload schema of this module. WAL frames of version 1 and 2 both carry payloads of
+/// this version (frame version 2 changed only the header: the synced mark), so the frame's
+/// version byte tells the payload version. Changing a record below means a new
+/// `WAL_FORMAT_VERSION` that announces it and a decoder kept for the old; the assert makes
+/// a bump of either version revisit this mapping.
 pub const RECORDS_FORMAT_VERSION: u8 = 1;
-const _: () = assert!(roost_wal::format::WAL_FORMAT_VERSION == RECORDS_FORMAT_VERSION);
+const _: () = assert!(
+    roost_wal::format::WAL_FORMAT_VERSION == 2
+        && roost_wal::format::WAL_FORMAT_VERSION_MIN == 1
+        && RECORDS_FORMAT_VERSION == 1
+);
 
 /// Record types of the batch WAL (`<data-dir>/wal`) and of the audit log
 /// (`<data-dir>/audit`, same frame format).

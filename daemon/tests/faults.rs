@@ -117,7 +117,7 @@ fn body(name: &str, rejected: bool) -> Vec<u8> {
 /// shard owners preallocate, sync and map new ones during the run (fallocate is walked
 /// too), and small ops per batch, so the WAL and audit segments are small and `verify`
 /// reads little.
-const CONFIG: &str = "batch_ops_max = 4\nwal_segment_bytes = 8192\nshard_segment_bytes = 256\n";
+const CONFIG: &str = "batch_ops_max = 4\nwal_segment_bytes = 8192\nshard_segment_bytes = 128\n";
 
 /// Writes [`CONFIG`] to `root/roost.toml`.
 fn write_config(root: &Path) -> PathBuf {
@@ -223,6 +223,21 @@ fn streaming_phase(root: &Path) -> Phase {
     }
 }
 
+/// The fresh phase's template: an empty data directory, so the first start creates the WAL,
+/// the audit log, the shards and their directories under the fault.
+fn fresh_phase(root: &Path) -> Phase {
+    let data = root.join("template-fresh");
+    std::fs::create_dir(&data).expect("template-fresh");
+    Phase {
+        label: "fresh",
+        config: write_config(root),
+        template: data,
+        steps: vec![Step::Deliver("b1", false), Step::Deliver("b2", false)],
+        before: vec![],
+        claimed: None,
+    }
+}
+
 /// The recovery phase's template: the streaming template plus batch `c1` claimed (its claim
 /// synced) and the daemon killed there (`ROOST_CRASH_AT=after_claim_sync`).
 fn recovery_phase(root: &Path, stream: &Phase) -> Phase {
@@ -294,6 +309,16 @@ fn run_traced(phase: &Phase, dir: &Path, trace: &Trace) -> Result<RunOutcome, St
     .map_err(|e| format!("starting strace: {e}"))?;
     let mut names = Vec::new();
     let mut seen = BTreeMap::new();
+    // A fresh data directory has no spool until the daemon makes it (or fails to).
+    let spool = data.join("spool");
+    let until = Instant::now() + STEP_LIMIT;
+    while !(spool.join("tmp").is_dir() && spool.join("new").is_dir()) && d.exited().is_none() {
+        if Instant::now() > until {
+            d.kill();
+            return Err(format!("hang: no spool within {STEP_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     for step in &phase.steps {
         if d.exited().is_some() {
             break;
@@ -682,6 +707,17 @@ fn io_faults_while_streaming_stop_with_74_and_lose_nothing() {
     let Some(root) = scratch() else { return };
     let base = root.path().canonicalize().expect("tempdir");
     let phase = streaming_phase(&base);
+    let anomalies = walk(&phase, &base);
+    assert_none(phase.label, root, anomalies);
+}
+
+/// Goal: the same when the fault hits the first start on an empty data directory (creating
+/// the WAL, audit log, shards, their directories and first segments). Method: as above.
+#[test]
+fn io_faults_on_a_fresh_data_directory_stop_with_74_and_lose_nothing() {
+    let Some(root) = scratch() else { return };
+    let base = root.path().canonicalize().expect("tempdir");
+    let phase = fresh_phase(&base);
     let anomalies = walk(&phase, &base);
     assert_none(phase.label, root, anomalies);
 }

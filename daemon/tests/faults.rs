@@ -686,12 +686,19 @@ fn scratch() -> Option<tempfile::TempDir> {
     Some(tempfile::tempdir().expect("tempdir"))
 }
 
-fn assert_none(phase: &str, root: tempfile::TempDir, anomalies: Vec<String>) {
+/// Builds a phase in a scratch root and walks it; fails with every anomaly, keeping the
+/// root (the failing runs' directories) for a look.
+fn walk_phase(make: impl FnOnce(&Path) -> Phase) {
+    let Some(root) = scratch() else { return };
+    let base = root.path().canonicalize().expect("tempdir");
+    let phase = make(&base);
+    let anomalies = walk(&phase, &base);
     if !anomalies.is_empty() {
         let kept = root.keep();
         panic!(
-            "{} anomalies in the {phase} fault walk (runs kept in {}):\n\n{}",
+            "{} anomalies in the {} fault walk (runs kept in {}):\n\n{}",
             anomalies.len(),
+            phase.label,
             kept.display(),
             anomalies.join("\n\n")
         );
@@ -704,22 +711,14 @@ fn assert_none(phase: &str, root: tempfile::TempDir, anomalies: Vec<String>) {
 /// each restarted without strace and checked (results, resubmission, verify, shards).
 #[test]
 fn io_faults_while_streaming_stop_with_74_and_lose_nothing() {
-    let Some(root) = scratch() else { return };
-    let base = root.path().canonicalize().expect("tempdir");
-    let phase = streaming_phase(&base);
-    let anomalies = walk(&phase, &base);
-    assert_none(phase.label, root, anomalies);
+    walk_phase(streaming_phase);
 }
 
 /// Goal: the same when the fault hits the first start on an empty data directory (creating
 /// the WAL, audit log, shards, their directories and first segments). Method: as above.
 #[test]
 fn io_faults_on_a_fresh_data_directory_stop_with_74_and_lose_nothing() {
-    let Some(root) = scratch() else { return };
-    let base = root.path().canonicalize().expect("tempdir");
-    let phase = fresh_phase(&base);
-    let anomalies = walk(&phase, &base);
-    assert_none(phase.label, root, anomalies);
+    walk_phase(fresh_phase);
 }
 
 /// Goal: the same when the fault hits recovery's own writes (an unfinished claim left by a
@@ -727,10 +726,5 @@ fn io_faults_on_a_fresh_data_directory_stop_with_74_and_lose_nothing() {
 /// a data directory killed at `after_claim_sync`.
 #[test]
 fn io_faults_during_recovery_stop_with_74_and_lose_nothing() {
-    let Some(root) = scratch() else { return };
-    let base = root.path().canonicalize().expect("tempdir");
-    let stream = streaming_phase(&base);
-    let phase = recovery_phase(&base, &stream);
-    let anomalies = walk(&phase, &base);
-    assert_none(phase.label, root, anomalies);
+    walk_phase(|base| recovery_phase(base, &streaming_phase(base)));
 }

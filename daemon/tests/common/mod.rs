@@ -54,3 +54,6 @@ pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> Guard {
     });
     guard
 }
+
+/// `roost serve` under `strace -f`, for the fault walk.
+pub mod strace;

@@ -194,7 +194,7 @@ fn corpus_into_a_running_daemon() {
     });
     let r: Value = serde_json::from_slice(&std::fs::read(out.join("after.json")).unwrap()).unwrap();
     assert_eq!(r["status"], "committed");
-    assert!(child.0.try_wait().unwrap().is_none(), "daemon died");
+    assert!(child.exited().unwrap().is_none(), "daemon died");
     println!("{} inputs, {quarantined} quarantined", expect.len());
     assert_eq!(
         Status::Invalid,

@@ -56,17 +56,7 @@ fn populated(t: &Path) -> PathBuf {
     wait_for("three results", Duration::from_secs(20), || {
         (0..3).all(|i| spool.join(format!("out/b{i}.json")).exists())
     });
-    let pid = d.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    assert_eq!(
-        d.0.wait().unwrap().code(),
-        Some(0),
-        "serve exits 0 on SIGTERM"
-    );
+    assert_eq!(stop_code(&mut d), Some(0), "serve exits 0 on SIGTERM");
     data
 }
 
@@ -265,13 +255,7 @@ fn damaged_audit_exits_65() {
     wait_for("a fourth result", Duration::from_secs(20), || {
         spool.join("out/b3.json").exists()
     });
-    let pid = d.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    assert_eq!(d.0.wait().unwrap().code(), Some(0));
+    assert_eq!(stop_code(&mut d), Some(0));
     let out = roost(&data, &["audit"]);
     assert_code(&out, 0, "audit on a clean log");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 4);

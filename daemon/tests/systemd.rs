@@ -148,11 +148,7 @@ fn sigterm_mid_stream_loses_nothing() {
     wait_for("some results", Duration::from_secs(30), || {
         std::fs::read_dir(spool.join("out")).unwrap().count() >= 30
     });
-    Command::new("kill")
-        .args(["-TERM", &d.0.id().to_string()])
-        .status()
-        .unwrap();
-    let st = d.0.wait().unwrap();
+    let st = d.stop(Duration::from_secs(20)).expect("stops on SIGTERM");
     assert_eq!(
         st.code(),
         Some(0),

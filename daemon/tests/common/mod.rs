@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_roost");
@@ -35,24 +35,22 @@ pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
 }
 
 /// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs
-/// "serving" (recovery done).
-pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> Guard {
-    let child = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(data)
-        .args(args)
-        .env("ROOST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let guard = Guard(child);
-    wait_for("serving", Duration::from_secs(20), || {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .contains("serving")
-    });
-    guard
+/// "serving" (recovery done); the daemon is killed when the returned child is dropped.
+pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::ops::child::ServeChild {
+    let mut d = roost::ops::child::ServeChild::spawn(Path::new(BIN), data, log, |c| {
+        c.args(args);
+    })
+    .unwrap_or_else(|e| panic!("spawning roost serve: {e:#}"));
+    d.ready(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("roost serve never served: {e:#}"));
+    d
+}
+
+/// SIGTERM to a daemon under test and its exit code (bounded wait).
+pub fn stop_code(d: &mut roost::ops::child::ServeChild) -> Option<i32> {
+    d.stop(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .code()
 }
 
 /// `roost serve` under `strace -f`, for the fault walk.

@@ -161,3 +161,82 @@ fn a_conflict_answer_survives_a_power_loss() {
         "the conflict the client read changed after a power loss"
     );
 }
+
+/// Goal (found in review): a later batch Y under a name must not lose its answer to an
+/// earlier batch X under the same name whose `done` was not yet durable. Y removing its input
+/// before X settled let recovery (both inputs gone, X's answer consumed) publish X's answer
+/// again and then leave Y's out as "another request's".
+/// Method: X is held right after its answer (no `done`); the client consumes it and drops Y
+/// under the same name; Y runs in another thread until it blocks; the process dies there.
+/// Recovery, then (as the serve loop would) any input still in `new/`: the answer in `out/`
+/// must be Y's.
+#[test]
+fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
+    use roost::error::EngineError;
+    use roost::pipeline::crash::{CrashHook, CrashPoint, Step};
+    use std::sync::{mpsc, Mutex};
+
+    /// Holds the first `after_result` (X's) until released.
+    struct Hold {
+        reached: Mutex<Option<mpsc::Sender<()>>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+    impl CrashHook for Hold {
+        fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+            if point == Step::AfterResult.at() {
+                if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
+                    let _ = tx.send(());
+                    let _ = self
+                        .release
+                        .lock()
+                        .map(|r| r.recv_timeout(std::time::Duration::from_secs(20)));
+                }
+            }
+            Ok(())
+        }
+    }
+    let disk = SimStorage::new();
+    let (reached_tx, reached) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let hook = Arc::new(Hold {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(release_rx),
+    });
+    let e = Arc::new(open_engine(&disk, hook).expect("open"));
+    let tx = {
+        let e = e.clone();
+        std::thread::spawn(move || e.submit(&parse(&x()), "n.json"))
+    };
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("x answered");
+    consume(&disk, "n.json");
+    disk.put_file_bytes(
+        &spool("new", "n.json"),
+        serde_json::to_vec(&y()).expect("json"),
+    );
+    let ty = {
+        let e = e.clone();
+        std::thread::spawn(move || e.submit(&parse(&y()), "n.json"))
+    };
+    // Y claims, commits and then waits for X (bounded); the process dies while it waits.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let crashed = disk.crash(CrashMode::Process);
+    let _ = release.send(());
+    let _ = tx.join();
+    let _ = ty.join();
+    drop(e);
+    let e = open_engine(&crashed, no_crash()).expect("recovery");
+    if crashed.file_bytes(&spool("new", "n.json")).is_some() {
+        e.submit(&parse(&y()), "n.json").expect("y from new/");
+    }
+    drop(e);
+    let answer = visible_result(&crashed, "n.json")
+        .expect("whole")
+        .expect("an answer for n.json");
+    assert_eq!(
+        answer.request_key(),
+        Some("y"),
+        "the answer under the name is not y's: {answer:?}"
+    );
+}

@@ -154,6 +154,10 @@ impl Engine {
             self.hit(Step::AfterResult.at())?;
             return Ok(r);
         }
+        // An earlier batch under this name settles first (its `done` durable), before this
+        // batch's input goes: once the input is gone, recovery must never finish the earlier
+        // one again, or it would publish the earlier answer where this one belongs.
+        self.settle_name(&claim.source, Some(lsn))?;
         self.remove_input(&claim.source)?;
         self.hit(Step::AfterInputRemoved.at())?;
         self.publish(&claim.source, &r)?;

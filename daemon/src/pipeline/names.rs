@@ -5,9 +5,11 @@
 //! name alone, delete the new batch's input and publish the old answer over the new one (or
 //! bring back an answer the client already consumed). Two rules close this:
 //!
-//! - Live: no answer for `NAME` is published while an earlier claim under `NAME` lacks a
-//!   durable `done` record; the publisher waits for that `done` and syncs the WAL up to it
-//!   first ([`Engine::settle_name`]). Then recovery never finishes the earlier batch again.
+//! - Live: neither is a later batch's input under `NAME` removed nor any answer for `NAME`
+//!   published while an earlier claim under `NAME` lacks a durable `done` record; the worker
+//!   waits for that `done` and syncs the WAL up to it first ([`Engine::settle_name`]). So once
+//!   the later input is gone or its answer is out, recovery never finishes the earlier batch
+//!   again (and while the later input is still in `new/`, recovery sees it is another's).
 //! - Recovery: an earlier batch finished again removes `new/NAME` only if it holds that very
 //!   batch (same request key and fingerprint), and publishes its answer only if neither
 //!   `new/NAME` nor `out/NAME` belongs to another request ([`Engine::recovery_answer`]).

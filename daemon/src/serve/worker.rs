@@ -56,16 +56,15 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
             debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
             Ok(())
         }
-        Err(inv) => {
-            quarantine(sh, name, &inv);
-            Ok(())
-        }
+        Err(inv) => quarantine(sh, name, &inv),
     }
 }
 
-/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. Failing to do so is not
-/// fatal (the input is still there, nothing is lost): the name is logged and left alone.
-fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
+/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. A failed move is not
+/// fatal (the input is still there, nothing is lost): the name is logged and left alone. A
+/// failed publish is: the result round latched (or the WAL did, settling an earlier batch
+/// under the name), and like any write failure it stops the daemon with its class.
+fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Result<(), EngineError> {
     let engine = &sh.engine;
     let sp = engine.spool();
     warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
@@ -76,14 +75,11 @@ fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) {
             f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
         }
     }
+    engine.note_invalid();
     let wrote = engine.publish(name, &BatchResult::invalid(inv));
-    if let Err(e) = moved
-        .as_ref()
-        .map_err(|e| e.to_string())
-        .and(wrote.as_ref().map_err(|e| e.to_string()))
-    {
+    if let Err(e) = &moved {
         error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
         sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
     }
-    engine.note_invalid();
+    wrote
 }

@@ -73,6 +73,9 @@ struct SimState {
     /// reach the disk, so later writes change the live image only, never the pending ones a
     /// torn power loss may keep.
     frozen: bool,
+    /// The files as they were when the power went (the first sync past the limit): what a
+    /// client could have read before the cut.
+    at_freeze: Option<BTreeMap<PathBuf, SimFile>>,
     writes: u64,
     faults: SimFaults,
 }
@@ -177,6 +180,17 @@ impl SimStorage {
         }
     }
 
+    /// The live content of a file at the instant the power went (`freeze_after_syncs`), or
+    /// now if it has not: what a reader could have seen before the cut.
+    pub fn file_bytes_at_freeze(&self, path: &Path) -> Option<Vec<u8>> {
+        let st = self.lock();
+        let files = st.at_freeze.as_ref().unwrap_or(&st.files);
+        files
+            .get(path)
+            .filter(|f| f.live_linked)
+            .map(|f| f.live.clone())
+    }
+
     /// The live content of a file, for tests that damage or inspect bytes.
     pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
         self.lock()
@@ -214,8 +228,9 @@ impl SimStorage {
             return Err(sim_err(io::ErrorKind::Other, "sync failed (EIO)"));
         }
         st.syncs = n;
-        if st.faults.freeze_after_syncs.is_some_and(|f| n > f) {
+        if !st.frozen && st.faults.freeze_after_syncs.is_some_and(|f| n > f) {
             st.frozen = true;
+            st.at_freeze = Some(st.files.clone());
         }
         Ok(!st.frozen)
     }

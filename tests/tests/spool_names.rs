@@ -4,9 +4,10 @@
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use roost::batch::{BatchResult, Status};
-use roost::pipeline::crash::NthCrash;
+use roost::pipeline::crash::{HoldOnce, NthCrash, Step};
 use roost_storage::{CrashMode, SimStorage, Storage};
 use roost_tests::*;
 use serde_json::json;
@@ -110,49 +111,22 @@ fn a_consumed_answer_never_comes_back_after_the_name_was_reused() {
 /// recovery, the retry of Y must still be that conflict.
 #[test]
 fn a_conflict_answer_survives_a_power_loss() {
-    use roost::error::EngineError;
-    use roost::pipeline::crash::{CrashHook, CrashPoint, Step};
-    use std::sync::{mpsc, Mutex};
-
-    /// Holds the first `after_claim_append` until released.
-    struct Hold {
-        reached: Mutex<Option<mpsc::Sender<()>>>,
-        release: Mutex<mpsc::Receiver<()>>,
-    }
-    impl CrashHook for Hold {
-        fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-            if point == Step::AfterClaimAppend.at() {
-                if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
-                    let _ = tx.send(());
-                    let _ = self
-                        .release
-                        .lock()
-                        .map(|r| r.recv_timeout(std::time::Duration::from_secs(20)));
-                }
-            }
-            Ok(())
-        }
-    }
     let disk = SimStorage::new();
-    let (reached_tx, reached) = mpsc::channel();
-    let (release, release_rx) = mpsc::channel();
-    let hook = Arc::new(Hold {
-        reached: Mutex::new(Some(reached_tx)),
-        release: Mutex::new(release_rx),
-    });
+    let (hook, handle) = HoldOnce::new(Step::AfterClaimAppend.at());
     let e = Arc::new(open_engine(&disk, hook).expect("open"));
     let held = {
         let e = e.clone();
         std::thread::spawn(move || e.submit(&parse(&x()), "x.json"))
     };
-    reached
-        .recv_timeout(std::time::Duration::from_secs(20))
-        .expect("x reached its claim");
+    assert!(
+        handle.reached(Duration::from_secs(20)),
+        "x reached its claim"
+    );
     let other = json!({"request_key": "x", "ops": [{"op": "create", "shard": "s2", "record": {"tag": "other"}}]});
     let seen = e.submit(&parse(&other), "y.json").expect("y");
     assert_eq!(seen.status(), Status::Conflict, "{seen:?}");
     let after = disk.crash(CrashMode::PowerDrop);
-    let _ = release.send(());
+    handle.release();
     let _ = held.join();
     drop(e);
     let r = run_batch(&after, no_crash(), &parse(&other), "y2.json").expect("retry of y");
@@ -172,44 +146,14 @@ fn a_conflict_answer_survives_a_power_loss() {
 /// must be Y's.
 #[test]
 fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
-    use roost::error::EngineError;
-    use roost::pipeline::crash::{CrashHook, CrashPoint, Step};
-    use std::sync::{mpsc, Mutex};
-
-    /// Holds the first `after_result` (X's) until released.
-    struct Hold {
-        reached: Mutex<Option<mpsc::Sender<()>>>,
-        release: Mutex<mpsc::Receiver<()>>,
-    }
-    impl CrashHook for Hold {
-        fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-            if point == Step::AfterResult.at() {
-                if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
-                    let _ = tx.send(());
-                    let _ = self
-                        .release
-                        .lock()
-                        .map(|r| r.recv_timeout(std::time::Duration::from_secs(20)));
-                }
-            }
-            Ok(())
-        }
-    }
     let disk = SimStorage::new();
-    let (reached_tx, reached) = mpsc::channel();
-    let (release, release_rx) = mpsc::channel();
-    let hook = Arc::new(Hold {
-        reached: Mutex::new(Some(reached_tx)),
-        release: Mutex::new(release_rx),
-    });
+    let (hook, handle) = HoldOnce::new(Step::AfterResult.at());
     let e = Arc::new(open_engine(&disk, hook).expect("open"));
     let tx = {
         let e = e.clone();
         std::thread::spawn(move || e.submit(&parse(&x()), "n.json"))
     };
-    reached
-        .recv_timeout(std::time::Duration::from_secs(20))
-        .expect("x answered");
+    assert!(handle.reached(Duration::from_secs(20)), "x answered");
     consume(&disk, "n.json");
     disk.put_file_bytes(
         &spool("new", "n.json"),
@@ -220,9 +164,9 @@ fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
         std::thread::spawn(move || e.submit(&parse(&y()), "n.json"))
     };
     // Y claims, commits and then waits for X (bounded); the process dies while it waits.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(300));
     let crashed = disk.crash(CrashMode::Process);
-    let _ = release.send(());
+    handle.release();
     let _ = tx.join();
     let _ = ty.join();
     drop(e);

@@ -6,6 +6,9 @@
 //! simulated disk's durable and live bytes, page by page.
 #![forbid(unsafe_code)]
 
+mod common;
+use common::{all, dir, open, opts};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,35 +17,12 @@ use proptest::prelude::*;
 use roost_storage::{CrashMode, SimStorage, SplitMix};
 use roost_wal::format::{frame_len, probe, Header, Probe, RECORD_HEADER_LEN};
 use roost_wal::recovery::HOLE_REASON;
-use roost_wal::{Wal, WalError, WalOptions};
-
-fn dir() -> PathBuf {
-    PathBuf::from("/sim/wal")
-}
-
-fn opts(segment_bytes: u64) -> WalOptions {
-    WalOptions {
-        segment_bytes,
-        payload_bytes_max: (segment_bytes as u32 - 32).min(4096),
-        ..WalOptions::default()
-    }
-}
-
-fn open(disk: &SimStorage, o: WalOptions) -> Result<Wal, WalError> {
-    Wal::open_with(Arc::new(disk.clone()), dir(), o)
-}
+use roost_wal::WalError;
 
 fn payload(lsn: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (lsn as usize * 31 + i) as u8 | 1)
         .collect()
-}
-
-fn all(wal: &Wal) -> Vec<(u64, Vec<u8>)> {
-    wal.replay(1)
-        .map(|r| r.map(|r| (r.lsn, r.payload)))
-        .collect::<Result<_, _>>()
-        .expect("replay")
 }
 
 /// The newest segment of the log on `disk`.

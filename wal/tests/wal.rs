@@ -2,6 +2,9 @@
 //! temporary directories.
 #![forbid(unsafe_code)]
 
+mod common;
+use common::{all, dir, open, opts};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,33 +15,10 @@ use roost_wal::format::{
 };
 use roost_wal::{Wal, WalError, WalOptions};
 
-fn dir() -> PathBuf {
-    PathBuf::from("/sim/wal")
-}
-
-fn opts(segment_bytes: u64) -> WalOptions {
-    WalOptions {
-        segment_bytes,
-        payload_bytes_max: (segment_bytes as u32 - 32).min(4096),
-        ..WalOptions::default()
-    }
-}
-
 fn payload(i: u64) -> Vec<u8> {
     format!("record-{i}-")
         .repeat((i % 7 + 1) as usize)
         .into_bytes()
-}
-
-fn all(wal: &Wal) -> Vec<(u64, Vec<u8>)> {
-    wal.replay(1)
-        .map(|r| r.map(|r| (r.lsn, r.payload)))
-        .collect::<Result<_, _>>()
-        .expect("replay")
-}
-
-fn open(disk: &SimStorage, o: WalOptions) -> Result<Wal, WalError> {
-    Wal::open_with(Arc::new(disk.clone()), dir(), o)
 }
 
 /// Goal: what goes in comes out, in order, across segment rolls and a reopen.

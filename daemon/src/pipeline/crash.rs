@@ -279,6 +279,64 @@ impl CrashHook for NthCrash {
     }
 }
 
+/// Holds the first thread that reaches `point` until released (then passes everything):
+/// for tests that need a batch stopped at a step while others go on.
+#[derive(Debug)]
+pub struct HoldOnce {
+    point: CrashPoint,
+    reached: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+    /// How long a held thread waits for its release at most.
+    limit: std::time::Duration,
+}
+
+/// The test's side of a [`HoldOnce`]: wait until the point is reached, then release it.
+#[derive(Debug)]
+pub struct HoldHandle {
+    reached: std::sync::mpsc::Receiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl HoldOnce {
+    pub fn new(point: CrashPoint) -> (std::sync::Arc<HoldOnce>, HoldHandle) {
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let hold = HoldOnce {
+            point,
+            reached: Mutex::new(Some(reached_tx)),
+            release: Mutex::new(release_rx),
+            limit: std::time::Duration::from_secs(20),
+        };
+        (std::sync::Arc::new(hold), HoldHandle { reached, release })
+    }
+}
+
+impl CrashHook for HoldOnce {
+    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
+        if point != self.point {
+            return Ok(());
+        }
+        let first = self.reached.lock().ok().and_then(|mut r| r.take());
+        if let Some(tx) = first {
+            let _ = tx.send(());
+            let _ = self.release.lock().map(|r| r.recv_timeout(self.limit));
+        }
+        Ok(())
+    }
+}
+
+impl HoldHandle {
+    /// Waits (at most `limit`) until a thread is held at the point.
+    pub fn reached(&self, limit: std::time::Duration) -> bool {
+        self.reached.recv_timeout(limit).is_ok()
+    }
+
+    /// Lets the held thread go on.
+    pub fn release(&self) {
+        let _ = self.release.send(());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -319,43 +319,19 @@ mod tests {
     /// file is in `new/`.
     #[test]
     fn a_name_reused_during_the_tail_is_taken_when_the_worker_is_done() {
-        use crate::pipeline::crash::{CrashPoint, Step};
-        use std::sync::mpsc;
+        use crate::pipeline::crash::{HoldOnce, Step};
 
-        /// Blocks the first `after_result` until released.
-        struct Hold {
-            reached: Mutex<Option<mpsc::Sender<()>>>,
-            release: Mutex<mpsc::Receiver<()>>,
-        }
-        impl crate::pipeline::crash::CrashHook for Hold {
-            fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-                if point == Step::AfterResult.at() {
-                    if let Some(tx) = self.reached.lock().ok().and_then(|mut r| r.take()) {
-                        let _ = tx.send(());
-                        let _ = self
-                            .release
-                            .lock()
-                            .map(|r| r.recv_timeout(Duration::from_secs(20)));
-                    }
-                }
-                Ok(())
-            }
-        }
-        let (reached_tx, reached) = mpsc::channel();
-        let (release, release_rx) = mpsc::channel();
+        let (hold, handle) = HoldOnce::new(Step::AfterResult.at());
         let t = tempfile::tempdir().expect("tempdir");
         let dir = t.path().join("data");
-        let hold = Arc::new(Hold {
-            reached: Mutex::new(Some(reached_tx)),
-            release: Mutex::new(release_rx),
-        });
         let engine = Arc::new(open_real(&dir, hold, 3_600_000).expect("open"));
         let serving = Serving::start(engine.clone());
         let spool = dir.join("spool");
         drop_in(&spool, "same.json", "first");
-        reached
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the first batch reached its result");
+        assert!(
+            handle.reached(Duration::from_secs(20)),
+            "the first batch reached its result"
+        );
         let out = spool.join("out/same.json");
         assert!(std::fs::read_to_string(&out)
             .expect("first result")
@@ -363,7 +339,7 @@ mod tests {
         drop_in(&spool, "same.json", "second");
         // Let the watcher deliver the second file's event while the first is held.
         std::thread::sleep(Duration::from_millis(300));
-        release.send(()).expect("release");
+        handle.release();
         wait_until(
             "the reused name was not taken after its first worker finished",
             || {

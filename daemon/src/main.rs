@@ -39,8 +39,11 @@ fn main() {
     let code = match roost::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            // A failed write to stderr is no reason to exit with another class.
-            let _ = writeln!(std::io::stderr(), "roost: {e:#}");
+            // A failed write to stderr is no reason to exit with another class; a reader of
+            // stdout that went away is no failure at all.
+            if !roost::cli::is_broken_pipe(&e) {
+                let _ = writeln!(std::io::stderr(), "roost: {e:#}");
+            }
             roost::cli::exit_code(&e)
         }
     };

@@ -306,3 +306,42 @@ fn usage_2_config_78_status_without_daemon_1() {
     assert_code(&out, 1, "status with no daemon");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
 }
+
+/// Goal: a reader of stdout that went away (`roost scan s | head -0`) is not a failure of
+/// roost: every command that prints exits 0 quietly, never 70 (a print that panicked) or 74.
+/// Method: the read commands on a populated data directory with stdout a pipe whose reading
+/// end is already closed (every write fails with EPIPE).
+#[test]
+fn a_closed_stdout_exits_0_quietly() {
+    let t = tempfile::tempdir().unwrap();
+    let data = populated(t.path());
+    for args in [
+        &["scan", "s"][..],
+        &["get", "s", "1"],
+        &["audit"],
+        &["wal", "dump"],
+        &["verify"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run roost");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

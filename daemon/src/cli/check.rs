@@ -11,20 +11,20 @@ use crate::error::{EXIT_FAILED, EXIT_OK};
 
 pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
     let report = crate::ops::verify::verify(RealStorage::shared(), &cfg.data_dir);
-    println!("roost verify {}", cfg.data_dir.display());
+    let mut text = format!("roost verify {}\n", cfg.data_dir.display());
     for line in &report.checked {
-        println!("  checked {line}");
+        text += &format!("  checked {line}\n");
     }
     for v in &report.violations {
-        println!("  VIOLATION {v}");
+        text += &format!("  VIOLATION {v}\n");
     }
-    if report.ok() {
-        println!("all invariants hold");
-        Ok(EXIT_OK)
+    text += if report.ok() {
+        "all invariants hold\n"
     } else {
-        println!("FAILED");
-        Ok(EXIT_FAILED)
-    }
+        "FAILED\n"
+    };
+    super::out(&text)?;
+    Ok(if report.ok() { EXIT_OK } else { EXIT_FAILED })
 }
 
 /// The drill on `data_dir` (its daemon gets `<dir>/data`), else on a fresh scratch directory.
@@ -44,7 +44,7 @@ pub(super) fn drill(
         kills,
         seed,
     })?;
-    println!("drill directory: {}", dir.display());
+    super::out(&format!("drill directory: {}\n", dir.display()))?;
     Ok(if violations == 0 {
         EXIT_OK
     } else {

@@ -136,10 +136,31 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 /// [`CommandError`], also as context) wins; otherwise the outermost typed cause in the chain
 /// decides; a failure with no typed cause at all is a plain failure (1).
 pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if is_broken_pipe(e) {
+        return EXIT_OK;
+    }
     e.downcast_ref::<CommandError>()
         .map(|c| c.class)
         .or_else(|| e.chain().find_map(class_of))
         .map_or(EXIT_FAILED, ErrorClass::exit_code)
+}
+
+/// Writes a command's answer to stdout. A reader that went away (`roost scan | head`) is not
+/// a failure of roost: that error is `BrokenPipe`, which [`exit_code`] maps to 0 (and `main`
+/// does not report); a print that panicked on it would have exited 70.
+pub(super) fn out(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()
+}
+
+/// True when the failure is only that stdout's reader went away.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The class of one error in a chain, if it is one of the typed errors roost knows.

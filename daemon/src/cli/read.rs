@@ -26,11 +26,11 @@ pub(super) fn get(cfg: &Config, shard: &str, id: u64) -> anyhow::Result<i32> {
         .with_context(|| format!("reading id {id} of shard {shard}"))?
     {
         Some(rec) => {
-            println!("{}", record_line(shard, id, &rec));
+            super::out(&format!("{}\n", record_line(shard, id, &rec)))?;
             Ok(EXIT_OK)
         }
         None => {
-            eprintln!("roost: no record {id} on shard {shard}");
+            let _ = writeln!(std::io::stderr(), "roost: no record {id} on shard {shard}");
             Ok(EXIT_FAILED)
         }
     }

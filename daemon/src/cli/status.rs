@@ -2,6 +2,8 @@
 //! No daemon answering is the command's answer "not running", exit 1 (not an I/O failure:
 //! nothing on disk is wrong and there is nothing for a restart of this command to repair).
 
+use std::fmt::Write as _;
+
 use anyhow::Context;
 
 use crate::config::Config;
@@ -17,39 +19,44 @@ pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<
         ))
     })?;
     if json || metrics {
-        print!("{text}");
+        super::out(&text)?;
     } else {
         let v: serde_json::Value =
             serde_json::from_str(&text).context("reading the status answer")?;
-        print_status(&v);
+        super::out(&status_text(&v))?;
     }
     Ok(EXIT_OK)
 }
 
 /// The status object as a few lines for a person.
-fn print_status(v: &serde_json::Value) {
+fn status_text(v: &serde_json::Value) -> String {
+    let mut out = String::new();
     let healthy = if v["healthy"] == true {
         "serving"
     } else {
         "UNHEALTHY"
     };
-    println!("roost: {healthy}");
-    println!(
+    let _ = writeln!(out, "roost: {healthy}");
+    let _ = writeln!(
+        out,
         "  epoch {}, last lsn {}, {} batches in flight",
         v["epoch"], v["last_lsn"], v["in_flight"]
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate",
         v["committed"], v["rejected"], v["invalid"], v["conflict"], v["duplicate"]
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  wal: {} appends, {} syncs ({:.1} records, {:.1} batches per sync)",
         v["wal_appends"],
         v["wal_syncs"],
         v["wal_records_per_sync"].as_f64().unwrap_or(0.0),
         v["wal_batches_per_sync"].as_f64().unwrap_or(0.0)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  results: {} published in {} rounds ({:.1} per round)",
         v["results_published"],
         v["result_rounds"],
@@ -60,7 +67,7 @@ fn print_status(v: &serde_json::Value) {
             .as_f64()
             .map_or("-".to_owned(), |x| format!("{x}"))
     };
-    println!(
+    let _ = writeln!(out,
         "  latency p50/p99 (bucket bounds, ms): plan {}/{}, claim {}/{}, commit {}/{}, finish {}/{}, to result {}/{}",
         ms("plan", "p50"), ms("plan", "p99"),
         ms("claim", "p50"), ms("claim", "p99"),
@@ -70,12 +77,14 @@ fn print_status(v: &serde_json::Value) {
     );
     if let Some(m) = v["shards"].as_object() {
         for (k, n) in m {
-            println!("  shard {k}: {n} records");
+            let _ = writeln!(out, "  shard {k}: {n} records");
         }
     }
     let r = &v["recovery"];
-    println!(
+    let _ = writeln!(
+        out,
         "  last recovery: {} ms, {} records replayed, {} batches finished, {} bytes truncated",
         r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]
     );
+    out
 }

@@ -4,6 +4,7 @@
 //! 2 when any was invalid, timed out, or could not be delivered at all (a missing or
 //! unwritable spool, an unreadable file: README's contract, whatever the cause's class).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,11 +30,15 @@ pub(super) fn submit(
     let mut code = EXIT_OK;
     for name in names {
         let Some(text) = wait_for_result(&sp, &name, deadline) else {
-            eprintln!("roost: no result for {name} within {} s", timeout.as_secs());
+            let _ = writeln!(
+                std::io::stderr(),
+                "roost: no result for {name} within {} s",
+                timeout.as_secs()
+            );
             code = EXIT_INVALID;
             continue;
         };
-        print!("{text}");
+        super::out(&text)?;
         match serde_json::from_str::<BatchResult>(&text).map(|r| r.status()) {
             Ok(Status::Committed) => {}
             Ok(Status::Rejected | Status::Conflict) => code = code.max(EXIT_FAILED),
@@ -61,7 +66,7 @@ fn deliver_all(sp: &SpoolPaths, files: &[PathBuf]) -> anyhow::Result<Vec<String>
         let name = free_name(sp, base);
         crate::spool::deliver(sp, &name, &bytes)
             .with_context(|| format!("delivering {} as {name}", f.display()))?;
-        eprintln!("submitted {} as {}", f.display(), name);
+        let _ = writeln!(std::io::stderr(), "submitted {} as {}", f.display(), name);
         names.push(name);
     }
     Ok(names)

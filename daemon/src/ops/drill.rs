@@ -7,6 +7,7 @@
 //! kill lands depends on timing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -297,7 +298,8 @@ impl<'a> Drill<'a> {
     }
 
     fn report(&self, rounds: usize) {
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "roost drill: seed {} , {} batches ({} files), {} rounds, {} process starts",
             self.opts.seed,
             self.bodies.len(),
@@ -306,10 +308,11 @@ impl<'a> Drill<'a> {
             self.starts
         );
         for l in &self.kill_log {
-            println!("  {l}");
+            let _ = writeln!(std::io::stdout(), "  {l}");
         }
         let ms: Vec<u128> = self.recoveries.iter().map(Duration::as_millis).collect();
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "  kills: {}; recovery times (spawn to serving, ms): {ms:?}",
             self.kill_log.len()
         );
@@ -320,16 +323,17 @@ impl<'a> Drill<'a> {
                 read_result(&self.sp, &s.name).is_some_and(|r| r.status() == Status::Committed)
             })
             .count();
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "  results: {committed} committed of {} files",
             self.sent.len()
         );
         if self.violations.is_empty() {
-            println!("  violations: none");
+            let _ = writeln!(std::io::stdout(), "  violations: none");
         } else {
-            println!("  violations: {}", self.violations.len());
+            let _ = writeln!(std::io::stdout(), "  violations: {}", self.violations.len());
             for v in &self.violations {
-                println!("    {v}");
+                let _ = writeln!(std::io::stdout(), "    {v}");
             }
         }
     }

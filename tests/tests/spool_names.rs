@@ -184,3 +184,30 @@ fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
         "the answer under the name is not y's: {answer:?}"
     );
 }
+
+/// Goal (issue 13, item 6): a rejection is not in the WAL, so once it is answered its input
+/// must not come back after a power loss (it would be planned again, against newer state: a
+/// delete of an id created since would then commit, and the answer the client read would
+/// change).
+/// Method: the batch file is in `new/` (durably); its delete is rejected; the power goes at
+/// once. The input must be gone (so nothing can plan it again) and the answer the same.
+#[test]
+fn a_rejected_input_does_not_come_back_after_a_power_loss() {
+    let disk = SimStorage::new();
+    let bad = json!({"request_key": "r", "ops": [{"op": "delete", "shard": "s1", "id": 1}]});
+    disk.put_file_bytes(
+        &spool("new", "r.json"),
+        serde_json::to_vec(&bad).expect("json"),
+    );
+    let e = open_engine(&disk, no_crash()).expect("open");
+    let seen = e.submit(&parse(&bad), "r.json").expect("r");
+    assert!(matches!(seen, BatchResult::Rejected { .. }), "{seen:?}");
+    drop(e);
+    let after = disk.crash(CrashMode::PowerDrop);
+    assert_eq!(
+        after.file_bytes(&spool("new", "r.json")),
+        None,
+        "the rejected input came back after the power loss"
+    );
+    assert_eq!(visible_result(&after, "r.json").expect("whole"), Some(seen));
+}

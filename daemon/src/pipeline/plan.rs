@@ -320,14 +320,21 @@ impl Engine {
     }
 
     /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
-    /// removes the input.
+    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
+    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
+    /// against newer state, and the answer the client read could change. What is left is
+    /// the moment between the result's `out/` sync and this one.
     fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
         self.publish(source, &r)?;
         self.remove_input(source)?;
+        self.storage
+            .sync_dir(&self.spool.new)
+            .map_err(io_err("sync", &self.spool.new))?;
         Ok(r)
     }
 
-    /// Removes `new/NAME` (not synced: a file that comes back gives the same answer).
+    /// Removes `new/NAME` (not synced here: for a committed batch the claim holds it, and a
+    /// file that comes back gives the same answer).
     pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
         spool::remove_input(self.storage.as_ref(), &self.spool, source)
             .map_err(io_err("remove input", &self.spool.new.join(source)))

@@ -77,9 +77,24 @@ fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Result<(), Engin
     }
     engine.note_invalid();
     let wrote = engine.publish(name, &BatchResult::invalid(inv));
-    if let Err(e) = &moved {
-        error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
-        sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
+    match &moved {
+        // The move lasts at once: a file that came back to new/ would be judged again
+        // (under a configuration that may have changed since).
+        Ok(()) if wrote.is_ok() => sync_dirs(&[&sp.new, &sp.failed]),
+        Ok(()) => {}
+        Err(e) => {
+            error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
+            sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
+        }
     }
     wrote
+}
+
+/// Best effort: quarantine is outside what recovery relies on, so a failed sync is logged.
+fn sync_dirs(dirs: &[&std::path::Path]) {
+    for d in dirs {
+        if let Err(e) = std::fs::File::open(d).and_then(|f| f.sync_all()) {
+            warn!(dir = %d.display(), error = %e, "cannot sync a spool folder");
+        }
+    }
 }

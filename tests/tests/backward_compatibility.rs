@@ -1,7 +1,8 @@
 //! Format fixtures (after redb's `tests/backward_compatibility.rs`): a whole data directory
 //! written by the v1 formats (batch WAL, audit log, shard segments, result files), committed
 //! under `tests/fixtures/v1/data`, that every later version must still open and read the
-//! same. A format change adds a `v2` beside it; `v1` is never rewritten once released.
+//! same. A format change adds the next version beside it (`v2`: the WAL frame's synced
+//! mark); an older fixture is never rewritten.
 //!
 //! The fixture: three batches over shards `a` and `b`, each with creates and a delete of a
 //! record an earlier batch created, run one after another by the real engine on the real
@@ -22,8 +23,12 @@ use roost_storage::RealStorage;
 use roost_tests::{audit_rows, no_crash, wal_entries};
 use serde_json::json;
 
-fn fixture_v1() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/v1/data")
+/// Every committed fixture: v1 (WAL frames without the synced mark) and v2 (with it). The
+/// payloads, shards and results are the same in both; only the WAL frame header differs.
+const VERSIONS: [u8; 2] = [1, 2];
+
+fn fixture(version: u8) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/v{version}/data"))
 }
 
 /// Small segments and limits (a WAL segment holds at least two of the largest claims), so
@@ -98,16 +103,22 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// Regenerates `tests/fixtures/v1/data` from today's daemon. Run by hand, only while v1 is
-/// still the current format and unreleased:
-/// `cargo test -p roost-tests --test backward_compatibility -- --ignored regenerate_v1`.
+/// Writes `tests/fixtures/vN/data` for the current WAL format version N from today's daemon.
+/// Run by hand when a format version is new (never over an older version's fixture):
+/// `cargo test -p roost-tests --test backward_compatibility -- --ignored regenerate_current`.
 #[test]
-#[ignore = "rewrites the committed fixture tests/fixtures/v1; run by hand only"]
-fn regenerate_v1_fixture() {
+#[ignore = "rewrites the committed fixture of the current format; run by hand only"]
+fn regenerate_current_fixture() {
+    let current = roost_wal::format::WAL_FORMAT_VERSION;
+    assert_eq!(
+        Some(&current),
+        VERSIONS.last(),
+        "add the new version to VERSIONS first; older fixtures are never rewritten"
+    );
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
     write_fixture(&data);
-    let dest = fixture_v1();
+    let dest = fixture(current);
     let _ = std::fs::remove_dir_all(&dest);
     copy_tree(&data, &dest);
 }
@@ -164,10 +175,10 @@ fn expected_claim(k: usize, ids: &[u64]) -> ClaimRecord {
 
 /// A copy of the committed fixture in a temporary directory (the committed one is never
 /// opened for writing).
-fn fixture_copy() -> (tempfile::TempDir, PathBuf) {
+fn fixture_copy(version: u8) -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let data = t.path().join("data");
-    copy_tree(&fixture_v1(), &data);
+    copy_tree(&fixture(version), &data);
     (t, data)
 }
 
@@ -177,8 +188,14 @@ fn fixture_copy() -> (tempfile::TempDir, PathBuf) {
 /// batches must have produced (ids minted from 1 in op order, one claim and one `done` per
 /// batch).
 #[test]
-fn v1_logs_read_the_same() {
-    let (_t, data) = fixture_copy();
+fn logs_read_the_same_in_every_version() {
+    for v in VERSIONS {
+        logs_read_the_same(v);
+    }
+}
+
+fn logs_read_the_same(version: u8) {
+    let (_t, data) = fixture_copy(version);
     let done = |claim_lsn| WalEntry::Done(DoneRecord { claim_lsn });
     let want = vec![
         (1, WalEntry::Claim(expected_claim(0, &[1, 2]))),
@@ -222,8 +239,14 @@ type ShardWant = (
 /// `verify` finds every invariant holding. Method: open each shard read-only and compare its
 /// frames (lsn, ids created and deleted) and live records; parse the result files.
 #[test]
-fn v1_shards_and_results_read_the_same() {
-    let (_t, data) = fixture_copy();
+fn shards_and_results_read_the_same_in_every_version() {
+    for v in VERSIONS {
+        shards_and_results_read_the_same(v);
+    }
+}
+
+fn shards_and_results_read_the_same(version: u8) {
+    let (_t, data) = fixture_copy(version);
     let report = roost::ops::verify::verify(RealStorage::shared(), &data);
     assert!(report.ok(), "{:?}", report.violations);
     assert_eq!(
@@ -312,8 +335,14 @@ fn v1_shards_and_results_read_the_same() {
 /// used before, and `verify` still holds afterwards. Method: `Engine::open` on a copy, on the
 /// real file system.
 #[test]
-fn v1_data_dir_opens_and_carries_on() {
-    let (_t, data) = fixture_copy();
+fn data_dir_opens_and_carries_on_in_every_version() {
+    for v in VERSIONS {
+        data_dir_opens_and_carries_on(v);
+    }
+}
+
+fn data_dir_opens_and_carries_on(version: u8) {
+    let (_t, data) = fixture_copy(version);
     let engine = open(&data);
     let rec = engine.recovery_report();
     assert_eq!((rec.wal_records, rec.batches_finished), (6, 0));

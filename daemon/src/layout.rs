@@ -3,7 +3,7 @@
 //! A leaf module: it imports nothing else from the daemon.
 //!
 //! ```text
-//! <data-dir>/LOCK            flock held by the running daemon
+//! <data-dir>/LOCK            flock held by the running daemon (roost_storage::DirLock)
 //! <data-dir>/wal/            the batch WAL (claims, done records)
 //! <data-dir>/audit/          the audit log (one row per committed op), same frame format
 //! <data-dir>/shards/<name>/  one shard's segments
@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 pub const WAL_DIR: &str = "wal";
 pub const AUDIT_DIR: &str = "audit";
 pub const SHARDS_DIR: &str = "shards";
-pub use roost_storage::LOCK_FILE;
 
 /// The paths of one data directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,9 +46,5 @@ impl Layout {
 
     pub fn shard(&self, name: &str) -> PathBuf {
         self.shards().join(name)
-    }
-
-    pub fn lock_file(&self) -> PathBuf {
-        self.data_dir.join(LOCK_FILE)
     }
 }

@@ -500,12 +500,15 @@ fn open_segments(
         OpenMode::ReadWrite
     };
     let mut segs = Vec::with_capacity(seqs.len());
+    let newest = seqs.last().copied();
     for seq in seqs {
         let path = dir.join(seg_name(seq));
         let file = storage.open(&path, mode).map_err(io("open", &path))?;
-        if !read_only {
+        if !read_only && Some(seq) == newest {
             // After a process crash the page cache may hold frames that were applied but never
-            // flushed: make the whole file durable before recovery counts them as held.
+            // flushed: make the whole file durable before recovery counts them as held. Only
+            // the newest segment can: a roll flushes the old one first (a failed flush
+            // poisons the shard before the next segment exists).
             file.sync_data().map_err(io("sync at open", &path))?;
             // Pages a failed writeback marked clean may still be cached: read the disk.
             file.drop_cache().map_err(io("drop cache at open", &path))?;

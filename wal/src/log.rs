@@ -554,10 +554,12 @@ fn recover_segment(
         OpenMode::ReadWrite
     };
     let file = storage.open(&seg.path, mode).map_err(io("open"))?;
-    if !opts.read_only {
+    if !opts.read_only && last {
         // After a process crash the page cache still holds what was appended but never
         // synced: the scan below would read it as if it were on disk. Make it durable first,
-        // so nothing is built on records a later power loss could take away.
+        // so nothing is built on records a later power loss could take away. Only the newest
+        // segment can hold such pages: a segment is sealed only once its sync succeeded (a
+        // failed one poisons the log before the next segment exists).
         file.sync_data().map_err(io("sync at open"))?;
         // After a failed writeback (the process that saw it is gone) the cache may hold
         // pages the disk never got, marked clean: read what the disk holds instead.

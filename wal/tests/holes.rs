@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod common;
-use common::{all, dir, open, opts};
+use common::{all, dir, last_segment, open, opts};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,17 +23,6 @@ fn payload(lsn: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (lsn as usize * 31 + i) as u8 | 1)
         .collect()
-}
-
-/// The newest segment of the log on `disk`.
-fn last_segment(disk: &SimStorage) -> PathBuf {
-    let mut p: Vec<PathBuf> = disk
-        .paths()
-        .into_iter()
-        .filter(|p| p.starts_with(dir()))
-        .collect();
-    p.sort();
-    p.pop().expect("a segment")
 }
 
 /// Every valid record of a segment image in order: offset and header.

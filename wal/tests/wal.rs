@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod common;
-use common::{all, dir, open, opts};
+use common::{all, last_segment, open, opts};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,16 +73,6 @@ fn round_trip_on_real_disk() {
     assert_eq!(all(&wal).len(), 50);
 }
 
-fn segment_path(disk: &SimStorage) -> PathBuf {
-    let mut p: Vec<PathBuf> = disk
-        .paths()
-        .into_iter()
-        .filter(|p| p.starts_with(dir()))
-        .collect();
-    p.sort();
-    p.pop().expect("a segment")
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
     /// Goal: a torn last record, cut at any byte offset (and the rest of the preallocated
@@ -94,7 +84,7 @@ proptest! {
         let wal = open(&disk, opts(1 << 16)).unwrap();
         for i in 1..=n { wal.append(1, &payload(i)).unwrap(); }
         drop(wal);
-        let seg = segment_path(&disk);
+        let seg = last_segment(&disk);
         let mut bytes = disk.file_bytes(&seg).unwrap();
         let last_start: usize = (1..n).map(|i| frame_len(payload(i).len())).sum();
         let last_len = frame_len(payload(n).len());
@@ -123,7 +113,7 @@ fn torn_tail_every_byte_offset() {
         wal.append(1, &payload(i)).unwrap();
     }
     drop(wal);
-    let seg = segment_path(&disk);
+    let seg = last_segment(&disk);
     let orig = disk.file_bytes(&seg).unwrap();
     let last_start = frame_len(payload(1).len()) + frame_len(payload(2).len());
     let last_len = RECORD_HEADER_LEN + payload(3).len();
@@ -149,7 +139,7 @@ fn flipped_byte_in_middle_record_is_corruption_at_its_offset() {
         wal.append(1, &payload(i)).unwrap();
     }
     drop(wal);
-    let seg = segment_path(&disk);
+    let seg = last_segment(&disk);
     let mut bytes = disk.file_bytes(&seg).unwrap();
     let third: usize = (1..3).map(|i| frame_len(payload(i).len())).sum();
     bytes[third + RECORD_HEADER_LEN + 3] ^= 0x01;
@@ -209,7 +199,7 @@ fn four_gib_length_is_rejected_before_allocation() {
         wal.append(1, &payload(i)).unwrap();
     }
     drop(wal);
-    let seg = segment_path(&disk);
+    let seg = last_segment(&disk);
     let mut bytes = disk.file_bytes(&seg).unwrap();
     let second = frame_len(payload(1).len());
     bytes[second + LEN_OFFSET..second + LEN_OFFSET + 4].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -160,7 +160,7 @@ impl Engine {
         self.settle_name(&claim.source, Some(lsn))?;
         self.remove_input(&claim.source)?;
         self.hit(Step::AfterInputRemoved.at())?;
-        self.publish(&claim.source, &r)?;
+        self.publish_settled(&claim.source, &r)?;
         if let Some(t0) = started {
             self.stats.latency.batch.record(t0.elapsed());
         }
@@ -210,6 +210,11 @@ impl Engine {
             _ => None,
         };
         self.settle_name(source, own)?;
+        self.publish_settled(source, r)
+    }
+
+    /// [`Engine::publish`] once the name is settled.
+    fn publish_settled(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
         self.publisher
             .publish(source, r)
             .map_err(io_err("write result", &self.spool.out.join(source)))

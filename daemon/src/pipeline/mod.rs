@@ -350,11 +350,15 @@ fn sync_new_dirs(
         spool.root.parent(),
         Some(spool.root.as_path()),
     ];
-    for d in dirs
+    let mut dirs: Vec<&Path> = dirs
         .into_iter()
         .flatten()
         .filter(|d| !d.as_os_str().is_empty())
-    {
+        .collect();
+    // The default spool lives in the data directory: sync each directory once.
+    dirs.sort();
+    dirs.dedup();
+    for d in dirs {
         storage.sync_dir(d).map_err(io_err("sync dir", d))?;
     }
     Ok(())

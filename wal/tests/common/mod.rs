@@ -30,3 +30,14 @@ pub fn all(wal: &Wal) -> Vec<(u64, Vec<u8>)> {
         .collect::<Result<_, _>>()
         .expect("replay")
 }
+
+/// The newest segment of the log on `disk`.
+pub fn last_segment(disk: &SimStorage) -> PathBuf {
+    let mut p: Vec<PathBuf> = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.starts_with(dir()))
+        .collect();
+    p.sort();
+    p.pop().expect("a segment")
+}

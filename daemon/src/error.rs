@@ -132,6 +132,13 @@ pub enum EngineError {
     /// waiter with its class.
     #[error("{message}")]
     Poisoned { class: ErrorClass, message: String },
+    /// Intake waits for disk space (a log has no spare segment): nothing was planned or
+    /// written for this batch, and nothing is latched.
+    #[error("intake paused: {part}: {why}")]
+    Paused {
+        part: String,
+        why: roost_storage::NoRoom,
+    },
 }
 
 impl EngineError {
@@ -158,6 +165,7 @@ impl EngineError {
             EngineError::Io { .. }
             | EngineError::Encode(_)
             | EngineError::Crashed(_)
+            | EngineError::Paused { .. }
             | EngineError::Failed => ErrorClass::Io,
         }
     }

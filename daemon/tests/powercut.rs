@@ -34,10 +34,13 @@ const IMAGE_BYTES: u64 = 96 << 20;
 /// Whole-run bound, whatever the cut count (about 6 s a cut is plenty).
 const CUT_SECS_MAX: u64 = 30;
 
+/// Small segments, and few ops per batch so that the WAL's segments stay small too (a WAL
+/// segment holds two of the largest claims): every log and its spare segment fit the image.
 const CONFIG: &str = r#"
 wal_segment_bytes = 4194304
 shard_segment_bytes = 1048576
 rescan_interval_ms = 100
+batch_ops_max = 8
 [shards.a]
 [shards.b]
 "#;

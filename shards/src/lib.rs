@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
-use roost_storage::{read_all, DirLock, LockError, OpenMode, RealStorage, Storage, StorageFile};
+use roost_storage::{
+    preallocate, read_all, DirLock, LockError, NoRoom, OpenMode, RealStorage, Refilled, Spare,
+    Storage, StorageFile,
+};
 use tracing::{debug, info, warn};
 
 pub use frame::{Txn, TxnOp};
@@ -305,6 +308,8 @@ pub struct Shard {
     /// Start of the range of the last segment written since the last flush.
     dirty_from: Option<usize>,
     poisoned: Option<String>,
+    /// The next segment, preallocated ahead of need (writable shards only).
+    spare: Option<Spare>,
     /// Held for the shard's lifetime when writable on a real disk.
     _lock: Option<DirLock>,
     report: OpenReport,
@@ -562,10 +567,19 @@ impl Shard {
             max_id: 0,
             dirty_from: None,
             poisoned: None,
+            spare: None,
             _lock: lock,
             report: OpenReport::default(),
         };
         shard.rebuild()?;
+        if !shard.opts.read_only {
+            let spare = Spare::open(shard.storage.as_ref(), &shard.dir, shard.opts.segment_bytes);
+            shard.spare = Some(spare.map_err(|source| ShardError::Io {
+                op: "make spare segment",
+                path: shard.dir.join(roost_storage::SPARE_FILE),
+                source,
+            })?);
+        }
         info!(shard = %shard.name, segments = shard.report.segments, frames = shard.report.frames,
             records = shard.report.records, torn_bytes = shard.report.torn_bytes_dropped,
             max_lsn = shard.max_lsn, "shard: opened");
@@ -915,9 +929,11 @@ impl Shard {
         Ok(())
     }
 
-    /// Seals the last segment (flushed) and creates the next: create, preallocate, sync the
-    /// file and the directory, then map. ENOSPC at preallocation is an error that leaves the
-    /// shard as it was (readable, and writable once space returns).
+    /// Seals the last segment (flushed) and takes the spare as the next one (or creates,
+    /// preallocates and syncs it, then the directory, when there is no spare), maps it, and
+    /// makes the next spare. ENOSPC for the new segment is an error that leaves the shard as
+    /// it was (readable, and writable once space returns); no room for the next spare only
+    /// shows in [`Shard::spare_missing`].
     fn roll(&mut self) -> Result<(), ShardError> {
         self.flush()?;
         let seq = self.segs.len() as u64 + 1;
@@ -926,17 +942,19 @@ impl Shard {
             let path = path.clone();
             move |source| ShardError::Io { op, path, source }
         };
+        let storage = self.storage.as_ref();
+        let took = match self.spare.as_mut() {
+            Some(spare) => spare.take(storage, &path).map_err(io("take spare"))?,
+            None => false,
+        };
+        if !took {
+            preallocate(storage, &path, self.opts.segment_bytes, false).map_err(io("allocate"))?;
+            self.sync_dir()?;
+        }
         let file = self
             .storage
-            .open(&path, OpenMode::CreateNew)
-            .map_err(io("create"))?;
-        if let Err(e) = file.allocate(self.opts.segment_bytes) {
-            drop(file);
-            let _ = self.storage.remove(&path);
-            return Err(io("allocate")(e));
-        }
-        file.sync_data().map_err(io("sync"))?;
-        self.sync_dir()?;
+            .open(&path, OpenMode::ReadWrite)
+            .map_err(io("open"))?;
         let data = if self.storage.is_real() {
             SegData::Mapped(map_segment(file.as_ref(), self.opts.segment_bytes).map_err(io("map"))?)
         } else {
@@ -945,7 +963,33 @@ impl Shard {
         debug!(shard = %self.name, segment = %path.display(), "shard: rolled to new segment");
         self.segs.push(Seg { path, data });
         self.write_offset = 0;
+        self.refill_spare()?;
         Ok(())
+    }
+
+    /// Why the shard has no spare segment (its next roll needs room the disk may not have):
+    /// `None` when it has one, or is read-only.
+    pub fn spare_missing(&self) -> Option<NoRoom> {
+        self.spare.as_ref()?.missing().cloned()
+    }
+
+    /// Makes a missing spare segment. Ok(true) once there is one; a full disk is logged and
+    /// is Ok(false); any other failure is an error.
+    pub fn refill_spare(&mut self) -> Result<bool, ShardError> {
+        let Some(spare) = self.spare.as_mut() else {
+            return Ok(true);
+        };
+        let r = spare
+            .refill(self.storage.as_ref())
+            .map_err(|source| ShardError::Io {
+                op: "make spare segment",
+                path: self.dir.join(roost_storage::SPARE_FILE),
+                source,
+            })?;
+        if let (Refilled::NoRoom { first: true }, Some(why)) = (r, spare.missing()) {
+            warn!(shard = %self.name, %why, "shard: no room for the spare segment");
+        }
+        Ok(r == Refilled::Ready)
     }
 
     /// Drops every frame with lsn >= `lsn` (replication's truncate-by-epoch will use it) and

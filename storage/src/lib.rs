@@ -1,7 +1,8 @@
 //! `roost-storage`: what the WAL and the shards share about putting bytes on a disk. It owns
 //! the storage seam (the [`Storage`] traits, [`RealStorage`] over the OS, [`SimStorage`] for
 //! crash tests), the recovery decision table both stores scan their segments with
-//! ([`recovery`]), and the directory lock that keeps a second writer out ([`DirLock`]). It
+//! ([`recovery`]), the directory lock that keeps a second writer out ([`DirLock`]), and the
+//! spare segment each log keeps preallocated ahead of need ([`Spare`]). It
 //! never knows a record or frame format, never retries an I/O error and never does async.
 #![forbid(unsafe_code)]
 
@@ -10,8 +11,10 @@ mod real;
 pub mod recovery;
 mod seam;
 mod sim;
+mod spare;
 
 pub use lock::{DirLock, LockError, LOCK_FILE};
 pub use real::{RealStorage, FILE_MODE};
 pub use seam::{read_all, OpenMode, Storage, StorageFile, StorageFs};
 pub use sim::{CrashMode, SimFaults, SimStorage, SplitMix};
+pub use spare::{is_no_space, preallocate, NoRoom, Refilled, Spare, SPARE_FILE};

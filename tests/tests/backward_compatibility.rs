@@ -16,16 +16,32 @@ use std::sync::Arc;
 use roost::batch::{self, Batch, Status};
 use roost::config::Config;
 use roost::layout::SHARDS_DIR;
-use roost::pipeline::records::{AuditRecord, ClaimRecord, DoneRecord, OpKind, PlannedOp, WalEntry};
+use roost::pipeline::records::{
+    AuditRecord, ClaimRecord, DoneRecord, OpKind, PlannedOp, RejectedRecord, WalEntry,
+};
 use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_storage::RealStorage;
 use roost_tests::{audit_rows, no_crash, wal_entries};
 use serde_json::json;
 
-/// Every committed fixture: v1 (WAL frames without the synced mark) and v2 (with it). The
-/// payloads, shards and results are the same in both; only the WAL frame header differs.
-const VERSIONS: [u8; 2] = [1, 2];
+/// Every committed fixture: v1 (WAL frames without the synced mark), v2 (with it) and v3
+/// (v2's frames; the payloads may hold a recorded rejection). The three committed batches'
+/// payloads, shards and results are the same in all; v3 adds a fourth batch, rejected, whose
+/// rejection is in the WAL.
+const VERSIONS: [u8; 3] = [1, 2, 3];
+
+/// The first version whose fixture has the rejected fourth batch.
+const REJECTION_RECORDED: u8 = 3;
+
+/// The fourth batch (v3 on): its delete names an id that never existed.
+fn rejected_batch() -> Batch {
+    batch::parse(
+        br#"{"request_key":"fixture-4","ops":[{"op":"delete","shard":"a","id":999}]}"#,
+        100,
+    )
+    .unwrap()
+}
 
 fn fixture(version: u8) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/v{version}/data"))
@@ -75,6 +91,8 @@ fn write_fixture(data: &Path) {
         let r = engine.submit(b, &format!("b{}.json", i + 1)).unwrap();
         assert_eq!(r.status(), Status::Committed, "{r:?}");
     }
+    let r = engine.submit(&rejected_batch(), "b4.json").unwrap();
+    assert_eq!(r.status(), Status::Rejected, "{r:?}");
 }
 
 /// Every regular file under `dir`, by relative path, with its bytes.
@@ -121,6 +139,15 @@ fn regenerate_current_fixture() {
     let dest = fixture(current);
     let _ = std::fs::remove_dir_all(&dest);
     copy_tree(&data, &dest);
+    // Spare segments are preallocated space, not part of the format.
+    for (rel, _) in tree(&dest) {
+        if rel
+            .file_name()
+            .is_some_and(|n| n == roost_storage::SPARE_FILE)
+        {
+            std::fs::remove_file(dest.join(rel)).unwrap();
+        }
+    }
 }
 
 /// Goal: the fixture's bytes depend on nothing but the batches (no time, no pid, no random
@@ -197,7 +224,7 @@ fn logs_read_the_same_in_every_version() {
 fn logs_read_the_same(version: u8) {
     let (_t, data) = fixture_copy(version);
     let done = |claim_lsn| WalEntry::Done(DoneRecord { claim_lsn });
-    let want = vec![
+    let mut want = vec![
         (1, WalEntry::Claim(expected_claim(0, &[1, 2]))),
         (2, done(1)),
         (3, WalEntry::Claim(expected_claim(1, &[3, 1]))),
@@ -205,6 +232,16 @@ fn logs_read_the_same(version: u8) {
         (5, WalEntry::Claim(expected_claim(2, &[4, 2, 5]))),
         (6, done(5)),
     ];
+    if version >= REJECTION_RECORDED {
+        let rejected = RejectedRecord {
+            request_key: "fixture-4".into(),
+            source: "b4.json".into(),
+            fingerprint: batch::fingerprint(&rejected_batch()),
+            op_index: 0,
+            reason: "id 999 does not exist on shard a".into(),
+        };
+        want.push((7, WalEntry::Rejected(rejected)));
+    }
     assert_eq!(wal_entries(RealStorage::shared(), &data), want);
     let row = |claim_lsn, key: &str, op_index, op, shard: &str, id| AuditRecord {
         claim_lsn,
@@ -249,12 +286,13 @@ fn shards_and_results_read_the_same(version: u8) {
     let (_t, data) = fixture_copy(version);
     let report = roost::ops::verify::verify(RealStorage::shared(), &data);
     assert!(report.ok(), "{:?}", report.violations);
+    let records = 6 + usize::from(version >= REJECTION_RECORDED);
     assert_eq!(
         report.checked[..3],
         [
-            "wal: 6 records checksummed (3 claims, 3 done), torn tail 0 bytes",
-            "audit: 7 rows checksummed",
-            "shards: 2 shards, 5 transaction frames checksummed",
+            format!("wal: {records} records checksummed (3 claims, 3 done), torn tail 0 bytes"),
+            "audit: 7 rows checksummed".to_string(),
+            "shards: 2 shards, 5 transaction frames checksummed".to_string(),
         ]
     );
     let frames = |lsn, creates: &[u64], deletes: &[u64]| (lsn, creates.to_vec(), deletes.to_vec());
@@ -328,6 +366,13 @@ fn shards_and_results_read_the_same(version: u8) {
             ]
         )
     );
+    if version >= REJECTION_RECORDED {
+        assert_eq!(
+            result(4),
+            json!({"request_key": "fixture-4", "status": "rejected", "op_index": 0,
+                "reason": "id 999 does not exist on shard a"})
+        );
+    }
 }
 
 /// Goal: the daemon opens a v1 data directory and carries on: nothing to recover, a retried
@@ -345,7 +390,16 @@ fn data_dir_opens_and_carries_on(version: u8) {
     let (_t, data) = fixture_copy(version);
     let engine = open(&data);
     let rec = engine.recovery_report();
-    assert_eq!((rec.wal_records, rec.batches_finished), (6, 0));
+    let records = 6 + u64::from(version >= REJECTION_RECORDED);
+    assert_eq!((rec.wal_records, rec.batches_finished), (records, 0));
+    if version >= REJECTION_RECORDED {
+        let r = engine.submit(&rejected_batch(), "again4.json").unwrap();
+        assert_eq!(
+            r.status(),
+            Status::Rejected,
+            "the recorded answer again: {r:?}"
+        );
+    }
     let again = engine.submit(&batches()[1], "again.json").unwrap();
     let ids: Vec<u64> = again.ops().iter().map(|o| o.id).collect();
     assert_eq!(

@@ -4,7 +4,7 @@
 //! ```text
 //! offset size field
 //!      0    4 crc32     CRC-32 (crc32fast, IEEE) over bytes 4..24 of the header, then the payload
-//!      4    1 version   WAL_FORMAT_VERSION (2; version 1 is still read)
+//!      4    1 version   WAL_FORMAT_VERSION (3; versions 1 and 2 are still read)
 //!      5    1 type      record type (the caller's; the daemon's are in pipeline/records.rs)
 //!      6    2 synced    synced_back: lsn minus the highest lsn durable when this record was
 //!                       appended; 0 = no mark (more than u16::MAX records unsynced). Version 1:
@@ -29,8 +29,10 @@ pub const LSN_OFFSET: usize = 16;
 /// torn tail) tests one position in eight, and headers never straddle a 512-byte sector.
 pub const RECORD_ALIGN: usize = 8;
 /// Bumped on any change to the header or to the payload codec. Version 2 gave the reserved
-/// field a meaning (`synced_back`); the payloads did not change.
-pub const WAL_FORMAT_VERSION: u8 = 2;
+/// field a meaning (`synced_back`); the payloads did not change. Version 3 has version 2's
+/// header; the daemon's payloads gained a record type (a recorded rejection), so an older
+/// roost refuses the log by its version instead of misreading a record.
+pub const WAL_FORMAT_VERSION: u8 = 3;
 /// The oldest version still read: a version 1 record carries no synced mark, and recovery
 /// applies the old rule to it (damage followed by it is corruption).
 pub const WAL_FORMAT_VERSION_MIN: u8 = 1;

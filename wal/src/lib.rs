@@ -43,6 +43,10 @@ pub enum WalError {
     TooLarge { len: u64, max: u32 },
     #[error("wal configuration: {0}")]
     Config(String),
+    /// No room for a new segment: nothing was written, and the log takes appends again once
+    /// there is room.
+    #[error("wal: {0}")]
+    NoSpace(roost_storage::NoRoom),
 }
 
 impl WalError {

@@ -16,7 +16,10 @@ use tracing::{debug, info, warn};
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
 use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, SegmentScan, Step};
 use crate::{Lsn, WalError};
-use roost_storage::{read_all, OpenMode, RealStorage, Storage, StorageFile};
+use roost_storage::{
+    is_no_space, preallocate, read_all, NoRoom, OpenMode, RealStorage, Refilled, Spare, Storage,
+    StorageFile,
+};
 
 /// Suffix of segment files; the stem is the first lsn, zero-padded to 20 digits.
 pub const SEGMENT_SUFFIX: &str = ".wal";
@@ -96,6 +99,8 @@ struct Inner {
     syncing: bool,
     /// Set by the first failed write or sync; every later call returns `Poisoned`.
     poisoned: Option<String>,
+    /// The next segment, preallocated ahead of need (writable logs only).
+    spare: Option<Spare>,
 }
 
 /// A segmented write-ahead log. `Send + Sync`; share it with an `Arc`.
@@ -172,6 +177,18 @@ impl Wal {
             next_lsn,
             active,
         } = recover_segments(storage.as_ref(), &segments, &opts)?;
+        let spare = match opts.read_only {
+            true => None,
+            false => Some(
+                Spare::open(storage.as_ref(), &dir, opts.segment_bytes).map_err(|source| {
+                    WalError::Io {
+                        op: "make spare segment",
+                        path: dir.join(roost_storage::SPARE_FILE),
+                        source,
+                    }
+                })?,
+            ),
+        };
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
             next_lsn, torn_bytes = report.torn_bytes_truncated, "wal: opened");
         Ok(Wal {
@@ -186,6 +203,7 @@ impl Wal {
                 synced_lsn: next_lsn - 1,
                 syncing: false,
                 poisoned: None,
+                spare,
             }),
             synced: Condvar::new(),
             syncs: AtomicU64::new(0),
@@ -269,7 +287,10 @@ impl Wal {
             .is_some_and(|a| a.write_offset + len <= self.opts.segment_bytes);
         if !fits {
             self.roll(&mut g, lsn).inspect_err(|e| {
-                g.poisoned.get_or_insert_with(|| e.to_string());
+                // No room for a new segment: nothing was written, the log goes on as it was.
+                if !matches!(e, WalError::NoSpace(_)) {
+                    g.poisoned.get_or_insert_with(|| e.to_string());
+                }
             })?;
         }
         // The record's synced mark: what is durable now, before it is written (after a roll,
@@ -303,10 +324,14 @@ impl Wal {
         Ok(lsn)
     }
 
-    /// Seals the active segment (synced, so a sealed segment never has a torn tail) and
-    /// creates, preallocates and syncs the next one, then syncs the directory.
+    /// Seals the active segment (synced, so a sealed segment never has a torn tail), takes
+    /// the spare as the next one (or creates and preallocates it when there is no spare), then
+    /// makes the next spare. No room for the new segment is `NoSpace` with nothing written
+    /// and the sealed segment still active; no room for the next spare only shows in
+    /// [`Wal::spare_missing`].
     fn roll(&self, g: &mut MutexGuard<'_, Inner>, first_lsn: Lsn) -> Result<(), WalError> {
-        if let Some(old) = g.active.take() {
+        let old = g.active.take();
+        if let Some(old) = &old {
             let path = self.dir.join(segment_name(old.first_lsn));
             old.file.sync_data().map_err(|source| WalError::Io {
                 op: "sync",
@@ -317,18 +342,13 @@ impl Wal {
             self.synced.notify_all();
         }
         let path = self.dir.join(segment_name(first_lsn));
-        let io = |op: &'static str| {
-            let path = path.clone();
-            move |source| WalError::Io { op, path, source }
+        let file = match self.next_segment(g, &path) {
+            Ok(file) => file,
+            Err(e) => {
+                g.active = old;
+                return Err(e);
+            }
         };
-        let file = self
-            .storage
-            .open(&path, OpenMode::CreateNew)
-            .map_err(io("create"))?;
-        file.allocate(self.opts.segment_bytes)
-            .map_err(io("allocate"))?;
-        file.sync_data().map_err(io("sync"))?;
-        self.sync_dir()?;
         debug!(segment = %path.display(), first_lsn, "wal: rolled to new segment");
         g.segments.push(Segment { first_lsn, path });
         g.active = Some(Active {
@@ -336,7 +356,72 @@ impl Wal {
             first_lsn,
             write_offset: 0,
         });
+        self.refill(g)?;
         Ok(())
+    }
+
+    /// The new segment at `path`: the spare renamed, or one made now.
+    fn next_segment(
+        &self,
+        g: &mut MutexGuard<'_, Inner>,
+        path: &Path,
+    ) -> Result<Box<dyn StorageFile>, WalError> {
+        let io = |op: &'static str| {
+            let path = path.to_path_buf();
+            move |source| WalError::Io { op, path, source }
+        };
+        let storage = self.storage.as_ref();
+        let took = match g.spare.as_mut() {
+            Some(spare) => spare.take(storage, path).map_err(io("take spare"))?,
+            None => false,
+        };
+        if !took {
+            match preallocate(storage, path, self.opts.segment_bytes, false) {
+                Ok(()) => self.sync_dir()?,
+                Err(e) if is_no_space(&e) => {
+                    return Err(WalError::NoSpace(NoRoom {
+                        path: path.to_path_buf(),
+                        needed_bytes: self.opts.segment_bytes,
+                        error: e.to_string(),
+                    }))
+                }
+                Err(e) => return Err(io("allocate")(e)),
+            }
+        }
+        storage.open(path, OpenMode::ReadWrite).map_err(io("open"))
+    }
+
+    /// Makes the spare again if it is missing; a full disk is logged (once), not an error.
+    fn refill(&self, g: &mut MutexGuard<'_, Inner>) -> Result<bool, WalError> {
+        let Some(spare) = g.spare.as_mut() else {
+            return Ok(true);
+        };
+        let r = spare
+            .refill(self.storage.as_ref())
+            .map_err(|source| WalError::Io {
+                op: "make spare segment",
+                path: self.dir.join(roost_storage::SPARE_FILE),
+                source,
+            })?;
+        if let (Refilled::NoRoom { first: true }, Some(why)) = (r, spare.missing()) {
+            warn!(dir = %self.dir.display(), %why, "wal: no room for the spare segment");
+        }
+        Ok(r == Refilled::Ready)
+    }
+
+    /// Why the log has no spare segment (its next roll would need room the disk may not have):
+    /// `None` when it has one, or is read-only.
+    pub fn spare_missing(&self) -> Option<NoRoom> {
+        self.lock().spare.as_ref()?.missing().cloned()
+    }
+
+    /// Tries to make a missing spare segment. Ok(true) once there is one.
+    pub fn refill_spare(&self) -> Result<bool, WalError> {
+        let mut g = self.lock();
+        if let Some(why) = &g.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        self.refill(&mut g)
     }
 
     /// Returns once every record up to `lsn` is durable. The first caller to find no sync in

@@ -58,10 +58,14 @@ fn round_trip_on_real_disk() {
     }
     drop(wal);
     let names: Vec<String> = RealStorage.list(tmp.path()).unwrap();
+    // Segments, and the spare segment preallocated ahead of the next roll.
     assert!(
-        names.iter().all(|n| n.ends_with(".wal") && n.len() == 24),
+        names
+            .iter()
+            .all(|n| (n.ends_with(".wal") && n.len() == 24) || n == "SPARE"),
         "{names:?}"
     );
+    assert!(names.iter().any(|n| n == "SPARE"), "{names:?}");
     for n in &names {
         assert_eq!(
             std::fs::metadata(tmp.path().join(n)).unwrap().len(),
@@ -393,6 +397,9 @@ fn maybe_write_fixture(version: u8) {
         }
     }
     wal.sync_to(12).unwrap();
+    drop(wal);
+    // The spare segment is preallocated space, not part of the format.
+    std::fs::remove_file(fixture_dir(version).join(roost_storage::SPARE_FILE)).unwrap();
 }
 
 fn open_fixture(version: u8) -> Wal {
@@ -457,6 +464,20 @@ fn fixture_v2_still_replays_with_its_synced_marks() {
     }
 }
 
+/// Goal: a WAL written by format version 3 (version 2's header; the version tells readers
+/// that the daemon's payloads may hold a record type version 2 did not have) is committed
+/// and must still replay byte for byte, with its synced marks.
+#[test]
+fn fixture_v3_still_replays_with_its_synced_marks() {
+    open_fixture(3);
+    let hs = headers(&fixture_dir(3));
+    assert_eq!(hs.len(), 12);
+    assert!(
+        hs.iter().all(|h| h.version == 3 && h.synced_back > 0),
+        "{hs:?}"
+    );
+}
+
 /// Goal (issue 13, item 5): after a failed fsync the kernel marks the pages clean, so the
 /// cache shows a record the disk never got and no later fsync writes it. A restart must read
 /// what the disk holds, not build on that record.
@@ -487,4 +508,46 @@ fn a_record_whose_sync_failed_is_not_read_back_from_the_cache() {
     drop(wal);
     let wal = open(&disk.crash(CrashMode::PowerDrop), opts(1 << 16)).unwrap();
     assert_eq!(all(&wal).len(), 1);
+}
+
+/// Goal: a full disk shows first as a missing spare segment (appends still work, in the
+/// segment the spare became), then as `NoSpace` on the roll that has no spare: nothing
+/// written, the log not latched, every record kept; once there is room, the spare is made
+/// again and appends go on, and everything survives a reopen.
+/// Method: room for exactly three segments of 256 bytes (the spare counts).
+#[test]
+fn a_full_disk_is_a_missing_spare_then_no_space_never_a_latch() {
+    let disk = SimStorage::new();
+    disk.set_faults(SimFaults {
+        space_bytes_max: Some(3 * 256),
+        ..SimFaults::default()
+    });
+    let wal = open(&disk, opts(256)).unwrap();
+    assert!(wal.spare_missing().is_none(), "spare made at open");
+    let mut lsn = 0;
+    let err = loop {
+        match wal.append(1, &payload(lsn + 1)) {
+            Ok(l) => lsn = l,
+            Err(e) => break e,
+        }
+        assert!(lsn < 1000, "the disk never filled");
+    };
+    let WalError::NoSpace(why) = &err else {
+        panic!("expected NoSpace, got {err}");
+    };
+    assert_eq!(why.needed_bytes, 256);
+    assert!(wal.spare_missing().is_some(), "{err}");
+    assert!(!wal.refill_spare().unwrap(), "still no room");
+    assert_eq!(wal.next_lsn(), lsn + 1, "nothing was written");
+    disk.set_faults(SimFaults::default());
+    assert!(wal.refill_spare().unwrap());
+    assert!(wal.spare_missing().is_none());
+    assert_eq!(wal.append(1, &payload(lsn + 1)).unwrap(), lsn + 1);
+    drop(wal);
+    let wal = open(&disk, opts(256)).unwrap();
+    let got = all(&wal);
+    assert_eq!(got.len() as u64, lsn + 1);
+    for (l, p) in got {
+        assert_eq!(p, payload(l));
+    }
 }

@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::error::{CommandError, EXIT_FAILED, EXIT_OK};
 use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
 use crate::pipeline::records::{
-    read_audit, read_wal_frames, ClaimRecord, DoneRecord, PlannedOp, WalEntry,
+    read_audit, read_wal_frames, ClaimRecord, DoneRecord, PlannedOp, RejectedRecord, WalEntry,
 };
 
 /// `roost get SHARD ID`: the record as one JSON line, or exit 1 if there is none.
@@ -83,6 +83,8 @@ pub(super) fn wal_dump(cfg: &Config, from: u64, json: bool) -> anyhow::Result<i3
             (WalEntry::Claim(c), false) => claim_text(&rec, c),
             (WalEntry::Done(d), true) => done_json(&rec, d).to_string(),
             (WalEntry::Done(d), false) => done_text(&rec, d),
+            (WalEntry::Rejected(r), true) => rejected_json(&rec, r).to_string(),
+            (WalEntry::Rejected(r), false) => rejected_text(&rec, r),
         };
         writeln!(out, "{line}")?;
     }
@@ -121,6 +123,17 @@ fn claim_text(rec: &Record, c: &ClaimRecord) -> String {
         c.request_key,
         c.source,
         ops.join(", ")
+    )
+}
+
+fn rejected_json(rec: &Record, r: &RejectedRecord) -> serde_json::Value {
+    serde_json::json!({"lsn": rec.lsn, "epoch": rec.epoch, "type": "rejected", "request_key": r.request_key, "source": r.source, "fingerprint": format!("{:016x}", r.fingerprint), "op_index": r.op_index, "reason": r.reason})
+}
+
+fn rejected_text(rec: &Record, r: &RejectedRecord) -> String {
+    format!(
+        "lsn {} epoch {} rejected key={:?} source={:?} op_index={} reason={:?}",
+        rec.lsn, rec.epoch, r.request_key, r.source, r.op_index, r.reason
     )
 }
 

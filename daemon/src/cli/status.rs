@@ -37,6 +37,15 @@ fn status_text(v: &serde_json::Value) -> String {
         "UNHEALTHY"
     };
     let _ = writeln!(out, "roost: {healthy}");
+    if v["intake"]["state"] == "paused" {
+        let i = &v["intake"];
+        let _ = writeln!(
+            out,
+            "  INTAKE PAUSED for {} ms: {} has no room for its next segment ({} needs {} bytes: {}); new files wait in new/, intake resumes by itself once there is room",
+            i["paused_ms"], i["part"].as_str().unwrap_or("?"), i["file"].as_str().unwrap_or("?"),
+            i["needed_bytes"], i["error"].as_str().unwrap_or("?")
+        );
+    }
     let _ = writeln!(
         out,
         "  epoch {}, last lsn {}, {} batches in flight",

@@ -69,6 +69,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "shard_txns": s.shard_txns.load(Ordering::Relaxed),
         "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
         "healthy": !engine.is_failed(),
+        "intake": intake_json(engine),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),
         "latency_ms": latency,
@@ -79,6 +80,26 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
             "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
         },
     })
+}
+
+/// `{"state": "open"}`, or `"paused"` with why: the part without room for its next segment,
+/// the file, the bytes it needs, the error and how long intake has waited.
+fn intake_json(engine: &Engine) -> serde_json::Value {
+    match engine.paused() {
+        None => {
+            json!({"state": "open", "pauses": engine.stats.intake_pauses.load(Ordering::Relaxed)})
+        }
+        Some(p) => json!({
+            "state": "paused",
+            "reason": "no room for the next segment",
+            "part": p.part,
+            "file": p.why.path.display().to_string(),
+            "needed_bytes": p.why.needed_bytes,
+            "error": p.why.error,
+            "paused_ms": p.since.elapsed().as_millis() as u64,
+            "pauses": engine.stats.intake_pauses.load(Ordering::Relaxed),
+        }),
+    }
 }
 
 /// Prometheus text exposition format.
@@ -118,11 +139,12 @@ pub fn metrics_text(engine: &Engine) -> String {
 }
 
 /// One sample per metric without labels: (name, type, help, value).
-fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 9] {
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 12] {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
     let (_, audit_syncs) = engine.audit_stats();
+    let paused = engine.paused();
     [
         (
             "roost_batches_in_flight",
@@ -177,6 +199,24 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
             "gauge",
             "The last lsn written to the WAL.",
             engine.last_lsn(),
+        ),
+        (
+            "roost_intake_paused",
+            "gauge",
+            "1 while intake waits for disk space (a log has no room for its next segment).",
+            u64::from(paused.is_some()),
+        ),
+        (
+            "roost_intake_paused_needed_bytes",
+            "gauge",
+            "Bytes the next segment needs while intake is paused (0 when open).",
+            paused.as_ref().map_or(0, |p| p.why.needed_bytes),
+        ),
+        (
+            "roost_intake_pauses_total",
+            "counter",
+            "Times intake paused for want of disk space since start.",
+            s.intake_pauses.load(Ordering::Relaxed),
         ),
     ]
 }

@@ -57,6 +57,8 @@ struct Files {
     audit: Vec<AuditRecord>,
     /// Per shard, its transaction frames.
     held: BTreeMap<String, HeldFrames>,
+    /// The lsns of recorded rejections.
+    rejections: BTreeSet<Lsn>,
     /// Frames over all shards.
     frames: usize,
 }
@@ -112,6 +114,9 @@ fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut 
             Ok((lsn, WalEntry::Claim(c))) => {
                 ledger.claim(lsn, c.clone());
                 f.claims.insert(lsn, c);
+            }
+            Ok((lsn, WalEntry::Rejected(_))) => {
+                f.rejections.insert(lsn);
             }
             Ok((lsn, WalEntry::Done(d))) => {
                 f.done.insert(d.claim_lsn);
@@ -314,11 +319,29 @@ fn no_partial_shard(f: &Files, r: &mut VerifyReport) {
 fn rejected_batch_writes_nothing(f: &Files, r: &mut VerifyReport) {
     for (name, fs) in &f.held {
         for lsn in fs.keys().filter(|l| !f.claims.contains_key(l)) {
+            let what = match f.rejections.contains(lsn) {
+                true => "a recorded rejection",
+                false => "no claim in the wal",
+            };
             r.violation(format!(
-                "shard {name} holds lsn {lsn}, which no claim in the wal has"
+                "RejectedBatchWritesNothing: shard {name} holds lsn {lsn}, which is {what}"
             ));
         }
     }
+    let audited = f
+        .audit
+        .iter()
+        .filter(|row| f.rejections.contains(&row.claim_lsn))
+        .count();
+    if audited > 0 {
+        r.violation(format!(
+            "RejectedBatchWritesNothing: {audited} audit rows name a recorded rejection"
+        ));
+    }
+    r.checked.push(format!(
+        "RejectedBatchWritesNothing: {} recorded rejections; no shard frame or audit row names one",
+        f.rejections.len()
+    ));
 }
 
 /// `AuditOnlyCommitted`: every audit row names a transaction its shard holds.

@@ -22,6 +22,8 @@ pub struct Stats {
     /// Milliseconds since the engine opened at which a batch last moved through a step; the
     /// watchdog stops pinging when batches are in flight and this stops advancing.
     pub last_progress_ms: AtomicU64,
+    /// Times intake paused because a log had no room for its next segment.
+    pub intake_pauses: AtomicU64,
 }
 
 /// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).

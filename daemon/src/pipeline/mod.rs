@@ -16,7 +16,8 @@
 //!
 //! Files: `plan` (Plan and Claim), `finish` (Commit and Finish), `recover` (open-time
 //! replay), `records` (the WAL and audit payloads), `owner` (shard owner threads), `crash`
-//! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms).
+//! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
+//! `names` (spool names reused during a tail), `room` (intake pauses on a full disk).
 
 pub mod crash;
 mod finish;
@@ -26,6 +27,7 @@ mod owner;
 mod plan;
 pub mod records;
 mod recover;
+mod room;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -48,6 +50,7 @@ use owner::{OwnerContext, ShardSlot};
 
 pub use finish::committed_result;
 pub use recover::RecoveryReport;
+pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
 /// spool directories) and the crash hook.
@@ -63,6 +66,30 @@ struct KeyState {
     lsn: Lsn,
     fingerprint: u64,
     done: bool,
+    /// `lsn` is a recorded rejection (not a claim): the same batch gets it again, another
+    /// batch under the key is planned as new.
+    rejected: bool,
+}
+
+impl KeyState {
+    /// What a batch with fingerprint `fp` finds under this key.
+    fn check(self, fp: u64) -> KeyFound {
+        match self {
+            k if k.rejected && k.fingerprint != fp => KeyFound::Free,
+            k if k.fingerprint != fp || k.done => KeyFound::Answered(k),
+            _ => KeyFound::InFlight,
+        }
+    }
+}
+
+/// What a key holds for a batch.
+enum KeyFound {
+    /// Nothing that binds it: plan the batch.
+    Free,
+    /// An answer: a conflict, or the original result (committed or rejected).
+    Answered(KeyState),
+    /// The same batch, claimed and not yet finished.
+    InFlight,
 }
 
 /// Ids planned but not yet committed, per shard: planning sees committed state plus these.
@@ -100,6 +127,8 @@ pub struct Engine {
     /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).
     finished_cv: Condvar,
     failed: AtomicBool,
+    /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
+    pause: Mutex<Option<Pause>>,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -171,6 +200,7 @@ impl Engine {
             }),
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
+            pause: Mutex::new(None),
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use roost_shards::{Shard, Txn, TxnOp};
+use roost_storage::NoRoom;
 use roost_wal::Lsn;
 
 use super::crash::{CrashHook, CrashPoint, Step};
@@ -45,7 +46,16 @@ pub enum ShardMsg {
     Stats {
         reply: Sender<(usize, u64)>,
     },
+    /// Make the spare segment if it is missing; Ok(true) once there is one.
+    Refill {
+        reply: Sender<Result<bool, EngineError>>,
+    },
 }
+
+/// Claimed lsns not yet applied (see [`ShardSlot::turns`]).
+type Turns = Arc<Mutex<BTreeSet<Lsn>>>;
+/// Why the shard has no spare segment (see [`ShardSlot::room`]).
+type Room = Arc<Mutex<Option<NoRoom>>>;
 
 /// What the engine keeps per shard.
 pub struct ShardSlot {
@@ -53,7 +63,9 @@ pub struct ShardSlot {
     tx: Option<SyncSender<ShardMsg>>,
     /// Claimed lsns touching this shard, not yet applied; the smallest goes next. The planner
     /// inserts under its lock (so in lsn order); the owner removes each once it is applied.
-    pub turns: Arc<Mutex<BTreeSet<Lsn>>>,
+    pub turns: Turns,
+    /// Why the shard has no spare segment (`None`: it has one), kept current by the owner.
+    pub room: Room,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -84,15 +96,17 @@ impl ShardSlot {
     pub fn spawn(name: &str, shard: Shard, ctx: OwnerContext) -> std::io::Result<ShardSlot> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
         let turns = Arc::new(Mutex::new(BTreeSet::new()));
-        let t = turns.clone();
+        let room = Arc::new(Mutex::new(shard.spare_missing()));
+        let shared = (turns.clone(), room.clone());
         let n = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("shard-{name}"))
-            .spawn(move || owner(n, shard, rx, t, ctx))?;
+            .spawn(move || owner(n, shard, rx, shared, ctx))?;
         Ok(ShardSlot {
             name: name.to_owned(),
             tx: Some(tx),
             turns,
+            room,
             thread: Some(thread),
         })
     }
@@ -158,6 +172,13 @@ impl ShardSlot {
         self.send(ShardMsg::Stats { reply })?;
         rx.recv().map_err(|_| EngineError::Failed)
     }
+
+    /// Asks the owner to make a missing spare segment; Ok(true) once there is one.
+    pub fn refill(&self) -> Result<bool, EngineError> {
+        let (reply, rx) = mpsc::channel();
+        self.send(ShardMsg::Refill { reply })?;
+        rx.recv().map_err(|_| EngineError::Failed)?
+    }
 }
 
 impl Drop for ShardSlot {
@@ -180,7 +201,8 @@ type Reply = Sender<Result<(), EngineError>>;
 struct Owner {
     name: String,
     shard: Shard,
-    turns: Arc<Mutex<BTreeSet<Lsn>>>,
+    turns: Turns,
+    room: Room,
     ctx: OwnerContext,
     /// Transactions received, waiting for their turn, by lsn.
     pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Reply)>,
@@ -195,13 +217,14 @@ fn owner(
     name: String,
     shard: Shard,
     rx: Receiver<ShardMsg>,
-    turns: Arc<Mutex<BTreeSet<Lsn>>>,
+    (turns, room): (Turns, Room),
     ctx: OwnerContext,
 ) {
     let mut o = Owner {
         name,
         shard,
         turns,
+        room,
         ctx,
         pending: BTreeMap::new(),
         flushes: Vec::new(),
@@ -243,7 +266,26 @@ impl Owner {
             ShardMsg::Stats { reply } => {
                 let _ = reply.send((self.shard.len(), self.shard.max_id()));
             }
+            ShardMsg::Refill { reply } => {
+                let _ = reply.send(self.refill());
+            }
         }
+    }
+
+    /// Makes a missing spare segment (a dead owner writes nothing and says why).
+    fn refill(&mut self) -> Result<bool, EngineError> {
+        if let Some(why) = &self.dead {
+            return Err(why.clone_for_reply());
+        }
+        let r = self
+            .shard
+            .refill_spare()
+            .map_err(|source| EngineError::Shard {
+                shard: self.name.clone(),
+                source,
+            });
+        *lock(&self.room) = self.shard.spare_missing();
+        r
     }
 
     /// A dead owner answers every queued request with its failure.
@@ -298,6 +340,8 @@ impl Owner {
             }
         }
         if applied > 0 {
+            // A roll may have taken the spare without room for the next one.
+            *lock(&self.room) = self.shard.spare_missing();
             tracing::debug!(shard = %self.name, applied, "owner round");
             self.ctx
                 .stats

@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use roost_wal::Lsn;
+use roost_wal::{Lsn, WalError};
 use tracing::{debug, warn};
 
 use super::crash::Step;
-use super::records::{self, ClaimRecord, PlannedOp, RecordType};
-use super::{io_err, lock, Engine, KeyState, Planner};
+use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
+use super::{io_err, lock, Engine, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
@@ -31,10 +31,14 @@ impl Engine {
     /// `out/<source>` before this returns (and `new/<source>` removed).
     pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
         self.check()?;
+        self.gate()?;
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = self.submit_inner(batch, source);
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = &r {
+            if matches!(e, EngineError::Paused { .. }) {
+                return r;
+            }
             if !matches!(e, EngineError::Failed) {
                 warn!(error = %e, request_key = %batch.request_key, source, "pipeline failed");
             }
@@ -69,8 +73,8 @@ impl Engine {
             }
         };
         if let Some((i, reason)) = self.plan_deletes(&p, batch, limit)?.or(static_reject) {
-            drop(p);
-            return self.reply(source, self.rejected(key, i, reason));
+            let r = self.record_rejection(p, batch, source, fp, (i, reason))?;
+            return self.reply(source, r);
         }
         self.stats.latency.plan.record(t0.elapsed());
         let t1 = Instant::now();
@@ -133,15 +137,19 @@ impl Engine {
         fp: u64,
         k: Option<KeyState>,
     ) -> Result<Option<BatchResult>, EngineError> {
-        match k {
-            Some(k) if k.fingerprint != fp => {
-                // The answer cites the claim at k.lsn: it must be durable first, or a power
-                // loss could take it and the key would then plan as new (issue 13, item 6).
+        let Some(k) = k else { return Ok(None) };
+        match k.check(fp) {
+            KeyFound::Free | KeyFound::InFlight => Ok(None),
+            // The answer cites the record at k.lsn: it must be durable first, or a power loss
+            // could take it and the key would then plan as new (issue 13, item 6).
+            KeyFound::Answered(k) if k.fingerprint != fp => {
                 self.wal.sync_to(k.lsn)?;
                 Ok(Some(self.conflict(key, k.lsn)))
             }
-            Some(k) if k.done => self.duplicate(k.lsn).map(Some),
-            _ => Ok(None),
+            KeyFound::Answered(k) => {
+                self.wal.sync_to(k.lsn)?;
+                self.duplicate(k.lsn).map(Some)
+            }
         }
     }
 
@@ -155,10 +163,10 @@ impl Engine {
     ) -> Result<(MutexGuard<'a, Planner>, KeyCheck), EngineError> {
         loop {
             self.check()?;
-            match p.keys.get(key).copied() {
-                None => return Ok((p, KeyCheck::New)),
-                Some(k) if k.fingerprint != fp || k.done => return Ok((p, KeyCheck::Known(k))),
-                Some(_) => {}
+            match p.keys.get(key).map(|k| k.check(fp)) {
+                None | Some(KeyFound::Free) => return Ok((p, KeyCheck::New)),
+                Some(KeyFound::Answered(k)) => return Ok((p, KeyCheck::Known(k))),
+                Some(KeyFound::InFlight) => {}
             }
             p = self
                 .finished_cv
@@ -202,6 +210,7 @@ impl Engine {
         source: &str,
         fp: u64,
     ) -> Result<(Lsn, ClaimRecord), EngineError> {
+        let first_id = p.next_id;
         let ops: Vec<PlannedOp> = batch
             .ops
             .iter()
@@ -226,7 +235,16 @@ impl Engine {
             ops,
         };
         let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
-        let lsn = self.wal.append_nowait(RecordType::Claim as u8, &payload)?;
+        let lsn = match self.wal.append_nowait(RecordType::Claim as u8, &payload) {
+            Ok(lsn) => lsn,
+            // No room for a new WAL segment: nothing written; the ids go back unused.
+            Err(WalError::NoSpace(why)) => {
+                p.next_id = first_id;
+                let part = "wal".to_owned();
+                return Err(EngineError::Paused { part, why });
+            }
+            Err(e) => return Err(e.into()),
+        };
         for name in claim.touched_shards() {
             let slot = self.slot(name)?;
             lock(&slot.turns).insert(lsn);
@@ -242,10 +260,50 @@ impl Engine {
             lsn,
             fingerprint: fp,
             done: false,
+            rejected: false,
         };
         p.keys.insert(claim.request_key.clone(), key);
         p.tails.claimed(source, lsn);
         Ok((lsn, claim))
+    }
+
+    /// Records a rejection under the planner lock (ordered with any claim of its key), drops
+    /// the lock, and syncs it before it is answered: the same batch sent again, or its input
+    /// back after a power loss, gets this answer whatever changed since (issue 13, item 6).
+    fn record_rejection(
+        &self,
+        mut p: MutexGuard<'_, Planner>,
+        batch: &Batch,
+        source: &str,
+        fp: u64,
+        (op_index, reason): (usize, String),
+    ) -> Result<BatchResult, EngineError> {
+        let rec = RejectedRecord {
+            request_key: batch.request_key.clone(),
+            source: source.to_owned(),
+            fingerprint: fp,
+            op_index: op_index as u32,
+            reason,
+        };
+        let payload = records::encode("rejected", &rec).map_err(EngineError::Encode)?;
+        let lsn = match self.wal.append_nowait(RecordType::Rejected as u8, &payload) {
+            Ok(lsn) => lsn,
+            Err(WalError::NoSpace(why)) => {
+                let part = "wal".to_owned();
+                return Err(EngineError::Paused { part, why });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let key = KeyState {
+            lsn,
+            fingerprint: fp,
+            done: true,
+            rejected: true,
+        };
+        p.keys.insert(rec.request_key.clone(), key);
+        drop(p);
+        self.wal.sync_to(lsn)?;
+        Ok(self.rejected(&rec.request_key, op_index, rec.reason))
     }
 
     /// Whether `id` exists on `shard` for planning: committed state plus planned overlays.
@@ -312,6 +370,11 @@ impl Engine {
             })?;
         match records::decode_wal(&rec)? {
             records::WalEntry::Claim(c) => Ok(super::committed_result(lsn, &c)),
+            records::WalEntry::Rejected(r) => Ok(BatchResult::Rejected {
+                request_key: r.request_key,
+                op_index: r.op_index,
+                reason: r.reason,
+            }),
             records::WalEntry::Done(_) => Err(EngineError::Inconsistent {
                 lsn,
                 detail: "a request key points at a done record, not a claim".into(),

@@ -15,16 +15,17 @@ use crate::error::EngineError;
 
 pub use crate::error::CodecError;
 
-/// The payload schema of this module. WAL frames of version 1 and 2 both carry payloads of
-/// this version (frame version 2 changed only the header: the synced mark), so the frame's
-/// version byte tells the payload version. Changing a record below means a new
-/// `WAL_FORMAT_VERSION` that announces it and a decoder kept for the old; the assert makes
-/// a bump of either version revisit this mapping.
-pub const RECORDS_FORMAT_VERSION: u8 = 1;
+/// The payload schema of this module. WAL frames of version 1 and 2 carry payloads of
+/// version 1 (frame version 2 changed only the header: the synced mark); frames of version 3
+/// carry version 2, which is version 1 plus one record type (`Rejected`, issue 13 item 6).
+/// So the frame's version byte tells the payload version, and one decoder reads both.
+/// Changing a record below means a new `WAL_FORMAT_VERSION` that announces it and a decoder
+/// kept for the old; the assert makes a bump of either version revisit this mapping.
+pub const RECORDS_FORMAT_VERSION: u8 = 2;
 const _: () = assert!(
-    roost_wal::format::WAL_FORMAT_VERSION == 2
+    roost_wal::format::WAL_FORMAT_VERSION == 3
         && roost_wal::format::WAL_FORMAT_VERSION_MIN == 1
-        && RECORDS_FORMAT_VERSION == 1
+        && RECORDS_FORMAT_VERSION == 2
 );
 
 /// Record types of the batch WAL (`<data-dir>/wal`) and of the audit log
@@ -38,6 +39,9 @@ pub enum RecordType {
     Done = 2,
     /// One audit row, one per committed op (audit log only, [`AuditRecord`]).
     Audit = 3,
+    /// A batch rejected at planning, with its answer ([`RejectedRecord`], batch WAL only;
+    /// payload version 2).
+    Rejected = 4,
 }
 
 impl RecordType {
@@ -46,6 +50,7 @@ impl RecordType {
             1 => Some(RecordType::Claim),
             2 => Some(RecordType::Done),
             3 => Some(RecordType::Audit),
+            4 => Some(RecordType::Rejected),
             _ => None,
         }
     }
@@ -54,6 +59,7 @@ impl RecordType {
             RecordType::Claim => "claim",
             RecordType::Done => "done",
             RecordType::Audit => "audit",
+            RecordType::Rejected => "rejected",
         }
     }
 }
@@ -124,6 +130,18 @@ impl ClaimRecord {
     }
 }
 
+/// A rejection, recorded and synced before it is answered: the same batch (same request key
+/// and fingerprint) gets this answer again, whatever changed since; another batch under the
+/// same key is planned as new (a client may fix a rejected batch and send it again).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct RejectedRecord {
+    pub request_key: String,
+    pub source: String,
+    pub fingerprint: u64,
+    pub op_index: u32,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct DoneRecord {
     pub claim_lsn: u64,
@@ -179,6 +197,7 @@ pub fn decode<T: Decode<()>>(what: &'static str, bytes: &[u8]) -> Result<T, Code
 pub enum WalEntry {
     Claim(ClaimRecord),
     Done(DoneRecord),
+    Rejected(RejectedRecord),
 }
 
 /// Decodes one batch-WAL record. A record whose checksum held but whose type or payload make
@@ -192,6 +211,9 @@ pub fn decode_wal(rec: &Record) -> Result<WalEntry, EngineError> {
             .map_err(codec),
         Some(RecordType::Done) => decode("done", &rec.payload)
             .map(WalEntry::Done)
+            .map_err(codec),
+        Some(RecordType::Rejected) => decode("rejected", &rec.payload)
+            .map(WalEntry::Rejected)
             .map_err(codec),
         _ => Err(EngineError::Inconsistent {
             lsn,

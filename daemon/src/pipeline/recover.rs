@@ -110,6 +110,7 @@ impl Engine {
                         lsn,
                         fingerprint: c.fingerprint,
                         done: false,
+                        rejected: false,
                     };
                     p.keys.insert(c.request_key.clone(), key);
                     ledger.claim(lsn, c);
@@ -119,6 +120,15 @@ impl Engine {
                     if let Some(k) = p.keys.get_mut(&c.request_key) {
                         k.done = true;
                     }
+                }
+                WalEntry::Rejected(r) => {
+                    let key = KeyState {
+                        lsn,
+                        fingerprint: r.fingerprint,
+                        done: true,
+                        rejected: true,
+                    };
+                    p.keys.insert(r.request_key, key);
                 }
             }
         }

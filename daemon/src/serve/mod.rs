@@ -16,10 +16,11 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::EngineError;
 use crate::pipeline::Engine;
@@ -120,6 +121,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     let sem = Arc::new(Semaphore::new(workers));
     let sidecars = Sidecars::start(&cfg, &shared.engine);
     info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), "serving");
+    let mut resume_tried = Instant::now();
     loop {
         let mut names: Vec<String> = Vec::new();
         tokio::select! {
@@ -137,6 +139,11 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
+        if !intake_open(&shared, &mut resume_tried).await {
+            // Paused: the files stay in new/; a rescan finds them once intake resumes.
+            hints.rescan_needed.store(true, Ordering::SeqCst);
+            continue;
+        }
         if let Err(e) = hints.drain(&mut names) {
             warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
             continue;
@@ -148,6 +155,40 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     }
     shutdown(&shared, &sem, workers, sidecars).await
 }
+
+/// Whether intake is open. While it is paused for want of disk space (`pipeline/room.rs`),
+/// tries at most once a second to make the missing spare segments; a failure to make one
+/// that is not a full disk stops the daemon like any I/O failure.
+async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
+    if shared.engine.paused().is_none() {
+        return true;
+    }
+    if last_try.elapsed() < RESUME_EVERY {
+        return false;
+    }
+    *last_try = Instant::now();
+    let engine = shared.engine.clone();
+    let r = tokio::task::spawn_blocking(move || engine.try_resume()).await;
+    match r {
+        Ok(Ok(open)) => open,
+        Ok(Err(e)) => {
+            error!(error = %e, "cannot make a spare segment: stopping");
+            if let Ok(mut f) = shared.fatal.lock() {
+                f.get_or_insert(e);
+            }
+            shared.stop.store(true, Ordering::SeqCst);
+            shared.wake.notify_one();
+            false
+        }
+        Err(e) => {
+            error!(error = %e, "resume task failed");
+            false
+        }
+    }
+}
+
+/// How often a paused intake tries to make the missing spare segments again.
+const RESUME_EVERY: Duration = Duration::from_secs(1);
 
 /// Starts a worker for each name that is a batch and not already in progress (a name in
 /// progress is looked at again when its worker is done). Bounded: waits for a free worker,

@@ -51,11 +51,18 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         }),
     };
     match parsed {
-        Ok(b) => {
-            let r = engine.submit(&b, name)?;
-            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
-            Ok(())
-        }
+        Ok(b) => match engine.submit(&b, name) {
+            Ok(r) => {
+                debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
+                Ok(())
+            }
+            // Left in new/ untouched: the loop rescans once intake resumes.
+            Err(EngineError::Paused { part, .. }) => {
+                debug!(file = name, part, "intake paused: batch left in new/");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
         Err(inv) => quarantine(sh, name, &inv),
     }
 }

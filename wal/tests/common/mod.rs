@@ -37,6 +37,7 @@ pub fn last_segment(disk: &SimStorage) -> PathBuf {
         .paths()
         .into_iter()
         .filter(|p| p.starts_with(dir()))
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
         .collect();
     p.sort();
     p.pop().expect("a segment")

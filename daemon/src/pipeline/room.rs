@@ -1,0 +1,106 @@
+//! A full disk is not a crash (issue 13, item 7). Every log (the WAL, the audit log, each
+//! shard) keeps its next segment preallocated ahead of need (`roost_storage::Spare`). When one
+//! of them has no spare (the disk had no room for it), intake pauses before the next claim:
+//! nothing is planned or written for new batches, their files stay in `new/`, reads and
+//! status go on, and a log line says which file needs how many bytes. The serve loop calls
+//! [`Engine::try_resume`] on its timer; once every spare is made, intake resumes by itself.
+//!
+//! What this covers: batches already claimed when the disk filled finish in the segments the
+//! spares became (one whole segment of headroom per log). A write or sync error after bytes
+//! were written still stops the daemon (fail-stop, no fsync retry), and so does a roll that
+//! finds neither a spare nor room, which takes more than a segment of in-flight records.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use roost_storage::NoRoom;
+use tracing::{info, warn};
+
+use super::{lock, Engine};
+use crate::error::EngineError;
+
+/// Why intake is paused, and since when.
+#[derive(Clone, Debug)]
+pub struct Pause {
+    /// `wal`, `audit` or `shard NAME`.
+    pub part: String,
+    pub why: NoRoom,
+    pub since: Instant,
+}
+
+impl Engine {
+    /// The first log with no spare segment: which part, and why.
+    fn shortage(&self) -> Option<(String, NoRoom)> {
+        if let Some(why) = self.wal.spare_missing() {
+            return Some(("wal".into(), why));
+        }
+        if let Some(why) = self.audit.spare_missing() {
+            return Some(("audit".into(), why));
+        }
+        let slots = lock(&self.shards);
+        let mut names: Vec<&String> = slots.keys().collect();
+        names.sort();
+        names.into_iter().find_map(|name| {
+            let why = lock(&slots[name].room).clone()?;
+            Some((format!("shard {name}"), why))
+        })
+    }
+
+    /// Before planning a new batch: `Paused` (nothing written, nothing latched) while a log
+    /// has no spare segment. The first refusal of a pause logs it.
+    pub(super) fn gate(&self) -> Result<(), EngineError> {
+        let Some((part, why)) = self.shortage() else {
+            return Ok(());
+        };
+        self.note_pause(&part, &why);
+        Err(EngineError::Paused { part, why })
+    }
+
+    fn note_pause(&self, part: &str, why: &NoRoom) {
+        let mut p = lock(&self.pause);
+        if p.is_none() {
+            warn!(part, file = %why.path.display(), needed_bytes = why.needed_bytes,
+                error = %why.error,
+                "intake paused: the disk has no room for the next segment; free space on it, \
+                 intake resumes by itself");
+            self.stats.intake_pauses.fetch_add(1, Ordering::Relaxed);
+            *p = Some(Pause {
+                part: part.to_owned(),
+                why: why.clone(),
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Why intake is paused, if it is.
+    pub fn paused(&self) -> Option<Pause> {
+        lock(&self.pause).clone()
+    }
+
+    /// Tries to make every missing spare segment. Ok(true) when intake may go on (logged when
+    /// it had been paused); Ok(false) while some log still has no room; Err when making one
+    /// failed otherwise (an I/O error: the daemon stops).
+    pub fn try_resume(&self) -> Result<bool, EngineError> {
+        self.wal.refill_spare()?;
+        self.audit.refill_spare()?;
+        let slots: Vec<_> = lock(&self.shards).values().cloned().collect();
+        for slot in slots {
+            if lock(&slot.room).is_some() {
+                slot.refill()?;
+            }
+        }
+        match self.shortage() {
+            Some((part, why)) => {
+                self.note_pause(&part, &why);
+                Ok(false)
+            }
+            None => {
+                if let Some(p) = lock(&self.pause).take() {
+                    info!(part = %p.part, paused_ms = p.since.elapsed().as_millis() as u64,
+                        "intake resumed: the spare segments are made again");
+                }
+                Ok(true)
+            }
+        }
+    }
+}

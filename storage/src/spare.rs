@@ -1,0 +1,221 @@
+//! The spare segment: a log's next segment, created and preallocated ahead of need under a
+//! fixed name (`SPARE` in the log's directory), so that a full disk shows before anything is
+//! claimed instead of in the middle of a batch. PostgreSQL keeps WAL segments ahead the same
+//! way (`PreallocXlogFiles`). A roll renames the spare to the new segment's name (then syncs
+//! the directory) and makes the next spare; when there is no room for it, the log goes on in
+//! the segment it just got, and its owner stops taking new work (the daemon pauses intake)
+//! until a [`Spare::refill`] succeeds.
+//!
+//! The spare is never written, only allocated: renamed into place it reads as zeros, which
+//! every log's recovery takes for preallocated space.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::seam::{OpenMode, Storage};
+
+/// The spare's file name in a log's directory. Not a segment name of any log (those end in
+/// `.wal` or `.seg`), so listings of segments never see it.
+pub const SPARE_FILE: &str = "SPARE";
+
+/// Whether `e` says the disk (or the quota) is full: ENOSPC or EDQUOT.
+pub fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(28) | Some(122))
+}
+
+/// Why a log has no spare: how many bytes it needs, where, and the error that said so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoRoom {
+    pub path: PathBuf,
+    pub needed_bytes: u64,
+    pub error: String,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no room for the next segment: {} needs {} bytes ({})",
+            self.path.display(),
+            self.needed_bytes,
+            self.error
+        )
+    }
+}
+
+/// What [`Spare::refill`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refilled {
+    /// The spare is there.
+    Ready,
+    /// No room for it; `first` when this shortage is new (the caller logs it once).
+    NoRoom { first: bool },
+}
+
+/// One log's spare segment.
+#[derive(Debug)]
+pub struct Spare {
+    dir: PathBuf,
+    path: PathBuf,
+    bytes: u64,
+    missing: Option<NoRoom>,
+    /// The shortage in `missing` was reported by a refill already.
+    reported: bool,
+}
+
+impl Spare {
+    /// At a writable open: keeps an existing spare (allocated again: a crash may have cut its
+    /// preallocation short) or makes one. A full disk is no error here: the spare is then
+    /// missing ([`Spare::missing`]); any other failure is.
+    pub fn open(storage: &dyn Storage, dir: &Path, bytes: u64) -> io::Result<Spare> {
+        let mut spare = Spare {
+            dir: dir.to_path_buf(),
+            path: dir.join(SPARE_FILE),
+            bytes,
+            missing: None,
+            reported: false,
+        };
+        spare.make(storage)?;
+        Ok(spare)
+    }
+
+    /// `Some` while there is no spare: intake must wait.
+    pub fn missing(&self) -> Option<&NoRoom> {
+        self.missing.as_ref()
+    }
+
+    /// Makes the spare if it is missing; Err for any failure but a full disk.
+    pub fn refill(&mut self, storage: &dyn Storage) -> io::Result<Refilled> {
+        if self.missing.is_some() {
+            self.make(storage)?;
+        }
+        if self.missing.is_none() {
+            return Ok(Refilled::Ready);
+        }
+        let first = !self.reported;
+        self.reported = true;
+        Ok(Refilled::NoRoom { first })
+    }
+
+    /// Renames the spare to `target` (a segment name in the same directory) and syncs the
+    /// directory: the caller then opens a zeroed, preallocated segment. Ok(false) when there
+    /// is no spare to take. Does not make the next one: call [`Spare::refill`] after it.
+    pub fn take(&mut self, storage: &dyn Storage, target: &Path) -> io::Result<bool> {
+        if self.missing.is_some() {
+            return Ok(false);
+        }
+        storage.rename(&self.path, target)?;
+        storage.sync_dir(&self.dir)?;
+        self.missing = Some(NoRoom {
+            path: self.path.clone(),
+            needed_bytes: self.bytes,
+            error: "taken, not yet made again".into(),
+        });
+        Ok(true)
+    }
+
+    /// Create (or reuse), allocate, sync the file and the directory. ENOSPC removes what was
+    /// made and records the shortage.
+    fn make(&mut self, storage: &dyn Storage) -> io::Result<()> {
+        match preallocate(storage, &self.path, self.bytes, true) {
+            Ok(()) => {
+                storage.sync_dir(&self.dir)?;
+                self.missing = None;
+                self.reported = false;
+                Ok(())
+            }
+            Err(e) if is_no_space(&e) => {
+                self.missing = Some(NoRoom {
+                    path: self.path.clone(),
+                    needed_bytes: self.bytes,
+                    error: e.to_string(),
+                });
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Creates `path` (or, with `reuse`, opens it if it exists), allocates `bytes` and syncs it.
+/// On ENOSPC the file is removed again (best effort: it holds nothing) and the error
+/// returned. The caller syncs the directory.
+pub fn preallocate(storage: &dyn Storage, path: &Path, bytes: u64, reuse: bool) -> io::Result<()> {
+    let file = match storage.open(path, OpenMode::CreateNew) {
+        Err(e) if reuse && e.kind() == io::ErrorKind::AlreadyExists => {
+            storage.open(path, OpenMode::ReadWrite)?
+        }
+        other => other?,
+    };
+    match file.allocate(bytes).and_then(|()| file.sync_data()) {
+        Ok(()) => Ok(()),
+        Err(e) if is_no_space(&e) => {
+            drop(file);
+            let _ = storage.remove(path);
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SimFaults, SimStorage};
+
+    fn sim_with_room(bytes: Option<u64>) -> SimStorage {
+        let disk = SimStorage::new();
+        disk.set_faults(SimFaults {
+            space_bytes_max: bytes,
+            ..SimFaults::default()
+        });
+        disk
+    }
+
+    /// Goal: a spare is made at open, taken by a rename, and missing until refilled; a full
+    /// disk makes it missing (with the size needed), not an error, and leaves no file behind.
+    #[test]
+    fn spare_is_made_taken_and_refilled_and_a_full_disk_is_no_error() {
+        let disk = sim_with_room(Some(1500));
+        let dir = Path::new("/d");
+        let mut spare = Spare::open(&disk, dir, 1000).expect("open");
+        assert!(spare.missing().is_none());
+        assert!(spare.take(&disk, &dir.join("1.seg")).expect("take"));
+        assert!(disk.list(dir).expect("list").contains(&"1.seg".to_owned()));
+        assert!(spare.missing().is_some(), "taken: missing until refilled");
+        // 1000 of 1500 bytes are used by the segment: no room for another 1000.
+        assert_eq!(
+            spare.refill(&disk).expect("refill"),
+            Refilled::NoRoom { first: true }
+        );
+        assert_eq!(
+            spare.refill(&disk).expect("refill"),
+            Refilled::NoRoom { first: false },
+            "a shortage is reported once"
+        );
+        let why = spare.missing().expect("still missing");
+        assert_eq!(why.needed_bytes, 1000);
+        assert!(!disk
+            .list(dir)
+            .expect("list")
+            .contains(&SPARE_FILE.to_owned()));
+        assert!(!spare.take(&disk, &dir.join("2.seg")).expect("take"));
+        disk.set_faults(SimFaults::default());
+        assert_eq!(spare.refill(&disk).expect("refill"), Refilled::Ready);
+        assert!(spare.missing().is_none());
+    }
+
+    /// Goal: an existing spare is kept at open (not an error that it exists).
+    #[test]
+    fn an_existing_spare_is_reused_at_open() {
+        let disk = sim_with_room(None);
+        let dir = Path::new("/d");
+        drop(Spare::open(&disk, dir, 100).expect("first"));
+        let spare = Spare::open(&disk, dir, 100).expect("second");
+        assert!(spare.missing().is_none());
+        let f = disk
+            .open(&dir.join(SPARE_FILE), OpenMode::Read)
+            .expect("spare");
+        assert_eq!(f.len().expect("len"), 100);
+    }
+}

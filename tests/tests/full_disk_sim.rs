@@ -1,0 +1,85 @@
+//! A full disk on the simulated disk (issue 13, item 7): the engine pauses intake before a
+//! claim when a log has no spare segment, latches nothing, loses nothing across a power loss
+//! while paused, and takes batches again once `try_resume` finds room. The real-file-system
+//! run is `daemon/tests/full_disk.rs`.
+#![forbid(unsafe_code)]
+
+use roost::batch::Status;
+use roost::error::EngineError;
+use roost_storage::{CrashMode, SimFaults, SimStorage};
+use roost_tests::*;
+use serde_json::json;
+
+/// WAL and audit segments of the test configuration (64 KiB, each with its spare) and a
+/// shard segment (16 KiB, with its spare), plus 8 KiB: the shard's second spare cannot be made.
+const ROOM: u64 = 4 * (64 << 10) + 2 * (16 << 10) + (8 << 10);
+
+fn batch(i: u64) -> serde_json::Value {
+    let pad = "p".repeat(3000);
+    json!({"request_key": format!("k{i}"), "ops": [{"op": "create", "shard": "s1", "record": {"i": i, "pad": pad}}]})
+}
+
+fn limit(disk: &SimStorage, room: Option<u64>) {
+    disk.set_faults(SimFaults {
+        space_bytes_max: room,
+        ..SimFaults::default()
+    });
+}
+
+/// Goal: a full disk pauses intake (`Paused`, nothing written, nothing latched), a power loss
+/// while paused loses no committed batch, and intake resumes once there is room.
+/// Method: batches of ~3 KB on one shard until one is refused; check the WAL did not move;
+/// power loss; reopen (still full: recovery works, intake stays paused); room returns;
+/// `try_resume`; the refused batch commits; `verify`.
+#[test]
+fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
+    let disk = SimStorage::new();
+    limit(&disk, Some(ROOM));
+    let e = open_engine(&disk, no_crash()).expect("open");
+    let mut committed = Vec::new();
+    let (refused, err) = loop {
+        let i = committed.len() as u64;
+        assert!(i < 100, "the disk never filled");
+        match e.submit(&parse(&batch(i)), &format!("b{i}.json")) {
+            Ok(r) => {
+                assert_eq!(r.status(), Status::Committed, "{r:?}");
+                committed.push(r);
+            }
+            Err(err) => break (i, err),
+        }
+    };
+    let EngineError::Paused { part, why } = &err else {
+        panic!("expected a pause, got {err}");
+    };
+    assert_eq!((part.as_str(), why.needed_bytes), ("shard s1", 16 << 10));
+    assert!(!e.is_failed(), "a pause latches nothing");
+    let last = e.last_lsn();
+    assert!(e.paused().is_some());
+    assert!(!e.try_resume().expect("no room is no error"));
+    assert!(
+        matches!(
+            e.submit(&parse(&batch(refused)), "x.json"),
+            Err(EngineError::Paused { .. })
+        ),
+        "still paused"
+    );
+    assert_eq!(e.last_lsn(), last, "a paused batch writes nothing");
+    drop(e);
+    let disk = disk.crash(CrashMode::PowerDrop);
+    limit(&disk, Some(ROOM));
+    let e = open_engine(&disk, no_crash()).expect("recovery on a full disk");
+    for (i, r) in committed.iter().enumerate() {
+        let seen = visible_result(&disk, &format!("b{i}.json")).expect("whole");
+        assert_eq!(seen.as_ref(), Some(r), "b{i} after the power loss");
+    }
+    limit(&disk, None);
+    assert!(e.try_resume().expect("resume"));
+    assert!(e.paused().is_none());
+    let r = e
+        .submit(&parse(&batch(refused)), &format!("b{refused}.json"))
+        .expect("taken after the resume");
+    assert_eq!(r.status(), Status::Committed);
+    drop(e);
+    let report = roost::ops::verify::verify(std::sync::Arc::new(disk.clone()), &data_dir());
+    assert!(report.ok(), "{:?}", report.violations);
+}

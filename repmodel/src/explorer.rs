@@ -226,3 +226,31 @@ pub fn label_trace(spec: &dyn Spec, cfg: &Config, states: Vec<State>) -> Trace {
     }
     Trace { steps }
 }
+
+/// Checks that `trace` is a behaviour of `spec`: it starts in `Init`, and each state is a
+/// successor of the one before under the action its label names.
+pub fn replay(spec: &dyn Spec, cfg: &Config, trace: &Trace) -> Result<(), String> {
+    let first = trace.steps.first().ok_or("empty trace")?;
+    if first.state != base::init(cfg) || first.action.is_some() {
+        return Err("the trace does not start in Init".into());
+    }
+    let mut out = Successors::default();
+    for (i, pair) in trace.steps.windows(2).enumerate() {
+        out.clear();
+        spec.next(cfg, &pair[0].state, &mut out);
+        let step = &pair[1];
+        let found = out
+            .items
+            .iter()
+            .any(|(label, s)| Some(*label) == step.action && *s == step.state);
+        if !found {
+            return Err(format!(
+                "state {} is not a successor of state {} by {:?}",
+                i + 2,
+                i + 1,
+                step.action
+            ));
+        }
+    }
+    Ok(())
+}

@@ -79,8 +79,9 @@ pub fn trace(cfg: &Config, t: &Trace) -> String {
     text
 }
 
-/// The results table, one row per report: counts, time, and per invariant `ok` or
-/// `FAIL(n)` with n the number of states in the shortest counterexample.
+/// The results table, one row per report: counts, time, per invariant `ok` or `FAIL(n)`
+/// with n the number of states in the shortest counterexample, and the number of states
+/// without successors.
 pub fn table(reports: &[Report]) -> String {
     let Some(first) = reports.first() else {
         return String::new();
@@ -94,7 +95,7 @@ pub fn table(reports: &[Report]) -> String {
     for v in &first.verdicts {
         let _ = write!(text, " {:>w$}", v.invariant, w = v.invariant.len().max(8));
     }
-    text.push('\n');
+    text.push_str("  terminal\n");
     for r in reports {
         let secs = format!("{:.2}s", r.elapsed.as_secs_f64());
         let _ = write!(
@@ -109,7 +110,7 @@ pub fn table(reports: &[Report]) -> String {
             };
             let _ = write!(text, " {:>w$}", cell, w = v.invariant.len().max(8));
         }
-        text.push('\n');
+        let _ = writeln!(text, " {:>9}", r.terminal);
     }
     text
 }

@@ -1,0 +1,242 @@
+//! The verdicts of the four variants at 2 and 3 replicas with the models' constants
+//! (LogSize 2, MaxRecords 2, MaxLeaderEpoch 2), pinned: a change in any count, any verdict or
+//! any shortest counterexample's length fails here. `docs/replication-model.md` explains them.
+//!
+//! With MaxRecords 2 log matching cannot fail (a record sits at the offset where it was
+//! written, so breaking it takes three records); the `*_three_records` rows run MaxRecords 3.
+#![forbid(unsafe_code)]
+
+mod common;
+
+use common::{assert_pinned, report, Expect};
+use roost_repmodel::Variant::{self, Hw, Kip101, Kip279, Kip320};
+
+const HOLDS: Option<usize> = None;
+
+fn fails(states: usize) -> Option<usize> {
+    Some(states)
+}
+
+#[test]
+fn hw_two_replicas() {
+    assert_pinned(&Expect {
+        variant: Hw,
+        replicas: 2,
+        max_records: 2,
+        distinct: 10131,
+        generated: 24459,
+        depth: 20,
+        cex: [HOLDS, fails(9), fails(10), fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn hw_three_replicas() {
+    assert_pinned(&Expect {
+        variant: Hw,
+        replicas: 3,
+        max_records: 2,
+        distinct: 1988158,
+        generated: 7491589,
+        depth: 28,
+        cex: [HOLDS, fails(9), fails(9), fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip101_two_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip101,
+        replicas: 2,
+        max_records: 2,
+        distinct: 9045,
+        generated: 21447,
+        depth: 18,
+        cex: [HOLDS, fails(12), fails(12), fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip101_three_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip101,
+        replicas: 3,
+        max_records: 2,
+        distinct: 1613089,
+        generated: 5796838,
+        depth: 26,
+        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip279_two_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip279,
+        replicas: 2,
+        max_records: 2,
+        distinct: 9027,
+        generated: 23425,
+        depth: 18,
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip279_three_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip279,
+        replicas: 3,
+        max_records: 2,
+        distinct: 1616461,
+        generated: 6718690,
+        depth: 26,
+        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip320_two_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip320,
+        replicas: 2,
+        max_records: 2,
+        distinct: 5973,
+        generated: 11733,
+        depth: 18,
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn kip320_three_replicas() {
+    assert_pinned(&Expect {
+        variant: Kip320,
+        replicas: 3,
+        max_records: 2,
+        distinct: 737794,
+        generated: 1929154,
+        depth: 26,
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+    });
+}
+
+#[test]
+fn three_records_two_replicas() {
+    let rows = [
+        (
+            Hw,
+            16949,
+            39227,
+            21,
+            [HOLDS, fails(9), fails(10), fails(1), HOLDS, fails(13)],
+        ),
+        (
+            Kip101,
+            15055,
+            34265,
+            19,
+            [HOLDS, fails(12), fails(12), fails(1), HOLDS, fails(12)],
+        ),
+        (
+            Kip279,
+            14915,
+            36369,
+            19,
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        ),
+        (
+            Kip320,
+            10595,
+            20435,
+            19,
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        ),
+    ];
+    for (variant, distinct, generated, depth, cex) in rows {
+        assert_pinned(&Expect {
+            variant,
+            replicas: 2,
+            max_records: 3,
+            distinct,
+            generated,
+            depth,
+            cex,
+        });
+    }
+}
+
+fn three_records_three_replicas(variant: Variant) {
+    let (distinct, generated, depth, cex) = match variant {
+        Hw => (
+            4078546,
+            14773327,
+            30,
+            [HOLDS, fails(9), fails(9), fails(1), HOLDS, fails(13)],
+        ),
+        Kip101 => (
+            3386155,
+            11722588,
+            28,
+            [HOLDS, fails(11), fails(11), fails(1), HOLDS, fails(12)],
+        ),
+        Kip279 => (
+            3310783,
+            12998290,
+            27,
+            [HOLDS, fails(11), fails(11), fails(1), HOLDS, fails(13)],
+        ),
+        Kip320 => (
+            1694476,
+            4527658,
+            27,
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        ),
+    };
+    assert_pinned(&Expect {
+        variant,
+        replicas: 3,
+        max_records: 3,
+        distinct,
+        generated,
+        depth,
+        cex,
+    });
+}
+
+#[test]
+fn hw_three_records_three_replicas() {
+    three_records_three_replicas(Hw);
+}
+
+#[test]
+fn kip101_three_records_three_replicas() {
+    three_records_three_replicas(Kip101);
+}
+
+#[test]
+fn kip279_three_records_three_replicas() {
+    three_records_three_replicas(Kip279);
+}
+
+#[test]
+fn kip320_three_records_three_replicas() {
+    three_records_three_replicas(Kip320);
+}
+
+/// The protocol roost implements is the variant that keeps every invariant at 3 replicas
+/// (reading `LeaderInIsr` as `LeaderInIsrUnlessNone`: the literal one fails in `Init` in
+/// every variant).
+#[test]
+fn only_kip320_keeps_every_invariant_at_three_replicas() {
+    let keeps_all = |v: Variant| {
+        [2, 3].iter().all(|&records| {
+            report(v, 3, records)
+                .verdicts
+                .iter()
+                .all(|x| x.invariant == "LeaderInIsr" || x.holds())
+        })
+    };
+    let safe: Vec<Variant> = Variant::ALL.into_iter().filter(|&v| keeps_all(v)).collect();
+    assert_eq!(safe, vec![Kip320]);
+}

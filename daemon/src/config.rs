@@ -78,6 +78,21 @@ pub struct Config {
     pub result_sync: ResultSync,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
+    /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
+    pub checkpoint_wal_bytes: u64,
+    /// ... or this long after the last one (if anything was appended), and at a graceful
+    /// stop. WAL segments wholly below a checkpoint are removed.
+    pub checkpoint_interval_ms: u64,
+    /// How long a request key is remembered after its batch was checkpointed: within it, the
+    /// same key gets the original answer; after it, the same key is a new batch. A client
+    /// that retries later than this must use a new key.
+    pub request_key_window_secs: u64,
+    /// Keep at most this many bytes of audit log segments (the oldest go first, only below
+    /// the last checkpoint); unset keeps everything.
+    pub audit_retain_bytes: Option<u64>,
+    /// Keep audit log segments at most this long (by file age; only below the last
+    /// checkpoint); unset keeps everything.
+    pub audit_retain_secs: Option<u64>,
 }
 
 /// How a round of result files is made durable (equally durable; they differ in cost and in
@@ -115,6 +130,11 @@ impl Default for Config {
             metrics_listen: None,
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
+            checkpoint_wal_bytes: 256 << 20,
+            checkpoint_interval_ms: 300_000,
+            request_key_window_secs: 86_400,
+            audit_retain_bytes: None,
+            audit_retain_secs: None,
         }
     }
 }

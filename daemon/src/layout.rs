@@ -7,6 +7,8 @@
 //! <data-dir>/wal/            the batch WAL (claims, done records)
 //! <data-dir>/audit/          the audit log (one row per committed op), same frame format
 //! <data-dir>/shards/<name>/  one shard's segments
+//! <data-dir>/keys/           the request-key table (answers of checkpointed batches)
+//! <data-dir>/CHECKPOINT      the last checkpoint (recovery starts from it)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -14,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub const WAL_DIR: &str = "wal";
 pub const AUDIT_DIR: &str = "audit";
 pub const SHARDS_DIR: &str = "shards";
+pub const KEYS_DIR: &str = "keys";
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 
 /// The paths of one data directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,5 +50,13 @@ impl Layout {
 
     pub fn shard(&self, name: &str) -> PathBuf {
         self.shards().join(name)
+    }
+
+    pub fn keys(&self) -> PathBuf {
+        self.data_dir.join(KEYS_DIR)
+    }
+
+    pub fn checkpoint(&self) -> PathBuf {
+        self.data_dir.join(CHECKPOINT_FILE)
     }
 }

@@ -164,6 +164,15 @@ fn create_and_delete_across_shards() {
         6,
         "one row per committed op"
     );
+    // `--from LSN`: the rows of the second batch only (its claim lsn is in its result).
+    let lsn2 = r2[0]["lsn"].as_u64().expect("lsn").to_string();
+    let from = roost(t.path(), &["audit", "--from", &lsn2]);
+    let rows: Vec<Value> = String::from_utf8_lossy(&from.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json row"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r["request_key"] == "k2"), "{rows:?}");
     verify_ok(t.path());
     assert!(d.stop().success());
 }
@@ -188,8 +197,21 @@ fn rejected_batch_writes_nothing() {
     assert!(scan(t.path(), "users").is_empty());
     let audit = roost(t.path(), &["audit"]);
     assert!(audit.stdout.is_empty());
-    let dump = roost(t.path(), &["wal", "dump"]);
-    assert!(dump.stdout.is_empty(), "no claim for a rejected batch");
+    // No claim: only the recorded rejection (issue 13, item 6).
+    let dump = roost(t.path(), &["wal", "dump", "--json"]);
+    let lines: Vec<Value> = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["type"], "rejected");
+    assert_eq!(
+        (
+            lines[0]["request_key"].clone(),
+            lines[0]["op_index"].clone()
+        ),
+        (json!("r1"), json!(1))
+    );
 }
 
 /// Goal: required_fields and before_trigger reject ops (the trigger's stderr is the reason);

@@ -93,7 +93,8 @@ before_trigger = ["/bin/cat"]
     assert_eq!(result(&spool, "ok.json")["status"], "committed");
 }
 
-/// Goal: failed/ stays within failed_files_max, removing the oldest first with a log line.
+/// Goal: failed/ stays within failed_files_max, removing the oldest first with a log line,
+/// and the `invalid` results in out/ go with them (issue 14: out/ bounded like failed/).
 #[test]
 fn failed_dir_is_bounded_oldest_first() {
     let t = tempfile::tempdir().unwrap();
@@ -125,12 +126,17 @@ fn failed_dir_is_bounded_oldest_first() {
         7,
         "{log}"
     );
-    // Every one of them still has its invalid result.
+    // The kept ones still have their invalid result; the removed ones' results went too.
     for i in 0..12 {
-        assert_eq!(
-            result(&spool, &format!("bad-{i:02}.json"))["status"],
-            "invalid"
-        );
+        let name = format!("bad-{i:02}.json");
+        if i >= 7 {
+            assert_eq!(result(&spool, &name)["status"], "invalid");
+        } else {
+            assert!(
+                !spool.join("out").join(&name).exists(),
+                "{name}'s result kept"
+            );
+        }
     }
 }
 

@@ -31,22 +31,41 @@ pub fn open_engine(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<Engin
     open_engine_on(Arc::new(disk.clone()), crash)
 }
 
-/// [`open_engine`] over any storage (a simulated disk wrapped to add faults or latency).
-pub fn open_engine_on(
-    storage: Arc<dyn Storage>,
-    crash: Arc<dyn CrashHook>,
-) -> Result<Engine, EngineError> {
-    let cfg = Config {
+/// The configuration of [`open_engine`]: small segments and limits.
+pub fn test_config() -> Config {
+    Config {
         data_dir: data_dir(),
         wal_segment_bytes: 64 << 10,
         shard_segment_bytes: 16 << 10,
         spool_file_bytes_max: 16 << 10,
         batch_ops_max: 16,
         ..Config::default()
-    };
+    }
+}
+
+/// [`open_engine`] with `tune` applied to the test configuration.
+pub fn open_engine_with(
+    disk: &SimStorage,
+    crash: Arc<dyn CrashHook>,
+    tune: impl FnOnce(&mut Config),
+) -> Result<Engine, EngineError> {
+    let mut cfg = test_config();
+    tune(&mut cfg);
+    Engine::open(EngineOptions {
+        storage: Arc::new(disk.clone()),
+        config: Arc::new(cfg),
+        crash,
+    })
+}
+
+/// [`open_engine`] over any storage (a simulated disk wrapped to add faults or latency).
+pub fn open_engine_on(
+    storage: Arc<dyn Storage>,
+    crash: Arc<dyn CrashHook>,
+) -> Result<Engine, EngineError> {
     Engine::open(EngineOptions {
         storage,
-        config: Arc::new(cfg),
+        config: Arc::new(test_config()),
         crash,
     })
 }

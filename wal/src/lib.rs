@@ -43,6 +43,9 @@ pub enum WalError {
     TooLarge { len: u64, max: u32 },
     #[error("wal configuration: {0}")]
     Config(String),
+    /// The record asked for is not in the log (retired, or never written).
+    #[error("wal: no record {lsn} (retired or never written)")]
+    Missing { lsn: Lsn },
     /// No room for a new segment: nothing was written, and the log takes appends again once
     /// there is room.
     #[error("wal: {0}")]

@@ -266,6 +266,17 @@ impl Wal {
     /// Writes a record into the page cache and returns its lsn. It is not durable until
     /// [`Wal::sync_to`] with this lsn (or a later one) returns.
     pub fn append_nowait(&self, record_type: u8, payload: &[u8]) -> Result<Lsn, WalError> {
+        self.append_nowait_at(record_type, payload)
+            .map(|(lsn, _)| lsn)
+    }
+
+    /// [`Wal::append_nowait`], also returning the record's byte offset in its segment, for
+    /// [`Wal::read_record`].
+    pub fn append_nowait_at(
+        &self,
+        record_type: u8,
+        payload: &[u8],
+    ) -> Result<(Lsn, u64), WalError> {
         if self.opts.read_only {
             return Err(WalError::ReadOnly);
         }
@@ -321,7 +332,65 @@ impl Wal {
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.append_bytes
             .fetch_add(frame.len() as u64, Ordering::Relaxed);
-        Ok(lsn)
+        Ok((lsn, offset))
+    }
+
+    /// The one record `lsn`, at byte `offset` of its segment (from [`Wal::append_nowait_at`]
+    /// or a replayed [`Record`]): reads that frame only, checks its checksum and its lsn.
+    pub fn read_record(&self, lsn: Lsn, offset: u64) -> Result<Record, WalError> {
+        let seg = {
+            let g = self.lock();
+            let i = g.segments.partition_point(|s| s.first_lsn <= lsn);
+            match i.checked_sub(1).and_then(|i| g.segments.get(i)) {
+                Some(s) if lsn < g.next_lsn => s.clone(),
+                _ => return Err(WalError::Missing { lsn }),
+            }
+        };
+        let file = self
+            .storage
+            .open(&seg.path, OpenMode::Read)
+            .map_err(|source| WalError::Io {
+                op: "open",
+                path: seg.path.clone(),
+                source,
+            })?;
+        read_frame(
+            file.as_ref(),
+            &seg.path,
+            lsn,
+            offset,
+            self.opts.payload_bytes_max,
+        )
+    }
+
+    /// The segments, oldest first: (first lsn, path).
+    pub fn segments(&self) -> Vec<(Lsn, PathBuf)> {
+        let g = self.lock();
+        g.segments
+            .iter()
+            .map(|s| (s.first_lsn, s.path.clone()))
+            .collect()
+    }
+
+    /// The size every segment is preallocated to.
+    pub fn segment_bytes(&self) -> u64 {
+        self.opts.segment_bytes
+    }
+
+    /// The lsn of the oldest record still in the log (segments below it were retired).
+    pub fn first_lsn(&self) -> Lsn {
+        let g = self.lock();
+        g.segments.first().map_or(g.next_lsn, |s| s.first_lsn)
+    }
+
+    /// Bytes the log's files take: its segments (preallocated) and its spare.
+    pub fn disk_bytes(&self) -> u64 {
+        let g = self.lock();
+        let spare = g.spare.as_ref().map_or(0, |s| match s.missing() {
+            None => self.opts.segment_bytes,
+            Some(_) => 0,
+        });
+        g.segments.len() as u64 * self.opts.segment_bytes + spare
     }
 
     /// Seals the active segment (synced, so a sealed segment never has a torn tail), takes
@@ -516,6 +585,48 @@ impl Wal {
             self.sync_dir()?;
         }
         Ok(removed)
+    }
+}
+
+/// Reads and checks the frame of record `lsn` at `offset` of `file`.
+fn read_frame(
+    file: &dyn StorageFile,
+    path: &Path,
+    lsn: Lsn,
+    offset: u64,
+    payload_bytes_max: u32,
+) -> Result<Record, WalError> {
+    use crate::format::{probe, Probe, LEN_OFFSET, RECORD_HEADER_LEN};
+    let io = |source| WalError::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut head = [0u8; RECORD_HEADER_LEN];
+    file.read_at(&mut head, offset).map_err(io)?;
+    let mut len = [0u8; 4];
+    len.copy_from_slice(&head[LEN_OFFSET..LEN_OFFSET + 4]);
+    let len = u32::from_le_bytes(len).min(payload_bytes_max) as usize;
+    let mut buf = vec![0u8; RECORD_HEADER_LEN + len];
+    file.read_at(&mut buf, offset).map_err(io)?;
+    let corrupt = |reason: String| WalError::Corrupt {
+        segment: path.to_path_buf(),
+        offset,
+        lsn,
+        reason,
+    };
+    match probe(&buf, payload_bytes_max) {
+        Probe::Valid(h) if h.lsn == lsn => Ok(Record {
+            lsn,
+            epoch: h.epoch,
+            record_type: h.record_type,
+            payload: buf.split_off(RECORD_HEADER_LEN),
+            segment: path.to_path_buf(),
+            offset,
+        }),
+        Probe::Valid(h) => Err(corrupt(format!("record at this offset is lsn {}", h.lsn))),
+        Probe::Zero => Err(corrupt("no record at this offset".into())),
+        Probe::Invalid(why) => Err(corrupt(why.into())),
     }
 }
 

@@ -226,7 +226,7 @@ fn upgraded_log_mixes_both_rules() {
     let base = disk.file_bytes(&seg).unwrap();
     let recs = records(&base);
     let at = |lsn: u64| recs.iter().find(|(_, h)| h.lsn == lsn).unwrap().0;
-    assert_eq!(recs.last().unwrap().1.version, 2);
+    assert_eq!(recs.last().unwrap().1.version, WAL_FORMAT_VERSION);
 
     let mut img = base.clone();
     img[at(12) + RECORD_HEADER_LEN] ^= 0x01;

@@ -77,8 +77,12 @@ pub enum Command {
     Get { shard: String, id: u64 },
     /// Print every record of a shard as JSON lines, in id order.
     Scan { shard: String },
-    /// Print the audit rows as JSON lines.
-    Audit,
+    /// Print the audit rows as JSON lines (those retained: see `audit_retain_bytes`).
+    Audit {
+        /// Only rows of batches at or after this lsn (a claim lsn, as in results).
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+    },
     /// Check every checksum and the spec's invariants on a data directory; exit 0 only if all
     /// hold.
     Verify,
@@ -195,7 +199,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Status { json, metrics } => status::status(&cfg, *json, *metrics),
         Command::Get { shard, id } => read::get(&cfg, shard, *id),
         Command::Scan { shard } => read::scan(&cfg, shard),
-        Command::Audit => read::audit(&cfg),
+        Command::Audit { from } => read::audit(&cfg, *from),
         Command::Wal {
             command: WalCommand::Dump { from, json },
         } => read::wal_dump(&cfg, *from, *json),

@@ -51,12 +51,15 @@ pub(super) fn scan(cfg: &Config, shard: &str) -> anyhow::Result<i32> {
 }
 
 /// `roost audit`: one JSON line per audit row.
-pub(super) fn audit(cfg: &Config) -> anyhow::Result<i32> {
+pub(super) fn audit(cfg: &Config, from: u64) -> anyhow::Result<i32> {
     let dir = cfg.data_dir.join(AUDIT_DIR);
     let wal = open_wal_read_only(&dir)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for row in read_audit(&wal, 1) {
         let (_, a) = row.with_context(|| format!("reading the audit log {}", dir.display()))?;
+        if a.claim_lsn < from {
+            continue;
+        }
         let line = AuditLine {
             lsn: a.claim_lsn,
             request_key: &a.request_key,

@@ -70,6 +70,9 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
         "healthy": !engine.is_failed(),
         "intake": intake_json(engine),
+        "checkpoint": checkpoint_json(engine),
+        "live_keys": engine.live_keys(),
+        "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),
         "latency_ms": latency,
@@ -102,6 +105,24 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
     }
 }
 
+/// The last checkpoint: where recovery starts, its age; `null` before the first.
+fn checkpoint_json(engine: &Engine) -> serde_json::Value {
+    match engine.last_checkpoint() {
+        None => serde_json::Value::Null,
+        Some(c) => json!({
+            "wal_from": c.wal_from,
+            "keys_through": c.keys_through,
+            "age_ms": now_ms().saturating_sub(c.at_ms),
+        }),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Prometheus text exposition format.
 pub fn metrics_text(engine: &Engine) -> String {
     let s = &engine.stats;
@@ -129,6 +150,14 @@ pub fn metrics_text(engine: &Engine) -> String {
         let _ = writeln!(out, "# TYPE {name} {kind}");
         let _ = writeln!(out, "{name} {value}");
     }
+    let _ = writeln!(
+        out,
+        "# HELP roost_disk_bytes Bytes on disk per part (preallocated)."
+    );
+    let _ = writeln!(out, "# TYPE roost_disk_bytes gauge");
+    for (part, n) in engine.disk_bytes() {
+        let _ = writeln!(out, "roost_disk_bytes{{part=\"{part}\"}} {n}");
+    }
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");
     for (name, n) in engine.shard_counts() {
@@ -139,7 +168,7 @@ pub fn metrics_text(engine: &Engine) -> String {
 }
 
 /// One sample per metric without labels: (name, type, help, value).
-fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 12] {
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 14] {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
@@ -211,6 +240,18 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
             "gauge",
             "Bytes the next segment needs while intake is paused (0 when open).",
             paused.as_ref().map_or(0, |p| p.why.needed_bytes),
+        ),
+        (
+            "roost_live_request_keys",
+            "gauge",
+            "Request keys remembered now (inside the window or not yet checkpointed).",
+            engine.live_keys() as u64,
+        ),
+        (
+            "roost_checkpoint_wal_from",
+            "gauge",
+            "Where recovery starts: the last checkpoint's lsn (0 before the first).",
+            engine.last_checkpoint().map_or(0, |c| c.wal_from),
         ),
         (
             "roost_intake_pauses_total",

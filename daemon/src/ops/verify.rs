@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use crate::error::EngineError;
 use crate::pipeline::records::{
-    read_audit, read_wal, AuditRecord, ClaimLedger, ClaimRecord, PlannedOp, WalEntry,
+    decode_checkpoint, decode_key, read_audit, read_wal, AuditRecord, ClaimLedger, ClaimRecord,
+    KeyAnswer, PlannedOp, WalEntry,
 };
 use roost_shards::{Shard, ShardOptions};
-use roost_storage::Storage;
+use roost_storage::{read_all, OpenMode, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
-use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
+use crate::layout::{AUDIT_DIR, CHECKPOINT_FILE, KEYS_DIR, SHARDS_DIR, WAL_DIR};
 
 #[derive(Debug, Default)]
 pub struct VerifyReport {
@@ -57,10 +58,24 @@ struct Files {
     audit: Vec<AuditRecord>,
     /// Per shard, its transaction frames.
     held: BTreeMap<String, HeldFrames>,
-    /// The lsns of recorded rejections.
+    /// The lsns of recorded rejections (in the WAL or in the key table).
     rejections: BTreeSet<Lsn>,
+    /// The last checkpoint's `wal_from`: every batch below it is finished, and the WAL below
+    /// it may be gone (1 without a checkpoint).
+    wal_from: Lsn,
+    /// The WAL's oldest record: claims below it were retired.
+    wal_first: Lsn,
+    /// Records in the key table.
+    key_records: usize,
     /// Frames over all shards.
     frames: usize,
+}
+
+impl Files {
+    /// Whether the WAL record at `lsn` was retired below a checkpoint (its batch finished).
+    fn retired(&self, lsn: Lsn) -> bool {
+        lsn < self.wal_from && lsn < self.wal_first
+    }
 }
 
 /// How an offline reader opens the batch WAL or the audit log: read-only (nothing is cut or
@@ -78,6 +93,7 @@ pub fn offline_wal_options() -> WalOptions {
 pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     let mut r = VerifyReport::default();
     let mut f = Files::default();
+    load_checkpoint(&storage, data_dir, &mut f, &mut r);
     load_wal(&storage, data_dir, &mut f, &mut r);
     load_audit(&storage, data_dir, &mut f, &mut r);
     load_shards(&storage, data_dir, &mut f, &mut r);
@@ -86,7 +102,53 @@ pub fn verify(storage: Arc<dyn Storage>, data_dir: &Path) -> VerifyReport {
     rejected_batch_writes_nothing(&f, &mut r);
     audit_only_committed(&f, &mut r);
     retry_converges(&f, &mut r);
+    r.checked.push(format!(
+        "checkpoint: the wal is replayed from lsn {} (records below lsn {} retired); key table: {} records checksummed",
+        f.wal_from, f.wal_first, f.key_records
+    ));
     r
+}
+
+/// Reads `CHECKPOINT` (if any) and the key table: the WAL below the checkpoint may be gone,
+/// and the table says which of those lsns were rejections.
+fn load_checkpoint(
+    storage: &Arc<dyn Storage>,
+    data_dir: &Path,
+    f: &mut Files,
+    r: &mut VerifyReport,
+) {
+    f.wal_from = 1;
+    let path = data_dir.join(CHECKPOINT_FILE);
+    if let Ok(file) = storage.open(&path, OpenMode::Read) {
+        match read_all(file.as_ref())
+            .map_err(|e| e.to_string())
+            .and_then(|b| decode_checkpoint(&b))
+        {
+            Ok(c) => f.wal_from = c.wal_from,
+            Err(e) => r.violation(format!("{}: {e}", path.display())),
+        }
+    }
+    let mut keys = 0;
+    if let Some(table) = open_log(storage, data_dir, KEYS_DIR, r) {
+        for rec in table.replay(1) {
+            match rec
+                .map_err(EngineError::from)
+                .and_then(|rec| decode_key(&rec))
+            {
+                Ok(k) => {
+                    keys += 1;
+                    if matches!(k.answer, KeyAnswer::Rejected { .. }) {
+                        f.rejections.insert(k.lsn);
+                    }
+                }
+                Err(e) => {
+                    r.violation(format!("key table: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    f.key_records = keys;
 }
 
 /// Opens the log in `data_dir/name` read-only; a failure is a violation named after the log.
@@ -107,7 +169,11 @@ fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut 
     let Some(wal) = open_log(storage, data_dir, WAL_DIR, r) else {
         return;
     };
-    let mut ledger = ClaimLedger::default();
+    let mut ledger = ClaimLedger {
+        from: f.wal_from,
+        ..ClaimLedger::default()
+    };
+    f.wal_first = wal.first_lsn();
     let mut wal_records = 0u64;
     for entry in read_wal(&wal, 1) {
         match entry {
@@ -122,7 +188,7 @@ fn load_wal(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &mut 
                 f.done.insert(d.claim_lsn);
                 // A `done` for a claim never seen is reported with the finished batches; one
                 // for a claim already finished is damage recovery would refuse too.
-                if let Err(e) = ledger.done(lsn, &d) {
+                if let Err(e) = ledger.done_after(lsn, &d) {
                     if f.claims.contains_key(&d.claim_lsn) {
                         r.violation(format!("wal: {e}"));
                     }
@@ -241,10 +307,12 @@ fn at_most_one_per_create(f: &Files, r: &mut VerifyReport) {
     ));
 }
 
-/// Every request key has one claim; returns the number of keys.
+/// Every request key has one claim at or after the checkpoint (a claim below it may be of
+/// a key that has since left the window, after which the key is a new batch); returns the
+/// number of keys.
 fn one_claim_per_request_key(f: &Files, r: &mut VerifyReport) -> usize {
     let mut by_key: HashMap<&str, Vec<Lsn>> = HashMap::new();
-    for (lsn, c) in &f.claims {
+    for (lsn, c) in f.claims.range(f.wal_from..) {
         by_key.entry(&c.request_key).or_default().push(*lsn);
     }
     for (key, lsns) in &by_key {
@@ -296,7 +364,9 @@ fn no_partial_shard(f: &Files, r: &mut VerifyReport) {
     for (name, fs) in &f.held {
         for (lsn, (creates, deletes)) in fs {
             let Some(c) = f.claims.get(lsn) else {
-                partial += 1; // reported by rejected_batch_writes_nothing
+                if !f.retired(*lsn) {
+                    partial += 1; // reported by rejected_batch_writes_nothing
+                }
                 continue;
             };
             let want_c = claimed_on(c, name, true);
@@ -321,6 +391,7 @@ fn rejected_batch_writes_nothing(f: &Files, r: &mut VerifyReport) {
         for lsn in fs.keys().filter(|l| !f.claims.contains_key(l)) {
             let what = match f.rejections.contains(lsn) {
                 true => "a recorded rejection",
+                false if f.retired(*lsn) => continue,
                 false => "no claim in the wal",
             };
             r.violation(format!(
@@ -378,6 +449,9 @@ fn retry_converges(f: &Files, r: &mut VerifyReport) {
     let mut missing = 0;
     for lsn in &f.done {
         let Some(c) = f.claims.get(lsn) else {
+            if f.retired(*lsn) {
+                continue;
+            }
             missing += 1;
             r.violation(format!("done record for lsn {lsn} without a claim"));
             continue;

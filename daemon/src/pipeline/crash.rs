@@ -32,11 +32,17 @@ pub enum Step {
     AfterFlush,
     AfterAuditSync,
     AfterDone,
+    /// A checkpoint (`checkpoint.rs`): the key table's new records synced ...
+    AfterKeysSync,
+    /// ... the `CHECKPOINT` file renamed into place and its directory synced ...
+    AfterCheckpoint,
+    /// ... the WAL segments below it removed.
+    AfterWalRetired,
 }
 
 impl Step {
     /// Every step, in pipeline order.
-    pub const ALL: [Step; 10] = [
+    pub const ALL: [Step; 13] = [
         Step::AfterPlan,
         Step::AfterClaimAppend,
         Step::AfterClaimSync,
@@ -47,6 +53,9 @@ impl Step {
         Step::AfterFlush,
         Step::AfterAuditSync,
         Step::AfterDone,
+        Step::AfterKeysSync,
+        Step::AfterCheckpoint,
+        Step::AfterWalRetired,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +70,9 @@ impl Step {
             Step::AfterFlush => "after_flush",
             Step::AfterAuditSync => "after_audit_sync",
             Step::AfterDone => "after_done",
+            Step::AfterKeysSync => "after_keys_sync",
+            Step::AfterCheckpoint => "after_checkpoint",
+            Step::AfterWalRetired => "after_wal_retired",
         }
     }
 
@@ -107,7 +119,7 @@ impl fmt::Display for CrashPoint {
 
 /// A name that is not a crash point.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done)")]
+#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done, after_keys_sync, after_checkpoint, after_wal_retired)")]
 pub struct UnknownPoint(pub String);
 
 impl FromStr for CrashPoint {

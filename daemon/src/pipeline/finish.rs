@@ -57,6 +57,13 @@ impl Engine {
             k.done = true;
         }
         p.tails.done(&claim.source, lsn, done);
+        // Every frame of the touched shards up to `lsn` is flushed (they apply in lsn order),
+        // then the claim is closed: a checkpoint may pass it.
+        for t in &touched {
+            let v = p.vouched.entry(t.name.to_owned()).or_insert(0);
+            *v = (*v).max(lsn);
+        }
+        p.open.remove(&lsn);
         drop(p);
         self.finished_cv.notify_all();
         self.stats.committed.fetch_add(1, Ordering::Relaxed);

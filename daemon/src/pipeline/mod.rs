@@ -19,8 +19,10 @@
 //! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
 //! `names` (spool names reused during a tail), `room` (intake pauses on a full disk).
 
+mod checkpoint;
 pub mod crash;
 mod finish;
+mod keys;
 pub mod metrics;
 mod names;
 mod owner;
@@ -49,6 +51,7 @@ use metrics::Stats;
 use owner::{OwnerContext, ShardSlot};
 
 pub use finish::committed_result;
+pub use records::Checkpoint;
 pub use recover::RecoveryReport;
 pub use room::Pause;
 
@@ -69,6 +72,17 @@ struct KeyState {
     /// `lsn` is a recorded rejection (not a claim): the same batch gets it again, another
     /// batch under the key is planned as new.
     rejected: bool,
+    /// Where the record that answers it is: one record read, never a segment scan.
+    at: KeyAt,
+}
+
+/// Where a key's answer is read from.
+#[derive(Clone, Copy, Debug)]
+enum KeyAt {
+    /// The claim or rejection at the key's lsn, at this offset of its WAL segment.
+    Wal { offset: u64 },
+    /// The key table's record `lsn`, at `offset` (the WAL below a checkpoint may be gone).
+    Keys { lsn: Lsn, offset: u64 },
 }
 
 impl KeyState {
@@ -106,6 +120,13 @@ struct Planner {
     overlay: HashMap<String, Overlay>,
     /// Claims whose `done` is not known durable, by spool name (`names.rs`).
     tails: names::Tails,
+    /// Claims without a `done` record yet, each with the audit log's next lsn when it was
+    /// made (its rows come after): the next checkpoint stops below the first.
+    open: BTreeMap<Lsn, Lsn>,
+    /// Per shard, the largest claim lsn with a `done` record: every frame up to it flushed.
+    vouched: HashMap<String, Lsn>,
+    /// Keys in the key table, oldest first: the window's reaper (`keys.rs`).
+    reaper: std::collections::VecDeque<keys::Reaped>,
 }
 
 pub struct Engine {
@@ -117,6 +138,10 @@ pub struct Engine {
     crash: Arc<dyn CrashHook>,
     wal: Wal,
     audit: Wal,
+    /// The request-key table (`keys.rs`).
+    keys: Wal,
+    /// The last checkpoint and what the next needs (`checkpoint.rs`); held while one runs.
+    checkpoints: Mutex<checkpoint::CheckpointState>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// Per shard, the largest claim lsn with a `done` record in the WAL: every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
@@ -178,6 +203,7 @@ impl Engine {
         let wal_opts = wal_options(&config);
         let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
         let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
+        let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(&config))?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
@@ -190,6 +216,8 @@ impl Engine {
             crash,
             wal,
             audit,
+            keys,
+            checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
             shards: Mutex::new(HashMap::new()),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
@@ -197,6 +225,9 @@ impl Engine {
                 next_id: 1,
                 overlay: HashMap::new(),
                 tails: names::Tails::default(),
+                open: BTreeMap::new(),
+                vouched: HashMap::new(),
+                reaper: Default::default(),
             }),
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
@@ -360,6 +391,17 @@ fn wal_options(config: &Config) -> WalOptions {
     WalOptions {
         segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max as u64),
         payload_bytes_max,
+        ..WalOptions::default()
+    }
+}
+
+/// The key table's options: a record holds a key and, per op, its kind, shard and id; its
+/// segments are the WAL's size.
+fn key_table_options(config: &Config) -> WalOptions {
+    let payload_bytes_max = (2048 + 128 * u64::from(config.batch_ops_max)).clamp(4 << 10, 64 << 20);
+    WalOptions {
+        segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max),
+        payload_bytes_max: payload_bytes_max as u32,
         ..WalOptions::default()
     }
 }

@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{io_err, lock, Engine, KeyFound, KeyState, Planner};
+use super::{io_err, lock, Engine, KeyAt, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
@@ -148,7 +148,7 @@ impl Engine {
             }
             KeyFound::Answered(k) => {
                 self.wal.sync_to(k.lsn)?;
-                self.duplicate(k.lsn).map(Some)
+                self.duplicate(key, k).map(Some)
             }
         }
     }
@@ -235,8 +235,8 @@ impl Engine {
             ops,
         };
         let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
-        let lsn = match self.wal.append_nowait(RecordType::Claim as u8, &payload) {
-            Ok(lsn) => lsn,
+        let (lsn, offset) = match self.wal.append_nowait_at(RecordType::Claim as u8, &payload) {
+            Ok(at) => at,
             // No room for a new WAL segment: nothing written; the ids go back unused.
             Err(WalError::NoSpace(why)) => {
                 p.next_id = first_id;
@@ -261,9 +261,11 @@ impl Engine {
             fingerprint: fp,
             done: false,
             rejected: false,
+            at: KeyAt::Wal { offset },
         };
         p.keys.insert(claim.request_key.clone(), key);
         p.tails.claimed(source, lsn);
+        p.open.insert(lsn, self.audit.next_lsn());
         Ok((lsn, claim))
     }
 
@@ -286,8 +288,11 @@ impl Engine {
             reason,
         };
         let payload = records::encode("rejected", &rec).map_err(EngineError::Encode)?;
-        let lsn = match self.wal.append_nowait(RecordType::Rejected as u8, &payload) {
-            Ok(lsn) => lsn,
+        let (lsn, offset) = match self
+            .wal
+            .append_nowait_at(RecordType::Rejected as u8, &payload)
+        {
+            Ok(at) => at,
             Err(WalError::NoSpace(why)) => {
                 let part = "wal".to_owned();
                 return Err(EngineError::Paused { part, why });
@@ -299,6 +304,7 @@ impl Engine {
             fingerprint: fp,
             done: true,
             rejected: true,
+            at: KeyAt::Wal { offset },
         };
         p.keys.insert(rec.request_key.clone(), key);
         drop(p);
@@ -355,30 +361,48 @@ impl Engine {
         }
     }
 
-    /// The original result of a finished batch, rebuilt from its claim.
-    fn duplicate(&self, lsn: Lsn) -> Result<BatchResult, EngineError> {
+    /// The original answer for a key seen before: its claim's committed result, or its
+    /// recorded rejection, read from the one record that holds it (the WAL, or the key table
+    /// once the WAL below a checkpoint is gone).
+    fn duplicate(&self, key: &str, k: KeyState) -> Result<BatchResult, EngineError> {
         self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
-        let rec = self
-            .wal
-            .replay(lsn)
-            .next()
-            .transpose()?
-            .filter(|r| r.lsn == lsn)
-            .ok_or_else(|| EngineError::Inconsistent {
-                lsn,
-                detail: "claim not found for a known key".into(),
-            })?;
-        match records::decode_wal(&rec)? {
-            records::WalEntry::Claim(c) => Ok(super::committed_result(lsn, &c)),
-            records::WalEntry::Rejected(r) => Ok(BatchResult::Rejected {
-                request_key: r.request_key,
-                op_index: r.op_index,
-                reason: r.reason,
-            }),
-            records::WalEntry::Done(_) => Err(EngineError::Inconsistent {
-                lsn,
-                detail: "a request key points at a done record, not a claim".into(),
-            }),
+        let lsn = k.lsn;
+        let inconsistent = |detail: &str| EngineError::Inconsistent {
+            lsn,
+            detail: format!("request key {key:?}: {detail}"),
+        };
+        match k.at {
+            KeyAt::Wal { offset } => {
+                let rec = match self.wal.read_record(lsn, offset) {
+                    // A checkpoint moved the key to the table and retired the segment since
+                    // `k` was read: read where the key points now.
+                    Err(WalError::Missing { .. }) => {
+                        let now = lock(&self.planner).keys.get(key).copied();
+                        return match now {
+                            Some(n) if matches!(n.at, KeyAt::Keys { .. }) => self.duplicate(key, n),
+                            _ => Err(inconsistent("its record left the wal")),
+                        };
+                    }
+                    r => r?,
+                };
+                match records::decode_wal(&rec)? {
+                    records::WalEntry::Claim(c) => Ok(super::committed_result(lsn, &c)),
+                    records::WalEntry::Rejected(r) => Ok(BatchResult::Rejected {
+                        request_key: r.request_key,
+                        op_index: r.op_index,
+                        reason: r.reason,
+                    }),
+                    records::WalEntry::Done(_) => Err(inconsistent("points at a done record")),
+                }
+            }
+            KeyAt::Keys { lsn: at, offset } => {
+                let rec = self.keys.read_record(at, offset)?;
+                let kr = records::decode_key(&rec)?;
+                if kr.lsn != lsn || kr.request_key != key {
+                    return Err(inconsistent("the key table holds another key there"));
+                }
+                Ok(super::keys::answer(&kr))
+            }
         }
     }
 

@@ -192,6 +192,51 @@ pub fn decode<T: Decode<()>>(what: &'static str, bytes: &[u8]) -> Result<T, Code
     Ok(value)
 }
 
+/// A request key's answer, kept in the key table (`<data-dir>/keys`, same frame format, type
+/// [`KEY_RECORD_TYPE`]) once its batch is below a checkpoint and its WAL records may be gone.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct KeyRecord {
+    pub request_key: String,
+    pub fingerprint: u64,
+    /// The lsn of the batch's claim or recorded rejection in the batch WAL.
+    pub lsn: u64,
+    /// Unix milliseconds when the key entered the table (non-decreasing along it): the key is
+    /// remembered for the configured window from then.
+    pub at_ms: u64,
+    pub answer: KeyAnswer,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum KeyAnswer {
+    /// The ops of the committed batch: kind, shard and id (created or deleted), in op order.
+    Committed(Vec<(OpKind, String, u64)>),
+    Rejected {
+        op_index: u32,
+        reason: String,
+    },
+}
+
+/// The key table's one record type.
+pub const KEY_RECORD_TYPE: u8 = 1;
+
+/// What recovery needs that the WAL below `wal_from` held (`<data-dir>/CHECKPOINT`, written
+/// tmp + fsync + rename + directory fsync; a version byte and a CRC-32 before this payload).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+pub struct Checkpoint {
+    /// Every claim below this lsn has a durable `done` record; recovery replays from here.
+    pub wal_from: u64,
+    /// Audit rows of claims at or after `wal_from` are at or after this audit lsn.
+    pub audit_from: u64,
+    /// The next id to mint (at least).
+    pub next_id: u64,
+    /// Every shard ever written, with the largest claim lsn whose frames it has flushed.
+    pub shards: Vec<(String, u64)>,
+    /// The key table holds every key of a claim or rejection below `wal_from`.
+    pub keys_through: u64,
+    /// Unix milliseconds when it was taken.
+    pub at_ms: u64,
+}
+
 /// A batch-WAL record, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WalEntry {
@@ -220,6 +265,60 @@ pub fn decode_wal(rec: &Record) -> Result<WalEntry, EngineError> {
             detail: format!("unknown record type {} in the batch wal", rec.record_type),
         }),
     }
+}
+
+/// Decodes one key-table record.
+pub fn decode_key(rec: &Record) -> Result<KeyRecord, EngineError> {
+    if rec.record_type != KEY_RECORD_TYPE {
+        return Err(EngineError::Inconsistent {
+            lsn: rec.lsn,
+            detail: format!("unknown record type {} in the key table", rec.record_type),
+        });
+    }
+    decode("key", &rec.payload).map_err(|source| EngineError::Codec {
+        lsn: rec.lsn,
+        source,
+    })
+}
+
+/// Version of the `CHECKPOINT` file's layout: version byte, CRC-32 (little-endian) of the
+/// payload, payload length (u32 little-endian), then the bincode [`Checkpoint`].
+pub const CHECKPOINT_FORMAT_VERSION: u8 = 1;
+const CHECKPOINT_HEADER_LEN: usize = 9;
+
+/// The bytes of a `CHECKPOINT` file.
+pub fn encode_checkpoint(c: &Checkpoint) -> Result<Vec<u8>, CodecError> {
+    let payload = encode("checkpoint", c)?;
+    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_LEN + payload.len());
+    out.push(CHECKPOINT_FORMAT_VERSION);
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// A `CHECKPOINT` file's contents, or why they are not one (a written checkpoint is renamed
+/// into place only once synced, so any damage here is corruption).
+pub fn decode_checkpoint(bytes: &[u8]) -> Result<Checkpoint, String> {
+    let head = bytes
+        .get(..CHECKPOINT_HEADER_LEN)
+        .ok_or("shorter than its header")?;
+    if head[0] != CHECKPOINT_FORMAT_VERSION {
+        return Err(format!("unknown checkpoint format version {}", head[0]));
+    }
+    let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let payload = &bytes[CHECKPOINT_HEADER_LEN..];
+    if payload.len() != word(5) as usize {
+        return Err(format!(
+            "payload is {} bytes, header says {}",
+            payload.len(),
+            word(5)
+        ));
+    }
+    if crc32fast::hash(payload) != word(1) {
+        return Err("checksum mismatch".into());
+    }
+    decode("checkpoint", payload).map_err(|e| e.to_string())
 }
 
 /// Decodes one audit-log record.
@@ -277,11 +376,27 @@ pub struct ClaimLedger {
     pub unfinished: BTreeMap<Lsn, ClaimRecord>,
     /// Per shard, the largest claim lsn with a `done` record.
     pub vouched: HashMap<String, Lsn>,
+    /// Replay started here (a checkpoint): a `done` for a claim below it finished a batch
+    /// the checkpoint already holds.
+    pub from: Lsn,
 }
 
 impl ClaimLedger {
     pub fn claim(&mut self, lsn: Lsn, c: ClaimRecord) {
         self.unfinished.insert(lsn, c);
+    }
+
+    /// [`ClaimLedger::done`], except that a `done` for a claim below `from` (replay started
+    /// at a checkpoint above that claim) is `None`, not damage.
+    pub fn done_after(
+        &mut self,
+        lsn: Lsn,
+        d: &DoneRecord,
+    ) -> Result<Option<ClaimRecord>, EngineError> {
+        if d.claim_lsn < self.from && !self.unfinished.contains_key(&d.claim_lsn) {
+            return Ok(None);
+        }
+        self.done(lsn, d).map(Some)
     }
 
     /// Marks the claim at `d.claim_lsn` finished and returns it; a `done` for a claim not

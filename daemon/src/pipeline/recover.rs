@@ -9,8 +9,14 @@ use std::time::{Duration, Instant};
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::records::{read_audit, read_wal, ClaimLedger, ClaimRecord, PlannedOp, WalEntry};
-use super::{lock, Engine, KeyState};
+use roost_storage::{read_all, OpenMode};
+
+use super::keys;
+use super::records::{
+    decode_checkpoint, read_audit, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord,
+    PlannedOp, WalEntry,
+};
+use super::{io_err, lock, Engine, KeyAt, KeyState};
 use crate::error::EngineError;
 
 /// What recovery did at open.
@@ -54,11 +60,12 @@ impl Engine {
             last_call: Instant::now(),
             last_log: Instant::now(),
         };
+        let ckpt = self.load_checkpoint()?;
         callback("replaying records", 0, self.wal.recovery_report().records);
-        let (ledger, shard_names, records) = self.replay_wal(&mut progress)?;
-        self.synced_through = ledger.vouched;
+        let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
+        self.synced_through = ledger.vouched.clone();
         self.open_named_shards(&shard_names)?;
-        let audited = self.audited_rows(&ledger.unfinished)?;
+        let audited = self.audited_rows(&ledger.unfinished, ckpt.audit_from)?;
         let finished = self.finish_unfinished(&ledger.unfinished, &audited, &mut progress)?;
         if finished > 0 {
             // The finished batches' `done` records, durable before anything new is taken: a
@@ -75,6 +82,7 @@ impl Engine {
         info!(
             records,
             batches_finished = finished,
+            checkpoint = ckpt.wal_from,
             ms = self.recovery.duration.as_millis() as u64,
             next_lsn = self.wal.next_lsn(),
             "recovery: done"
@@ -82,22 +90,63 @@ impl Engine {
         Ok(self)
     }
 
-    /// Step 1: replays the WAL into the planner (every key, the highest id ever claimed) and
-    /// a ledger of the unfinished claims; returns the shards the WAL names and the record
-    /// count.
+    /// Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
+    /// keys still in the window, the id counter and each shard's flushed mark.
+    fn load_checkpoint(&mut self) -> Result<Checkpoint, EngineError> {
+        let path = self.layout.checkpoint();
+        let _ = self.storage.remove(&path.with_extension("tmp"));
+        let c = match self.storage.open(&path, OpenMode::Read) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Checkpoint {
+                wal_from: 1,
+                audit_from: 1,
+                next_id: 1,
+                ..Checkpoint::default()
+            },
+            Err(e) => return Err(io_err("open", &path)(e)),
+            Ok(f) => {
+                let bytes = read_all(f.as_ref()).map_err(io_err("read", &path))?;
+                decode_checkpoint(&bytes).map_err(|detail| EngineError::Inconsistent {
+                    lsn: 0,
+                    detail: format!("{}: {detail}", path.display()),
+                })?
+            }
+        };
+        let now = keys::now_ms();
+        let table_through = self.load_keys(now)?;
+        let mut p = lock(&self.planner);
+        p.next_id = p.next_id.max(c.next_id);
+        p.vouched = c.shards.iter().cloned().collect();
+        drop(p);
+        let mut st = lock(&self.checkpoints);
+        st.keys_through = table_through.max(c.keys_through);
+        st.last_at_ms = c.at_ms;
+        st.taken = Some(Instant::now());
+        st.last = (c.wal_from > 1).then(|| c.clone());
+        Ok(c)
+    }
+
+    /// Step 1: replays the WAL from the checkpoint into the planner (every key, the highest
+    /// id ever claimed) and a ledger of the unfinished claims; returns the shards the
+    /// checkpoint and the WAL name, and the record count.
     fn replay_wal(
         &self,
+        ckpt: &Checkpoint,
         progress: &mut Progress<'_>,
     ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
         let total = self.wal.recovery_report().records;
-        let mut ledger = ClaimLedger::default();
-        let mut shard_names = BTreeSet::new();
+        let mut ledger = ClaimLedger {
+            from: ckpt.wal_from,
+            vouched: ckpt.shards.iter().cloned().collect(),
+            ..ClaimLedger::default()
+        };
+        let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
         let mut records = 0u64;
         let mut p = lock(&self.planner);
-        for entry in read_wal(&self.wal, 1) {
-            let (lsn, entry) = entry?;
+        for entry in read_wal_frames(&self.wal, ckpt.wal_from) {
+            let (rec, entry) = entry?;
             records += 1;
             progress.report("replaying records", records, total);
+            let at = KeyAt::Wal { offset: rec.offset };
             match entry {
                 WalEntry::Claim(c) => {
                     for op in &c.ops {
@@ -107,31 +156,37 @@ impl Engine {
                         }
                     }
                     let key = KeyState {
-                        lsn,
+                        lsn: rec.lsn,
                         fingerprint: c.fingerprint,
                         done: false,
                         rejected: false,
+                        at,
                     };
                     p.keys.insert(c.request_key.clone(), key);
-                    ledger.claim(lsn, c);
+                    p.open.insert(rec.lsn, ckpt.audit_from);
+                    ledger.claim(rec.lsn, c);
                 }
                 WalEntry::Done(d) => {
-                    let c = ledger.done(lsn, &d)?;
-                    if let Some(k) = p.keys.get_mut(&c.request_key) {
-                        k.done = true;
+                    p.open.remove(&d.claim_lsn);
+                    if let Some(c) = ledger.done_after(rec.lsn, &d)? {
+                        if let Some(k) = p.keys.get_mut(&c.request_key) {
+                            k.done = true;
+                        }
                     }
                 }
                 WalEntry::Rejected(r) => {
                     let key = KeyState {
-                        lsn,
+                        lsn: rec.lsn,
                         fingerprint: r.fingerprint,
                         done: true,
                         rejected: true,
+                        at,
                     };
                     p.keys.insert(r.request_key, key);
                 }
             }
         }
+        p.vouched = ledger.vouched.clone();
         Ok((ledger, shard_names, records))
     }
 
@@ -151,12 +206,13 @@ impl Engine {
     fn audited_rows(
         &self,
         unfinished: &BTreeMap<Lsn, ClaimRecord>,
+        from: Lsn,
     ) -> Result<HashMap<Lsn, HashSet<u32>>, EngineError> {
         let mut audited: HashMap<Lsn, HashSet<u32>> = HashMap::new();
         let Some(first) = unfinished.keys().next().copied() else {
             return Ok(audited);
         };
-        for row in read_audit(&self.audit, 1) {
+        for row in read_audit(&self.audit, from) {
             let (_, a) = row?;
             if a.claim_lsn >= first && unfinished.contains_key(&a.claim_lsn) {
                 audited.entry(a.claim_lsn).or_default().insert(a.op_index);

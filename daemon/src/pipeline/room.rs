@@ -37,6 +37,9 @@ impl Engine {
         if let Some(why) = self.audit.spare_missing() {
             return Some(("audit".into(), why));
         }
+        if let Some(why) = self.keys.spare_missing() {
+            return Some(("keys".into(), why));
+        }
         let slots = lock(&self.shards);
         let mut names: Vec<&String> = slots.keys().collect();
         names.sort();
@@ -83,6 +86,7 @@ impl Engine {
     pub fn try_resume(&self) -> Result<bool, EngineError> {
         self.wal.refill_spare()?;
         self.audit.refill_spare()?;
+        self.keys.refill_spare()?;
         let slots: Vec<_> = lock(&self.shards).values().cloned().collect();
         for slot in slots {
             if lock(&slot.room).is_some() {

@@ -44,6 +44,8 @@ struct Shared {
     failed: Mutex<FailedDir>,
     stop: AtomicBool,
     wake: Notify,
+    /// A checkpoint runs on the blocking pool now.
+    checkpointing: AtomicBool,
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
@@ -70,7 +72,7 @@ pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineE
 
 impl Shared {
     fn new(engine: Arc<Engine>) -> Arc<Shared> {
-        let failed = FailedDir::load(&engine.spool().failed);
+        let failed = FailedDir::load(&engine.spool().failed, &engine.spool().out);
         Arc::new(Shared {
             engine,
             in_progress: Mutex::new(HashSet::new()),
@@ -81,6 +83,7 @@ impl Shared {
             failed: Mutex::new(failed),
             stop: AtomicBool::new(false),
             wake: Notify::new(),
+            checkpointing: AtomicBool::new(false),
         })
     }
 
@@ -136,6 +139,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         if shared.stopping() {
             break;
         }
+        maybe_checkpoint(&shared);
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
@@ -187,6 +191,26 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     }
 }
 
+/// Starts a checkpoint on the blocking pool when one is due and none runs (`checkpoint.rs`);
+/// a failed checkpoint stops the daemon like any I/O failure.
+fn maybe_checkpoint(shared: &Arc<Shared>) {
+    if !shared.engine.checkpoint_due() || shared.checkpointing.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = sh.engine.checkpoint() {
+            error!(error = %e, "checkpoint failed: stopping");
+            if let Ok(mut f) = sh.fatal.lock() {
+                f.get_or_insert(e);
+            }
+            sh.stop.store(true, Ordering::SeqCst);
+            sh.wake.notify_one();
+        }
+        sh.checkpointing.store(false, Ordering::SeqCst);
+    });
+}
+
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);
 
@@ -235,8 +259,26 @@ async fn shutdown(
     ));
     info!(in_flight, "waiting for in-flight batches");
     let _all = sem.acquire_many(workers as u32).await;
-    if let Err(e) = shared.engine.sync() {
-        warn!(error = %e, "final wal sync failed");
+    // The last checkpoint: the next start replays nothing (it also syncs the WAL).
+    let engine = shared.engine.clone();
+    let last = tokio::task::spawn_blocking(move || {
+        let checkpoint = if engine.is_failed() {
+            Ok(())
+        } else {
+            engine.checkpoint().map(|_| ())
+        };
+        checkpoint.and_then(|()| engine.sync())
+    })
+    .await;
+    let last = last.unwrap_or_else(|e| {
+        Err(EngineError::Io {
+            op: "final checkpoint",
+            path: shared.engine.data_dir().to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    });
+    if let Err(e) = last {
+        warn!(error = %e, "final checkpoint or wal sync failed");
         if let Ok(mut f) = shared.fatal.lock() {
             f.get_or_insert(e);
         }

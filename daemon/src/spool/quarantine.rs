@@ -8,6 +8,9 @@ use tracing::warn;
 /// The quarantine's bookkeeping: oldest first, so a flood of bad files cannot fill the disk.
 pub struct FailedDir {
     dir: std::path::PathBuf,
+    /// `out/`: an evicted file's `invalid` result goes with it, so results of invalid files
+    /// are bounded like `failed/` (a result of a later batch under the name stays).
+    out: std::path::PathBuf,
     entries: std::collections::VecDeque<(String, u64)>,
     bytes: u64,
 }
@@ -22,7 +25,7 @@ fn entry_bytes(path: &std::path::Path) -> u64 {
 
 impl FailedDir {
     /// Reads what `failed/` already holds, oldest first by modification time.
-    pub fn load(dir: &std::path::Path) -> FailedDir {
+    pub fn load(dir: &std::path::Path, out: &std::path::Path) -> FailedDir {
         let mut found: Vec<(std::time::SystemTime, String, u64)> = std::fs::read_dir(dir)
             .map(|rd| {
                 rd.flatten()
@@ -41,6 +44,7 @@ impl FailedDir {
         let bytes = found.iter().map(|f| f.2).sum();
         FailedDir {
             dir: dir.to_path_buf(),
+            out: out.to_path_buf(),
             entries: found.into_iter().map(|(_, n, b)| (n, b)).collect(),
             bytes,
         }
@@ -71,12 +75,26 @@ impl FailedDir {
             };
             match r {
                 Ok(()) => {
-                    warn!(file = %old, bytes = b, files_max, bytes_max, "failed/ over its limits: removed the oldest quarantined file")
+                    let result = self.remove_invalid_result(&old);
+                    warn!(file = %old, bytes = b, files_max, bytes_max, result_removed = result,
+                        "failed/ over its limits: removed the oldest quarantined file")
                 }
                 Err(e) => {
                     warn!(file = %old, error = %e, "failed/ over its limits: cannot remove the oldest quarantined file")
                 }
             }
         }
+    }
+}
+
+impl FailedDir {
+    /// Removes `out/NAME` if it is an `invalid` result (the evicted file's); true if it did.
+    fn remove_invalid_result(&self, name: &str) -> bool {
+        let path = self.out.join(name);
+        let invalid = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<crate::batch::BatchResult>(&b).ok())
+            .is_some_and(|r| r.status() == crate::batch::Status::Invalid);
+        invalid && std::fs::remove_file(&path).is_ok()
     }
 }

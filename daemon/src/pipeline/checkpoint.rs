@@ -1,0 +1,319 @@
+//! Checkpoints (issue 14; PostgreSQL's checkpoint and WAL recycling): what recovery needs
+//! that the WAL below lsn X held, so that the WAL below X can go and a restart replays only
+//! what came after. X is the first claim without a `done` record (or the WAL's end): every
+//! batch below it is finished, its shard frames flushed, its audit rows durable.
+//!
+//! The steps, each a crash point, and what a crash after each leaves:
+//! 1. The WAL synced (every `done` below X durable); the key table gets one record per claim
+//!    or rejection in `[keys_through + 1, X)`, then is synced (`after_keys_sync`). A crash
+//!    here: the old checkpoint still rules; its replay sees those keys again in the WAL, and
+//!    the next checkpoint starts after the table's last key (no key is copied twice).
+//! 2. `CHECKPOINT.tmp` written and fdatasynced, renamed over `CHECKPOINT`, the data
+//!    directory fsynced (`after_checkpoint`): recovery starts from X from now on.
+//! 3. In memory, every key below X now answers from the table; then the WAL segments wholly
+//!    below X are removed and the WAL directory synced (`after_wal_retired`). A crash before
+//!    the removal leaves segments recovery skips (it replays from X).
+//! 4. Keys that left the window are forgotten and the key table's segments below the oldest
+//!    remembered key removed; audit segments wholly below the checkpoint's audit mark go if
+//!    `audit_retain_bytes` / `audit_retain_secs` say so (by default the audit log is kept).
+
+use std::time::{Duration, Instant};
+
+use roost_storage::OpenMode;
+use roost_wal::Lsn;
+use tracing::{debug, info};
+
+use super::crash::Step;
+use super::keys::{self, Reaped, REAP_SLICE};
+use super::records::{self, read_wal_frames, Checkpoint, KEY_RECORD_TYPE};
+use super::{io_err, lock, Engine, KeyAt};
+use crate::error::EngineError;
+
+/// What the engine remembers of checkpoints.
+#[derive(Debug, Default)]
+pub(super) struct CheckpointState {
+    /// The last checkpoint written or found at open.
+    pub last: Option<Checkpoint>,
+    /// The key table holds every key of a batch at or below this lsn.
+    pub keys_through: Lsn,
+    /// WAL bytes appended since open when the last checkpoint was taken.
+    pub wal_bytes_at_last: u64,
+    /// When the last checkpoint was taken (or the engine opened).
+    pub taken: Option<Instant>,
+    /// The last `at_ms` stamped in the key table (stamps never decrease along it).
+    pub last_at_ms: u64,
+}
+
+/// A key copied into the table at this checkpoint: (key, batch lsn, table lsn, offset, at).
+type Moved = (String, Lsn, Lsn, u64, u64);
+
+impl Engine {
+    /// Takes a checkpoint now if anything was finished since the last one. Returns it, or
+    /// `None` when there was nothing new. One at a time; batches go on meanwhile.
+    pub fn checkpoint(&self) -> Result<Option<Checkpoint>, EngineError> {
+        let mut st = lock(&self.checkpoints);
+        self.check()?;
+        let wal_bytes = self.wal.append_bytes();
+        let mut c = self.checkpoint_point();
+        if let Some(last) = st
+            .last
+            .as_ref()
+            .filter(|l| l.wal_from >= c.wal_from)
+            .cloned()
+        {
+            // Nothing new below the first open claim; the window still moves.
+            self.retire_tables(keys::now_ms().max(st.last_at_ms), &last)?;
+            st.wal_bytes_at_last = wal_bytes;
+            st.taken = Some(Instant::now());
+            return Ok(None);
+        }
+        if c.wal_from <= 1 {
+            return Ok(None);
+        }
+        let end = self.wal.next_lsn() - 1;
+        if end > 0 {
+            self.wal.sync_to(end).inspect_err(|_| self.fail())?;
+        }
+        let now = keys::now_ms().max(st.last_at_ms);
+        let moved = self.copy_keys(st.keys_through + 1, c.wal_from, now)?;
+        c.keys_through = c.wal_from.saturating_sub(1);
+        c.at_ms = now;
+        self.write_checkpoint(&c)?;
+        self.point_keys_at_table(&moved);
+        let retired = self
+            .wal
+            .retire_below(c.wal_from)
+            .inspect_err(|_| self.fail())?;
+        self.hit(Step::AfterWalRetired.at())?;
+        let (forgot, audit_retired) = self.retire_tables(now, &c)?;
+        info!(
+            wal_from = c.wal_from,
+            keys_copied = moved.len(),
+            wal_segments_retired = retired,
+            keys_forgotten = forgot,
+            audit_segments_retired = audit_retired,
+            "checkpoint"
+        );
+        st.keys_through = c.keys_through;
+        st.last_at_ms = now;
+        st.wal_bytes_at_last = wal_bytes;
+        st.taken = Some(Instant::now());
+        st.last = Some(c.clone());
+        Ok(Some(c))
+    }
+
+    /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or
+    /// `checkpoint_interval_ms` passed with something appended.
+    pub fn checkpoint_due(&self) -> bool {
+        let st = lock(&self.checkpoints);
+        let grown = self.wal.append_bytes().saturating_sub(st.wal_bytes_at_last);
+        let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
+        grown >= self.config.checkpoint_wal_bytes
+            || (grown > 0 && since >= Duration::from_millis(self.config.checkpoint_interval_ms))
+    }
+
+    /// Bytes on disk per part: `wal`, `audit`, `keys`, `shards` (segments and spares, as
+    /// preallocated) and `checkpoint`.
+    pub fn disk_bytes(&self) -> Vec<(&'static str, u64)> {
+        let shards: u64 = lock(&self.shards)
+            .keys()
+            .map(|name| {
+                let files = self
+                    .storage
+                    .list(&self.layout.shard(name))
+                    .unwrap_or_default();
+                let segs = files
+                    .iter()
+                    .filter(|n| {
+                        n.ends_with(roost_shards::SEGMENT_SUFFIX) || *n == roost_storage::SPARE_FILE
+                    })
+                    .count() as u64;
+                segs * self.config.shard_segment_bytes
+            })
+            .sum();
+        let checkpoint = self
+            .storage
+            .open(&self.layout.checkpoint(), OpenMode::Read)
+            .and_then(|f| f.len())
+            .unwrap_or(0);
+        vec![
+            ("wal", self.wal.disk_bytes()),
+            ("audit", self.audit.disk_bytes()),
+            ("keys", self.keys.disk_bytes()),
+            ("shards", shards),
+            ("checkpoint", checkpoint),
+        ]
+    }
+
+    /// The last checkpoint, if any.
+    pub fn last_checkpoint(&self) -> Option<Checkpoint> {
+        lock(&self.checkpoints).last.clone()
+    }
+
+    /// Under the planner lock: X (the first open claim, else the WAL's end), the audit mark,
+    /// the id counter, and what each shard has flushed.
+    fn checkpoint_point(&self) -> Checkpoint {
+        let p = lock(&self.planner);
+        let (wal_from, audit_from) = match p.open.first_key_value() {
+            Some((lsn, mark)) => (*lsn, *mark),
+            None => (self.wal.next_lsn(), self.audit.next_lsn()),
+        };
+        let mut shards: Vec<(String, Lsn)> =
+            p.vouched.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for name in lock(&self.shards).keys() {
+            if !p.vouched.contains_key(name) {
+                shards.push((name.clone(), 0));
+            }
+        }
+        shards.sort();
+        Checkpoint {
+            wal_from,
+            audit_from,
+            next_id: p.next_id,
+            shards,
+            keys_through: 0,
+            at_ms: 0,
+        }
+    }
+
+    /// Step 1: one key record per claim or rejection in `[from, to)`, then the table synced.
+    fn copy_keys(&self, from: Lsn, to: Lsn, at_ms: u64) -> Result<Vec<Moved>, EngineError> {
+        let mut moved = Vec::new();
+        for entry in read_wal_frames(&self.wal, from) {
+            let (rec, entry) = entry?;
+            if rec.lsn >= to {
+                break;
+            }
+            let Some(k) = keys::record_of(rec.lsn, &entry, at_ms) else {
+                continue;
+            };
+            let payload = records::encode("key", &k).map_err(EngineError::Encode)?;
+            let (lsn, offset) = self
+                .keys
+                .append_nowait_at(KEY_RECORD_TYPE, &payload)
+                .inspect_err(|_| self.fail())?;
+            moved.push((k.request_key, k.lsn, lsn, offset, at_ms));
+        }
+        if let Some((.., last, _, _)) = moved.last() {
+            self.keys.sync_to(*last).inspect_err(|_| self.fail())?;
+        }
+        self.hit(Step::AfterKeysSync.at())?;
+        Ok(moved)
+    }
+
+    /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.
+    fn write_checkpoint(&self, c: &Checkpoint) -> Result<(), EngineError> {
+        let bytes = records::encode_checkpoint(c).map_err(EngineError::Encode)?;
+        let path = self.layout.checkpoint();
+        let tmp = path.with_extension("tmp");
+        let dir = self.layout.data_dir();
+        let r = (|| {
+            let _ = self.storage.remove(&tmp);
+            let f = self
+                .storage
+                .open(&tmp, OpenMode::CreateNew)
+                .map_err(io_err("create", &tmp))?;
+            f.write_at(&bytes, 0).map_err(io_err("write", &tmp))?;
+            f.sync_data().map_err(io_err("sync", &tmp))?;
+            drop(f);
+            self.storage
+                .rename(&tmp, &path)
+                .map_err(io_err("rename", &path))?;
+            self.storage.sync_dir(dir).map_err(io_err("sync dir", dir))
+        })();
+        r.inspect_err(|_| self.fail())?;
+        self.hit(Step::AfterCheckpoint.at())
+    }
+
+    /// Step 3: keys below the checkpoint answer from the table from now on (unless a newer
+    /// batch took the key meanwhile), and enter the reaper's queue.
+    fn point_keys_at_table(&self, moved: &[Moved]) {
+        let mut p = lock(&self.planner);
+        for (key, lsn, at, offset, at_ms) in moved {
+            let Some(k) = p.keys.get_mut(key) else {
+                continue;
+            };
+            if k.lsn != *lsn {
+                continue;
+            }
+            k.at = KeyAt::Keys {
+                lsn: *at,
+                offset: *offset,
+            };
+            let r: Reaped = (*at_ms, key.clone(), *lsn, *at);
+            p.reaper.push_back(r);
+        }
+    }
+
+    /// Step 4: expired keys forgotten (a slice at a time, the planner lock released between
+    /// slices), the key table and the audit log trimmed. Returns (keys forgotten, audit
+    /// segments removed).
+    fn retire_tables(&self, now: u64, c: &Checkpoint) -> Result<(usize, usize), EngineError> {
+        let mut forgot = 0;
+        let oldest = loop {
+            let (n, oldest) = self.reap_keys(now, REAP_SLICE);
+            forgot += n;
+            if n < REAP_SLICE {
+                break oldest;
+            }
+        };
+        let keep_from = oldest.unwrap_or_else(|| self.keys.next_lsn());
+        let removed = self
+            .keys
+            .retire_below(keep_from)
+            .inspect_err(|_| self.fail())?;
+        debug!(
+            removed,
+            keep_from, "key table: segments below the oldest live key removed"
+        );
+        let audit = self.retire_audit(c).inspect_err(|_| self.fail())?;
+        Ok((forgot, audit))
+    }
+
+    /// The audit log's oldest segments, wholly below the checkpoint's audit mark, while it is
+    /// over `audit_retain_bytes` or they are older than `audit_retain_secs`.
+    fn retire_audit(&self, c: &Checkpoint) -> Result<usize, EngineError> {
+        let (bytes_max, secs_max) = (
+            self.config.audit_retain_bytes,
+            self.config.audit_retain_secs,
+        );
+        if bytes_max.is_none() && secs_max.is_none() {
+            return Ok(0);
+        }
+        let segs = self.audit.segments();
+        let seg_bytes = self.audit.segment_bytes();
+        let mut total = segs.len() as u64 * seg_bytes;
+        let mut below = None;
+        for (i, (_, path)) in segs.iter().enumerate() {
+            let next_first = segs.get(i + 1).map(|s| s.0);
+            // Whole segment below the mark: its successor starts at or below it.
+            if next_first.is_none_or(|n| n > c.audit_from) {
+                break;
+            }
+            let too_big = bytes_max.is_some_and(|m| total > m);
+            let too_old = secs_max.is_some_and(|s| self.file_age(path) > Duration::from_secs(s));
+            if !(too_big || too_old) {
+                break;
+            }
+            total -= seg_bytes;
+            below = next_first;
+        }
+        match below {
+            Some(lsn) => Ok(self.audit.retire_below(lsn)?),
+            None => Ok(0),
+        }
+    }
+
+    /// How long ago `path` was last written (zero when unknown: the simulated disk has no
+    /// clock, and an unreadable time keeps the file).
+    fn file_age(&self, path: &std::path::Path) -> Duration {
+        if !self.storage.is_real() {
+            return Duration::ZERO;
+        }
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+}

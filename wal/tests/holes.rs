@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use roost_storage::{CrashMode, SimStorage, SplitMix};
-use roost_wal::format::{frame_len, probe, Header, Probe, RECORD_HEADER_LEN};
+use roost_wal::format::{frame_len, probe, Header, Probe, RECORD_HEADER_LEN, WAL_FORMAT_VERSION};
 use roost_wal::recovery::HOLE_REASON;
 use roost_wal::WalError;
 

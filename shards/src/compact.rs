@@ -27,7 +27,7 @@ use crate::{
 pub const COMPACT_TMP_SUFFIX: &str = ".seg.compacting";
 
 /// A `FRAME_TYPE_LIVE` frame is written out once it holds this many bytes.
-const LIVE_FRAME_BYTES_MAX: usize = 1 << 20;
+const LIVE_FRAME_BYTES_MAX: usize = 64 << 10;
 
 /// What one call of [`Shard::compact_step`] may do.
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +89,9 @@ pub(crate) struct SegSpace {
     /// The last transaction frame's lsn, or a compacted segment's `lsn_hi`.
     max_lsn: u64,
     compacted: Option<CompactHeader>,
+    /// A compaction kept records here whose deletes were not vouched for yet (so they count as
+    /// dead): not worth compacting again until the horizon reaches this lsn (in memory only).
+    blocked_until_lsn: u64,
 }
 
 impl SegSpace {
@@ -102,9 +105,11 @@ impl SegSpace {
         self.used.saturating_sub(self.live + header)
     }
 
-    fn worth(&self, dead_fraction_min: f64) -> bool {
+    fn worth(&self, o: &CompactOptions) -> bool {
         let dead = self.dead();
-        dead > 0 && dead as f64 >= dead_fraction_min * self.used as f64
+        dead > 0
+            && dead as f64 >= o.dead_fraction_min * self.used as f64
+            && o.horizon_lsn >= self.blocked_until_lsn
     }
 }
 
@@ -191,6 +196,9 @@ struct Job {
     /// Where each copied create's record landed in the new file.
     placed: HashMap<u64, u32>,
     kept_deletes: HashSet<u64>,
+    /// The caller's horizon when the job started: a dead record's create is dropped only if
+    /// the delete that hides it is in a sealed segment wholly at or below it.
+    horizon_lsn: u64,
     /// Paths of the old segments other than `target`, removed in `Retire`.
     retire: Vec<PathBuf>,
     old_bytes: u64,
@@ -457,7 +465,7 @@ impl Shard {
             let s = sp.get(si);
             si < sealed && s.used > 0 && s.max_lsn <= o.horizon_lsn
         };
-        let worth = |si: usize| eligible(si) && sp.get(si).worth(o.dead_fraction_min);
+        let worth = |si: usize| eligible(si) && sp.get(si).worth(o);
         let mergeable = |si: usize| eligible(si) && sp.get(si).compacted.is_some();
         let start = (0..sealed).find(|si| worth(*si))?;
         let cap = self.opts.segment_bytes;
@@ -523,6 +531,7 @@ impl Shard {
                 content_len: 0,
             },
             cursor: (first, 0),
+            horizon_lsn: o.horizon_lsn,
             out: LiveFrame::default(),
             written: 0,
             placed: HashMap::new(),
@@ -538,14 +547,17 @@ impl Shard {
     /// writes what is still needed. At the end of the run, moves on to `Seal`.
     fn copy_slice(&self, job: &mut Job, budget: u64) -> Result<(), ShardError> {
         let mut done = 0u64;
-        while done < budget {
-            let (si, _) = job.cursor;
-            if si > job.last {
+        loop {
+            if job.cursor.0 > job.last {
                 write_out(job)?;
                 job.phase = Phase::Seal;
                 return Ok(());
             }
-            done += self.copy_segment(job, budget - done)?;
+            let (read, spent) = self.copy_segment(job, budget.saturating_sub(done), done == 0)?;
+            done += read;
+            if spent {
+                break;
+            }
         }
         if job.out.len() >= LIVE_FRAME_BYTES_MAX {
             write_out(job)?;
@@ -553,9 +565,15 @@ impl Shard {
         Ok(())
     }
 
-    /// Copies frames of the cursor's segment, up to `budget` bytes (at least one frame);
-    /// moves the cursor to the next segment at its end. Returns the bytes read.
-    fn copy_segment(&self, job: &mut Job, budget: u64) -> Result<u64, ShardError> {
+    /// Copies frames of the cursor's segment, up to `budget` bytes (one frame more only when
+    /// `first` and the first frame alone is larger); moves the cursor to the next segment at
+    /// its end. Returns the bytes read and whether the budget stopped it.
+    fn copy_segment(
+        &self,
+        job: &mut Job,
+        budget: u64,
+        first: bool,
+    ) -> Result<(u64, bool), ShardError> {
         let (si, mut pos) = job.cursor;
         let seg = &self.segs[si];
         let space = self.compaction.space.get(si);
@@ -570,8 +588,8 @@ impl Shard {
             }
             None => space.used as usize,
         };
-        let mut read = 0u64;
-        while pos < end && (read == 0 || read < budget) {
+        let (mut read, mut spent) = (0u64, false);
+        while pos < end {
             let slice = bytes.get(pos..end).unwrap_or(&[]);
             let (_, view) = match space.compacted {
                 Some(_) => frame::probe_live(slice),
@@ -585,6 +603,10 @@ impl Shard {
                     format!("frame changed since open: {why}"),
                 )
             })?;
+            if read + view.len as u64 > budget && !(first && read == 0) {
+                spent = true;
+                break;
+            }
             if space.compacted.is_none() {
                 fold_range(&mut job.header, view.lsn, view.lsn, 0);
             }
@@ -597,11 +619,11 @@ impl Shard {
         }
         job.cursor = if pos >= end { (si + 1, 0) } else { (si, pos) };
         job.read_bytes += read;
-        Ok(read)
+        Ok((read, spent))
     }
 
-    /// Adds a frame's still-needed ops to the output: a create whose record is live and still
-    /// located here, and a delete whose create is on disk in a segment before the run.
+    /// Adds a frame's still-needed ops to the output: creates [`Shard::keeps_create`] keeps,
+    /// and a delete whose create is on disk in a segment before the run.
     fn keep_ops(&self, job: &mut Job, si: usize, at: usize, bytes: &[u8], view: &FrameView) {
         for op in &view.ops {
             if op.kind == OP_CREATE {
@@ -611,7 +633,7 @@ impl Shard {
                     offset: (at + op.record_offset) as u32,
                     len: op.record_len as u32,
                 };
-                if self.index.get(op.id) == Some(here) {
+                if self.keeps_create(job, op.id, here) {
                     let rec = &bytes[op.record_offset..op.record_offset + op.record_len];
                     let in_frame = job.out.push_create(op.id, rec);
                     let offset = COMPACT_HEADER_LEN as u64 + job.written + in_frame as u64;
@@ -628,6 +650,25 @@ impl Shard {
                 job.out.push_delete(op.id);
             }
         }
+    }
+
+    /// A create at `here` is kept when it is the record's create and the record is live, or
+    /// deleted by a frame not yet vouched for: a power loss may take that delete, and the record
+    /// must then still be on disk.
+    fn keeps_create(&self, job: &Job, id: u64, here: Loc) -> bool {
+        match self.index.entry(id) {
+            Some(l) if l.is_live() => l == here,
+            Some(l) => {
+                l.on_disk_seg() == Some(here.seg as usize) && !self.vouched(l.offset as usize, job)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether every frame of segment `si` is at or below the job's horizon (the caller vouches
+    /// those are flushed and finished).
+    fn vouched(&self, si: usize, job: &Job) -> bool {
+        self.compaction.space.get(si).max_lsn <= job.horizon_lsn
     }
 
     /// Unmaps the old segments and puts the new one in their place (memory first: the same
@@ -678,32 +719,15 @@ impl Shard {
     fn relocate(&mut self, job: &Job) {
         let (first, last) = (job.first as u32, job.last as u32);
         let shift = last - first;
-        let mut live = 0u64;
+        let (mut live, mut kept_dead) = (0u64, false);
         self.index.relocate(|id, loc| {
-            let dead = loc.seg & DEAD;
-            let seg = loc.seg & !DEAD;
-            if seg > last {
-                return Loc {
-                    seg: (seg - shift) | dead,
-                    ..loc
-                };
+            let (new, state) = relocated(job, id, loc);
+            match state {
+                Kept::Live => live += frame::op_bytes(loc.len as usize) as u64,
+                Kept::Dead => kept_dead = true,
+                Kept::Other => {}
             }
-            if seg < first {
-                return loc;
-            }
-            match job.placed.get(&id) {
-                Some(offset) => {
-                    if dead == 0 {
-                        live += frame::op_bytes(loc.len as usize) as u64;
-                    }
-                    Loc {
-                        seg: first | dead,
-                        offset: *offset,
-                        len: loc.len,
-                    }
-                }
-                None => Loc { seg: GONE, ..loc },
-            }
+            new
         });
         self.frames.retain(|f| f.seg < first || f.seg > last);
         for f in self.frames.iter_mut().filter(|f| f.seg > last) {
@@ -716,6 +740,7 @@ impl Shard {
             live: live + job.kept_deletes.len() as u64 * OP_HEADER_LEN as u64,
             max_lsn: job.header.lsn_hi,
             compacted: Some(job.header),
+            blocked_until_lsn: if kept_dead { self.max_lsn } else { 0 },
         };
         sp.segs.splice(job.first..=job.last, [new]);
     }
@@ -785,6 +810,59 @@ impl Shard {
             self.write_offset = self.opts.segment_bytes as usize;
         }
         Ok(())
+    }
+}
+
+/// What became of an index entry in a swap.
+enum Kept {
+    /// A live record copied into the new segment.
+    Live,
+    /// A dead record copied (its delete not yet vouched for).
+    Dead,
+    /// Outside the run, or dropped.
+    Other,
+}
+
+/// An index entry's location after the run `first..=last` became one segment at `first`:
+/// later segments move down; a create in the run moves to where it was copied, or is gone.
+fn relocated(job: &Job, id: u64, loc: Loc) -> (Loc, Kept) {
+    let (first, last) = (job.first as u32, job.last as u32);
+    let moved = |s: u32| match s {
+        s if s < first => s,
+        s if s <= last => first,
+        s => s - (last - first),
+    };
+    let dead = loc.seg & DEAD;
+    let seg = loc.seg & !DEAD;
+    // A dead entry's offset is the segment of its delete (see `Loc`).
+    let offset = if dead != 0 {
+        moved(loc.offset)
+    } else {
+        loc.offset
+    };
+    let len = loc.len;
+    if seg < first || seg > last {
+        let seg = moved(seg) | dead;
+        return (Loc { seg, offset, len }, Kept::Other);
+    }
+    match (job.placed.get(&id), dead) {
+        (Some(at), 0) => (
+            Loc {
+                seg: first,
+                offset: *at,
+                len,
+            },
+            Kept::Live,
+        ),
+        (Some(_), _) => (
+            Loc {
+                seg: first | DEAD,
+                offset,
+                len,
+            },
+            Kept::Dead,
+        ),
+        (None, _) => (Loc { seg: GONE, ..loc }, Kept::Other),
     }
 }
 

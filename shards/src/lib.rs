@@ -121,7 +121,9 @@ pub struct OpenReport {
 /// Where a record's create is on disk. 12 bytes; with the u64 id, 20 bytes per record.
 /// `seg` carries the state: a segment index (live), the index with `DEAD` set (deleted, but
 /// its create is still on disk there: compaction must keep the delete that hides it), or
-/// `GONE` (nothing on disk any more; the entry can be dropped).
+/// `GONE` (nothing on disk any more; the entry can be dropped). A dead record is never read,
+/// so its `offset` holds the index of the segment whose frame deleted it instead: compaction
+/// may drop the create only once that delete is vouched for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Loc {
     seg: u32,
@@ -193,14 +195,15 @@ impl Index {
         }
     }
 
-    /// Marks a live record dead; returns where it was.
-    fn remove(&mut self, id: u64) -> Option<Loc> {
+    /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.
+    fn remove(&mut self, id: u64, by_seg: usize) -> Option<Loc> {
         let i = self.find(id).ok()?;
         let loc = self.locs[i];
         if !loc.is_live() {
             return None;
         }
         self.locs[i].seg |= DEAD;
+        self.locs[i].offset = by_seg as u32;
         self.live -= 1;
         Some(loc)
     }
@@ -410,7 +413,7 @@ fn index_frame(
             *max_id = (*max_id).max(op.id);
             creates += 1;
         } else {
-            if let Some(old) = index.remove(op.id) {
+            if let Some(old) = index.remove(op.id, seg) {
                 space.sub_live(old.seg as usize, frame::op_bytes(old.len as usize) as u64);
                 if (old.seg as usize) < seg {
                     space.add_live(seg, OP_HEADER_LEN as u64);

@@ -885,3 +885,66 @@ proptest! {
         w.check();
     }
 }
+
+/// Measurement, not a check run by default: compaction throughput of one 16 MiB segment half
+/// dead (records of ~200 bytes, every other one deleted), on a real directory with mapped
+/// segments. `ROOST_BENCH_DIR=/dev/shm cargo test -p roost-shards --test compaction --
+/// --ignored --nocapture throughput` (default: the system temp dir).
+#[test]
+#[ignore = "measurement; prints MB/s"]
+fn compaction_throughput_16mib_segment_half_dead() {
+    let base = std::env::var_os("ROOST_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let tmp = tempfile::tempdir_in(base).unwrap();
+    let dir = tmp.path().join("users");
+    let seg = 16u64 << 20;
+    let mut s = Shard::open(&dir, opts(seg)).unwrap();
+    let record = |id: u64| {
+        format!(
+            "{{\"name\":\"user-{id:08}\",\"bio\":\"{}\"}}",
+            "b".repeat(160)
+        )
+    };
+    let (mut lsn, mut id) = (0u64, 0u64);
+    while s.compaction_stats().segments < 2 {
+        lsn += 1;
+        let mut ops = Vec::new();
+        for _ in 0..10 {
+            id += 1;
+            ops.push(TxnOp::Create {
+                id,
+                record: record(id).into_bytes(),
+            });
+            if id % 2 == 0 {
+                ops.push(TxnOp::Delete { id: id - 1 });
+            }
+        }
+        s.apply(&Txn { lsn, ops }).unwrap();
+    }
+    s.flush().unwrap();
+    let want = s.scan().unwrap();
+    let stats = s.compaction_stats();
+    let o = compact_opts(lsn, 4 << 20);
+    let start = std::time::Instant::now();
+    let (mut read, mut steps) = (0u64, 0);
+    loop {
+        match s.compact_step(&o).unwrap() {
+            CompactProgress::Idle => break,
+            CompactProgress::Working { bytes } | CompactProgress::Finished { bytes, .. } => {
+                read += bytes;
+                steps += 1;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = s.compaction_stats();
+    assert_eq!(after.compactions, 1);
+    assert_eq!(s.scan().unwrap(), want);
+    println!(
+        "compacted {:.1} MiB ({:.0}% dead) in {steps} steps, {:.3} s: {:.0} MB/s read; reclaimed {:.1} MiB",
+        read as f64 / (1 << 20) as f64,
+        100.0 * stats.dead_bytes as f64 / read as f64,
+        secs,
+        read as f64 / 1e6 / secs,
+        after.reclaimed_bytes as f64 / (1 << 20) as f64
+    );
+}

@@ -5,6 +5,7 @@
 //! async; the daemon decides when to [`Shard::flush`]. Format: `docs/shard-format.md`.
 #![deny(unsafe_code)]
 
+mod compact;
 pub mod frame;
 #[allow(unsafe_code)]
 mod mmap;
@@ -21,8 +22,9 @@ use roost_storage::{
 };
 use tracing::{debug, info, warn};
 
+pub use compact::{CompactOptions, CompactProgress, CompactionStats, COMPACT_TMP_SUFFIX};
 pub use frame::{Txn, TxnOp};
-use frame::{FRAME_ALIGN, OP_CREATE};
+use frame::{FRAME_ALIGN, OP_CREATE, OP_HEADER_LEN};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
@@ -119,32 +121,54 @@ pub struct OpenReport {
     pub max_lsn: u64,
 }
 
-/// Where a live record's bytes are. 12 bytes; with the u64 id, 20 bytes per record.
-#[derive(Clone, Copy, Debug)]
+/// Where a record's create is on disk. 12 bytes; with the u64 id, 20 bytes per record.
+/// `seg` carries the state: a segment index (live), the index with `DEAD` set (deleted, but
+/// its create is still on disk there: compaction must keep the delete that hides it), or
+/// `GONE` (nothing on disk any more; the entry can be dropped). A dead record is never read,
+/// so its `offset` holds the index of the segment whose frame deleted it instead: compaction
+/// may drop the create only once that delete is vouched for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Loc {
     seg: u32,
     offset: u32,
     len: u32,
 }
 
+const GONE: u32 = u32::MAX;
+const DEAD: u32 = 1 << 31;
+
+impl Loc {
+    fn is_live(&self) -> bool {
+        self.seg & DEAD == 0
+    }
+    fn is_gone(&self) -> bool {
+        self.seg == GONE
+    }
+    /// The segment holding the create, live or dead; `None` when gone.
+    fn on_disk_seg(&self) -> Option<usize> {
+        (!self.is_gone()).then_some((self.seg & !DEAD) as usize)
+    }
+}
+
 /// The in-memory index: ids sorted, with their locations in a parallel vector (8 + 12 = 20
 /// bytes per record, no hash table overhead). Ids are minted in increasing order and a shard
-/// applies transactions in lsn order, so inserts are appends; a delete leaves a tombstone
-/// (`seg == TOMBSTONE`) that compaction removes once tombstones are half the entries.
+/// applies transactions in lsn order, so inserts are appends. A delete marks the entry dead
+/// and keeps where its create is: until compaction drops that create, the delete must stay
+/// on disk too (`compact.rs`). Entries whose create is gone are dropped once they are half.
 #[derive(Debug, Default)]
 struct Index {
     ids: Vec<u64>,
     locs: Vec<Loc>,
     live: usize,
+    gone: usize,
 }
-
-const TOMBSTONE: u32 = u32::MAX;
 
 impl Index {
     fn clear(&mut self) {
         self.ids.clear();
         self.locs.clear();
         self.live = 0;
+        self.gone = 0;
     }
 
     fn find(&self, id: u64) -> Result<usize, usize> {
@@ -158,8 +182,11 @@ impl Index {
     fn insert(&mut self, id: u64, loc: Loc) {
         match self.find(id) {
             Ok(i) => {
-                if self.locs[i].seg == TOMBSTONE {
+                if !self.locs[i].is_live() {
                     self.live += 1;
+                }
+                if self.locs[i].is_gone() {
+                    self.gone -= 1;
                 }
                 self.locs[i] = loc;
             }
@@ -171,23 +198,53 @@ impl Index {
         }
     }
 
-    fn remove(&mut self, id: u64) {
-        if let Ok(i) = self.find(id) {
-            if self.locs[i].seg != TOMBSTONE {
-                self.locs[i].seg = TOMBSTONE;
-                self.live -= 1;
-                let dead = self.ids.len() - self.live;
-                if dead > 1024 && dead * 2 > self.ids.len() {
-                    self.compact();
+    /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.
+    fn remove(&mut self, id: u64, by_seg: usize) -> Option<Loc> {
+        let i = self.find(id).ok()?;
+        let loc = self.locs[i];
+        if !loc.is_live() {
+            return None;
+        }
+        self.locs[i].seg |= DEAD;
+        self.locs[i].offset = by_seg as u32;
+        self.live -= 1;
+        Some(loc)
+    }
+
+    /// The entry for `id`, live or dead (`None` when absent or gone).
+    fn entry(&self, id: u64) -> Option<Loc> {
+        self.find(id)
+            .ok()
+            .map(|i| self.locs[i])
+            .filter(|l| !l.is_gone())
+    }
+
+    /// Rewrites every entry's location (compaction moving and dropping creates); `f` returns
+    /// the new location, or `GONE` in `seg`. Drops gone entries once they are half.
+    fn relocate(&mut self, mut f: impl FnMut(u64, Loc) -> Loc) {
+        for i in 0..self.ids.len() {
+            let loc = self.locs[i];
+            if loc.is_gone() {
+                continue;
+            }
+            let new = f(self.ids[i], loc);
+            if new.is_gone() {
+                self.gone += 1;
+                if loc.is_live() {
+                    self.live -= 1;
                 }
             }
+            self.locs[i] = new;
+        }
+        if self.gone > 1024 && self.gone * 2 > self.ids.len() {
+            self.compact();
         }
     }
 
     fn compact(&mut self) {
         let mut w = 0;
         for r in 0..self.ids.len() {
-            if self.locs[r].seg != TOMBSTONE {
+            if !self.locs[r].is_gone() {
                 self.ids[w] = self.ids[r];
                 self.locs[w] = self.locs[r];
                 w += 1;
@@ -195,13 +252,14 @@ impl Index {
         }
         self.ids.truncate(w);
         self.locs.truncate(w);
+        self.gone = 0;
     }
 
     fn get(&self, id: u64) -> Option<Loc> {
         self.find(id)
             .ok()
             .map(|i| self.locs[i])
-            .filter(|l| l.seg != TOMBSTONE)
+            .filter(Loc::is_live)
     }
 
     fn len(&self) -> usize {
@@ -213,11 +271,11 @@ impl Index {
         self.ids
             .iter()
             .zip(&self.locs)
-            .filter(|(_, l)| l.seg != TOMBSTONE)
+            .filter(|(_, l)| l.is_live())
             .map(|(id, _)| *id)
     }
 
-    /// Drops tombstones and spare capacity (after a rebuild).
+    /// Drops gone entries and spare capacity (after a rebuild).
     fn shrink(&mut self) {
         self.compact();
         self.ids.shrink_to_fit();
@@ -313,6 +371,9 @@ pub struct Shard {
     /// Held for the shard's lifetime when writable on a real disk.
     _lock: Option<DirLock>,
     report: OpenReport,
+    /// Per-segment live and dead bytes, compacted segments' ranges, and the compaction under
+    /// way (`compact.rs`).
+    compaction: compact::Compaction,
 }
 
 impl std::fmt::Debug for Shard {
@@ -333,10 +394,13 @@ fn parse_seg_name(name: &str) -> Option<u64> {
 }
 
 /// Applies one verified frame (at `at` in segment `seg`) to the index: creates insert their
-/// location, deletes remove. Returns (creates, deletes). The one place open and apply share.
+/// location, deletes mark dead. Counts the bytes compaction would keep (`Space`): a live
+/// create, and a delete whose create is in an earlier segment. Returns (creates, deletes).
+/// The one place open and apply share.
 fn index_frame(
     index: &mut Index,
     max_id: &mut u64,
+    space: &mut compact::Space,
     seg: usize,
     at: usize,
     view: &frame::FrameView,
@@ -350,10 +414,16 @@ fn index_frame(
                 len: op.record_len as u32,
             };
             index.insert(op.id, loc);
+            space.add_live(seg, frame::op_bytes(op.record_len) as u64);
             *max_id = (*max_id).max(op.id);
             creates += 1;
         } else {
-            index.remove(op.id);
+            if let Some(old) = index.remove(op.id, seg) {
+                space.sub_live(old.seg as usize, frame::op_bytes(old.len as usize) as u64);
+                if (old.seg as usize) < seg {
+                    space.add_live(seg, OP_HEADER_LEN as u64);
+                }
+            }
             deletes += 1;
         }
     }
@@ -554,6 +624,7 @@ impl Shard {
             create_and_lock(storage.as_ref(), &dir)?
         };
         let segs = open_segments(storage.as_ref(), &dir, opts.read_only)?;
+        let segs = compact::recover(storage.as_ref(), &dir, segs, opts.read_only)?;
         let mut shard = Shard {
             name,
             dir,
@@ -570,6 +641,7 @@ impl Shard {
             spare: None,
             _lock: lock,
             report: OpenReport::default(),
+            compaction: compact::Compaction::default(),
         };
         shard.rebuild()?;
         if !shard.opts.read_only {
@@ -595,13 +667,17 @@ impl Shard {
         self.max_id = 0;
         self.write_offset = 0;
         self.dirty_from = None;
+        self.compaction.reset();
         let mut report = OpenReport {
             segments: self.segs.len() as u64,
             ..OpenReport::default()
         };
         let nsegs = self.segs.len();
         for si in 0..nsegs {
-            self.rebuild_segment(si, si + 1 == nsegs, &mut report)?;
+            match compact::header_of(&self.segs[si])? {
+                Some(h) => self.rebuild_compacted(si, h, si + 1 == nsegs, &mut report)?,
+                None => self.rebuild_segment(si, si + 1 == nsegs, &mut report)?,
+            }
         }
         self.index.shrink();
         report.records = self.index.len() as u64;
@@ -625,8 +701,10 @@ impl Shard {
             source,
         })?;
         let (index, max_id, frames) = (&mut self.index, &mut self.max_id, &mut self.frames);
+        let space = &mut self.compaction.space;
         let on_frame = |pos: usize, v: &frame::FrameView| {
-            let (c, d) = index_frame(index, max_id, si, pos, v);
+            space.on_frame(si, v.len as u64, v.lsn);
+            let (c, d) = index_frame(index, max_id, space, si, pos, v);
             report.records += c;
             report.deletes += d;
             frames.push(FrameMeta {
@@ -696,17 +774,20 @@ impl Shard {
     }
 
     /// Highest transaction lsn held (0 when empty). The shard holds exactly the lsns of its
-    /// frames; they arrive in increasing order.
+    /// frames and of its compacted ranges; they arrive in increasing order.
     pub fn max_lsn(&self) -> u64 {
         self.max_lsn
     }
 
-    /// Whether the frame for `lsn` is held.
+    /// Whether `lsn` is held: a frame for it is, or it lies in a compacted segment's lsn range
+    /// ("held, compacted": every transaction for this shard up to the range's end was applied
+    /// and flushed before its frames were compacted away; docs/shard-format.md).
     pub fn holds(&self, lsn: u64) -> bool {
         self.frames.binary_search_by_key(&lsn, |f| f.lsn).is_ok()
+            || self.compaction.space.compacted_holds(lsn)
     }
 
-    /// Every held lsn, in order.
+    /// Every lsn held as a frame, in order (lsns held compacted: [`Shard::compacted_ranges`]).
     pub fn held_lsns(&self) -> impl Iterator<Item = u64> + '_ {
         self.frames.iter().map(|f| f.lsn)
     }
@@ -854,7 +935,9 @@ impl Shard {
             lsn: txn.lsn,
             reason: format!("frame just encoded does not verify: {why}"),
         })?;
-        index_frame(&mut self.index, &mut self.max_id, si, at, &view);
+        let space = &mut self.compaction.space;
+        space.on_frame(si, len, txn.lsn);
+        index_frame(&mut self.index, &mut self.max_id, space, si, at, &view);
         self.frames.push(FrameMeta {
             lsn: txn.lsn,
             seg: si as u32,
@@ -902,9 +985,15 @@ impl Shard {
             })
     }
 
-    /// An id at or below `max_id` that is not live might have been deleted; only ids the
-    /// frames show were created count as used. Rare path: linear in frames.
+    /// An id at or below `max_id` that is not live might have been deleted; ids whose create
+    /// is still on disk (dead in the index) or that the frames show were created count as used,
+    /// and so does every id up to a compacted segment's `id_max`: its creates are gone, and
+    /// ids are minted increasing, so no fresh create is ever that low. Rare path: linear in
+    /// frames.
     fn id_was_used(&self, id: u64) -> bool {
+        if self.index.entry(id).is_some() || id <= self.compaction.space.compacted_id_max() {
+            return true;
+        }
         self.frame_summaries()
             .map(|fs| fs.iter().any(|f| f.creates.contains(&id)))
             .unwrap_or(true)
@@ -936,7 +1025,7 @@ impl Shard {
     /// shows in [`Shard::spare_missing`].
     fn roll(&mut self) -> Result<(), ShardError> {
         self.flush()?;
-        let seq = self.segs.len() as u64 + 1;
+        let seq = self.next_seq();
         let path = self.dir.join(seg_name(seq));
         let io = |op: &'static str| {
             let path = path.clone();
@@ -997,6 +1086,7 @@ impl Shard {
     /// are unmapped; nothing mapped is ever truncated. Returns how many frames were dropped.
     pub fn truncate_from(&mut self, lsn: u64) -> Result<usize, ShardError> {
         self.check_writable()?;
+        self.before_truncate(lsn)?;
         let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
             return Ok(0);
         };

@@ -93,6 +93,12 @@ pub struct Config {
     /// Keep audit log segments at most this long (by file age; only below the last
     /// checkpoint); unset keeps everything.
     pub audit_retain_secs: Option<u64>,
+    /// A sealed shard segment is rewritten without its deleted records once this fraction of
+    /// it is dead (only batches below the last checkpoint are compacted).
+    pub shard_compact_dead_fraction: f64,
+    /// Compaction reads at most this many bytes per second per shard, and only while the
+    /// shard is idle; 0 turns compaction off.
+    pub shard_compact_bytes_per_sec: u64,
 }
 
 /// How a round of result files is made durable (equally durable; they differ in cost and in
@@ -135,6 +141,8 @@ impl Default for Config {
             request_key_window_secs: 86_400,
             audit_retain_bytes: None,
             audit_retain_secs: None,
+            shard_compact_dead_fraction: 0.5,
+            shard_compact_bytes_per_sec: 64 << 20,
         }
     }
 }

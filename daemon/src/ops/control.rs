@@ -72,6 +72,13 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "intake": intake_json(engine),
         "checkpoint": checkpoint_json(engine),
         "live_keys": engine.live_keys(),
+        "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
+            "compactions": c.compactions,
+            "reclaimed_bytes": c.reclaimed_bytes,
+            "dead_bytes": c.dead_bytes,
+            "segments": c.segments,
+            "in_progress": c.in_progress,
+        }))).collect::<serde_json::Map<_, _>>(),
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),

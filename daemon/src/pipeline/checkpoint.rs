@@ -17,6 +17,7 @@
 //!    remembered key removed; audit segments wholly below the checkpoint's audit mark go if
 //!    `audit_retain_bytes` / `audit_retain_secs` say so (by default the audit log is kept).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use roost_storage::OpenMode;
@@ -79,6 +80,10 @@ impl Engine {
         c.keys_through = c.wal_from.saturating_sub(1);
         c.at_ms = now;
         self.write_checkpoint(&c)?;
+        self.compact_horizon.store(
+            c.wal_from.saturating_sub(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.point_keys_at_table(&moved);
         let retired = self
             .wal
@@ -143,6 +148,18 @@ impl Engine {
             ("shards", shards),
             ("checkpoint", checkpoint),
         ]
+    }
+
+    /// Compaction figures per open shard.
+    pub fn shard_compaction(&self) -> BTreeMap<String, roost_shards::CompactionStats> {
+        let slots: Vec<_> = lock(&self.shards)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        slots
+            .into_iter()
+            .filter_map(|(k, s)| s.compaction().ok().map(|c| (k, c)))
+            .collect()
     }
 
     /// The last checkpoint, if any.

@@ -142,6 +142,9 @@ pub struct Engine {
     keys: Wal,
     /// The last checkpoint and what the next needs (`checkpoint.rs`); held while one runs.
     checkpoints: Mutex<checkpoint::CheckpointState>,
+    /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
+    /// every batch is finished and never applied again.
+    compact_horizon: Arc<std::sync::atomic::AtomicU64>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// Per shard, the largest claim lsn with a `done` record in the WAL: every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
@@ -218,6 +221,7 @@ impl Engine {
             audit,
             keys,
             checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
+            compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             shards: Mutex::new(HashMap::new()),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
@@ -303,6 +307,9 @@ impl Engine {
             crash: self.crash.clone(),
             stats: self.stats.clone(),
             opened: self.opened,
+            horizon: self.compact_horizon.clone(),
+            compact_rate: self.config.shard_compact_bytes_per_sec,
+            compact_dead: self.config.shard_compact_dead_fraction,
         };
         let slot = ShardSlot::spawn(name, shard, ctx).map_err(io_err("start shard owner", &dir))?;
         let slot = Arc::new(slot);

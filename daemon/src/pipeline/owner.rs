@@ -8,13 +8,13 @@
 //! claim (a held lsn is a no-op).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use roost_shards::{Shard, Txn, TxnOp};
+use roost_shards::{CompactOptions, CompactProgress, CompactionStats, Shard, Txn, TxnOp};
 use roost_storage::NoRoom;
 use roost_wal::Lsn;
 
@@ -45,6 +45,9 @@ pub enum ShardMsg {
     /// (live records, largest id ever created)
     Stats {
         reply: Sender<(usize, u64)>,
+    },
+    Compaction {
+        reply: Sender<CompactionStats>,
     },
     /// Make the spare segment if it is missing; Ok(true) once there is one.
     Refill {
@@ -79,6 +82,11 @@ pub struct OwnerContext {
     pub crash: Arc<dyn CrashHook>,
     pub stats: Arc<Stats>,
     pub opened: Instant,
+    /// Compaction: only lsns at or below this (the last checkpoint) are compacted.
+    pub horizon: Arc<AtomicU64>,
+    /// Compaction: bytes per second (0: off) and the dead fraction that triggers it.
+    pub compact_rate: u64,
+    pub compact_dead: f64,
 }
 
 impl OwnerContext {
@@ -91,6 +99,9 @@ impl OwnerContext {
 }
 
 const QUEUE_MAX: usize = 1024;
+
+/// The most bytes one compaction step reads (a few milliseconds of the owner's time).
+const COMPACT_STEP_MAX: u64 = 1 << 20;
 
 impl ShardSlot {
     pub fn spawn(name: &str, shard: Shard, ctx: OwnerContext) -> std::io::Result<ShardSlot> {
@@ -173,6 +184,12 @@ impl ShardSlot {
         rx.recv().map_err(|_| EngineError::Failed)
     }
 
+    pub fn compaction(&self) -> Result<CompactionStats, EngineError> {
+        let (reply, rx) = mpsc::channel();
+        self.send(ShardMsg::Compaction { reply })?;
+        rx.recv().map_err(|_| EngineError::Failed)
+    }
+
     /// Asks the owner to make a missing spare segment; Ok(true) once there is one.
     pub fn refill(&self) -> Result<bool, EngineError> {
         let (reply, rx) = mpsc::channel();
@@ -211,6 +228,8 @@ struct Owner {
     /// Once a step fails (I/O, or an injected crash), this owner answers every later request
     /// with the failure (its class kept) and writes nothing more.
     dead: Option<EngineError>,
+    /// When compaction last ran (its budget is the rate times the time since).
+    compacted_at: Instant,
 }
 
 fn owner(
@@ -229,11 +248,12 @@ fn owner(
         pending: BTreeMap::new(),
         flushes: Vec::new(),
         dead: None,
+        compacted_at: Instant::now(),
     };
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(m) => o.take(m),
-            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Timeout) => o.compact_idle(),
             Err(RecvTimeoutError::Disconnected) => return,
         }
         while let Ok(m) = rx.try_recv() {
@@ -249,6 +269,7 @@ fn owner(
             tracing::warn!(shard = %o.name, error = %e, "shard owner stopped");
             o.dead = Some(e);
         }
+        o.compact_idle();
     }
 }
 
@@ -265,6 +286,9 @@ impl Owner {
             }
             ShardMsg::Stats { reply } => {
                 let _ = reply.send((self.shard.len(), self.shard.max_id()));
+            }
+            ShardMsg::Compaction { reply } => {
+                let _ = reply.send(self.shard.compaction_stats());
             }
             ShardMsg::Refill { reply } => {
                 let _ = reply.send(self.refill());
@@ -286,6 +310,45 @@ impl Owner {
             });
         *lock(&self.room) = self.shard.spare_missing();
         r
+    }
+
+    /// Between rounds, with nothing queued: one compaction step, its budget the rate times
+    /// the time since the last, at most [`COMPACT_STEP_MAX`] (a step holds the owner, so a
+    /// small one keeps a batch's wait short). A failure stops the owner like any write
+    /// failure.
+    fn compact_idle(&mut self) {
+        let rate = self.ctx.compact_rate;
+        let elapsed = self.compacted_at.elapsed();
+        if rate == 0
+            || self.dead.is_some()
+            || !self.pending.is_empty()
+            || elapsed < Duration::from_millis(10)
+        {
+            return;
+        }
+        self.compacted_at = Instant::now();
+        let budget = (rate as f64 * elapsed.as_secs_f64()) as u64;
+        let o = CompactOptions {
+            budget_bytes: budget.clamp(1, COMPACT_STEP_MAX),
+            horizon_lsn: self.ctx.horizon.load(Ordering::Relaxed),
+            dead_fraction_min: self.ctx.compact_dead,
+        };
+        match self.shard.compact_step(&o) {
+            Ok(CompactProgress::Finished {
+                reclaimed_bytes, ..
+            }) => {
+                tracing::info!(shard = %self.name, reclaimed_bytes, "shard: compacted");
+            }
+            Ok(_) => {}
+            Err(source) => {
+                let e = EngineError::Shard {
+                    shard: self.name.clone(),
+                    source,
+                };
+                tracing::warn!(shard = %self.name, error = %e, "shard owner stopped");
+                self.dead = Some(e);
+            }
+        }
     }
 
     /// A dead owner answers every queued request with its failure.

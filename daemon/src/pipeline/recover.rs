@@ -117,6 +117,10 @@ impl Engine {
         p.next_id = p.next_id.max(c.next_id);
         p.vouched = c.shards.iter().cloned().collect();
         drop(p);
+        self.compact_horizon.store(
+            c.wal_from.saturating_sub(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut st = lock(&self.checkpoints);
         st.keys_through = table_through.max(c.keys_through);
         st.last_at_ms = c.at_ms;

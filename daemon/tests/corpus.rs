@@ -76,8 +76,23 @@ fn corpus_table() {
             "{file}: error {got_err:?} lacks {err:?}"
         );
     }
-    // Nothing invalid or rejected reached the WAL or a shard.
-    assert_eq!(engine.wal().next_lsn(), 1, "a bad input wrote to the WAL");
+    // Nothing invalid reached the WAL; each rejection is recorded there, as a rejection
+    // (issue 13, item 6), and nothing else.
+    let rejected = cases.iter().filter(|(_, s, _)| s == "rejected").count() as u64;
+    assert_eq!(
+        engine.wal().next_lsn(),
+        1 + rejected,
+        "a bad input wrote to the WAL"
+    );
+    let kinds: Vec<_> = roost::pipeline::records::read_wal(engine.wal(), 1)
+        .map(|e| e.expect("wal record").1)
+        .collect();
+    assert!(
+        kinds
+            .iter()
+            .all(|k| matches!(k, roost::pipeline::records::WalEntry::Rejected(_))),
+        "{kinds:?}"
+    );
     println!("corpus: {} cases", cases.len());
 }
 

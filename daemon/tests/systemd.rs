@@ -334,8 +334,19 @@ fn status_and_metrics_count_the_pipeline() {
     // Two shards per batch: a transaction each, flushed at least once per shard.
     assert_eq!(v["shard_txns"], 2 * n as u64, "{v}");
     assert!(v["shard_flushes"].as_u64().unwrap() >= 2, "{v}");
+    // Retention and room (issues 13, 14): no checkpoint yet (the first comes by size, time
+    // or at the stop), every key live, each part's disk bytes, intake open.
+    assert_eq!(v["checkpoint"], Value::Null, "{v}");
+    assert_eq!(v["live_keys"], n as u64, "{v}");
+    for part in ["wal", "audit", "keys", "shards"] {
+        assert!(v["disk_bytes"][part].as_u64().unwrap() > 0, "{part}: {v}");
+    }
+    assert_eq!(v["intake"]["state"], "open", "{v}");
 
     let text = status(&["--metrics"]);
+    assert!(text.contains("roost_intake_paused 0"), "{text}");
+    assert!(text.contains(&format!("roost_live_request_keys {n}")), "{text}");
+    assert!(text.contains("roost_disk_bytes{part=\"wal\"}"), "{text}");
     assert!(
         text.contains(&format!("roost_batches_total{{status=\"committed\"}} {n}")),
         "{text}"

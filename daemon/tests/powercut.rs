@@ -36,11 +36,16 @@ const CUT_SECS_MAX: u64 = 30;
 
 /// Small segments, and few ops per batch so that the WAL's segments stay small too (a WAL
 /// segment holds two of the largest claims): every log and its spare segment fit the image.
+/// Checkpoints every 256 KiB of WAL or half a second, so cuts also land in checkpoints, WAL
+/// retirement and compaction.
 const CONFIG: &str = r#"
 wal_segment_bytes = 4194304
-shard_segment_bytes = 1048576
+shard_segment_bytes = 65536
 rescan_interval_ms = 100
 batch_ops_max = 8
+checkpoint_wal_bytes = 262144
+checkpoint_interval_ms = 500
+shard_compact_dead_fraction = 0.1
 [shards.a]
 [shards.b]
 "#;
@@ -274,6 +279,7 @@ fn acknowledged_batches_survive_power_cuts_on_ext4() {
             // kill -9 while streaming, and a recovery that serves for a moment before the cut.
             let ms = 50 + rng.below(300);
             stream_then(&mut client, &mut ledger, ms, || ());
+            stats.count_log(&daemon.log_text());
             daemon.kill9();
             daemon = rig.serve();
             stats.kills += 1;
@@ -290,6 +296,7 @@ fn acknowledged_batches_survive_power_cuts_on_ext4() {
         ])
         .expect("copying the images");
         stats.copy_retries += tries as usize - 1;
+        stats.count_log(&daemon.log_text());
         daemon.kill9();
         drop(mounts);
         for img in &images {
@@ -323,13 +330,20 @@ fn acknowledged_batches_survive_power_cuts_on_ext4() {
     println!(
         "power-cut harness: {} cuts ({} after a kill -9 and a recovery) in {secs:.1} s; \
          {} files sent, {} results read; {} read results were not yet on the cut disk \
-         (recovery wrote them again); {} image copies retried",
+         (recovery wrote them again); {} image copies retried; {} checkpoints, {} shard \
+         compactions in the daemons' logs",
         stats.cuts,
         stats.kills,
         ledger.sent.len(),
         ledger.acked.len(),
         stats.acked_missing_on_disk,
-        stats.copy_retries
+        stats.copy_retries,
+        stats.checkpoints,
+        stats.compactions
+    );
+    assert!(
+        stats.cuts < 4 || stats.checkpoints > 0,
+        "no checkpoint ran: the cuts never met one"
     );
 }
 
@@ -339,6 +353,16 @@ struct Stats {
     kills: usize,
     acked_missing_on_disk: usize,
     copy_retries: usize,
+    checkpoints: usize,
+    compactions: usize,
+}
+
+impl Stats {
+    /// Checkpoints and compactions a daemon's log reports, before it is killed.
+    fn count_log(&mut self, log: &str) {
+        self.checkpoints += log.matches("checkpoint wal_from=").count();
+        self.compactions += log.matches("shard: compacted").count();
+    }
 }
 
 fn random_seed() -> u64 {

@@ -540,7 +540,10 @@ fn a_graceful_stop_checkpoints_and_the_next_start_replays_nothing() {
     let (code, first) = submit_wait(t.path(), &files);
     assert_eq!(code, 0, "{first:?}");
     assert!(d.stop().success());
-    assert!(t.path().join("data/CHECKPOINT").exists(), "no checkpoint at the stop");
+    assert!(
+        t.path().join("data/CHECKPOINT").exists(),
+        "no checkpoint at the stop"
+    );
     let _d = Daemon::start(t.path(), &[]);
     let status = roost(t.path(), &["status", "--json"]);
     let v: Value = serde_json::from_slice(&status.stdout).expect("status json");

@@ -345,7 +345,10 @@ fn status_and_metrics_count_the_pipeline() {
 
     let text = status(&["--metrics"]);
     assert!(text.contains("roost_intake_paused 0"), "{text}");
-    assert!(text.contains(&format!("roost_live_request_keys {n}")), "{text}");
+    assert!(
+        text.contains(&format!("roost_live_request_keys {n}")),
+        "{text}"
+    );
     assert!(text.contains("roost_disk_bytes{part=\"wal\"}"), "{text}");
     assert!(
         text.contains(&format!("roost_batches_total{{status=\"committed\"}} {n}")),

@@ -165,6 +165,7 @@ pub fn metrics_text(engine: &Engine) -> String {
     for (part, n) in engine.disk_bytes() {
         let _ = writeln!(out, "roost_disk_bytes{{part=\"{part}\"}} {n}");
     }
+    write_compaction(&mut out, engine);
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");
     for (name, n) in engine.shard_counts() {
@@ -174,8 +175,48 @@ pub fn metrics_text(engine: &Engine) -> String {
     out
 }
 
+/// (name, type, help, the figure).
+type CompactionMetric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&roost_shards::CompactionStats) -> u64,
+);
+
+/// Per-shard compaction figures, one metric each with a `shard` label.
+fn write_compaction(out: &mut String, engine: &Engine) {
+    let figures = engine.shard_compaction();
+    let metrics: [CompactionMetric; 3] = [
+        (
+            "roost_shard_compactions_total",
+            "counter",
+            "Shard segment compactions since start.",
+            |c| c.compactions,
+        ),
+        (
+            "roost_shard_reclaimed_bytes_total",
+            "counter",
+            "Bytes compaction gave back since start.",
+            |c| c.reclaimed_bytes,
+        ),
+        (
+            "roost_shard_dead_bytes",
+            "gauge",
+            "Bytes in sealed segments that compaction would drop.",
+            |c| c.dead_bytes,
+        ),
+    ];
+    for (name, kind, help, get) in metrics {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (shard, c) in &figures {
+            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", get(c));
+        }
+    }
+}
+
 /// One sample per metric without labels: (name, type, help, value).
-fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 14] {
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 15] {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
@@ -259,6 +300,14 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
             "gauge",
             "Where recovery starts: the last checkpoint's lsn (0 before the first).",
             engine.last_checkpoint().map_or(0, |c| c.wal_from),
+        ),
+        (
+            "roost_checkpoint_age_seconds",
+            "gauge",
+            "Seconds since the last checkpoint (0 before the first).",
+            engine
+                .last_checkpoint()
+                .map_or(0, |c| now_ms().saturating_sub(c.at_ms) / 1000),
         ),
         (
             "roost_intake_pauses_total",

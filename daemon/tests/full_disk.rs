@@ -113,13 +113,7 @@ fn mounted(tmp: &Path) -> Option<Mount> {
     match Mount::attach(&img, &tmp.join("mnt")) {
         Ok(m) => Some(m),
         Err(MountError::NotPermitted(why)) => {
-            let line = "SKIPPED: full-disk test needs root (loop mounts)";
-            println!("{line}: {why}");
-            eprintln!("{line}: {why}");
-            assert!(
-                std::env::var("ROOST_ALLOW_NO_ROOT").as_deref() == Ok("1"),
-                "{line} ({why}); set ROOST_ALLOW_NO_ROOT=1 to allow this"
-            );
+            loopfs::skip_or_fail("full-disk test", &why);
             None
         }
         Err(MountError::Other(e)) => panic!("loop mount: {e}"),

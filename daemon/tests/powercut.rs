@@ -200,13 +200,7 @@ fn stream_then<T>(
 }
 
 fn skip_or_fail(why: &str) {
-    let line = "SKIPPED: power-cut harness needs root (loop mounts)";
-    println!("{line}: {why}");
-    eprintln!("{line}: {why}");
-    assert!(
-        std::env::var("ROOST_ALLOW_NO_ROOT").as_deref() == Ok("1"),
-        "{line} ({why}); set ROOST_ALLOW_NO_ROOT=1 to allow this"
-    );
+    loopfs::skip_or_fail("power-cut harness", why);
 }
 
 fn env_u64(name: &str) -> Option<u64> {

@@ -6,6 +6,8 @@
 //! and on a real, memory-mapped directory.
 #![forbid(unsafe_code)]
 
+mod common;
+use common::{opts, sim_dir};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,18 +20,6 @@ use roost_shards::{
 use roost_storage::{CrashMode, SimFaults, SimStorage};
 
 const SEG: u64 = 1024;
-
-fn sim_dir() -> PathBuf {
-    PathBuf::from("/sim/shards/users")
-}
-
-fn opts(segment_bytes: u64) -> ShardOptions {
-    ShardOptions {
-        segment_bytes,
-        read_only: false,
-        synced_through_lsn: None,
-    }
-}
 
 fn open_sim(disk: &SimStorage) -> Result<Shard, ShardError> {
     Shard::open_with(Arc::new(disk.clone()), sim_dir(), opts(SEG))

@@ -2,25 +2,14 @@
 //! torn frames, ENOSPC) and on real temporary directories (mmap, locking).
 #![forbid(unsafe_code)]
 
+mod common;
+use common::{opts, sim_dir};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use roost_shards::frame::encoded_len;
 use roost_shards::{Applied, Shard, ShardError, ShardOptions, Txn, TxnOp};
 use roost_storage::{CrashMode, SimFaults, SimStorage};
-
-fn sim_dir() -> PathBuf {
-    PathBuf::from("/sim/shards/users")
-}
-
-fn opts(segment_bytes: u64) -> ShardOptions {
-    ShardOptions {
-        segment_bytes,
-        read_only: false,
-        synced_through_lsn: None,
-    }
-}
 
 fn open_sim(disk: &SimStorage, segment_bytes: u64) -> Result<Shard, ShardError> {
     Shard::open_with(Arc::new(disk.clone()), sim_dir(), opts(segment_bytes))

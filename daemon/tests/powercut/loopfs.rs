@@ -29,6 +29,18 @@ pub fn euid() -> Option<u32> {
     line.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// Says that `test` cannot run here (no root, no loop devices) and why, on stdout and stderr,
+/// and fails unless `ROOST_ALLOW_NO_ROOT=1` allows it: never a silent skip.
+pub fn skip_or_fail(test: &str, why: &str) {
+    let line = format!("SKIPPED: {test} needs root (loop mounts)");
+    println!("{line}: {why}");
+    eprintln!("{line}: {why}");
+    assert!(
+        std::env::var("ROOST_ALLOW_NO_ROOT").as_deref() == Ok("1"),
+        "{line} ({why}); set ROOST_ALLOW_NO_ROOT=1 to allow this"
+    );
+}
+
 /// A fresh journaled ext4 file system on a sparse file of `bytes`.
 pub fn make_image(path: &Path, bytes: u64) -> Result<(), String> {
     let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -31,7 +31,7 @@ pub struct DrillOptions {
 
 const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
 /// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
-const CRASH_POINTS: [CrashPoint; 10] = [
+const CRASH_POINTS: [CrashPoint; 13] = [
     Step::AfterPlan.at(),
     Step::AfterClaimAppend.at(),
     Step::AfterClaimSync.at(),
@@ -42,7 +42,19 @@ const CRASH_POINTS: [CrashPoint; 10] = [
     Step::AfterFlush.nth(0),
     Step::AfterAuditSync.at(),
     Step::AfterDone.at(),
+    Step::AfterKeysSync.at(),
+    Step::AfterCheckpoint.at(),
+    Step::AfterWalRetired.at(),
 ];
+
+/// The drilled daemon's configuration: small WAL segments and checkpoints every 64 KiB of WAL
+/// or 200 ms, so kills also land in checkpoints and WAL retirement.
+const DRILL_CONFIG: &str = "wal_segment_bytes = 1048576
+spool_file_bytes_max = 65536
+batch_ops_max = 64
+checkpoint_wal_bytes = 65536
+checkpoint_interval_ms = 200
+";
 /// How long a daemon may take to recover, and the spool to drain, before the drill fails.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 
@@ -96,6 +108,9 @@ struct Drill<'a> {
 
 impl<'a> Drill<'a> {
     fn new(opts: &'a DrillOptions) -> anyhow::Result<Drill<'a>> {
+        let config = opts.data_dir.join("drill.toml");
+        std::fs::write(&config, DRILL_CONFIG)
+            .with_context(|| format!("writing {}", config.display()))?;
         Ok(Drill {
             opts,
             bin: std::env::current_exe().context("locating the roost binary")?,
@@ -141,9 +156,15 @@ impl<'a> Drill<'a> {
 
     fn pick_crash(&mut self) -> CrashTarget {
         let point = CRASH_POINTS[self.rng.below(CRASH_POINTS.len() as u64) as usize];
+        let nth = 1 + self.rng.below(4);
+        // A round sees few checkpoints: die at its first.
+        let checkpoint = matches!(
+            point.step,
+            Step::AfterKeysSync | Step::AfterCheckpoint | Step::AfterWalRetired
+        );
         CrashTarget {
             point,
-            nth: 1 + self.rng.below(4),
+            nth: if checkpoint { 1 } else { nth },
         }
     }
 
@@ -152,7 +173,9 @@ impl<'a> Drill<'a> {
         let dir = &self.opts.data_dir;
         let log = dir.join(format!("drill-serve-{}.log", self.starts));
         self.starts += 1;
+        let config = dir.join("drill.toml");
         ServeChild::spawn(&self.bin, &dir.join("data"), &log, |cmd| {
+            cmd.arg("--config").arg(&config);
             if let Some(t) = crash {
                 cmd.env("ROOST_CRASH_AT", t.to_string());
             }
@@ -316,6 +339,14 @@ impl<'a> Drill<'a> {
             "  kills: {}; recovery times (spawn to serving, ms): {ms:?}",
             self.kill_log.len()
         );
+        let checkpoints: usize = (0..self.starts)
+            .filter_map(|n| {
+                let log = self.opts.data_dir.join(format!("drill-serve-{n}.log"));
+                std::fs::read_to_string(log).ok()
+            })
+            .map(|text| text.matches("checkpoint wal_from=").count())
+            .sum();
+        let _ = writeln!(std::io::stdout(), "  checkpoints taken: {checkpoints}");
         let committed = self
             .sent
             .iter()

@@ -8,6 +8,7 @@
 //! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
 #![forbid(unsafe_code)]
 
+mod compaction;
 mod peer;
 mod spool;
 
@@ -243,6 +244,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or(1_000_000);
             return spool::populate(dir, n, 8);
         }
+        Some("--compaction-latency") => return compaction::run(),
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);

@@ -562,6 +562,11 @@ impl Shard {
         if job.out.len() >= LIVE_FRAME_BYTES_MAX {
             write_out(job)?;
         }
+        // Write back what this slice wrote now, so the seal's sync has little left: one
+        // long fdatasync there would hold the owner (and a batch waiting on it).
+        job.file
+            .sync_data()
+            .map_err(io_at("sync compacted segment", &job.tmp))?;
         Ok(())
     }
 

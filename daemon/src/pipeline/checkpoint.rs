@@ -52,20 +52,20 @@ impl Engine {
     /// Takes a checkpoint now if anything was finished since the last one. Returns it, or
     /// `None` when there was nothing new. One at a time; batches go on meanwhile.
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>, EngineError> {
-        let mut st = lock(&self.checkpoints);
+        // One at a time; the state lock is only held for moments (status reads it).
+        let _one = lock(&self.checkpoint_running);
         self.check()?;
         let wal_bytes = self.wal.append_bytes();
+        let (last, keys_through, last_at_ms) = {
+            let st = lock(&self.checkpoints);
+            (st.last.clone(), st.keys_through, st.last_at_ms)
+        };
+        let now = keys::now_ms().max(last_at_ms);
         let mut c = self.checkpoint_point();
-        if let Some(last) = st
-            .last
-            .as_ref()
-            .filter(|l| l.wal_from >= c.wal_from)
-            .cloned()
-        {
+        if let Some(last) = last.filter(|l| l.wal_from >= c.wal_from) {
             // Nothing new below the first open claim; the window still moves.
-            self.retire_tables(keys::now_ms().max(st.last_at_ms), &last)?;
-            st.wal_bytes_at_last = wal_bytes;
-            st.taken = Some(Instant::now());
+            self.retire_tables(now, &last)?;
+            self.checkpoint_taken(wal_bytes, None);
             return Ok(None);
         }
         if c.wal_from <= 1 {
@@ -75,8 +75,7 @@ impl Engine {
         if end > 0 {
             self.wal.sync_to(end).inspect_err(|_| self.fail())?;
         }
-        let now = keys::now_ms().max(st.last_at_ms);
-        let moved = self.copy_keys(st.keys_through + 1, c.wal_from, now)?;
+        let moved = self.copy_keys(keys_through + 1, c.wal_from, now)?;
         c.keys_through = c.wal_from.saturating_sub(1);
         c.at_ms = now;
         self.write_checkpoint(&c)?;
@@ -99,12 +98,20 @@ impl Engine {
             audit_segments_retired = audit_retired,
             "checkpoint"
         );
-        st.keys_through = c.keys_through;
-        st.last_at_ms = now;
+        self.checkpoint_taken(wal_bytes, Some(&c));
+        Ok(Some(c))
+    }
+
+    /// Records a checkpoint (or a pass with nothing new) in the state status reads.
+    fn checkpoint_taken(&self, wal_bytes: u64, c: Option<&Checkpoint>) {
+        let mut st = lock(&self.checkpoints);
         st.wal_bytes_at_last = wal_bytes;
         st.taken = Some(Instant::now());
-        st.last = Some(c.clone());
-        Ok(Some(c))
+        if let Some(c) = c {
+            st.keys_through = c.keys_through;
+            st.last_at_ms = c.at_ms;
+            st.last = Some(c.clone());
+        }
     }
 
     /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or

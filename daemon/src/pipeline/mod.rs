@@ -140,8 +140,10 @@ pub struct Engine {
     audit: Wal,
     /// The request-key table (`keys.rs`).
     keys: Wal,
-    /// The last checkpoint and what the next needs (`checkpoint.rs`); held while one runs.
+    /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
     checkpoints: Mutex<checkpoint::CheckpointState>,
+    /// Held while a checkpoint runs: one at a time.
+    checkpoint_running: Mutex<()>,
     /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
     /// every batch is finished and never applied again.
     compact_horizon: Arc<std::sync::atomic::AtomicU64>,
@@ -221,6 +223,7 @@ impl Engine {
             audit,
             keys,
             checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
+            checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             shards: Mutex::new(HashMap::new()),
             synced_through: HashMap::new(),

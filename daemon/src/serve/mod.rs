@@ -194,7 +194,10 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
 /// Starts a checkpoint on the blocking pool when one is due and none runs (`checkpoint.rs`);
 /// a failed checkpoint stops the daemon like any I/O failure.
 fn maybe_checkpoint(shared: &Arc<Shared>) {
-    if !shared.engine.checkpoint_due() || shared.checkpointing.swap(true, Ordering::SeqCst) {
+    if shared.checkpointing.load(Ordering::SeqCst)
+        || !shared.engine.checkpoint_due()
+        || shared.checkpointing.swap(true, Ordering::SeqCst)
+    {
         return;
     }
     let sh = shared.clone();

@@ -254,6 +254,11 @@ fn main() -> anyhow::Result<()> {
             let dir = Path::new(args.get(3).context("--soak-run NAME DIR")?);
             return soak::soak_run(name, dir);
         }
+        Some("--soak-probe") => {
+            let name = args.get(2).context("--soak-probe NAME DIR")?;
+            let dir = Path::new(args.get(3).context("--soak-probe NAME DIR")?);
+            return soak::soak_probe(name, dir);
+        }
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);

@@ -6,7 +6,9 @@
 //! blocks the data directory holds, anonymous RSS and live request keys, then drops the
 //! engine and reopens it (a restart without a final checkpoint, as after a kill: a graceful
 //! stop would checkpoint first) and records the recovery's time and the WAL records it
-//! replayed. Prints both runs side by side and writes `docs/bench-soak.csv` and
+//! replayed, and the anonymous RSS both of the run's process after the reopen and of a fresh
+//! process that opened the same directory (`--soak-probe`: no allocator leftovers from the
+//! engines dropped before). Prints both runs side by side and writes `docs/bench-soak.csv` and
 //! `docs/bench-soak.svg`.
 //!
 //! `Engine::submit` is called directly from many threads (no spool files; each result file is
@@ -111,8 +113,11 @@ struct Row {
     parts: [u64; 5],
     /// Blocks the data directory holds (`st_blocks`), spool included.
     allocated: u64,
-    /// Anonymous RSS of the run's process right after the reopen.
+    /// Anonymous RSS of the run's process right after the reopen (it has opened and dropped
+    /// an engine at every earlier sample, so the allocator's leftovers count too).
     rss_kib: u64,
+    /// Anonymous RSS of a fresh process right after it opened the same directory.
+    fresh_rss_kib: u64,
     live_keys: u64,
     restart_ms: f64,
     replayed: u64,
@@ -123,7 +128,7 @@ struct Row {
 }
 
 const PARTS: [&str; 5] = ["wal", "audit", "keys", "shards", "checkpoint"];
-const CSV_HEADER: &str = "run,batches,wal_bytes,audit_bytes,keys_bytes,shards_bytes,checkpoint_bytes,allocated_bytes,rss_anon_kib,live_keys,restart_ms,wal_records_replayed,checkpoints,compaction_reclaimed_bytes,duplicates_checked,elapsed_s";
+const CSV_HEADER: &str = "run,batches,wal_bytes,audit_bytes,keys_bytes,shards_bytes,checkpoint_bytes,allocated_bytes,rss_anon_kib,fresh_rss_anon_kib,live_keys,restart_ms,wal_records_replayed,checkpoints,compaction_reclaimed_bytes,duplicates_checked,elapsed_s";
 
 impl Row {
     fn total(&self) -> u64 {
@@ -133,7 +138,7 @@ impl Row {
     fn to_csv(&self, run: &str) -> String {
         let p = &self.parts;
         format!(
-            "{run},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.1}",
+            "{run},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.1}",
             self.batches,
             p[0],
             p[1],
@@ -142,6 +147,7 @@ impl Row {
             p[4],
             self.allocated,
             self.rss_kib,
+            self.fresh_rss_kib,
             self.live_keys,
             self.restart_ms,
             self.replayed,
@@ -154,7 +160,7 @@ impl Row {
 
     fn from_csv(line: &str) -> anyhow::Result<Row> {
         let f: Vec<&str> = line.split(',').collect();
-        ensure!(f.len() == 16, "a soak row has 16 fields: {line:?}");
+        ensure!(f.len() == 17, "a soak row has 17 fields: {line:?}");
         let u = |i: usize| -> anyhow::Result<u64> {
             f[i].parse()
                 .with_context(|| format!("field {i} of {line:?}"))
@@ -168,13 +174,14 @@ impl Row {
             parts: [u(2)?, u(3)?, u(4)?, u(5)?, u(6)?],
             allocated: u(7)?,
             rss_kib: u(8)?,
-            live_keys: u(9)?,
-            restart_ms: x(10)?,
-            replayed: u(11)?,
-            checkpoints: u(12)?,
-            reclaimed: u(13)?,
-            duplicates: u(14)?,
-            secs: x(15)?,
+            fresh_rss_kib: u(9)?,
+            live_keys: u(10)?,
+            restart_ms: x(11)?,
+            replayed: u(12)?,
+            checkpoints: u(13)?,
+            reclaimed: u(14)?,
+            duplicates: u(15)?,
+            secs: x(16)?,
         })
     }
 }
@@ -293,12 +300,14 @@ pub fn soak_run(name: &str, dir: &Path) -> anyhow::Result<()> {
         let mut row = measure(&engine, dir);
         reclaimed += row.reclaimed;
         drop(engine);
+        let fresh_rss_kib = probe(name, dir)?;
         let t = Instant::now();
         engine = open(dir, &cfg)?;
         let report = engine.recovery_report();
         row = Row {
             batches: until,
             rss_kib: rss_anon_kib(),
+            fresh_rss_kib,
             restart_ms: report.duration.as_secs_f64() * 1e3,
             replayed: report.wal_records,
             checkpoints,
@@ -319,6 +328,36 @@ pub fn soak_run(name: &str, dir: &Path) -> anyhow::Result<()> {
     }
     drop(engine);
     let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+/// The anonymous RSS of a fresh process (`--soak-probe NAME DIR`) once it has opened `dir`.
+fn probe(name: &str, dir: &Path) -> anyhow::Result<u64> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let out = Command::new(exe)
+        .arg("--soak-probe")
+        .arg(name)
+        .arg(dir)
+        .output()
+        .context("run the soak probe")?;
+    ensure!(
+        out.status.success(),
+        "soak probe failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .with_context(|| format!("soak probe printed {text:?}"))
+}
+
+/// `--soak-probe NAME DIR`: opens `dir` with run NAME's configuration and prints the
+/// process's anonymous RSS in KiB.
+pub fn soak_probe(name: &str, dir: &Path) -> anyhow::Result<()> {
+    let cfg = soak_config(name == "retention", &soak_sizes());
+    let engine = open(dir, &cfg)?;
+    println!("{}", rss_anon_kib());
+    drop(engine);
     Ok(())
 }
 
@@ -570,13 +609,13 @@ fn print_table(runs: &[(&str, Vec<Row>)]) {
         return;
     };
     println!("\ncells: with retention / without (MiB unless named)\n");
-    println!("| batches | disk total | wal | audit | keys | shards | checkpoint KiB | allocated | RSS | live keys | restart ms | records replayed |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| batches | disk total | wal | audit | keys | shards | checkpoint KiB | allocated | RSS | RSS fresh | live keys | restart ms | records replayed |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (x, y) in a.iter().zip(b) {
         let pair = |f: &dyn Fn(&Row) -> String| format!("{} / {}", f(x), f(y));
         let part = |i: usize| pair(&|r: &Row| mib(r.parts[i]));
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             x.batches,
             pair(&|r: &Row| mib(r.total())),
             part(0),
@@ -586,6 +625,7 @@ fn print_table(runs: &[(&str, Vec<Row>)]) {
             pair(&|r: &Row| format!("{:.1}", r.parts[4] as f64 / 1024.0)),
             pair(&|r: &Row| mib(r.allocated)),
             pair(&|r: &Row| format!("{:.0}", r.rss_kib as f64 / 1024.0)),
+            pair(&|r: &Row| format!("{:.0}", r.fresh_rss_kib as f64 / 1024.0)),
             pair(&|r: &Row| r.live_keys.to_string()),
             pair(&|r: &Row| format!("{:.0}", r.restart_ms)),
             pair(&|r: &Row| r.replayed.to_string()),

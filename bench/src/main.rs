@@ -6,10 +6,14 @@
 //! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_SYNCFS=1` runs
 //! roost with `result_sync = "syncfs"`; `ROOST_BENCH_DIR` puts the
 //! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
+//!
+//! `roost-bench --soak` is the soak benchmark of issue 14 instead (`soak.rs`): retention
+//! against no retention over a long steady state of creates and deletes.
 #![forbid(unsafe_code)]
 
 mod compaction;
 mod peer;
+mod soak;
 mod spool;
 
 use std::path::{Path, PathBuf};
@@ -245,6 +249,18 @@ fn main() -> anyhow::Result<()> {
             return spool::populate(dir, n, 8);
         }
         Some("--compaction-latency") => return compaction::run(),
+        Some("--soak") => return soak::soak(),
+        Some("--soak-run") => {
+            // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
+            let name = args.get(2).context("--soak-run NAME DIR")?;
+            let dir = Path::new(args.get(3).context("--soak-run NAME DIR")?);
+            return soak::soak_run(name, dir);
+        }
+        Some("--soak-probe") => {
+            let name = args.get(2).context("--soak-probe NAME DIR")?;
+            let dir = Path::new(args.get(3).context("--soak-probe NAME DIR")?);
+            return soak::soak_probe(name, dir);
+        }
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);
@@ -252,7 +268,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench (no arguments; ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files)");
+            eprintln!("usage: roost-bench [--soak] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length)");
             std::process::exit(2);
         }
         None => {}

@@ -1,0 +1,795 @@
+//! `roost-bench --soak` (issue 14): does retention keep a long-running roost bounded? A steady
+//! state of creates and deletes (the live data constant) is run twice on the same workload,
+//! each run in a fresh process so its memory is its own: with retention (periodic checkpoints,
+//! WAL and key-table retirement, a short request-key window, audit retention, shard
+//! compaction) and without. Every tenth of the run it samples disk bytes per part, the
+//! blocks the data directory holds, anonymous RSS and live request keys, then drops the
+//! engine and reopens it (a restart without a final checkpoint, as after a kill: a graceful
+//! stop would checkpoint first) and records the recovery's time and the WAL records it
+//! replayed, and the anonymous RSS both of the run's process after the reopen and of a fresh
+//! process that opened the same directory (`--soak-probe`: no allocator leftovers from the
+//! engines dropped before). Prints both runs side by side and writes `docs/bench-soak.csv` and
+//! `docs/bench-soak.svg`.
+//!
+//! `Engine::submit` is called directly from many threads (no spool files; each result file is
+//! deleted once read, as a client does). Every hundredth batch also resubmits a recent batch
+//! under its key, well inside the window: its answer must equal the first one, or the run
+//! stops. That is the only check; no timing is asserted.
+//!
+//! `ROOST_SOAK_BATCHES=N` sets the soak's length, `ROOST_BENCH_QUICK=1` makes it tiny,
+//! `ROOST_BENCH_DIR` puts the files elsewhere (default `target/bench-soak`), and
+//! `ROOST_BENCH_LOOP=1` (as root) runs on a fresh journaled ext4 loop image instead.
+
+use std::collections::VecDeque;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, ensure, Context};
+use roost::batch::{Batch, BatchResult};
+use roost::config::Config;
+use roost::pipeline::Engine;
+use roost_benchkit::{bench_base, rss_anon_kib};
+
+/// Shards the records spread over.
+const SHARDS: u64 = 4;
+/// Ops in a batch at most (small, so that 4 MiB WAL segments are allowed: a segment must
+/// hold two of the largest claims).
+const OPS_MAX: u32 = 10;
+/// Creates per batch while populating.
+const FILL_OPS: u64 = 10;
+/// Every this many batches, one recent batch is resubmitted under its key.
+const DUP_EVERY: u64 = 100;
+/// Finished batches kept for resubmission.
+const RECENT_MAX: usize = 4096;
+/// The two runs, in the order they are run and printed.
+const RUNS: [&str; 2] = ["retention", "no-retention"];
+
+/// The soak's sizes, the same in the parent and in each run's process (from the environment).
+struct SoakSizes {
+    quick: bool,
+    live: u64,
+    batches: u64,
+    samples: u64,
+    threads: usize,
+}
+
+fn soak_sizes() -> SoakSizes {
+    let quick = std::env::var_os("ROOST_BENCH_QUICK").is_some();
+    let batches = std::env::var("ROOST_SOAK_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 2_000 } else { 1_000_000 });
+    SoakSizes {
+        quick,
+        live: if quick { 1_000 } else { 100_000 },
+        batches,
+        samples: if quick { 4 } else { 10 },
+        threads: if quick { 8 } else { 32 },
+    }
+}
+
+/// Both runs' configuration: small segments everywhere (so that retirement and compaction
+/// have whole segments to work with); they differ only in retention.
+fn soak_config(retention: bool, sz: &SoakSizes) -> Config {
+    let base = Config {
+        batch_ops_max: OPS_MAX,
+        spool_file_bytes_max: 64 << 10,
+        wal_segment_bytes: 4 << 20,
+        shard_segment_bytes: 4 << 20,
+        ..Config::default()
+    };
+    if retention {
+        Config {
+            checkpoint_wal_bytes: if sz.quick { 128 << 10 } else { 8 << 20 },
+            checkpoint_interval_ms: 10_000,
+            request_key_window_secs: if sz.quick { 2 } else { 30 },
+            audit_retain_bytes: Some(16 << 20),
+            shard_compact_dead_fraction: 0.5,
+            shard_compact_bytes_per_sec: 64 << 20,
+            ..base
+        }
+    } else {
+        Config {
+            checkpoint_wal_bytes: u64::MAX,
+            checkpoint_interval_ms: u64::MAX,
+            request_key_window_secs: 100 * 365 * 86_400,
+            audit_retain_bytes: None,
+            audit_retain_secs: None,
+            shard_compact_bytes_per_sec: 0,
+            ..base
+        }
+    }
+}
+
+/// One sample of a run.
+#[derive(Clone, Debug, Default)]
+struct Row {
+    batches: u64,
+    /// `Engine::disk_bytes`: wal, audit, keys, shards, checkpoint.
+    parts: [u64; 5],
+    /// Blocks the data directory holds (`st_blocks`), spool included.
+    allocated: u64,
+    /// Anonymous RSS of the run's process right after the reopen (it has opened and dropped
+    /// an engine at every earlier sample, so the allocator's leftovers count too).
+    rss_kib: u64,
+    /// Anonymous RSS of a fresh process right after it opened the same directory.
+    fresh_rss_kib: u64,
+    live_keys: u64,
+    restart_ms: f64,
+    replayed: u64,
+    checkpoints: u64,
+    reclaimed: u64,
+    duplicates: u64,
+    secs: f64,
+}
+
+const PARTS: [&str; 5] = ["wal", "audit", "keys", "shards", "checkpoint"];
+const CSV_HEADER: &str = "run,batches,wal_bytes,audit_bytes,keys_bytes,shards_bytes,checkpoint_bytes,allocated_bytes,rss_anon_kib,fresh_rss_anon_kib,live_keys,restart_ms,wal_records_replayed,checkpoints,compaction_reclaimed_bytes,duplicates_checked,elapsed_s";
+
+impl Row {
+    fn total(&self) -> u64 {
+        self.parts.iter().sum()
+    }
+
+    fn to_csv(&self, run: &str) -> String {
+        let p = &self.parts;
+        format!(
+            "{run},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.1}",
+            self.batches,
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            p[4],
+            self.allocated,
+            self.rss_kib,
+            self.fresh_rss_kib,
+            self.live_keys,
+            self.restart_ms,
+            self.replayed,
+            self.checkpoints,
+            self.reclaimed,
+            self.duplicates,
+            self.secs
+        )
+    }
+
+    fn from_csv(line: &str) -> anyhow::Result<Row> {
+        let f: Vec<&str> = line.split(',').collect();
+        ensure!(f.len() == 17, "a soak row has 17 fields: {line:?}");
+        let u = |i: usize| -> anyhow::Result<u64> {
+            f[i].parse()
+                .with_context(|| format!("field {i} of {line:?}"))
+        };
+        let x = |i: usize| -> anyhow::Result<f64> {
+            f[i].parse()
+                .with_context(|| format!("field {i} of {line:?}"))
+        };
+        Ok(Row {
+            batches: u(1)?,
+            parts: [u(2)?, u(3)?, u(4)?, u(5)?, u(6)?],
+            allocated: u(7)?,
+            rss_kib: u(8)?,
+            fresh_rss_kib: u(9)?,
+            live_keys: u(10)?,
+            restart_ms: x(11)?,
+            replayed: u(12)?,
+            checkpoints: u(13)?,
+            reclaimed: u(14)?,
+            duplicates: u(15)?,
+            secs: x(16)?,
+        })
+    }
+}
+
+/// A finished batch kept for resubmission, with its first answer.
+struct Sent {
+    batch: Batch,
+    result: BatchResult,
+    at: Instant,
+}
+
+/// What the client threads share; it outlives each engine (a restart keeps the workload).
+struct Load {
+    /// Live records, oldest first: (shard, id). The next batch deletes the front.
+    live: Mutex<VecDeque<(u64, u64)>>,
+    /// The next soak batch's number.
+    next: AtomicU64,
+    recent: Mutex<VecDeque<Sent>>,
+    duplicates: AtomicU64,
+    /// A resubmission happens only this soon after the first answer (half the key window).
+    resubmit_within: Duration,
+    /// Set by the first thread that fails: the others stop.
+    failed: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `--soak`: both runs, each in its own process, then the table, the CSV and the plot.
+pub fn soak() -> anyhow::Result<()> {
+    let sz = soak_sizes();
+    let base = bench_base("target/bench-soak");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
+    let mount = if std::env::var_os("ROOST_BENCH_LOOP").is_some() {
+        Some(LoopMount::new(&base, 16 << 30)?)
+    } else {
+        None
+    };
+    let root = mount.as_ref().map_or(base.clone(), |m| m.dir.clone());
+    println!(
+        "roost soak in {}: {} live records over {SHARDS} shards, {} batches of 1 create + 1 delete from {} threads, {} samples",
+        root.display(), sz.live, sz.batches, sz.threads, sz.samples
+    );
+    let mut runs = Vec::new();
+    for name in RUNS {
+        let t = Instant::now();
+        let rows = run_child(name, &root.join(name))?;
+        println!("{name}: {:.0} s", t.elapsed().as_secs_f64());
+        runs.push((name, rows));
+    }
+    print_table(&runs);
+    if !sz.quick {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
+        write_csv(&docs.join("bench-soak.csv"), &runs)?;
+        plot(&docs.join("bench-soak.svg"), &runs)?;
+        println!("\ncsv: docs/bench-soak.csv, plot: docs/bench-soak.svg");
+    }
+    drop(mount);
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(())
+}
+
+/// Runs `--soak-run NAME DIR` in a fresh process; its rows come back on stdout.
+fn run_child(name: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let mut child = Command::new(exe)
+        .arg("--soak-run")
+        .arg(name)
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawn the soak run")?;
+    let out = child.stdout.take().context("the soak run's stdout")?;
+    let mut rows = Vec::new();
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.context("read the soak run's output")?;
+        if let Some(csv) = line.strip_prefix("SOAK ") {
+            rows.push(Row::from_csv(csv)?);
+        }
+    }
+    let status = child.wait().context("wait for the soak run")?;
+    ensure!(status.success(), "soak run {name} failed: {status}");
+    Ok(rows)
+}
+
+/// `--soak-run NAME DIR`: one run, its rows printed as `SOAK <csv>` lines.
+pub fn soak_run(name: &str, dir: &Path) -> anyhow::Result<()> {
+    let sz = soak_sizes();
+    let retention = match name {
+        "retention" => true,
+        "no-retention" => false,
+        _ => bail!("--soak-run retention|no-retention DIR, not {name:?}"),
+    };
+    let cfg = soak_config(retention, &sz);
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let load = Load {
+        live: Mutex::new(VecDeque::new()),
+        next: AtomicU64::new(0),
+        recent: Mutex::new(VecDeque::new()),
+        duplicates: AtomicU64::new(0),
+        resubmit_within: Duration::from_secs(cfg.request_key_window_secs) / 2,
+        failed: AtomicBool::new(false),
+    };
+    let mut engine = open(dir, &cfg)?;
+    populate(&engine, &load, sz.live, sz.threads)?;
+    let start = Instant::now();
+    let (mut checkpoints, mut reclaimed) = (0, 0);
+    for i in 0..=sz.samples {
+        let until = sz.batches * i / sz.samples;
+        if i > 0 {
+            checkpoints += drive(&engine, &load, until, sz.threads, retention)?;
+        }
+        let mut row = measure(&engine, dir);
+        reclaimed += row.reclaimed;
+        drop(engine);
+        let fresh_rss_kib = probe(name, dir)?;
+        let t = Instant::now();
+        engine = open(dir, &cfg)?;
+        let report = engine.recovery_report();
+        row = Row {
+            batches: until,
+            rss_kib: rss_anon_kib(),
+            fresh_rss_kib,
+            restart_ms: report.duration.as_secs_f64() * 1e3,
+            replayed: report.wal_records,
+            checkpoints,
+            reclaimed,
+            duplicates: load.duplicates.load(Ordering::Relaxed),
+            secs: start.elapsed().as_secs_f64(),
+            ..row
+        };
+        println!("SOAK {}", row.to_csv(name));
+        eprintln!(
+            "  {name}: {until} batches, disk {:.1} MiB, restart {:.0} ms ({:.0} ms open), {} records replayed, {:.0} s",
+            row.total() as f64 / 1048576.0,
+            row.restart_ms,
+            t.elapsed().as_secs_f64() * 1e3,
+            row.replayed,
+            row.secs
+        );
+    }
+    drop(engine);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+/// The anonymous RSS of a fresh process (`--soak-probe NAME DIR`) once it has opened `dir`.
+fn probe(name: &str, dir: &Path) -> anyhow::Result<u64> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let out = Command::new(exe)
+        .arg("--soak-probe")
+        .arg(name)
+        .arg(dir)
+        .output()
+        .context("run the soak probe")?;
+    ensure!(
+        out.status.success(),
+        "soak probe failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .with_context(|| format!("soak probe printed {text:?}"))
+}
+
+/// `--soak-probe NAME DIR`: opens `dir` with run NAME's configuration and prints the
+/// process's anonymous RSS in KiB.
+pub fn soak_probe(name: &str, dir: &Path) -> anyhow::Result<()> {
+    let cfg = soak_config(name == "retention", &soak_sizes());
+    let engine = open(dir, &cfg)?;
+    println!("{}", rss_anon_kib());
+    drop(engine);
+    Ok(())
+}
+
+fn open(dir: &Path, cfg: &Config) -> anyhow::Result<Engine> {
+    crate::open_engine(dir, cfg.clone())
+        .with_context(|| format!("open the engine on {}", dir.display()))
+}
+
+/// What a sample reads from the running engine (the restart fields are filled in after).
+fn measure(engine: &Engine, dir: &Path) -> Row {
+    let mut parts = [0; 5];
+    for (name, bytes) in engine.disk_bytes() {
+        if let Some(i) = PARTS.iter().position(|p| *p == name) {
+            parts[i] = bytes;
+        }
+    }
+    Row {
+        parts,
+        allocated: allocated_bytes(dir),
+        live_keys: engine.live_keys() as u64,
+        reclaimed: engine
+            .shard_compaction()
+            .values()
+            .map(|c| c.reclaimed_bytes)
+            .sum(),
+        ..Row::default()
+    }
+}
+
+/// Bytes of the blocks every file under `dir` holds (what `du` counts; unreadable entries
+/// count as nothing).
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => m.blocks() * 512 + allocated_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Submits `batch` as `name`, then deletes its result file as a client that read it would.
+fn submit(engine: &Engine, batch: &Batch, name: &str) -> anyhow::Result<BatchResult> {
+    let r = engine
+        .submit(batch, name)
+        .with_context(|| format!("submit {name}"))?;
+    let out = engine.spool().out.join(name);
+    std::fs::remove_file(&out).with_context(|| format!("remove {}", out.display()))?;
+    Ok(r)
+}
+
+fn parse(text: &str) -> anyhow::Result<Batch> {
+    roost::batch::parse(text.as_bytes(), OPS_MAX).map_err(|e| anyhow!("bad batch: {}", e.error))
+}
+
+/// `live` records over the shards, in batches of `FILL_OPS` creates from `threads` threads.
+fn populate(engine: &Engine, load: &Load, live: u64, threads: usize) -> anyhow::Result<()> {
+    let next = AtomicU64::new(0);
+    let batches = live.div_ceil(FILL_OPS);
+    let fill = |b: u64| -> anyhow::Result<()> {
+        let ops: Vec<String> = (0..FILL_OPS)
+            .map(|i| create_op((b * FILL_OPS + i) % SHARDS, b * FILL_OPS + i))
+            .collect();
+        let text = format!(r#"{{"request_key":"fill-{b}","ops":[{}]}}"#, ops.join(","));
+        let r = submit(engine, &parse(&text)?, &format!("fill-{b}.json"))?;
+        ensure!(
+            matches!(r, BatchResult::Committed { .. }),
+            "fill-{b}: {r:?}"
+        );
+        let mut q = lock(&load.live);
+        for op in r.ops() {
+            let s = op
+                .shard
+                .trim_start_matches('s')
+                .parse()
+                .context("shard name")?;
+            q.push_back((s, op.id));
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| loop {
+                    match next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        (n < batches).then_some(n + 1)
+                    }) {
+                        Ok(b) => fill(b)?,
+                        Err(_) => return Ok(()),
+                    }
+                })
+            })
+            .collect();
+        join_all(hs)
+    })
+}
+
+fn join_all(hs: Vec<std::thread::ScopedJoinHandle<'_, anyhow::Result<()>>>) -> anyhow::Result<()> {
+    let mut first = Ok(());
+    for h in hs {
+        let r = h
+            .join()
+            .map_err(|_| anyhow!("a soak thread panicked"))
+            .and_then(|r| r);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+fn create_op(shard: u64, n: u64) -> String {
+    format!(
+        r#"{{"op":"create","shard":"s{shard}","record":{{"n":{n},"name":"user-{n}","plan":"basic","pad":"{}"}}}}"#,
+        "x".repeat(48)
+    )
+}
+
+/// Soak batches up to number `until` from `threads` threads; with `checkpoints`, a thread
+/// takes a checkpoint whenever one is due (the serve loop's job, not running here). Returns
+/// the checkpoints taken.
+fn drive(
+    engine: &Engine,
+    load: &Load,
+    until: u64,
+    threads: usize,
+    checkpoints: bool,
+) -> anyhow::Result<u64> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let cp = checkpoints.then(|| s.spawn(|| checkpointer(engine, &stop)));
+        let hs: Vec<_> = (0..threads)
+            .map(|_| s.spawn(|| worker(engine, load, until)))
+            .collect();
+        let r = join_all(hs);
+        stop.store(true, Ordering::Relaxed);
+        let taken = match cp {
+            Some(h) => h
+                .join()
+                .map_err(|_| anyhow!("the checkpointer panicked"))??,
+            None => 0,
+        };
+        r.map(|()| taken)
+    })
+}
+
+fn checkpointer(engine: &Engine, stop: &AtomicBool) -> anyhow::Result<u64> {
+    let mut taken = 0;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if engine.checkpoint_due() && engine.checkpoint().context("checkpoint")?.is_some() {
+            taken += 1;
+        }
+    }
+    Ok(taken)
+}
+
+fn worker(engine: &Engine, load: &Load, until: u64) -> anyhow::Result<()> {
+    while !load.failed.load(Ordering::Relaxed) {
+        let Ok(b) = load
+            .next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < until).then_some(n + 1)
+            })
+        else {
+            return Ok(());
+        };
+        let r = step(engine, load, b);
+        if r.is_err() {
+            load.failed.store(true, Ordering::Relaxed);
+            return r;
+        }
+    }
+    Ok(())
+}
+
+/// Soak batch `b`: create a record, delete the oldest live one; every `DUP_EVERY`th also
+/// resubmits a recent batch.
+fn step(engine: &Engine, load: &Load, b: u64) -> anyhow::Result<()> {
+    let shard = b % SHARDS;
+    let victim = lock(&load.live).pop_front();
+    let delete = victim
+        .map(|(s, id)| format!(r#",{{"op":"delete","shard":"s{s}","id":{id}}}"#))
+        .unwrap_or_default();
+    let text = format!(
+        r#"{{"request_key":"soak-{b}","ops":[{}{delete}]}}"#,
+        create_op(shard, b)
+    );
+    let batch = parse(&text)?;
+    let r = submit(engine, &batch, &format!("soak-{b}.json"))?;
+    let BatchResult::Committed { ops, .. } = &r else {
+        bail!("soak-{b} was not committed: {r:?}");
+    };
+    let id = ops
+        .iter()
+        .find(|o| o.op == "create")
+        .map(|o| o.id)
+        .with_context(|| format!("soak-{b}: no create in {r:?}"))?;
+    lock(&load.live).push_back((shard, id));
+    {
+        let mut recent = lock(&load.recent);
+        if recent.len() >= RECENT_MAX {
+            recent.pop_front();
+        }
+        recent.push_back(Sent {
+            batch,
+            result: r,
+            at: Instant::now(),
+        });
+    }
+    if b % DUP_EVERY == DUP_EVERY - 1 {
+        resubmit(engine, load, b)?;
+    }
+    Ok(())
+}
+
+/// Resubmits the oldest kept batch (if it is well inside the key window): the answer must be
+/// the first one, unchanged. The batch may be below a checkpoint, its WAL retired, or from
+/// before a restart.
+fn resubmit(engine: &Engine, load: &Load, b: u64) -> anyhow::Result<()> {
+    let pick = lock(&load.recent)
+        .front()
+        .filter(|s| s.at.elapsed() < load.resubmit_within)
+        .map(|s| (s.batch.clone(), s.result.clone()));
+    let Some((batch, first)) = pick else {
+        return Ok(());
+    };
+    let again = submit(engine, &batch, &format!("dup-{b}.json"))?;
+    ensure!(
+        again == first,
+        "duplicate answer differs for {}: first {first:?}, again {again:?}",
+        batch.request_key
+    );
+    load.duplicates.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / 1048576.0)
+}
+
+/// One markdown table, each cell "with retention / without".
+fn print_table(runs: &[(&str, Vec<Row>)]) {
+    let (Some((_, a)), Some((_, b))) = (runs.first(), runs.get(1)) else {
+        return;
+    };
+    println!("\ncells: with retention / without (MiB unless named)\n");
+    println!("| batches | disk total | wal | audit | keys | shards | checkpoint KiB | allocated | RSS | RSS fresh | live keys | restart ms | records replayed |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (x, y) in a.iter().zip(b) {
+        let pair = |f: &dyn Fn(&Row) -> String| format!("{} / {}", f(x), f(y));
+        let part = |i: usize| pair(&|r: &Row| mib(r.parts[i]));
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            x.batches,
+            pair(&|r: &Row| mib(r.total())),
+            part(0),
+            part(1),
+            part(2),
+            part(3),
+            pair(&|r: &Row| format!("{:.1}", r.parts[4] as f64 / 1024.0)),
+            pair(&|r: &Row| mib(r.allocated)),
+            pair(&|r: &Row| format!("{:.0}", r.rss_kib as f64 / 1024.0)),
+            pair(&|r: &Row| format!("{:.0}", r.fresh_rss_kib as f64 / 1024.0)),
+            pair(&|r: &Row| r.live_keys.to_string()),
+            pair(&|r: &Row| format!("{:.0}", r.restart_ms)),
+            pair(&|r: &Row| r.replayed.to_string()),
+        );
+    }
+    for (name, rows) in runs {
+        if let Some(last) = rows.last() {
+            println!(
+                "{name}: {} checkpoints, {} MiB reclaimed by compaction, {} duplicate answers checked, {:.0} s of soak",
+                last.checkpoints,
+                mib(last.reclaimed),
+                last.duplicates,
+                last.secs
+            );
+        }
+    }
+}
+
+fn write_csv(path: &Path, runs: &[(&str, Vec<Row>)]) -> anyhow::Result<()> {
+    let mut text = format!("{CSV_HEADER}\n");
+    for (name, rows) in runs {
+        for r in rows {
+            text.push_str(&r.to_csv(name));
+            text.push('\n');
+        }
+    }
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+/// Two panels against batches: disk bytes (total, and the WAL alone) and restart time.
+fn plot(path: &Path, runs: &[(&str, Vec<Row>)]) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let (left, right) = root.split_horizontally(450);
+    let xmax = runs
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(|r| r.batches))
+        .max()
+        .unwrap_or(1) as f64;
+    let disk = |r: &Row| r.total() as f64 / 1048576.0;
+    let wal = |r: &Row| r.parts[0] as f64 / 1048576.0;
+    let restart = |r: &Row| r.restart_ms;
+    panel(
+        &left,
+        "disk MiB (solid: all parts, dashed: WAL)",
+        xmax,
+        runs,
+        &[&disk, &wal],
+    )?;
+    panel(
+        &right,
+        "restart ms (no final checkpoint)",
+        xmax,
+        runs,
+        &[&restart],
+    )?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+type Measure<'a> = &'a dyn Fn(&Row) -> f64;
+
+fn panel<DB: plotters::prelude::DrawingBackend>(
+    area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    xmax: f64,
+    runs: &[(&str, Vec<Row>)],
+    measures: &[Measure<'_>],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e}");
+    let ymax = runs
+        .iter()
+        .flat_map(|(_, rows)| rows.iter())
+        .flat_map(|r| measures.iter().map(move |m| m(r)))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..xmax.max(1.0), 0f64..ymax)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("batches")
+        .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
+        .draw()
+        .map_err(e)?;
+    for ((name, rows), color) in runs.iter().zip([BLUE, RED]) {
+        for (k, m) in measures.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.batches as f64, m(r))).collect();
+            let style = color.stroke_width(if k == 0 { 2 } else { 1 });
+            let series = if k == 0 {
+                chart.draw_series(LineSeries::new(pts, style)).map_err(e)?
+            } else {
+                chart
+                    .draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                    .map_err(e)?
+            };
+            if k == 0 {
+                series
+                    .label(*name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            }
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+/// A fresh journaled ext4 image, loop-mounted at `<base>/mnt`; unmounted, detached and
+/// removed at drop.
+struct LoopMount {
+    dir: PathBuf,
+    dev: String,
+    image: PathBuf,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .with_context(|| format!("run {cmd}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+impl LoopMount {
+    fn new(base: &Path, bytes: u64) -> anyhow::Result<LoopMount> {
+        let image = base.join("soak.img");
+        let f =
+            std::fs::File::create(&image).with_context(|| format!("create {}", image.display()))?;
+        f.set_len(bytes)
+            .with_context(|| format!("size {}", image.display()))?;
+        drop(f);
+        let img = image.to_string_lossy().into_owned();
+        sh("mkfs.ext4", &["-q", "-F", "-j", &img])?;
+        let dev = sh("losetup", &["--find", "--show", &img])?;
+        let dir = base.join("mnt");
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let m = LoopMount { dir, dev, image };
+        sh("mount", &[&m.dev, &m.dir.to_string_lossy()])?;
+        println!("loop-mounted ext4 image {} on {}", m.dev, m.dir.display());
+        Ok(m)
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = sh("umount", &[&self.dir.to_string_lossy()]);
+        let _ = sh("losetup", &["-d", &self.dev]);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}

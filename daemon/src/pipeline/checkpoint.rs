@@ -37,8 +37,11 @@ pub(super) struct CheckpointState {
     pub last: Option<Checkpoint>,
     /// The key table holds every key of a batch at or below this lsn.
     pub keys_through: Lsn,
-    /// WAL bytes appended since open when the last checkpoint was taken.
+    /// WAL bytes (found at open plus appended since) when the last checkpoint was taken.
     pub wal_bytes_at_last: u64,
+    /// WAL bytes recovery found at open: history a restart must not forget to checkpoint
+    /// (a daemon killed before each checkpoint was due would otherwise never take one).
+    pub found_at_open: u64,
     /// When the last checkpoint was taken (or the engine opened).
     pub taken: Option<Instant>,
     /// The last `at_ms` stamped in the key table (stamps never decrease along it).
@@ -55,10 +58,10 @@ impl Engine {
         // One at a time; the state lock is only held for moments (status reads it).
         let _one = lock(&self.checkpoint_running);
         self.check()?;
-        let wal_bytes = self.wal.append_bytes();
-        let (last, keys_through, last_at_ms) = {
+        let (last, keys_through, last_at_ms, wal_bytes) = {
             let st = lock(&self.checkpoints);
-            (st.last.clone(), st.keys_through, st.last_at_ms)
+            let wal_bytes = self.wal.append_bytes() + st.found_at_open;
+            (st.last.clone(), st.keys_through, st.last_at_ms, wal_bytes)
         };
         let now = keys::now_ms().max(last_at_ms);
         let mut c = self.checkpoint_point();
@@ -118,7 +121,8 @@ impl Engine {
     /// `checkpoint_interval_ms` passed with something appended.
     pub fn checkpoint_due(&self) -> bool {
         let st = lock(&self.checkpoints);
-        let grown = self.wal.append_bytes().saturating_sub(st.wal_bytes_at_last);
+        let grown =
+            (self.wal.append_bytes() + st.found_at_open).saturating_sub(st.wal_bytes_at_last);
         let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
         grown >= self.config.checkpoint_wal_bytes
             || (grown > 0 && since >= Duration::from_millis(self.config.checkpoint_interval_ms))

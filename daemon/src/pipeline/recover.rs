@@ -124,7 +124,12 @@ impl Engine {
         let mut st = lock(&self.checkpoints);
         st.keys_through = table_through.max(c.keys_through);
         st.last_at_ms = c.at_ms;
-        st.taken = Some(Instant::now());
+        // The interval counts from the checkpoint itself, not from this start; the WAL found
+        // here counts towards the next checkpoint's bytes.
+        let interval = Duration::from_millis(self.config.checkpoint_interval_ms);
+        let age = Duration::from_millis(now.saturating_sub(c.at_ms)).min(interval);
+        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
+        st.found_at_open = self.wal.recovery_report().bytes_scanned;
         st.last = (c.wal_from > 1).then(|| c.clone());
         Ok(c)
     }

@@ -545,8 +545,19 @@ fn a_graceful_stop_checkpoints_and_the_next_start_replays_nothing() {
         "no checkpoint at the stop"
     );
     let _d = Daemon::start(t.path(), &[]);
-    let status = roost(t.path(), &["status", "--json"]);
-    let v: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    // The control socket comes up beside the serve loop: ask until it answers (10 s at most).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let v: Value = loop {
+        let status = roost(t.path(), &["status", "--json"]);
+        if let Ok(v) = serde_json::from_slice(&status.stdout) {
+            break v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no status answer: {status:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!(v["recovery"]["records_replayed"], 0, "{v}");
     assert!(v["checkpoint"]["wal_from"].as_u64().unwrap() > 3, "{v}");
     assert_eq!(v["live_keys"], 3, "{v}");

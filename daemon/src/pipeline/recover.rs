@@ -127,7 +127,10 @@ impl Engine {
         // The interval counts from the checkpoint itself, not from this start; the WAL found
         // here counts towards the next checkpoint's bytes.
         let interval = Duration::from_millis(self.config.checkpoint_interval_ms);
-        let age = Duration::from_millis(now.saturating_sub(c.at_ms)).min(interval);
+        let age = match c.at_ms {
+            0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
+            at => Duration::from_millis(now.saturating_sub(at)).min(interval),
+        };
         st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
         st.found_at_open = self.wal.recovery_report().bytes_scanned;
         st.last = (c.wal_from > 1).then(|| c.clone());

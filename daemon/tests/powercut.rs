@@ -30,7 +30,8 @@ use roost_storage::SplitMix;
 use serde_json::Value;
 
 const CUTS_DEFAULT: usize = 20;
-const IMAGE_BYTES: u64 = 96 << 20;
+/// Room for the spool's many small files (each takes a 4 KiB block: 60 cuts leave ~25,000).
+const IMAGE_BYTES: u64 = 256 << 20;
 /// Whole-run bound, whatever the cut count (about 6 s a cut is plenty).
 const CUT_SECS_MAX: u64 = 30;
 

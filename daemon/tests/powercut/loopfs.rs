@@ -49,7 +49,10 @@ pub fn make_image(path: &Path, bytes: u64) -> Result<(), String> {
     f.set_len(bytes)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     drop(f);
-    run(Command::new("mkfs.ext4").args(["-q", "-F", "-i", "4096"]).arg(path)).map(|_| ())
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-i", "4096"])
+        .arg(path))
+    .map(|_| ())
 }
 
 /// Copies an image file keeping its holes (the images are mostly empty).

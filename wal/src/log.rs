@@ -8,7 +8,7 @@
 //! never retried, because after a failed fsync the kernel may have dropped the dirty pages.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tracing::{debug, info, warn};
@@ -114,6 +114,9 @@ pub struct Wal {
     appends: AtomicU64,
     append_bytes: AtomicU64,
     report: RecoveryReport,
+    /// The spare is missing (kept in step with `Inner::spare` under the lock): the daemon
+    /// asks before every batch, and must not take the append lock to hear "no".
+    spare_short: AtomicBool,
 }
 
 impl std::fmt::Debug for Wal {
@@ -189,6 +192,7 @@ impl Wal {
                 })?,
             ),
         };
+        let spare_short = spare.as_ref().is_some_and(|s| s.missing().is_some());
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
             next_lsn, torn_bytes = report.torn_bytes_truncated, "wal: opened");
         Ok(Wal {
@@ -210,6 +214,7 @@ impl Wal {
             appends: AtomicU64::new(0),
             append_bytes: AtomicU64::new(0),
             report,
+            spare_short: AtomicBool::new(spare_short),
         })
     }
 
@@ -475,12 +480,17 @@ impl Wal {
         if let (Refilled::NoRoom { first: true }, Some(why)) = (r, spare.missing()) {
             warn!(dir = %self.dir.display(), %why, "wal: no room for the spare segment");
         }
+        self.spare_short
+            .store(r != Refilled::Ready, Ordering::Relaxed);
         Ok(r == Refilled::Ready)
     }
 
     /// Why the log has no spare segment (its next roll would need room the disk may not have):
     /// `None` when it has one, or is read-only.
     pub fn spare_missing(&self) -> Option<NoRoom> {
+        if !self.spare_short.load(Ordering::Relaxed) {
+            return None;
+        }
         self.lock().spare.as_ref()?.missing().cloned()
     }
 

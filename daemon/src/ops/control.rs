@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tracing::{debug, warn};
 
 use crate::config::Config;
-use crate::pipeline::Engine;
+use crate::pipeline::{now_ms, Engine};
 
 /// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
 /// `control_socket` overrides both.
@@ -122,12 +122,6 @@ fn checkpoint_json(engine: &Engine) -> serde_json::Value {
             "age_ms": now_ms().saturating_sub(c.at_ms),
         }),
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Prometheus text exposition format.

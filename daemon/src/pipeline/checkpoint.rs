@@ -129,29 +129,30 @@ impl Engine {
     }
 
     /// Bytes on disk per part: `wal`, `audit`, `keys`, `shards` (segments and spares, as
-    /// preallocated) and `checkpoint`.
+    /// preallocated; a compacted shard segment is as long as its content) and `checkpoint`.
     pub fn disk_bytes(&self) -> Vec<(&'static str, u64)> {
-        let shards: u64 = lock(&self.shards)
-            .keys()
+        let file_len = |p: &std::path::Path| {
+            self.storage
+                .open(p, OpenMode::Read)
+                .and_then(|f| f.len())
+                .unwrap_or(0)
+        };
+        let names: Vec<String> = lock(&self.shards).keys().cloned().collect();
+        let shards: u64 = names
+            .iter()
             .map(|name| {
-                let files = self
-                    .storage
-                    .list(&self.layout.shard(name))
-                    .unwrap_or_default();
-                let segs = files
+                let dir = self.layout.shard(name);
+                let files = self.storage.list(&dir).unwrap_or_default();
+                files
                     .iter()
                     .filter(|n| {
                         n.ends_with(roost_shards::SEGMENT_SUFFIX) || *n == roost_storage::SPARE_FILE
                     })
-                    .count() as u64;
-                segs * self.config.shard_segment_bytes
+                    .map(|n| file_len(&dir.join(n)))
+                    .sum::<u64>()
             })
             .sum();
-        let checkpoint = self
-            .storage
-            .open(&self.layout.checkpoint(), OpenMode::Read)
-            .and_then(|f| f.len())
-            .unwrap_or(0);
+        let checkpoint = file_len(&self.layout.checkpoint());
         vec![
             ("wal", self.wal.disk_bytes()),
             ("audit", self.audit.disk_bytes()),

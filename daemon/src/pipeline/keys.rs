@@ -21,7 +21,7 @@ use crate::error::EngineError;
 pub(super) const REAP_SLICE: usize = 4096;
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
-pub(super) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

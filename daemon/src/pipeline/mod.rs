@@ -51,6 +51,7 @@ use metrics::Stats;
 use owner::{OwnerContext, ShardSlot};
 
 pub use finish::committed_result;
+pub use keys::now_ms;
 pub use records::Checkpoint;
 pub use recover::RecoveryReport;
 pub use room::Pause;
@@ -148,10 +149,12 @@ pub struct Engine {
     /// every batch is finished and never applied again.
     compact_horizon: Arc<std::sync::atomic::AtomicU64>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
-    /// Per shard, the largest claim lsn with a `done` record in the WAL: every frame up to it
+    /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
+    /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
-    /// claim. Lets a shard drop a gap among never-flushed frames after a power loss rather
-    /// than call it corruption. Exact only because the WAL is replayed from its first record.
+    /// claim. Lets a shard opened later drop a gap among never-flushed frames after a power
+    /// loss rather than call it corruption. (The planner's `vouched` is the live figure; a
+    /// shard is opened under the planner lock, so it reads this copy.)
     synced_through: HashMap<String, Lsn>,
     planner: Mutex<Planner>,
     /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).

@@ -148,6 +148,7 @@ impl Engine {
             }
             KeyFound::Answered(k) => {
                 self.wal.sync_to(k.lsn)?;
+                self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
                 self.duplicate(key, k).map(Some)
             }
         }
@@ -365,7 +366,6 @@ impl Engine {
     /// recorded rejection, read from the one record that holds it (the WAL, or the key table
     /// once the WAL below a checkpoint is gone).
     fn duplicate(&self, key: &str, k: KeyState) -> Result<BatchResult, EngineError> {
-        self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
         let lsn = k.lsn;
         let inconsistent = |detail: &str| EngineError::Inconsistent {
             lsn,

@@ -269,13 +269,24 @@ pub fn decode_wal(rec: &Record) -> Result<WalEntry, EngineError> {
 
 /// Decodes one key-table record.
 pub fn decode_key(rec: &Record) -> Result<KeyRecord, EngineError> {
-    if rec.record_type != KEY_RECORD_TYPE {
+    decode_only(rec, KEY_RECORD_TYPE, "key", "the key table")
+}
+
+/// Decodes a record of a log that holds one record type (`what`, in `log`): another type
+/// or an undecodable payload is damage, named by its lsn.
+fn decode_only<T: Decode<()>>(
+    rec: &Record,
+    record_type: u8,
+    what: &'static str,
+    log: &str,
+) -> Result<T, EngineError> {
+    if rec.record_type != record_type {
         return Err(EngineError::Inconsistent {
             lsn: rec.lsn,
-            detail: format!("unknown record type {} in the key table", rec.record_type),
+            detail: format!("unknown record type {} in {log}", rec.record_type),
         });
     }
-    decode("key", &rec.payload).map_err(|source| EngineError::Codec {
+    decode(what, &rec.payload).map_err(|source| EngineError::Codec {
         lsn: rec.lsn,
         source,
     })
@@ -323,16 +334,7 @@ pub fn decode_checkpoint(bytes: &[u8]) -> Result<Checkpoint, String> {
 
 /// Decodes one audit-log record.
 pub fn decode_audit(rec: &Record) -> Result<AuditRecord, EngineError> {
-    if rec.record_type != RecordType::Audit as u8 {
-        return Err(EngineError::Inconsistent {
-            lsn: rec.lsn,
-            detail: format!("unknown record type {} in the audit log", rec.record_type),
-        });
-    }
-    decode("audit", &rec.payload).map_err(|source| EngineError::Codec {
-        lsn: rec.lsn,
-        source,
-    })
+    decode_only(rec, RecordType::Audit as u8, "audit", "the audit log")
 }
 
 /// Every batch-WAL record from `from` on, decoded, with its lsn.

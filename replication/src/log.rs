@@ -1,0 +1,66 @@
+//! What the protocol needs from a node's log. The daemon implements these over its WAL, its
+//! leader-epoch file and its engine; the tests implement them in memory. Every method is
+//! blocking (the protocol calls them through `spawn_blocking`).
+
+/// A log sequence number: 1 for the first record, +1 per record.
+pub type Lsn = u64;
+/// A leader epoch: 0 means "no epoch" (an empty log), the first leader's is 1.
+pub type Epoch = u32;
+
+/// One replicated record: what the leader's WAL holds at `lsn`, carried byte for byte (the
+/// follower writes the same lsn, epoch, type and payload; only the node-local synced mark of
+/// the WAL header differs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub lsn: Lsn,
+    pub epoch: Epoch,
+    pub kind: u8,
+    pub payload: Vec<u8>,
+}
+
+/// `(largest epoch <= asked, the lsn after that epoch's last record)`, Kafka's
+/// `endOffsetForEpoch`: for the latest epoch the end is the log end; for an older one it is
+/// the start of the next epoch. `None` when the log holds no epoch <= asked.
+pub type EpochEnd = Option<(Epoch, Lsn)>;
+
+/// The leader's side.
+pub trait LeaderLog: Send + Sync + 'static {
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The leader's epoch, or `None` once it is not (or no longer) the leader.
+    fn leader_epoch(&self) -> Option<Epoch>;
+    /// The first lsn still held (below it the WAL was retired by a checkpoint).
+    fn log_start(&self) -> Lsn;
+    /// The lsn after the last durable record: only records below it are served.
+    fn durable_end(&self) -> Lsn;
+    /// Resolves (or times out) once `durable_end() > after`: long-poll support.
+    fn wait_durable(&self, after: Lsn, timeout: std::time::Duration) -> Lsn;
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
+    /// Records `from..durable_end()`, at least one if any, at most about `max_bytes`.
+    fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;
+    /// A follower fetched at `fetch_lsn`: every record below it is durable there. Returns
+    /// the high watermark to send back.
+    fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn;
+    /// A follower connection closed (the in-sync set may shrink).
+    fn disconnected(&self, replica: &str);
+    /// A peer knows a higher epoch than this leader's: step down at once.
+    fn saw_higher_epoch(&self, epoch: Epoch);
+}
+
+/// The follower's side.
+pub trait FollowerLog: Send + Sync + 'static {
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The leader epoch this follower knows (sent as the fetch's `current_epoch`).
+    fn current_epoch(&self) -> Epoch;
+    /// Learn a (higher) leader epoch; durable before it returns.
+    fn set_current_epoch(&self, epoch: Epoch) -> Result<(), Self::Error>;
+    /// The lsn after the last record (the next fetch's `fetch_lsn`).
+    fn log_end(&self) -> Lsn;
+    /// The epoch of the last record, 0 when the log is empty.
+    fn last_epoch(&self) -> Epoch;
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
+    /// Appends records that continue the log (`entries[0].lsn == log_end()`), durably, and
+    /// applies them; `leader_hw` is the leader's high watermark.
+    fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), Self::Error>;
+    /// Removes every record at or above `lsn` (and all that was applied from them).
+    fn truncate_to(&self, lsn: Lsn) -> Result<(), Self::Error>;
+}

@@ -99,6 +99,88 @@ pub struct Config {
     /// Compaction reads at most this many bytes per second per shard, and only while the
     /// shard is idle; 0 turns compaction off.
     pub shard_compact_bytes_per_sec: u64,
+    /// Replication (`docs/replication.md`): off unless `listen` or `follow` is set.
+    pub replication: ReplicationConfig,
+}
+
+/// `[replication]`: this node's role and how results wait for a standby.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicationConfig {
+    /// A primary accepts standbys here (e.g. "127.0.0.1:7400").
+    pub listen: Option<String>,
+    /// A standby follows the primary at this address (`roost serve --follow` sets it). A node
+    /// with `follow` set keeps its spool closed until `roost promote`.
+    pub follow: Option<String>,
+    /// When a result is published: `local` (the claim is durable here; today's behaviour,
+    /// the default) or `standby` (also durable on a standby in sync).
+    pub ack: Ack,
+    /// A standby that has not fetched for this long is out of sync.
+    pub standby_timeout_ms: u64,
+    /// With `ack = "standby"` and no standby in sync: `wait` (results wait until a standby
+    /// is back; nothing published can be lost with one node) or `alone` (publish on local
+    /// durability and say so; the batches published alone are lost if this node is lost
+    /// before a standby has them).
+    pub when_standby_lost: StandbyLost,
+    /// This node's name in the primary's status and logs [default: the host name].
+    pub name: Option<String>,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            listen: None,
+            follow: None,
+            ack: Ack::Local,
+            standby_timeout_ms: 10_000,
+            when_standby_lost: StandbyLost::Wait,
+            name: None,
+        }
+    }
+}
+
+/// See [`ReplicationConfig::ack`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Ack {
+    #[default]
+    Local,
+    Standby,
+}
+
+/// See [`ReplicationConfig::when_standby_lost`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StandbyLost {
+    #[default]
+    Wait,
+    Alone,
+}
+
+impl ReplicationConfig {
+    /// Whether this node starts as a standby.
+    pub fn is_standby(&self) -> bool {
+        self.follow.is_some()
+    }
+
+    /// Whether this node takes part in replication at all (epochs then advance per start).
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || self.follow.is_some()
+    }
+
+    pub fn standby_timeout(&self) -> Duration {
+        Duration::from_millis(self.standby_timeout_ms.max(100))
+    }
+
+    /// The name this node gives itself when it fetches.
+    pub fn node_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
 }
 
 /// How a round of result files is made durable (equally durable; they differ in cost and in
@@ -143,6 +225,7 @@ impl Default for Config {
             audit_retain_secs: None,
             shard_compact_dead_fraction: 0.5,
             shard_compact_bytes_per_sec: 64 << 20,
+            replication: ReplicationConfig::default(),
         }
     }
 }
@@ -209,6 +292,25 @@ impl Config {
         if self.batch_ops_max == 0 || self.batches_in_flight_max == 0 {
             return Err(ConfigError::Invalid(
                 "batch_ops_max and batches_in_flight_max must be > 0".into(),
+            ));
+        }
+        self.validate_replication()
+    }
+
+    fn validate_replication(&self) -> Result<(), ConfigError> {
+        let r = &self.replication;
+        for (key, addr) in [("listen", &r.listen), ("follow", &r.follow)] {
+            if let Some(a) = addr {
+                if a.is_empty() || !a.contains(':') {
+                    return Err(ConfigError::Invalid(format!(
+                        "replication.{key} = {a:?} is not HOST:PORT"
+                    )));
+                }
+            }
+        }
+        if r.ack == Ack::Standby && r.listen.is_none() && r.follow.is_none() {
+            return Err(ConfigError::Invalid(
+                "replication.ack = \"standby\" needs replication.listen (a primary's standbys connect there)".into(),
             ));
         }
         Ok(())

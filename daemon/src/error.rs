@@ -139,6 +139,18 @@ pub enum EngineError {
         part: String,
         why: roost_storage::NoRoom,
     },
+    /// This node does not take batches (a standby, or a primary that stepped down): nothing
+    /// was planned or written, and nothing is latched.
+    #[error("not the primary (this node is {role}): batches wait in the spool")]
+    NotPrimary { role: &'static str },
+    /// The answer for the record at `lsn` waited for a standby and gave up (the node is
+    /// stopping or stepped down): nothing was published; the batch stays claimed and is
+    /// finished by recovery or by the new primary. Nothing is latched.
+    #[error("record lsn {lsn} is not on a standby yet; its answer waits (ack = \"standby\")")]
+    Unreplicated { lsn: Lsn },
+    /// A standby's fetched records could not be applied.
+    #[error("replication: {0}")]
+    Replication(String),
 }
 
 impl EngineError {
@@ -166,8 +178,22 @@ impl EngineError {
             | EngineError::Encode(_)
             | EngineError::Crashed(_)
             | EngineError::Paused { .. }
-            | EngineError::Failed => ErrorClass::Io,
+            | EngineError::Failed
+            | EngineError::Replication(_) => ErrorClass::Io,
+            EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => {
+                ErrorClass::Locked
+            }
         }
+    }
+
+    /// Failures that leave the engine as it was: the batch waits, nothing is latched.
+    pub fn latches_nothing(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Paused { .. }
+                | EngineError::NotPrimary { .. }
+                | EngineError::Unreplicated { .. }
+        )
     }
 
     pub fn is_corruption(&self) -> bool {

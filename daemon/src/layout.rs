@@ -9,6 +9,8 @@
 //! <data-dir>/shards/<name>/  one shard's segments
 //! <data-dir>/keys/           the request-key table (answers of checkpointed batches)
 //! <data-dir>/CHECKPOINT      the last checkpoint (recovery starts from it)
+//! <data-dir>/LEADER_EPOCHS   epoch -> first lsn of the WAL's records (replication)
+//! <data-dir>/EPOCH           the highest leader epoch this node has known (replication)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,8 @@ pub const AUDIT_DIR: &str = "audit";
 pub const SHARDS_DIR: &str = "shards";
 pub const KEYS_DIR: &str = "keys";
 pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
+pub const LEADER_EPOCHS_FILE: &str = "LEADER_EPOCHS";
+pub const EPOCH_FILE: &str = "EPOCH";
 
 /// The paths of one data directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +58,14 @@ impl Layout {
 
     pub fn keys(&self) -> PathBuf {
         self.data_dir.join(KEYS_DIR)
+    }
+
+    pub fn leader_epochs(&self) -> PathBuf {
+        self.data_dir.join(LEADER_EPOCHS_FILE)
+    }
+
+    pub fn epoch(&self) -> PathBuf {
+        self.data_dir.join(EPOCH_FILE)
     }
 
     pub fn checkpoint(&self) -> PathBuf {

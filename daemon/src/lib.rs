@@ -20,5 +20,6 @@ pub mod error;
 pub mod layout;
 pub mod ops;
 pub mod pipeline;
+pub mod replica;
 pub mod serve;
 pub mod spool;

@@ -11,7 +11,7 @@ fn main() {
     // Plain, colourless lines when not on a terminal (systemd's journal captures stderr).
     // The daemon logs at info; one-shot commands only say something when it matters.
     let default = match cli.command {
-        roost::cli::Command::Serve => tracing::Level::INFO,
+        roost::cli::Command::Serve { .. } => tracing::Level::INFO,
         _ => tracing::Level::WARN,
     };
     let level = std::env::var("ROOST_LOG")

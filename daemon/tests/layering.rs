@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["spool"],
     &["pipeline"],
+    &["replica"],
     &["ops"],
     &["serve"],
     &["cli"],

@@ -50,7 +50,15 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon: recover, then apply every batch dropped into <spool>/new.
-    Serve,
+    Serve {
+        /// Run as a standby following the primary at HOST:PORT (its spool stays closed until
+        /// `roost promote`); the same as `[replication] follow`.
+        #[arg(long, value_name = "HOST:PORT")]
+        follow: Option<String>,
+    },
+    /// Make the standby running on this data directory the primary of a new epoch: it stops
+    /// following, finishes the batches it holds claims for, and opens its spool.
+    Promote,
     /// Deliver batch files safely (tmp/, fsync, rename into new/, fsync the directory).
     Submit {
         /// Wait for each result and print it; exit 0 if all committed, 1 if any was rejected
@@ -190,7 +198,15 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<ErrorClass> {
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let cfg = load_config(&cli)?;
     match &cli.command {
-        Command::Serve => serve::serve(cfg),
+        Command::Serve { follow } => {
+            let mut cfg = cfg;
+            if let Some(addr) = follow {
+                cfg.replication.follow = Some(addr.clone());
+                cfg.validate()?;
+            }
+            serve::serve(cfg)
+        }
+        Command::Promote => status::promote(&cfg),
         Command::Submit {
             wait,
             timeout,

@@ -22,6 +22,10 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     let data_dir = cfg.data_dir.clone();
     let crash = crate::pipeline::crash::EnvCrash::from_env()
         .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
+    if cfg.replication.is_standby() {
+        notify::status("standby: reconciling with the primary");
+        standby_start(&cfg)?;
+    }
     notify::status("recovering: opening the data directory");
     let progress = RecoveryProgress::new();
     let engine = Engine::open_with_progress(
@@ -37,6 +41,48 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     progress.finish();
     crate::serve::serve(Arc::new(engine)).context("serving")?;
     Ok(EXIT_OK)
+}
+
+/// How long a starting standby waits for its primary to answer before it serves what it
+/// holds: a standby must come up (and be promotable) while its primary is down.
+const RECONCILE_WAIT: Duration = Duration::from_secs(5);
+
+/// A standby's start-up with the engine closed (`replica::cut`): the effects past the WAL's
+/// end are cut; then, if the primary answers, every record it does not have is cut too,
+/// until the logs agree. A primary that does not answer within [`RECONCILE_WAIT`] is not
+/// waited for: a later diverging answer stops the standby, and its next start cuts.
+fn standby_start(cfg: &Config) -> anyhow::Result<()> {
+    use roost_replication::{FollowError, FollowerOptions};
+    let cutter = Arc::new(crate::replica::cut::Cutter::open(cfg)?);
+    cutter.cut_past_end()?;
+    let addr = cfg.replication.follow.clone().unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the reconcile runtime")?;
+    let opts = FollowerOptions {
+        replica: cfg.replication.node_name(),
+        truncate_allowed: true,
+        ..FollowerOptions::default()
+    };
+    let r = rt.block_on(roost_replication::reconcile(
+        &addr,
+        cutter.clone(),
+        opts,
+        RECONCILE_WAIT,
+    ));
+    drop(rt);
+    let cut = cutter.cut.load(std::sync::atomic::Ordering::Relaxed);
+    match r {
+        Ok(true) => tracing::info!(primary = %addr, records_cut = cut, "standby: this log agrees with the primary's"),
+        Ok(false) => tracing::warn!(primary = %addr, "standby: the primary did not answer; serving what this node holds"),
+        Err(FollowError::Log(e)) => return Err(e).context("reconciling with the primary"),
+        Err(e) => {
+            let e = crate::error::EngineError::Replication(format!("reconciling with {addr}: {e}"));
+            return Err(e.into());
+        }
+    }
+    Ok(())
 }
 
 /// Recovery progress: a bar when a person is watching (stderr is a terminal), and STATUS=

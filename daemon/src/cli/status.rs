@@ -28,6 +28,29 @@ pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<
     Ok(EXIT_OK)
 }
 
+/// `roost promote`: asks the running standby to become the primary; prints the answer.
+/// Exit 0 when promoted, 1 when the node refused (it is not a standby, or failed).
+pub(super) fn promote(cfg: &Config) -> anyhow::Result<i32> {
+    let path = crate::ops::control::socket_path(cfg);
+    let text = crate::ops::control::request(&path, "promote").map_err(|e| {
+        CommandError::failed(format!(
+            "roost is not running, or not on this data directory (control socket {}): {e}",
+            path.display()
+        ))
+    })?;
+    super::out(&text)?;
+    let v: serde_json::Value = serde_json::from_str(&text).context("reading the answer")?;
+    if v["promoted"] == true {
+        Ok(EXIT_OK)
+    } else {
+        Err(CommandError::failed(format!(
+            "not promoted: {}",
+            v["error"].as_str().unwrap_or("no reason given")
+        ))
+        .into())
+    }
+}
+
 /// The status object as a few lines for a person.
 fn status_text(v: &serde_json::Value) -> String {
     let mut out = String::new();
@@ -51,6 +74,7 @@ fn status_text(v: &serde_json::Value) -> String {
         "  epoch {}, last lsn {}, {} batches in flight",
         v["epoch"], v["last_lsn"], v["in_flight"]
     );
+    replication_text(&mut out, &v["replication"]);
     let _ = writeln!(
         out,
         "  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate",
@@ -96,4 +120,34 @@ fn status_text(v: &serde_json::Value) -> String {
         r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]
     );
     out
+}
+
+/// The replication lines: role, high watermark, each standby's lag, or the primary followed.
+fn replication_text(out: &mut String, r: &serde_json::Value) {
+    let role = r["role"].as_str().unwrap_or("?");
+    let _ = writeln!(out, "  role {role}, hw {}, ack {}", r["hw"], r["ack"].as_str().unwrap_or("?"));
+    if r["waiting_for_standby"] == true {
+        let _ = writeln!(out, "  RESULTS WAIT: no standby in sync (when_standby_lost = \"wait\")");
+    }
+    for s in r["standbys"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  standby {}: {}, acked lsn {}, lag {} lsns",
+            s["name"].as_str().unwrap_or("?"),
+            if s["connected"] == true { "connected" } else { "disconnected" },
+            s["acked_lsn"],
+            s["lag_lsns"]
+        );
+    }
+    if let Some(f) = r["follow"].as_object() {
+        let _ = writeln!(
+            out,
+            "  following {}: {}, leader epoch {}, leader hw {}, lag {} lsns",
+            f["leader"].as_str().unwrap_or("?"),
+            if f["connected"] == true { "connected" } else { "disconnected" },
+            f["leader_epoch"],
+            f["leader_hw"],
+            f["lag_lsns"]
+        );
+    }
 }

@@ -51,7 +51,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
     }
     json!({
-        "epoch": 1,
+        "epoch": engine.epoch(),
+        "replication": replication_json(engine),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
         "committed": committed,
@@ -335,9 +336,10 @@ pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result
                 Ok(Ok(_)) => match line.trim() {
                     "status" => format!("{}\n", status_json(&engine)),
                     "metrics" => metrics_text(&engine),
+                    "promote" => format!("{}\n", promote(&engine).await),
                     other => format!(
                         "{}\n",
-                        json!({"error": format!("unknown request {other:?}: try status or metrics")})
+                        json!({"error": format!("unknown request {other:?}: try status, metrics or promote")})
                     ),
                 },
                 _ => return,
@@ -347,6 +349,63 @@ pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result
             }
         });
     }
+}
+
+/// `promote`: this standby becomes the primary of a new epoch (`Engine::promote`); the
+/// serve loop then stops following, finishes the claims it holds and opens the spool.
+async fn promote(engine: &Arc<Engine>) -> serde_json::Value {
+    let e = engine.clone();
+    match tokio::task::spawn_blocking(move || e.promote()).await {
+        Ok(Ok(epoch)) => json!({"promoted": true, "epoch": epoch, "next_lsn": engine.last_lsn() + 1}),
+        Ok(Err(e)) => json!({"promoted": false, "error": e.to_string()}),
+        Err(e) => json!({"promoted": false, "error": e.to_string()}),
+    }
+}
+
+/// The replication part of the status: role, epoch, high watermark, the standbys this
+/// primary serves (lag in lsns), or the primary this standby follows.
+fn replication_json(engine: &Engine) -> serde_json::Value {
+    let r = &engine.config().replication;
+    let end = engine.durable_end();
+    let standbys: Vec<serde_json::Value> = engine
+        .standbys()
+        .into_iter()
+        .map(|(name, s)| {
+            json!({
+                "name": name,
+                "acked_lsn": s.acked.saturating_sub(1),
+                "lag_lsns": end.saturating_sub(s.acked),
+                "connected": s.connected,
+                "last_fetch_ms": s.last_fetch.elapsed().as_millis() as u64,
+            })
+        })
+        .collect();
+    let follow = engine.follow_status().map(|f| {
+        json!({
+            "leader": f.leader,
+            "connected": f.connected,
+            "leader_epoch": f.leader_epoch,
+            "leader_hw": f.leader_hw,
+            "lag_lsns": f.leader_hw.saturating_sub(end),
+            "records_received": f.records,
+            "bytes_received": f.bytes,
+        })
+    });
+    json!({
+        "role": engine.role().name(),
+        "epoch": engine.epoch(),
+        "hw": engine.high_watermark().saturating_sub(1),
+        "durable_lsn": end.saturating_sub(1),
+        "ack": if r.ack == crate::config::Ack::Standby { "standby" } else { "local" },
+        "when_standby_lost": if r.when_standby_lost == crate::config::StandbyLost::Alone { "alone" } else { "wait" },
+        "listen": r.listen,
+        "standbys": standbys,
+        "standby_connected": engine.standbys().iter().any(|(_, s)| s.connected),
+        "waiting_for_standby": engine.waiting_for_standby(),
+        "published_alone": engine.published_alone(),
+        "claims_to_finish": engine.deferred_claims(),
+        "follow": follow,
+    })
 }
 
 /// Serves the Prometheus text on a loopback TCP address (`metrics_listen`, off by default),

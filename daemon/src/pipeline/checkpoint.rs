@@ -187,6 +187,16 @@ impl Engine {
             Some((lsn, mark)) => (*lsn, *mark),
             None => (self.wal.next_lsn(), self.audit.next_lsn()),
         };
+        // A primary that waits for its standby never checkpoints past what the standby
+        // holds: if it is ever demoted, what it must cut is above its checkpoint.
+        let r = &self.config.replication;
+        let wal_from = if r.ack == crate::config::Ack::Standby
+            && r.when_standby_lost == crate::config::StandbyLost::Wait
+        {
+            wal_from.min(self.high_watermark().max(1))
+        } else {
+            wal_from
+        };
         let mut shards: Vec<(String, Lsn)> =
             p.vouched.iter().map(|(k, v)| (k.clone(), *v)).collect();
         for name in lock(&self.shards).keys() {
@@ -233,24 +243,7 @@ impl Engine {
     /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.
     fn write_checkpoint(&self, c: &Checkpoint) -> Result<(), EngineError> {
         let bytes = records::encode_checkpoint(c).map_err(EngineError::Encode)?;
-        let path = self.layout.checkpoint();
-        let tmp = path.with_extension("tmp");
-        let dir = self.layout.data_dir();
-        let r = (|| {
-            let _ = self.storage.remove(&tmp);
-            let f = self
-                .storage
-                .open(&tmp, OpenMode::CreateNew)
-                .map_err(io_err("create", &tmp))?;
-            f.write_at(&bytes, 0).map_err(io_err("write", &tmp))?;
-            f.sync_data().map_err(io_err("sync", &tmp))?;
-            drop(f);
-            self.storage
-                .rename(&tmp, &path)
-                .map_err(io_err("rename", &path))?;
-            self.storage.sync_dir(dir).map_err(io_err("sync dir", dir))
-        })();
-        r.inspect_err(|_| self.fail())?;
+        self.replace_file(&self.layout.checkpoint(), &bytes)?;
         self.hit(Step::AfterCheckpoint.at())
     }
 

@@ -28,9 +28,9 @@ use crate::batch::{BatchResult, OpResult};
 use crate::error::EngineError;
 
 /// One touched shard of a batch: its owner and the ops sent to it.
-struct Touched<'a> {
-    name: &'a str,
-    slot: Arc<ShardSlot>,
+pub(super) struct Touched<'a> {
+    pub name: &'a str,
+    pub slot: Arc<ShardSlot>,
     ops: Vec<TxnOp>,
 }
 
@@ -74,7 +74,7 @@ impl Engine {
     /// Sends every touched shard its transaction at once; each owner applies in lsn order.
     /// All answers are collected (even after a failure) so no owner is still writing when
     /// this returns. Clears the batch's planning overlays as each shard applies.
-    fn commit<'c>(
+    pub(super) fn commit<'c>(
         &self,
         lsn: Lsn,
         claim: &'c ClaimRecord,
@@ -116,7 +116,7 @@ impl Engine {
     }
 
     /// One audit row per op not already written; returns the last row's lsn in the audit log.
-    fn write_audit_rows(
+    pub(super) fn write_audit_rows(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
@@ -155,6 +155,8 @@ impl Engine {
         claim: &ClaimRecord,
         started: Option<Instant>,
     ) -> Result<BatchResult, EngineError> {
+        // Under `ack = "standby"` the claim must be on a standby before anyone sees the result.
+        self.wait_replicated(lsn)?;
         let r = committed_result(lsn, claim);
         if started.is_none() {
             self.recovery_answer(claim, &r)?;

@@ -114,6 +114,8 @@ pub struct PhaseLatency {
     pub commit: Histogram,
     /// Audit rows, result file, then the shards' flushes, the audit sync and the done record.
     pub finish: Histogram,
+    /// Waiting for a standby to hold the claim (`ack = "standby"` only).
+    pub replicate: Histogram,
     /// From the start of planning to the result file (what a client waits).
     pub batch: Histogram,
 }
@@ -121,12 +123,13 @@ pub struct PhaseLatency {
 impl PhaseLatency {
     /// The phases in pipeline order, named as status and metrics name them; `batch` (planning
     /// to result file) last.
-    pub fn phases(&self) -> [(&'static str, &Histogram); 5] {
+    pub fn phases(&self) -> [(&'static str, &Histogram); 6] {
         [
             ("plan", &self.plan),
             ("claim", &self.claim),
             ("commit", &self.commit),
             ("finish", &self.finish),
+            ("replicate", &self.replicate),
             ("batch", &self.batch),
         ]
     }

@@ -19,6 +19,7 @@
 //! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
 //! `names` (spool names reused during a tail), `room` (intake pauses on a full disk).
 
+mod apply;
 mod checkpoint;
 pub mod crash;
 mod finish;
@@ -29,6 +30,7 @@ mod owner;
 mod plan;
 pub mod records;
 mod recover;
+pub mod replicate;
 mod room;
 pub mod trigger;
 
@@ -53,7 +55,8 @@ use owner::{OwnerContext, ShardSlot};
 pub use finish::committed_result;
 pub use keys::now_ms;
 pub use records::Checkpoint;
-pub use recover::RecoveryReport;
+pub use recover::{read_checkpoint, RecoveryReport};
+pub use replicate::{FollowLink, Role, StandbyState};
 pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
@@ -162,6 +165,8 @@ pub struct Engine {
     failed: AtomicBool,
     /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
     pause: Mutex<Option<Pause>>,
+    /// Role, epochs, the standbys and the high watermark (`replicate.rs`).
+    repl: replicate::Replication,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -215,6 +220,7 @@ impl Engine {
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
+        let repl = open_replication(&storage, &layout, &config, &wal)?;
         let engine = Engine {
             storage,
             layout,
@@ -242,6 +248,7 @@ impl Engine {
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
             pause: Mutex::new(None),
+            repl,
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
@@ -323,6 +330,11 @@ impl Engine {
         Ok(slot)
     }
 
+    /// [`replace_file`] on this engine's storage; a failure latches the engine.
+    fn replace_file(&self, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+        replace_file(self.storage.as_ref(), path, bytes).inspect_err(|_| self.fail())
+    }
+
     /// A step boundary: progress for the watchdog, and the crash hook.
     fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
         self.stats
@@ -399,7 +411,44 @@ impl Engine {
 
 /// The WAL and audit log options the configuration implies: a segment always holds at least
 /// two of the largest claims.
-fn wal_options(config: &Config) -> WalOptions {
+/// The role (a standby when `[replication] follow` is set), the leader-epoch file (rebuilt
+/// from the WAL if missing), and the epoch appends carry until a primary takes its own.
+fn open_replication(
+    storage: &Arc<dyn Storage>,
+    layout: &Layout,
+    config: &Config,
+    wal: &Wal,
+) -> Result<replicate::Replication, EngineError> {
+    let epochs = roost_wal::LeaderEpochs::open(storage.clone(), layout.leader_epochs(), wal)?;
+    let known = replicate::read_epoch_file(storage.as_ref(), &layout.epoch())?;
+    let last = epochs.latest().map_or(0, |(e, _)| e);
+    let appends = last.max(wal.last_record_epoch()).max(1);
+    wal.set_epoch(appends)?;
+    let role = if config.replication.is_standby() {
+        replicate::Role::Standby
+    } else {
+        replicate::Role::Primary
+    };
+    Ok(replicate::Replication::new(role, known.max(appends), epochs))
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary written and fdatasynced, renamed
+/// over it, the directory fsynced. A crash leaves the old file or the new one.
+fn replace_file(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    let tmp = path.with_extension("tmp");
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let _ = storage.remove(&tmp);
+    let f = storage
+        .open(&tmp, roost_storage::OpenMode::CreateNew)
+        .map_err(io_err("create", &tmp))?;
+    f.write_at(bytes, 0).map_err(io_err("write", &tmp))?;
+    f.sync_data().map_err(io_err("sync", &tmp))?;
+    drop(f);
+    storage.rename(&tmp, path).map_err(io_err("rename", path))?;
+    storage.sync_dir(dir).map_err(io_err("sync dir", dir))
+}
+
+pub fn wal_options(config: &Config) -> WalOptions {
     let payload_bytes_max = config.claim_bytes_max().clamp(4 << 10, 128 << 20) as u32;
     WalOptions {
         segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max as u64),
@@ -450,7 +499,7 @@ fn sync_new_dirs(
 }
 
 /// Takes the data directory's `LOCK` (on a real disk; the simulator has one process).
-fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<DirLock>, EngineError> {
+pub fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<DirLock>, EngineError> {
     if !storage.is_real() {
         return Ok(None);
     }

@@ -31,12 +31,13 @@ impl Engine {
     /// `out/<source>` before this returns (and `new/<source>` removed).
     pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
         self.check()?;
+        self.check_primary()?;
         self.gate()?;
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = self.submit_inner(batch, source);
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = &r {
-            if matches!(e, EngineError::Paused { .. }) {
+            if e.latches_nothing() {
                 return r;
             }
             if !matches!(e, EngineError::Failed) {
@@ -143,11 +144,11 @@ impl Engine {
             // The answer cites the record at k.lsn: it must be durable first, or a power loss
             // could take it and the key would then plan as new (issue 13, item 6).
             KeyFound::Answered(k) if k.fingerprint != fp => {
-                self.wal.sync_to(k.lsn)?;
+                self.answer_durable(k.lsn)?;
                 Ok(Some(self.conflict(key, k.lsn)))
             }
             KeyFound::Answered(k) => {
-                self.wal.sync_to(k.lsn)?;
+                self.answer_durable(k.lsn)?;
                 self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
                 self.duplicate(key, k).map(Some)
             }
@@ -309,8 +310,15 @@ impl Engine {
         };
         p.keys.insert(rec.request_key.clone(), key);
         drop(p);
-        self.wal.sync_to(lsn)?;
+        self.answer_durable(lsn)?;
         Ok(self.rejected(&rec.request_key, op_index, rec.reason))
+    }
+
+    /// The record at `lsn` that an answer cites is durable (here, and on a standby under
+    /// `ack = "standby"`) before the answer is published.
+    fn answer_durable(&self, lsn: Lsn) -> Result<(), EngineError> {
+        self.wal.sync_to(lsn)?;
+        self.wait_replicated(lsn)
     }
 
     /// Whether `id` exists on `shard` for planning: committed state plus planned overlays.

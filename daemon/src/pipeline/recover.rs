@@ -65,8 +65,7 @@ impl Engine {
         let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
         self.synced_through = ledger.vouched.clone();
         self.open_named_shards(&shard_names)?;
-        let audited = self.audited_rows(&ledger.unfinished, ckpt.audit_from)?;
-        let finished = self.finish_unfinished(&ledger.unfinished, &audited, &mut progress)?;
+        let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
         if finished > 0 {
             // The finished batches' `done` records, durable before anything new is taken: a
             // reused name must never see them finished again (`names.rs`).
@@ -93,24 +92,10 @@ impl Engine {
     /// Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
     /// keys still in the window, the id counter and each shard's flushed mark.
     fn load_checkpoint(&mut self) -> Result<Checkpoint, EngineError> {
-        let path = self.layout.checkpoint();
-        let _ = self.storage.remove(&path.with_extension("tmp"));
-        let c = match self.storage.open(&path, OpenMode::Read) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Checkpoint {
-                wal_from: 1,
-                audit_from: 1,
-                next_id: 1,
-                ..Checkpoint::default()
-            },
-            Err(e) => return Err(io_err("open", &path)(e)),
-            Ok(f) => {
-                let bytes = read_all(f.as_ref()).map_err(io_err("read", &path))?;
-                decode_checkpoint(&bytes).map_err(|detail| EngineError::Inconsistent {
-                    lsn: 0,
-                    detail: format!("{}: {detail}", path.display()),
-                })?
-            }
-        };
+        let _ = self
+            .storage
+            .remove(&self.layout.checkpoint().with_extension("tmp"));
+        let c = read_checkpoint(self.storage.as_ref(), &self.layout)?;
         let now = keys::now_ms();
         let table_through = self.load_keys(now)?;
         let mut p = lock(&self.planner);
@@ -158,45 +143,11 @@ impl Engine {
             let (rec, entry) = entry?;
             records += 1;
             progress.report("replaying records", records, total);
-            let at = KeyAt::Wal { offset: rec.offset };
-            match entry {
-                WalEntry::Claim(c) => {
-                    for op in &c.ops {
-                        shard_names.insert(op.shard().to_owned());
-                        if let PlannedOp::Create { id, .. } = op {
-                            p.next_id = p.next_id.max(id + 1);
-                        }
-                    }
-                    let key = KeyState {
-                        lsn: rec.lsn,
-                        fingerprint: c.fingerprint,
-                        done: false,
-                        rejected: false,
-                        at,
-                    };
-                    p.keys.insert(c.request_key.clone(), key);
-                    p.open.insert(rec.lsn, ckpt.audit_from);
-                    ledger.claim(rec.lsn, c);
-                }
-                WalEntry::Done(d) => {
-                    p.open.remove(&d.claim_lsn);
-                    if let Some(c) = ledger.done_after(rec.lsn, &d)? {
-                        if let Some(k) = p.keys.get_mut(&c.request_key) {
-                            k.done = true;
-                        }
-                    }
-                }
-                WalEntry::Rejected(r) => {
-                    let key = KeyState {
-                        lsn: rec.lsn,
-                        fingerprint: r.fingerprint,
-                        done: true,
-                        rejected: true,
-                        at,
-                    };
-                    p.keys.insert(r.request_key, key);
-                }
+            if let WalEntry::Claim(c) = &entry {
+                shard_names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
             }
+            let at = KeyAt::Wal { offset: rec.offset };
+            absorb(&mut p, &mut ledger, rec.lsn, at, entry, ckpt.audit_from)?;
         }
         p.vouched = ledger.vouched.clone();
         Ok((ledger, shard_names, records))
@@ -215,7 +166,7 @@ impl Engine {
     }
 
     /// Step 3: the audit rows already written for unfinished claims, by claim lsn.
-    fn audited_rows(
+    pub(super) fn audited_rows(
         &self,
         unfinished: &BTreeMap<Lsn, ClaimRecord>,
         from: Lsn,
@@ -233,7 +184,36 @@ impl Engine {
         Ok(audited)
     }
 
-    /// Step 4: finishes every unfinished batch, oldest first, from its recorded plan.
+    /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes
+    /// their `done`s); a primary under `ack = "standby"` leaves them for
+    /// [`Engine::finish_deferred`] (their results wait for a standby, which can only
+    /// connect once this returns); otherwise they are finished now. A replicating primary
+    /// takes its new epoch first: every record it appends from here on carries it.
+    fn settle_unfinished(
+        &self,
+        ledger: ClaimLedger,
+        ckpt: &Checkpoint,
+        progress: &mut Progress<'_>,
+    ) -> Result<u64, EngineError> {
+        let r = &self.config.replication;
+        if self.role() == super::replicate::Role::Standby {
+            let claims = ledger.unfinished.clone();
+            *lock(&self.repl.ledger) = ledger;
+            self.apply_effects(claims.iter().map(|(l, c)| (*l, c)))?;
+            return Ok(0);
+        }
+        if r.enabled() {
+            self.take_new_epoch()?;
+        }
+        if r.ack == crate::config::Ack::Standby {
+            lock(&self.repl.deferred).extend(ledger.unfinished);
+            return Ok(0);
+        }
+        let audited = self.audited_rows(&ledger.unfinished, ckpt.audit_from)?;
+        self.finish_unfinished(&ledger.unfinished, &audited, progress)
+    }
+
+    /// Finishes every unfinished batch, oldest first, from its recorded plan.
     fn finish_unfinished(
         &self,
         unfinished: &BTreeMap<Lsn, ClaimRecord>,
@@ -259,5 +239,81 @@ impl Engine {
             finished += 1;
         }
         Ok(finished)
+    }
+}
+
+/// One replayed (or, on a standby, fetched) WAL record into the planner: keys, the id
+/// counter, open claims (with `audit_mark`, the audit lsn their rows come after) and the
+/// ledger of claims without a `done`.
+pub(super) fn absorb(
+    p: &mut super::Planner,
+    ledger: &mut ClaimLedger,
+    lsn: Lsn,
+    at: KeyAt,
+    entry: WalEntry,
+    audit_mark: Lsn,
+) -> Result<(), EngineError> {
+    match entry {
+        WalEntry::Claim(c) => {
+            for op in &c.ops {
+                if let PlannedOp::Create { id, .. } = op {
+                    p.next_id = p.next_id.max(id + 1);
+                }
+            }
+            let key = KeyState {
+                lsn,
+                fingerprint: c.fingerprint,
+                done: false,
+                rejected: false,
+                at,
+            };
+            p.keys.insert(c.request_key.clone(), key);
+            p.open.insert(lsn, audit_mark);
+            ledger.claim(lsn, c);
+        }
+        WalEntry::Done(d) => {
+            p.open.remove(&d.claim_lsn);
+            if let Some(c) = ledger.done_after(lsn, &d)? {
+                if let Some(k) = p.keys.get_mut(&c.request_key) {
+                    k.done = true;
+                }
+            }
+        }
+        WalEntry::Rejected(r) => {
+            let key = KeyState {
+                lsn,
+                fingerprint: r.fingerprint,
+                done: true,
+                rejected: true,
+                at,
+            };
+            p.keys.insert(r.request_key, key);
+        }
+    }
+    Ok(())
+}
+
+/// The last checkpoint in the data directory, or the empty one (replay from lsn 1) when
+/// there is none yet.
+pub fn read_checkpoint(
+    storage: &dyn roost_storage::Storage,
+    layout: &crate::layout::Layout,
+) -> Result<Checkpoint, EngineError> {
+    let path = layout.checkpoint();
+    match storage.open(&path, OpenMode::Read) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Checkpoint {
+            wal_from: 1,
+            audit_from: 1,
+            next_id: 1,
+            ..Checkpoint::default()
+        }),
+        Err(e) => Err(io_err("open", &path)(e)),
+        Ok(f) => {
+            let bytes = read_all(f.as_ref()).map_err(io_err("read", &path))?;
+            decode_checkpoint(&bytes).map_err(|detail| EngineError::Inconsistent {
+                lsn: 0,
+                detail: format!("{}: {detail}", path.display()),
+            })
+        }
     }
 }

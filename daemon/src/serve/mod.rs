@@ -9,6 +9,7 @@
 //! quarantine), `sidecars` (control socket, metrics, the systemd ticker).
 
 mod events;
+mod replication;
 mod sidecars;
 mod worker;
 
@@ -46,6 +47,8 @@ struct Shared {
     wake: Notify,
     /// A checkpoint runs on the blocking pool now.
     checkpointing: AtomicBool,
+    /// The claims left for intake's opening are being finished now.
+    finishing: AtomicBool,
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
@@ -84,6 +87,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             wake: Notify::new(),
             checkpointing: AtomicBool::new(false),
+            finishing: AtomicBool::new(false),
         })
     }
 
@@ -123,7 +127,16 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
     let sidecars = Sidecars::start(&cfg, &shared.engine);
-    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), "serving");
+    let mut repl = match replication::ReplTasks::start(&shared).await {
+        Ok(r) => r,
+        Err(e) => {
+            sidecars.stop();
+            return Err(e);
+        }
+    };
+    let role = shared.engine.role();
+    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.engine.epoch(), "serving");
+    let mut was_standby = role == crate::pipeline::Role::Standby;
     let mut resume_tried = Instant::now();
     loop {
         let mut names: Vec<String> = Vec::new();
@@ -140,6 +153,14 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             break;
         }
         maybe_checkpoint(&shared);
+        if was_standby && shared.engine.role() == crate::pipeline::Role::Primary {
+            was_standby = false;
+            repl.promoted();
+            hints.rescan_needed.store(true, Ordering::SeqCst);
+        }
+        let connected = repl.status.connected();
+        shared.engine.update_follow_status(|f| f.connected = connected);
+        maybe_finish_claims(&shared);
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
@@ -157,6 +178,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             break;
         }
     }
+    repl.stop().await;
     shutdown(&shared, &sem, workers, sidecars).await
 }
 
@@ -164,6 +186,10 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
 /// tries at most once a second to make the missing spare segments; a failure to make one
 /// that is not a full disk stops the daemon like any I/O failure.
 async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
+    let e = &shared.engine;
+    if e.role() != crate::pipeline::Role::Primary || e.deferred_claims() > 0 {
+        return false; // a standby's spool is closed; claims left over are finished first
+    }
     if shared.engine.paused().is_none() {
         return true;
     }
@@ -214,6 +240,34 @@ fn maybe_checkpoint(shared: &Arc<Shared>) {
     });
 }
 
+/// Starts finishing the claims left for intake's opening (recovery's under
+/// `ack = "standby"`, a promoted standby's) on the blocking pool; intake opens once they
+/// are finished. Giving up because the node stops is not a failure: they stay claimed.
+fn maybe_finish_claims(shared: &Arc<Shared>) {
+    if shared.engine.role() != crate::pipeline::Role::Primary
+        || shared.engine.deferred_claims() == 0
+        || shared.finishing.swap(true, Ordering::SeqCst)
+    {
+        return;
+    }
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        match sh.engine.finish_deferred() {
+            Ok(n) => info!(batches = n, "claimed batches finished; intake opens"),
+            Err(e) if e.latches_nothing() => info!(error = %e, "claimed batches left for the next start"),
+            Err(e) => {
+                error!(error = %e, "finishing claimed batches failed: stopping");
+                if let Ok(mut f) = sh.fatal.lock() {
+                    f.get_or_insert(e);
+                }
+                sh.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        sh.finishing.store(false, Ordering::SeqCst);
+        sh.wake.notify_one();
+    });
+}
+
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);
 
@@ -256,6 +310,8 @@ async fn shutdown(
     sidecars: Sidecars,
 ) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
+    // Answers waiting for a standby give up: their batches stay claimed for the next start.
+    shared.engine.stop_waiting_for_standby();
     let in_flight = workers - sem.available_permits();
     crate::ops::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"

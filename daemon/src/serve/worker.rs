@@ -57,8 +57,8 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
                 Ok(())
             }
             // Left in new/ untouched: the loop rescans once intake resumes.
-            Err(EngineError::Paused { part, .. }) => {
-                debug!(file = name, part, "intake paused: batch left in new/");
+            Err(e) if e.latches_nothing() => {
+                debug!(file = name, error = %e, "batch left in new/ (or claimed, unanswered)");
                 Ok(())
             }
             Err(e) => Err(e),

@@ -1,0 +1,191 @@
+//! A standby applies what it fetched (docs/replication.md, "In the daemon"), and a node
+//! finishes the claims it holds when it starts serving or is promoted.
+//!
+//! The order of one fetched chunk is what keeps a standby's power loss harmless:
+//! 1. the claims' effects: shard frames and audit rows exactly as recovery writes them,
+//!    then the touched shards flushed and the audit log synced;
+//! 2. the records appended to the WAL with the primary's lsns and epochs, and synced;
+//! 3. the planner learns them (keys, ids, open claims), as replay does.
+//!
+//! So a `done` record is never durable here before the effects of its claim, and every
+//! claim in this WAL has its effects durable. A crash between 1 and 2 leaves frames and
+//! rows past the WAL's end: the standby cuts them at its next start before fetching again
+//! (`crate::replica`), and they come back with the same records.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use roost_replication::Entry;
+use roost_wal::{Lsn, Record};
+use tracing::info;
+
+use super::owner::ShardSlot;
+use super::records::{self, ClaimRecord, WalEntry};
+use super::replicate::Role;
+use super::{lock, Engine, KeyAt};
+use crate::error::EngineError;
+
+impl Engine {
+    /// Applies records fetched from the primary (see the module comment); `entries[0]`
+    /// continues this WAL. A failure latches the engine like any write failure.
+    pub fn apply_replicated(&self, entries: &[Entry]) -> Result<(), EngineError> {
+        let _one = lock(&self.repl.apply_lock);
+        if self.role() != Role::Standby {
+            return Err(EngineError::NotPrimary {
+                role: self.role().name(),
+            });
+        }
+        self.check()?;
+        let decoded = decode_entries(entries)?;
+        let audit_mark = self.audit.next_lsn();
+        let r = self
+            .apply_effects(decoded.iter().filter_map(|(e, d)| match d {
+                WalEntry::Claim(c) => Some((e.lsn, c)),
+                _ => None,
+            }))
+            .and_then(|()| self.append_entries(entries));
+        let offsets = r.inspect_err(|_| self.fail())?;
+        let mut p = lock(&self.planner);
+        let mut ledger = lock(&self.repl.ledger);
+        for ((e, d), offset) in decoded.into_iter().zip(offsets) {
+            let at = KeyAt::Wal { offset };
+            super::recover::absorb(&mut p, &mut ledger, e.lsn, at, d, audit_mark)?;
+        }
+        p.vouched = ledger.vouched.clone();
+        Ok(())
+    }
+
+    /// Step 2: the records into this WAL (their epochs first into `LEADER_EPOCHS`), synced;
+    /// returns each record's offset in its segment.
+    fn append_entries(&self, entries: &[Entry]) -> Result<Vec<u64>, EngineError> {
+        let mut offsets = Vec::with_capacity(entries.len());
+        for e in entries {
+            let mut epochs = lock(&self.repl.epochs);
+            if epochs.latest().is_none_or(|(latest, _)| e.epoch > latest) {
+                epochs.assign(e.epoch, e.lsn)?;
+            }
+            drop(epochs);
+            let (_, offset) = self
+                .wal
+                .append_replicated(e.lsn, e.epoch, e.kind, &e.payload)?;
+            offsets.push(offset);
+        }
+        if let Some(last) = entries.last() {
+            self.wal.sync_to(last.lsn)?;
+        }
+        Ok(offsets)
+    }
+
+    /// Step 1, and a standby's recovery: each claim's shard transactions and audit rows
+    /// (held lsns and rows already written are skipped), then every touched shard flushed
+    /// once and the audit log synced. No result, no `done` record: the primary writes those.
+    pub(super) fn apply_effects<'c>(
+        &self,
+        claims: impl Iterator<Item = (Lsn, &'c ClaimRecord)>,
+    ) -> Result<(), EngineError> {
+        let mut touched: BTreeMap<String, Arc<ShardSlot>> = BTreeMap::new();
+        let mut last_row = None;
+        let audited = self.audited_since_checkpoint()?;
+        let none = HashSet::new();
+        for (lsn, claim) in claims {
+            for t in self.commit(lsn, claim)? {
+                touched.insert(t.name.to_owned(), t.slot);
+            }
+            let done_rows = audited.get(&lsn).unwrap_or(&none);
+            if let Some(row) = self.write_audit_rows(lsn, claim, done_rows)? {
+                last_row = Some(row);
+            }
+        }
+        let flushes = touched
+            .values()
+            .enumerate()
+            .map(|(k, slot)| slot.send_flush(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (slot, rx) in touched.values().zip(&flushes) {
+            slot.wait(rx, &|| self.is_failed())?;
+        }
+        if let Some(last) = last_row {
+            self.audit.sync_to(last)?;
+        }
+        Ok(())
+    }
+
+    /// Audit rows already written for claims this standby holds without a `done` (only
+    /// those can have rows), by claim lsn: a re-applied claim skips them.
+    fn audited_since_checkpoint(
+        &self,
+    ) -> Result<std::collections::HashMap<Lsn, HashSet<u32>>, EngineError> {
+        let unfinished = lock(&self.repl.ledger).unfinished.clone();
+        if unfinished.is_empty() {
+            return Ok(Default::default());
+        }
+        let from = lock(&self.checkpoints)
+            .last
+            .as_ref()
+            .map_or(1, |c| c.audit_from);
+        self.audited_rows(&unfinished, from)
+    }
+
+    /// Promotion (`roost promote`): this standby becomes the primary of a new epoch. The
+    /// claims it holds without a `done` are finished (with their claimed ids) before intake
+    /// opens ([`Engine::finish_deferred`]).
+    pub fn promote(&self) -> Result<u32, EngineError> {
+        let _one = lock(&self.repl.apply_lock);
+        if self.role() != Role::Standby {
+            return Err(EngineError::Replication(format!(
+                "promote: this node is the {}, not a standby",
+                self.role().name()
+            )));
+        }
+        self.check()?;
+        let epoch = self.take_new_epoch()?;
+        let unfinished = std::mem::take(&mut lock(&self.repl.ledger).unfinished);
+        let n = unfinished.len();
+        lock(&self.repl.deferred).extend(unfinished);
+        self.repl.become_primary();
+        info!(epoch, claims_to_finish = n, next_lsn = self.wal.next_lsn(), "promoted: this node is the primary");
+        Ok(epoch)
+    }
+
+    /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
+    /// promoted standby's), oldest first, each waiting for a standby like a live answer.
+    /// Intake stays closed until this returns.
+    pub fn finish_deferred(&self) -> Result<u64, EngineError> {
+        let claims: BTreeMap<Lsn, ClaimRecord> = lock(&self.repl.deferred).iter().cloned().collect();
+        if claims.is_empty() {
+            return Ok(0);
+        }
+        let from = lock(&self.checkpoints)
+            .last
+            .as_ref()
+            .map_or(1, |c| c.audit_from);
+        let audited = self.audited_rows(&claims, from)?;
+        let none = HashSet::new();
+        for (lsn, claim) in &claims {
+            info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
+            lock(&self.repl.deferred).retain(|(l, _)| l != lsn);
+        }
+        self.sync()?;
+        Ok(claims.len() as u64)
+    }
+}
+
+/// Decodes every fetched record before anything is written: a record this node cannot
+/// read stops the chunk whole.
+fn decode_entries(entries: &[Entry]) -> Result<Vec<(&Entry, WalEntry)>, EngineError> {
+    entries
+        .iter()
+        .map(|e| {
+            let rec = Record {
+                lsn: e.lsn,
+                epoch: e.epoch,
+                record_type: e.kind,
+                payload: e.payload.clone(),
+                segment: "(fetched from the primary)".into(),
+                offset: 0,
+            };
+            records::decode_wal(&rec).map(|d| (e, d))
+        })
+        .collect()
+}

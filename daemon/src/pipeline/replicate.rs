@@ -1,0 +1,380 @@
+//! The engine's side of replication (docs/replication.md, `Kip320.tla`): this node's role
+//! and leader epoch, the high watermark (what a standby holds durably), the wait an
+//! `ack = "standby"` answer makes for it, stepping down, promotion. The standby's apply of
+//! fetched records is `apply.rs`. The protocol itself (TCP, fetch, the truncation rule) is
+//! `roost_replication`; `crate::replica` joins the two.
+//!
+//! Epochs: a primary takes `highest known + 1` at every start and at promotion, writes it to
+//! `EPOCH` and to `LEADER_EPOCHS` (at the WAL's next lsn) before its first append, so no two
+//! starts ever write different records under one epoch. A standby learns the primary's epoch
+//! from its answers and writes it to `EPOCH` before acting on it: a promotion after a
+//! restart must never reuse an epoch the old primary wrote under.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use roost_storage::{read_all, OpenMode};
+use roost_wal::{LeaderEpochs, Lsn};
+use tracing::{info, warn};
+
+use super::records::{ClaimLedger, ClaimRecord};
+use super::{io_err, lock, Engine};
+use crate::config::{Ack, StandbyLost};
+use crate::error::EngineError;
+
+/// What this node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Takes batches; serves standbys if `[replication] listen` is set.
+    Primary,
+    /// Follows a primary; its spool is closed.
+    Standby,
+    /// Was the primary and saw a higher epoch: takes nothing more.
+    SteppedDown { epoch: u32 },
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Standby => "standby",
+            Role::SteppedDown { .. } => "stepped_down",
+        }
+    }
+}
+
+/// One standby as the primary sees it.
+#[derive(Clone, Debug)]
+pub struct StandbyState {
+    /// Every record below this is durable on the standby (its last fetch's lsn).
+    pub acked: Lsn,
+    pub last_fetch: Instant,
+    pub connected: bool,
+}
+
+/// The primary this standby follows, as the follower last saw it (for status).
+#[derive(Clone, Debug, Default)]
+pub struct FollowLink {
+    pub leader: String,
+    pub connected: bool,
+    pub leader_epoch: u32,
+    /// The primary's high watermark in its last answer (the lsn below which it is durable
+    /// on both nodes).
+    pub leader_hw: Lsn,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// The replication state the engine keeps.
+pub(super) struct Replication {
+    role: Mutex<Role>,
+    /// The highest leader epoch known (this node's own while primary).
+    epoch: AtomicU32,
+    pub(super) epochs: Mutex<LeaderEpochs>,
+    standbys: Mutex<HashMap<String, StandbyState>>,
+    /// Signalled when a standby acknowledges more, or the role changes.
+    acked_cv: Condvar,
+    /// Set at a stop: answers waiting for a standby give up (their batches stay claimed).
+    giving_up: AtomicBool,
+    /// Since when this primary serves (a standby gets `standby_timeout_ms` from here to
+    /// connect before it counts as lost).
+    since: Mutex<Instant>,
+    /// Held while a fetched chunk is applied, and by promotion.
+    pub(super) apply_lock: Mutex<()>,
+    /// A standby's claims without a `done` record yet (their effects are applied).
+    pub(super) ledger: Mutex<ClaimLedger>,
+    /// Claims to finish before intake opens: recovery's under `ack = "standby"` (a standby
+    /// must have them before their results appear), and a promoted standby's.
+    pub(super) deferred: Mutex<Vec<(Lsn, ClaimRecord)>>,
+    /// Results published while no standby was in sync (`when_standby_lost = "alone"`).
+    pub alone: std::sync::atomic::AtomicU64,
+    /// A standby's view of its primary.
+    follow: Mutex<Option<FollowLink>>,
+}
+
+impl Replication {
+    pub(super) fn become_primary(&self) {
+        *lock(&self.since) = Instant::now();
+        *lock(&self.role) = Role::Primary;
+        self.acked_cv.notify_all();
+    }
+
+    pub(super) fn new(role: Role, epoch: u32, epochs: LeaderEpochs) -> Replication {
+        Replication {
+            role: Mutex::new(role),
+            epoch: AtomicU32::new(epoch),
+            epochs: Mutex::new(epochs),
+            standbys: Mutex::new(HashMap::new()),
+            acked_cv: Condvar::new(),
+            giving_up: AtomicBool::new(false),
+            since: Mutex::new(Instant::now()),
+            apply_lock: Mutex::new(()),
+            ledger: Mutex::new(ClaimLedger::default()),
+            deferred: Mutex::new(Vec::new()),
+            alone: Default::default(),
+            follow: Mutex::new(None),
+        }
+    }
+}
+
+/// Reads `EPOCH` (0 when absent): 4 bytes, little-endian, then their CRC-32.
+pub fn read_epoch_file(
+    storage: &dyn roost_storage::Storage,
+    path: &std::path::Path,
+) -> Result<u32, EngineError> {
+    let f = match storage.open(path, OpenMode::Read) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        r => r.map_err(io_err("open", path))?,
+    };
+    let bytes = read_all(f.as_ref()).map_err(io_err("read", path))?;
+    let (v, crc) = match (bytes.get(0..4), bytes.get(4..8)) {
+        (Some(v), Some(c)) if bytes.len() == 8 => (v, c),
+        _ => return Err(bad_epoch_file(path, "not 8 bytes")),
+    };
+    if crc32fast::hash(v).to_le_bytes() != crc {
+        return Err(bad_epoch_file(path, "checksum mismatch"));
+    }
+    Ok(u32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+}
+
+/// Replaces `EPOCH` with `epoch` (tmp, fdatasync, rename, directory fsync).
+pub fn write_epoch_file(
+    storage: &dyn roost_storage::Storage,
+    path: &std::path::Path,
+    epoch: u32,
+) -> Result<(), EngineError> {
+    let mut bytes = epoch.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&crc32fast::hash(&epoch.to_le_bytes()).to_le_bytes());
+    super::replace_file(storage, path, &bytes)
+}
+
+fn bad_epoch_file(path: &std::path::Path, why: &str) -> EngineError {
+    EngineError::Inconsistent {
+        lsn: 0,
+        detail: format!("{}: {why}", path.display()),
+    }
+}
+
+impl Engine {
+    pub fn role(&self) -> Role {
+        *lock(&self.repl.role)
+    }
+
+    /// The highest leader epoch this node knows (its own while primary).
+    pub fn epoch(&self) -> u32 {
+        self.repl.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The leader epoch, while this node is the primary.
+    pub fn leader_epoch(&self) -> Option<u32> {
+        (self.role() == Role::Primary).then(|| self.epoch())
+    }
+
+    /// Learns a higher epoch: `EPOCH` is rewritten before this returns (a lower or equal
+    /// one is ignored).
+    pub fn learn_epoch(&self, epoch: u32) -> Result<(), EngineError> {
+        if epoch <= self.epoch() {
+            return Ok(());
+        }
+        write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), epoch)
+            .inspect_err(|_| self.fail())?;
+        self.repl.epoch.fetch_max(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Becomes the leader of a new epoch (highest known + 1) from the WAL's next lsn: the
+    /// epoch is durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it.
+    pub(super) fn take_new_epoch(&self) -> Result<u32, EngineError> {
+        let next = self.wal.next_lsn();
+        let mut epochs = lock(&self.repl.epochs);
+        let known = epochs
+            .latest()
+            .map_or(0, |(e, _)| e)
+            .max(self.wal.last_record_epoch())
+            .max(self.epoch());
+        let epoch = known + 1;
+        self.learn_epoch(epoch)?;
+        // An epoch that got no record (a start without a batch) gives way to this one.
+        epochs.truncate_from_end(next)?;
+        epochs.assign(epoch, next)?;
+        self.wal.set_epoch(epoch)?;
+        info!(epoch, from_lsn = next, "leader epoch taken");
+        Ok(epoch)
+    }
+
+    /// The primary heard of a higher epoch: it takes no more batches from now on, and every
+    /// answer waiting for a standby gives up.
+    pub fn step_down(&self, epoch: u32) {
+        let mut role = lock(&self.repl.role);
+        if *role == Role::Primary && epoch > self.epoch() {
+            warn!(epoch, own = self.epoch(), "a higher leader epoch exists: stepping down, taking no more batches");
+            *role = Role::SteppedDown { epoch };
+            drop(role);
+            let _ = self.learn_epoch(epoch);
+            self.repl.acked_cv.notify_all();
+        }
+    }
+
+    /// `Ok` while this node may take batches (the primary).
+    pub(super) fn check_primary(&self) -> Result<(), EngineError> {
+        match self.role() {
+            Role::Primary => Ok(()),
+            role => Err(EngineError::NotPrimary { role: role.name() }),
+        }
+    }
+
+    /// The lsn after the last durable record: what a standby may be sent.
+    pub fn durable_end(&self) -> Lsn {
+        self.wal.synced_lsn() + 1
+    }
+
+    /// A standby fetched at `fetch_lsn` (everything below it durable there): returns the
+    /// high watermark, the lsn below which every record is durable here and on a standby.
+    pub fn standby_acked(&self, name: &str, fetch_lsn: Lsn) -> Lsn {
+        let mut s = lock(&self.repl.standbys);
+        let e = s.entry(name.to_owned()).or_insert(StandbyState {
+            acked: 0,
+            last_fetch: Instant::now(),
+            connected: true,
+        });
+        if e.acked == 0 || !e.connected {
+            info!(standby = name, fetch_lsn, "standby connected");
+        }
+        e.acked = fetch_lsn;
+        e.last_fetch = Instant::now();
+        e.connected = true;
+        drop(s);
+        self.repl.acked_cv.notify_all();
+        self.high_watermark()
+    }
+
+    pub fn standby_disconnected(&self, name: &str) {
+        if let Some(e) = lock(&self.repl.standbys).get_mut(name) {
+            e.connected = false;
+            info!(standby = name, acked = e.acked, "standby disconnected");
+        }
+        self.repl.acked_cv.notify_all();
+    }
+
+    /// The standbys as this primary last saw them.
+    pub fn standbys(&self) -> Vec<(String, StandbyState)> {
+        let mut v: Vec<_> = lock(&self.repl.standbys)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Below it every record is durable here and on at least one standby in sync (without
+    /// replication, or before any standby: what is durable here).
+    pub fn high_watermark(&self) -> Lsn {
+        let timeout = self.config.replication.standby_timeout();
+        let best = lock(&self.repl.standbys)
+            .values()
+            .filter(|s| s.connected && s.last_fetch.elapsed() < timeout)
+            .map(|s| s.acked)
+            .max();
+        match best {
+            Some(a) => a.min(self.durable_end()),
+            None if self.config.replication.ack == Ack::Standby => 1,
+            None => self.durable_end(),
+        }
+    }
+
+    /// Whether some standby is in sync (fetched within `standby_timeout_ms`).
+    fn standby_in_sync(&self) -> bool {
+        let timeout = self.config.replication.standby_timeout();
+        lock(&self.repl.standbys)
+            .values()
+            .any(|s| s.connected && s.last_fetch.elapsed() < timeout)
+    }
+
+    /// Under `ack = "standby"`, waits until a standby holds the record at `lsn` durably (or,
+    /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
+    /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
+    /// the batch stays claimed for recovery (or for the new primary).
+    pub(super) fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
+        let cfg = &self.config.replication;
+        if cfg.ack == Ack::Local {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let mut warned = false;
+        let mut standbys = lock(&self.repl.standbys);
+        loop {
+            drop(standbys);
+            if self.high_watermark() > lsn {
+                self.stats.latency.replicate.record(t0.elapsed());
+                return Ok(());
+            }
+            if self.repl.giving_up.load(Ordering::SeqCst) || self.role() != Role::Primary {
+                return Err(EngineError::Unreplicated { lsn });
+            }
+            let since = *lock(&self.repl.since);
+            let lost = !self.standby_in_sync() && since.elapsed() > cfg.standby_timeout();
+            if lost && cfg.when_standby_lost == StandbyLost::Alone {
+                self.repl.alone.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if lost && !warned && t0.elapsed() > cfg.standby_timeout() {
+                warned = true;
+                warn!(lsn, "no standby in sync: results wait for one (when_standby_lost = \"wait\")");
+            }
+            standbys = lock(&self.repl.standbys);
+            standbys = self
+                .repl
+                .acked_cv
+                .wait_timeout(standbys, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// At a stop: answers waiting for a standby give up now.
+    pub fn stop_waiting_for_standby(&self) {
+        self.repl.giving_up.store(true, Ordering::SeqCst);
+        self.repl.acked_cv.notify_all();
+    }
+
+    /// Whether answers are waiting for a standby that is not in sync (for status).
+    pub fn waiting_for_standby(&self) -> bool {
+        self.config.replication.ack == Ack::Standby
+            && self.role() == Role::Primary
+            && !self.standby_in_sync()
+            && self.config.replication.when_standby_lost == StandbyLost::Wait
+    }
+
+    /// `(epoch, end)` for the fetch protocol: the largest epoch <= `epoch` in this WAL and
+    /// the lsn after its last record.
+    pub fn end_offset_for(&self, epoch: u32) -> Option<(u32, Lsn)> {
+        lock(&self.repl.epochs).end_offset_for(epoch, self.wal.next_lsn())
+    }
+
+    /// The epoch of the WAL's last record (0 when empty).
+    pub fn last_epoch(&self) -> u32 {
+        self.wal.last_record_epoch()
+    }
+
+    /// What this standby knows of its primary (`None` on a primary).
+    pub fn follow_status(&self) -> Option<FollowLink> {
+        lock(&self.repl.follow).clone()
+    }
+
+    /// Updates what this standby knows of its primary.
+    pub fn update_follow_status(&self, f: impl FnOnce(&mut FollowLink)) {
+        f(lock(&self.repl.follow).get_or_insert_with(FollowLink::default));
+    }
+
+    /// Results published with no standby in sync (`when_standby_lost = "alone"`).
+    pub fn published_alone(&self) -> u64 {
+        self.repl.alone.load(Ordering::Relaxed)
+    }
+
+    /// Claims waiting to be finished before intake opens.
+    pub fn deferred_claims(&self) -> usize {
+        lock(&self.repl.deferred).len()
+    }
+}

@@ -1,0 +1,200 @@
+//! A standby's start-up, with the engine closed (docs/replication.md, "Truncation"):
+//! 1. Shard frames and audit rows past the WAL's end are cut: a standby writes a chunk's
+//!    effects before its WAL records (`pipeline/apply.rs`), so a crash between the two
+//!    leaves effects of records this node does not hold; they come back with the records.
+//! 2. The protocol's reconcile phase fetches with this log's last epoch; while the primary
+//!    answers "diverging", everything from the divergence point on is cut: the WAL (and
+//!    `LEADER_EPOCHS`), every shard (`Shard::truncate_from`), the audit rows of those claims.
+//!    The key table and the id counter need nothing: the key table only holds batches below
+//!    the checkpoint, a cut below the checkpoint is refused (the node must be re-seeded), and
+//!    the id counter is rebuilt at open from what is left.
+//!
+//! The audit log is cut at the first row of a claim at or past the point. Rows of earlier
+//! claims written after that row belong to claims whose `done` came later still, so past the
+//! point too: those claims are unfinished after the cut, and open re-writes their rows.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, Lsn};
+use roost_shards::{Shard, ShardOptions};
+use roost_storage::{DirLock, RealStorage, Storage};
+use roost_wal::{LeaderEpochs, Wal};
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::error::EngineError;
+use crate::layout::Layout;
+use crate::pipeline::records::read_audit;
+use crate::pipeline::replicate::{read_epoch_file, write_epoch_file};
+use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
+
+/// The data directory of a standby that is not open yet.
+pub struct Cutter {
+    storage: Arc<dyn Storage>,
+    layout: Layout,
+    config: Config,
+    wal: Wal,
+    epochs: Mutex<LeaderEpochs>,
+    epoch: AtomicU32,
+    checkpoint: Checkpoint,
+    /// Records cut so far (for the log).
+    pub cut: std::sync::atomic::AtomicU64,
+    _lock: Option<DirLock>,
+}
+
+impl Cutter {
+    /// Locks and opens the data directory's WAL (nothing else is open).
+    pub fn open(config: &Config) -> Result<Cutter, EngineError> {
+        let storage: Arc<dyn Storage> = RealStorage::shared();
+        let layout = Layout::new(&config.data_dir);
+        storage
+            .create_dir_all(layout.data_dir())
+            .map_err(|source| EngineError::Io {
+                op: "create",
+                path: layout.data_dir().to_path_buf(),
+                source,
+            })?;
+        let lock = lock_data_dir(storage.as_ref(), &layout)?;
+        let wal = Wal::open_with(storage.clone(), layout.wal(), wal_options(config))?;
+        let epochs = LeaderEpochs::open(storage.clone(), layout.leader_epochs(), &wal)?;
+        let known = read_epoch_file(storage.as_ref(), &layout.epoch())?;
+        let epoch = known.max(wal.last_record_epoch());
+        let checkpoint = read_checkpoint(storage.as_ref(), &layout)?;
+        Ok(Cutter {
+            storage,
+            layout,
+            config: config.clone(),
+            wal,
+            epochs: Mutex::new(epochs),
+            epoch: AtomicU32::new(epoch),
+            checkpoint,
+            cut: Default::default(),
+            _lock: lock,
+        })
+    }
+
+    /// Step 1: effects past the WAL's end go.
+    pub fn cut_past_end(&self) -> Result<(), EngineError> {
+        self.cut_effects(self.wal.next_lsn())
+    }
+
+    /// Every shard frame and audit row of a claim at or past `lsn`.
+    fn cut_effects(&self, lsn: Lsn) -> Result<(), EngineError> {
+        for dir in self.shard_dirs()? {
+            let opts = ShardOptions {
+                segment_bytes: self.config.shard_segment_bytes,
+                read_only: false,
+                synced_through_lsn: Some(0),
+            };
+            let name = dir.display().to_string();
+            let shard_err = |source| EngineError::Shard {
+                shard: name.clone(),
+                source,
+            };
+            let mut shard = Shard::open_with(self.storage.clone(), &dir, opts).map_err(shard_err)?;
+            let n = shard.truncate_from(lsn).map_err(shard_err)?;
+            if n > 0 {
+                info!(shard = %dir.display(), from_lsn = lsn, frames = n, "standby: shard frames cut");
+            }
+        }
+        self.cut_audit(lsn)
+    }
+
+    fn shard_dirs(&self) -> Result<Vec<PathBuf>, EngineError> {
+        let root = self.layout.shards();
+        let rd = match std::fs::read_dir(&root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r.map_err(|source| EngineError::Io {
+                op: "list",
+                path: root.clone(),
+                source,
+            })?,
+        };
+        let mut dirs: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        Ok(dirs)
+    }
+
+    /// The audit log from its first row of a claim at or past `lsn` on.
+    fn cut_audit(&self, lsn: Lsn) -> Result<(), EngineError> {
+        let audit = Wal::open_with(
+            self.storage.clone(),
+            self.layout.audit(),
+            wal_options(&self.config),
+        )?;
+        let mut first = None;
+        for row in read_audit(&audit, self.checkpoint.audit_from.max(audit.first_lsn())) {
+            let (at, row) = row?;
+            if row.claim_lsn >= lsn {
+                first = Some(at);
+                break;
+            }
+        }
+        if let Some(at) = first {
+            let n = audit.truncate_from(at)?;
+            info!(from_claim_lsn = lsn, audit_lsn = at, rows = n, "standby: audit rows cut");
+        }
+        Ok(())
+    }
+}
+
+impl FollowerLog for Cutter {
+    type Error = EngineError;
+
+    fn current_epoch(&self) -> Epoch {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    fn set_current_epoch(&self, epoch: Epoch) -> Result<(), EngineError> {
+        if epoch > self.current_epoch() {
+            write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), epoch)?;
+            self.epoch.fetch_max(epoch, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn log_end(&self) -> Lsn {
+        self.wal.next_lsn()
+    }
+
+    fn last_epoch(&self) -> Epoch {
+        self.wal.last_record_epoch()
+    }
+
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
+        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        epochs.end_offset_for(epoch, self.wal.next_lsn())
+    }
+
+    /// The logs agree: the records are fetched again once the engine is open.
+    fn append(&self, _entries: &[Entry], _leader_hw: Lsn) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn truncate_to(&self, lsn: Lsn) -> Result<(), EngineError> {
+        if lsn >= self.wal.next_lsn() {
+            return Ok(());
+        }
+        if lsn < self.checkpoint.wal_from {
+            return Err(EngineError::Replication(format!(
+                "the primary's log diverges at lsn {lsn}, below this node's checkpoint (lsn {}): \
+                 this node must be re-seeded (empty its data directory and follow again)",
+                self.checkpoint.wal_from
+            )));
+        }
+        warn!(from_lsn = lsn, wal_end = self.wal.next_lsn(), "standby: cutting records the primary does not have");
+        let n = self.wal.truncate_from(lsn)?;
+        self.epochs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .truncate_from_end(lsn)?;
+        self.cut.fetch_add(n, Ordering::Relaxed);
+        self.cut_effects(lsn)
+    }
+}

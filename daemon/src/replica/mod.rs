@@ -1,0 +1,117 @@
+//! Joins the engine to the replication protocol (`roost_replication`, docs/replication.md):
+//! the primary's side of a fetch ([`LeaderSide`]), a running standby's ([`FollowerSide`]),
+//! and a standby's start-up ([`cut`]), which removes what this node holds past the point
+//! where its log and the primary's agree, before the engine opens.
+//!
+//! A running standby never truncates: a fetch the primary answers as diverging stops it
+//! (`FollowError::Diverged`, exit 74), and the next start cuts, with the engine closed, so
+//! no reader or shard owner ever sees records disappear under it.
+
+pub mod cut;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
+
+use crate::error::EngineError;
+use crate::pipeline::Engine;
+
+/// The primary's WAL as the protocol reads it.
+pub struct LeaderSide(pub Arc<Engine>);
+
+impl LeaderLog for LeaderSide {
+    type Error = EngineError;
+
+    fn leader_epoch(&self) -> Option<Epoch> {
+        self.0.leader_epoch()
+    }
+
+    fn log_start(&self) -> Lsn {
+        self.0.wal().first_lsn()
+    }
+
+    fn durable_end(&self) -> Lsn {
+        self.0.durable_end()
+    }
+
+    fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
+        self.0.wal().wait_synced_past(after.saturating_sub(1), timeout) + 1
+    }
+
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
+        self.0.end_offset_for(epoch)
+    }
+
+    fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, EngineError> {
+        let until = self.0.durable_end();
+        let records = self.0.wal().read_from(from, until, max_bytes)?;
+        Ok(records
+            .into_iter()
+            .map(|r| Entry {
+                lsn: r.lsn,
+                epoch: r.epoch,
+                kind: r.record_type,
+                payload: r.payload,
+            })
+            .collect())
+    }
+
+    fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn {
+        self.0.standby_acked(replica, fetch_lsn)
+    }
+
+    fn disconnected(&self, replica: &str) {
+        self.0.standby_disconnected(replica)
+    }
+
+    fn saw_higher_epoch(&self, epoch: Epoch) {
+        self.0.step_down(epoch)
+    }
+}
+
+/// A running standby's log: appends apply through the engine; truncation is refused (it
+/// happens at start-up, see the module comment).
+pub struct FollowerSide(pub Arc<Engine>);
+
+impl FollowerLog for FollowerSide {
+    type Error = EngineError;
+
+    fn current_epoch(&self) -> Epoch {
+        self.0.epoch()
+    }
+
+    fn set_current_epoch(&self, epoch: Epoch) -> Result<(), EngineError> {
+        self.0.learn_epoch(epoch)
+    }
+
+    fn log_end(&self) -> Lsn {
+        self.0.wal().next_lsn()
+    }
+
+    fn last_epoch(&self) -> Epoch {
+        self.0.last_epoch()
+    }
+
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
+        self.0.end_offset_for(epoch)
+    }
+
+    fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), EngineError> {
+        self.0.apply_replicated(entries)?;
+        let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+        self.0.update_follow_status(|f| {
+            f.leader_hw = f.leader_hw.max(leader_hw);
+            f.records += entries.len() as u64;
+            f.bytes += bytes as u64;
+            f.connected = true;
+        });
+        Ok(())
+    }
+
+    fn truncate_to(&self, lsn: Lsn) -> Result<(), EngineError> {
+        Err(EngineError::Replication(format!(
+            "the primary's log diverges from this standby's at or below lsn {lsn}: restart to cut it"
+        )))
+    }
+}

@@ -1,0 +1,117 @@
+//! The replication tasks beside the serve loop (docs/replication.md): the primary's listener
+//! for standbys (`[replication] listen`, also started on a standby, which answers "not the
+//! leader" until it is promoted), and a standby's follower, which stops when the node is
+//! promoted. A follower failure while still a standby stops the daemon with its class.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use roost_replication::{FollowError, FollowerOptions, FollowerStatus, LeaderOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info};
+
+use super::Shared;
+use crate::error::EngineError;
+use crate::pipeline::Role;
+use crate::replica::{FollowerSide, LeaderSide};
+
+pub(super) struct ReplTasks {
+    stop: watch::Sender<bool>,
+    stop_follower: watch::Sender<bool>,
+    listener: Option<JoinHandle<()>>,
+    follower: Option<JoinHandle<()>>,
+    /// The follower's own view (connection, leader epoch), copied into the engine's status.
+    pub status: Arc<FollowerStatus>,
+}
+
+impl ReplTasks {
+    /// Binds the listener (a bind failure stops the start: the operator named the address)
+    /// and starts following when this node is a standby.
+    pub async fn start(shared: &Arc<Shared>) -> Result<ReplTasks, EngineError> {
+        let (stop, stop_rx) = watch::channel(false);
+        let (stop_follower, follower_rx) = watch::channel(false);
+        let cfg = shared.engine.config().replication.clone();
+        let status = Arc::new(FollowerStatus::default());
+        let listener = match &cfg.listen {
+            None => None,
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| {
+                    EngineError::Io {
+                        op: "listen for standbys",
+                        path: addr.into(),
+                        source,
+                    }
+                })?;
+                info!(listen = %addr, "replication: accepting standbys");
+                let log = Arc::new(LeaderSide(shared.engine.clone()));
+                let opts = LeaderOptions::default();
+                Some(tokio::spawn(roost_replication::serve_followers(
+                    l, log, opts, stop_rx,
+                )))
+            }
+        };
+        let follower = match (&cfg.follow, shared.engine.role()) {
+            (Some(addr), Role::Standby) => Some(tokio::spawn(run_follower(
+                shared.clone(),
+                addr.clone(),
+                status.clone(),
+                follower_rx,
+            ))),
+            _ => None,
+        };
+        Ok(ReplTasks {
+            stop,
+            stop_follower,
+            listener,
+            follower,
+            status,
+        })
+    }
+
+    /// The node was promoted: it follows no one from now on.
+    pub fn promoted(&mut self) {
+        let _ = self.stop_follower.send(true);
+        self.follower = None;
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.stop_follower.send(true);
+        for h in [self.listener, self.follower].into_iter().flatten() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), h).await;
+        }
+    }
+}
+
+/// Follows until stopped or promoted; any other end stops the daemon.
+async fn run_follower(
+    shared: Arc<Shared>,
+    addr: String,
+    status: Arc<FollowerStatus>,
+    stop: watch::Receiver<bool>,
+) {
+    let engine = shared.engine.clone();
+    engine.update_follow_status(|f| f.leader = addr.clone());
+    let log = Arc::new(FollowerSide(engine.clone()));
+    let opts = FollowerOptions {
+        replica: engine.config().replication.node_name(),
+        truncate_allowed: false,
+        ..FollowerOptions::default()
+    };
+    let r = roost_replication::follow(&addr, log, opts, stop, status).await;
+    if engine.role() != Role::Standby {
+        return; // promoted: the follower's end is expected
+    }
+    let e = match r {
+        Ok(_) => return,
+        Err(FollowError::Log(e)) => e,
+        Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
+    };
+    error!(error = %e, "replication: the standby stops");
+    if let Ok(mut f) = shared.fatal.lock() {
+        f.get_or_insert(e);
+    }
+    shared.stop.store(true, Ordering::SeqCst);
+    shared.wake.notify_one();
+}

@@ -1,0 +1,387 @@
+//! Replication on real processes over loopback (docs/replication.md): a standby follows,
+//! applies and serves reads with its spool closed; `ack = "standby"` holds results until a
+//! standby has the claim (or goes on alone when told to); a failover loses no acknowledged
+//! batch and the old primary, restarted as a standby, cuts what the new one never had
+//! (KIP-101's scenario 2) and ends byte for byte equal below the high watermark.
+//! Every wait is bounded.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{drop_in, wait_for, BIN};
+use roost::ops::child::ServeChild;
+use roost_storage::RealStorage;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// One node: a data directory, a config file, a log, maybe a running daemon.
+struct Node {
+    name: &'static str,
+    data: PathBuf,
+    config: PathBuf,
+    port: u16,
+    child: Option<ServeChild>,
+    starts: usize,
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl Node {
+    fn new(root: &Path, name: &'static str, extra: &str) -> Node {
+        let data = root.join(name);
+        std::fs::create_dir_all(&data).expect("mkdir");
+        let port = free_port();
+        let config = root.join(format!("{name}.toml"));
+        let text = format!(
+            "rescan_interval_ms = 100\ncheckpoint_wal_bytes = 65536\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nstandby_timeout_ms = 2000\n{extra}\n"
+        );
+        std::fs::write(&config, text).expect("config");
+        Node {
+            name,
+            data,
+            config,
+            port,
+            child: None,
+            starts: 0,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spool(&self) -> PathBuf {
+        self.data.join("spool")
+    }
+
+    /// Starts `roost serve` (following `follow` if given) and waits for "serving".
+    fn start(&mut self, follow: Option<&str>) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        self.starts += 1;
+        let log = self.data.with_extension(format!("log{}", self.starts));
+        let (config, follow) = (self.config.clone(), follow.map(str::to_owned));
+        let mut c = ServeChild::spawn(Path::new(BIN), &self.data, &log, |c| {
+            c.arg("--config").arg(&config);
+            if let Some(f) = follow {
+                c.arg("--follow").arg(f);
+            }
+        })
+        .expect("spawn");
+        c.ready(LIMIT).unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
+        self.child = Some(c);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill();
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let st = c.stop(LIMIT).expect("stop");
+            assert!(st.success(), "{} stopped with {st}", self.name);
+        }
+    }
+
+    fn roost(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .expect("run roost")
+    }
+
+    fn status(&self) -> Value {
+        let out = self.roost(&["status", "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    fn promote(&self) -> Value {
+        let out = self.roost(&["promote"]);
+        assert!(
+            out.status.success(),
+            "promote {}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        serde_json::from_slice(&out.stdout).expect("promote answer")
+    }
+
+    fn last_lsn(&self) -> u64 {
+        self.status()["last_lsn"].as_u64().unwrap_or(0)
+    }
+
+    fn result(&self, name: &str) -> Option<Value> {
+        let b = std::fs::read(self.spool().join("out").join(name)).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// Every WAL record as `roost wal dump --json` prints it (lsn, epoch, type, content).
+    fn wal(&self) -> Vec<Value> {
+        let out = self.roost(&["wal", "dump", "--json"]);
+        assert!(out.status.success(), "wal dump {}", self.name);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("dump line"))
+            .collect()
+    }
+
+    fn scan(&self, shard: &str) -> String {
+        let out = self.roost(&["scan", shard]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `roost verify`'s invariants on this node's files (the daemon stopped).
+    fn verify(&self) {
+        let r = roost::ops::verify::verify(RealStorage::shared(), &self.data);
+        assert!(
+            r.violations.is_empty(),
+            "{}: {:?}",
+            self.name,
+            r.violations
+        );
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn batch(key: &str, shard: &str, n: usize) -> Vec<u8> {
+    let ops: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"op":"create","shard":"{shard}","record":{{"k":"{key}","i":{i}}}}}"#))
+        .collect();
+    format!(r#"{{"request_key":"{key}","ops":[{}]}}"#, ops.join(",")).into_bytes()
+}
+
+/// Waits until `standby` holds everything `primary` has durably.
+fn caught_up(primary: &Node, standby: &Node) {
+    let want = primary.last_lsn();
+    wait_for(&format!("{} to reach lsn {want}", standby.name), LIMIT, || {
+        standby.last_lsn() >= want
+    });
+}
+
+/// The records both logs hold must be equal (lsn, epoch, type, content), and neither may
+/// hold a record the other has a different one for.
+fn same_logs(a: &Node, b: &Node) {
+    let (wa, wb) = (a.wal(), b.wal());
+    let n = wa.len().min(wb.len());
+    assert!(n > 0, "empty logs");
+    let by_lsn = |w: &[Value]| -> BTreeMap<u64, Value> {
+        w.iter()
+            .map(|r| (r["lsn"].as_u64().expect("lsn"), r.clone()))
+            .collect()
+    };
+    let (ma, mb) = (by_lsn(&wa), by_lsn(&wb));
+    for (lsn, ra) in &ma {
+        if let Some(rb) = mb.get(lsn) {
+            assert_eq!(ra, rb, "lsn {lsn} differs between {} and {}", a.name, b.name);
+        }
+    }
+}
+
+fn two_nodes(root: &Path, extra: &str) -> (Node, Node) {
+    (Node::new(root, "a", extra), Node::new(root, "b", extra))
+}
+
+/// Goal: a standby follows the primary: the same records (lsn, epoch, type, content), the
+/// same shard contents; it serves reads and status; files dropped in its spool wait.
+#[test]
+fn a_standby_follows_applies_and_keeps_its_spool_closed() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    for i in 0..40 {
+        drop_in(&a.spool(), &format!("f{i}.json"), &batch(&format!("k{i}"), "s", 3));
+    }
+    for i in 0..40 {
+        let name = format!("f{i}.json");
+        wait_for(&name, LIMIT, || a.result(&name).is_some());
+        assert_eq!(a.result(&name).expect("result")["status"], "committed");
+    }
+    drop_in(&b.spool(), "held.json", &batch("held", "s", 1));
+    caught_up(&a, &b);
+    let st = b.status();
+    assert_eq!(st["replication"]["role"], "standby", "{st}");
+    assert_eq!(st["replication"]["follow"]["connected"], true, "{st}");
+    let sa = a.status();
+    assert_eq!(sa["replication"]["standbys"][0]["name"], "b", "{sa}");
+    assert_eq!(a.scan("s"), b.scan("s"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(b.spool().join("new/held.json").exists(), "the standby took a file");
+    assert!(b.result("held.json").is_none());
+    b.stop();
+    a.stop();
+    same_logs(&a, &b);
+    assert_eq!(a.wal().len(), b.wal().len());
+    a.verify();
+    b.verify();
+}
+
+/// Goal: under `ack = "standby"` a result waits until a standby holds the claim; with
+/// `when_standby_lost = "alone"` it goes out once no standby is in sync, and says so.
+#[test]
+fn ack_standby_holds_results_until_a_standby_has_the_claim() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    drop_in(&a.spool(), "w.json", &batch("w", "s", 1));
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(a.result("w.json").is_none(), "published without a standby");
+    assert_eq!(a.status()["replication"]["waiting_for_standby"], true);
+    b.start(Some(&a.addr()));
+    wait_for("the result once the standby has it", LIMIT, || {
+        a.result("w.json").is_some()
+    });
+    b.stop();
+    a.stop();
+
+    let t = tempfile::tempdir().expect("tempdir");
+    let mut c = Node::new(
+        t.path(),
+        "c",
+        "ack = \"standby\"\nwhen_standby_lost = \"alone\"",
+    );
+    c.start(None);
+    drop_in(&c.spool(), "x.json", &batch("x", "s", 1));
+    wait_for("the result published alone", LIMIT, || c.result("x.json").is_some());
+    assert!(c.status()["replication"]["published_alone"].as_u64() >= Some(1));
+    c.stop();
+}
+
+/// Goal (KIP-101 scenario 2 on real processes): the primary holds a claim the standby never
+/// got (it was stopped), the primary dies, the standby is promoted and writes its own record
+/// at that lsn; the old primary, restarted as a standby of the new one, cuts its record and
+/// takes the new one: the logs and shards end equal, and the batch the old primary never
+/// acknowledged is gone from it, not merged.
+#[test]
+fn kip101_scenario_2_the_old_primary_cuts_what_the_new_one_never_had() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    drop_in(&a.spool(), "one.json", &batch("one", "s", 2));
+    wait_for("one", LIMIT, || a.result("one.json").is_some());
+    caught_up(&a, &b);
+    b.kill();
+    // Claimed on the old primary only: never acknowledged (no standby).
+    drop_in(&a.spool(), "lost.json", &batch("lost", "s", 2));
+    wait_for("lost claimed", LIMIT, || {
+        a.wal().iter().any(|r| r["request_key"] == "lost")
+    });
+    assert!(a.result("lost.json").is_none(), "acknowledged without a standby");
+    a.kill();
+    b.start(Some(&a.addr()));
+    let p = b.promote();
+    assert!(p["epoch"].as_u64() > Some(1), "{p}");
+    drop_in(&b.spool(), "two.json", &batch("two", "s", 2));
+    a.start(Some(&b.addr()));
+    wait_for("two", LIMIT, || b.result("two.json").is_some());
+    caught_up(&b, &a);
+    assert_eq!(a.scan("s"), b.scan("s"));
+    assert!(!a.scan("s").contains("lost"), "the unacknowledged batch survived the cut");
+    a.stop();
+    b.stop();
+    same_logs(&a, &b);
+    assert_eq!(a.wal().len(), b.wal().len());
+    assert!(!a.wal().iter().any(|r| r["request_key"] == "lost"));
+    a.verify();
+    b.verify();
+}
+
+/// Goal (KIP-101 scenario 1): a standby restart never cuts what it holds to its high
+/// watermark: an acknowledged batch it received survives its restart and the primary's
+/// loss, and the promoted standby answers the batch's retry with the original result.
+#[test]
+fn kip101_scenario_1_a_standby_restart_keeps_acknowledged_batches() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    drop_in(&a.spool(), "acked.json", &batch("acked", "s", 2));
+    wait_for("acked", LIMIT, || a.result("acked.json").is_some());
+    let original = a.result("acked.json").expect("result");
+    // The standby restarts at once (its high watermark may lag its log), and the primary is
+    // lost before the standby fetches again.
+    b.kill();
+    a.kill();
+    b.start(Some(&a.addr()));
+    b.promote();
+    drop_in(&b.spool(), "acked.json", &batch("acked", "s", 2));
+    wait_for("the retry's answer", LIMIT, || b.result("acked.json").is_some());
+    let again = b.result("acked.json").expect("retry");
+    assert_eq!(again["status"], "committed", "{again}");
+    assert_eq!(again["ops"], original["ops"], "the retry got other ids");
+    b.stop();
+    b.verify();
+}
+
+/// Goal: the failover drill in CI: batches stream under `ack = "standby"`, the primary is
+/// killed at a random moment, the standby promoted, the old primary restarted as its
+/// standby; three rounds, roles swapping. Every acknowledged batch is on the new primary
+/// with its ids, the logs are equal, the shards scan equal, verify holds on both.
+#[test]
+fn failover_drill_loses_no_acknowledged_batch() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    let mut acked: BTreeMap<String, Value> = BTreeMap::new();
+    let mut seed = 0x9e37_79b9_u64;
+    for round in 0..3 {
+        let (p, s) = if round % 2 == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
+        let sent: Vec<String> = (0..30).map(|i| format!("r{round}-{i}.json")).collect();
+        for (i, name) in sent.iter().enumerate() {
+            drop_in(&p.spool(), name, &batch(&format!("r{round}-{i}"), "s", 2));
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(seed % 400));
+        p.kill();
+        for name in &sent {
+            if let Some(r) = p.result(name) {
+                acked.insert(name.clone(), r);
+            }
+        }
+        s.promote();
+        p.start(Some(&s.addr()));
+        // Every acknowledged batch: its retry on the new primary gives the same ids.
+        for (name, r) in &acked {
+            let key = r["request_key"].as_str().expect("key").to_owned();
+            let retry = format!("retry-{round}-{name}");
+            drop_in(&s.spool(), &retry, &batch(&key, "s", 2));
+            wait_for(&retry, LIMIT, || s.result(&retry).is_some());
+            let again = s.result(&retry).expect("retry result");
+            assert_eq!(again["ops"], r["ops"], "{name}: acknowledged batch lost or changed");
+        }
+        caught_up(s, p);
+        let started = Instant::now();
+        while p.scan("s") != s.scan("s") && started.elapsed() < LIMIT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(p.scan("s"), s.scan("s"), "round {round}: shards differ");
+    }
+    a.stop();
+    b.stop();
+    same_logs(&a, &b);
+    a.verify();
+    b.verify();
+    assert!(!acked.is_empty(), "no batch was acknowledged before the kills");
+}

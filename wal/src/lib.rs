@@ -5,6 +5,7 @@
 //! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
+pub mod epochs;
 pub mod format;
 mod log;
 mod read;
@@ -13,6 +14,7 @@ mod truncate;
 
 use std::path::PathBuf;
 
+pub use epochs::LeaderEpochs;
 pub use log::{
     Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
 };

@@ -574,7 +574,8 @@ impl Wal {
     }
 
     /// Returns once every record up to `lsn` is durable. The first caller to find no sync in
-    /// progress runs one for everything written so far; the others wait for it.
+    /// progress runs one for everything written so far; the others wait for it. `Missing`
+    /// for an lsn never written (or removed by [`Wal::truncate_from`] while waiting).
     pub fn sync_to(&self, lsn: Lsn) -> Result<(), WalError> {
         let mut g = self.lock();
         loop {
@@ -583,6 +584,10 @@ impl Wal {
             }
             if g.synced_lsn >= lsn {
                 return Ok(());
+            }
+            if lsn > g.written_lsn {
+                // Never written, or removed by `truncate_from`: no sync will ever cover it.
+                return Err(WalError::Missing { lsn });
             }
             if g.syncing {
                 g = self.synced.wait(g).unwrap_or_else(|p| p.into_inner());

@@ -46,8 +46,8 @@ impl Wal {
 
     /// The records with lsn in `[from, until)`, oldest first: at least one when
     /// `from < until`, and no more once their payloads reach `max_bytes`. `until` beyond the
-    /// log is the log's end. `Missing` when `from` was retired, or is at or past the log's
-    /// end while `from < until`.
+    /// log is the log's end. `Missing` when `from` was retired, is beyond the log's end, or
+    /// is the log's end while `from < until`.
     pub fn read_from(
         &self,
         from: Lsn,
@@ -58,7 +58,7 @@ impl Wal {
         let (segs, end) = {
             let g = self.lock();
             let first = g.segments.first().map_or(g.next_lsn, |s| s.first_lsn);
-            if from < first || (from < until && from >= g.next_lsn) {
+            if from < first || from > g.next_lsn || (from < until && from == g.next_lsn) {
                 return Err(WalError::Missing { lsn: from });
             }
             let i = g.segments.partition_point(|s| s.first_lsn <= from);
@@ -136,25 +136,43 @@ impl Wal {
     }
 }
 
-/// Walks record headers from `pos` up to record `lsn`. Each header must carry the lsn
-/// expected there, a known version and a length within the limit; the checksum is checked
-/// when the record itself is read.
+/// Bytes read at a time by the header walk: one read covers many small records' headers.
+const WALK_CHUNK_BYTES: usize = 256 << 10;
+
+/// Walks record headers from `pos` up to record `lsn`, reading the segment in chunks of
+/// `WALK_CHUNK_BYTES`. Each header must carry the lsn expected there, a known version and a
+/// length within the limit; the checksum is checked when the record itself is read.
 fn skip_to(mut pos: Position, lsn: Lsn, payload_bytes_max: u32) -> Result<Position, WalError> {
-    let mut head = [0u8; RECORD_HEADER_LEN];
+    let io = |source| WalError::Io {
+        op: "read",
+        path: pos.path.clone(),
+        source,
+    };
+    let file_len = pos.file.len().map_err(io)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_at = 0u64;
     while pos.lsn < lsn {
-        pos.file
-            .read_at(&mut head, pos.offset)
-            .map_err(|source| WalError::Io {
+        let in_buf = pos.offset >= buf_at
+            && pos.offset + RECORD_HEADER_LEN as u64 <= buf_at + buf.len() as u64;
+        if !in_buf {
+            let want = (file_len.saturating_sub(pos.offset) as usize).min(WALK_CHUNK_BYTES);
+            buf.resize(want.max(RECORD_HEADER_LEN), 0);
+            let io = |source| WalError::Io {
                 op: "read",
                 path: pos.path.clone(),
                 source,
-            })?;
-        let mut at = [0u8; 8];
-        at.copy_from_slice(&head[LSN_OFFSET..LSN_OFFSET + 8]);
+            };
+            pos.file.read_at(&mut buf, pos.offset).map_err(io)?;
+            buf_at = pos.offset;
+        }
+        let at = (pos.offset - buf_at) as usize;
+        let head = &buf[at..at + RECORD_HEADER_LEN];
+        let mut lsn_bytes = [0u8; 8];
+        lsn_bytes.copy_from_slice(&head[LSN_OFFSET..LSN_OFFSET + 8]);
         let mut len = [0u8; 4];
         len.copy_from_slice(&head[LEN_OFFSET..LEN_OFFSET + 4]);
         let len = u32::from_le_bytes(len);
-        let reason = if u64::from_le_bytes(at) != pos.lsn || head[VERSION_OFFSET] == 0 {
+        let reason = if u64::from_le_bytes(lsn_bytes) != pos.lsn || head[VERSION_OFFSET] == 0 {
             Some("no record with the expected lsn at this offset")
         } else if len > payload_bytes_max {
             Some("payload length over limit")

@@ -71,23 +71,26 @@ impl Wal {
         let index = g.segments.partition_point(|s| s.first_lsn <= lsn) - 1;
         let seg = &g.segments[index];
         let max = self.opts.payload_bytes_max;
-        let (offset, last_epoch) = if lsn > seg.first_lsn {
-            let prev = self.position(cur, seg, lsn - 1)?;
-            let r = read_frame(prev.file.as_ref(), &prev.path, lsn - 1, prev.offset, max)?;
-            (prev.offset + frame_len(r.payload.len()) as u64, r.epoch)
-        } else if let Some(before) = index.checked_sub(1).map(|i| &g.segments[i]) {
-            let prev = self.position(cur, before, lsn - 1)?;
-            let r = read_frame(prev.file.as_ref(), &prev.path, lsn - 1, prev.offset, max)?;
-            (0, r.epoch)
-        } else {
-            (0, 0)
+        let before = index.checked_sub(1).map(|i| &g.segments[i]);
+        let (here, last_epoch) = match (lsn > seg.first_lsn, before) {
+            (true, _) => {
+                let mut prev = self.position(cur, seg, lsn - 1)?;
+                let r = read_frame(prev.file.as_ref(), &prev.path, lsn - 1, prev.offset, max)?;
+                prev.offset += frame_len(r.payload.len()) as u64;
+                (prev, r.epoch)
+            }
+            (false, Some(before)) => {
+                let prev = self.position(cur, before, lsn - 1)?;
+                let r = read_frame(prev.file.as_ref(), &prev.path, lsn - 1, prev.offset, max)?;
+                (self.position(cur, seg, lsn)?, r.epoch)
+            }
+            (false, None) => (self.position(cur, seg, lsn)?, 0),
         };
         // The first record removed must be where the walk says: never cut on a guess.
-        let here = self.position(cur, seg, lsn)?;
-        read_frame(here.file.as_ref(), &here.path, lsn, offset, max)?;
+        read_frame(here.file.as_ref(), &here.path, lsn, here.offset, max)?;
         Ok(Cut {
             index,
-            offset,
+            offset: here.offset,
             last_epoch,
         })
     }

@@ -185,6 +185,25 @@ fn read_from_streams_every_record_across_segments() {
     assert_eq!(wal.read_from(first, first + 1, 10).unwrap()[0].lsn, first);
 }
 
+/// Goal: with the cursor never fitting (reads going backwards), any record of a segment
+/// larger than one chunk of the header walk is found, wherever its header falls.
+#[test]
+fn read_from_finds_any_lsn_when_the_cursor_does_not_fit() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 20)).unwrap();
+    for lsn in 1..=6000u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(6000).unwrap();
+    assert_eq!(wal.segments().len(), 1, "one segment of more than a chunk");
+    let mut lsn = 6000;
+    while lsn > 0 {
+        let got = wal.read_from(lsn, lsn + 2, 1).unwrap();
+        assert_eq!((got[0].lsn, &got[0].payload), (lsn, &old(lsn)));
+        lsn = lsn.saturating_sub(397);
+    }
+}
+
 /// Goal: a reader keeps up with a writer: every record below the synced lsn can be read
 /// while appends go on after it in the same segment.
 #[test]
@@ -244,6 +263,10 @@ fn truncate_from_matches_a_fresh_open() {
         assert_eq!(wal.truncate_from(cut).unwrap(), 31 - cut, "cut {cut}");
         assert_eq!(wal.next_lsn(), cut);
         assert!(wal.synced_lsn() < cut);
+        assert!(
+            matches!(wal.sync_to(cut), Err(WalError::Missing { .. })),
+            "cut away"
+        );
         let want_epoch = match cut {
             1 => 0,
             2..=10 => 1,

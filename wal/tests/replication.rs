@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use roost_storage::{CrashMode, SimFaults, SimStorage};
 use roost_wal::format::{probe, Probe};
+use roost_wal::WalOptions;
 use roost_wal::{Lsn, Record, Wal, WalError};
 
 fn old(lsn: Lsn) -> Vec<u8> {
@@ -378,7 +379,8 @@ fn check_after_crash(got: &[(Lsn, u32, Vec<u8>)], cut: Lsn, old_acked: Lsn, new_
 }
 
 /// Goal: a power loss at any sync of "truncate, append new records at the same lsns, sync"
-/// (both power-loss modes of the simulated disk; the last old records unsynced at the cut)
+/// (both power-loss modes of the simulated disk, and a process crash; the last old records
+/// unsynced at the cut)
 /// reopens to the old records or to the cut log followed by a prefix of the new ones: never
 /// corruption, never an old record after a new one, never a stale record vouching for a
 /// position a new one holds; acknowledged records are kept.
@@ -421,6 +423,7 @@ fn power_loss_at_every_sync_of_truncate_then_append() {
         for freeze in 0..=total {
             let (disk, _, new_acked) = run(Some(freeze));
             for mode in [
+                CrashMode::Process,
                 CrashMode::PowerDrop,
                 CrashMode::PowerTear {
                     seed: freeze * 7 + cut,
@@ -456,4 +459,40 @@ fn read_from_agrees_with_replay() {
         .map(|r| (r.lsn, r.payload))
         .collect();
     assert_eq!(a, all(&wal));
+}
+
+/// Goal: the same truncation on a real directory: the cut, the appends after it and a reopen
+/// agree (ftruncate and fallocate on a real file system).
+#[test]
+fn truncate_from_on_real_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = WalOptions {
+        segment_bytes: 4096,
+        payload_bytes_max: 1024,
+        ..WalOptions::default()
+    };
+    let wal = Wal::open(tmp.path(), o.clone()).unwrap();
+    for lsn in 1..=400u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(400).unwrap();
+    assert!(wal.segments().len() > 3);
+    let cut = wal.segments()[1].0 + 2;
+    assert_eq!(wal.truncate_from(cut).unwrap(), 401 - cut);
+    wal.set_epoch(2).unwrap();
+    for lsn in cut..cut + 50 {
+        wal.append_replicated(lsn, 2, 1, &new(lsn)).unwrap();
+    }
+    wal.sync_to(cut + 49).unwrap();
+    let before = (wal.next_lsn(), records(&wal), wal.last_record_epoch());
+    drop(wal);
+    let wal = Wal::open(tmp.path(), o).unwrap();
+    assert_eq!(
+        (wal.next_lsn(), records(&wal), wal.last_record_epoch()),
+        before
+    );
+    let got = records(&wal);
+    assert!(got
+        .iter()
+        .all(|(l, _, p)| *p == if *l < cut { old(*l) } else { new(*l) }));
 }

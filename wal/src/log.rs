@@ -1,4 +1,5 @@
 //! The log: segment files, appends with group commit, recovery on open, replay and retirement.
+//! Ranged reads for a follower are in `read.rs`, truncation of the end in `truncate.rs`.
 //!
 //! Concurrency: one mutex guards the write position; appends write into the page cache under
 //! it (cheap, and it keeps lsn order equal to file order). Durability is separate: a caller

@@ -205,6 +205,40 @@ fn read_from_finds_any_lsn_when_the_cursor_does_not_fit() {
     }
 }
 
+/// Goal: a follower reading on from where it stopped starts at the cursor, not at the
+/// segment's start: with the headers of the records already read destroyed (in the page
+/// cache), reading on still works, while reading back (a walk from the start) reports the
+/// damage with its segment, offset and lsn.
+#[test]
+fn read_from_continues_from_its_cursor_without_walking_the_segment() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 16)).unwrap();
+    for lsn in 1..=40u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(40).unwrap();
+    let first = wal.read_from(1, 21, usize::MAX).unwrap();
+    assert_eq!(first.len(), 20);
+    let seg = first[0].segment.clone();
+    let mut bytes = disk.file_bytes(&seg).unwrap();
+    for b in &mut bytes[..first[19].offset as usize + 8] {
+        *b = 0xAA;
+    }
+    disk.put_file_bytes(&seg, bytes);
+    let next = wal.read_from(21, 41, usize::MAX).unwrap();
+    assert_eq!(next.first().map(|r| r.lsn), Some(21));
+    assert_eq!(next.len(), 20);
+    match wal.read_from(5, 41, usize::MAX) {
+        Err(WalError::Corrupt {
+            segment,
+            offset,
+            lsn,
+            ..
+        }) => assert_eq!((segment, offset, lsn), (seg, 0, 1)),
+        other => panic!("expected the walk from the start to fail: {other:?}"),
+    }
+}
+
 /// Goal: a reader keeps up with a writer: every record below the synced lsn can be read
 /// while appends go on after it in the same segment.
 #[test]

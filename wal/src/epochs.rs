@@ -55,9 +55,10 @@ enum Loaded {
 impl LeaderEpochs {
     /// Reads the file at `path`, rebuilding it from `wal` when it is missing or damaged
     /// (logged as a warning), then reconciles it with `wal`: entries starting at or past the
-    /// log's end are dropped, and when the log's last record has a newer epoch than the
-    /// latest entry (a crash between an append and the file's write) the entries from the
-    /// latest one on are rebuilt from the records. Entries below `wal.first_lsn()` stay.
+    /// log's end are dropped, and when the log's last record has another epoch than the
+    /// latest entry (newer: a crash between an append and the file's write; older: entries
+    /// no record confirms) the entries from the newest one at or below that epoch on are
+    /// rebuilt from the records. Entries below `wal.first_lsn()` stay.
     pub fn open(
         storage: Arc<dyn Storage>,
         path: PathBuf,
@@ -86,8 +87,14 @@ impl LeaderEpochs {
         me.entries.retain(|(_, start)| *start < next);
         dirty |= me.entries.len() != before;
         let last = wal.last_record_epoch();
-        if last != 0 && me.latest().is_none_or(|(e, _)| e < last) {
-            let from = me.latest().map_or(0, |(_, s)| s).max(wal.first_lsn());
+        if last != 0 && me.latest().is_none_or(|(e, _)| e != last) {
+            if me.latest().is_some_and(|(e, _)| e > last) {
+                warn!(path = %me.path.display(), last,
+                    "leader epochs: entries newer than the wal's last record, rebuilt from it");
+            }
+            // Rebuild from the newest entry the records can confirm (epoch <= last).
+            let from = me.entries.iter().rev().find(|(e, _)| *e <= last);
+            let from = from.map_or(0, |(_, s)| *s).max(wal.first_lsn());
             me.entries = merge(&me.entries, scan_epochs(wal, from)?);
             dirty = true;
         }

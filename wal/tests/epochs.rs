@@ -124,7 +124,8 @@ fn crc32(b: &[u8]) -> u32 {
 /// Goal: open reconciles the file with the WAL: entries at or past the log's end go (a
 /// truncated log); a WAL whose last record is of a newer epoch than the file knows is
 /// caught up from the records (a crash between an append and the file's write), keeping
-/// the start of an epoch whose first records were retired; entries below the first lsn stay.
+/// the start of an epoch whose first records were retired; an entry no record confirms
+/// goes; entries below the first lsn stay.
 #[test]
 fn leader_epochs_open_reconciles_with_the_wal() {
     let disk = SimStorage::new();
@@ -137,6 +138,9 @@ fn leader_epochs_open_reconciles_with_the_wal() {
         "persisted"
     );
     disk.put_file_bytes(&path(), encode(&[(1, 1)]));
+    assert_eq!(epochs(&disk, &wal).entries(), &[(1, 1), (2, 10), (5, 20)]);
+    // An epoch below the log's end that no record has (the last record is of epoch 5).
+    disk.put_file_bytes(&path(), encode(&[(1, 1), (2, 10), (5, 20), (9, 24)]));
     assert_eq!(epochs(&disk, &wal).entries(), &[(1, 1), (2, 10), (5, 20)]);
     // Retire below lsn 22: the file keeps its older entries; a newer epoch after them is
     // caught up without losing where epoch 5 began (lsn 20, now retired).

@@ -237,3 +237,27 @@ fn power_loss_at_every_sync_of_assign_keeps_old_or_new() {
     }
     assert!(seen.0 && seen.1, "both outcomes occur: {seen:?}");
 }
+
+/// Goal: the same file on a real directory: built at open, replaced by `assign`, read back
+/// by the next open, no temporary left behind.
+#[test]
+fn leader_epochs_on_real_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn roost_storage::Storage> = roost_storage::RealStorage::shared();
+    let wal = Wal::open(tmp.path().join("wal"), opts(4096)).unwrap();
+    wal.append(1, b"a").unwrap();
+    let file = tmp.path().join("leader-epochs");
+    let mut le = LeaderEpochs::open(storage.clone(), file.clone(), &wal).unwrap();
+    assert_eq!(le.entries(), &[(1, 1)]);
+    le.assign(3, 2).unwrap();
+    wal.set_epoch(3).unwrap();
+    wal.append(1, b"b").unwrap();
+    drop(le);
+    let le = LeaderEpochs::open(storage, file.clone(), &wal).unwrap();
+    assert_eq!(le.entries(), &[(1, 1), (3, 2)]);
+    assert_eq!(
+        decode(&std::fs::read(&file).unwrap()).unwrap(),
+        vec![(1, 1), (3, 2)]
+    );
+    assert!(!tmp.path().join("leader-epochs.tmp").exists());
+}

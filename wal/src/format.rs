@@ -10,7 +10,7 @@
 //!                       appended; 0 = no mark (more than u16::MAX records unsynced). Version 1:
 //!                       reserved, zero (its records keep the old rule, see Header::vouches_for)
 //!      8    4 len       payload length in bytes, <= the log's payload_bytes_max
-//!     12    4 epoch     epoch of the writer (1 until replication, see Kip101.tla)
+//!     12    4 epoch     leader epoch the record was written in; never decreases along a log
 //!     16    8 lsn       log sequence number, strictly increasing by 1 across the whole log
 //!     24  len payload   opaque bytes (the daemon's bincode records), then zero padding to 8
 //! ```

@@ -5,12 +5,16 @@
 //! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
+pub mod epochs;
 pub mod format;
 mod log;
+mod read;
 pub mod recovery;
+mod truncate;
 
 use std::path::PathBuf;
 
+pub use epochs::LeaderEpochs;
 pub use log::{
     Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
 };
@@ -46,6 +50,13 @@ pub enum WalError {
     /// The record asked for is not in the log (retired, or never written).
     #[error("wal: no record {lsn} (retired or never written)")]
     Missing { lsn: Lsn },
+    /// A replicated append whose lsn is not the log's next one.
+    #[error("wal: record lsn {got} out of order (the log's next lsn is {expected})")]
+    OutOfOrder { expected: Lsn, got: Lsn },
+    /// An append whose epoch is below the epoch of the log's last record: epochs never go
+    /// back in a log (the leader-epoch truncation relies on it).
+    #[error("wal: record {lsn} at epoch {epoch} is below the last record's epoch {last}")]
+    EpochRegress { lsn: Lsn, epoch: u32, last: u32 },
     /// No room for a new segment: nothing was written, and the log takes appends again once
     /// there is room.
     #[error("wal: {0}")]

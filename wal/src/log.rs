@@ -1,4 +1,5 @@
 //! The log: segment files, appends with group commit, recovery on open, replay and retirement.
+//! Ranged reads for a follower are in `read.rs`, truncation of the end in `truncate.rs`.
 //!
 //! Concurrency: one mutex guards the write position; appends write into the page cache under
 //! it (cheap, and it keeps lsn order equal to file order). Durability is separate: a caller
@@ -32,7 +33,8 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// Largest payload accepted on append and on read (checked before allocating).
     pub payload_bytes_max: u32,
-    /// Epoch stamped on every record this writer appends (Kip101: 1 until replication).
+    /// Epoch stamped on the records this writer appends, until [`Wal::set_epoch`] (1 until
+    /// replication).
     pub epoch: u32,
     /// Open without repairing anything; appends fail. For `roost verify`, `dump`, `audit`
     /// while a daemon may be writing.
@@ -76,40 +78,48 @@ pub struct RecoveryReport {
 }
 
 #[derive(Clone, Debug)]
-struct Segment {
-    first_lsn: Lsn,
-    path: PathBuf,
+pub(crate) struct Segment {
+    pub(crate) first_lsn: Lsn,
+    pub(crate) path: PathBuf,
 }
 
-struct Active {
-    file: Arc<dyn StorageFile>,
-    first_lsn: Lsn,
-    write_offset: u64,
+pub(crate) struct Active {
+    pub(crate) file: Arc<dyn StorageFile>,
+    pub(crate) first_lsn: Lsn,
+    pub(crate) write_offset: u64,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     /// Oldest first; the last one is the active segment when `active` is set.
-    segments: Vec<Segment>,
-    active: Option<Active>,
-    next_lsn: Lsn,
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) active: Option<Active>,
+    pub(crate) next_lsn: Lsn,
     /// Highest lsn written to the page cache.
-    written_lsn: Lsn,
+    pub(crate) written_lsn: Lsn,
     /// Highest lsn known durable.
-    synced_lsn: Lsn,
-    syncing: bool,
+    pub(crate) synced_lsn: Lsn,
+    pub(crate) syncing: bool,
     /// Set by the first failed write or sync; every later call returns `Poisoned`.
-    poisoned: Option<String>,
+    pub(crate) poisoned: Option<String>,
     /// The next segment, preallocated ahead of need (writable logs only).
-    spare: Option<Spare>,
+    pub(crate) spare: Option<Spare>,
+    /// Epoch stamped on local appends ([`Wal::set_epoch`]); never goes down.
+    pub(crate) epoch: u32,
+    /// Epoch of the last record in the log (0 when it holds none): from the scan at open,
+    /// then every append and truncation. An append below it is `EpochRegress`.
+    pub(crate) last_epoch: u32,
 }
 
 /// A segmented write-ahead log. `Send + Sync`; share it with an `Arc`.
 pub struct Wal {
-    storage: Arc<dyn Storage>,
-    dir: PathBuf,
-    opts: WalOptions,
-    inner: Mutex<Inner>,
-    synced: Condvar,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) dir: PathBuf,
+    pub(crate) opts: WalOptions,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) synced: Condvar,
+    /// Where the last [`Wal::read_from`] stopped. Lock order: this before `inner`; taken by
+    /// readers, truncation and retirement (which invalidate it), never by appends.
+    pub(crate) cursor: Mutex<Option<crate::read::Cursor>>,
     syncs: AtomicU64,
     appends: AtomicU64,
     append_bytes: AtomicU64,
@@ -179,20 +189,11 @@ impl Wal {
             report,
             next_lsn,
             active,
+            last_epoch,
         } = recover_segments(storage.as_ref(), &segments, &opts)?;
-        let spare = match opts.read_only {
-            true => None,
-            false => Some(
-                Spare::open(storage.as_ref(), &dir, opts.segment_bytes).map_err(|source| {
-                    WalError::Io {
-                        op: "make spare segment",
-                        path: dir.join(roost_storage::SPARE_FILE),
-                        source,
-                    }
-                })?,
-            ),
-        };
+        let spare = open_spare(storage.as_ref(), &dir, &opts)?;
         let spare_short = spare.as_ref().is_some_and(|s| s.missing().is_some());
+        let epoch = opts.epoch;
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
             next_lsn, torn_bytes = report.torn_bytes_truncated, "wal: opened");
         Ok(Wal {
@@ -208,8 +209,11 @@ impl Wal {
                 syncing: false,
                 poisoned: None,
                 spare,
+                epoch,
+                last_epoch,
             }),
             synced: Condvar::new(),
+            cursor: Mutex::new(None),
             syncs: AtomicU64::new(0),
             appends: AtomicU64::new(0),
             append_bytes: AtomicU64::new(0),
@@ -218,7 +222,7 @@ impl Wal {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the log in an unknown state: treat it as an
         // I/O failure (latched) rather than carry on.
         self.inner.lock().unwrap_or_else(|p| {
@@ -282,6 +286,56 @@ impl Wal {
         record_type: u8,
         payload: &[u8],
     ) -> Result<(Lsn, u64), WalError> {
+        self.append_frame(None, record_type, payload)
+    }
+
+    /// A follower's append of the leader's record `lsn` at `epoch`: like
+    /// [`Wal::append_nowait`] (no sync; call [`Wal::sync_to`]), but `lsn` must be
+    /// [`Wal::next_lsn`] (else `OutOfOrder`) and `epoch` at least [`Wal::last_record_epoch`]
+    /// (else `EpochRegress`). The header's synced mark is this node's own, never the
+    /// leader's: a mark vouches for what this disk synced, so callers pass fields, not frames.
+    pub fn append_replicated(
+        &self,
+        lsn: Lsn,
+        epoch: u32,
+        record_type: u8,
+        payload: &[u8],
+    ) -> Result<Lsn, WalError> {
+        self.append_frame(Some((lsn, epoch)), record_type, payload)
+            .map(|(lsn, _)| lsn)
+    }
+
+    /// Sets the epoch stamped on later local appends. It never goes down (`Config`).
+    pub fn set_epoch(&self, epoch: u32) -> Result<(), WalError> {
+        let mut g = self.lock();
+        if epoch < g.epoch {
+            return Err(WalError::Config(format!(
+                "epoch {epoch} below the current epoch {}",
+                g.epoch
+            )));
+        }
+        g.epoch = epoch;
+        Ok(())
+    }
+
+    /// The epoch local appends carry.
+    pub fn epoch(&self) -> u32 {
+        self.lock().epoch
+    }
+
+    /// The epoch of the last record in the log; 0 when it holds none.
+    pub fn last_record_epoch(&self) -> u32 {
+        self.lock().last_epoch
+    }
+
+    /// Writes one frame at the next lsn: the log's own epoch, or the `(lsn, epoch)` a
+    /// replicated append was given (checked). Rolls when the record does not fit.
+    fn append_frame(
+        &self,
+        given: Option<(Lsn, u32)>,
+        record_type: u8,
+        payload: &[u8],
+    ) -> Result<(Lsn, u64), WalError> {
         if self.opts.read_only {
             return Err(WalError::ReadOnly);
         }
@@ -296,22 +350,21 @@ impl Wal {
             return Err(WalError::Poisoned(why.clone()));
         }
         let lsn = g.next_lsn;
-        let len = frame_len(payload.len()) as u64;
-        let fits = g
-            .active
-            .as_ref()
-            .is_some_and(|a| a.write_offset + len <= self.opts.segment_bytes);
-        if !fits {
-            self.roll(&mut g, lsn).inspect_err(|e| {
-                // No room for a new segment: nothing was written, the log goes on as it was.
-                if !matches!(e, WalError::NoSpace(_)) {
-                    g.poisoned.get_or_insert_with(|| e.to_string());
-                }
-            })?;
+        let epoch = match given {
+            Some((got, _)) if got != lsn => {
+                return Err(WalError::OutOfOrder { expected: lsn, got })
+            }
+            Some((_, epoch)) => epoch,
+            None => g.epoch,
+        };
+        if epoch < g.last_epoch {
+            let last = g.last_epoch;
+            return Err(WalError::EpochRegress { lsn, epoch, last });
         }
+        self.make_room(&mut g, lsn, frame_len(payload.len()) as u64)?;
         // The record's synced mark: what is durable now, before it is written (after a roll,
         // the whole sealed segment).
-        let frame = encode_frame(record_type, self.opts.epoch, lsn, g.synced_lsn, payload);
+        let frame = encode_frame(record_type, epoch, lsn, g.synced_lsn, payload);
         let (file, offset, path) = match g.active.as_ref() {
             Some(a) => (
                 a.file.clone(),
@@ -334,10 +387,28 @@ impl Wal {
         }
         g.next_lsn = lsn + 1;
         g.written_lsn = lsn;
+        g.last_epoch = epoch;
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.append_bytes
             .fetch_add(frame.len() as u64, Ordering::Relaxed);
         Ok((lsn, offset))
+    }
+
+    /// Rolls to a new segment when a frame of `len` bytes does not fit the active one.
+    fn make_room(&self, g: &mut MutexGuard<'_, Inner>, lsn: Lsn, len: u64) -> Result<(), WalError> {
+        let fits = g
+            .active
+            .as_ref()
+            .is_some_and(|a| a.write_offset + len <= self.opts.segment_bytes);
+        if fits {
+            return Ok(());
+        }
+        self.roll(g, lsn).inspect_err(|e| {
+            // No room for a new segment: nothing was written, the log goes on as it was.
+            if !matches!(e, WalError::NoSpace(_)) {
+                g.poisoned.get_or_insert_with(|| e.to_string());
+            }
+        })
     }
 
     /// The one record `lsn`, at byte `offset` of its segment (from [`Wal::append_nowait_at`]
@@ -504,7 +575,8 @@ impl Wal {
     }
 
     /// Returns once every record up to `lsn` is durable. The first caller to find no sync in
-    /// progress runs one for everything written so far; the others wait for it.
+    /// progress runs one for everything written so far; the others wait for it. `Missing`
+    /// for an lsn never written (or removed by [`Wal::truncate_from`] while waiting).
     pub fn sync_to(&self, lsn: Lsn) -> Result<(), WalError> {
         let mut g = self.lock();
         loop {
@@ -513,6 +585,10 @@ impl Wal {
             }
             if g.synced_lsn >= lsn {
                 return Ok(());
+            }
+            if lsn > g.written_lsn {
+                // Never written, or removed by `truncate_from`: no sync will ever cover it.
+                return Err(WalError::Missing { lsn });
             }
             if g.syncing {
                 g = self.synced.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -565,7 +641,7 @@ impl Wal {
     }
 
     /// Makes the segments' names in the log's directory durable.
-    fn sync_dir(&self) -> Result<(), WalError> {
+    pub(crate) fn sync_dir(&self) -> Result<(), WalError> {
         self.storage
             .sync_dir(&self.dir)
             .map_err(|source| WalError::Io {
@@ -578,6 +654,7 @@ impl Wal {
     /// Removes whole segments whose every record is below `lsn` (never the active one), then
     /// syncs the directory. Returns how many were removed.
     pub fn retire_below(&self, lsn: Lsn) -> Result<usize, WalError> {
+        let mut cur = self.lock_cursor();
         let mut g = self.lock();
         let mut removed = 0;
         while g.segments.len() > 1 && g.segments[1].first_lsn <= lsn {
@@ -592,6 +669,7 @@ impl Wal {
             removed += 1;
         }
         if removed > 0 {
+            *cur = None;
             self.sync_dir()?;
         }
         Ok(removed)
@@ -599,7 +677,7 @@ impl Wal {
 }
 
 /// Reads and checks the frame of record `lsn` at `offset` of `file`.
-fn read_frame(
+pub(crate) fn read_frame(
     file: &dyn StorageFile,
     path: &Path,
     lsn: Lsn,
@@ -638,6 +716,24 @@ fn read_frame(
         Probe::Zero => Err(corrupt("no record at this offset".into())),
         Probe::Invalid(why) => Err(corrupt(why.into())),
     }
+}
+
+/// The spare segment of a writable log (made now if missing); none when read-only.
+fn open_spare(
+    storage: &dyn Storage,
+    dir: &Path,
+    opts: &WalOptions,
+) -> Result<Option<Spare>, WalError> {
+    if opts.read_only {
+        return Ok(None);
+    }
+    Spare::open(storage, dir, opts.segment_bytes)
+        .map(Some)
+        .map_err(|source| WalError::Io {
+            op: "make spare segment",
+            path: dir.join(roost_storage::SPARE_FILE),
+            source,
+        })
 }
 
 /// Refuses options the format cannot honour, before anything is opened.
@@ -693,6 +789,8 @@ struct Recovered {
     report: RecoveryReport,
     next_lsn: Lsn,
     active: Option<Active>,
+    /// Epoch of the last record accepted (0 when none).
+    last_epoch: u32,
 }
 
 /// Scans `segments` in order, checking that each starts where the previous one ended.
@@ -707,6 +805,7 @@ fn recover_segments(
     };
     let mut next_lsn: Option<Lsn> = None;
     let mut active = None;
+    let mut last_epoch = 0;
     let count = segments.len();
     for (i, seg) in segments.iter().enumerate() {
         let last = i + 1 == count;
@@ -723,7 +822,7 @@ fn recover_segments(
                 });
             }
         }
-        let (file, scan) = recover_segment(storage, seg, last, opts, &mut report)?;
+        let (file, scan) = recover_segment(storage, seg, last, opts, &mut report, &mut last_epoch)?;
         next_lsn = Some(scan.next_lsn);
         if last && !opts.read_only {
             active = Some(Active {
@@ -737,6 +836,7 @@ fn recover_segments(
         report,
         next_lsn: next_lsn.unwrap_or(1),
         active,
+        last_epoch,
     })
 }
 
@@ -749,6 +849,7 @@ fn recover_segment(
     last: bool,
     opts: &WalOptions,
     report: &mut RecoveryReport,
+    last_epoch: &mut u32,
 ) -> Result<(Box<dyn StorageFile>, SegmentScan), WalError> {
     let io = |op: &'static str| {
         let path = seg.path.clone();
@@ -778,7 +879,10 @@ fn recover_segment(
         seg.first_lsn,
         last,
         opts.payload_bytes_max,
-        |_, _, _| Ok(()),
+        |_, h, _| {
+            *last_epoch = h.epoch;
+            Ok(())
+        },
     )
     .map_err(|c| corrupt(&seg.path, c))?;
     if scan.records == 0 && !last {

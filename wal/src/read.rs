@@ -1,0 +1,194 @@
+//! Reading ranges of records by lsn for a follower ([`Wal::read_from`]), and finding a
+//! record's offset in its segment (shared with truncation). A follower streams: each call
+//! starts where the previous one stopped, so the log keeps one [`Cursor`] (segment, offset,
+//! lsn) and starts there when it fits; otherwise it walks the segment's headers from its
+//! start (one header read per record, no payloads). This module only reads; it never writes
+//! a segment, and it reads only records below the log's next lsn, which are whole in the page
+//! cache even while appends go on after them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, MutexGuard};
+
+use roost_storage::{OpenMode, StorageFile};
+
+use crate::format::{frame_len, LEN_OFFSET, LSN_OFFSET, RECORD_HEADER_LEN, VERSION_OFFSET};
+use crate::log::{read_frame, Segment, Wal};
+use crate::{Lsn, Record, WalError};
+
+/// Where the last read stopped: record `lsn` starts at `offset` of the segment whose first
+/// lsn is `first_lsn`. A hint only: cleared by truncation and retirement, and every record
+/// read from it is checked (checksum and lsn) all the same.
+pub(crate) struct Cursor {
+    first_lsn: Lsn,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    offset: u64,
+    lsn: Lsn,
+}
+
+/// A segment open for reading at a known position: record `lsn` starts at `offset`.
+pub(crate) struct Position {
+    pub(crate) file: Arc<dyn StorageFile>,
+    pub(crate) path: PathBuf,
+    pub(crate) offset: u64,
+    pub(crate) lsn: Lsn,
+}
+
+impl Wal {
+    pub(crate) fn lock_cursor(&self) -> MutexGuard<'_, Option<Cursor>> {
+        // The cursor is a hint: after a panic elsewhere, forget it.
+        self.cursor.lock().unwrap_or_else(|p| {
+            let mut g = p.into_inner();
+            *g = None;
+            g
+        })
+    }
+
+    /// The records with lsn in `[from, until)`, oldest first: at least one when
+    /// `from < until`, and no more once their payloads reach `max_bytes`. `until` beyond the
+    /// log is the log's end. `Missing` when `from` was retired, is beyond the log's end, or
+    /// is the log's end while `from < until`.
+    pub fn read_from(
+        &self,
+        from: Lsn,
+        until: Lsn,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, WalError> {
+        let mut cur = self.lock_cursor();
+        let (segs, end) = {
+            let g = self.lock();
+            let first = g.segments.first().map_or(g.next_lsn, |s| s.first_lsn);
+            if from < first || from > g.next_lsn || (from < until && from == g.next_lsn) {
+                return Err(WalError::Missing { lsn: from });
+            }
+            let i = g.segments.partition_point(|s| s.first_lsn <= from);
+            let tail: Vec<Segment> = g.segments[i.saturating_sub(1)..].to_vec();
+            (tail, until.min(g.next_lsn))
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut lsn = from;
+        for (i, seg) in segs.iter().enumerate() {
+            if lsn >= end || (!out.is_empty() && bytes >= max_bytes) {
+                break;
+            }
+            let seg_end = segs.get(i + 1).map_or(end, |s| s.first_lsn.min(end));
+            let mut pos = self.position(&mut cur, seg, lsn)?;
+            while pos.lsn < seg_end && (out.is_empty() || bytes < max_bytes) {
+                let r = read_frame(
+                    pos.file.as_ref(),
+                    &pos.path,
+                    pos.lsn,
+                    pos.offset,
+                    self.opts.payload_bytes_max,
+                )?;
+                pos.offset += frame_len(r.payload.len()) as u64;
+                pos.lsn += 1;
+                bytes += r.payload.len();
+                out.push(r);
+            }
+            lsn = pos.lsn;
+            *cur = Some(Cursor {
+                first_lsn: seg.first_lsn,
+                path: pos.path,
+                file: pos.file,
+                offset: pos.offset,
+                lsn: pos.lsn,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Segment `seg` open at record `lsn` (which it holds, or which is its end): from the
+    /// cursor when it is in this segment at or before `lsn`, else from the segment's start.
+    pub(crate) fn position(
+        &self,
+        cur: &mut Option<Cursor>,
+        seg: &Segment,
+        lsn: Lsn,
+    ) -> Result<Position, WalError> {
+        let start = match cur.take() {
+            Some(c) if c.first_lsn == seg.first_lsn && c.lsn <= lsn => Position {
+                file: c.file,
+                path: c.path,
+                offset: c.offset,
+                lsn: c.lsn,
+            },
+            _ => Position {
+                file: self.open_segment(&seg.path)?,
+                path: seg.path.clone(),
+                offset: 0,
+                lsn: seg.first_lsn,
+            },
+        };
+        skip_to(start, lsn, self.opts.payload_bytes_max)
+    }
+
+    fn open_segment(&self, path: &Path) -> Result<Arc<dyn StorageFile>, WalError> {
+        self.storage
+            .open(path, OpenMode::Read)
+            .map(Arc::from)
+            .map_err(|source| WalError::Io {
+                op: "open",
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+}
+
+/// Bytes read at a time by the header walk: one read covers many small records' headers.
+const WALK_CHUNK_BYTES: usize = 256 << 10;
+
+/// Walks record headers from `pos` up to record `lsn`, reading the segment in chunks of
+/// `WALK_CHUNK_BYTES`. Each header must carry the lsn expected there, a known version and a
+/// length within the limit; the checksum is checked when the record itself is read.
+fn skip_to(mut pos: Position, lsn: Lsn, payload_bytes_max: u32) -> Result<Position, WalError> {
+    let io = |source| WalError::Io {
+        op: "read",
+        path: pos.path.clone(),
+        source,
+    };
+    let file_len = pos.file.len().map_err(io)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_at = 0u64;
+    while pos.lsn < lsn {
+        let in_buf = pos.offset >= buf_at
+            && pos.offset + RECORD_HEADER_LEN as u64 <= buf_at + buf.len() as u64;
+        if !in_buf {
+            let want = (file_len.saturating_sub(pos.offset) as usize).min(WALK_CHUNK_BYTES);
+            buf.resize(want.max(RECORD_HEADER_LEN), 0);
+            let io = |source| WalError::Io {
+                op: "read",
+                path: pos.path.clone(),
+                source,
+            };
+            pos.file.read_at(&mut buf, pos.offset).map_err(io)?;
+            buf_at = pos.offset;
+        }
+        let at = (pos.offset - buf_at) as usize;
+        let head = &buf[at..at + RECORD_HEADER_LEN];
+        let mut lsn_bytes = [0u8; 8];
+        lsn_bytes.copy_from_slice(&head[LSN_OFFSET..LSN_OFFSET + 8]);
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&head[LEN_OFFSET..LEN_OFFSET + 4]);
+        let len = u32::from_le_bytes(len);
+        let reason = if u64::from_le_bytes(lsn_bytes) != pos.lsn || head[VERSION_OFFSET] == 0 {
+            Some("no record with the expected lsn at this offset")
+        } else if len > payload_bytes_max {
+            Some("payload length over limit")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(WalError::Corrupt {
+                segment: pos.path.clone(),
+                offset: pos.offset,
+                lsn: pos.lsn,
+                reason: reason.into(),
+            });
+        }
+        pos.offset += frame_len(len as usize) as u64;
+        pos.lsn += 1;
+    }
+    Ok(pos)
+}

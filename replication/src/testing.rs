@@ -88,6 +88,7 @@ impl MemLog {
             state: Mutex::new(State {
                 log_start: 1,
                 durable_end: 1,
+                hw: 1,
                 ..State::default()
             }),
             durable: Condvar::new(),

@@ -326,7 +326,7 @@ impl<F: FollowerLog> Session<'_, F> {
             fetch_lsn: sent.fetch_lsn,
             last_epoch: sent.last_epoch,
             max_bytes: self.opts.fetch_bytes_max,
-            wait_ms: self.opts.wait_ms,
+            wait_ms: self.wait_ms(),
         };
         let write = timeout(
             self.opts.write_timeout,
@@ -348,7 +348,7 @@ impl<F: FollowerLog> Session<'_, F> {
             }
             Ok(Ok(())) => {}
         }
-        let limit = self.opts.read_timeout + Duration::from_millis(u64::from(self.opts.wait_ms));
+        let limit = self.opts.read_timeout + Duration::from_millis(u64::from(self.wait_ms()));
         let read = tokio::select! {
             _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
             r = timeout(limit, read_frame(stream, self.opts.frame_bytes_max)) => r,
@@ -406,6 +406,15 @@ impl<F: FollowerLog> Session<'_, F> {
                 "answered a Fetch at lsn {} with a Fetch",
                 sent.fetch_lsn
             ))),
+        }
+    }
+
+    /// The long-poll to ask for: none while reconciling (start-up wants the first answer
+    /// now, even an empty one), `wait_ms` when following.
+    fn wait_ms(&self) -> u32 {
+        match self.mode {
+            Mode::Follow => self.opts.wait_ms,
+            Mode::Reconcile => 0,
         }
     }
 
@@ -600,6 +609,27 @@ mod tests {
             kind: 0,
             payload: vec![],
         }
+    }
+
+    /// A follower whose records all belong to epochs after the leader's diverging epoch has
+    /// no epoch to look up: Kafka's rule truncates to min(leader end, log end), which here
+    /// would not shorten the log, so the follower stops instead of asking forever.
+    #[test]
+    fn a_truncation_that_cannot_shorten_the_log_is_stuck() {
+        let log = crate::testing::MemLog::new("f");
+        log.seed(&[(3, b"x"), (3, b"y")]);
+        assert!(matches!(
+            truncate(&log, 1, 5),
+            Err(Trunc::Stuck { log_end: 3 })
+        ));
+        assert!(matches!(
+            truncate(&log, 3, 2),
+            Ok(Truncation {
+                truncate_to: 2,
+                complete: true
+            })
+        ));
+        assert_eq!(FollowerLog::log_end(&log), 2);
     }
 
     #[test]

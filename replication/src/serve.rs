@@ -141,68 +141,20 @@ async fn connection_loop<L: LeaderLog>(
     replica: &mut Option<String>,
 ) -> Result<(), ConnError> {
     loop {
-        let read = tokio::select! {
-            _ = wait_shutdown(shutdown) => return Ok(()),
-            r = timeout(opts.idle_timeout, read_frame(stream, opts.frame_bytes_max)) => r,
-        };
-        let msg = match read {
-            Err(_) => {
-                return Err(ConnError::Timeout {
-                    peer,
-                    what: "waiting for a Fetch",
-                })
-            }
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Ok(Some(msg))) => msg,
-            Ok(Err(source)) => {
-                let reply = Message::Error {
-                    message: format!("bad frame: {source}"),
-                };
-                let _ = send(stream, peer, &reply, opts).await;
-                return Err(ConnError::Wire {
-                    peer,
-                    what: "reading a Fetch",
-                    source,
-                });
-            }
-        };
-        let Message::Fetch {
-            replica: name,
-            current_epoch,
-            fetch_lsn,
-            last_epoch,
-            max_bytes,
-            wait_ms,
-        } = msg
-        else {
-            let got = msg.name();
-            let reply = Message::Error {
-                message: format!("expected a Fetch, got {got}"),
-            };
-            let _ = send(stream, peer, &reply, opts).await;
-            return Err(ConnError::Unexpected { peer, got });
+        let Some(fetch) = next_fetch(stream, peer, opts, shutdown).await? else {
+            return Ok(());
         };
         match replica {
-            Some(was) if *was != name => {
+            Some(was) if *was != fetch.replica => {
                 return Err(ConnError::RenamedReplica {
                     peer,
                     was: was.clone(),
-                    now: name,
+                    now: fetch.replica,
                 })
             }
             Some(_) => {}
-            None => *replica = Some(name.clone()),
+            None => *replica = Some(fetch.replica.clone()),
         }
-        let fetch = Fetch {
-            replica: name,
-            view: FetchView {
-                current_epoch,
-                fetch_lsn,
-                last_epoch,
-            },
-            max_bytes: fetch_bytes(max_bytes, opts.frame_bytes_max),
-            wait: Duration::from_millis(u64::from(wait_ms)).min(opts.wait_max),
-        };
         let Some(answer) = answer_fetch(log, &fetch, shutdown)
             .await
             .map_err(|_| ConnError::Cancelled { peer })?
@@ -211,6 +163,59 @@ async fn connection_loop<L: LeaderLog>(
         };
         send(stream, peer, &answer, opts).await?;
     }
+}
+
+/// Reads the next `Fetch` within the idle timeout. `None`: the peer closed the connection
+/// or shutdown came. A bad frame or another message is answered with an `Error` (best
+/// effort) and ends the connection.
+async fn next_fetch(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    opts: &LeaderOptions,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Fetch>, ConnError> {
+    let read = tokio::select! {
+        _ = wait_shutdown(shutdown) => return Ok(None),
+        r = timeout(opts.idle_timeout, read_frame(stream, opts.frame_bytes_max)) => r,
+    };
+    let msg = match read {
+        Err(_) => {
+            let what = "waiting for a Fetch";
+            return Err(ConnError::Timeout { peer, what });
+        }
+        Ok(Ok(None)) => return Ok(None),
+        Ok(Ok(Some(msg))) => msg,
+        Ok(Err(source)) => {
+            let message = format!("bad frame: {source}");
+            let _ = send(stream, peer, &Message::Error { message }, opts).await;
+            let what = "reading a Fetch";
+            return Err(ConnError::Wire { peer, what, source });
+        }
+    };
+    let Message::Fetch {
+        replica,
+        current_epoch,
+        fetch_lsn,
+        last_epoch,
+        max_bytes,
+        wait_ms,
+    } = msg
+    else {
+        let got = msg.name();
+        let message = format!("expected a Fetch, got {got}");
+        let _ = send(stream, peer, &Message::Error { message }, opts).await;
+        return Err(ConnError::Unexpected { peer, got });
+    };
+    Ok(Some(Fetch {
+        replica,
+        view: FetchView {
+            current_epoch,
+            fetch_lsn,
+            last_epoch,
+        },
+        max_bytes: fetch_bytes(max_bytes, opts.frame_bytes_max),
+        wait: Duration::from_millis(u64::from(wait_ms)).min(opts.wait_max),
+    }))
 }
 
 /// One decoded fetch, with its limits already clamped to the leader's.

@@ -1,7 +1,25 @@
-//! `roost-replication`: the WAL replication protocol of `Kip320.tla` (see
-//! docs/replication.md).
+//! `roost-replication`: the WAL replication protocol of `Kip320.tla` between one leader and
+//! its followers (docs/replication.md). A follower's fetch carries its current leader epoch,
+//! its log end (the acknowledgement) and the epoch of its last record; the leader fences
+//! stale and future epochs and answers a diverging fetch with the end of that epoch on its
+//! side; the follower truncates there and fetches again until the logs agree. `wire` is the
+//! frame format, `decide` the pure rules, `serve` and `follow` the tokio runtime around
+//! them, `testing` an in-memory log for tests. The crate never touches a disk: the daemon's
+//! `LeaderLog`/`FollowerLog` do.
 #![forbid(unsafe_code)]
 
+pub mod decide;
+mod follow;
 mod log;
+mod serve;
+mod status;
+mod task;
+pub mod testing;
+pub mod wire;
 
+pub use decide::{follower_truncation, leader_answer, Answer, FetchView, Truncation};
+pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
 pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
+pub use serve::{serve_followers, LeaderOptions};
+pub use status::{FollowerStatus, StatusSnapshot};
+pub use wire::{Message, WireError, PROTOCOL_VERSION};

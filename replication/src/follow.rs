@@ -1,0 +1,657 @@
+//! The follower's side of the protocol: `follow` (stream from the leader for as long as the
+//! node follows) and `reconcile` (the start-up phase: fetch and truncate until the leader
+//! answers with records once). Both loop Fetch -> answer over one connection, reconnect
+//! with a bounded backoff when it fails, and stop on shutdown or on an error no reconnect
+//! can fix (a stale leader, a follower that must be re-seeded, a failed log call). The
+//! truncation point comes from `decide::follower_truncation`; this module only acts on it,
+//! and it never truncates to the high watermark.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::timeout;
+use tracing::{error, info, warn};
+
+use crate::decide::{follower_truncation, Truncation};
+use crate::log::{Entry, Epoch, FollowerLog, Lsn};
+use crate::status::FollowerStatus;
+use crate::task::{blocking, shutdown_requested, wait_shutdown, Cancelled};
+use crate::wire::{self, read_frame, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
+
+/// The follower's identity and limits.
+#[derive(Clone, Debug)]
+pub struct FollowerOptions {
+    /// This follower's replica name (the leader counts acknowledgements under it).
+    pub replica: String,
+    /// The largest frame read or written (at least the leader's).
+    pub frame_bytes_max: u32,
+    pub connect_timeout: Duration,
+    pub write_timeout: Duration,
+    /// How long an answer may take beyond the long-poll the fetch asks for (`wait_ms`).
+    pub read_timeout: Duration,
+    /// The long-poll asked of the leader when caught up.
+    pub wait_ms: u32,
+    /// Record bytes asked per fetch.
+    pub fetch_bytes_max: u32,
+    /// The wait before the first reconnect; doubled per failed attempt up to `backoff_max`,
+    /// back to `backoff_min` after a connection that got an answer.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// False: a diverging answer stops `follow` with `FollowError::Diverged` instead of
+    /// truncating (the daemon truncates only at start-up, through `reconcile`).
+    pub truncate_allowed: bool,
+}
+
+impl FollowerOptions {
+    /// Defaults for replica `replica`: 64 MiB frames, 5 s connect, 10 s write, 10 s read
+    /// beyond a 5 s long-poll, 4 MiB per fetch, reconnects between 100 ms and 5 s,
+    /// truncation allowed.
+    pub fn new(replica: impl Into<String>) -> Self {
+        FollowerOptions {
+            replica: replica.into(),
+            frame_bytes_max: DEFAULT_FRAME_BYTES_MAX,
+            connect_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(10),
+            wait_ms: 5_000,
+            fetch_bytes_max: 4 << 20,
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            truncate_allowed: true,
+        }
+    }
+}
+
+/// How `follow` or `reconcile` ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowEnd {
+    /// Shutdown was asked for (or its sender dropped).
+    Shutdown,
+    /// `reconcile` only: the leader answered with records, which are appended; the logs
+    /// agree below `log_end`.
+    Reconciled { log_end: Lsn, hw: Lsn },
+}
+
+/// Why a follower stopped for good: no reconnect can fix any of these.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError<E: std::error::Error + 'static> {
+    /// The leader's epoch is older than the one this follower knows (`UnknownEpoch`).
+    #[error("leader {leader} is stale: its epoch {leader_epoch} is older than this follower's {current_epoch}")]
+    StaleLeader {
+        leader: String,
+        leader_epoch: Epoch,
+        current_epoch: Epoch,
+    },
+    /// The leader no longer holds `fetch_lsn` (`OutOfRange`): re-seed this follower.
+    #[error("leader {leader} retains lsn {log_start} on, this follower needs lsn {fetch_lsn}: it must be re-seeded")]
+    NeedsReseed {
+        leader: String,
+        log_start: Lsn,
+        fetch_lsn: Lsn,
+    },
+    /// The logs diverge and truncation is not allowed now (`truncate_allowed` false).
+    #[error("log diverges from leader {leader} (its epoch {epoch} ends at lsn {end_lsn}, this log ends at {log_end}) and truncation is not allowed now")]
+    Diverged {
+        leader: String,
+        epoch: Epoch,
+        end_lsn: Lsn,
+        log_end: Lsn,
+    },
+    /// A diverging answer whose truncation point would not shorten the log: answering the
+    /// same way again could only loop (the logs disagree in a way epochs cannot settle).
+    #[error("log diverges from leader {leader} (its epoch {epoch} ends at lsn {end_lsn}) but truncation would not shorten this log (end {log_end})")]
+    TruncationStuck {
+        leader: String,
+        epoch: Epoch,
+        end_lsn: Lsn,
+        log_end: Lsn,
+    },
+    /// The follower's log failed (`op` names the `FollowerLog` call).
+    #[error("follower log failed to {op} at lsn {lsn}: {source}")]
+    Log {
+        op: &'static str,
+        lsn: Lsn,
+        #[source]
+        source: E,
+    },
+}
+
+/// Why one connection ended; the follower reconnects after a backoff.
+#[derive(Debug, thiserror::Error)]
+enum RetryError {
+    #[error("connecting to leader {leader}: {source}")]
+    Connect {
+        leader: String,
+        source: std::io::Error,
+    },
+    #[error("leader {leader}: timed out {what}")]
+    Timeout { leader: String, what: &'static str },
+    #[error("leader {leader}: {what}: {source}")]
+    Wire {
+        leader: String,
+        what: &'static str,
+        source: WireError,
+    },
+    #[error("leader {leader} closed the connection {what}")]
+    Closed { leader: String, what: &'static str },
+    #[error("leader {leader} broke the protocol: {message}")]
+    Protocol { leader: String, message: String },
+    #[error("{leader} is not the leader (its latest epoch is {epoch})")]
+    NotLeader { leader: String, epoch: Epoch },
+    #[error("leader {leader} answered with an error: {message}")]
+    LeaderError { leader: String, message: String },
+}
+
+/// How one connection ended.
+enum End<E: std::error::Error + 'static> {
+    Done(FollowEnd),
+    Fatal(FollowError<E>),
+    Retry(RetryError),
+}
+
+impl<E: std::error::Error + 'static> From<Cancelled> for End<E> {
+    fn from(_: Cancelled) -> Self {
+        End::Done(FollowEnd::Shutdown)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Follow,
+    Reconcile,
+}
+
+/// Follows the leader at `addr` (host:port, resolved at each connect) until shutdown or a
+/// fatal error: each `Records` answer is appended (durable when `append` returns; the next
+/// fetch's lsn acknowledges it), each `Diverging` one truncated (if `truncate_allowed`),
+/// each `FencedEpoch` adopted. Connection failures reconnect forever with a bounded backoff.
+pub async fn follow<F: FollowerLog>(
+    addr: String,
+    log: Arc<F>,
+    opts: FollowerOptions,
+    shutdown: watch::Receiver<bool>,
+    status: Arc<FollowerStatus>,
+) -> Result<FollowEnd, FollowError<F::Error>> {
+    run(addr, log, opts, shutdown, status, Mode::Follow).await
+}
+
+/// The start-up phase: fetches and truncates (whatever `truncate_allowed` says) until the
+/// leader answers with `Records` once, appends those, and returns `FollowEnd::Reconciled`.
+/// From then on the logs agree below the log end, and `follow` can run with truncation off.
+pub async fn reconcile<F: FollowerLog>(
+    addr: String,
+    log: Arc<F>,
+    opts: FollowerOptions,
+    shutdown: watch::Receiver<bool>,
+    status: Arc<FollowerStatus>,
+) -> Result<FollowEnd, FollowError<F::Error>> {
+    run(addr, log, opts, shutdown, status, Mode::Reconcile).await
+}
+
+async fn run<F: FollowerLog>(
+    addr: String,
+    log: Arc<F>,
+    opts: FollowerOptions,
+    mut shutdown: watch::Receiver<bool>,
+    status: Arc<FollowerStatus>,
+    mode: Mode,
+) -> Result<FollowEnd, FollowError<F::Error>> {
+    status.set_leader(&addr);
+    let mut backoff = opts.backoff_min;
+    loop {
+        if shutdown_requested(&shutdown) {
+            return Ok(FollowEnd::Shutdown);
+        }
+        let mut session = Session {
+            leader: &addr,
+            log: &log,
+            opts: &opts,
+            status: &status,
+            mode,
+            answered: false,
+            hw_passed: 0,
+        };
+        let end = session.run(&mut shutdown).await;
+        status.set_connected(false);
+        let retry = match end {
+            End::Done(done) => return Ok(done),
+            End::Fatal(e) => {
+                error!(leader = %addr, error = %e, "replication stopped");
+                status.set_error(e.to_string());
+                return Err(e);
+            }
+            End::Retry(e) => e,
+        };
+        if session.answered {
+            backoff = opts.backoff_min;
+        }
+        warn!(error = %retry, backoff_ms = backoff.as_millis() as u64, "replication connection ended; reconnecting");
+        status.set_error(retry.to_string());
+        tokio::select! {
+            _ = wait_shutdown(&mut shutdown) => return Ok(FollowEnd::Shutdown),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(opts.backoff_max);
+    }
+}
+
+/// What one fetch said about this follower's log.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    current_epoch: Epoch,
+    fetch_lsn: Lsn,
+    last_epoch: Epoch,
+}
+
+/// One connection to the leader.
+struct Session<'a, F: FollowerLog> {
+    leader: &'a str,
+    log: &'a Arc<F>,
+    opts: &'a FollowerOptions,
+    status: &'a FollowerStatus,
+    mode: Mode,
+    /// An answer came on this connection (the backoff starts over).
+    answered: bool,
+    /// The hw last given to `append` (an empty answer with a higher one is passed on).
+    hw_passed: Lsn,
+}
+
+impl<F: FollowerLog> Session<'_, F> {
+    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>) -> End<F::Error> {
+        match self.fetch_loop(shutdown).await {
+            Ok(never) => match never {},
+            Err(end) => end,
+        }
+    }
+
+    async fn fetch_loop(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<std::convert::Infallible, End<F::Error>> {
+        let mut stream = self.connect(shutdown).await?;
+        self.status.set_connected(true);
+        info!(
+            leader = self.leader,
+            replica = self.opts.replica,
+            "connected to the leader"
+        );
+        loop {
+            if shutdown_requested(shutdown) {
+                return Err(End::Done(FollowEnd::Shutdown));
+            }
+            let sent = blocking(self.log, |l| Sent {
+                current_epoch: l.current_epoch(),
+                fetch_lsn: l.log_end(),
+                last_epoch: l.last_epoch(),
+            })
+            .await?;
+            let answer = self.exchange(&mut stream, sent, shutdown).await?;
+            self.answered = true;
+            self.handle(answer, sent).await?;
+        }
+    }
+
+    async fn connect(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<TcpStream, End<F::Error>> {
+        let attempt = timeout(self.opts.connect_timeout, TcpStream::connect(self.leader));
+        let leader = self.leader.to_string();
+        tokio::select! {
+            _ = wait_shutdown(shutdown) => Err(End::Done(FollowEnd::Shutdown)),
+            r = attempt => match r {
+                Err(_) => Err(End::Retry(RetryError::Timeout { leader, what: "connecting" })),
+                Ok(Err(source)) => Err(End::Retry(RetryError::Connect { leader, source })),
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    Ok(stream)
+                }
+            },
+        }
+    }
+
+    /// Sends one fetch and reads its answer, within the timeouts and watching shutdown.
+    async fn exchange(
+        &self,
+        stream: &mut TcpStream,
+        sent: Sent,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Message, End<F::Error>> {
+        let leader = || self.leader.to_string();
+        let fetch = Message::Fetch {
+            replica: self.opts.replica.clone(),
+            current_epoch: sent.current_epoch,
+            fetch_lsn: sent.fetch_lsn,
+            last_epoch: sent.last_epoch,
+            max_bytes: self.opts.fetch_bytes_max,
+            wait_ms: self.wait_ms(),
+        };
+        let write = timeout(
+            self.opts.write_timeout,
+            wire::write_frame(stream, &fetch, self.opts.frame_bytes_max),
+        );
+        match write.await {
+            Err(_) => {
+                return Err(End::Retry(RetryError::Timeout {
+                    leader: leader(),
+                    what: "writing a Fetch",
+                }))
+            }
+            Ok(Err(source)) => {
+                return Err(End::Retry(RetryError::Wire {
+                    leader: leader(),
+                    what: "writing a Fetch",
+                    source,
+                }))
+            }
+            Ok(Ok(())) => {}
+        }
+        let limit = self.opts.read_timeout + Duration::from_millis(u64::from(self.wait_ms()));
+        let read = tokio::select! {
+            _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
+            r = timeout(limit, read_frame(stream, self.opts.frame_bytes_max)) => r,
+        };
+        match read {
+            Err(_) => Err(End::Retry(RetryError::Timeout {
+                leader: leader(),
+                what: "waiting for an answer",
+            })),
+            Ok(Ok(None)) => Err(End::Retry(RetryError::Closed {
+                leader: leader(),
+                what: "before answering a Fetch",
+            })),
+            Ok(Err(source)) => Err(End::Retry(RetryError::Wire {
+                leader: leader(),
+                what: "reading an answer",
+                source,
+            })),
+            Ok(Ok(Some(answer))) => Ok(answer),
+        }
+    }
+
+    async fn handle(&mut self, answer: Message, sent: Sent) -> Result<(), End<F::Error>> {
+        let leader = self.leader.to_string();
+        match answer {
+            Message::Records {
+                leader_epoch,
+                hw,
+                entries,
+                ..
+            } => self.on_records(sent, leader_epoch, hw, entries).await,
+            Message::Diverging {
+                leader_epoch,
+                epoch,
+                end_lsn,
+            } => self.on_diverging(sent, leader_epoch, epoch, end_lsn).await,
+            Message::FencedEpoch { leader_epoch } => self.on_fenced(sent, leader_epoch).await,
+            Message::UnknownEpoch { leader_epoch } => Err(End::Fatal(FollowError::StaleLeader {
+                leader,
+                leader_epoch,
+                current_epoch: sent.current_epoch,
+            })),
+            Message::OutOfRange { log_start } => Err(End::Fatal(FollowError::NeedsReseed {
+                leader,
+                log_start,
+                fetch_lsn: sent.fetch_lsn,
+            })),
+            Message::NotLeader { epoch } => {
+                Err(End::Retry(RetryError::NotLeader { leader, epoch }))
+            }
+            Message::Error { message } => {
+                Err(End::Retry(RetryError::LeaderError { leader, message }))
+            }
+            Message::Fetch { .. } => Err(self.protocol(format!(
+                "answered a Fetch at lsn {} with a Fetch",
+                sent.fetch_lsn
+            ))),
+        }
+    }
+
+    /// The long-poll to ask for: none while reconciling (start-up wants the first answer
+    /// now, even an empty one), `wait_ms` when following.
+    fn wait_ms(&self) -> u32 {
+        match self.mode {
+            Mode::Follow => self.opts.wait_ms,
+            Mode::Reconcile => 0,
+        }
+    }
+
+    fn protocol(&self, message: String) -> End<F::Error> {
+        End::Retry(RetryError::Protocol {
+            leader: self.leader.to_string(),
+            message,
+        })
+    }
+
+    /// The answer must be for the epoch the fetch was in (one fetch in flight per
+    /// connection, so anything else is a confused leader).
+    fn check_epoch(
+        &self,
+        sent: Sent,
+        leader_epoch: Epoch,
+        what: &str,
+    ) -> Result<(), End<F::Error>> {
+        if leader_epoch == sent.current_epoch {
+            return Ok(());
+        }
+        Err(self.protocol(format!(
+            "{what} for epoch {leader_epoch} to a Fetch in epoch {} at lsn {}",
+            sent.current_epoch, sent.fetch_lsn
+        )))
+    }
+
+    async fn on_records(
+        &mut self,
+        sent: Sent,
+        leader_epoch: Epoch,
+        hw: Lsn,
+        entries: Vec<Entry>,
+    ) -> Result<(), End<F::Error>> {
+        self.check_epoch(sent, leader_epoch, "Records")?;
+        check_records(sent, leader_epoch, &entries).map_err(|m| self.protocol(m))?;
+        self.status.answered(leader_epoch);
+        let count = entries.len() as u64;
+        let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
+        if count > 0 || hw > self.hw_passed {
+            blocking(self.log, move |l| l.append(&entries, hw))
+                .await?
+                .map_err(|source| {
+                    End::Fatal(FollowError::Log {
+                        op: "append",
+                        lsn: sent.fetch_lsn,
+                        source,
+                    })
+                })?;
+            self.hw_passed = hw;
+        }
+        self.status.appended(count, bytes);
+        self.status.saw_hw(hw);
+        if self.mode == Mode::Reconcile {
+            let log_end = sent.fetch_lsn + count;
+            return Err(End::Done(FollowEnd::Reconciled { log_end, hw }));
+        }
+        Ok(())
+    }
+
+    async fn on_diverging(
+        &mut self,
+        sent: Sent,
+        leader_epoch: Epoch,
+        epoch: Epoch,
+        end_lsn: Lsn,
+    ) -> Result<(), End<F::Error>> {
+        self.check_epoch(sent, leader_epoch, "Diverging")?;
+        self.status.answered(leader_epoch);
+        let leader = self.leader.to_string();
+        let log_end = sent.fetch_lsn;
+        if self.mode == Mode::Follow && !self.opts.truncate_allowed {
+            return Err(End::Fatal(FollowError::Diverged {
+                leader,
+                epoch,
+                end_lsn,
+                log_end,
+            }));
+        }
+        let t = blocking(self.log, move |l| truncate(l, epoch, end_lsn)).await?;
+        let t = match t {
+            Ok(t) => t,
+            Err(Trunc::Stuck { log_end }) => {
+                return Err(End::Fatal(FollowError::TruncationStuck {
+                    leader,
+                    epoch,
+                    end_lsn,
+                    log_end,
+                }))
+            }
+            Err(Trunc::Log { lsn, source }) => {
+                return Err(End::Fatal(FollowError::Log {
+                    op: "truncate_to",
+                    lsn,
+                    source,
+                }))
+            }
+        };
+        self.status.truncated();
+        info!(
+            leader,
+            epoch,
+            end_lsn,
+            from = log_end,
+            to = t.truncate_to,
+            complete = t.complete,
+            "truncated a diverging log"
+        );
+        Ok(())
+    }
+
+    async fn on_fenced(&mut self, sent: Sent, leader_epoch: Epoch) -> Result<(), End<F::Error>> {
+        if leader_epoch <= sent.current_epoch {
+            return Err(self.protocol(format!(
+                "FencedEpoch {leader_epoch} is not newer than the fetch's epoch {}",
+                sent.current_epoch
+            )));
+        }
+        self.status.answered(leader_epoch);
+        blocking(self.log, move |l| l.set_current_epoch(leader_epoch))
+            .await?
+            .map_err(|source| {
+                End::Fatal(FollowError::Log {
+                    op: "set_current_epoch",
+                    lsn: sent.fetch_lsn,
+                    source,
+                })
+            })?;
+        info!(
+            leader = self.leader,
+            from = sent.current_epoch,
+            to = leader_epoch,
+            "adopted the leader's epoch"
+        );
+        Ok(())
+    }
+}
+
+/// Why a truncation did not happen.
+enum Trunc<E> {
+    Stuck { log_end: Lsn },
+    Log { lsn: Lsn, source: E },
+}
+
+/// `follower_truncation`, then `truncate_to`, against the log as it is now.
+fn truncate<F: FollowerLog>(
+    log: &F,
+    epoch: Epoch,
+    end_lsn: Lsn,
+) -> Result<Truncation, Trunc<F::Error>> {
+    let t = follower_truncation(epoch, end_lsn, log);
+    let log_end = log.log_end();
+    if t.truncate_to >= log_end {
+        return Err(Trunc::Stuck { log_end });
+    }
+    log.truncate_to(t.truncate_to)
+        .map_err(|source| Trunc::Log {
+            lsn: t.truncate_to,
+            source,
+        })?;
+    Ok(t)
+}
+
+/// Records must continue the log from the fetch's lsn, one lsn each, with epochs that never
+/// go down, start no lower than the follower's last one and never pass the leader's.
+fn check_records(sent: Sent, leader_epoch: Epoch, entries: &[Entry]) -> Result<(), String> {
+    let mut prev = sent.last_epoch;
+    for (i, e) in entries.iter().enumerate() {
+        let due = sent.fetch_lsn + i as Lsn;
+        if e.lsn != due {
+            return Err(format!("Records sent lsn {} where {due} was due", e.lsn));
+        }
+        if e.epoch == 0 || e.epoch < prev || e.epoch > leader_epoch {
+            return Err(format!(
+                "Records sent lsn {} in epoch {} after epoch {prev} from a leader in epoch {leader_epoch}",
+                e.lsn, e.epoch
+            ));
+        }
+        prev = e.epoch;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(lsn: Lsn, epoch: Epoch) -> Entry {
+        Entry {
+            lsn,
+            epoch,
+            kind: 0,
+            payload: vec![],
+        }
+    }
+
+    /// A follower whose records all belong to epochs after the leader's diverging epoch has
+    /// no epoch to look up: Kafka's rule truncates to min(leader end, log end), which here
+    /// would not shorten the log, so the follower stops instead of asking forever.
+    #[test]
+    fn a_truncation_that_cannot_shorten_the_log_is_stuck() {
+        let log = crate::testing::MemLog::new("f");
+        log.seed(&[(3, b"x"), (3, b"y")]);
+        assert!(matches!(
+            truncate(&log, 1, 5),
+            Err(Trunc::Stuck { log_end: 3 })
+        ));
+        assert!(matches!(
+            truncate(&log, 3, 2),
+            Ok(Truncation {
+                truncate_to: 2,
+                complete: true
+            })
+        ));
+        assert_eq!(FollowerLog::log_end(&log), 2);
+    }
+
+    #[test]
+    fn check_records_table() {
+        let sent = Sent {
+            current_epoch: 3,
+            fetch_lsn: 5,
+            last_epoch: 2,
+        };
+        let ok: &[&[Entry]] = &[&[], &[e(5, 2)], &[e(5, 2), e(6, 3)]];
+        for entries in ok {
+            assert!(check_records(sent, 3, entries).is_ok(), "{entries:?}");
+        }
+        let bad: &[&[Entry]] = &[
+            &[e(6, 2)],
+            &[e(5, 1)],
+            &[e(5, 4)],
+            &[e(5, 3), e(6, 2)],
+            &[e(5, 3), e(7, 3)],
+        ];
+        for entries in bad {
+            assert!(check_records(sent, 3, entries).is_err(), "{entries:?}");
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The leader's side of the protocol: `serve_followers` accepts follower connections and
+//! answers each `Fetch` with `decide::leader_answer`, long-polling when the follower is
+//! caught up. It owns the sockets and the waiting; it never decides (that is `decide`) and
+//! never touches the log except through `LeaderLog`, whose every call runs on the blocking
+//! pool. A bad peer (garbage, a timeout, a closed socket) ends only its own connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{timeout, Instant};
+use tracing::{debug, info, warn};
+
+use crate::decide::{leader_answer, Answer, FetchView};
+use crate::log::{Entry, LeaderLog, Lsn};
+use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
+use crate::wire::{
+    self, read_frame, write_encoded, Message, WireError, DEFAULT_FRAME_BYTES_MAX,
+    ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES, RECORDS_HEADER_BYTES,
+};
+
+/// The leader's limits.
+#[derive(Clone, Debug)]
+pub struct LeaderOptions {
+    /// The largest frame read or written (the follower's must match or exceed it).
+    pub frame_bytes_max: u32,
+    /// How long a connection may stay silent before the next `Fetch`.
+    pub idle_timeout: Duration,
+    /// How long writing one answer may take.
+    pub write_timeout: Duration,
+    /// The longest long-poll, whatever the fetch's `wait_ms` asks.
+    pub wait_max: Duration,
+    /// Connections served at once; more are closed at accept.
+    pub connections_max: usize,
+}
+
+impl Default for LeaderOptions {
+    fn default() -> Self {
+        LeaderOptions {
+            frame_bytes_max: DEFAULT_FRAME_BYTES_MAX,
+            idle_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(10),
+            wait_max: Duration::from_secs(10),
+            connections_max: 64,
+        }
+    }
+}
+
+/// The long-poll waits on the blocking pool in slices this long, so that shutdown is seen
+/// within one slice and no blocking task outlives it by more.
+const WAIT_SLICE: Duration = Duration::from_millis(200);
+
+/// Why one follower connection ended badly (logged; the server keeps serving the others).
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("follower {peer}: {what}: {source}")]
+    Wire {
+        peer: SocketAddr,
+        what: &'static str,
+        source: WireError,
+    },
+    #[error("follower {peer}: timed out {what}")]
+    Timeout {
+        peer: SocketAddr,
+        what: &'static str,
+    },
+    #[error("follower {peer}: expected a Fetch, got {got}")]
+    Unexpected { peer: SocketAddr, got: &'static str },
+    #[error("follower {peer}: replica name changed from {was:?} to {now:?} on one connection")]
+    RenamedReplica {
+        peer: SocketAddr,
+        was: String,
+        now: String,
+    },
+    #[error("follower {peer}: the runtime is shutting down")]
+    Cancelled { peer: SocketAddr },
+}
+
+/// Serves followers on `listener` until `shutdown` turns true (or its sender is dropped),
+/// then waits for every connection to finish its current answer. Several followers may be
+/// connected; each connection is one task. A panic in a connection task is re-raised here.
+pub async fn serve_followers<L: LeaderLog>(
+    listener: TcpListener,
+    log: Arc<L>,
+    opts: LeaderOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conns = JoinSet::new();
+    while !shutdown_requested(&shutdown) {
+        tokio::select! {
+            _ = wait_shutdown(&mut shutdown) => break,
+            Some(done) = conns.join_next(), if !conns.is_empty() => check_join(done),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) if conns.len() < opts.connections_max => {
+                    debug!(%peer, "follower connected");
+                    let conn = serve_connection(stream, peer, Arc::clone(&log), opts.clone(), shutdown.clone());
+                    conns.spawn(conn);
+                }
+                Ok((_, peer)) => warn!(%peer, max = opts.connections_max, "too many follower connections: closed"),
+                Err(e) => {
+                    // Out of descriptors and the like: not this server's end, so wait and go on.
+                    warn!(error = %e, "accepting a follower connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    while let Some(done) = conns.join_next().await {
+        check_join(done);
+    }
+}
+
+async fn serve_connection<L: LeaderLog>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    log: Arc<L>,
+    opts: LeaderOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut replica = None;
+    let result = connection_loop(&mut stream, peer, &log, &opts, &mut shutdown, &mut replica).await;
+    match &result {
+        Ok(()) => debug!(%peer, ?replica, "follower connection closed"),
+        Err(e) => warn!(error = %e, "follower connection ended"),
+    }
+    if let Some(name) = replica {
+        let _ = blocking(&log, move |l| l.disconnected(&name)).await;
+    }
+}
+
+async fn connection_loop<L: LeaderLog>(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    log: &Arc<L>,
+    opts: &LeaderOptions,
+    shutdown: &mut watch::Receiver<bool>,
+    replica: &mut Option<String>,
+) -> Result<(), ConnError> {
+    loop {
+        let Some(fetch) = next_fetch(stream, peer, opts, shutdown).await? else {
+            return Ok(());
+        };
+        match replica {
+            Some(was) if *was != fetch.replica => {
+                return Err(ConnError::RenamedReplica {
+                    peer,
+                    was: was.clone(),
+                    now: fetch.replica,
+                })
+            }
+            Some(_) => {}
+            None => *replica = Some(fetch.replica.clone()),
+        }
+        let Some(answer) = answer_fetch(log, &fetch, shutdown)
+            .await
+            .map_err(|_| ConnError::Cancelled { peer })?
+        else {
+            return Ok(());
+        };
+        send(stream, peer, &answer, opts).await?;
+    }
+}
+
+/// Reads the next `Fetch` within the idle timeout. `None`: the peer closed the connection
+/// or shutdown came. A bad frame or another message is answered with an `Error` (best
+/// effort) and ends the connection.
+async fn next_fetch(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    opts: &LeaderOptions,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Fetch>, ConnError> {
+    let read = tokio::select! {
+        _ = wait_shutdown(shutdown) => return Ok(None),
+        r = timeout(opts.idle_timeout, read_frame(stream, opts.frame_bytes_max)) => r,
+    };
+    let msg = match read {
+        Err(_) => {
+            let what = "waiting for a Fetch";
+            return Err(ConnError::Timeout { peer, what });
+        }
+        Ok(Ok(None)) => return Ok(None),
+        Ok(Ok(Some(msg))) => msg,
+        Ok(Err(source)) => {
+            let message = format!("bad frame: {source}");
+            let _ = send(stream, peer, &Message::Error { message }, opts).await;
+            let what = "reading a Fetch";
+            return Err(ConnError::Wire { peer, what, source });
+        }
+    };
+    let Message::Fetch {
+        replica,
+        current_epoch,
+        fetch_lsn,
+        last_epoch,
+        max_bytes,
+        wait_ms,
+    } = msg
+    else {
+        let got = msg.name();
+        let message = format!("expected a Fetch, got {got}");
+        let _ = send(stream, peer, &Message::Error { message }, opts).await;
+        return Err(ConnError::Unexpected { peer, got });
+    };
+    Ok(Some(Fetch {
+        replica,
+        view: FetchView {
+            current_epoch,
+            fetch_lsn,
+            last_epoch,
+        },
+        max_bytes: fetch_bytes(max_bytes, opts.frame_bytes_max),
+        wait: Duration::from_millis(u64::from(wait_ms)).min(opts.wait_max),
+    }))
+}
+
+/// One decoded fetch, with its limits already clamped to the leader's.
+struct Fetch {
+    replica: String,
+    view: FetchView,
+    max_bytes: usize,
+    wait: Duration,
+}
+
+/// The record bytes one answer may carry: what the fetch asks, within one frame.
+fn fetch_bytes(asked: u32, frame_bytes_max: u32) -> usize {
+    let room = (frame_bytes_max as usize).saturating_sub(FRAME_HEADER_BYTES + RECORDS_HEADER_BYTES);
+    (asked as usize).min(room)
+}
+
+/// The answer to one fetch; `None` when shutdown came during the long-poll.
+async fn answer_fetch<L: LeaderLog>(
+    log: &Arc<L>,
+    fetch: &Fetch,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Message>, Cancelled> {
+    let first = decide_and_read(log, fetch).await?;
+    let caught_up = matches!(&first, Message::Records { entries, .. } if entries.is_empty());
+    if !caught_up || fetch.wait.is_zero() {
+        return Ok(Some(first));
+    }
+    let deadline = Instant::now() + fetch.wait;
+    let after = fetch.view.fetch_lsn;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let slice = left.min(WAIT_SLICE);
+        let durable = tokio::select! {
+            _ = wait_shutdown(shutdown) => return Ok(None),
+            d = blocking(log, move |l| l.wait_durable(after, slice)) => d?,
+        };
+        if durable > after {
+            break;
+        }
+    }
+    // Decide again: leadership, the hw and the log may all have moved during the wait.
+    decide_and_read(log, fetch).await.map(Some)
+}
+
+/// `leader_answer`, and for `Read` the acknowledgement and the records, in one trip to the
+/// blocking pool. `saw_higher_epoch` is called here for `UnknownEpoch`.
+async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Message, Cancelled> {
+    let replica = fetch.replica.clone();
+    let view = fetch.view;
+    let max_bytes = fetch.max_bytes;
+    blocking(log, move |l| match leader_answer(l, &view) {
+        Answer::NotLeader { epoch } => Message::NotLeader { epoch },
+        Answer::UnknownEpoch { leader_epoch } => {
+            info!(
+                replica,
+                epoch = view.current_epoch,
+                leader_epoch,
+                "a follower knows a newer epoch: stepping down"
+            );
+            l.saw_higher_epoch(view.current_epoch);
+            Message::UnknownEpoch { leader_epoch }
+        }
+        Answer::FencedEpoch { leader_epoch } => Message::FencedEpoch { leader_epoch },
+        Answer::Diverging {
+            leader_epoch,
+            epoch,
+            end_lsn,
+        } => Message::Diverging {
+            leader_epoch,
+            epoch,
+            end_lsn,
+        },
+        Answer::OutOfRange { log_start } => Message::OutOfRange { log_start },
+        Answer::Read { leader_epoch } => {
+            read_records(l, &replica, view.fetch_lsn, leader_epoch, max_bytes)
+        }
+    })
+    .await
+}
+
+/// The `Records` answer: acknowledge (this fetch passed every check, so its lsn counts
+/// toward the hw, Kip320's fenced hw rule), then read from `fetch_lsn`.
+fn read_records<L: LeaderLog>(
+    l: &L,
+    replica: &str,
+    fetch_lsn: Lsn,
+    leader_epoch: u32,
+    max_bytes: usize,
+) -> Message {
+    let hw = l.acknowledged(replica, fetch_lsn);
+    let log_start = l.log_start();
+    let mut entries = if fetch_lsn < l.durable_end() {
+        match l.read(fetch_lsn, max_bytes) {
+            Ok(entries) => entries,
+            Err(e) => {
+                warn!(replica, fetch_lsn, error = %e, "reading records for a follower failed");
+                return Message::Error {
+                    message: format!("leader failed to read from lsn {fetch_lsn}: {e}"),
+                };
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    if let Some(bad) = entries
+        .iter()
+        .enumerate()
+        .find(|(i, e)| e.lsn != fetch_lsn + *i as Lsn)
+    {
+        let message = format!(
+            "leader read lsn {} where {} was due",
+            bad.1.lsn,
+            fetch_lsn + bad.0 as Lsn
+        );
+        warn!(replica, "{message}");
+        return Message::Error { message };
+    }
+    fit(&mut entries, max_bytes);
+    Message::Records {
+        leader_epoch,
+        hw,
+        log_start,
+        entries,
+    }
+}
+
+/// Keeps the longest prefix of `entries` within `max_bytes` of encoding (at least one: a
+/// record larger than a frame fails at encode and is answered with an `Error`).
+fn fit(entries: &mut Vec<Entry>, max_bytes: usize) {
+    let mut bytes = 0;
+    let keep = entries
+        .iter()
+        .position(|e| {
+            bytes += ENTRY_HEADER_BYTES + e.payload.len();
+            bytes > max_bytes
+        })
+        .map_or(entries.len(), |i| i.max(1));
+    entries.truncate(keep);
+}
+
+/// Writes one answer within the write timeout. An answer too large for a frame is replaced
+/// by an `Error` naming it.
+async fn send(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    msg: &Message,
+    opts: &LeaderOptions,
+) -> Result<(), ConnError> {
+    let bytes = match wire::encode(msg, opts.frame_bytes_max) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            warn!(%peer, answer = msg.name(), error = %e, "answer does not fit in a frame");
+            let message = format!("{} answer does not fit in a frame: {e}", msg.name());
+            wire::encode(&Message::Error { message }, opts.frame_bytes_max).map_err(|source| {
+                ConnError::Wire {
+                    peer,
+                    what: "encoding an Error answer",
+                    source,
+                }
+            })?
+        }
+    };
+    match timeout(opts.write_timeout, write_encoded(stream, &bytes)).await {
+        Err(_) => Err(ConnError::Timeout {
+            peer,
+            what: "writing an answer",
+        }),
+        Ok(Err(source)) => Err(ConnError::Wire {
+            peer,
+            what: "writing an answer",
+            source,
+        }),
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(lsn: Lsn, n: usize) -> Entry {
+        Entry {
+            lsn,
+            epoch: 1,
+            kind: 0,
+            payload: vec![0; n],
+        }
+    }
+
+    #[test]
+    fn fit_keeps_a_prefix_within_the_budget_and_at_least_one() {
+        let mut e = vec![entry(1, 10), entry(2, 10), entry(3, 10)];
+        fit(&mut e, 2 * (ENTRY_HEADER_BYTES + 10));
+        assert_eq!(e.len(), 2);
+        let mut e = vec![entry(1, 100), entry(2, 1)];
+        fit(&mut e, 10);
+        assert_eq!(e.len(), 1);
+        let mut e = vec![];
+        fit(&mut e, 10);
+        assert!(e.is_empty());
+    }
+}

@@ -1,0 +1,56 @@
+//! The small pieces of tokio plumbing `serve` and `follow` share: running a blocking log
+//! call on the blocking pool, watching the shutdown signal, and re-raising a task's panic
+//! (a crash is a crash: a panicking task must not vanish into its `JoinHandle`).
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinError;
+
+/// The blocking pool dropped a task: the runtime is shutting down.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cancelled;
+
+/// Runs `f(&shared)` on the blocking pool. A panic in `f` is re-raised in the caller.
+pub(crate) async fn blocking<S, T, Fn>(shared: &Arc<S>, f: Fn) -> Result<T, Cancelled>
+where
+    S: Send + Sync + 'static + ?Sized,
+    T: Send + 'static,
+    Fn: FnOnce(&S) -> T + Send + 'static,
+{
+    let shared = Arc::clone(shared);
+    match tokio::task::spawn_blocking(move || f(&shared)).await {
+        Ok(v) => Ok(v),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Cancelled),
+        },
+    }
+}
+
+/// Re-raises a finished task's panic; a cancelled task (runtime shutdown) is ignored.
+pub(crate) fn check_join(done: Result<(), JoinError>) {
+    if let Err(e) = done {
+        if let Ok(panic) = e.try_into_panic() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// True once shutdown was asked for, or its sender is gone (nobody can ask any more, so
+/// the owner is gone too).
+pub(crate) fn shutdown_requested(rx: &watch::Receiver<bool>) -> bool {
+    *rx.borrow() || rx.has_changed().is_err()
+}
+
+/// Resolves once shutdown is asked for (or its sender is dropped).
+pub(crate) async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `MemLog`: an in-memory log that implements both `LeaderLog` and `FollowerLog`, for this
+//! crate's tests and for the daemon's. It keeps the records, the epoch list (epoch -> first
+//! lsn, as Kafka's leader-epoch cache), a durable end that lags the leader's appends until
+//! `sync`, the in-sync set's acknowledgements and the high watermark. A "crash" drops what
+//! was not synced, as a power cut would. Nothing here touches a disk or the network.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::decide::end_offset_in;
+use crate::log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
+
+/// Why a `MemLog` call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MemError {
+    #[error("{log}: append at lsn {got} does not continue the log (end {expected})")]
+    NotContiguous {
+        log: String,
+        expected: Lsn,
+        got: Lsn,
+    },
+    #[error("{log}: truncate to lsn {lsn} below the log start {log_start}")]
+    BelowStart {
+        log: String,
+        lsn: Lsn,
+        log_start: Lsn,
+    },
+    #[error("{log}: injected failure in {op}")]
+    Injected { log: String, op: &'static str },
+}
+
+#[derive(Default)]
+struct State {
+    /// The first lsn held; `entries[i].lsn == log_start + i`.
+    log_start: Lsn,
+    /// The epoch of the record just below `log_start` (0 if none): `last_epoch` of a log
+    /// whose records were all retired.
+    start_epoch: Epoch,
+    entries: Vec<Entry>,
+    /// `(epoch, first lsn)`, increasing in both.
+    epochs: Vec<(Epoch, Lsn)>,
+    durable_end: Lsn,
+    current_epoch: Epoch,
+    leader: Option<Epoch>,
+    isr: Vec<String>,
+    acks: HashMap<String, Lsn>,
+    /// Leader: the high watermark. Follower: the last one seen, capped at its log end.
+    hw: Lsn,
+    higher_epoch_seen: Option<Epoch>,
+    disconnects: Vec<String>,
+    fail_next: Option<&'static str>,
+}
+
+impl State {
+    fn log_end(&self) -> Lsn {
+        self.log_start + self.entries.len() as Lsn
+    }
+
+    fn push(&mut self, entry: Entry) {
+        if self.epochs.last().is_none_or(|&(e, _)| entry.epoch > e) {
+            self.epochs.push((entry.epoch, entry.lsn));
+        }
+        self.entries.push(entry);
+    }
+
+    fn truncate(&mut self, lsn: Lsn) {
+        let keep = lsn.saturating_sub(self.log_start) as usize;
+        self.entries.truncate(keep);
+        self.epochs.retain(|&(_, start)| start < lsn);
+        self.durable_end = self.durable_end.min(lsn);
+        self.hw = self.hw.min(lsn);
+    }
+}
+
+/// An in-memory replicated log (see the module doc).
+pub struct MemLog {
+    name: String,
+    state: Mutex<State>,
+    durable: Condvar,
+}
+
+impl MemLog {
+    /// An empty log named `name` (the name is its replica id in fetches and errors).
+    pub fn new(name: &str) -> Self {
+        MemLog {
+            name: name.to_string(),
+            state: Mutex::new(State {
+                log_start: 1,
+                durable_end: 1,
+                hw: 1,
+                ..State::default()
+            }),
+            durable: Condvar::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Leads `epoch` with in-sync set `isr` (replica names): records the epoch's start at
+    /// the log end (Kafka's `makeLeader`) and forgets acknowledgements of older epochs.
+    pub fn become_leader(&self, epoch: Epoch, isr: &[&str]) {
+        let mut s = self.lock();
+        let end = s.log_end();
+        if s.epochs.last().is_none_or(|&(e, _)| epoch > e) {
+            s.epochs.push((epoch, end));
+        }
+        s.leader = Some(epoch);
+        s.current_epoch = epoch;
+        s.isr = isr.iter().map(|r| r.to_string()).collect();
+        s.acks.clear();
+    }
+
+    /// Stops leading (a follower now, or down).
+    pub fn resign(&self) {
+        self.lock().leader = None;
+    }
+
+    /// Appends one record in the leader's epoch, not yet durable. Panics if not leader
+    /// (a test bug).
+    pub fn write(&self, kind: u8, payload: &[u8]) -> Lsn {
+        let mut s = self.lock();
+        let epoch = s
+            .leader
+            .expect("MemLog::write on a node that is not leader");
+        let lsn = s.log_end();
+        s.push(Entry {
+            lsn,
+            epoch,
+            kind,
+            payload: payload.to_vec(),
+        });
+        lsn
+    }
+
+    /// Makes every record durable (and visible to fetches).
+    pub fn sync(&self) {
+        let mut s = self.lock();
+        s.durable_end = s.log_end();
+        let isr_empty = s.isr.is_empty();
+        if isr_empty && s.leader.is_some() {
+            s.hw = s.durable_end;
+        }
+        self.durable.notify_all();
+    }
+
+    /// `write` then `sync`.
+    pub fn write_durable(&self, kind: u8, payload: &[u8]) -> Lsn {
+        let lsn = self.write(kind, payload);
+        self.sync();
+        lsn
+    }
+
+    /// A power cut: records that were not durable are gone; leadership is lost.
+    pub fn crash(&self) {
+        let mut s = self.lock();
+        let durable = s.durable_end;
+        s.truncate(durable);
+        s.leader = None;
+        s.acks.clear();
+    }
+
+    /// Retires every record below `lsn` (a checkpoint removed them).
+    pub fn retire_below(&self, lsn: Lsn) {
+        let mut s = self.lock();
+        let drop = lsn.saturating_sub(s.log_start).min(s.entries.len() as Lsn) as usize;
+        if drop > 0 {
+            s.start_epoch = s.entries[drop - 1].epoch;
+            s.entries.drain(..drop);
+            s.log_start += drop as Lsn;
+        }
+    }
+
+    /// The next call to `op` ("append", "truncate_to", "set_current_epoch") fails.
+    pub fn fail_next(&self, op: &'static str) {
+        self.lock().fail_next = Some(op);
+    }
+
+    fn injected(&self, s: &mut State, op: &'static str) -> Result<(), MemError> {
+        if s.fail_next == Some(op) {
+            s.fail_next = None;
+            return Err(MemError::Injected {
+                log: self.name.clone(),
+                op,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.lock().entries.clone()
+    }
+    pub fn payloads(&self) -> Vec<Vec<u8>> {
+        self.lock()
+            .entries
+            .iter()
+            .map(|e| e.payload.clone())
+            .collect()
+    }
+    pub fn hw(&self) -> Lsn {
+        self.lock().hw
+    }
+    pub fn end(&self) -> Lsn {
+        self.lock().log_end()
+    }
+    pub fn epoch(&self) -> Epoch {
+        self.lock().current_epoch
+    }
+    pub fn is_leader(&self) -> bool {
+        self.lock().leader.is_some()
+    }
+    pub fn epochs(&self) -> Vec<(Epoch, Lsn)> {
+        self.lock().epochs.clone()
+    }
+    pub fn higher_epoch_seen(&self) -> Option<Epoch> {
+        self.lock().higher_epoch_seen
+    }
+    pub fn disconnects(&self) -> Vec<String> {
+        self.lock().disconnects.clone()
+    }
+
+    /// Sets this node's known epoch without leading (a follower told of a new leader).
+    pub fn learn_epoch(&self, epoch: Epoch) {
+        let mut s = self.lock();
+        s.current_epoch = s.current_epoch.max(epoch);
+    }
+
+    /// Writes records as if they had been replicated (test set-up: logs with a history).
+    pub fn seed(&self, records: &[(Epoch, &[u8])]) {
+        let mut s = self.lock();
+        for &(epoch, payload) in records {
+            let lsn = s.log_end();
+            s.push(Entry {
+                lsn,
+                epoch,
+                kind: 0,
+                payload: payload.to_vec(),
+            });
+            s.current_epoch = s.current_epoch.max(epoch);
+        }
+        s.durable_end = s.log_end();
+    }
+}
+
+impl LeaderLog for MemLog {
+    type Error = MemError;
+
+    fn leader_epoch(&self) -> Option<Epoch> {
+        self.lock().leader
+    }
+    fn log_start(&self) -> Lsn {
+        self.lock().log_start
+    }
+    fn durable_end(&self) -> Lsn {
+        self.lock().durable_end
+    }
+    fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.lock();
+        while s.durable_end <= after {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            s = self
+                .durable
+                .wait_timeout(s, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        s.durable_end
+    }
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
+        let s = self.lock();
+        end_offset_in(&s.epochs, s.log_end(), epoch)
+    }
+    fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, MemError> {
+        let s = self.lock();
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let first = from.saturating_sub(s.log_start) as usize;
+        let last = s.durable_end.saturating_sub(s.log_start) as usize;
+        for e in s.entries.iter().take(last).skip(first) {
+            if !out.is_empty() && bytes + e.payload.len() > max_bytes {
+                break;
+            }
+            bytes += e.payload.len();
+            out.push(e.clone());
+        }
+        Ok(out)
+    }
+    fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn {
+        let mut s = self.lock();
+        s.acks.insert(replica.to_string(), fetch_lsn);
+        let acked = s
+            .isr
+            .iter()
+            .map(|r| s.acks.get(r).copied().unwrap_or(0))
+            .min();
+        let candidate = acked.unwrap_or(Lsn::MAX).min(s.durable_end);
+        s.hw = s.hw.max(candidate);
+        s.hw
+    }
+    fn disconnected(&self, replica: &str) {
+        self.lock().disconnects.push(replica.to_string());
+    }
+    fn saw_higher_epoch(&self, epoch: Epoch) {
+        let mut s = self.lock();
+        s.leader = None;
+        s.current_epoch = s.current_epoch.max(epoch);
+        s.higher_epoch_seen = Some(epoch);
+    }
+}
+
+impl FollowerLog for MemLog {
+    type Error = MemError;
+
+    fn current_epoch(&self) -> Epoch {
+        self.lock().current_epoch
+    }
+    fn set_current_epoch(&self, epoch: Epoch) -> Result<(), MemError> {
+        let mut s = self.lock();
+        self.injected(&mut s, "set_current_epoch")?;
+        s.current_epoch = s.current_epoch.max(epoch);
+        Ok(())
+    }
+    fn log_end(&self) -> Lsn {
+        self.lock().log_end()
+    }
+    fn last_epoch(&self) -> Epoch {
+        let s = self.lock();
+        s.entries.last().map_or(s.start_epoch, |e| e.epoch)
+    }
+    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
+        let s = self.lock();
+        end_offset_in(&s.epochs, s.log_end(), epoch)
+    }
+    fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), MemError> {
+        let mut s = self.lock();
+        self.injected(&mut s, "append")?;
+        for e in entries {
+            if e.lsn != s.log_end() {
+                return Err(MemError::NotContiguous {
+                    log: self.name.clone(),
+                    expected: s.log_end(),
+                    got: e.lsn,
+                });
+            }
+            s.push(e.clone());
+        }
+        s.durable_end = s.log_end();
+        s.hw = s.hw.max(leader_hw.min(s.log_end()));
+        self.durable.notify_all();
+        Ok(())
+    }
+    fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
+        let mut s = self.lock();
+        self.injected(&mut s, "truncate_to")?;
+        if lsn < s.log_start {
+            return Err(MemError::BelowStart {
+                log: self.name.clone(),
+                lsn,
+                log_start: s.log_start,
+            });
+        }
+        s.truncate(lsn);
+        Ok(())
+    }
+}

@@ -301,8 +301,20 @@ impl Wal {
         record_type: u8,
         payload: &[u8],
     ) -> Result<Lsn, WalError> {
-        self.append_frame(Some((lsn, epoch)), record_type, payload)
+        self.append_replicated_at(lsn, epoch, record_type, payload)
             .map(|(lsn, _)| lsn)
+    }
+
+    /// [`Wal::append_replicated`], also returning the record's byte offset in its segment,
+    /// for [`Wal::read_record`].
+    pub fn append_replicated_at(
+        &self,
+        lsn: Lsn,
+        epoch: u32,
+        record_type: u8,
+        payload: &[u8],
+    ) -> Result<(Lsn, u64), WalError> {
+        self.append_frame(Some((lsn, epoch)), record_type, payload)
     }
 
     /// Sets the epoch stamped on later local appends. It never goes down (`Config`).
@@ -621,6 +633,25 @@ impl Wal {
                 }
             }
             self.synced.notify_all();
+        }
+    }
+
+    /// Waits until a record after `lsn` is durable, or `timeout` passes (a long-polling
+    /// reader, such as a standby's fetch); returns the highest durable lsn then. Never runs
+    /// a sync itself.
+    pub fn wait_synced_past(&self, lsn: Lsn, timeout: std::time::Duration) -> Lsn {
+        let until = std::time::Instant::now() + timeout;
+        let mut g = self.lock();
+        loop {
+            let now = std::time::Instant::now();
+            if g.synced_lsn > lsn || g.poisoned.is_some() || now >= until {
+                return g.synced_lsn;
+            }
+            g = self
+                .synced
+                .wait_timeout(g, until - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
     }
 

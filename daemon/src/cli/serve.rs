@@ -52,7 +52,7 @@ const RECONCILE_WAIT: Duration = Duration::from_secs(5);
 /// until the logs agree. A primary that does not answer within [`RECONCILE_WAIT`] is not
 /// waited for: a later diverging answer stops the standby, and its next start cuts.
 fn standby_start(cfg: &Config) -> anyhow::Result<()> {
-    use roost_replication::{FollowError, FollowerOptions};
+    use roost_replication::{FollowEnd, FollowError, FollowerOptions, FollowerStatus};
     let cutter = Arc::new(crate::replica::cut::Cutter::open(cfg)?);
     cutter.cut_past_end()?;
     let addr = cfg.replication.follow.clone().unwrap_or_default();
@@ -60,23 +60,36 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the reconcile runtime")?;
-    let opts = FollowerOptions {
-        replica: cfg.replication.node_name(),
-        truncate_allowed: true,
-        ..FollowerOptions::default()
-    };
-    let r = rt.block_on(roost_replication::reconcile(
-        &addr,
-        cutter.clone(),
-        opts,
-        RECONCILE_WAIT,
-    ));
+    let opts = FollowerOptions::new(cfg.replication.node_name());
+    let status = Arc::new(FollowerStatus::new());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let r = rt.block_on(async {
+        let reconcile =
+            roost_replication::reconcile(addr.clone(), cutter.clone(), opts, stop_rx, status.clone());
+        tokio::pin!(reconcile);
+        tokio::select! {
+            r = &mut reconcile => r,
+            _ = tokio::time::sleep(RECONCILE_WAIT) => {
+                // Not answering: stop asking (a reconcile already under way finishes first).
+                if !status.connected() {
+                    let _ = stop.send(true);
+                }
+                reconcile.await
+            }
+        }
+    });
     drop(rt);
     let cut = cutter.cut.load(std::sync::atomic::Ordering::Relaxed);
     match r {
-        Ok(true) => tracing::info!(primary = %addr, records_cut = cut, "standby: this log agrees with the primary's"),
-        Ok(false) => tracing::warn!(primary = %addr, "standby: the primary did not answer; serving what this node holds"),
-        Err(FollowError::Log(e)) => return Err(e).context("reconciling with the primary"),
+        Ok(FollowEnd::Reconciled { log_end, .. }) => {
+            tracing::info!(primary = %addr, records_cut = cut, log_end, "standby: this log agrees with the primary's")
+        }
+        Ok(FollowEnd::Shutdown) => {
+            tracing::warn!(primary = %addr, "standby: the primary did not answer; serving what this node holds")
+        }
+        Err(FollowError::Log { source, .. }) => {
+            return Err(source).context("reconciling with the primary")
+        }
         Err(e) => {
             let e = crate::error::EngineError::Replication(format!("reconciling with {addr}: {e}"));
             return Err(e.into());

@@ -67,7 +67,7 @@ impl Engine {
             drop(epochs);
             let (_, offset) = self
                 .wal
-                .append_replicated(e.lsn, e.epoch, e.kind, &e.payload)?;
+                .append_replicated_at(e.lsn, e.epoch, e.kind, &e.payload)?;
             offsets.push(offset);
         }
         if let Some(last) = entries.last() {

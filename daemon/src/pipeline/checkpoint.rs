@@ -27,7 +27,7 @@ use tracing::{debug, info};
 use super::crash::Step;
 use super::keys::{self, Reaped, REAP_SLICE};
 use super::records::{self, read_wal_frames, Checkpoint, KEY_RECORD_TYPE};
-use super::{io_err, lock, Engine, KeyAt};
+use super::{lock, Engine, KeyAt};
 use crate::error::EngineError;
 
 /// What the engine remembers of checkpoints.

@@ -95,17 +95,16 @@ async fn run_follower(
     engine.update_follow_status(|f| f.leader = addr.clone());
     let log = Arc::new(FollowerSide(engine.clone()));
     let opts = FollowerOptions {
-        replica: engine.config().replication.node_name(),
         truncate_allowed: false,
-        ..FollowerOptions::default()
+        ..FollowerOptions::new(engine.config().replication.node_name())
     };
-    let r = roost_replication::follow(&addr, log, opts, stop, status).await;
+    let r = roost_replication::follow(addr.clone(), log, opts, stop, status).await;
     if engine.role() != Role::Standby {
         return; // promoted: the follower's end is expected
     }
     let e = match r {
         Ok(_) => return,
-        Err(FollowError::Log(e)) => e,
+        Err(FollowError::Log { source, .. }) => source,
         Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
     };
     error!(error = %e, "replication: the standby stops");

@@ -252,7 +252,9 @@ struct Session<'a, F: FollowerLog> {
     opts: &'a FollowerOptions,
     status: &'a FollowerStatus,
     mode: Mode,
-    /// An answer came on this connection (the backoff starts over).
+    /// An answer moved this follower along on this connection (records, a truncation, a
+    /// new epoch): the backoff starts over. `NotLeader` and `Error` answers do not count,
+    /// so a node that keeps refusing is retried ever more slowly.
     answered: bool,
     /// The hw last given to `append` (an empty answer with a higher one is passed on).
     hw_passed: Lsn,
@@ -288,8 +290,8 @@ impl<F: FollowerLog> Session<'_, F> {
             })
             .await?;
             let answer = self.exchange(&mut stream, sent, shutdown).await?;
-            self.answered = true;
             self.handle(answer, sent).await?;
+            self.answered = true;
         }
     }
 

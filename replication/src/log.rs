@@ -59,7 +59,8 @@ pub trait FollowerLog: Send + Sync + 'static {
     fn last_epoch(&self) -> Epoch;
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
     /// Appends records that continue the log (`entries[0].lsn == log_end()`), durably, and
-    /// applies them; `leader_hw` is the leader's high watermark.
+    /// applies them; `leader_hw` is the leader's high watermark. `entries` is empty when an
+    /// answer only moved the hw (a long-poll that ended without records).
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), Self::Error>;
     /// Removes every record at or above `lsn` (and all that was applied from them).
     fn truncate_to(&self, lsn: Lsn) -> Result<(), Self::Error>;

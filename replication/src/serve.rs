@@ -15,7 +15,7 @@ use tokio::time::{timeout, Instant};
 use tracing::{debug, info, warn};
 
 use crate::decide::{leader_answer, Answer, FetchView};
-use crate::log::{Entry, LeaderLog, Lsn};
+use crate::log::{Entry, Epoch, LeaderLog, Lsn};
 use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
 use crate::wire::{
     self, read_frame, write_encoded, Message, WireError, DEFAULT_FRAME_BYTES_MAX,
@@ -305,7 +305,7 @@ fn read_records<L: LeaderLog>(
     l: &L,
     replica: &str,
     fetch_lsn: Lsn,
-    leader_epoch: u32,
+    leader_epoch: Epoch,
     max_bytes: usize,
 ) -> Message {
     let hw = l.acknowledged(replica, fetch_lsn);

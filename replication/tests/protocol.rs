@@ -372,3 +372,46 @@ async fn shutdown_ends_a_long_poll() {
     follower.stop().await;
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// Goal: `NotLeader` is not fatal: the follower retries (with backoff) until the node leads.
+/// Method: the server runs before its node leads; the follower's status shows the refusal;
+/// then the node becomes leader and the follower catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_retries_a_node_that_does_not_lead_yet() {
+    let a = Arc::new(MemLog::new("a"));
+    let leader = Leader::start(Arc::clone(&a)).await;
+    let b = Arc::new(MemLog::new("b"));
+    let follower = Follower::start(&leader.addr, Arc::clone(&b), fast_opts("b"));
+    eventually("b is refused", || {
+        let error = follower.status.snapshot().last_error;
+        error.is_some_and(|e| e.contains("is not the leader"))
+    })
+    .await;
+    a.become_leader(1, &["b"]);
+    a.write_durable(0, b"x");
+    eventually("b catches up", || b.entries() == a.entries()).await;
+    follower.stop().await;
+    leader.stop().await;
+}
+
+/// Goal: a follower survives its leader's server going away and coming back (same address):
+/// it reconnects and resumes from its log end without truncating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_reconnects_when_the_leader_comes_back() {
+    let a = Arc::new(MemLog::new("a"));
+    a.become_leader(1, &["b"]);
+    a.write_durable(0, b"x");
+    let leader = Leader::start(Arc::clone(&a)).await;
+    let addr = leader.addr.clone();
+    let b = Arc::new(MemLog::new("b"));
+    let follower = Follower::start(&addr, Arc::clone(&b), fast_opts("b"));
+    eventually("b catches up", || b.entries() == a.entries()).await;
+    leader.stop().await;
+    eventually("b sees the leader go", || !follower.status.connected()).await;
+    a.write_durable(0, b"y");
+    let leader = Leader::start_at(Arc::clone(&a), &addr).await;
+    eventually("b resumes", || b.entries() == a.entries()).await;
+    assert_eq!(follower.status.truncations(), 0);
+    follower.stop().await;
+    leader.stop().await;
+}

@@ -50,10 +50,19 @@ impl Leader {
         Self::start_with(log, LeaderOptions::default()).await
     }
 
+    /// A leader on `addr` again (a restart).
+    pub async fn start_at(log: Arc<MemLog>, addr: &str) -> Leader {
+        Self::bind(log, LeaderOptions::default(), addr).await
+    }
+
     pub async fn start_with(log: Arc<MemLog>, opts: LeaderOptions) -> Leader {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Self::bind(log, opts, "127.0.0.1:0").await
+    }
+
+    async fn bind(log: Arc<MemLog>, opts: LeaderOptions, addr: &str) -> Leader {
+        let listener = TcpListener::bind(addr)
             .await
-            .expect("bind 127.0.0.1:0");
+            .expect("bind the leader's address");
         let addr = listener.local_addr().expect("local addr").to_string();
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(serve_followers(listener, log, opts, rx));

@@ -161,6 +161,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         let connected = repl.status.connected();
         shared.engine.update_follow_status(|f| f.connected = connected);
         maybe_finish_claims(&shared);
+        maybe_sync_tail(&shared);
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
@@ -265,6 +266,31 @@ fn maybe_finish_claims(shared: &Arc<Shared>) {
         }
         sh.finishing.store(false, Ordering::SeqCst);
         sh.wake.notify_one();
+    });
+}
+
+/// A primary serving standbys makes its WAL's unsynced tail (the lazily written `done`
+/// records) durable when the loop wakes, so a quiet primary's standby gets them too: only
+/// durable records are sent.
+fn maybe_sync_tail(shared: &Arc<Shared>) {
+    let e = &shared.engine;
+    if e.config().replication.listen.is_none()
+        || e.role() != crate::pipeline::Role::Primary
+        || e.durable_end() >= e.wal().next_lsn()
+        || shared.checkpointing.load(Ordering::SeqCst)
+    {
+        return;
+    }
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = sh.engine.sync() {
+            error!(error = %e, "wal sync failed: stopping");
+            if let Ok(mut f) = sh.fatal.lock() {
+                f.get_or_insert(e);
+            }
+            sh.stop.store(true, Ordering::SeqCst);
+            sh.wake.notify_one();
+        }
     });
 }
 

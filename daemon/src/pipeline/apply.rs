@@ -10,7 +10,7 @@
 //! So a `done` record is never durable here before the effects of its claim, and every
 //! claim in this WAL has its effects durable. A crash between 1 and 2 leaves frames and
 //! rows past the WAL's end: the standby cuts them at its next start before fetching again
-//! (`crate::replica`), and they come back with the same records.
+//! (`replica/cut.rs`), and they come back with the same records.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! and leader epoch, the high watermark (what a standby holds durably), the wait an
 //! `ack = "standby"` answer makes for it, stepping down, promotion. The standby's apply of
 //! fetched records is `apply.rs`. The protocol itself (TCP, fetch, the truncation rule) is
-//! `roost_replication`; `crate::replica` joins the two.
+//! `roost_replication`; the daemon's `replica` part joins the two.
 //!
 //! Epochs: a primary takes `highest known + 1` at every start and at promotion, writes it to
 //! `EPOCH` and to `LEADER_EPOCHS` (at the WAL's next lsn) before its first append, so no two

@@ -13,6 +13,7 @@
 //! claims written after that row belong to claims whose `done` came later still, so past the
 //! point too: those claims are unfinished after the cut, and open re-writes their rows.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
-use crate::pipeline::records::read_audit;
+use crate::pipeline::records::{read_audit, read_wal, WalEntry};
 use crate::pipeline::replicate::{read_epoch_file, write_epoch_file};
 use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
 
@@ -47,7 +48,11 @@ pub struct Cutter {
 impl Cutter {
     /// Locks and opens the data directory's WAL (nothing else is open).
     pub fn open(config: &Config) -> Result<Cutter, EngineError> {
-        let storage: Arc<dyn Storage> = RealStorage::shared();
+        Cutter::open_with(RealStorage::shared(), config)
+    }
+
+    /// [`Cutter::open`] through any storage (the crash tests' simulated disk).
+    pub fn open_with(storage: Arc<dyn Storage>, config: &Config) -> Result<Cutter, EngineError> {
         let layout = Layout::new(&config.data_dir);
         storage
             .create_dir_all(layout.data_dir())
@@ -102,23 +107,33 @@ impl Cutter {
         self.cut_audit(lsn)
     }
 
+    /// Every shard directory: those the checkpoint and the WAL name, and on a real disk every
+    /// directory under `shards/` (a shard whose first frames are past the WAL's end is named
+    /// by no record this node holds).
     fn shard_dirs(&self) -> Result<Vec<PathBuf>, EngineError> {
+        let mut names: BTreeSet<String> =
+            self.checkpoint.shards.iter().map(|(n, _)| n.clone()).collect();
+        for entry in read_wal(&self.wal, self.checkpoint.wal_from.max(self.wal.first_lsn())) {
+            if let (_, WalEntry::Claim(c)) = entry? {
+                names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
+            }
+        }
         let root = self.layout.shards();
-        let rd = match std::fs::read_dir(&root) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            r => r.map_err(|source| EngineError::Io {
-                op: "list",
-                path: root.clone(),
-                source,
-            })?,
-        };
-        let mut dirs: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
-        dirs.sort();
-        Ok(dirs)
+        if self.storage.is_real() {
+            match std::fs::read_dir(&root) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    let path = root.clone();
+                    return Err(EngineError::Io { op: "list", path, source });
+                }
+                Ok(rd) => names.extend(
+                    rd.flatten()
+                        .filter(|e| e.path().is_dir())
+                        .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
+                ),
+            }
+        }
+        Ok(names.into_iter().map(|n| self.layout.shard(&n)).collect())
     }
 
     /// The audit log from its first row of a claim at or past `lsn` on.

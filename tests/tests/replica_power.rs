@@ -1,0 +1,143 @@
+//! A standby's power loss at every sync of its apply (docs/replication.md, "A standby's
+//! apply order"), on the simulated disk: the standby applies chunks of the primary's WAL
+//! (shard frames and audit rows first, then the records, synced), the power goes at the
+//! n-th sync, the standby restarts (its start-up cut removes effects past its WAL's end,
+//! then the engine opens as a standby) and fetches the rest. In every run it ends with the
+//! primary's records (lsn, epoch, type, content), the primary's shard contents, every audit
+//! row of every claim exactly once, and `verify` clean; a `done` record is never durable
+//! before its claim's effects.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use roost::config::Config;
+use roost::pipeline::{Engine, EngineOptions};
+use roost::replica::cut::Cutter;
+use roost_replication::Entry;
+use roost_storage::{CrashMode, SimFaults, SimStorage};
+use roost_tests::*;
+use serde_json::json;
+
+const SHARDS: [&str; 2] = ["s1", "s2"];
+
+/// The primary: creates over two shards, deletes of earlier ids, one rejection; its WAL
+/// synced, so every record can be sent.
+fn primary() -> (SimStorage, Vec<Entry>) {
+    let disk = SimStorage::new();
+    let e = open_engine(&disk, no_crash()).expect("primary");
+    let mut ids = Vec::new();
+    for i in 0..12u64 {
+        let shard = SHARDS[(i % 2) as usize];
+        let v = match i {
+            i if i % 4 == 3 => json!({"request_key": format!("k{i}"), "ops": [
+                {"op": "delete", "shard": SHARDS[0], "id": ids.first().copied().unwrap_or(999_999)}]}),
+            7 => json!({"request_key": "k7", "ops": [{"op": "delete", "shard": shard, "id": 999_999}]}),
+            _ => json!({"request_key": format!("k{i}"), "ops": [
+                {"op": "create", "shard": shard, "record": {"i": i}},
+                {"op": "create", "shard": SHARDS[0], "record": {"j": i}}]}),
+        };
+        let r = e.submit(&parse(&v), &format!("b{i}.json")).expect("submit");
+        ids.extend(r.ops().iter().filter(|o| o.op == "create" && o.shard == SHARDS[0]).map(|o| o.id));
+    }
+    e.sync().expect("sync");
+    let end = e.durable_end();
+    let recs = e.wal().read_from(1, end, usize::MAX).expect("read");
+    let entries = recs
+        .into_iter()
+        .map(|r| Entry { lsn: r.lsn, epoch: r.epoch, kind: r.record_type, payload: r.payload })
+        .collect();
+    drop(e);
+    (disk, entries)
+}
+
+fn standby_config() -> Config {
+    let mut c = test_config();
+    c.replication.follow = Some("127.0.0.1:9".into());
+    c
+}
+
+fn open_standby(disk: &SimStorage) -> Engine {
+    let cfg = standby_config();
+    let cut = Cutter::open_with(Arc::new(disk.clone()), &cfg).expect("cutter");
+    cut.cut_past_end().expect("cut past end");
+    drop(cut);
+    Engine::open(EngineOptions {
+        storage: Arc::new(disk.clone()),
+        config: Arc::new(cfg),
+        crash: no_crash(),
+    })
+    .expect("open standby")
+}
+
+/// Applies `entries` from the standby's WAL end on, `chunk` records at a time; stops at the
+/// first error (the power went: later writes fail or vanish).
+fn apply(e: &Engine, entries: &[Entry], chunk: usize) {
+    let from = e.wal().next_lsn();
+    let rest: Vec<Entry> = entries.iter().filter(|x| x.lsn >= from).cloned().collect();
+    for c in rest.chunks(chunk) {
+        if e.apply_replicated(c).is_err() {
+            return;
+        }
+    }
+}
+
+/// Records as (lsn, epoch, type, payload).
+fn records(disk: &SimStorage) -> Vec<(u64, u32, u8, Vec<u8>)> {
+    let w = roost_wal::Wal::open_with(
+        Arc::new(disk.clone()),
+        data_dir().join("wal"),
+        roost_wal::WalOptions { read_only: true, ..roost_wal::WalOptions::default() },
+    )
+    .expect("wal");
+    w.replay(1)
+        .map(|r| r.expect("record"))
+        .map(|r| (r.lsn, r.epoch, r.record_type, r.payload))
+        .collect()
+}
+
+/// Every claim's audit rows, exactly once each: claim lsn -> op indexes.
+fn audit_by_claim(disk: &SimStorage) -> BTreeMap<u64, Vec<u32>> {
+    let mut m: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (_, row) in audit_rows(Arc::new(disk.clone()), &data_dir()) {
+        m.entry(row.claim_lsn).or_default().push(row.op_index);
+    }
+    m
+}
+
+/// Goal: see the module comment. Method: count the syncs of a whole standby run, then for
+/// every n, freeze durability at the n-th sync, lose the power (dropped or torn), restart the
+/// standby and let it fetch the rest.
+#[test]
+fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
+    let (pdisk, entries) = primary();
+    let want_records: Vec<_> = entries
+        .iter()
+        .map(|e| (e.lsn, e.epoch, e.kind, e.payload.clone()))
+        .collect();
+    let want = contents(&pdisk, &SHARDS);
+    let want_audit = audit_by_claim(&pdisk);
+    let whole = SimStorage::new();
+    apply(&open_standby(&whole), &entries, 3);
+    let syncs = whole.sync_count();
+    assert!(syncs > 20, "a standby run syncs {syncs} times");
+    assert_eq!(records(&whole), want_records);
+    let mut runs = 0;
+    for n in 0..syncs {
+        for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }] {
+            let disk = SimStorage::new();
+            disk.set_faults(SimFaults { freeze_after_syncs: Some(n), ..SimFaults::default() });
+            apply(&open_standby(&disk), &entries, 3);
+            let after = disk.crash(mode);
+            apply(&open_standby(&after), &entries, 3);
+            let what = format!("power loss ({mode:?}) after sync {n}");
+            assert_eq!(records(&after), want_records, "{what}: records");
+            assert_eq!(contents(&after, &SHARDS), want, "{what}: shards");
+            assert_eq!(audit_by_claim(&after), want_audit, "{what}: audit rows");
+            let report = roost::ops::verify::verify(Arc::new(after.clone()), &data_dir());
+            assert!(report.ok(), "{what}: {:?}", report.violations);
+            runs += 1;
+        }
+    }
+    assert!(runs >= 40, "only {runs} runs");
+}

@@ -180,9 +180,7 @@ impl EngineError {
             | EngineError::Paused { .. }
             | EngineError::Failed
             | EngineError::Replication(_) => ErrorClass::Io,
-            EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => {
-                ErrorClass::Locked
-            }
+            EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => ErrorClass::Locked,
         }
     }
 

@@ -8,8 +8,11 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{drop_in, wait_for, BIN};
@@ -75,7 +78,8 @@ impl Node {
             }
         })
         .expect("spawn");
-        c.ready(LIMIT).unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
+        c.ready(LIMIT)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
         self.child = Some(c);
     }
 
@@ -159,12 +163,7 @@ impl Node {
     /// `roost verify`'s invariants on this node's files (the daemon stopped).
     fn verify(&self) {
         let r = roost::ops::verify::verify(RealStorage::shared(), &self.data);
-        assert!(
-            r.violations.is_empty(),
-            "{}: {:?}",
-            self.name,
-            r.violations
-        );
+        assert!(r.violations.is_empty(), "{}: {:?}", self.name, r.violations);
     }
 }
 
@@ -185,9 +184,11 @@ fn batch(key: &str, shard: &str, n: usize) -> Vec<u8> {
 fn caught_up(primary: &Node, standby: &Node) {
     let want = primary.durable_lsn();
     assert!(want > 0, "{} has nothing durable", primary.name);
-    wait_for(&format!("{} to reach lsn {want}", standby.name), LIMIT, || {
-        standby.last_lsn() >= want
-    });
+    wait_for(
+        &format!("{} to reach lsn {want}", standby.name),
+        LIMIT,
+        || standby.last_lsn() >= want,
+    );
 }
 
 /// The records both logs hold must be equal (lsn, epoch, type, content), and neither may
@@ -204,7 +205,11 @@ fn same_logs(a: &Node, b: &Node) {
     let (ma, mb) = (by_lsn(&wa), by_lsn(&wb));
     for (lsn, ra) in &ma {
         if let Some(rb) = mb.get(lsn) {
-            assert_eq!(ra, rb, "lsn {lsn} differs between {} and {}", a.name, b.name);
+            assert_eq!(
+                ra, rb,
+                "lsn {lsn} differs between {} and {}",
+                a.name, b.name
+            );
         }
     }
 }
@@ -222,7 +227,11 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     a.start(None);
     b.start(Some(&a.addr()));
     for i in 0..40 {
-        drop_in(&a.spool(), &format!("f{i}.json"), &batch(&format!("k{i}"), "s", 3));
+        drop_in(
+            &a.spool(),
+            &format!("f{i}.json"),
+            &batch(&format!("k{i}"), "s", 3),
+        );
     }
     for i in 0..40 {
         let name = format!("f{i}.json");
@@ -238,7 +247,10 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     assert_eq!(sa["replication"]["standbys"][0]["name"], "b", "{sa}");
     assert_eq!(a.scan("s"), b.scan("s"));
     std::thread::sleep(Duration::from_millis(500));
-    assert!(b.spool().join("new/held.json").exists(), "the standby took a file");
+    assert!(
+        b.spool().join("new/held.json").exists(),
+        "the standby took a file"
+    );
     assert!(b.result("held.json").is_none());
     b.stop();
     a.stop();
@@ -274,7 +286,9 @@ fn ack_standby_holds_results_until_a_standby_has_the_claim() {
     );
     c.start(None);
     drop_in(&c.spool(), "x.json", &batch("x", "s", 1));
-    wait_for("the result published alone", LIMIT, || c.result("x.json").is_some());
+    wait_for("the result published alone", LIMIT, || {
+        c.result("x.json").is_some()
+    });
     assert!(c.status()["replication"]["published_alone"].as_u64() >= Some(1));
     c.stop();
 }
@@ -299,7 +313,10 @@ fn kip101_scenario_2_the_old_primary_cuts_what_the_new_one_never_had() {
     wait_for("lost claimed", LIMIT, || {
         a.wal().iter().any(|r| r["request_key"] == "lost")
     });
-    assert!(a.result("lost.json").is_none(), "acknowledged without a standby");
+    assert!(
+        a.result("lost.json").is_none(),
+        "acknowledged without a standby"
+    );
     a.kill();
     b.start(Some(&a.addr()));
     let p = b.promote();
@@ -309,7 +326,10 @@ fn kip101_scenario_2_the_old_primary_cuts_what_the_new_one_never_had() {
     wait_for("two", LIMIT, || b.result("two.json").is_some());
     caught_up(&b, &a);
     assert_eq!(a.scan("s"), b.scan("s"));
-    assert!(!a.scan("s").contains("lost"), "the unacknowledged batch survived the cut");
+    assert!(
+        !a.scan("s").contains("lost"),
+        "the unacknowledged batch survived the cut"
+    );
     a.stop();
     b.stop();
     same_logs(&a, &b);
@@ -340,7 +360,9 @@ fn kip101_scenario_1_a_standby_restart_keeps_acknowledged_batches() {
     // The old primary comes back as the new one's standby (results wait for a standby).
     a.start(Some(&b.addr()));
     drop_in(&b.spool(), "acked.json", &batch("acked", "s", 2));
-    wait_for("the retry's answer", LIMIT, || b.result("acked.json").is_some());
+    wait_for("the retry's answer", LIMIT, || {
+        b.result("acked.json").is_some()
+    });
     let again = b.result("acked.json").expect("retry");
     assert_eq!(again["status"], "committed", "{again}");
     assert_eq!(again["ops"], original["ops"], "the retry got other ids");
@@ -364,7 +386,11 @@ fn failover_drill_loses_no_acknowledged_batch() {
     let mut acked: BTreeMap<String, Value> = BTreeMap::new();
     let mut seed = 0x9e37_79b9_u64;
     for round in 0..3 {
-        let (p, s) = if round % 2 == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
+        let (p, s) = if round % 2 == 0 {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
         let sent: Vec<String> = (0..30).map(|i| format!("r{round}-{i}.json")).collect();
         for (i, name) in sent.iter().enumerate() {
             drop_in(&p.spool(), name, &batch(&format!("r{round}-{i}"), "s", 2));
@@ -388,7 +414,10 @@ fn failover_drill_loses_no_acknowledged_batch() {
             drop_in(&s.spool(), &retry, &batch(&key, "s", 2));
             wait_for(&retry, LIMIT, || s.result(&retry).is_some());
             let again = s.result(&retry).expect("retry result");
-            assert_eq!(again["ops"], r["ops"], "{name}: acknowledged batch lost or changed");
+            assert_eq!(
+                again["ops"], r["ops"],
+                "{name}: acknowledged batch lost or changed"
+            );
         }
         caught_up(s, p);
         let started = Instant::now();
@@ -402,5 +431,172 @@ fn failover_drill_loses_no_acknowledged_batch() {
     same_logs(&a, &b);
     a.verify();
     b.verify();
-    assert!(!acked.is_empty(), "no batch was acknowledged before the kills");
+    assert!(
+        !acked.is_empty(),
+        "no batch was acknowledged before the kills"
+    );
+}
+
+/// An in-test TCP proxy on loopback: forwards connections to `target` until `cut`, which
+/// closes every connection and refuses new ones (a partition) until `heal`.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: String) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let port = l.local_addr().expect("addr").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, k, s) = (cut.clone(), conns.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((down, _)) if !c.load(Ordering::SeqCst) => forward(down, &target, &k),
+                    Ok(_) => {} // partitioned: dropped at once
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            conns,
+            stop,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().expect("conns").drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+}
+
+/// Connects `down` to `target` with two copying threads (each ends with its sockets).
+fn forward(down: TcpStream, target: &str, conns: &Mutex<Vec<TcpStream>>) {
+    let Ok(up) = TcpStream::connect(target) else {
+        return;
+    };
+    let _ = down.set_nonblocking(false);
+    let pairs = [
+        (down.try_clone(), up.try_clone()),
+        (up.try_clone(), down.try_clone()),
+    ];
+    if let Ok(mut k) = conns.lock() {
+        k.extend([down, up]);
+    }
+    for (r, w) in pairs {
+        if let (Ok(mut r), Ok(mut w)) = (r, w) {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut r, &mut w);
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    }
+}
+
+/// Goal: a partition between primary and standby (an in-test proxy): under
+/// `ack = "standby"` the primary's new result waits; the operator promotes the standby; once
+/// the partition heals, the promoted node tells its former primary, which steps down: it
+/// never publishes the waiting batch and takes no more files. Restarted as a standby, it
+/// cuts that batch and ends with the new primary's log.
+#[test]
+fn after_a_partition_the_former_primary_steps_down_and_never_answers() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    let proxy = Proxy::start(a.addr());
+    b.start(Some(&proxy.addr()));
+    drop_in(&a.spool(), "before.json", &batch("before", "s", 1));
+    wait_for("before", LIMIT, || a.result("before.json").is_some());
+    proxy.cut();
+    drop_in(&a.spool(), "during.json", &batch("during", "s", 1));
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(
+        a.result("during.json").is_none(),
+        "published during the partition"
+    );
+    assert_eq!(a.status()["replication"]["waiting_for_standby"], true);
+    b.promote();
+    proxy.heal();
+    wait_for("the former primary to step down", LIMIT, || {
+        a.status()["replication"]["role"] == "stepped_down"
+    });
+    drop_in(&a.spool(), "after.json", &batch("after", "s", 1));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        a.result("during.json").is_none(),
+        "the stepped-down primary answered"
+    );
+    assert!(
+        a.result("after.json").is_none(),
+        "the stepped-down primary took a file"
+    );
+    assert!(a.spool().join("new/after.json").exists());
+    a.kill();
+    a.start(Some(&b.addr()));
+    drop_in(&b.spool(), "two.json", &batch("two", "s", 1));
+    wait_for("two", LIMIT, || b.result("two.json").is_some());
+    caught_up(&b, &a);
+    assert!(
+        !a.scan("s").contains("during"),
+        "the unanswered batch survived the cut"
+    );
+    assert_eq!(a.scan("s"), b.scan("s"));
+    a.stop();
+    b.stop();
+    same_logs(&a, &b);
+    assert_eq!(a.wal().len(), b.wal().len());
+}
+
+/// Goal: with `when_standby_lost = "alone"` a partition does not stop answers: after
+/// `standby_timeout_ms` they go out on local durability (counted); when the partition heals
+/// the standby catches up and the logs end equal.
+#[test]
+fn alone_answers_through_a_partition_and_the_standby_catches_up() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let extra = "ack = \"standby\"\nwhen_standby_lost = \"alone\"";
+    let (mut a, mut b) = two_nodes(t.path(), extra);
+    a.start(None);
+    let proxy = Proxy::start(a.addr());
+    b.start(Some(&proxy.addr()));
+    drop_in(&a.spool(), "before.json", &batch("before", "s", 1));
+    wait_for("before", LIMIT, || a.result("before.json").is_some());
+    assert_eq!(a.status()["replication"]["published_alone"], 0);
+    proxy.cut();
+    drop_in(&a.spool(), "during.json", &batch("during", "s", 1));
+    wait_for("the answer given alone", LIMIT, || {
+        a.result("during.json").is_some()
+    });
+    assert!(a.status()["replication"]["published_alone"].as_u64() >= Some(1));
+    proxy.heal();
+    caught_up(&a, &b);
+    assert_eq!(a.scan("s"), b.scan("s"));
+    b.stop();
+    a.stop();
+    same_logs(&a, &b);
+    assert_eq!(a.wal().len(), b.wal().len());
 }

@@ -8,6 +8,7 @@
 //! `LeaderLog`/`FollowerLog` do.
 #![forbid(unsafe_code)]
 
+mod announce;
 pub mod decide;
 mod follow;
 mod log;
@@ -17,6 +18,7 @@ mod task;
 pub mod testing;
 pub mod wire;
 
+pub use announce::{announce_epoch, Announced};
 pub use decide::{follower_truncation, leader_answer, Answer, FetchView, Truncation};
 pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
 pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};

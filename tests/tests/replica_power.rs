@@ -32,20 +32,32 @@ fn primary() -> (SimStorage, Vec<Entry>) {
         let v = match i {
             i if i % 4 == 3 => json!({"request_key": format!("k{i}"), "ops": [
                 {"op": "delete", "shard": SHARDS[0], "id": ids.first().copied().unwrap_or(999_999)}]}),
-            7 => json!({"request_key": "k7", "ops": [{"op": "delete", "shard": shard, "id": 999_999}]}),
+            7 => {
+                json!({"request_key": "k7", "ops": [{"op": "delete", "shard": shard, "id": 999_999}]})
+            }
             _ => json!({"request_key": format!("k{i}"), "ops": [
                 {"op": "create", "shard": shard, "record": {"i": i}},
                 {"op": "create", "shard": SHARDS[0], "record": {"j": i}}]}),
         };
         let r = e.submit(&parse(&v), &format!("b{i}.json")).expect("submit");
-        ids.extend(r.ops().iter().filter(|o| o.op == "create" && o.shard == SHARDS[0]).map(|o| o.id));
+        ids.extend(
+            r.ops()
+                .iter()
+                .filter(|o| o.op == "create" && o.shard == SHARDS[0])
+                .map(|o| o.id),
+        );
     }
     e.sync().expect("sync");
     let end = e.durable_end();
     let recs = e.wal().read_from(1, end, usize::MAX).expect("read");
     let entries = recs
         .into_iter()
-        .map(|r| Entry { lsn: r.lsn, epoch: r.epoch, kind: r.record_type, payload: r.payload })
+        .map(|r| Entry {
+            lsn: r.lsn,
+            epoch: r.epoch,
+            kind: r.record_type,
+            payload: r.payload,
+        })
         .collect();
     drop(e);
     (disk, entries)
@@ -87,7 +99,10 @@ fn records(disk: &SimStorage) -> Vec<(u64, u32, u8, Vec<u8>)> {
     let w = roost_wal::Wal::open_with(
         Arc::new(disk.clone()),
         data_dir().join("wal"),
-        roost_wal::WalOptions { read_only: true, ..roost_wal::WalOptions::default() },
+        roost_wal::WalOptions {
+            read_only: true,
+            ..roost_wal::WalOptions::default()
+        },
     )
     .expect("wal");
     w.replay(1)
@@ -126,7 +141,10 @@ fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
     for n in 0..syncs {
         for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }] {
             let disk = SimStorage::new();
-            disk.set_faults(SimFaults { freeze_after_syncs: Some(n), ..SimFaults::default() });
+            disk.set_faults(SimFaults {
+                freeze_after_syncs: Some(n),
+                ..SimFaults::default()
+            });
             apply(&open_standby(&disk), &entries, 3);
             let after = disk.crash(mode);
             apply(&open_standby(&after), &entries, 3);

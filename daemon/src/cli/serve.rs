@@ -64,8 +64,13 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
     let status = Arc::new(FollowerStatus::new());
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let r = rt.block_on(async {
-        let reconcile =
-            roost_replication::reconcile(addr.clone(), cutter.clone(), opts, stop_rx, status.clone());
+        let reconcile = roost_replication::reconcile(
+            addr.clone(),
+            cutter.clone(),
+            opts,
+            stop_rx,
+            status.clone(),
+        );
         tokio::pin!(reconcile);
         tokio::select! {
             r = &mut reconcile => r,

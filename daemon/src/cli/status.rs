@@ -125,16 +125,28 @@ fn status_text(v: &serde_json::Value) -> String {
 /// The replication lines: role, high watermark, each standby's lag, or the primary followed.
 fn replication_text(out: &mut String, r: &serde_json::Value) {
     let role = r["role"].as_str().unwrap_or("?");
-    let _ = writeln!(out, "  role {role}, hw {}, ack {}", r["hw"], r["ack"].as_str().unwrap_or("?"));
+    let _ = writeln!(
+        out,
+        "  role {role}, hw {}, ack {}",
+        r["hw"],
+        r["ack"].as_str().unwrap_or("?")
+    );
     if r["waiting_for_standby"] == true {
-        let _ = writeln!(out, "  RESULTS WAIT: no standby in sync (when_standby_lost = \"wait\")");
+        let _ = writeln!(
+            out,
+            "  RESULTS WAIT: no standby in sync (when_standby_lost = \"wait\")"
+        );
     }
     for s in r["standbys"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
             "  standby {}: {}, acked lsn {}, lag {} lsns",
             s["name"].as_str().unwrap_or("?"),
-            if s["connected"] == true { "connected" } else { "disconnected" },
+            if s["connected"] == true {
+                "connected"
+            } else {
+                "disconnected"
+            },
             s["acked_lsn"],
             s["lag_lsns"]
         );
@@ -144,7 +156,11 @@ fn replication_text(out: &mut String, r: &serde_json::Value) {
             out,
             "  following {}: {}, leader epoch {}, leader hw {}, lag {} lsns",
             f["leader"].as_str().unwrap_or("?"),
-            if f["connected"] == true { "connected" } else { "disconnected" },
+            if f["connected"] == true {
+                "connected"
+            } else {
+                "disconnected"
+            },
             f["leader_epoch"],
             f["leader_hw"],
             f["lag_lsns"]

@@ -356,7 +356,9 @@ pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result
 async fn promote(engine: &Arc<Engine>) -> serde_json::Value {
     let e = engine.clone();
     match tokio::task::spawn_blocking(move || e.promote()).await {
-        Ok(Ok(epoch)) => json!({"promoted": true, "epoch": epoch, "next_lsn": engine.last_lsn() + 1}),
+        Ok(Ok(epoch)) => {
+            json!({"promoted": true, "epoch": epoch, "next_lsn": engine.last_lsn() + 1})
+        }
         Ok(Err(e)) => json!({"promoted": false, "error": e.to_string()}),
         Err(e) => json!({"promoted": false, "error": e.to_string()}),
     }

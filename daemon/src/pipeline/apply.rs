@@ -143,7 +143,12 @@ impl Engine {
         let n = unfinished.len();
         lock(&self.repl.deferred).extend(unfinished);
         self.repl.become_primary();
-        info!(epoch, claims_to_finish = n, next_lsn = self.wal.next_lsn(), "promoted: this node is the primary");
+        info!(
+            epoch,
+            claims_to_finish = n,
+            next_lsn = self.wal.next_lsn(),
+            "promoted: this node is the primary"
+        );
         Ok(epoch)
     }
 
@@ -151,7 +156,8 @@ impl Engine {
     /// promoted standby's), oldest first, each waiting for a standby like a live answer.
     /// Intake stays closed until this returns.
     pub fn finish_deferred(&self) -> Result<u64, EngineError> {
-        let claims: BTreeMap<Lsn, ClaimRecord> = lock(&self.repl.deferred).iter().cloned().collect();
+        let claims: BTreeMap<Lsn, ClaimRecord> =
+            lock(&self.repl.deferred).iter().cloned().collect();
         if claims.is_empty() {
             return Ok(0);
         }

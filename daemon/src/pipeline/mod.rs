@@ -429,7 +429,11 @@ fn open_replication(
     } else {
         replicate::Role::Primary
     };
-    Ok(replicate::Replication::new(role, known.max(appends), epochs))
+    Ok(replicate::Replication::new(
+        role,
+        known.max(appends),
+        epochs,
+    ))
 }
 
 /// Replaces `path` with `bytes` atomically: a temporary written and fdatasynced, renamed
@@ -499,7 +503,10 @@ fn sync_new_dirs(
 }
 
 /// Takes the data directory's `LOCK` (on a real disk; the simulator has one process).
-pub fn lock_data_dir(storage: &dyn Storage, layout: &Layout) -> Result<Option<DirLock>, EngineError> {
+pub fn lock_data_dir(
+    storage: &dyn Storage,
+    layout: &Layout,
+) -> Result<Option<DirLock>, EngineError> {
     if !storage.is_real() {
         return Ok(None);
     }

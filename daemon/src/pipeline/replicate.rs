@@ -209,7 +209,11 @@ impl Engine {
     pub fn step_down(&self, epoch: u32) {
         let mut role = lock(&self.repl.role);
         if *role == Role::Primary && epoch > self.epoch() {
-            warn!(epoch, own = self.epoch(), "a higher leader epoch exists: stepping down, taking no more batches");
+            warn!(
+                epoch,
+                own = self.epoch(),
+                "a higher leader epoch exists: stepping down, taking no more batches"
+            );
             *role = Role::SteppedDown { epoch };
             drop(role);
             let _ = self.learn_epoch(epoch);
@@ -321,7 +325,10 @@ impl Engine {
             }
             if lost && !warned && t0.elapsed() > cfg.standby_timeout() {
                 warned = true;
-                warn!(lsn, "no standby in sync: results wait for one (when_standby_lost = \"wait\")");
+                warn!(
+                    lsn,
+                    "no standby in sync: results wait for one (when_standby_lost = \"wait\")"
+                );
             }
             standbys = lock(&self.repl.standbys);
             standbys = self

@@ -98,7 +98,8 @@ impl Cutter {
                 shard: name.clone(),
                 source,
             };
-            let mut shard = Shard::open_with(self.storage.clone(), &dir, opts).map_err(shard_err)?;
+            let mut shard =
+                Shard::open_with(self.storage.clone(), &dir, opts).map_err(shard_err)?;
             let n = shard.truncate_from(lsn).map_err(shard_err)?;
             if n > 0 {
                 info!(shard = %dir.display(), from_lsn = lsn, frames = n, "standby: shard frames cut");
@@ -111,9 +112,16 @@ impl Cutter {
     /// directory under `shards/` (a shard whose first frames are past the WAL's end is named
     /// by no record this node holds).
     fn shard_dirs(&self) -> Result<Vec<PathBuf>, EngineError> {
-        let mut names: BTreeSet<String> =
-            self.checkpoint.shards.iter().map(|(n, _)| n.clone()).collect();
-        for entry in read_wal(&self.wal, self.checkpoint.wal_from.max(self.wal.first_lsn())) {
+        let mut names: BTreeSet<String> = self
+            .checkpoint
+            .shards
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        for entry in read_wal(
+            &self.wal,
+            self.checkpoint.wal_from.max(self.wal.first_lsn()),
+        ) {
             if let (_, WalEntry::Claim(c)) = entry? {
                 names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
             }
@@ -124,7 +132,11 @@ impl Cutter {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
                     let path = root.clone();
-                    return Err(EngineError::Io { op: "list", path, source });
+                    return Err(EngineError::Io {
+                        op: "list",
+                        path,
+                        source,
+                    });
                 }
                 Ok(rd) => names.extend(
                     rd.flatten()
@@ -153,7 +165,12 @@ impl Cutter {
         }
         if let Some(at) = first {
             let n = audit.truncate_from(at)?;
-            info!(from_claim_lsn = lsn, audit_lsn = at, rows = n, "standby: audit rows cut");
+            info!(
+                from_claim_lsn = lsn,
+                audit_lsn = at,
+                rows = n,
+                "standby: audit rows cut"
+            );
         }
         Ok(())
     }
@@ -203,7 +220,11 @@ impl FollowerLog for Cutter {
                 self.checkpoint.wal_from
             )));
         }
-        warn!(from_lsn = lsn, wal_end = self.wal.next_lsn(), "standby: cutting records the primary does not have");
+        warn!(
+            from_lsn = lsn,
+            wal_end = self.wal.next_lsn(),
+            "standby: cutting records the primary does not have"
+        );
         let n = self.wal.truncate_from(lsn)?;
         self.epochs
             .lock()

@@ -36,7 +36,10 @@ impl LeaderLog for LeaderSide {
     }
 
     fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
-        self.0.wal().wait_synced_past(after.saturating_sub(1), timeout) + 1
+        self.0
+            .wal()
+            .wait_synced_past(after.saturating_sub(1), timeout)
+            + 1
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {

@@ -155,11 +155,13 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
         maybe_checkpoint(&shared);
         if was_standby && shared.engine.role() == crate::pipeline::Role::Primary {
             was_standby = false;
-            repl.promoted();
+            repl.promoted(&shared);
             hints.rescan_needed.store(true, Ordering::SeqCst);
         }
         let connected = repl.status.connected();
-        shared.engine.update_follow_status(|f| f.connected = connected);
+        shared
+            .engine
+            .update_follow_status(|f| f.connected = connected);
         maybe_finish_claims(&shared);
         maybe_sync_tail(&shared);
         if let Ok(mut q) = shared.requeue.lock() {
@@ -255,7 +257,9 @@ fn maybe_finish_claims(shared: &Arc<Shared>) {
     tokio::task::spawn_blocking(move || {
         match sh.engine.finish_deferred() {
             Ok(n) => info!(batches = n, "claimed batches finished; intake opens"),
-            Err(e) if e.latches_nothing() => info!(error = %e, "claimed batches left for the next start"),
+            Err(e) if e.latches_nothing() => {
+                info!(error = %e, "claimed batches left for the next start")
+            }
             Err(e) => {
                 error!(error = %e, "finishing claimed batches failed: stopping");
                 if let Ok(mut f) = sh.fatal.lock() {

@@ -6,7 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use roost_replication::{FollowError, FollowerOptions, FollowerStatus, LeaderOptions};
+use std::time::Duration;
+
+use roost_replication::{Announced, FollowError, FollowerOptions, FollowerStatus, LeaderOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info};
@@ -36,13 +38,13 @@ impl ReplTasks {
         let listener = match &cfg.listen {
             None => None,
             Some(addr) => {
-                let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| {
-                    EngineError::Io {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| EngineError::Io {
                         op: "listen for standbys",
                         path: addr.into(),
                         source,
-                    }
-                })?;
+                    })?;
                 info!(listen = %addr, "replication: accepting standbys");
                 let log = Arc::new(LeaderSide(shared.engine.clone()));
                 let opts = LeaderOptions::default();
@@ -69,10 +71,16 @@ impl ReplTasks {
         })
     }
 
-    /// The node was promoted: it follows no one from now on.
-    pub fn promoted(&mut self) {
+    /// The node was promoted: it follows no one from now on, and tells its former primary
+    /// (if that one still runs, it steps down: `roost_replication::announce_epoch`).
+    pub fn promoted(&mut self, shared: &Arc<Shared>) {
         let _ = self.stop_follower.send(true);
         self.follower = None;
+        let cfg = &shared.engine.config().replication;
+        if let Some(addr) = cfg.follow.clone() {
+            let (name, epoch) = (cfg.node_name(), shared.engine.epoch());
+            tokio::spawn(announce(addr, name, epoch, self.stop.subscribe()));
+        }
     }
 
     pub async fn stop(self) {
@@ -80,6 +88,35 @@ impl ReplTasks {
         let _ = self.stop_follower.send(true);
         for h in [self.listener, self.follower].into_iter().flatten() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), h).await;
+        }
+    }
+}
+
+/// How often, and how many times, a promoted node tells its former primary.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+const ANNOUNCE_TRIES: u32 = 600;
+
+/// Tells the former primary at `addr` about `epoch` until it answers (or the daemon stops,
+/// or [`ANNOUNCE_TRIES`] attempts failed: then nobody is listening there).
+async fn announce(addr: String, name: String, epoch: u32, mut stop: watch::Receiver<bool>) {
+    for attempt in 1..=ANNOUNCE_TRIES {
+        match roost_replication::announce_epoch(&addr, &name, epoch, ANNOUNCE_EVERY).await {
+            Ok(Announced::SteppedDown { its_epoch }) => {
+                info!(former_primary = %addr, its_epoch, epoch, "the former primary stepped down");
+                return;
+            }
+            Ok(Announced::NotLeading) => {
+                info!(former_primary = %addr, epoch, "the former primary leads nothing");
+                return;
+            }
+            Err(e) if attempt == 1 => {
+                info!(former_primary = %addr, error = %e, "cannot tell the former primary yet; retrying every second")
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ANNOUNCE_EVERY) => {}
+            _ = stop.changed() => return,
         }
     }
 }

@@ -148,9 +148,13 @@ pub enum EngineError {
     /// finished by recovery or by the new primary. Nothing is latched.
     #[error("record lsn {lsn} is not on a standby yet; its answer waits (ack = \"standby\")")]
     Unreplicated { lsn: Lsn },
-    /// A standby's fetched records could not be applied.
+    /// A standby's fetched records could not be applied, or the protocol stopped it.
     #[error("replication: {0}")]
     Replication(String),
+    /// This standby cannot follow from what it holds (the primary no longer has the records
+    /// it needs, or the logs diverge below its checkpoint): an operator must re-seed it.
+    #[error("replication: {0}")]
+    NeedsReseed(String),
 }
 
 impl EngineError {
@@ -181,6 +185,7 @@ impl EngineError {
             | EngineError::Failed
             | EngineError::Replication(_) => ErrorClass::Io,
             EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => ErrorClass::Locked,
+            EngineError::NeedsReseed(_) => ErrorClass::Config,
         }
     }
 

@@ -600,3 +600,91 @@ fn alone_answers_through_a_partition_and_the_standby_catches_up() {
     same_logs(&a, &b);
     assert_eq!(a.wal().len(), b.wal().len());
 }
+
+/// Copies a stopped node's data directory over another's, without its spool, lock and
+/// control socket (docs/replication.md, "Re-seeding a standby").
+fn copy_data(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let name = e.file_name();
+        if ["spool", "LOCK", "roost.sock"].iter().any(|n| name == *n) {
+            continue;
+        }
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(e.path())
+            .arg(to.join(&name))
+            .status()
+            .expect("cp");
+        assert!(st.success(), "cp {}", e.path().display());
+    }
+}
+
+/// Goal: a new standby behind the primary's retained WAL (a checkpoint retired it) stops
+/// with exit 78 and says how to re-seed; after the documented re-seed (a copy of the stopped
+/// primary's data directory) it follows, with the same records and shards.
+#[test]
+fn a_standby_behind_the_retained_wal_is_told_to_reseed_and_follows_after_it() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let extra = "ack = \"local\"";
+    let (mut a, mut b) = two_nodes(t.path(), extra);
+    let small = "wal_segment_bytes = 4194304\nbatch_ops_max = 8\n";
+    for n in [&a, &b] {
+        let text = std::fs::read_to_string(&n.config).expect("config");
+        std::fs::write(&n.config, format!("{small}{text}")).expect("config");
+    }
+    a.start(None);
+    let pad = "p".repeat(60_000);
+    for i in 0..24 {
+        let ops: Vec<String> = (0..8)
+            .map(|j| {
+                format!(
+                    r#"{{"op":"create","shard":"s","record":{{"i":{i},"j":{j},"pad":"{pad}"}}}}"#
+                )
+            })
+            .collect();
+        let body = format!(r#"{{"request_key":"big{i}","ops":[{}]}}"#, ops.join(","));
+        drop_in(&a.spool(), &format!("big{i}.json"), body.as_bytes());
+    }
+    for i in 0..24 {
+        let name = format!("big{i}.json");
+        wait_for(&name, LIMIT, || a.result(&name).is_some());
+    }
+    a.stop(); // the final checkpoint retires the WAL below it
+    let first = a.wal().first().and_then(|r| r["lsn"].as_u64()).unwrap_or(0);
+    assert!(first > 1, "no WAL was retired (first lsn {first})");
+    a.start(None);
+    let log = t.path().join("b-behind.log");
+    let mut behind = ServeChild::spawn(Path::new(BIN), &b.data, &log, |c| {
+        c.arg("--config")
+            .arg(&b.config)
+            .arg("--follow")
+            .arg(a.addr());
+    })
+    .expect("spawn");
+    let st = (0..600)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            behind.exited().ok().flatten()
+        })
+        .expect("the standby behind the retained WAL kept running");
+    assert_eq!(st.code(), Some(78), "{}", behind.log_text());
+    assert!(
+        behind.log_text().contains("re-seed"),
+        "{}",
+        behind.log_text()
+    );
+    a.stop();
+    copy_data(&a.data, &b.data);
+    a.start(None);
+    b.start(Some(&a.addr()));
+    drop_in(&a.spool(), "after.json", &batch("after", "s", 1));
+    wait_for("after", LIMIT, || a.result("after.json").is_some());
+    caught_up(&a, &b);
+    assert_eq!(a.scan("s"), b.scan("s"));
+    b.stop();
+    a.stop();
+    same_logs(&a, &b);
+    b.verify();
+}

@@ -95,6 +95,9 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
         Err(FollowError::Log { source, .. }) => {
             return Err(source).context("reconciling with the primary")
         }
+        Err(e @ FollowError::NeedsReseed { .. }) => {
+            return Err(crate::replica::reseed(e.to_string()).into())
+        }
         Err(e) => {
             let e = crate::error::EngineError::Replication(format!("reconciling with {addr}: {e}"));
             return Err(e.into());

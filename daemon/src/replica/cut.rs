@@ -214,11 +214,11 @@ impl FollowerLog for Cutter {
             return Ok(());
         }
         if lsn < self.checkpoint.wal_from {
-            return Err(EngineError::Replication(format!(
-                "the primary's log diverges at lsn {lsn}, below this node's checkpoint (lsn {}): \
-                 this node must be re-seeded (empty its data directory and follow again)",
+            let detail = format!(
+                "the primary's log diverges at lsn {lsn}, below this node's checkpoint (lsn {})",
                 self.checkpoint.wal_from
-            )));
+            );
+            return Err(super::reseed(detail));
         }
         warn!(
             from_lsn = lsn,

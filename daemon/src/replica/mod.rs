@@ -17,6 +17,15 @@ use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
 use crate::error::EngineError;
 use crate::pipeline::Engine;
 
+/// The error that tells the operator to re-seed this standby, and how.
+pub fn reseed(detail: String) -> EngineError {
+    EngineError::NeedsReseed(format!(
+        "{detail}; re-seed this standby: stop the primary gracefully, copy its data directory \
+         (without spool/ and LOCK) over this one, start the primary, then this standby \
+         (docs/replication.md, \"Re-seeding a standby\")"
+    ))
+}
+
 /// The primary's WAL as the protocol reads it.
 pub struct LeaderSide(pub Arc<Engine>);
 

@@ -142,6 +142,7 @@ async fn run_follower(
     let e = match r {
         Ok(_) => return,
         Err(FollowError::Log { source, .. }) => source,
+        Err(e @ FollowError::NeedsReseed { .. }) => crate::replica::reseed(e.to_string()),
         Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
     };
     error!(error = %e, "replication: the standby stops");

@@ -161,6 +161,7 @@ pub fn metrics_text(engine: &Engine) -> String {
         let _ = writeln!(out, "roost_disk_bytes{{part=\"{part}\"}} {n}");
     }
     write_compaction(&mut out, engine);
+    write_replication(&mut out, engine);
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");
     for (name, n) in engine.shard_counts() {
@@ -168,6 +169,62 @@ pub fn metrics_text(engine: &Engine) -> String {
     }
     s.latency.write_prometheus(&mut out);
     out
+}
+
+/// The replication figures: epoch, hw, the largest standby lag, answers given alone,
+/// whether answers wait for a standby, and the role as a labelled gauge.
+fn write_replication(out: &mut String, engine: &Engine) {
+    let end = engine.durable_end();
+    let lag = engine
+        .standbys()
+        .iter()
+        .map(|(_, s)| end.saturating_sub(s.acked))
+        .max()
+        .unwrap_or(0);
+    let figures = [
+        (
+            "roost_replication_epoch",
+            "gauge",
+            "The leader epoch this node knows.",
+            u64::from(engine.epoch()),
+        ),
+        (
+            "roost_replication_hw",
+            "gauge",
+            "The high watermark: every lsn below it is durable here and on a standby.",
+            engine.high_watermark().saturating_sub(1),
+        ),
+        (
+            "roost_replication_standby_lag_lsns",
+            "gauge",
+            "The largest lag of a standby behind this primary's durable end, in records.",
+            lag,
+        ),
+        (
+            "roost_replication_published_alone_total",
+            "counter",
+            "Results published with no standby in sync (when_standby_lost = alone).",
+            engine.published_alone(),
+        ),
+        (
+            "roost_replication_waiting_for_standby",
+            "gauge",
+            "1 while results wait for a standby (ack = standby, none in sync).",
+            u64::from(engine.waiting_for_standby()),
+        ),
+    ];
+    for (name, kind, help, value) in figures {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let _ = writeln!(out, "# HELP roost_replication_role 1 for this node's role.");
+    let _ = writeln!(out, "# TYPE roost_replication_role gauge");
+    let _ = writeln!(
+        out,
+        "roost_replication_role{{role=\"{}\"}} 1",
+        engine.role().name()
+    );
 }
 
 /// (name, type, help, the figure).

@@ -53,6 +53,8 @@ struct Totals {
     lost: usize,
     divergences: usize,
     copy_retries: usize,
+    /// Checkpoints A's log reports before its cut (they must never pass the hw).
+    checkpoints: usize,
 }
 
 /// One cut's world: A (on the images), B (on the temporary directory), the mounts and the
@@ -113,6 +115,7 @@ impl Rig {
         ])
         .expect("copying A's images");
         totals.copy_retries += tries as usize - 1;
+        totals.checkpoints += self.a.log_text().matches("checkpoint wal_from=").count();
         self.a.kill();
         drop(mounts);
         for img in &self.images {
@@ -416,7 +419,8 @@ fn report(t: &Totals, started: Instant) {
         "failover power cuts: {} cuts in {:.1} s; {} acknowledged batches checked on the \
          promoted standby ({} committed), {} unanswered files retried; {} records cut on the \
          restarted old primaries (in {} of the cuts); {} lsns compared; lost = {}, \
-         divergences = {}; {} image copies retried",
+         divergences = {}; {} image copies retried; {} checkpoints on the primaries before \
+         their cuts",
         t.cuts,
         started.elapsed().as_secs_f64(),
         t.acked_checked,
@@ -427,7 +431,8 @@ fn report(t: &Totals, started: Instant) {
         t.lsns_compared,
         t.lost,
         t.divergences,
-        t.copy_retries
+        t.copy_retries,
+        t.checkpoints
     );
     assert_eq!((t.lost, t.divergences), (0, 0), "{t:?}");
 }

@@ -4,7 +4,8 @@
 //! with the same key), kills the child with SIGKILL at random moments and at named crash
 //! points (`ROOST_CRASH_AT`), restarts it, and after every restart checks the invariants on
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
-//! kill lands depends on timing).
+//! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
+//! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;

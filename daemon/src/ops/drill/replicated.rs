@@ -167,7 +167,7 @@ impl<'a> Replicated<'a> {
 
     /// An odd round dies at a named crash point: the primary stops gracefully and restarts
     /// (still the primary, a new epoch) with `ROOST_CRASH_AT` set. `None` if the point fired
-    /// while it started (the round then kills at a random moment... of a clean daemon).
+    /// while it started (the round then kills a clean daemon at a random moment).
     fn arm_crash(&mut self, round: usize) -> anyhow::Result<Option<CrashTarget>> {
         let p = self.primary;
         let t = pick_crash(&mut self.b.rng);
@@ -185,6 +185,7 @@ impl<'a> Replicated<'a> {
                 ));
                 self.nodes[p].kill();
                 self.start(p, None, None)?;
+                self.wait_standby_epoch(round)?;
                 Ok(None)
             }
             Err(e) => Err(e),

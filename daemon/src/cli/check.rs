@@ -27,24 +27,23 @@ pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
     Ok(if report.ok() { EXIT_OK } else { EXIT_FAILED })
 }
 
-/// The drill on `data_dir` (its daemon gets `<dir>/data`), else on a fresh scratch directory.
+/// The drill on `data_dir` (its daemon gets `<dir>/data`; the replicated drill's nodes
+/// `<dir>/a` and `<dir>/b`), else on a fresh scratch directory.
 pub(super) fn drill(
     data_dir: Option<&Path>,
-    batches: usize,
-    kills: usize,
-    seed: u64,
+    mut opts: crate::ops::drill::DrillOptions,
+    replicated: bool,
 ) -> anyhow::Result<i32> {
-    let dir = match data_dir {
+    opts.data_dir = match data_dir {
         Some(d) => d.to_path_buf(),
         None => scratch_dir()?,
     };
-    let violations = crate::ops::drill::run(&crate::ops::drill::DrillOptions {
-        data_dir: dir.clone(),
-        batches,
-        kills,
-        seed,
-    })?;
-    super::out(&format!("drill directory: {}\n", dir.display()))?;
+    let violations = if replicated {
+        crate::ops::drill::run_replicated(&opts)?
+    } else {
+        crate::ops::drill::run(&opts)?
+    };
+    super::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {
         EXIT_OK
     } else {

@@ -96,17 +96,24 @@ pub enum Command {
     Verify,
     /// The crash-recovery drill: run `roost serve` as a child, stream batches, kill it with
     /// SIGKILL at random moments and at named crash points, restart it, and check the
-    /// invariants after every restart. Exit 1 on any violation.
+    /// invariants after every restart. Exit 1 on any violation. With --replicated, the
+    /// failover drill: two nodes (DIR/a, DIR/b) on loopback under `ack = "standby"`; each
+    /// kill is a failover (promote the standby, restart the old primary as its standby), and
+    /// every acknowledged batch must survive it.
     Drill {
         /// Number of batches to stream.
         #[arg(long, default_value_t = 200)]
         batches: usize,
-        /// Number of kills.
+        /// Number of kills (with --replicated: of failovers).
         #[arg(long, default_value_t = 6)]
         kills: usize,
         /// Seed: the same seed gives the same batches and kill schedule.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Two replicated nodes instead of one: kill the primary, fail over, check that no
+        /// acknowledged batch is lost and that the nodes do not diverge.
+        #[arg(long)]
+        replicated: bool,
     },
     /// Inspect the write-ahead log.
     Wal {
@@ -224,7 +231,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             batches,
             kills,
             seed,
-        } => check::drill(cli.data_dir.as_deref(), *batches, *kills, *seed),
+            replicated,
+        } => check::drill(
+            cli.data_dir.as_deref(),
+            crate::ops::drill::DrillOptions {
+                data_dir: PathBuf::new(),
+                batches: *batches,
+                kills: *kills,
+                seed: *seed,
+            },
+            *replicated,
+        ),
     }
 }
 

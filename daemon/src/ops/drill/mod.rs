@@ -4,7 +4,8 @@
 //! with the same key), kills the child with SIGKILL at random moments and at named crash
 //! points (`ROOST_CRASH_AT`), restarts it, and after every restart checks the invariants on
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
-//! kill lands depends on timing).
+//! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
+//! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -13,12 +14,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use roost_shards::{Shard, ShardOptions};
-use roost_storage::{RealStorage, SplitMix};
-use serde_json::{json, Value};
+use roost_storage::RealStorage;
+use serde_json::Value;
 
-use super::child::ServeChild;
+mod batches;
+mod node;
+mod replicated;
+mod verdict;
+
+pub use replicated::run_replicated;
+
+use self::batches::{Batches, Sent};
 use crate::batch::{BatchResult, Status};
 use crate::layout::SHARDS_DIR;
+use crate::ops::child::ServeChild;
 use crate::pipeline::crash::{CrashPoint, CrashTarget, Step};
 use crate::spool::SpoolPaths;
 
@@ -29,9 +38,9 @@ pub struct DrillOptions {
     pub seed: u64,
 }
 
-const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
+pub(super) const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
 /// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
-const CRASH_POINTS: [CrashPoint; 13] = [
+pub(super) const CRASH_POINTS: [CrashPoint; 13] = [
     Step::AfterPlan.at(),
     Step::AfterClaimAppend.at(),
     Step::AfterClaimSync.at(),
@@ -49,25 +58,16 @@ const CRASH_POINTS: [CrashPoint; 13] = [
 
 /// The drilled daemon's configuration: small WAL segments and checkpoints every 64 KiB of WAL
 /// or 200 ms, so kills also land in checkpoints and WAL retirement.
-const DRILL_CONFIG: &str = "wal_segment_bytes = 1048576
+pub(super) const DRILL_CONFIG: &str = "wal_segment_bytes = 1048576
 spool_file_bytes_max = 65536
 batch_ops_max = 64
 checkpoint_wal_bytes = 65536
 checkpoint_interval_ms = 200
 ";
 /// How long a daemon may take to recover, and the spool to drain, before the drill fails.
-const READY_LIMIT: Duration = Duration::from_secs(120);
+pub(super) const READY_LIMIT: Duration = Duration::from_secs(120);
 
-/// One submitted file and what the drill expects of it.
-struct Sent {
-    name: String,
-    key: String,
-    /// Another file with the same key and content, whose result this one must equal.
-    retry_of: Option<String>,
-    expect_rejected: bool,
-}
-
-fn read_result(sp: &SpoolPaths, name: &str) -> Option<BatchResult> {
+pub(super) fn read_result(sp: &SpoolPaths, name: &str) -> Option<BatchResult> {
     std::fs::read(sp.out.join(name))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -91,15 +91,11 @@ struct Drill<'a> {
     opts: &'a DrillOptions,
     bin: PathBuf,
     sp: SpoolPaths,
-    rng: SplitMix,
     violations: Vec<String>,
     /// Spawn to "serving", per process start.
     recoveries: Vec<Duration>,
-    sent: Vec<Sent>,
-    /// Key and body of every original batch, for retries.
-    bodies: Vec<(String, Vec<u8>)>,
-    /// Ids the drill believes live (from committed results it has read), for deletes.
-    live: BTreeMap<u64, &'static str>,
+    /// The batches, and the random source of the whole drill.
+    b: Batches,
     starts: usize,
     kill_log: Vec<String>,
     next_batch: usize,
@@ -115,12 +111,9 @@ impl<'a> Drill<'a> {
             opts,
             bin: std::env::current_exe().context("locating the roost binary")?,
             sp: SpoolPaths::new(&opts.data_dir.join("data").join("spool")),
-            rng: SplitMix(opts.seed),
             violations: Vec::new(),
             recoveries: Vec::new(),
-            sent: Vec::new(),
-            bodies: Vec::new(),
-            live: BTreeMap::new(),
+            b: Batches::new(opts.seed),
             starts: 0,
             kill_log: Vec::new(),
             next_batch: 0,
@@ -132,7 +125,7 @@ impl<'a> Drill<'a> {
     /// crash point, the N-th time it is reached; even rounds at a random moment; the last
     /// round is not killed), then restart and check.
     fn round(&mut self, round: usize, last: bool) -> anyhow::Result<()> {
-        let crash = (!last && round % 2 == 1).then(|| self.pick_crash());
+        let crash = (!last && round % 2 == 1).then(|| pick_crash(&mut self.b.rng));
         let (mut child, fired) = self.start(round, crash)?;
         let mut killed = self.send_round(round, last, crash.is_some(), &mut child)?;
         if let (Some(p), false) = (crash, fired) {
@@ -152,20 +145,6 @@ impl<'a> Drill<'a> {
         }
         drop(child); // SIGKILL if still running
         self.restart_and_check()
-    }
-
-    fn pick_crash(&mut self) -> CrashTarget {
-        let point = CRASH_POINTS[self.rng.below(CRASH_POINTS.len() as u64) as usize];
-        let nth = 1 + self.rng.below(4);
-        // A round sees few checkpoints: die at its first.
-        let checkpoint = matches!(
-            point.step,
-            Step::AfterKeysSync | Step::AfterCheckpoint | Step::AfterWalRetired
-        );
-        CrashTarget {
-            point,
-            nth: if checkpoint { 1 } else { nth },
-        }
     }
 
     /// Starts `roost serve` with the log `drill-serve-N.log`, N counting process starts.
@@ -219,8 +198,8 @@ impl<'a> Drill<'a> {
         crash: bool,
         child: &mut ServeChild,
     ) -> anyhow::Result<bool> {
-        let kill_at = self.rng.below(self.per_round as u64) as usize;
-        let kill_delay = Duration::from_millis(self.rng.below(150));
+        let kill_at = self.b.rng.below(self.per_round as u64) as usize;
+        let kill_delay = Duration::from_millis(self.b.rng.below(150));
         let quota = if last {
             self.opts.batches.saturating_sub(self.next_batch)
         } else {
@@ -232,7 +211,7 @@ impl<'a> Drill<'a> {
             }
             let i = self.next_batch;
             self.next_batch += 1;
-            self.send_batch(i)?;
+            self.b.send(&self.sp, i)?;
             if !last && !crash && j == kill_at {
                 std::thread::sleep(kill_delay);
                 child.kill();
@@ -246,75 +225,18 @@ impl<'a> Drill<'a> {
         Ok(false)
     }
 
-    /// Drops batch `i` as `bNNNNNN.json`: one time in ten a retry of an earlier batch (same
-    /// key, same content, new file), otherwise a new one.
-    fn send_batch(&mut self, i: usize) -> anyhow::Result<()> {
-        let name = format!("b{i:06}.json");
-        if self.rng.below(10) == 0 && !self.bodies.is_empty() {
-            let k = self.rng.below(self.bodies.len() as u64) as usize;
-            let (key, body) = self.bodies[k].clone();
-            let orig = self
-                .sent
-                .iter()
-                .find(|s| s.key == key && s.retry_of.is_none())
-                .map(|s| s.name.clone());
-            crate::spool::deliver(&self.sp, &name, &body)?;
-            self.sent.push(Sent {
-                name,
-                key,
-                retry_of: orig,
-                expect_rejected: false,
-            });
-            return Ok(());
-        }
-        let key = format!("drill-{}-{i}", self.opts.seed);
-        let (ops, expect_rejected) = self.new_ops(&key);
-        let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
-        crate::spool::deliver(&self.sp, &name, &body)?;
-        self.bodies.push((key.clone(), body));
-        self.sent.push(Sent {
-            name,
-            key,
-            retry_of: None,
-            expect_rejected,
-        });
-        Ok(())
-    }
-
-    /// One to three ops: creates over the shards, deletes of ids believed live, and now and
-    /// then a delete of an id that never existed, which rejects the batch.
-    fn new_ops(&mut self, key: &str) -> (Vec<Value>, bool) {
-        let nops = 1 + self.rng.below(3) as usize;
-        let mut ops = Vec::new();
-        let mut expect_rejected = false;
-        for k in 0..nops {
-            let r = self.rng.below(10);
-            if r < 2 && !self.live.is_empty() {
-                let pick = self.rng.below(self.live.len() as u64) as usize;
-                if let Some((&id, &shard)) = self.live.iter().nth(pick) {
-                    self.live.remove(&id);
-                    ops.push(json!({"op": "delete", "shard": shard, "id": id}));
-                    continue;
-                }
-            }
-            if r == 2 {
-                expect_rejected = true;
-                ops.push(json!({"op": "delete", "shard": SHARDS[0], "id": 1u64 << 60}));
-                continue;
-            }
-            let shard = SHARDS[self.rng.below(SHARDS.len() as u64) as usize];
-            ops.push(json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}}));
-        }
-        (ops, expect_rejected)
-    }
-
     /// Starts a clean daemon, waits for recovery and for every sent file to have a result,
     /// checks the invariants, and kills it.
     fn restart_and_check(&mut self) -> anyhow::Result<()> {
         let mut c = self.spawn(None)?;
         self.recoveries.push(c.ready(READY_LIMIT)?);
-        wait_drained(&self.sp, &self.sent)?;
-        let found = check(&self.opts.data_dir, &self.sp, &self.sent, &mut self.live)?;
+        wait_drained(&self.sp, &self.b.sent)?;
+        let found = check(
+            &self.opts.data_dir,
+            &self.sp,
+            &self.b.sent,
+            &mut self.b.live,
+        )?;
         self.violations.extend(found);
         c.kill();
         Ok(())
@@ -325,8 +247,8 @@ impl<'a> Drill<'a> {
             std::io::stdout(),
             "roost drill: seed {} , {} batches ({} files), {} rounds, {} process starts",
             self.opts.seed,
-            self.bodies.len(),
-            self.sent.len(),
+            self.b.bodies.len(),
+            self.b.sent.len(),
             rounds,
             self.starts
         );
@@ -348,6 +270,7 @@ impl<'a> Drill<'a> {
             .sum();
         let _ = writeln!(std::io::stdout(), "  checkpoints taken: {checkpoints}");
         let committed = self
+            .b
             .sent
             .iter()
             .filter(|s| {
@@ -357,7 +280,7 @@ impl<'a> Drill<'a> {
         let _ = writeln!(
             std::io::stdout(),
             "  results: {committed} committed of {} files",
-            self.sent.len()
+            self.b.sent.len()
         );
         if self.violations.is_empty() {
             let _ = writeln!(std::io::stdout(), "  violations: none");
@@ -367,6 +290,21 @@ impl<'a> Drill<'a> {
                 let _ = writeln!(std::io::stdout(), "    {v}");
             }
         }
+    }
+}
+
+/// A crash point from [`CRASH_POINTS`] and the N-th time to die there.
+pub(super) fn pick_crash(rng: &mut roost_storage::SplitMix) -> CrashTarget {
+    let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
+    let nth = 1 + rng.below(4);
+    // A round sees few checkpoints: die at its first.
+    let checkpoint = matches!(
+        point.step,
+        Step::AfterKeysSync | Step::AfterCheckpoint | Step::AfterWalRetired
+    );
+    CrashTarget {
+        point,
+        nth: if checkpoint { 1 } else { nth },
     }
 }
 
@@ -433,9 +371,9 @@ fn check(
 
 /// Every record of every drill shard by id, and how many records hold each content (every
 /// create's record is unique, so a count above one is a create applied twice).
-type ShardRecords = (HashMap<u64, (&'static str, Value)>, HashMap<String, usize>);
+pub(super) type ShardRecords = (HashMap<u64, (&'static str, Value)>, HashMap<String, usize>);
 
-fn read_shards(data: &Path) -> anyhow::Result<ShardRecords> {
+pub(super) fn read_shards(data: &Path) -> anyhow::Result<ShardRecords> {
     let mut records = HashMap::new();
     let mut tags: HashMap<String, usize> = HashMap::new();
     for s in SHARDS {

@@ -1,0 +1,115 @@
+//! The drills' batches (`roost drill` and `roost drill --replicated` share them): creates over
+//! four shards, deletes of ids believed live, now and then a delete of an id that never
+//! existed (the batch must be rejected), and one file in ten a retry of an earlier batch (same
+//! key, same content, new file name). Every draw comes from one seeded `SplitMix`, so the same
+//! seed gives the same batches.
+
+use std::collections::BTreeMap;
+
+use roost_storage::SplitMix;
+use serde_json::{json, Value};
+
+use super::SHARDS;
+use crate::spool::SpoolPaths;
+
+/// One submitted file and what the drill expects of it.
+pub(super) struct Sent {
+    pub name: String,
+    pub key: String,
+    /// Another file with the same key and content, whose result this one must equal.
+    pub retry_of: Option<String>,
+    pub expect_rejected: bool,
+}
+
+/// The batches sent so far, and the random source of the whole drill.
+pub(super) struct Batches {
+    pub rng: SplitMix,
+    pub sent: Vec<Sent>,
+    /// Key and body of every original batch, for retries.
+    pub bodies: Vec<(String, Vec<u8>)>,
+    /// Ids the drill believes live (from committed results it has read), for deletes.
+    pub live: BTreeMap<u64, &'static str>,
+    seed: u64,
+}
+
+impl Batches {
+    pub fn new(seed: u64) -> Batches {
+        Batches {
+            rng: SplitMix(seed),
+            sent: Vec::new(),
+            bodies: Vec::new(),
+            live: BTreeMap::new(),
+            seed,
+        }
+    }
+
+    /// The content of the batch sent under `key` (a retry's is its original's).
+    pub fn body_of(&self, key: &str) -> Option<&[u8]> {
+        self.bodies
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, b)| b.as_slice())
+    }
+
+    /// Drops batch `i` as `bNNNNNN.json` into `sp`: one time in ten a retry of an earlier
+    /// batch (same key, same content, new file), otherwise a new one.
+    pub fn send(&mut self, sp: &SpoolPaths, i: usize) -> anyhow::Result<()> {
+        let name = format!("b{i:06}.json");
+        if self.rng.below(10) == 0 && !self.bodies.is_empty() {
+            let k = self.rng.below(self.bodies.len() as u64) as usize;
+            let (key, body) = self.bodies[k].clone();
+            let orig = self
+                .sent
+                .iter()
+                .find(|s| s.key == key && s.retry_of.is_none())
+                .map(|s| s.name.clone());
+            crate::spool::deliver(sp, &name, &body)?;
+            self.sent.push(Sent {
+                name,
+                key,
+                retry_of: orig,
+                expect_rejected: false,
+            });
+            return Ok(());
+        }
+        let key = format!("drill-{}-{i}", self.seed);
+        let (ops, expect_rejected) = self.new_ops(&key);
+        let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
+        crate::spool::deliver(sp, &name, &body)?;
+        self.bodies.push((key.clone(), body));
+        self.sent.push(Sent {
+            name,
+            key,
+            retry_of: None,
+            expect_rejected,
+        });
+        Ok(())
+    }
+
+    /// One to three ops: creates over the shards, deletes of ids believed live, and now and
+    /// then a delete of an id that never existed, which rejects the batch.
+    fn new_ops(&mut self, key: &str) -> (Vec<Value>, bool) {
+        let nops = 1 + self.rng.below(3) as usize;
+        let mut ops = Vec::new();
+        let mut expect_rejected = false;
+        for k in 0..nops {
+            let r = self.rng.below(10);
+            if r < 2 && !self.live.is_empty() {
+                let pick = self.rng.below(self.live.len() as u64) as usize;
+                if let Some((&id, &shard)) = self.live.iter().nth(pick) {
+                    self.live.remove(&id);
+                    ops.push(json!({"op": "delete", "shard": shard, "id": id}));
+                    continue;
+                }
+            }
+            if r == 2 {
+                expect_rejected = true;
+                ops.push(json!({"op": "delete", "shard": SHARDS[0], "id": 1u64 << 60}));
+                continue;
+            }
+            let shard = SHARDS[self.rng.below(SHARDS.len() as u64) as usize];
+            ops.push(json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}}));
+        }
+        (ops, expect_rejected)
+    }
+}

@@ -141,7 +141,6 @@ impl Node {
 /// E+1, log end L+1": the leader's epoch E+1 ends past L, so nothing diverges by epoch and the
 /// old primary keeps its own claim: two logs with different records at one lsn, same epoch.
 #[test]
-#[ignore = "daemon bug: a restarted primary and a promoted standby can take the same epoch"]
 fn a_restarted_primary_and_a_promoted_standby_never_share_an_epoch() {
     let t = tempfile::tempdir().expect("tempdir");
     let (mut a, mut b) = (Node::new(t.path(), "a"), Node::new(t.path(), "b"));

@@ -51,7 +51,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
     }
     json!({
-        "epoch": engine.epoch(),
+        "epoch": engine.epoch().max(1),
         "replication": replication_json(engine),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),

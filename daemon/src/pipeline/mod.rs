@@ -420,20 +420,16 @@ fn open_replication(
     wal: &Wal,
 ) -> Result<replicate::Replication, EngineError> {
     let epochs = roost_wal::LeaderEpochs::open(storage.clone(), layout.leader_epochs(), wal)?;
-    let known = replicate::read_epoch_file(storage.as_ref(), &layout.epoch())?;
+    let mut file = replicate::read_epoch_file(storage.as_ref(), &layout.epoch())?;
     let last = epochs.latest().map_or(0, |(e, _)| e);
-    let appends = last.max(wal.last_record_epoch()).max(1);
-    wal.set_epoch(appends)?;
+    file.known = file.known.max(last).max(wal.last_record_epoch());
+    wal.set_epoch(file.known.max(1))?;
     let role = if config.replication.is_standby() {
         replicate::Role::Standby
     } else {
         replicate::Role::Primary
     };
-    Ok(replicate::Replication::new(
-        role,
-        known.max(appends),
-        epochs,
-    ))
+    Ok(replicate::Replication::new(role, file, epochs))
 }
 
 /// Replaces `path` with `bytes` atomically: a temporary written and fdatasynced, renamed

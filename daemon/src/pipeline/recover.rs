@@ -188,7 +188,7 @@ impl Engine {
     /// their `done`s); a primary under `ack = "standby"` leaves them for
     /// [`Engine::finish_deferred`] (their results wait for a standby, which can only
     /// connect once this returns); otherwise they are finished now. A replicating primary
-    /// takes its new epoch first: every record it appends from here on carries it.
+    /// resumes or takes its epoch first: every record it appends from here on carries it.
     fn settle_unfinished(
         &self,
         ledger: ClaimLedger,
@@ -203,7 +203,7 @@ impl Engine {
             return Ok(0);
         }
         if r.enabled() {
-            self.take_new_epoch()?;
+            self.lead_at_start()?;
         }
         if r.ack == crate::config::Ack::Standby {
             lock(&self.repl.deferred).extend(ledger.unfinished);

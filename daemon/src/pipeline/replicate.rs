@@ -72,6 +72,8 @@ pub(super) struct Replication {
     role: Mutex<Role>,
     /// The highest leader epoch known (this node's own while primary).
     epoch: AtomicU32,
+    /// The epoch this node last led (0: never); `EPOCH` holds it with `epoch`.
+    led: AtomicU32,
     pub(super) epochs: Mutex<LeaderEpochs>,
     standbys: Mutex<HashMap<String, StandbyState>>,
     /// Signalled when a standby acknowledges more, or the role changes.
@@ -101,10 +103,11 @@ impl Replication {
         self.acked_cv.notify_all();
     }
 
-    pub(super) fn new(role: Role, epoch: u32, epochs: LeaderEpochs) -> Replication {
+    pub(super) fn new(role: Role, file: EpochFile, epochs: LeaderEpochs) -> Replication {
         Replication {
             role: Mutex::new(role),
-            epoch: AtomicU32::new(epoch),
+            epoch: AtomicU32::new(file.known),
+            led: AtomicU32::new(file.led),
             epochs: Mutex::new(epochs),
             standbys: Mutex::new(HashMap::new()),
             acked_cv: Condvar::new(),
@@ -119,34 +122,52 @@ impl Replication {
     }
 }
 
-/// Reads `EPOCH` (0 when absent): 4 bytes, little-endian, then their CRC-32.
+/// What `EPOCH` holds: the highest leader epoch this node has known, and the epoch it last
+/// led itself (0: never). A primary that restarts resumes the epoch it led when that is
+/// still the highest known (no one else can have written under it: only a promotion mints
+/// an epoch, and it takes the highest known + 1); any other start as primary, and every
+/// promotion, takes a new one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochFile {
+    pub known: u32,
+    pub led: u32,
+}
+
+/// Reads `EPOCH` (zeros when absent): `known` and `led`, 4 bytes each, little-endian, then
+/// their CRC-32.
 pub fn read_epoch_file(
     storage: &dyn roost_storage::Storage,
     path: &std::path::Path,
-) -> Result<u32, EngineError> {
+) -> Result<EpochFile, EngineError> {
     let f = match storage.open(path, OpenMode::Read) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(EpochFile::default()),
         r => r.map_err(io_err("open", path))?,
     };
     let bytes = read_all(f.as_ref()).map_err(io_err("read", path))?;
-    let (v, crc) = match (bytes.get(0..4), bytes.get(4..8)) {
-        (Some(v), Some(c)) if bytes.len() == 8 => (v, c),
-        _ => return Err(bad_epoch_file(path, "not 8 bytes")),
+    let (v, crc) = match (bytes.get(0..8), bytes.get(8..12)) {
+        (Some(v), Some(c)) if bytes.len() == 12 => (v, c),
+        _ => return Err(bad_epoch_file(path, "not 12 bytes")),
     };
     if crc32fast::hash(v).to_le_bytes() != crc {
         return Err(bad_epoch_file(path, "checksum mismatch"));
     }
-    Ok(u32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+    let word = |i: usize| u32::from_le_bytes([v[i], v[i + 1], v[i + 2], v[i + 3]]);
+    Ok(EpochFile {
+        known: word(0),
+        led: word(4),
+    })
 }
 
-/// Replaces `EPOCH` with `epoch` (tmp, fdatasync, rename, directory fsync).
+/// Replaces `EPOCH` (tmp, fdatasync, rename, directory fsync).
 pub fn write_epoch_file(
     storage: &dyn roost_storage::Storage,
     path: &std::path::Path,
-    epoch: u32,
+    e: EpochFile,
 ) -> Result<(), EngineError> {
-    let mut bytes = epoch.to_le_bytes().to_vec();
-    bytes.extend_from_slice(&crc32fast::hash(&epoch.to_le_bytes()).to_le_bytes());
+    let mut bytes = e.known.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&e.led.to_le_bytes());
+    let crc = crc32fast::hash(&bytes).to_le_bytes();
+    bytes.extend_from_slice(&crc);
     super::replace_file(storage, path, &bytes)
 }
 
@@ -178,10 +199,34 @@ impl Engine {
         if epoch <= self.epoch() {
             return Ok(());
         }
-        write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), epoch)
-            .inspect_err(|_| self.fail())?;
+        let led = self.repl.led.load(Ordering::SeqCst);
+        self.write_epochs(EpochFile { known: epoch, led })?;
         self.repl.epoch.fetch_max(epoch, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn write_epochs(&self, e: EpochFile) -> Result<(), EngineError> {
+        write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), e)
+            .inspect_err(|_| self.fail())
+    }
+
+    /// A primary's start: it resumes the epoch it led if that is still the highest known,
+    /// else takes a new one ([`EpochFile`] says why).
+    pub(super) fn lead_at_start(&self) -> Result<u32, EngineError> {
+        let led = self.repl.led.load(Ordering::SeqCst);
+        let known = self.epoch().max(self.wal.last_record_epoch());
+        if led == 0 || led != known {
+            return self.take_new_epoch();
+        }
+        let next = self.wal.next_lsn();
+        let mut epochs = lock(&self.repl.epochs);
+        if epochs.latest().map(|(e, _)| e) != Some(led) {
+            epochs.truncate_from_end(next)?;
+            epochs.assign(led, next)?;
+        }
+        self.wal.set_epoch(led)?;
+        info!(epoch = led, next_lsn = next, "leader epoch resumed");
+        Ok(led)
     }
 
     /// Becomes the leader of a new epoch (highest known + 1) from the WAL's next lsn: the
@@ -195,7 +240,12 @@ impl Engine {
             .max(self.wal.last_record_epoch())
             .max(self.epoch());
         let epoch = known + 1;
-        self.learn_epoch(epoch)?;
+        self.write_epochs(EpochFile {
+            known: epoch,
+            led: epoch,
+        })?;
+        self.repl.led.store(epoch, Ordering::SeqCst);
+        self.repl.epoch.fetch_max(epoch, Ordering::SeqCst);
         // An epoch that got no record (a start without a batch) gives way to this one.
         epochs.truncate_from_end(next)?;
         epochs.assign(epoch, next)?;

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
 use crate::pipeline::records::{read_audit, read_wal, WalEntry};
-use crate::pipeline::replicate::{read_epoch_file, write_epoch_file};
+use crate::pipeline::replicate::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
 
 /// The data directory of a standby that is not open yet.
@@ -39,6 +39,8 @@ pub struct Cutter {
     wal: Wal,
     epochs: Mutex<LeaderEpochs>,
     epoch: AtomicU32,
+    /// The epoch this node last led, kept in `EPOCH` as it was.
+    led: u32,
     checkpoint: Checkpoint,
     /// Records cut so far (for the log).
     pub cut: std::sync::atomic::AtomicU64,
@@ -64,8 +66,8 @@ impl Cutter {
         let lock = lock_data_dir(storage.as_ref(), &layout)?;
         let wal = Wal::open_with(storage.clone(), layout.wal(), wal_options(config))?;
         let epochs = LeaderEpochs::open(storage.clone(), layout.leader_epochs(), &wal)?;
-        let known = read_epoch_file(storage.as_ref(), &layout.epoch())?;
-        let epoch = known.max(wal.last_record_epoch());
+        let file = read_epoch_file(storage.as_ref(), &layout.epoch())?;
+        let epoch = file.known.max(wal.last_record_epoch());
         let checkpoint = read_checkpoint(storage.as_ref(), &layout)?;
         Ok(Cutter {
             storage,
@@ -74,6 +76,7 @@ impl Cutter {
             wal,
             epochs: Mutex::new(epochs),
             epoch: AtomicU32::new(epoch),
+            led: file.led,
             checkpoint,
             cut: Default::default(),
             _lock: lock,
@@ -185,7 +188,11 @@ impl FollowerLog for Cutter {
 
     fn set_current_epoch(&self, epoch: Epoch) -> Result<(), EngineError> {
         if epoch > self.current_epoch() {
-            write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), epoch)?;
+            let file = EpochFile {
+                known: epoch,
+                led: self.led,
+            };
+            write_epoch_file(self.storage.as_ref(), &self.layout.epoch(), file)?;
             self.epoch.fetch_max(epoch, Ordering::SeqCst);
         }
         Ok(())

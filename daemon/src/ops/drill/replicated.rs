@@ -192,10 +192,11 @@ impl<'a> Replicated<'a> {
         }
     }
 
-    /// Waits (bounded) until the standby follows the restarted primary in its new epoch, so
-    /// the armed round starts from a healthy pair, as the random-moment rounds do. (Without
-    /// this wait, a primary that dies before its standby learnt the epoch it took at start
-    /// shares that epoch with the standby promoted next: the daemon bug in the report.)
+    /// Waits (bounded) until the standby follows the restarted primary in its epoch (a
+    /// restarted primary resumes the epoch it led), so the armed round starts from a healthy
+    /// pair, as the random-moment rounds do. The case without the wait (a primary that
+    /// restarts and dies before its standby fetched) is
+    /// `a_restarted_primary_and_a_promoted_standby_never_share_an_epoch`.
     fn wait_standby_epoch(&mut self, round: usize) -> anyhow::Result<()> {
         let (p, s) = (&self.nodes[self.primary], &self.nodes[1 - self.primary]);
         let epoch = |n: &Node| n.status().and_then(|v| v["replication"]["epoch"].as_u64());

@@ -38,11 +38,15 @@ impl Engine {
         self.check()?;
         let decoded = decode_entries(entries)?;
         let audit_mark = self.audit.next_lsn();
+        // Fetched claims have no audit rows here yet: rows of records past the WAL's end
+        // were cut at start-up (`replica/cut.rs`).
+        let none = std::collections::HashMap::new();
+        let claims = decoded.iter().filter_map(|(e, d)| match d {
+            WalEntry::Claim(c) => Some((e.lsn, c)),
+            _ => None,
+        });
         let r = self
-            .apply_effects(decoded.iter().filter_map(|(e, d)| match d {
-                WalEntry::Claim(c) => Some((e.lsn, c)),
-                _ => None,
-            }))
+            .apply_effects(claims, &none)
             .and_then(|()| self.append_entries(entries));
         let offsets = r.inspect_err(|_| self.fail())?;
         let mut p = lock(&self.planner);
@@ -79,13 +83,15 @@ impl Engine {
     /// Step 1, and a standby's recovery: each claim's shard transactions and audit rows
     /// (held lsns and rows already written are skipped), then every touched shard flushed
     /// once and the audit log synced. No result, no `done` record: the primary writes those.
+    /// `audited`: the rows already written, by claim lsn (recovery's; a fetched chunk has
+    /// none).
     pub(super) fn apply_effects<'c>(
         &self,
         claims: impl Iterator<Item = (Lsn, &'c ClaimRecord)>,
+        audited: &std::collections::HashMap<Lsn, HashSet<u32>>,
     ) -> Result<(), EngineError> {
         let mut touched: BTreeMap<String, Arc<ShardSlot>> = BTreeMap::new();
         let mut last_row = None;
-        let audited = self.audited_since_checkpoint()?;
         let none = HashSet::new();
         for (lsn, claim) in claims {
             for t in self.commit(lsn, claim)? {
@@ -108,22 +114,6 @@ impl Engine {
             self.audit.sync_to(last)?;
         }
         Ok(())
-    }
-
-    /// Audit rows already written for claims this standby holds without a `done` (only
-    /// those can have rows), by claim lsn: a re-applied claim skips them.
-    fn audited_since_checkpoint(
-        &self,
-    ) -> Result<std::collections::HashMap<Lsn, HashSet<u32>>, EngineError> {
-        let unfinished = lock(&self.repl.ledger).unfinished.clone();
-        if unfinished.is_empty() {
-            return Ok(Default::default());
-        }
-        let from = lock(&self.checkpoints)
-            .last
-            .as_ref()
-            .map_or(1, |c| c.audit_from);
-        self.audited_rows(&unfinished, from)
     }
 
     /// Promotion (`roost promote`): this standby becomes the primary of a new epoch. The

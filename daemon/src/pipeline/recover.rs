@@ -199,7 +199,8 @@ impl Engine {
         if self.role() == super::replicate::Role::Standby {
             let claims = ledger.unfinished.clone();
             *lock(&self.repl.ledger) = ledger;
-            self.apply_effects(claims.iter().map(|(l, c)| (*l, c)))?;
+            let audited = self.audited_rows(&claims, ckpt.audit_from)?;
+            self.apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
             return Ok(0);
         }
         if r.enabled() {

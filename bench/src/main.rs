@@ -8,11 +8,14 @@
 //! files elsewhere (default `target/bench-e2e`). No timing here is asserted anywhere.
 //!
 //! `roost-bench --soak` is the soak benchmark of issue 14 instead (`soak.rs`): retention
-//! against no retention over a long steady state of creates and deletes.
+//! against no retention over a long steady state of creates and deletes; `--replication` is
+//! issue 15's (`replication.rs`): `ack = "local"` against `ack = "standby"` on real `roost
+//! serve` processes on loopback.
 #![forbid(unsafe_code)]
 
 mod compaction;
 mod peer;
+mod replication;
 mod soak;
 mod spool;
 
@@ -250,6 +253,7 @@ fn main() -> anyhow::Result<()> {
         }
         Some("--compaction-latency") => return compaction::run(),
         Some("--soak") => return soak::soak(),
+        Some("--replication") => return replication::run(),
         Some("--soak-run") => {
             // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
             let name = args.get(2).context("--soak-run NAME DIR")?;
@@ -268,7 +272,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--soak] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length)");
+            eprintln!("usage: roost-bench [--soak | --replication] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length)");
             std::process::exit(2);
         }
         None => {}

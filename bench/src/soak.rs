@@ -747,8 +747,8 @@ fn panel<DB: plotters::prelude::DrawingBackend>(
 
 /// A fresh journaled ext4 image, loop-mounted at `<base>/mnt`; unmounted, detached and
 /// removed at drop.
-struct LoopMount {
-    dir: PathBuf,
+pub(crate) struct LoopMount {
+    pub(crate) dir: PathBuf,
     dev: String,
     image: PathBuf,
 }
@@ -767,7 +767,7 @@ fn sh(cmd: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 impl LoopMount {
-    fn new(base: &Path, bytes: u64) -> anyhow::Result<LoopMount> {
+    pub(crate) fn new(base: &Path, bytes: u64) -> anyhow::Result<LoopMount> {
         let image = base.join("soak.img");
         let f =
             std::fs::File::create(&image).with_context(|| format!("create {}", image.display()))?;

@@ -109,7 +109,8 @@ fn drop_file(spool: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn clear_out(spool: &Path) {
+/// Removes every result file from `out/`.
+pub fn clear_out(spool: &Path) {
     if let Ok(rd) = std::fs::read_dir(spool.join("out")) {
         for e in rd.flatten() {
             let _ = std::fs::remove_file(e.path());
@@ -126,6 +127,22 @@ fn run_id() -> usize {
 /// `n` files written to `tmp/`, then renamed into `new/` at once: batches per second until the
 /// last result.
 pub fn burst(spool: &Path, n: usize, w: &Workload) -> anyhow::Result<f64> {
+    let b = burst_timed(spool, n, w)?;
+    clear_out(spool);
+    Ok(b.rate)
+}
+
+/// One burst's rate and when it ran: `start` is the first rename into `new/`, `end` the moment
+/// the last result was seen.
+pub struct BurstRun {
+    pub rate: f64,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// [`burst`], leaving the results in `out/` (the caller clears them with [`clear_out`] once
+/// it has measured what follows the burst).
+pub fn burst_timed(spool: &Path, n: usize, w: &Workload) -> anyhow::Result<BurstRun> {
     let run = run_id();
     let res = Results::watch(spool)?;
     let names: Vec<String> = (0..n).map(|i| format!("burst{run}-{i}.json")).collect();
@@ -157,9 +174,12 @@ pub fn burst(spool: &Path, n: usize, w: &Workload) -> anyhow::Result<f64> {
         }
         anyhow::ensure!(Instant::now() < until, "burst did not finish");
     }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    clear_out(spool);
-    Ok(rate)
+    let end = Instant::now();
+    Ok(BurstRun {
+        rate: n as f64 / (end - start).as_secs_f64(),
+        start,
+        end,
+    })
 }
 
 /// `clients` threads, each dropping a file and waiting for its result, for `dur`. Returns

@@ -1,16 +1,20 @@
 //! A standby applies what it fetched (docs/replication.md, "In the daemon"), and a node
 //! finishes the claims it holds when it starts serving or is promoted.
 //!
-//! The order of one fetched chunk is what keeps a standby's power loss harmless:
-//! 1. the claims' effects: shard frames and audit rows exactly as recovery writes them,
-//!    then the touched shards flushed and the audit log synced;
-//! 2. the records appended to the WAL with the primary's lsns and epochs, and synced;
-//! 3. the planner learns them (keys, ids, open claims), as replay does.
+//! One fetched chunk, record by record in lsn order, is the primary's own rule replayed:
+//! 1. a claim's effects (shard frames and audit rows exactly as recovery writes them) are
+//!    applied, not flushed, and the claim is appended to the WAL;
+//! 2. before a `done` record is appended, the effects of its claim are made durable (every
+//!    shard touched since the last flush, then the audit log): a `done` is never durable
+//!    before what it vouches for;
+//! 3. the chunk's records are synced (the next fetch acknowledges them), and the planner
+//!    learns them (keys, ids, open claims), as replay does.
 //!
-//! So a `done` record is never durable here before the effects of its claim, and every
-//! claim in this WAL has its effects durable. A crash between 1 and 2 leaves frames and
-//! rows past the WAL's end: the standby cuts them at its next start before fetching again
-//! (`replica/cut.rs`), and they come back with the same records.
+//! A `done` usually arrives a fetch after its claim, so the acknowledgement waits for one
+//! WAL sync, not for the shards and the audit log. A power loss can take the effects of a
+//! claim without a `done`: recovery applies them again from the claim (`settle_unfinished`).
+//! Effects written before their claim reached the WAL are cut at the next start
+//! (`replica/cut.rs`) and come back with the same records.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -38,17 +42,7 @@ impl Engine {
         self.check()?;
         let decoded = decode_entries(entries)?;
         let audit_mark = self.audit.next_lsn();
-        // Fetched claims have no audit rows here yet: rows of records past the WAL's end
-        // were cut at start-up (`replica/cut.rs`).
-        let none = std::collections::HashMap::new();
-        let claims = decoded.iter().filter_map(|(e, d)| match d {
-            WalEntry::Claim(c) => Some((e.lsn, c)),
-            _ => None,
-        });
-        let r = self
-            .apply_effects(claims, &none)
-            .and_then(|()| self.append_entries(entries));
-        let offsets = r.inspect_err(|_| self.fail())?;
+        let offsets = self.apply_chunk(&decoded).inspect_err(|_| self.fail())?;
         let mut p = lock(&self.planner);
         let mut ledger = lock(&self.repl.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
@@ -59,30 +53,85 @@ impl Engine {
         Ok(())
     }
 
-    /// Step 2: the records into this WAL (their epochs first into `LEADER_EPOCHS`), synced;
-    /// returns each record's offset in its segment.
-    fn append_entries(&self, entries: &[Entry]) -> Result<Vec<u64>, EngineError> {
-        let mut offsets = Vec::with_capacity(entries.len());
-        for e in entries {
-            let mut epochs = lock(&self.repl.epochs);
-            if epochs.latest().is_none_or(|(latest, _)| e.epoch > latest) {
-                epochs.assign(e.epoch, e.lsn)?;
+    /// Steps 1 to 3 of the module comment; returns each record's offset in its segment.
+    fn apply_chunk(&self, decoded: &[(&Entry, WalEntry)]) -> Result<Vec<u64>, EngineError> {
+        let mut offsets = Vec::with_capacity(decoded.len());
+        for (e, d) in decoded {
+            match d {
+                // Fetched claims have no audit rows here yet: rows past the WAL's end were
+                // cut at start-up.
+                WalEntry::Claim(c) => self.apply_unflushed(e.lsn, c)?,
+                WalEntry::Done(done) if self.unflushed_has(done.claim_lsn) => {
+                    self.flush_unflushed()?
+                }
+                _ => {}
             }
-            drop(epochs);
-            let (_, offset) = self
-                .wal
-                .append_replicated_at(e.lsn, e.epoch, e.kind, &e.payload)?;
-            offsets.push(offset);
+            offsets.push(self.append_entry(e)?);
         }
-        if let Some(last) = entries.last() {
+        if let Some((last, _)) = decoded.last() {
             self.wal.sync_to(last.lsn)?;
         }
         Ok(offsets)
     }
 
-    /// Step 1, and a standby's recovery: each claim's shard transactions and audit rows
-    /// (held lsns and rows already written are skipped), then every touched shard flushed
-    /// once and the audit log synced. No result, no `done` record: the primary writes those.
+    /// One record into this WAL (a new epoch first into `LEADER_EPOCHS`); its offset.
+    fn append_entry(&self, e: &Entry) -> Result<u64, EngineError> {
+        let mut epochs = lock(&self.repl.epochs);
+        if epochs.latest().is_none_or(|(latest, _)| e.epoch > latest) {
+            epochs.assign(e.epoch, e.lsn)?;
+        }
+        drop(epochs);
+        let (_, offset) = self
+            .wal
+            .append_replicated_at(e.lsn, e.epoch, e.kind, &e.payload)?;
+        Ok(offset)
+    }
+
+    /// A claim's shard transactions and audit rows, remembered until flushed.
+    fn apply_unflushed(&self, lsn: Lsn, claim: &ClaimRecord) -> Result<(), EngineError> {
+        let touched = self.commit(lsn, claim)?;
+        let row = self.write_audit_rows(lsn, claim, &HashSet::new())?;
+        let mut u = lock(&self.repl.unflushed);
+        u.claims.insert(lsn);
+        for t in touched {
+            u.shards.insert(t.name.to_owned(), t.slot);
+        }
+        u.last_row = row.or(u.last_row);
+        Ok(())
+    }
+
+    fn unflushed_has(&self, claim_lsn: Lsn) -> bool {
+        lock(&self.repl.unflushed).claims.contains(&claim_lsn)
+    }
+
+    /// Every shard touched since the last flush flushed, then the audit log synced.
+    fn flush_unflushed(&self) -> Result<(), EngineError> {
+        let u = std::mem::take(&mut *lock(&self.repl.unflushed));
+        self.flush_effects(&u.shards, u.last_row)
+    }
+
+    fn flush_effects(
+        &self,
+        shards: &BTreeMap<String, Arc<ShardSlot>>,
+        last_row: Option<Lsn>,
+    ) -> Result<(), EngineError> {
+        let flushes = shards
+            .values()
+            .enumerate()
+            .map(|(k, slot)| slot.send_flush(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (slot, rx) in shards.values().zip(&flushes) {
+            slot.wait(rx, &|| self.is_failed())?;
+        }
+        if let Some(last) = last_row {
+            self.audit.sync_to(last)?;
+        }
+        Ok(())
+    }
+
+    /// A standby's recovery: each claim's shard transactions and audit rows (held lsns and
+    /// rows already written are skipped), then every touched shard flushed once and the
+    /// audit log synced. No result, no `done` record: the primary writes those.
     /// `audited`: the rows already written, by claim lsn (recovery's; a fetched chunk has
     /// none).
     pub(super) fn apply_effects<'c>(
@@ -102,18 +151,7 @@ impl Engine {
                 last_row = Some(row);
             }
         }
-        let flushes = touched
-            .values()
-            .enumerate()
-            .map(|(k, slot)| slot.send_flush(k))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (slot, rx) in touched.values().zip(&flushes) {
-            slot.wait(rx, &|| self.is_failed())?;
-        }
-        if let Some(last) = last_row {
-            self.audit.sync_to(last)?;
-        }
-        Ok(())
+        self.flush_effects(&touched, last_row)
     }
 
     /// Promotion (`roost promote`): this standby becomes the primary of a new epoch. The

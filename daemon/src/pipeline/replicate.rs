@@ -67,6 +67,15 @@ pub struct FollowLink {
     pub bytes: u64,
 }
 
+/// Effects a standby applied and has not flushed yet: the claims, the shards they touched,
+/// the last audit row written.
+#[derive(Default)]
+pub(super) struct Unflushed {
+    pub claims: std::collections::BTreeSet<Lsn>,
+    pub shards: std::collections::BTreeMap<String, std::sync::Arc<super::owner::ShardSlot>>,
+    pub last_row: Option<Lsn>,
+}
+
 /// The replication state the engine keeps.
 pub(super) struct Replication {
     role: Mutex<Role>,
@@ -85,6 +94,8 @@ pub(super) struct Replication {
     since: Mutex<Instant>,
     /// Held while a fetched chunk is applied, and by promotion.
     pub(super) apply_lock: Mutex<()>,
+    /// A standby's claims whose effects are applied but not yet flushed (`apply.rs`).
+    pub(super) unflushed: Mutex<Unflushed>,
     /// A standby's claims without a `done` record yet (their effects are applied).
     pub(super) ledger: Mutex<ClaimLedger>,
     /// Claims to finish before intake opens: recovery's under `ack = "standby"` (a standby
@@ -114,6 +125,7 @@ impl Replication {
             giving_up: AtomicBool::new(false),
             since: Mutex::new(Instant::now()),
             apply_lock: Mutex::new(()),
+            unflushed: Mutex::new(Unflushed::default()),
             ledger: Mutex::new(ClaimLedger::default()),
             deferred: Mutex::new(Vec::new()),
             alone: Default::default(),

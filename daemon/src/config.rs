@@ -124,6 +124,10 @@ pub struct ReplicationConfig {
     pub when_standby_lost: StandbyLost,
     /// This node's name in the primary's status and logs [default: the host name].
     pub name: Option<String>,
+    /// 1-255, different on every node: the low byte of every epoch this node mints, so two
+    /// nodes promoted without hearing of each other never mint the same epoch [default:
+    /// derived from `name`; set it when names could collide].
+    pub node_id: Option<u8>,
 }
 
 impl Default for ReplicationConfig {
@@ -135,6 +139,7 @@ impl Default for ReplicationConfig {
             standby_timeout_ms: 10_000,
             when_standby_lost: StandbyLost::Wait,
             name: None,
+            node_id: None,
         }
     }
 }
@@ -170,6 +175,14 @@ impl ReplicationConfig {
 
     pub fn standby_timeout(&self) -> Duration {
         Duration::from_millis(self.standby_timeout_ms.max(100))
+    }
+
+    /// The low byte of the epochs this node mints (see [`ReplicationConfig::node_id`]).
+    pub fn node_id(&self) -> u32 {
+        match self.node_id {
+            Some(id) => u32::from(id),
+            None => crc32fast::hash(self.node_name().as_bytes()) % 255 + 1,
+        }
     }
 
     /// The name this node gives itself when it fetches.
@@ -307,6 +320,11 @@ impl Config {
                     )));
                 }
             }
+        }
+        if r.node_id == Some(0) {
+            return Err(ConfigError::Invalid(
+                "replication.node_id must be 1-255".into(),
+            ));
         }
         if r.ack == Ack::Standby && r.listen.is_none() && r.follow.is_none() {
             return Err(ConfigError::Invalid(

@@ -155,6 +155,10 @@ pub enum EngineError {
     /// it needs, or the logs diverge below its checkpoint): an operator must re-seed it.
     #[error("replication: {0}")]
     NeedsReseed(String),
+    /// The node this standby follows leads an older epoch than one this standby knows
+    /// (`--follow` names a former primary): an operator must point it at the primary.
+    #[error("replication: {0}; point --follow (or [replication] follow) at the current primary")]
+    StaleLeader(String),
 }
 
 impl EngineError {
@@ -185,7 +189,7 @@ impl EngineError {
             | EngineError::Failed
             | EngineError::Replication(_) => ErrorClass::Io,
             EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => ErrorClass::Locked,
-            EngineError::NeedsReseed(_) => ErrorClass::Config,
+            EngineError::NeedsReseed(_) | EngineError::StaleLeader(_) => ErrorClass::Config,
         }
     }
 

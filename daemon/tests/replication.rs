@@ -254,10 +254,66 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     assert!(b.result("held.json").is_none());
     b.stop();
     a.stop();
+    assert!(
+        b.data.join("CHECKPOINT").exists(),
+        "the standby took no checkpoint at its graceful stop"
+    );
     same_logs(&a, &b);
     assert_eq!(a.wal().len(), b.wal().len());
     a.verify();
     b.verify();
+}
+
+/// Goal: a graceful stop while answers wait for a standby that is gone (and a duplicate of
+/// one of them waits on it) ends within `standby_timeout_ms`, with exit 0 and nothing
+/// answered; the next start, with a standby back, gives both files the same answer.
+#[test]
+fn a_stop_while_answers_wait_for_a_standby_ends_and_loses_nothing() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    drop_in(&a.spool(), "x.json", &batch("dup", "s", 1));
+    drop_in(&a.spool(), "y.json", &batch("dup", "s", 1));
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    a.stop();
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "the stop took {:?}",
+        t0.elapsed()
+    );
+    assert!(a.result("x.json").is_none() && a.result("y.json").is_none());
+    a.start(None);
+    b.start(Some(&a.addr()));
+    wait_for("x and y answered", LIMIT, || {
+        a.result("x.json").is_some() && a.result("y.json").is_some()
+    });
+    let (x, y) = (
+        a.result("x.json").expect("x"),
+        a.result("y.json").expect("y"),
+    );
+    assert_eq!(x["ops"], y["ops"], "{x} {y}");
+    assert_eq!(x["status"], "committed");
+    b.stop();
+    a.stop();
+}
+
+/// Goal: a standby starts (and can be promoted) while its primary is frozen: a process that
+/// accepts connections but never answers is not waited for.
+#[test]
+fn a_standby_starts_while_its_primary_is_frozen() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    let pid = a.child.as_ref().expect("running").id().to_string();
+    let sig = |s: &str| Command::new("kill").args([s, &pid]).status().expect("kill");
+    assert!(sig("-STOP").success());
+    b.start(Some(&a.addr()));
+    let p = b.promote();
+    assert_eq!(p["promoted"], true, "{p}");
+    assert!(sig("-CONT").success());
+    b.stop();
+    a.kill();
 }
 
 /// Goal: under `ack = "standby"` a result waits until a standby holds the claim; with

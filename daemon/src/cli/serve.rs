@@ -25,6 +25,10 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     if cfg.replication.is_standby() {
         notify::status("standby: reconciling with the primary");
         standby_start(&cfg)?;
+    } else if cfg.replication.enabled() {
+        // A former standby started as primary: effects it applied past its WAL's end (a
+        // crash mid-chunk) must go before it claims anything at those lsns.
+        crate::replica::cut::Cutter::open(&cfg)?.cut_past_end()?;
     }
     notify::status("recovering: opening the data directory");
     let progress = RecoveryProgress::new();
@@ -75,8 +79,9 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
         tokio::select! {
             r = &mut reconcile => r,
             _ = tokio::time::sleep(RECONCILE_WAIT) => {
-                // Not answering: stop asking (a reconcile already under way finishes first).
-                if !status.connected() {
+                // No answer yet (down, or frozen with its socket still accepting): stop asking.
+                // A reconcile that got answers (cutting) finishes first.
+                if status.snapshot().last_fetch_unix_ms == 0 {
                     let _ = stop.send(true);
                 }
                 reconcile.await
@@ -97,6 +102,9 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
         }
         Err(e @ FollowError::NeedsReseed { .. }) => {
             return Err(crate::replica::reseed(e.to_string()).into())
+        }
+        Err(e @ FollowError::StaleLeader { .. }) => {
+            return Err(crate::error::EngineError::StaleLeader(e.to_string()).into())
         }
         Err(e) => {
             let e = crate::error::EngineError::Replication(format!("reconciling with {addr}: {e}"));

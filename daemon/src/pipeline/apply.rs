@@ -198,9 +198,11 @@ impl Engine {
         for (lsn, claim) in &claims {
             info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
             self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
-            lock(&self.repl.deferred).retain(|(l, _)| l != lsn);
         }
+        // The `done` records durable before intake opens (a reused name must never see
+        // these batches finished again: `names.rs`).
         self.sync()?;
+        lock(&self.repl.deferred).clear();
         Ok(claims.len() as u64)
     }
 }

@@ -168,7 +168,8 @@ impl Engine {
             match p.keys.get(key).map(|k| k.check(fp)) {
                 None | Some(KeyFound::Free) => return Ok((p, KeyCheck::New)),
                 Some(KeyFound::Answered(k)) => return Ok((p, KeyCheck::Known(k))),
-                Some(KeyFound::InFlight) => {}
+                // The batch in flight gave up its answer (a stop, a step down): so does this.
+                Some(KeyFound::InFlight) => self.still_answering(p.keys[key].lsn)?,
             }
             p = self
                 .finished_cv

@@ -4,9 +4,10 @@
 //! fetched records is `apply.rs`. The protocol itself (TCP, fetch, the truncation rule) is
 //! `roost_replication`; the daemon's `replica` part joins the two.
 //!
-//! Epochs: a primary takes `highest known + 1` at every start and at promotion, writes it to
-//! `EPOCH` and to `LEADER_EPOCHS` (at the WAL's next lsn) before its first append, so no two
-//! starts ever write different records under one epoch. A standby learns the primary's epoch
+//! Epochs (`EpochFile`): a promotion, or a first start as primary, mints `highest known + 1`
+//! (made unique per node by its low byte, the node id) and writes it to `EPOCH` and to
+//! `LEADER_EPOCHS` (at the WAL's next lsn) before its first append; a primary that restarts
+//! resumes the epoch it led while that is the highest it knows. A standby learns the primary's epoch
 //! from its answers and writes it to `EPOCH` before acting on it: a promotion after a
 //! restart must never reuse an epoch the old primary wrote under.
 
@@ -208,6 +209,7 @@ impl Engine {
     /// Learns a higher epoch: `EPOCH` is rewritten before this returns (a lower or equal
     /// one is ignored).
     pub fn learn_epoch(&self, epoch: u32) -> Result<(), EngineError> {
+        let _serial = lock(&self.repl.epochs);
         if epoch <= self.epoch() {
             return Ok(());
         }
@@ -241,7 +243,8 @@ impl Engine {
         Ok(led)
     }
 
-    /// Becomes the leader of a new epoch (highest known + 1) from the WAL's next lsn: the
+    /// Becomes the leader of a new epoch (above the highest known, this node's id in the low
+    /// byte) from the WAL's next lsn: the
     /// epoch is durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it.
     pub(super) fn take_new_epoch(&self) -> Result<u32, EngineError> {
         let next = self.wal.next_lsn();
@@ -251,7 +254,9 @@ impl Engine {
             .map_or(0, |(e, _)| e)
             .max(self.wal.last_record_epoch())
             .max(self.epoch());
-        let epoch = known + 1;
+        // The next epoch with this node's id in its low byte: above every epoch known, and
+        // never the same as one another node mints.
+        let epoch = (((known >> 8) + 1) << 8) | self.config.replication.node_id();
         self.write_epochs(EpochFile {
             known: epoch,
             led: epoch,
@@ -276,10 +281,13 @@ impl Engine {
                 own = self.epoch(),
                 "a higher leader epoch exists: stepping down, taking no more batches"
             );
+            // Known before anything else: a restart must not resume the old epoch. A failed
+            // write latches the engine; the step down happens all the same.
+            let _ = self.learn_epoch(epoch);
             *role = Role::SteppedDown { epoch };
             drop(role);
-            let _ = self.learn_epoch(epoch);
             self.repl.acked_cv.notify_all();
+            self.finished_cv.notify_all();
         }
     }
 
@@ -350,6 +358,27 @@ impl Engine {
         }
     }
 
+    /// No standby has been in sync for `standby_timeout_ms`: since the last fetch of any
+    /// standby, or since this node began to lead.
+    fn standby_lost(&self) -> bool {
+        let timeout = self.config.replication.standby_timeout();
+        let since = *lock(&self.repl.since);
+        let last = lock(&self.repl.standbys)
+            .values()
+            .map(|s| s.last_fetch)
+            .fold(since, |a, b| a.max(b));
+        !self.standby_in_sync() && last.elapsed() > timeout
+    }
+
+    /// `Err` once answers waiting for a standby must give up (the node stops or stepped
+    /// down): a duplicate waiting on a batch in flight gives up with it.
+    pub(super) fn still_answering(&self, lsn: Lsn) -> Result<(), EngineError> {
+        if self.repl.giving_up.load(Ordering::SeqCst) || self.role() != Role::Primary {
+            return Err(EngineError::Unreplicated { lsn });
+        }
+        Ok(())
+    }
+
     /// Whether some standby is in sync (fetched within `standby_timeout_ms`).
     fn standby_in_sync(&self) -> bool {
         let timeout = self.config.replication.standby_timeout();
@@ -367,6 +396,10 @@ impl Engine {
         if cfg.ack == Ack::Local {
             return Ok(());
         }
+        if cfg.when_standby_lost == StandbyLost::Wait && lsn < self.checkpointed_below() {
+            // Under "wait" no checkpoint passes the high watermark: it was replicated.
+            return Ok(());
+        }
         let t0 = Instant::now();
         let mut warned = false;
         let mut standbys = lock(&self.repl.standbys);
@@ -379,8 +412,7 @@ impl Engine {
             if self.repl.giving_up.load(Ordering::SeqCst) || self.role() != Role::Primary {
                 return Err(EngineError::Unreplicated { lsn });
             }
-            let since = *lock(&self.repl.since);
-            let lost = !self.standby_in_sync() && since.elapsed() > cfg.standby_timeout();
+            let lost = self.standby_lost();
             if lost && cfg.when_standby_lost == StandbyLost::Alone {
                 self.repl.alone.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
@@ -400,6 +432,14 @@ impl Engine {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
+    }
+
+    /// Where the last checkpoint starts (1 before the first).
+    fn checkpointed_below(&self) -> Lsn {
+        lock(&self.checkpoints)
+            .last
+            .as_ref()
+            .map_or(1, |c| c.wal_from)
     }
 
     /// At a stop: answers waiting for a standby give up now.

@@ -7,7 +7,8 @@
 //!    `LEADER_EPOCHS`), every shard (`Shard::truncate_from`), the audit rows of those claims.
 //!    The key table and the id counter need nothing: the key table only holds batches below
 //!    the checkpoint, a cut below the checkpoint is refused (the node must be re-seeded), and
-//!    the id counter is rebuilt at open from what is left.
+//!    the id counter (the checkpoint's, raised by the claims left and the shards' largest
+//!    ids) may only overshoot: ids of cut claims are not reused, which is harmless.
 //!
 //! The audit log is cut at the first row of a claim at or past the point. Rows of earlier
 //! claims written after that row belong to claims whose `done` came later still, so past the
@@ -27,7 +28,7 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
-use crate::pipeline::records::{read_audit, read_wal, WalEntry};
+use crate::pipeline::records::{read_audit, read_wal, ClaimLedger, WalEntry};
 use crate::pipeline::replicate::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
 
@@ -90,11 +91,13 @@ impl Cutter {
 
     /// Every shard frame and audit row of a claim at or past `lsn`.
     fn cut_effects(&self, lsn: Lsn) -> Result<(), EngineError> {
-        for dir in self.shard_dirs()? {
+        for (dir, vouched) in self.shard_dirs()? {
+            // What `done` records vouch for is opened as the engine opens it: damage there
+            // is corruption (exit 65), never a torn tail to cut.
             let opts = ShardOptions {
                 segment_bytes: self.config.shard_segment_bytes,
                 read_only: false,
-                synced_through_lsn: Some(0),
+                synced_through_lsn: Some(vouched),
             };
             let name = dir.display().to_string();
             let shard_err = |source| EngineError::Shard {
@@ -111,44 +114,57 @@ impl Cutter {
         self.cut_audit(lsn)
     }
 
-    /// Every shard directory: those the checkpoint and the WAL name, and on a real disk every
-    /// directory under `shards/` (a shard whose first frames are past the WAL's end is named
-    /// by no record this node holds).
-    fn shard_dirs(&self) -> Result<Vec<PathBuf>, EngineError> {
-        let mut names: BTreeSet<String> = self
-            .checkpoint
-            .shards
-            .iter()
-            .map(|(n, _)| n.clone())
-            .collect();
-        for entry in read_wal(
-            &self.wal,
-            self.checkpoint.wal_from.max(self.wal.first_lsn()),
-        ) {
-            if let (_, WalEntry::Claim(c)) = entry? {
-                names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
-            }
-        }
-        let root = self.layout.shards();
-        if self.storage.is_real() {
-            match std::fs::read_dir(&root) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    let path = root.clone();
-                    return Err(EngineError::Io {
-                        op: "list",
-                        path,
-                        source,
-                    });
+    /// Every shard directory with the lsn `done` records vouch it flushed through: those
+    /// the checkpoint and the WAL name, and on a real disk every directory under `shards/`
+    /// (a shard whose first frames are past the WAL's end is named by no record here).
+    fn shard_dirs(&self) -> Result<Vec<(PathBuf, Lsn)>, EngineError> {
+        let mut ledger = ClaimLedger {
+            from: self.checkpoint.wal_from,
+            vouched: self.checkpoint.shards.iter().cloned().collect(),
+            ..ClaimLedger::default()
+        };
+        let mut names: BTreeSet<String> = ledger.vouched.keys().cloned().collect();
+        let from = self.checkpoint.wal_from.max(self.wal.first_lsn());
+        for entry in read_wal(&self.wal, from) {
+            match entry? {
+                (lsn, WalEntry::Claim(c)) => {
+                    names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
+                    ledger.claim(lsn, c);
                 }
-                Ok(rd) => names.extend(
-                    rd.flatten()
-                        .filter(|e| e.path().is_dir())
-                        .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
-                ),
+                (lsn, WalEntry::Done(d)) => {
+                    ledger.done_after(lsn, &d)?;
+                }
+                (_, WalEntry::Rejected(_)) => {}
             }
         }
-        Ok(names.into_iter().map(|n| self.layout.shard(&n)).collect())
+        if self.storage.is_real() {
+            names.extend(self.listed_shards()?);
+        }
+        Ok(names
+            .into_iter()
+            .map(|n| {
+                let v = ledger.vouched.get(&n).copied().unwrap_or(0);
+                (self.layout.shard(&n), v)
+            })
+            .collect())
+    }
+
+    /// The directories under `shards/` on a real disk.
+    fn listed_shards(&self) -> Result<Vec<String>, EngineError> {
+        let root = self.layout.shards();
+        match std::fs::read_dir(&root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(source) => Err(EngineError::Io {
+                op: "list",
+                path: root,
+                source,
+            }),
+            Ok(rd) => Ok(rd
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .collect()),
+        }
     }
 
     /// The audit log from its first row of a claim at or past `lsn` on.

@@ -21,7 +21,7 @@ use crate::pipeline::Engine;
 pub fn reseed(detail: String) -> EngineError {
     EngineError::NeedsReseed(format!(
         "{detail}; re-seed this standby: stop the primary gracefully, copy its data directory \
-         (without spool/ and LOCK) over this one, start the primary, then this standby \
+         (without spool/, LOCK and roost.sock) over this one, start the primary, then this standby \
          (docs/replication.md, \"Re-seeding a standby\")"
     ))
 }

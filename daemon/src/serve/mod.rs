@@ -181,8 +181,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             break;
         }
     }
-    repl.stop().await;
-    shutdown(&shared, &sem, workers, sidecars).await
+    shutdown(&shared, &sem, workers, (sidecars, repl)).await
 }
 
 /// Whether intake is open. While it is paused for want of disk space (`pipeline/room.rs`),
@@ -337,17 +336,27 @@ async fn shutdown(
     shared: &Arc<Shared>,
     sem: &Arc<Semaphore>,
     workers: usize,
-    sidecars: Sidecars,
+    (sidecars, repl): (Sidecars, replication::ReplTasks),
 ) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
-    // Answers waiting for a standby give up: their batches stay claimed for the next start.
-    shared.engine.stop_waiting_for_standby();
     let in_flight = workers - sem.available_permits();
     crate::ops::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
     info!(in_flight, "waiting for in-flight batches");
-    let _all = sem.acquire_many(workers as u32).await;
+    // Standbys are still served: answers waiting for one get `standby_timeout_ms` to be
+    // acknowledged, then give up (their batches stay claimed for the next start).
+    let grace = shared.engine.config().replication.standby_timeout();
+    let all = match tokio::time::timeout(grace, sem.acquire_many(workers as u32)).await {
+        Ok(all) => all,
+        Err(_) => {
+            shared.engine.stop_waiting_for_standby();
+            sem.acquire_many(workers as u32).await
+        }
+    };
+    shared.engine.stop_waiting_for_standby();
+    repl.stop().await;
+    let _all = all;
     // The last checkpoint: the next start replays nothing (it also syncs the WAL).
     let engine = shared.engine.clone();
     let last = tokio::task::spawn_blocking(move || {

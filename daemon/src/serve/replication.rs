@@ -95,11 +95,14 @@ impl ReplTasks {
 /// How often, and how many times, a promoted node tells its former primary.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 const ANNOUNCE_TRIES: u32 = 600;
+const ANNOUNCE_LATER: Duration = Duration::from_secs(30);
 
 /// Tells the former primary at `addr` about `epoch` until it answers (or the daemon stops,
 /// or [`ANNOUNCE_TRIES`] attempts failed: then nobody is listening there).
 async fn announce(addr: String, name: String, epoch: u32, mut stop: watch::Receiver<bool>) {
-    for attempt in 1..=ANNOUNCE_TRIES {
+    let mut attempt = 0u32;
+    loop {
+        attempt = attempt.saturating_add(1);
         match roost_replication::announce_epoch(&addr, &name, epoch, ANNOUNCE_EVERY).await {
             Ok(Announced::SteppedDown { its_epoch }) => {
                 info!(former_primary = %addr, its_epoch, epoch, "the former primary stepped down");
@@ -110,12 +113,19 @@ async fn announce(addr: String, name: String, epoch: u32, mut stop: watch::Recei
                 return;
             }
             Err(e) if attempt == 1 => {
-                info!(former_primary = %addr, error = %e, "cannot tell the former primary yet; retrying every second")
+                info!(former_primary = %addr, error = %e, "cannot tell the former primary yet; retrying")
             }
             Err(_) => {}
         }
+        // Every second at first, then every 30 s for as long as this node runs: a former
+        // primary restarted much later must still hear of the new epoch.
+        let pause = if attempt < ANNOUNCE_TRIES {
+            ANNOUNCE_EVERY
+        } else {
+            ANNOUNCE_LATER
+        };
         tokio::select! {
-            _ = tokio::time::sleep(ANNOUNCE_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => return,
         }
     }
@@ -143,6 +153,7 @@ async fn run_follower(
         Ok(_) => return,
         Err(FollowError::Log { source, .. }) => source,
         Err(e @ FollowError::NeedsReseed { .. }) => crate::replica::reseed(e.to_string()),
+        Err(e @ FollowError::StaleLeader { .. }) => EngineError::StaleLeader(e.to_string()),
         Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
     };
     error!(error = %e, "replication: the standby stops");

@@ -419,6 +419,13 @@ fn check_after(phase: &Phase, dir: &Path, out: &RunOutcome) -> Result<(), String
         .map(|(n, r, v)| (*n, *r, v.as_ref()))
         .collect();
     batches.extend(out.names.iter().map(|(n, r)| (*n, *r, out.seen.get(*n))));
+    // The claimed batch is answered after the restart even when the fault stopped the
+    // traced daemon before the client began to wait for it.
+    if let Some((name, _)) = &phase.claimed {
+        if !batches.iter().any(|(n, _, _)| n == name) {
+            batches.push((name, false, None));
+        }
+    }
     let finals = final_answers(&data, &batches, phase)?;
     for (name, rejected, _) in &batches {
         drop_in(

@@ -265,6 +265,9 @@ fn main() -> anyhow::Result<()> {
             let dir = Path::new(args.get(3).context("--soak-probe NAME DIR")?);
             return soak::soak_probe(name, dir);
         }
+        Some("--soak-report") => {
+            return soak::soak_report(Path::new(args.get(2).context("--soak-report CSV")?));
+        }
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);
@@ -272,7 +275,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--soak | --replication] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length)");
+            eprintln!("usage: roost-bench [--soak | --replication | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

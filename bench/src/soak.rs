@@ -16,9 +16,14 @@
 //! under its key, well inside the window: its answer must equal the first one, or the run
 //! stops. That is the only check; no timing is asserted.
 //!
-//! `ROOST_SOAK_BATCHES=N` sets the soak's length, `ROOST_BENCH_QUICK=1` makes it tiny,
-//! `ROOST_BENCH_DIR` puts the files elsewhere (default `target/bench-soak`), and
-//! `ROOST_BENCH_LOOP=1` (as root) runs on a fresh journaled ext4 loop image instead.
+//! `ROOST_SOAK_BATCHES=N` sets the soak's length, `ROOST_SOAK_SAMPLES=N` the samples (10),
+//! `ROOST_SOAK_RUNS=retention` (or `no-retention`) runs one of the two only,
+//! `ROOST_SOAK_CSV=PATH` writes the CSV there (the plot beside it, `.svg`) instead of
+//! `docs/bench-soak.csv`, `ROOST_BENCH_QUICK=1` makes it tiny, `ROOST_BENCH_DIR` puts the
+//! files elsewhere (default `target/bench-soak`), and `ROOST_BENCH_LOOP=1` (as root) runs on a
+//! fresh journaled ext4 loop image instead. The CSV gets each row as it is sampled, so a run
+//! stopped early keeps what it measured; `roost-bench --soak-report CSV` prints the table of a
+//! CSV (rows matched by batches across runs) and writes its plot.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -59,15 +64,17 @@ struct SoakSizes {
 
 fn soak_sizes() -> SoakSizes {
     let quick = std::env::var_os("ROOST_BENCH_QUICK").is_some();
-    let batches = std::env::var("ROOST_SOAK_BATCHES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 2_000 } else { 1_000_000 });
+    let env = |name: &str| -> Option<u64> {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+    };
     SoakSizes {
         quick,
         live: if quick { 1_000 } else { 100_000 },
-        batches,
-        samples: if quick { 4 } else { 10 },
+        batches: env("ROOST_SOAK_BATCHES").unwrap_or(if quick { 2_000 } else { 1_000_000 }),
+        samples: env("ROOST_SOAK_SAMPLES").unwrap_or(if quick { 4 } else { 10 }),
         threads: if quick { 8 } else { 32 },
     }
 }
@@ -211,9 +218,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// `--soak`: both runs, each in its own process, then the table, the CSV and the plot.
+/// The runs `ROOST_SOAK_RUNS` names (comma-separated), both by default.
+fn soak_runs() -> anyhow::Result<Vec<&'static str>> {
+    let Ok(names) = std::env::var("ROOST_SOAK_RUNS") else {
+        return Ok(RUNS.to_vec());
+    };
+    names
+        .split(',')
+        .map(|n| {
+            RUNS.into_iter()
+                .find(|r| *r == n.trim())
+                .with_context(|| format!("ROOST_SOAK_RUNS: {n:?} is none of {RUNS:?}"))
+        })
+        .collect()
+}
+
+/// Where the CSV goes (`None` at the quick sizes): `ROOST_SOAK_CSV`, else
+/// `docs/bench-soak.csv`. Starts it with the header.
+fn soak_csv(sz: &SoakSizes) -> anyhow::Result<Option<PathBuf>> {
+    if sz.quick {
+        return Ok(None);
+    }
+    let path = std::env::var_os("ROOST_SOAK_CSV").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-soak.csv"),
+        PathBuf::from,
+    );
+    std::fs::write(&path, format!("{CSV_HEADER}\n"))
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(Some(path))
+}
+
+/// `--soak`: both runs (or those `ROOST_SOAK_RUNS` names), each in its own process, then the
+/// table, the CSV and the plot.
 pub fn soak() -> anyhow::Result<()> {
     let sz = soak_sizes();
+    let names = soak_runs()?;
+    let csv = soak_csv(&sz)?;
     let base = bench_base("target/bench-soak");
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
@@ -228,26 +268,26 @@ pub fn soak() -> anyhow::Result<()> {
         root.display(), sz.live, sz.batches, sz.threads, sz.samples
     );
     let mut runs = Vec::new();
-    for name in RUNS {
+    for name in names {
         let t = Instant::now();
-        let rows = run_child(name, &root.join(name))?;
+        let rows = run_child(name, &root.join(name), csv.as_deref())?;
         println!("{name}: {:.0} s", t.elapsed().as_secs_f64());
-        runs.push((name, rows));
+        runs.push((name.to_owned(), rows));
     }
     print_table(&runs);
-    if !sz.quick {
-        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
-        write_csv(&docs.join("bench-soak.csv"), &runs)?;
-        plot(&docs.join("bench-soak.svg"), &runs)?;
-        println!("\ncsv: docs/bench-soak.csv, plot: docs/bench-soak.svg");
+    if let Some(csv) = csv {
+        let svg = csv.with_extension("svg");
+        plot(&svg, &runs)?;
+        println!("\ncsv: {}, plot: {}", csv.display(), svg.display());
     }
     drop(mount);
     let _ = std::fs::remove_dir_all(&base);
     Ok(())
 }
 
-/// Runs `--soak-run NAME DIR` in a fresh process; its rows come back on stdout.
-fn run_child(name: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
+/// Runs `--soak-run NAME DIR` in a fresh process; its rows come back on stdout, and each is
+/// appended to `csv` as it comes.
+fn run_child(name: &str, dir: &Path, csv: Option<&Path>) -> anyhow::Result<Vec<Row>> {
     let exe = std::env::current_exe().context("current_exe")?;
     let mut child = Command::new(exe)
         .arg("--soak-run")
@@ -260,8 +300,11 @@ fn run_child(name: &str, dir: &Path) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for line in std::io::BufReader::new(out).lines() {
         let line = line.context("read the soak run's output")?;
-        if let Some(csv) = line.strip_prefix("SOAK ") {
-            rows.push(Row::from_csv(csv)?);
+        if let Some(line) = line.strip_prefix("SOAK ") {
+            rows.push(Row::from_csv(line)?);
+            if let Some(csv) = csv {
+                append_line(csv, line)?;
+            }
         }
     }
     let status = child.wait().context("wait for the soak run")?;
@@ -603,16 +646,25 @@ fn mib(b: u64) -> String {
     format!("{:.1}", b as f64 / 1048576.0)
 }
 
-/// One markdown table, each cell "with retention / without".
-fn print_table(runs: &[(&str, Vec<Row>)]) {
-    let (Some((_, a)), Some((_, b))) = (runs.first(), runs.get(1)) else {
+/// One markdown table, a row per sample of the first run, each cell the runs' figures at
+/// those batches ("with retention / without"; "-" where a run has no such sample).
+fn print_table(runs: &[(String, Vec<Row>)]) {
+    let Some((_, first)) = runs.first() else {
         return;
     };
-    println!("\ncells: with retention / without (MiB unless named)\n");
+    let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+    println!("\ncells: {} (MiB unless named)\n", names.join(" / "));
     println!("| batches | disk total | wal | audit | keys | shards | checkpoint KiB | allocated | RSS | RSS fresh | live keys | restart ms | records replayed |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (x, y) in a.iter().zip(b) {
-        let pair = |f: &dyn Fn(&Row) -> String| format!("{} / {}", f(x), f(y));
+    for x in first {
+        let at: Vec<Option<&Row>> = runs
+            .iter()
+            .map(|(_, rows)| rows.iter().find(|r| r.batches == x.batches))
+            .collect();
+        let pair = |f: &dyn Fn(&Row) -> String| {
+            let cells: Vec<String> = at.iter().map(|r| r.map_or("-".into(), f)).collect();
+            cells.join(" / ")
+        };
         let part = |i: usize| pair(&|r: &Row| mib(r.parts[i]));
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -644,19 +696,37 @@ fn print_table(runs: &[(&str, Vec<Row>)]) {
     }
 }
 
-fn write_csv(path: &Path, runs: &[(&str, Vec<Row>)]) -> anyhow::Result<()> {
-    let mut text = format!("{CSV_HEADER}\n");
-    for (name, rows) in runs {
-        for r in rows {
-            text.push_str(&r.to_csv(name));
-            text.push('\n');
+fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
+    writeln!(f, "{line}").with_context(|| format!("append to {}", path.display()))
+}
+
+/// `--soak-report CSV`: the table of a soak CSV (its runs in the order they first appear)
+/// and its plot, written beside it (`.svg`).
+pub fn soak_report(csv: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(csv).with_context(|| format!("read {}", csv.display()))?;
+    let mut runs: Vec<(String, Vec<Row>)> = Vec::new();
+    for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let row = Row::from_csv(line)?;
+        let name = line.split(',').next().unwrap_or_default();
+        match runs.iter_mut().find(|(n, _)| n == name) {
+            Some((_, rows)) => rows.push(row),
+            None => runs.push((name.to_owned(), vec![row])),
         }
     }
-    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+    print_table(&runs);
+    let svg = csv.with_extension("svg");
+    plot(&svg, &runs)?;
+    println!("\nplot: {}", svg.display());
+    Ok(())
 }
 
 /// Two panels against batches: disk bytes (total, and the WAL alone) and restart time.
-fn plot(path: &Path, runs: &[(&str, Vec<Row>)]) -> anyhow::Result<()> {
+fn plot(path: &Path, runs: &[(String, Vec<Row>)]) -> anyhow::Result<()> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
@@ -693,7 +763,7 @@ fn panel<DB: plotters::prelude::DrawingBackend>(
     area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     xmax: f64,
-    runs: &[(&str, Vec<Row>)],
+    runs: &[(String, Vec<Row>)],
     measures: &[Measure<'_>],
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
@@ -714,7 +784,13 @@ fn panel<DB: plotters::prelude::DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("batches")
-        .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
+        .x_label_formatter(&|x| {
+            if xmax >= 5e6 {
+                format!("{:.0}M", x / 1e6)
+            } else {
+                format!("{:.0}k", x / 1e3)
+            }
+        })
         .draw()
         .map_err(e)?;
     for ((name, rows), color) in runs.iter().zip([BLUE, RED]) {
@@ -730,7 +806,7 @@ fn panel<DB: plotters::prelude::DrawingBackend>(
             };
             if k == 0 {
                 series
-                    .label(*name)
+                    .label(name.as_str())
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
             }
         }

@@ -245,6 +245,9 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     assert_eq!(st["replication"]["follow"]["connected"], true, "{st}");
     let sa = a.status();
     assert_eq!(sa["replication"]["standbys"][0]["name"], "b", "{sa}");
+    wait_for("the standby's lag in bytes to reach 0", LIMIT, || {
+        a.status()["replication"]["standbys"][0]["lag_bytes"] == 0
+    });
     assert_eq!(a.scan("s"), b.scan("s"));
     std::thread::sleep(Duration::from_millis(500));
     assert!(
@@ -647,7 +650,14 @@ fn alone_answers_through_a_partition_and_the_standby_catches_up() {
     wait_for("the answer given alone", LIMIT, || {
         a.result("during.json").is_some()
     });
-    assert!(a.status()["replication"]["published_alone"].as_u64() >= Some(1));
+    let st = a.status();
+    assert!(st["replication"]["published_alone"].as_u64() >= Some(1));
+    let lag = &st["replication"]["standbys"][0];
+    assert!(
+        lag["lag_bytes"].as_u64() > Some(0),
+        "no lag in bytes while cut off: {lag}"
+    );
+    assert!(lag["lag_lsns"].as_u64() > Some(0), "{lag}");
     proxy.heal();
     caught_up(&a, &b);
     assert_eq!(a.scan("s"), b.scan("s"));

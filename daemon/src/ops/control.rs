@@ -434,6 +434,7 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
                 "name": name,
                 "acked_lsn": s.acked.saturating_sub(1),
                 "lag_lsns": end.saturating_sub(s.acked),
+                "lag_bytes": engine.standby_lag_bytes(s.acked),
                 "connected": s.connected,
                 "last_fetch_ms": s.last_fetch.elapsed().as_millis() as u64,
             })

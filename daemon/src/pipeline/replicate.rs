@@ -77,6 +77,9 @@ pub(super) struct Unflushed {
     pub last_row: Option<Lsn>,
 }
 
+/// Acknowledged positions kept for the lag in bytes (one per fetch that moved).
+const POSITIONS_KEPT: usize = 4096;
+
 /// The replication state the engine keeps.
 pub(super) struct Replication {
     role: Mutex<Role>,
@@ -95,6 +98,9 @@ pub(super) struct Replication {
     since: Mutex<Instant>,
     /// Held while a fetched chunk is applied, and by promotion.
     pub(super) apply_lock: Mutex<()>,
+    /// `(wal next lsn, wal bytes appended)` at recent acknowledgements, oldest first: what
+    /// a standby's lag in bytes is read from (lsns count records, not bytes).
+    positions: Mutex<std::collections::VecDeque<(Lsn, u64)>>,
     /// A standby's claims whose effects are applied but not yet flushed (`apply.rs`).
     pub(super) unflushed: Mutex<Unflushed>,
     /// A standby's claims without a `done` record yet (their effects are applied).
@@ -127,6 +133,7 @@ impl Replication {
             since: Mutex::new(Instant::now()),
             apply_lock: Mutex::new(()),
             unflushed: Mutex::new(Unflushed::default()),
+            positions: Mutex::new(std::collections::VecDeque::new()),
             ledger: Mutex::new(ClaimLedger::default()),
             deferred: Mutex::new(Vec::new()),
             alone: Default::default(),
@@ -320,8 +327,35 @@ impl Engine {
         e.last_fetch = Instant::now();
         e.connected = true;
         drop(s);
+        self.note_position();
         self.repl.acked_cv.notify_all();
         self.high_watermark()
+    }
+
+    /// Remembers where the WAL is, in lsns and in bytes, at this acknowledgement.
+    fn note_position(&self) {
+        let (lsn, bytes) = (self.wal.next_lsn(), self.wal.append_bytes());
+        let mut p = lock(&self.repl.positions);
+        if p.back().is_none_or(|(l, _)| *l < lsn) {
+            p.push_back((lsn, bytes));
+        }
+        while p.len() > POSITIONS_KEPT {
+            p.pop_front();
+        }
+    }
+
+    /// How many WAL bytes were appended after the record a standby acknowledged up to
+    /// (`acked`): exact when the WAL was at `acked` at some acknowledgement (the usual case),
+    /// else counted from the nearest earlier one (an overestimate by at most one fetch).
+    pub fn standby_lag_bytes(&self, acked: Lsn) -> u64 {
+        let p = lock(&self.repl.positions);
+        let at = p
+            .iter()
+            .rev()
+            .find(|(l, _)| *l <= acked)
+            .or(p.front())
+            .map_or(0, |(_, b)| *b);
+        self.wal.append_bytes().saturating_sub(at)
     }
 
     pub fn standby_disconnected(&self, name: &str) {

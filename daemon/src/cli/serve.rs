@@ -27,8 +27,12 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
         standby_start(&cfg)?;
     } else if cfg.replication.enabled() {
         // A former standby started as primary: effects it applied past its WAL's end (a
-        // crash mid-chunk) must go before it claims anything at those lsns.
-        crate::replica::cut::Cutter::open(&cfg)?.cut_past_end()?;
+        // crash mid-chunk) must go before it claims anything at those lsns. A primary that
+        // led the last epoch it knows was no standby since: nothing to look for.
+        let cutter = crate::replica::cut::Cutter::open(&cfg)?;
+        if !cutter.led_last_epoch() {
+            cutter.cut_past_end()?;
+        }
     }
     notify::status("recovering: opening the data directory");
     let progress = RecoveryProgress::new();

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use roost_replication::Entry;
-use roost_wal::{Lsn, Record};
+use roost_wal::Lsn;
 use tracing::info;
 
 use super::owner::ShardSlot;
@@ -212,16 +212,6 @@ impl Engine {
 fn decode_entries(entries: &[Entry]) -> Result<Vec<(&Entry, WalEntry)>, EngineError> {
     entries
         .iter()
-        .map(|e| {
-            let rec = Record {
-                lsn: e.lsn,
-                epoch: e.epoch,
-                record_type: e.kind,
-                payload: e.payload.clone(),
-                segment: "(fetched from the primary)".into(),
-                offset: 0,
-            };
-            records::decode_wal(&rec).map(|d| (e, d))
-        })
+        .map(|e| records::decode_wal_parts(e.lsn, e.kind, &e.payload).map(|d| (e, d)))
         .collect()
 }

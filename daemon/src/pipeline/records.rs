@@ -248,21 +248,26 @@ pub enum WalEntry {
 /// Decodes one batch-WAL record. A record whose checksum held but whose type or payload make
 /// no sense is damage (corruption class), named by its lsn.
 pub fn decode_wal(rec: &Record) -> Result<WalEntry, EngineError> {
-    let lsn = rec.lsn;
+    decode_wal_parts(rec.lsn, rec.record_type, &rec.payload)
+}
+
+/// [`decode_wal`] from a record's parts (a standby decodes what it fetched before it has a
+/// WAL record of its own).
+pub fn decode_wal_parts(
+    lsn: Lsn,
+    record_type: u8,
+    payload: &[u8],
+) -> Result<WalEntry, EngineError> {
     let codec = |source| EngineError::Codec { lsn, source };
-    match RecordType::from_u8(rec.record_type) {
-        Some(RecordType::Claim) => decode("claim", &rec.payload)
-            .map(WalEntry::Claim)
-            .map_err(codec),
-        Some(RecordType::Done) => decode("done", &rec.payload)
-            .map(WalEntry::Done)
-            .map_err(codec),
-        Some(RecordType::Rejected) => decode("rejected", &rec.payload)
+    match RecordType::from_u8(record_type) {
+        Some(RecordType::Claim) => decode("claim", payload).map(WalEntry::Claim).map_err(codec),
+        Some(RecordType::Done) => decode("done", payload).map(WalEntry::Done).map_err(codec),
+        Some(RecordType::Rejected) => decode("rejected", payload)
             .map(WalEntry::Rejected)
             .map_err(codec),
         _ => Err(EngineError::Inconsistent {
             lsn,
-            detail: format!("unknown record type {} in the batch wal", rec.record_type),
+            detail: format!("unknown record type {record_type} in the batch wal"),
         }),
     }
 }

@@ -84,6 +84,13 @@ impl Cutter {
         })
     }
 
+    /// Whether this node led the highest epoch it knows: then it was no standby since, and
+    /// holds no effects past its WAL's end (a standby's start cuts them, and a promotion
+    /// happens after that start).
+    pub fn led_last_epoch(&self) -> bool {
+        self.led > 0 && self.led == self.current_epoch()
+    }
+
     /// Step 1: effects past the WAL's end go.
     pub fn cut_past_end(&self) -> Result<(), EngineError> {
         self.cut_effects(self.wal.next_lsn())

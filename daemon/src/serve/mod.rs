@@ -49,6 +49,17 @@ struct Shared {
     checkpointing: AtomicBool,
     /// The claims left for intake's opening are being finished now.
     finishing: AtomicBool,
+    /// An idle primary's WAL tail is being synced now (`maybe_sync_tail`).
+    syncing_tail: AtomicBool,
+}
+
+/// Clears its flag when dropped (a task's "running" mark, also on an early return).
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
@@ -88,6 +99,7 @@ impl Shared {
             wake: Notify::new(),
             checkpointing: AtomicBool::new(false),
             finishing: AtomicBool::new(false),
+            syncing_tail: AtomicBool::new(false),
         })
     }
 
@@ -273,19 +285,22 @@ fn maybe_finish_claims(shared: &Arc<Shared>) {
 }
 
 /// A primary serving standbys makes its WAL's unsynced tail (the lazily written `done`
-/// records) durable when the loop wakes, so a quiet primary's standby gets them too: only
-/// durable records are sent.
+/// records) durable once it is quiet, so its standby gets them too: only durable records
+/// are sent. Under load the next claim's group commit does it; this adds no sync there.
 fn maybe_sync_tail(shared: &Arc<Shared>) {
     let e = &shared.engine;
     if e.config().replication.listen.is_none()
         || e.role() != crate::pipeline::Role::Primary
         || e.durable_end() >= e.wal().next_lsn()
+        || e.stats.in_flight.load(Ordering::Relaxed) > 0
         || shared.checkpointing.load(Ordering::SeqCst)
+        || shared.syncing_tail.swap(true, Ordering::SeqCst)
     {
         return;
     }
     let sh = shared.clone();
     tokio::task::spawn_blocking(move || {
+        let _done = ClearOnDrop(&sh.syncing_tail);
         if let Err(e) = sh.engine.sync() {
             error!(error = %e, "wal sync failed: stopping");
             if let Ok(mut f) = sh.fatal.lock() {

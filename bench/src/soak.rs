@@ -21,7 +21,8 @@
 //! `ROOST_SOAK_CSV=PATH` writes the CSV there (the plot beside it, `.svg`) instead of
 //! `docs/bench-soak.csv`, `ROOST_BENCH_QUICK=1` makes it tiny, `ROOST_BENCH_DIR` puts the
 //! files elsewhere (default `target/bench-soak`), and `ROOST_BENCH_LOOP=1` (as root) runs on a
-//! fresh journaled ext4 loop image instead. The CSV gets each row as it is sampled, so a run
+//! fresh journaled ext4 loop image instead, `ROOST_SOAK_KEEP=1` keeps the data directories
+//! after the run (on the plain directory only). The CSV gets each row as it is sampled, so a run
 //! stopped early keeps what it measured; `roost-bench --soak-report CSV` prints the table of a
 //! CSV (rows matched by batches across runs) and writes its plot.
 
@@ -281,7 +282,11 @@ pub fn soak() -> anyhow::Result<()> {
         println!("\ncsv: {}, plot: {}", csv.display(), svg.display());
     }
     drop(mount);
-    let _ = std::fs::remove_dir_all(&base);
+    if std::env::var_os("ROOST_SOAK_KEEP").is_some() {
+        println!("kept {} (ROOST_SOAK_KEEP)", base.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&base);
+    }
     Ok(())
 }
 

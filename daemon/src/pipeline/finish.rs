@@ -158,6 +158,12 @@ impl Engine {
         // Under `ack = "standby"` the claim must be on a standby before anyone sees the result.
         self.wait_replicated(lsn)?;
         let r = committed_result(lsn, claim);
+        if super::plan::is_detached(&claim.source) {
+            // Nothing to remove or publish: the caller hands the answer over (or, in
+            // recovery, the client asks again under its key).
+            self.hit(Step::AfterResult.at())?;
+            return Ok(r);
+        }
         if started.is_none() {
             self.recovery_answer(claim, &r)?;
             self.hit(Step::AfterResult.at())?;

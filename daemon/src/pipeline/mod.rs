@@ -54,6 +54,7 @@ use owner::{OwnerContext, ShardSlot};
 
 pub use finish::committed_result;
 pub use keys::now_ms;
+pub use plan::is_detached;
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
 pub use replicate::{FollowLink, Role, StandbyState};

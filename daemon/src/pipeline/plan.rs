@@ -27,8 +27,27 @@ enum KeyCheck {
 }
 
 impl Engine {
+    /// A batch that is not a spool file of its own (a line of a bulk file, a batch on a
+    /// stream): the same pipeline as [`Engine::submit`], but no input is removed and no
+    /// result file is written. When this returns `Ok`, the answer is as durable as a
+    /// published result file would be (the record it cites is synced, and under
+    /// `ack = "standby"` on a standby), so the caller may hand it to the client. `source`
+    /// names where the batch came from, for the WAL and the logs: it must contain a `/`
+    /// (`bulk/NAME/LINE`, `stream/CONN/N`), which no spool name does, so recovery never
+    /// takes it for a file in `new/` or `out/`.
+    pub fn submit_detached(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+        if !is_detached(source) {
+            return Err(EngineError::Inconsistent {
+                lsn: 0,
+                detail: format!("detached source {source:?} has no '/'"),
+            });
+        }
+        self.submit(batch, source)
+    }
+
     /// Runs one batch through the pipeline and returns its result, which is also written to
-    /// `out/<source>` before this returns (and `new/<source>` removed).
+    /// `out/<source>` before this returns (and `new/<source>` removed); for a detached source
+    /// (see [`Engine::submit_detached`]) neither.
     pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
         self.check()?;
         self.check_primary()?;
@@ -421,6 +440,9 @@ impl Engine {
     /// against newer state, and the answer the client read could change. What is left is
     /// the moment between the result's `out/` sync and this one.
     fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
+        if is_detached(source) {
+            return Ok(r);
+        }
         self.publish(source, &r)?;
         self.remove_input(source)?;
         self.storage
@@ -450,4 +472,10 @@ fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
         }
     };
     serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a
+/// streamed batch). Spool names never contain `/`.
+pub fn is_detached(source: &str) -> bool {
+    source.contains('/')
 }

@@ -128,6 +128,19 @@ pub struct ReplicationConfig {
     /// nodes promoted without hearing of each other never mint the same epoch [default:
     /// derived from `name`; set it when names could collide].
     pub node_id: Option<u8>,
+    /// A standby behind what its primary retains: `auto` (the default) fetches a base
+    /// backup of the primary's last checkpoint at start-up and follows from there (what it
+    /// held is replaced); `manual` stops with exit 78 and the manual procedure.
+    pub reseed: Reseed,
+}
+
+/// See [`ReplicationConfig::reseed`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reseed {
+    #[default]
+    Auto,
+    Manual,
 }
 
 impl Default for ReplicationConfig {
@@ -140,6 +153,7 @@ impl Default for ReplicationConfig {
             when_standby_lost: StandbyLost::Wait,
             name: None,
             node_id: None,
+            reseed: Reseed::Auto,
         }
     }
 }

@@ -299,3 +299,80 @@ fn a_gap_among_unflushed_shard_frames_after_a_power_loss_is_recovered() {
     let report = roost::ops::verify::verify(Arc::new(disk.clone()), &data_dir());
     assert!(report.ok(), "{:?}", report.violations);
 }
+
+/// Goal: a batch without a spool file of its own (a bulk file's line, a streamed batch:
+/// `Engine::submit_detached`) keeps the same invariants through a crash at every point of
+/// its run, in every crash mode, and neither the run nor recovery ever writes a result file
+/// or touches `new/` for it: its answer goes back to the client, or the client asks again
+/// under its key. The retry answers the same whatever the crash (every later retry too).
+/// Method: the same ten batches as above, under the detached source `stream/1/1`.
+#[test]
+fn a_detached_batch_keeps_the_invariants_through_a_crash_at_every_point() {
+    const SOURCE: &str = "stream/1/1";
+    let base_disk = base();
+    let base_contents = contents(&base_disk, SHARDS);
+    let spool_files = |disk: &SimStorage| -> Vec<std::path::PathBuf> {
+        let spool = data_dir().join("spool");
+        let mut p: Vec<_> = disk
+            .paths()
+            .into_iter()
+            .filter(|p| p.starts_with(spool.join("out")) || p.starts_with(spool.join("new")))
+            .filter(|p| disk.file_bytes(p).is_some())
+            .filter(|p| !p.ends_with("setup.json"))
+            .collect();
+        p.sort();
+        p
+    };
+    let mut schedules = 0u64;
+    let mut seed = 1_000u64;
+    for b in batches() {
+        let hook = Arc::new(NthCrash::new(None));
+        let clean = base_disk.crash(CrashMode::Process);
+        let want = run_batch(&clean, hook.clone(), &b, SOURCE).expect("clean run");
+        let n = hook.reached().len() as u64;
+        // A rejection has no crash point of its own (its record is synced before the
+        // answer, and a detached answer publishes nothing).
+        let committed = matches!(want, roost::batch::BatchResult::Committed { .. });
+        assert!(
+            !committed || n >= 3,
+            "{}: only {n} crash points",
+            b.request_key
+        );
+        assert!(
+            spool_files(&clean).is_empty(),
+            "a detached batch wrote {:?}",
+            spool_files(&clean)
+        );
+        check_invariants(&clean, SHARDS, &base_contents, &b, Some(&want))
+            .unwrap_or_else(|e| panic!("clean {}: {e}", b.request_key));
+        for c1 in 1..=n {
+            for mode in MODES {
+                seed += 1;
+                let d1 = base_disk.crash(CrashMode::Process);
+                let r1 = run_batch(&d1, Arc::new(NthCrash::new(Some(c1))), &b, SOURCE);
+                assert!(r1.is_err(), "crash point {c1} not reached");
+                let after = d1.crash(mode_with_seed(mode, seed));
+                drop(open_engine(&after, no_crash()).unwrap_or_else(|e| {
+                    panic!("{} recovery after {c1} {mode:?}: {e}", b.request_key)
+                }));
+                let at = format!("{} crash {c1} {mode:?}", b.request_key);
+                check_invariants(&after, SHARDS, &base_contents, &b, None)
+                    .unwrap_or_else(|e| panic!("{at}, after recovery: {e}"));
+                let r = run_batch(&after, no_crash(), &b, SOURCE)
+                    .unwrap_or_else(|e| panic!("{at}: retry failed: {e}"));
+                check_invariants(&after, SHARDS, &base_contents, &b, Some(&r))
+                    .unwrap_or_else(|e| panic!("{at}, retry: {e}"));
+                let again = run_batch(&after, no_crash(), &b, SOURCE).expect("second retry");
+                assert_eq!(again, r, "{at}: the answer changed between retries");
+                assert!(
+                    spool_files(&after).is_empty(),
+                    "{at}: {:?}",
+                    spool_files(&after)
+                );
+                schedules += 1;
+            }
+        }
+    }
+    println!("detached crash schedules: {schedules}");
+    assert!(schedules > 100, "too few schedules: {schedules}");
+}

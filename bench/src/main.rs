@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod compaction;
+mod intake;
 mod peer;
 mod replication;
 mod soak;
@@ -254,6 +255,7 @@ fn main() -> anyhow::Result<()> {
         Some("--compaction-latency") => return compaction::run(),
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
+        Some("--intake") => return intake::run(),
         Some("--soak-run") => {
             // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
             let name = args.get(2).context("--soak-run NAME DIR")?;
@@ -275,7 +277,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--soak | --replication | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--soak | --replication | --intake | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -267,6 +267,13 @@ fn main() -> anyhow::Result<()> {
             let dir = Path::new(args.get(3).context("--soak-probe NAME DIR")?);
             return soak::soak_probe(name, dir);
         }
+        Some("--soak-restart") => {
+            let usage = "--soak-restart NAME DIR N";
+            let name = args.get(2).context(usage)?;
+            let dir = Path::new(args.get(3).context(usage)?);
+            let n = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(5);
+            return soak::soak_restart(name, dir, n);
+        }
         Some("--soak-report") => {
             return soak::soak_report(Path::new(args.get(2).context("--soak-report CSV")?));
         }

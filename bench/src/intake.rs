@@ -1,11 +1,13 @@
 //! `roost-bench --intake` (issue 16, part 2): the same 10-op batches handed to roost one file
-//! per batch and in bulk files of 1,000 lines, against the SQLite peer fed the same lines
+//! per batch, in bulk files of 1,000 lines and over the stream socket with 1, 4 and 64
+//! connections, against the SQLite peer fed the same lines
 //! (one transaction per batch, `synchronous=FULL`), beside the disk's own limits measured in
 //! the same run: fdatasyncs per second and sequential write bandwidth. For roost it also
 //! prints batches per WAL fdatasync, and for 4 KiB records the WAL's bytes per second as a
 //! fraction of the sequential bandwidth. Rounds alternate roost and the peer; medians are
-//! printed. Nothing is asserted about time; every result is checked (one result line per
-//! batch line, each committed).
+//! printed, and the stream's p50/p99 latency at half its 4-connection peak (an open loop on
+//! one connection). Nothing is asserted about time; every result is checked (one result line
+//! per batch line, each committed).
 //!
 //! `ROOST_BENCH_QUICK=1` makes it tiny; `ROOST_BENCH_DIR` puts the files elsewhere.
 
@@ -125,6 +127,59 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// Stream connection counts measured.
+const CONNS: [usize; 3] = [1, 4, 64];
+
+/// Every batch's line for a stream run tagged `tag`.
+fn stream_lines(tag: &str, n: usize, w: &Workload) -> Vec<Vec<u8>> {
+    (0..n).map(|i| line(&format!("{tag}-{i}"), w)).collect()
+}
+
+/// Per connection count: roost batches/s, batches per WAL fdatasync, peer batches/s, one
+/// figure per round.
+type StreamRow = (usize, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// One round of the stream cells, roost then the peer for each connection count.
+fn stream_round(base: &Path, round: usize, n: usize, rows: &mut [StreamRow]) -> anyhow::Result<()> {
+    let w = Workload {
+        ops: 10,
+        record_bytes: 100,
+    };
+    for row in rows.iter_mut() {
+        let c = row.0;
+        let dir = base.join(format!("roost-s{round}-{c}"));
+        let r = Roost::start(&dir)?;
+        let (_, s0) = r.engine.wal_stats();
+        let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
+        let lines = stream_lines(&format!("s{round}-{c}"), n, &w);
+        let rate = crate::stream::burst(&dir.join("stream.sock"), &lines, c)?;
+        let (_, s1) = r.engine.wal_stats();
+        let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
+        drop(r);
+        let per_sync = (c1 - c0) as f64 / (s1 - s0).max(1) as f64;
+        let peer_lines = stream_lines(&format!("q{round}-{c}"), n, &w);
+        let p = crate::peer::stream(&base.join(format!("sqlite-s{round}-{c}")), &peer_lines, c)?;
+        println!("round {round}: stream x{c}: roost {rate:.0}/s ({per_sync:.0} per WAL fdatasync), sqlite {p:.0}/s");
+        row.1.push(rate);
+        row.2.push(per_sync);
+        row.3.push(p);
+    }
+    Ok(())
+}
+
+/// p50/p99 of the stream at `rate` (one connection, an open loop).
+fn stream_latency(base: &Path, n: usize, rate: f64) -> anyhow::Result<(f64, f64)> {
+    let w = Workload {
+        ops: 10,
+        record_bytes: 100,
+    };
+    let dir = base.join("roost-latency");
+    let r = Roost::start(&dir)?;
+    let lat = crate::stream::open_loop(&dir.join("stream.sock"), &stream_lines("lat", n, &w), rate);
+    drop(r);
+    lat
+}
+
 /// `roost-bench --intake`.
 pub fn run() -> anyhow::Result<()> {
     let sz = sizes();
@@ -168,18 +223,42 @@ pub fn run() -> anyhow::Result<()> {
             files[round], b.rate, b.per_sync
         );
     }
+    let mut srows: Vec<StreamRow> = CONNS.iter().map(|&c| (c, vec![], vec![], vec![])).collect();
+    for round in 0..sz.rounds {
+        stream_round(&base, round, sz.batches, &mut srows)?;
+    }
+    let peak4 = srows
+        .iter()
+        .find(|r| r.0 == 4)
+        .map_or(0.0, |r| median(r.1.clone()));
+    let (p50, p99) = stream_latency(&base, sz.batches / 4, peak4 / 2.0)?;
     let r = Roost::start(&base.join("roost-4k"))?;
     let big = roost_bulk(&r, &bulk_files("k", sz.batches / 4, &large))?;
     drop(r);
-    print_table(&[
-        ("roost, one file per batch", median(files), None),
+    let mut rows = vec![
         (
-            "roost, bulk files of 1,000",
+            "roost, one file per batch".to_owned(),
+            median(files),
+            None,
+            None,
+        ),
+        (
+            "roost, bulk files of 1,000".to_owned(),
             median(bulk.clone()),
             Some(median(per_sync)),
+            Some(median(peer.clone())),
         ),
-        ("SQLite peer, same lines", median(peer.clone()), None),
-    ]);
+    ];
+    for (c, rate, ps, p) in &srows {
+        rows.push((
+            format!("roost, stream x{c}"),
+            median(rate.clone()),
+            Some(median(ps.clone())),
+            Some(median(p.clone())),
+        ));
+    }
+    print_table(&rows);
+    println!("\nstream latency at {:.0} batches/s (half the 4-connection peak), one connection: p50 {p50:.1} ms, p99 {p99:.1} ms", peak4 / 2.0);
     println!(
         "\nroost bulk / SQLite peer: {:.1}x\n4 KiB records in bulk: {:.0} batches/s, WAL {:.0} MB/s = {:.2} of the {bandwidth:.0} MB/s sequential bandwidth",
         median(bulk) / median(peer).max(1e-9),
@@ -191,11 +270,16 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_table(rows: &[(&str, f64, Option<f64>)]) {
-    println!("\n| intake | batches/s (median) | batches per WAL fdatasync |");
-    println!("|---|---|---|");
-    for (name, rate, ps) in rows {
+/// (intake, roost batches/s, batches per WAL fdatasync, SQLite peer batches/s on the same
+/// lines).
+fn print_table(rows: &[(String, f64, Option<f64>, Option<f64>)]) {
+    println!("\n| intake | roost batches/s (median) | batches per WAL fdatasync | SQLite peer, same lines | roost / peer |");
+    println!("|---|---|---|---|---|");
+    for (name, rate, ps, peer) in rows {
         let ps = ps.map_or("-".to_owned(), |p| format!("{p:.0}"));
-        println!("| {name} | {rate:.0} | {ps} |");
+        let (p, x) = peer.map_or(("-".to_owned(), "-".to_owned()), |p| {
+            (format!("{p:.0}"), format!("{:.1}x", rate / p.max(1e-9)))
+        });
+        println!("| {name} | {rate:.0} | {ps} | {p} | {x} |");
     }
 }

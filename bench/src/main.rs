@@ -19,6 +19,7 @@ mod peer;
 mod replication;
 mod soak;
 mod spool;
+mod stream;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -247,3 +247,34 @@ fn finish(spool: &Path, name: &str, v: &serde_json::Value) -> anyhow::Result<()>
         _ => Ok(()),
     }
 }
+
+/// The peer fed the lines a stream carries: `conns` threads, each with its own connection,
+/// one transaction per line (the answers go nowhere, as a stream's go to its socket).
+/// Returns batches per second.
+pub fn stream(dir: &Path, lines: &[Vec<u8>], conns: usize) -> anyhow::Result<f64> {
+    drop(create(dir)?);
+    let db = dir.join("peer.db");
+    let per = lines.len().div_ceil(conns.max(1));
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = lines
+            .chunks(per.max(1))
+            .map(|chunk| {
+                let db = db.clone();
+                s.spawn(move || -> anyhow::Result<()> {
+                    let mut conn = connect(&db)?;
+                    for l in chunk {
+                        answer(&mut conn, l)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a peer stream thread panicked"))??;
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    Ok(lines.len() as f64 / start.elapsed().as_secs_f64())
+}

@@ -55,3 +55,6 @@ pub fn stop_code(d: &mut roost::ops::child::ServeChild) -> Option<i32> {
 
 /// `roost serve` under `strace -f`, for the fault walk.
 pub mod strace;
+
+/// Stream clients (`roost submit --stream`, raw sockets) and the daemon's memory.
+pub mod stream;

@@ -216,3 +216,53 @@ fn corpus_into_a_running_daemon() {
         serde_json::from_str::<Status>("\"invalid\"").unwrap()
     );
 }
+
+/// Goal: the corpus as stream lines (issue 16): every corpus file that is one line, sent as
+/// one request line on one connection of a running daemon, gets the status and error the
+/// manifest names, its error naming its line, and the connection goes on to the valid batch
+/// after them.
+#[test]
+fn corpus_over_a_stream() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let mut input = Vec::new();
+    let mut expect = Vec::new();
+    for (file, status, err) in manifest() {
+        let bytes = std::fs::read(corpus_dir().join(&file)).unwrap();
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        if line.contains(&b'\n') {
+            continue; // more than one line: not a stream request
+        }
+        input.extend_from_slice(line);
+        input.push(b'\n');
+        expect.push((file, status, err));
+    }
+    input.extend(common::stream::batch_line("after-corpus", "s", 1).bytes());
+    // The client skips blank lines; the daemon answers an empty line itself.
+    let mut s = common::stream::connect(&data, Duration::from_secs(30));
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || std::io::Write::write_all(&mut w, &input))
+    };
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    for (n, (file, status, err)) in expect.iter().enumerate() {
+        let a = common::stream::read_answer(&mut r);
+        assert_eq!(a["status"], status.as_str(), "{file}: {a}");
+        let text = a["error"].as_str().or(a["reason"].as_str()).unwrap_or("");
+        assert!(
+            text.contains(err.as_str()),
+            "{file}: {text:?} lacks {err:?}"
+        );
+        if status == "invalid" {
+            let line = format!("stream line {}: ", n + 1);
+            assert!(text.starts_with(&line), "{file}: {text:?}");
+        }
+    }
+    let last = common::stream::read_answer(&mut r);
+    assert_eq!(last["request_key"], "after-corpus");
+    assert_eq!(last["status"], "committed", "{last}");
+    writer.join().unwrap().unwrap();
+    s.shutdown(std::net::Shutdown::Both).unwrap();
+    println!("corpus over a stream: {} lines", expect.len());
+}

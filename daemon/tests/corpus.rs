@@ -240,7 +240,7 @@ fn corpus_over_a_stream() {
     }
     input.extend(common::stream::batch_line("after-corpus", "s", 1).bytes());
     // The client skips blank lines; the daemon answers an empty line itself.
-    let mut s = common::stream::connect(&data, Duration::from_secs(30));
+    let s = common::stream::connect(&data, Duration::from_secs(30));
     let writer = {
         let mut w = s.try_clone().unwrap();
         std::thread::spawn(move || std::io::Write::write_all(&mut w, &input))

@@ -313,3 +313,48 @@ fn kill_mid_stream(
         .map(|a| (a["request_key"].as_str().unwrap_or_default().to_owned(), a))
         .collect()
 }
+
+/// Goal: batches a node does not take now are answered `unavailable` and the client exits
+/// 75: on a standby (its primary unreachable here), and on a connection over
+/// `stream_connections_max` (one line naming the limit, then the connection closes).
+#[test]
+fn a_standby_and_a_connection_over_the_limit_answer_unavailable() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let cfg = t.path().join("roost.toml");
+    std::fs::write(&cfg, "stream_connections_max = 1\n").expect("config");
+    let cfg = cfg.to_str().expect("utf-8");
+    let data = t.path().join("data");
+    {
+        let _standby = serve(t.path(), &["--config", cfg, "--follow", "127.0.0.1:1"]);
+        // "serving what this node holds" comes before the serve loop binds its sockets.
+        wait_for(
+            "the standby's stream socket",
+            Duration::from_secs(30),
+            || data.join("stream.sock").exists(),
+        );
+        let out = submit_stream(&data, &[], batch_line("k", "s", 1).into_bytes());
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        let a = answers(&out);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0]["status"], "unavailable", "{}", a[0]);
+        assert_eq!(a[0]["request_key"], "k");
+        let e = a[0]["error"].as_str().unwrap_or_default();
+        assert!(e.contains("not the primary"), "{e}");
+    }
+    let _d = serve(t.path(), &["--config", cfg]);
+    let first = connect(&data, Duration::from_secs(10));
+    // The first connection is accepted before the second is made.
+    wait_for("the first connection", Duration::from_secs(10), || {
+        let s = Command::new(BIN)
+            .args(["status", "--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .expect("status");
+        serde_json::from_slice::<Value>(&s.stdout).is_ok_and(|v| v["stream"]["connections"] == 1)
+    });
+    let out = submit_stream(&data, &[], batch_line("k2", "s", 1).into_bytes());
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("too many stream connections"), "{err}");
+    drop(first);
+}

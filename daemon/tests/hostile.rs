@@ -148,15 +148,7 @@ fn permissions_are_checked_and_files_not_world_readable() {
     let data = t.path().join("data");
     {
         let s = serve(t.path(), &[]);
-        let spool = data.join("spool");
-        drop_in(
-            &spool,
-            "a.json",
-            br#"{"request_key":"a","ops":[{"op":"create","shard":"s","record":{}}]}"#,
-        );
-        wait_for("result", Duration::from_secs(10), || {
-            spool.join("out/a.json").exists()
-        });
+        drop_and_wait(&data.join("spool"), "a", Duration::from_secs(10));
         drop(s);
     }
     for sub in ["wal", "audit", "shards/s"] {
@@ -373,15 +365,7 @@ fn stream_client_that_never_reads_stalls_only_itself() {
         "all 10,000 taken: nothing held the hog back"
     );
     let started = Instant::now();
-    let spool = data.join("spool");
-    drop_in(
-        &spool,
-        "beside.json",
-        br#"{"request_key":"beside","ops":[{"op":"create","shard":"s","record":{}}]}"#,
-    );
-    wait_for("the spool beside the hog", Duration::from_secs(20), || {
-        spool.join("out/beside.json").exists()
-    });
+    drop_and_wait(&data.join("spool"), "beside", Duration::from_secs(20));
     let input: String = (0..100)
         .map(|i| batch_line(&format!("other{i}"), "o", 1))
         .collect();

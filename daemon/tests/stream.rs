@@ -218,79 +218,125 @@ impl Rng {
 }
 
 /// Goal: kill -9 mid-stream loses no answered batch and creates nothing twice.
-/// Method: for a few seeds, stream 2,000 batches (1-3 creates over two shards) through
-/// `roost submit --stream`, SIGKILL the daemon at a random moment, keep the answers the
-/// client printed, restart, and stream every batch again under its key: each batch answered
-/// before the kill gets the identical answer (same lsn, same ids), every batch commits, and
-/// the shards hold exactly one record per create of the batches (no record twice).
+/// Method: per round, stream 2,000 batches (1-3 creates over two shards) through `roost
+/// submit --stream` and kill the daemon mid-stream: SIGKILL at a random moment (three
+/// seeds), or at a named crash point the N-th time a streamed batch reaches it
+/// (`ROOST_CRASH_AT`: after the claim's sync, after a shard commit, after the answer, after
+/// the audit sync, after the `done` record); keep the answers the client printed, restart,
+/// and stream every batch again under its key: each batch answered before the kill gets the
+/// identical answer (same lsn, same ids), every batch commits, and the shards hold exactly
+/// one record per create (no record twice).
 #[test]
 fn kill_9_mid_stream_keeps_every_answer() {
     let mut cut_short = 0;
     for seed in [3u64, 17, 101] {
-        let t = tempfile::tempdir().expect("tempdir");
-        let data = t.path().join("data");
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let n = 2000;
-        let mut input = String::new();
-        let mut creates = 0;
-        for i in 0..n {
-            let k = 1 + rng.below(3) as usize;
-            creates += k;
-            input.push_str(&batch_line(
-                &format!("s{seed}-{i}"),
-                &format!("p{}", i % 2),
-                k,
-            ));
-        }
-        let d = serve(t.path(), &[]);
-        let client = Command::new(BIN)
-            .args(["submit", "--stream", "--data-dir"])
-            .arg(&data)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("client");
-        let before = kill_mid_stream(d, client, input.clone().into_bytes(), 30 + rng.below(500));
-        let _d = serve(t.path(), &[]);
-        let out = submit_stream(&data, &[], input.into_bytes());
-        assert_eq!(out.status.code(), Some(0), "seed {seed}: {out:?}");
-        let after = answers(&out);
-        assert_eq!(after.len(), n);
-        for (key, a) in &before {
-            let again = after.iter().find(|x| x["request_key"] == *key.as_str());
-            assert_eq!(
-                again,
-                Some(a),
-                "seed {seed}: {key} answered differently after the kill"
-            );
-        }
-        let records: Vec<Value> = ["p0", "p1"].iter().flat_map(|s| scan(&data, s)).collect();
-        let distinct: HashSet<String> = records.iter().map(|r| r["record"].to_string()).collect();
-        assert_eq!(records.len(), creates, "seed {seed}: records on the shards");
-        assert_eq!(
-            distinct.len(),
-            creates,
-            "seed {seed}: a create applied twice"
-        );
-        println!(
-            "seed {seed}: {} of {n} batches answered before the kill",
-            before.len()
-        );
-        cut_short += usize::from(!before.is_empty() && before.len() < n);
+        let kill = Kill::After(Duration::from_millis(30 + rng.below(500)));
+        cut_short += usize::from(stream_kill_round(&format!("seed {seed}"), seed, kill));
     }
-    assert!(cut_short > 0, "no kill landed mid-stream");
+    assert!(cut_short > 0, "no random kill landed mid-stream");
+    for (i, point) in [
+        "after_claim_sync#300",
+        "after_commit.0#500",
+        "after_result#700",
+        "after_audit_sync#900",
+        "after_done#1100",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mid = stream_kill_round(point, 1000 + i as u64, Kill::At(point));
+        assert!(
+            mid,
+            "{point}: the crash point did not stop the stream midway"
+        );
+    }
 }
 
-/// Feeds `input` to the streaming `client`, SIGKILLs the daemon after `ms`, and returns the
-/// answers the client printed by then, by key (it exits 75: the connection closed).
+/// How a round's daemon dies.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// SIGKILL this long after the stream starts.
+    After(Duration),
+    /// At this crash point (`ROOST_CRASH_AT`), by itself.
+    At(&'static str),
+}
+
+/// One round of [`kill_9_mid_stream_keeps_every_answer`]; true if the kill cut the stream
+/// short (some but not all batches answered).
+fn stream_kill_round(label: &str, seed: u64, kill: Kill) -> bool {
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let n = 2000;
+    let mut input = String::new();
+    let mut creates = 0;
+    for i in 0..n {
+        let k = 1 + rng.below(3) as usize;
+        creates += k;
+        input.push_str(&batch_line(
+            &format!("s{seed}-{i}"),
+            &format!("p{}", i % 2),
+            k,
+        ));
+    }
+    let env: &[(&str, &str)] = match kill {
+        Kill::At(point) => &[("ROOST_CRASH_AT", point)],
+        Kill::After(_) => &[],
+    };
+    let mut d = roost::ops::child::ServeChild::spawn(
+        Path::new(BIN),
+        &data,
+        &t.path().join("killed.log"),
+        |c| {
+            c.envs(env.iter().copied());
+        },
+    )
+    .expect("spawn roost serve");
+    d.ready(Duration::from_secs(20)).expect("serving");
+    let before = kill_mid_stream(d, &data, input.clone().into_bytes(), kill);
+    let _d = serve(t.path(), &[]);
+    let out = submit_stream(&data, &[], input.into_bytes());
+    assert_eq!(out.status.code(), Some(0), "{label}: {out:?}");
+    let after = answers(&out);
+    assert_eq!(after.len(), n);
+    for (key, a) in &before {
+        let again = after.iter().find(|x| x["request_key"] == *key.as_str());
+        assert_eq!(
+            again,
+            Some(a),
+            "{label}: {key} answered differently after the kill"
+        );
+    }
+    let records: Vec<Value> = ["p0", "p1"].iter().flat_map(|s| scan(&data, s)).collect();
+    let distinct: HashSet<String> = records.iter().map(|r| r["record"].to_string()).collect();
+    assert_eq!(records.len(), creates, "{label}: records on the shards");
+    assert_eq!(distinct.len(), creates, "{label}: a create applied twice");
+    println!(
+        "{label}: {} of {n} batches answered before the kill",
+        before.len()
+    );
+    !before.is_empty() && before.len() < n
+}
+
+/// Streams `input` through `roost submit --stream`, kills the daemon as `kill` says, and
+/// returns the answers the client printed by then, by key (it exits 75: the connection
+/// closed; 0 if everything was answered first).
 fn kill_mid_stream(
     mut d: roost::ops::child::ServeChild,
-    mut client: std::process::Child,
+    data: &Path,
     input: Vec<u8>,
-    ms: u64,
+    kill: Kill,
 ) -> BTreeMap<String, Value> {
     use std::io::Write as _;
+    let mut client = Command::new(BIN)
+        .args(["submit", "--stream", "--data-dir"])
+        .arg(data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("client");
     let mut stdin = client.stdin.take().expect("stdin");
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
@@ -300,7 +346,13 @@ fn kill_mid_stream(
     std::thread::spawn(move || {
         let _ = tx.send(client.wait_with_output());
     });
-    std::thread::sleep(Duration::from_millis(ms));
+    match kill {
+        Kill::After(t) => std::thread::sleep(t),
+        Kill::At(point) => assert!(
+            d.died_within(Duration::from_secs(60)),
+            "{point} was not reached"
+        ),
+    }
     d.kill();
     let out = rx
         .recv_timeout(Duration::from_secs(30))

@@ -187,6 +187,29 @@ fn duplicates_rejections_and_invalid_lines_mid_stream() {
     let v: Value = serde_json::from_slice(&status.stdout).expect("status json");
     assert_eq!(v["stream"]["answers"], 29, "{v}");
     assert_eq!(v["stream"]["connections_total"], 2, "{v}");
+    let text = |args: &[&str]| {
+        let o = Command::new(BIN)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .expect("status");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let metrics = text(&["status", "--metrics"]);
+    assert!(
+        metrics.contains("roost_stream_answers_total 29\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("roost_stream_connections 0\n"),
+        "{metrics}"
+    );
+    let human = text(&["status"]);
+    assert!(
+        human.contains("connections open (2 since start, 0 refused), 29 answers (0 unavailable)"),
+        "{human}"
+    );
 }
 
 /// Goal: a client with no daemon to talk to exits 2 and says why.

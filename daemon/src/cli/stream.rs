@@ -15,13 +15,11 @@ use anyhow::Context;
 
 use crate::config::Config;
 use crate::error::{CommandError, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE};
+use crate::ops::stream::ANSWER_BYTES_MAX;
 
 /// Requests sent and not yet answered, at most (the daemon bounds its own side too:
 /// `stream_in_flight_max`).
 const WINDOW: usize = 256;
-
-/// The longest answer line read (a result names every op of its batch).
-const ANSWER_BYTES_MAX: u64 = 64 << 20;
 
 pub(super) fn submit_stream(
     cfg: &Config,

@@ -8,7 +8,8 @@
 //! taken now (intake paused, not the primary, the daemon stopping): send it again later
 //! under the same key. Every request line gets one answer line, in request order.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
@@ -137,6 +138,60 @@ pub fn parse_line(line: &Line, n: u64, max: usize, batch_ops_max: u32) -> Result
         Line::Bytes(b) => batch::parse(b, batch_ops_max).map_err(named),
     }
 }
+
+/// A blocking client for tools (the drill): sends `lines` (one request each, without a
+/// newline) on one connection from a second thread and reads answer lines, in request
+/// order, until every line is answered or the daemon closes the connection (a kill). An
+/// answer that does not come within `timeout` is an error.
+pub fn exchange(
+    path: &Path,
+    lines: Vec<Vec<u8>>,
+    timeout: Duration,
+) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::io::{BufRead, Read, Write};
+    let sock = std::os::unix::net::UnixStream::connect(path)?;
+    sock.set_read_timeout(Some(timeout))?;
+    let w = sock.try_clone()?;
+    let n = lines.len();
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut bw = std::io::BufWriter::new(&w);
+        for l in &lines {
+            bw.write_all(l)?;
+            bw.write_all(b"\n")?;
+        }
+        bw.flush()?;
+        drop(bw);
+        w.shutdown(std::net::Shutdown::Write)
+    });
+    let mut r = std::io::BufReader::new(&sock);
+    let mut answers = Vec::new();
+    let mut result = Ok(());
+    while answers.len() < n {
+        let mut line = Vec::new();
+        match (&mut r).take(ANSWER_BYTES_MAX).read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => answers.push(line),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                result = Err(e);
+                break;
+            }
+            Err(_) => break, // the daemon went away
+        }
+    }
+    // Unblocks the writer if the daemon stopped reading.
+    let _ = sock.shutdown(std::net::Shutdown::Both);
+    let _ = writer.join();
+    result.map(|()| answers)
+}
+
+/// The longest answer line a client reads (a result names every op of its batch).
+pub const ANSWER_BYTES_MAX: u64 = 64 << 20;
 
 #[cfg(test)]
 mod tests {

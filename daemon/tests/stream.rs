@@ -10,7 +10,7 @@ use common::*;
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -243,7 +243,7 @@ impl Rng {
 /// Goal: kill -9 mid-stream loses no answered batch and creates nothing twice.
 /// Method: per round, stream 2,000 batches (1-3 creates over two shards) through `roost
 /// submit --stream` and kill the daemon mid-stream: SIGKILL at a random moment (three
-/// seeds), or at a named crash point the N-th time a streamed batch reaches it
+/// seeds: once the daemon has answered a random number of them), or at a named crash point the N-th time a streamed batch reaches it
 /// (`ROOST_CRASH_AT`: after the claim's sync, after a shard commit, after the answer, after
 /// the audit sync, after the `done` record); keep the answers the client printed, restart,
 /// and stream every batch again under its key: each batch answered before the kill gets the
@@ -254,7 +254,7 @@ fn kill_9_mid_stream_keeps_every_answer() {
     let mut cut_short = 0;
     for seed in [3u64, 17, 101] {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let kill = Kill::After(Duration::from_millis(30 + rng.below(500)));
+        let kill = Kill::After(1 + rng.below(1900));
         cut_short += usize::from(stream_kill_round(&format!("seed {seed}"), seed, kill));
     }
     assert!(cut_short > 0, "no random kill landed mid-stream");
@@ -292,8 +292,9 @@ fn sigterm_mid_stream_stops_gracefully() {
 /// How a round's daemon dies.
 #[derive(Clone, Copy)]
 enum Kill {
-    /// SIGKILL this long after the stream starts.
-    After(Duration),
+    /// SIGKILL once the daemon has answered this many streamed batches (its status), a
+    /// random moment that is surely mid-stream.
+    After(u64),
     /// At this crash point (`ROOST_CRASH_AT`), by itself.
     At(&'static str),
     /// SIGTERM this long after the stream starts: a graceful stop, which must exit 0 in
@@ -368,26 +369,15 @@ fn kill_mid_stream(
     input: Vec<u8>,
     kill: Kill,
 ) -> BTreeMap<String, Value> {
-    use std::io::Write as _;
-    let mut client = Command::new(BIN)
-        .args(["submit", "--stream", "--data-dir"])
-        .arg(data)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("client");
-    let mut stdin = client.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    // The client's output is read meanwhile (a full pipe would stall it).
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(client.wait_with_output());
-    });
+    let rx = start_submit_stream(data, &[], input);
     match kill {
-        Kill::After(t) => std::thread::sleep(t),
+        Kill::After(n) => wait_for("answers before the kill", Duration::from_secs(60), || {
+            let status = roost::ops::control::request(&data.join("roost.sock"), "status");
+            status
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|v| v["stream"]["answers"].as_u64().unwrap_or(0) >= n)
+        }),
         Kill::At(point) => assert!(
             d.died_within(Duration::from_secs(60)),
             "{point} was not reached"
@@ -402,9 +392,7 @@ fn kill_mid_stream(
     d.kill();
     let out = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("the client did not end after the kill")
-        .expect("client output");
-    let _ = writer.join();
+        .expect("the client did not end after the kill");
     let got = answers(&out);
     assert!(matches!(out.status.code(), Some(0) | Some(75)), "{out:?}");
     got.into_iter()

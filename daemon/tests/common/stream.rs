@@ -25,9 +25,22 @@ pub fn batch_line(key: &str, shard: &str, creates: usize) -> String {
     )
 }
 
-/// `roost submit --stream --data-dir DATA ARGS...` with `input` on stdin (written by a
-/// thread, so a client that stops reading stdin cannot block the test).
+/// `roost submit --stream --data-dir DATA ARGS...` with `input` on stdin, run to its end
+/// (at most two minutes).
 pub fn submit_stream(data: &Path, args: &[&str], input: Vec<u8>) -> Output {
+    start_submit_stream(data, args, input)
+        .recv_timeout(Duration::from_secs(120))
+        .expect("roost submit --stream did not end")
+}
+
+/// Starts `roost submit --stream --data-dir DATA ARGS...` with `input` on stdin, written by
+/// a thread while another collects its output (so neither a client that stops reading
+/// stdin nor a full stdout pipe can stall it); its output arrives on the receiver.
+pub fn start_submit_stream(
+    data: &Path,
+    args: &[&str],
+    input: Vec<u8>,
+) -> std::sync::mpsc::Receiver<Output> {
     let mut child = Command::new(BIN)
         .args(["submit", "--stream", "--timeout", "60", "--data-dir"])
         .arg(data)
@@ -38,12 +51,18 @@ pub fn submit_stream(data: &Path, args: &[&str], input: Vec<u8>) -> Output {
         .spawn()
         .expect("run roost submit --stream");
     let mut stdin = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
     });
-    let out = child.wait_with_output().expect("roost submit --stream");
-    let _ = writer.join();
-    out
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            child
+                .wait_with_output()
+                .expect("roost submit --stream output"),
+        );
+    });
+    rx
 }
 
 /// The answer lines of an output, parsed.

@@ -243,9 +243,10 @@ impl Rng {
 /// Goal: kill -9 mid-stream loses no answered batch and creates nothing twice.
 /// Method: per round, stream 2,000 batches (1-3 creates over two shards) through `roost
 /// submit --stream` and kill the daemon mid-stream: SIGKILL at a random moment (three
-/// seeds: once the daemon has answered a random number of them), or at a named crash point the N-th time a streamed batch reaches it
-/// (`ROOST_CRASH_AT`: after the claim's sync, after a shard commit, after the answer, after
-/// the audit sync, after the `done` record); keep the answers the client printed, restart,
+/// seeds: once the daemon has answered a random number of them), or at a named crash point
+/// the N-th time a streamed batch reaches it (`ROOST_CRASH_AT`: after the claim's sync,
+/// after a shard commit, after the answer, after the audit sync, after the `done`
+/// record); keep the answers the client printed, restart,
 /// and stream every batch again under its key: each batch answered before the kill gets the
 /// identical answer (same lsn, same ids), every batch commits, and the shards hold exactly
 /// one record per create (no record twice).

@@ -120,14 +120,7 @@ fn duplicates_rejections_and_invalid_lines_mid_stream() {
     .expect("config");
     let d = serve(t.path(), &["--config", cfg.to_str().expect("utf-8")]);
     let data = t.path().join("data");
-    for s in [&sock, &data.join("roost.sock")] {
-        let m = std::fs::metadata(s).expect("socket");
-        assert_eq!(m.permissions().mode() & 0o777, 0o660, "{}", s.display());
-        let gid = std::fs::metadata(format!("/proc/{}", d.id()))
-            .expect("proc")
-            .gid();
-        assert_eq!(m.gid(), gid, "{} has not the daemon's group", s.display());
-    }
+    assert_made_like_the_control_socket(&sock, &data, d.id());
     let mut input = Vec::new();
     input.extend(batch_line("a", "s", 2).bytes());
     input.extend(batch_line("b", "s", 1).bytes());
@@ -179,37 +172,50 @@ fn duplicates_rejections_and_invalid_lines_mid_stream() {
         batch_line("a", "s", 3).into_bytes(),
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let status = Command::new(BIN)
-        .args(["status", "--json", "--data-dir"])
-        .arg(&data)
-        .output()
-        .expect("status");
-    let v: Value = serde_json::from_slice(&status.stdout).expect("status json");
-    assert_eq!(v["stream"]["answers"], 29, "{v}");
-    assert_eq!(v["stream"]["connections_total"], 2, "{v}");
+    assert_stream_figures(&data);
+}
+
+/// The stream socket `sock` is made like the control socket: mode 0660, the daemon's group.
+fn assert_made_like_the_control_socket(sock: &Path, data: &Path, pid: u32) {
+    let gid = std::fs::metadata(format!("/proc/{pid}"))
+        .expect("proc")
+        .gid();
+    for s in [sock, &data.join("roost.sock")] {
+        // The control socket is bound by a task beside the serve loop, maybe a moment late.
+        wait_for("the socket", Duration::from_secs(10), || s.exists());
+        let m = std::fs::metadata(s).expect("socket");
+        assert_eq!(m.permissions().mode() & 0o777, 0o660, "{}", s.display());
+        assert_eq!(m.gid(), gid, "{} has not the daemon's group", s.display());
+    }
+}
+
+/// `status --json`, `--metrics` and the plain `status` show the stream's figures after
+/// two connections and 29 answers.
+fn assert_stream_figures(data: &Path) {
     let text = |args: &[&str]| {
         let o = Command::new(BIN)
             .args(args)
             .arg("--data-dir")
-            .arg(&data)
+            .arg(data)
             .output()
             .expect("status");
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
+    let v: Value = serde_json::from_str(&text(&["status", "--json"])).expect("status json");
+    assert_eq!(v["stream"]["answers"], 29, "{v}");
+    assert_eq!(v["stream"]["connections_total"], 2, "{v}");
     let metrics = text(&["status", "--metrics"]);
     assert!(
         metrics.contains("roost_stream_answers_total 29\n"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("roost_stream_connections 0\n"),
+        metrics.contains("roost_stream_connections_total 2\n"),
         "{metrics}"
     );
     let human = text(&["status"]);
-    assert!(
-        human.contains("connections open (2 since start, 0 refused), 29 answers (0 unavailable)"),
-        "{human}"
-    );
+    let want = "connections open (2 since start, 0 refused), 29 answers (0 unavailable)";
+    assert!(human.contains(want), "{human}");
 }
 
 /// Goal: a client with no daemon to talk to exits 2 and says why.

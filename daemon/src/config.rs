@@ -101,6 +101,18 @@ pub struct Config {
     pub shard_compact_bytes_per_sec: u64,
     /// Replication (`docs/replication.md`): off unless `listen` or `follow` is set.
     pub replication: ReplicationConfig,
+    /// The streaming intake's socket (README "Streaming intake") [default:
+    /// $RUNTIME_DIRECTORY/stream.sock, else <data_dir>/stream.sock].
+    pub stream_socket: Option<PathBuf>,
+    /// Batches one stream connection may have between its request line and its answer
+    /// line; at that many the daemon stops reading the connection until an answer is
+    /// written (back-pressure: a client that does not read its answers stalls only itself).
+    pub stream_in_flight_max: usize,
+    /// Stream connections open at once; one more is answered `unavailable` and closed.
+    pub stream_connections_max: usize,
+    /// A request line longer than this is skipped to its newline without being kept and
+    /// answered `invalid` [default: `spool_file_bytes_max`].
+    pub stream_line_bytes_max: Option<u64>,
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
@@ -253,6 +265,10 @@ impl Default for Config {
             shard_compact_dead_fraction: 0.5,
             shard_compact_bytes_per_sec: 64 << 20,
             replication: ReplicationConfig::default(),
+            stream_socket: None,
+            stream_in_flight_max: 64,
+            stream_connections_max: 64,
+            stream_line_bytes_max: None,
         }
     }
 }
@@ -321,6 +337,14 @@ impl Config {
                 "batch_ops_max and batches_in_flight_max must be > 0".into(),
             ));
         }
+        if self.stream_in_flight_max == 0
+            || self.stream_connections_max == 0
+            || self.stream_line_bytes_max == Some(0)
+        {
+            return Err(ConfigError::Invalid(
+                "stream_in_flight_max, stream_connections_max and stream_line_bytes_max must be > 0".into(),
+            ));
+        }
         self.validate_replication()
     }
 
@@ -352,6 +376,15 @@ impl Config {
         self.spool_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
+    /// The longest stream request line taken (`stream_line_bytes_max`, else the spool file
+    /// limit: a line is a batch file's JSON).
+    pub fn stream_line_bytes(&self) -> usize {
+        let n = self
+            .stream_line_bytes_max
+            .unwrap_or(self.spool_file_bytes_max);
+        usize::try_from(n).unwrap_or(usize::MAX)
     }
 
     pub fn rescan_interval(&self) -> Duration {

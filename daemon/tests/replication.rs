@@ -783,7 +783,8 @@ fn audit(n: &Node) -> Vec<String> {
 /// the default) from the primary's base backup while the primary keeps taking batches, then
 /// follows: the same shards and audit rows, equal records at every lsn both hold, verify
 /// clean; the primary never stopped answering.
-/// Method: a writer drops 5-record batches into the primary all through the re-seed; the
+/// Method: a writer drops 2-record batches over four shards (so they finish, and write their
+/// audit rows, out of lsn order) into the primary all through the re-seed; the
 /// standby starts with an empty data directory.
 #[test]
 fn a_standby_behind_the_retained_wal_reseeds_itself_from_a_live_primary() {
@@ -796,13 +797,13 @@ fn a_standby_behind_the_retained_wal_reseeds_itself_from_a_live_primary() {
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) && n < 2_000 {
-                drop_in(
-                    &spool,
-                    &format!("live{n}.json"),
-                    &batch(&format!("live{n}"), "s", 5),
-                );
+                // Four shards, so batches finish out of lsn order (their audit rows too).
+                let (name, shard) = (format!("live{n}"), format!("t{}", n % 4));
+                drop_in(&spool, &format!("{name}.json"), &batch(&name, &shard, 2));
                 n += 1;
-                std::thread::sleep(Duration::from_millis(2));
+                if n % 8 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
             }
             n
         })
@@ -827,7 +828,9 @@ fn a_standby_behind_the_retained_wal_reseeds_itself_from_a_live_primary() {
         assert_eq!(r["status"], "committed", "{name}: {r}");
     }
     caught_up(&a, &b);
-    assert_eq!(a.scan("s"), b.scan("s"));
+    for shard in ["s", "t0", "t1", "t2", "t3"] {
+        assert_eq!(a.scan(shard), b.scan(shard), "shard {shard}");
+    }
     let (ra, rb) = (audit(&a), audit(&b));
     assert_eq!(ra.len(), rb.len(), "audit rows on a and b");
     if let Some((x, y)) = ra.iter().zip(&rb).find(|(x, y)| x != y) {

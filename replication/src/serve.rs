@@ -148,8 +148,8 @@ async fn connection_loop<L: LeaderLog>(
                 replica,
                 current_epoch,
             }) => {
-                let max = opts.frame_bytes_max;
-                crate::snapshot::serve_snapshot(stream, peer, log, max, replica, current_epoch)
+                let limits = (opts.frame_bytes_max, opts.write_timeout);
+                crate::snapshot::serve_snapshot(stream, peer, log, limits, replica, current_epoch)
                     .await;
                 return Ok(());
             }

@@ -300,12 +300,18 @@ pub(crate) async fn serve_snapshot<L: LeaderLog>(
     stream: &mut TcpStream,
     peer: SocketAddr,
     log: &Arc<L>,
-    frame_bytes_max: u32,
+    limits: (u32, Duration),
     replica: String,
     current_epoch: Epoch,
 ) {
     let started = std::time::Instant::now();
-    match send_snapshot(stream, log, frame_bytes_max, &replica, current_epoch).await {
+    let (frame_bytes_max, write_timeout) = limits;
+    let out = &mut Out {
+        stream,
+        frame_bytes_max,
+        write_timeout,
+    };
+    match send_snapshot(out, log, &replica, current_epoch).await {
         Ok(Some(end)) => info!(%peer, replica, ?end, secs = started.elapsed().as_secs_f64(),
             "base backup sent"),
         Ok(None) => {}
@@ -314,16 +320,41 @@ pub(crate) async fn serve_snapshot<L: LeaderLog>(
             let msg = Message::Error {
                 message: format!("base backup failed: {what}"),
             };
-            let _ = write_frame(stream, &msg, frame_bytes_max).await;
+            let _ = out.send(&msg).await;
+        }
+    }
+}
+
+/// The leader's side of one backup connection: every frame written within the write
+/// timeout, so a follower that stops reading ends the copy (and its hold on the log) soon.
+struct Out<'a> {
+    stream: &'a mut TcpStream,
+    frame_bytes_max: u32,
+    write_timeout: Duration,
+}
+
+impl Out<'_> {
+    async fn send(&mut self, msg: &Message) -> Result<(), String> {
+        match timeout(
+            self.write_timeout,
+            write_frame(self.stream, msg, self.frame_bytes_max),
+        )
+        .await
+        {
+            Ok(r) => r.map_err(|e| format!("sending {}: {e}", msg.name())),
+            Err(_) => Err(format!(
+                "sending {}: timed out after {:?}",
+                msg.name(),
+                self.write_timeout
+            )),
         }
     }
 }
 
 /// `Ok(None)`: refused with an answer already sent.
 async fn send_snapshot<L: LeaderLog>(
-    stream: &mut TcpStream,
+    out: &mut Out<'_>,
     log: &Arc<L>,
-    frame_bytes_max: u32,
     replica: &str,
     current_epoch: Epoch,
 ) -> Result<Option<Message>, String> {
@@ -336,9 +367,7 @@ async fn send_snapshot<L: LeaderLog>(
         Some(_) => None,
     };
     if let Some(msg) = refusal {
-        write_frame(stream, &msg, frame_bytes_max)
-            .await
-            .map_err(|e| e.to_string())?;
+        out.send(&msg).await?;
         return Ok(None);
     }
     let name = replica.to_owned();
@@ -347,7 +376,7 @@ async fn send_snapshot<L: LeaderLog>(
         .await
         .map_err(|e| format!("the snapshot task failed: {e}"))??;
     let src = Arc::new(Mutex::new(src));
-    let (files, bytes) = send_files(stream, &src, frame_bytes_max).await?;
+    let (files, bytes) = send_files(out, &src).await?;
     let wal_from = with_source(&src, |s| Ok(s.wal_from())).await?;
     let leader_epoch = log.leader_epoch().ok_or("no longer the leader")?;
     let end = Message::SnapshotEnd {
@@ -356,9 +385,7 @@ async fn send_snapshot<L: LeaderLog>(
         files,
         bytes,
     };
-    write_frame(stream, &end, frame_bytes_max)
-        .await
-        .map_err(|e| e.to_string())?;
+    out.send(&end).await?;
     Ok(Some(end))
 }
 
@@ -381,11 +408,7 @@ async fn with_source<T: Send + 'static>(
 }
 
 /// Every file: its header, then its bytes in chunks. Returns (files, bytes).
-async fn send_files(
-    stream: &mut TcpStream,
-    src: &SharedSource,
-    frame_bytes_max: u32,
-) -> Result<(u32, u64), String> {
+async fn send_files(out: &mut Out<'_>, src: &SharedSource) -> Result<(u32, u64), String> {
     let (mut files, mut bytes) = (0u32, 0u64);
     while let Some(f) = with_source(src, |s| s.next_file()).await? {
         let path = f.path.clone();
@@ -394,9 +417,9 @@ async fn send_files(
             size: f.size,
             len: f.len,
         };
-        write_frame(stream, &header, frame_bytes_max)
+        out.send(&header)
             .await
-            .map_err(|e| format!("sending {path}: {e}"))?;
+            .map_err(|e| format!("{path}: {e}"))?;
         let mut sent = 0u64;
         loop {
             let chunk = with_source(src, |s| {
@@ -411,9 +434,7 @@ async fn send_files(
             }
             sent += chunk.len() as u64;
             let data = Message::SnapshotData { data: chunk };
-            write_frame(stream, &data, frame_bytes_max)
-                .await
-                .map_err(|e| format!("sending {path}: {e}"))?;
+            out.send(&data).await.map_err(|e| format!("{path}: {e}"))?;
         }
         if sent != f.len {
             return Err(format!("{path}: read {sent} of {} bytes", f.len));

@@ -461,19 +461,20 @@ impl Wal {
     }
 
     /// The log's segment files and how many leading bytes of each hold complete records
-    /// now: a sealed segment all of them, the active one up to its write offset (taken under
+    /// now: a sealed segment all of them (`None`), the active one up to its write offset (taken under
     /// the append lock, and every append writes its whole frame under it). A copy of those
     /// bytes of every file, zeros after, is a log a crash could have left: complete records
     /// only, no hole, whatever is appended meanwhile (a base backup for a standby). The
     /// caller keeps segments from being retired while it copies.
-    pub fn extent(&self) -> Vec<(PathBuf, u64)> {
+    pub fn extent(&self) -> Vec<(PathBuf, Option<u64>)> {
         let g = self.lock();
         let active = g.active.as_ref().map(|a| (a.first_lsn, a.write_offset));
         g.segments
             .iter()
             .map(|s| match active {
-                Some((first, offset)) if first == s.first_lsn => (s.path.clone(), offset),
-                _ => (s.path.clone(), self.opts.segment_bytes),
+                Some((first, offset)) if first == s.first_lsn => (s.path.clone(), Some(offset)),
+                // Sealed: the whole file (its size may predate a change of segment size).
+                _ => (s.path.clone(), None),
             })
             .collect()
     }

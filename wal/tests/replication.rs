@@ -541,13 +541,17 @@ fn truncate_from_on_real_disk() {
 
 /// Copies the first `len` bytes of every file `extent` names into `to` (zeros after, the
 /// file as large as the original), as a base backup does.
-fn copy_extent(disk: &SimStorage, extent: &[(std::path::PathBuf, u64)], to: &std::path::Path) {
+fn copy_extent(
+    disk: &SimStorage,
+    extent: &[(std::path::PathBuf, Option<u64>)],
+    to: &std::path::Path,
+) {
     use roost_storage::{OpenMode, Storage};
     disk.create_dir_all(to).unwrap();
     for (path, len) in extent.iter().cloned() {
         let src = disk.open(&path, OpenMode::Read).unwrap();
         let size = src.len().unwrap();
-        let mut buf = vec![0u8; len as usize];
+        let mut buf = vec![0u8; len.unwrap_or(size) as usize];
         src.read_at(&mut buf, 0).unwrap();
         let dst = disk
             .open(&to.join(path.file_name().unwrap()), OpenMode::CreateNew)
@@ -574,9 +578,10 @@ fn extent_copies_open_as_the_records_before_them_and_create_at_starts_at_its_lsn
     let extent = wal.extent();
     assert!(extent.len() > 1, "the records span segments: {extent:?}");
     assert!(
-        extent.last().unwrap().1 < 256,
+        extent.last().unwrap().1.is_some_and(|l| l < 256),
         "the active segment is copied in part"
     );
+    assert!(extent[0].1.is_none(), "a sealed segment is copied whole");
     for i in 10..13u64 {
         wal.append_nowait(1, &old(i)).unwrap();
     }

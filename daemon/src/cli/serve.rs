@@ -75,7 +75,12 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
             crate::replica::reseed::reseed(cfg, &addr, epoch)?;
             match reconcile_once(cfg, &addr)? {
                 None => Ok(()),
-                Some((e, _)) => Err(e.into()),
+                // Behind again at once (the primary retired the copied checkpoint's WAL, a
+                // restart of it lost the pin): exit 74, and the restart re-seeds again.
+                Some((e, _)) => Err(crate::error::EngineError::Replication(format!(
+                    "still behind the primary right after a re-seed: {e}"
+                ))
+                .into()),
             }
         }
     }

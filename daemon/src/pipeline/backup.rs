@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use roost_storage::{read_all, OpenMode};
 use roost_wal::Lsn;
 use tracing::info;
 
@@ -79,6 +78,17 @@ impl Pins {
         p.values().map(|(l, _)| *l).min()
     }
 
+    pub(super) fn pin(&self, replica: &str, lsn: Lsn) {
+        lock(&self.0).insert(replica.to_owned(), (lsn, Instant::now()));
+    }
+
+    /// The pin of `replica` lasts [`PIN_TTL`] from now.
+    fn touch(&self, replica: &str) {
+        if let Some(p) = lock(&self.0).get_mut(replica) {
+            p.1 = Instant::now();
+        }
+    }
+
     /// `replica` fetched at `fetch_lsn`: a pin it passed goes.
     pub(super) fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
         let mut p = lock(&self.0);
@@ -104,15 +114,19 @@ pub enum BackupBytes {
     Bytes(Vec<u8>),
 }
 
-/// A base backup in progress: holds checkpoints and compaction still until dropped.
+/// A base backup in progress: holds checkpoints and compaction still until dropped. Its
+/// pin's time starts again then (a copy may take longer than the pin lasts).
 pub struct BackupHold {
     gate: Arc<BackupGate>,
+    pins: Arc<Pins>,
+    replica: String,
     pub checkpoint: Checkpoint,
     pub files: Vec<BackupFile>,
 }
 
 impl Drop for BackupHold {
     fn drop(&mut self) {
+        self.pins.touch(&self.replica);
         self.gate.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -127,9 +141,17 @@ impl Engine {
             });
         }
         self.checkpoint()?;
-        self.backup_gate.running.fetch_add(1, Ordering::SeqCst);
+        // One at a time: a copy holds checkpoints, and a second standby retries.
+        if self.backup_gate.running.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.backup_gate.running.fetch_sub(1, Ordering::SeqCst);
+            return Err(EngineError::Replication(format!(
+                "a base backup is already being sent; {replica} retries"
+            )));
+        }
         let mut hold = BackupHold {
             gate: self.backup_gate.clone(),
+            pins: self.backup_pins.clone(),
+            replica: replica.to_owned(),
             checkpoint: Checkpoint::default(),
             files: Vec::new(),
         };
@@ -137,12 +159,12 @@ impl Engine {
         drop(lock(&self.checkpoint_running));
         self.wait_compaction()?;
         let Some(c) = lock(&self.checkpoints).last.clone() else {
-            return Err(EngineError::Replication(
-                "no checkpoint to copy yet: the standby can fetch the whole log".into(),
-            ));
+            return Err(EngineError::Replication(format!(
+                "no checkpoint to copy yet for {replica}: this primary holds its whole WAL"
+            )));
         };
-        lock(&self.backup_pins.0).insert(replica.to_owned(), (c.wal_from, Instant::now()));
         let files = self.backup_files(&c)?;
+        self.backup_pins.pin(replica, c.wal_from);
         let bytes: u64 = files.iter().map(|f| f.len).sum();
         info!(
             replica,
@@ -178,12 +200,15 @@ impl Engine {
             len: b.len() as u64,
             source: BackupBytes::Bytes(b),
         };
-        let path = self.layout.checkpoint();
-        let file = self
-            .storage
-            .open(&path, OpenMode::Read)
-            .map_err(io_err("open", &path))?;
-        let checkpoint = read_all(file.as_ref()).map_err(io_err("read", &path))?;
+        // What each shard has flushed, as far as the copy goes: frames at or past
+        // `wal_from` are cut at the standby's start and applied again from the WAL, so the
+        // copy must not vouch for them (a later power loss there would read as damage).
+        let mut clamped = c.clone();
+        for (_, v) in clamped.shards.iter_mut() {
+            *v = (*v).min(c.wal_from.saturating_sub(1));
+        }
+        let checkpoint =
+            super::records::encode_checkpoint(&clamped).map_err(EngineError::Encode)?;
         let epochs: Vec<(u32, Lsn)> = lock(&self.repl.epochs)
             .entries()
             .iter()
@@ -196,7 +221,7 @@ impl Engine {
         ];
         for log in [&self.keys, &self.audit] {
             for (path, len) in log.extent() {
-                files.push(self.disk_file(path, Some(len))?);
+                files.push(self.disk_file(path, len)?);
             }
         }
         for path in self.shard_segments()? {

@@ -156,7 +156,7 @@ pub struct Engine {
     /// Base backups running and compaction steps running (`backup.rs`).
     backup_gate: Arc<backup::BackupGate>,
     /// WAL lsns kept for standbys that were just re-seeded (`backup.rs`).
-    backup_pins: backup::Pins,
+    backup_pins: Arc<backup::Pins>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
     /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
@@ -241,7 +241,7 @@ impl Engine {
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             backup_gate: Arc::default(),
-            backup_pins: backup::Pins::default(),
+            backup_pins: Arc::default(),
             shards: Mutex::new(HashMap::new()),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {

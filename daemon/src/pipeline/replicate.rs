@@ -499,7 +499,7 @@ impl Engine {
 
     /// The epoch of the WAL's last record (0 when empty).
     pub fn last_epoch(&self) -> u32 {
-        crate::replica::last_epoch(&self.wal, &lock(&self.repl.epochs))
+        last_epoch_of(&self.wal, &lock(&self.repl.epochs))
     }
 
     /// What this standby knows of its primary (`None` on a primary).
@@ -520,5 +520,15 @@ impl Engine {
     /// Claims waiting to be finished before intake opens.
     pub fn deferred_claims(&self) -> usize {
         lock(&self.repl.deferred).len()
+    }
+}
+
+/// The epoch of the WAL's last record; for a WAL that holds none yet (a re-seeded standby's
+/// starts empty at the checkpoint's lsn) the epoch of the record before it, which
+/// `LEADER_EPOCHS` keeps.
+pub fn last_epoch_of(wal: &roost_wal::Wal, epochs: &roost_wal::LeaderEpochs) -> u32 {
+    match wal.last_record_epoch() {
+        0 => epochs.latest().map_or(0, |(e, _)| e),
+        e => e,
     }
 }

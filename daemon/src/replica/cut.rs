@@ -227,7 +227,7 @@ impl FollowerLog for Cutter {
 
     fn last_epoch(&self) -> Epoch {
         let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-        super::last_epoch(&self.wal, &epochs)
+        crate::pipeline::replicate::last_epoch_of(&self.wal, &epochs)
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {

@@ -41,16 +41,6 @@ pub fn behind(cfg: &crate::config::Config, detail: String) -> EngineError {
     }
 }
 
-/// The epoch of the WAL's last record; for a WAL that holds none yet (a re-seeded standby's
-/// starts empty at the checkpoint's lsn) the epoch of the record before it, which
-/// `LEADER_EPOCHS` keeps.
-pub fn last_epoch(wal: &roost_wal::Wal, epochs: &roost_wal::LeaderEpochs) -> Epoch {
-    match wal.last_record_epoch() {
-        0 => epochs.latest().map_or(0, |(e, _)| e),
-        e => e,
-    }
-}
-
 /// The primary's WAL as the protocol reads it.
 pub struct LeaderSide(pub Arc<Engine>);
 

@@ -73,6 +73,14 @@ pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError
     let done = rt
         .block_on(fetch_snapshot(leader, epoch, &opts, &mut sink))
         .map_err(|e| EngineError::Replication(e.to_string()))?;
+    // Every part exists in the backup, empty or not: at the install, a part missing from
+    // `reseed.tmp/` then means "moved into place already", never "not in this backup".
+    for part in [AUDIT_DIR, SHARDS_DIR, KEYS_DIR] {
+        let d = tmp.join(part);
+        std::fs::create_dir_all(&d).map_err(io("create", &d))?;
+        sink.dirs.insert(d);
+    }
+    trim_audit(cfg, &tmp, done.wal_from)?;
     sink.sync_dirs()?;
     Wal::create_at(
         &RealStorage,
@@ -95,6 +103,44 @@ pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError
         "standby: re-seeded from the primary's base backup"
     );
     Ok(done.wal_from)
+}
+
+/// The copied audit log without the rows of claims at or past `wal_from` (they are written
+/// again when those claims are fetched and applied). The primary appends rows in the order
+/// batches finish, so rows of earlier, finished claims may follow the first row of a later
+/// one: they are kept, moved up to where the cut begins (nothing else rewrites them: their
+/// claims are below the checkpoint). Done in `reseed.tmp/`, before the backup is whole.
+fn trim_audit(cfg: &Config, tmp: &Path, wal_from: Lsn) -> Result<(), EngineError> {
+    use crate::pipeline::records::{encode, read_audit, RecordType};
+    let audit = Wal::open_with(RealStorage::shared(), tmp.join(AUDIT_DIR), wal_options(cfg))?;
+    let from = crate::pipeline::read_checkpoint(&RealStorage, &Layout::new(tmp))?
+        .audit_from
+        .max(audit.first_lsn());
+    let mut cut = None;
+    let mut keep = Vec::new();
+    for row in read_audit(&audit, from) {
+        let (at, row) = row?;
+        match cut {
+            None if row.claim_lsn >= wal_from => cut = Some(at),
+            Some(_) if row.claim_lsn < wal_from => keep.push(row),
+            _ => {}
+        }
+    }
+    let Some(at) = cut else { return Ok(()) };
+    audit.truncate_from(at)?;
+    for row in &keep {
+        let payload = encode("audit", row).map_err(EngineError::Encode)?;
+        audit.append_nowait(RecordType::Audit as u8, &payload)?;
+    }
+    if let Some(last) = audit.next_lsn().checked_sub(1).filter(|l| *l >= at) {
+        audit.sync_to(last)?;
+    }
+    info!(
+        from_audit_lsn = at,
+        rows_kept = keep.len(),
+        "standby: the copied audit log trimmed at the checkpoint"
+    );
+    Ok(())
 }
 
 /// At start-up, before anything opens the data directory: finishes an install a crash
@@ -126,7 +172,11 @@ fn install(layout: &Layout) -> Result<(), EngineError> {
         }
         let old = data.join(part);
         remove_any(&old)?;
-        std::fs::rename(&new, &old).map_err(io("rename into place", &new))?;
+        std::fs::rename(&new, &old).map_err(|source| EngineError::Io {
+            op: "rename into place",
+            path: new.join(format!("-> {}", old.display())),
+            source,
+        })?;
     }
     sync_dir(data)?;
     sync_dir(&tmp)?;
@@ -178,6 +228,17 @@ pub fn allowed_path(rel: &str) -> bool {
     plain && depth_ok
 }
 
+/// The largest file a backup may hold at `rel`: the small files a few MiB, a segment 4 GiB
+/// (a primary's segment sizes are its own configuration; this only stops a peer from making
+/// this node allocate without end).
+fn file_bytes_max(rel: &str) -> u64 {
+    if rel.contains('/') {
+        4 << 30
+    } else {
+        16 << 20
+    }
+}
+
 /// Writes the files of a backup under one directory.
 struct DirSink {
     root: PathBuf,
@@ -209,6 +270,13 @@ impl SnapshotSink for DirSink {
             return Err(format!(
                 "refusing a file outside a data directory's parts: {:?}",
                 f.path
+            ));
+        }
+        let max = file_bytes_max(&f.path);
+        if f.size > max {
+            return Err(format!(
+                "refusing {:?}: {} bytes, over {max}",
+                f.path, f.size
             ));
         }
         let path = self.root.join(&f.path);
@@ -367,5 +435,70 @@ mod install_tests {
             Some("old segment")
         );
         assert!(!d.join(RESEED_DIR).exists());
+    }
+}
+
+#[cfg(test)]
+mod trim_tests {
+    use super::*;
+    use crate::pipeline::records::{
+        encode, encode_checkpoint, read_audit, AuditRecord, OpKind, RecordType,
+    };
+    use crate::pipeline::Checkpoint;
+
+    fn row(claim_lsn: u64, op_index: u32) -> AuditRecord {
+        AuditRecord {
+            claim_lsn,
+            request_key: format!("k{claim_lsn}"),
+            op_index,
+            op: OpKind::Create,
+            shard: "s".into(),
+            id: claim_lsn * 10 + u64::from(op_index),
+        }
+    }
+
+    /// Goal: the copied audit log loses the rows of claims at or past the checkpoint, and
+    /// keeps every row of an earlier claim, even one the primary wrote after a later claim's
+    /// row (rows go in the order batches finish). Method: rows of claims 47, 50, 48, 48, 51,
+    /// 46 with the checkpoint at 49.
+    #[test]
+    fn rows_of_earlier_claims_written_after_a_later_one_are_kept() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let cfg = Config {
+            data_dir: t.path().to_path_buf(),
+            ..Config::default()
+        };
+        let audit = Wal::open(t.path().join(AUDIT_DIR), wal_options(&cfg)).expect("audit");
+        for r in [
+            row(47, 0),
+            row(50, 0),
+            row(48, 0),
+            row(48, 1),
+            row(51, 0),
+            row(46, 0),
+        ] {
+            let payload = encode("audit", &r).expect("encode");
+            audit
+                .append(RecordType::Audit as u8, &payload)
+                .expect("append");
+        }
+        drop(audit);
+        let c = Checkpoint {
+            wal_from: 49,
+            audit_from: 1,
+            ..Checkpoint::default()
+        };
+        std::fs::write(
+            t.path().join(CHECKPOINT_FILE),
+            encode_checkpoint(&c).expect("c"),
+        )
+        .expect("checkpoint");
+        trim_audit(&cfg, t.path(), 49).expect("trim");
+        let audit = Wal::open(t.path().join(AUDIT_DIR), wal_options(&cfg)).expect("audit");
+        let mut got: Vec<(u64, u32)> = read_audit(&audit, 1)
+            .map(|r| r.map(|(_, r)| (r.claim_lsn, r.op_index)).expect("row"))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![(46, 0), (47, 0), (48, 0), (48, 1)]);
     }
 }

@@ -6,8 +6,9 @@
 
 //!
 //! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
-//! quarantine), `sidecars` (control socket, metrics, the systemd ticker).
+//! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket, metrics, the systemd ticker).
 
+mod bulk;
 mod events;
 mod replication;
 mod sidecars;

@@ -189,6 +189,22 @@ fn serve_until_killed(data: &Path, log: &Path, point: &str, limit: Duration) -> 
     d.died_within(limit)
 }
 
+/// Up to `rounds` SIGKILLs of a serving daemon at random moments while the bulk file is
+/// worked on (fewer if its result appears first).
+fn kill_at_random_moments(data: &Path, dir: &Path, rounds: u64) {
+    for round in 0..rounds {
+        if data.join("spool/out/load.jsonl").exists() {
+            return;
+        }
+        let log = dir.join(format!("random-{round}.log"));
+        let mut d = serve_ready(data, &log, &[]);
+        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let nanos = clock.map_or(round, |c| u64::from(c.subsec_nanos()));
+        std::thread::sleep(Duration::from_millis(20 + nanos % 200));
+        d.kill();
+    }
+}
+
 /// (status, shards of its ops) per result line: what must not depend on crashes.
 fn shape(lines: &[Value]) -> Vec<(u64, String, Vec<String>)> {
     lines
@@ -244,6 +260,7 @@ fn kills_mid_file_give_the_same_result_file() {
             "round {round}: the input went"
         );
     }
+    kill_at_random_moments(&data, t.path(), 3);
     let d = serve_ready(&data, &t.path().join("last.log"), &[]);
     let (_, got) = bulk_result(&spool, "load.jsonl", Duration::from_secs(120));
     drop(d);
@@ -373,6 +390,31 @@ fn limits_refuse_before_the_work() {
     drop_in(&spool, "after.json", create("after", &["s"]).as_bytes());
     let (_, r) = bulk_result(&spool, "after.json", Duration::from_secs(20));
     assert_eq!(r[0]["status"], "committed", "still serving");
+}
+
+/// Goal: `roost submit --wait` on a bulk file prints every result line and exits with its
+/// worst line's code (1: a line was rejected).
+#[test]
+fn submit_wait_reads_a_bulk_result() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let file = t.path().join("two.jsonl");
+    let reject = json!({"request_key": "r", "ops": [{"op": "delete", "shard": "s", "id": 5}]});
+    std::fs::write(&file, format!("{}\n{reject}\n", create("c", &["s"]))).expect("write");
+    let out = Command::new(BIN)
+        .args(["submit", "--wait", "--timeout", "30", "--data-dir"])
+        .arg(&data)
+        .arg(&file)
+        .output()
+        .expect("submit");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("\"status\":\"rejected\",\"line\":2"),
+        "{text}"
+    );
 }
 
 /// Throughput sanity, not asserted: the same 10,000 one-op batches as one bulk file and as

@@ -66,6 +66,9 @@ pub struct Config {
     /// Lines of one bulk file planned and claimed at once: their claims share the WAL's
     /// group commits (one fdatasync for many lines).
     pub bulk_in_flight: usize,
+    /// Bulk files worked on at once (each read whole, with `bulk_in_flight` threads); one
+    /// more waits in `new/` for the next rescan.
+    pub bulk_files_in_flight_max: usize,
     /// Full rescan of `new/` this often; file-system events are only hints.
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
@@ -236,6 +239,7 @@ impl Default for Config {
             bulk_lines_max: 100_000,
             bulk_line_bytes_max: None,
             bulk_in_flight: 64,
+            bulk_files_in_flight_max: 4,
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
             shard_segment_bytes: 16 << 20,
@@ -327,9 +331,12 @@ impl Config {
     }
 
     fn validate_bulk(&self) -> Result<(), ConfigError> {
-        if self.bulk_in_flight == 0 || self.bulk_lines_max == 0 {
+        if self.bulk_in_flight == 0
+            || self.bulk_lines_max == 0
+            || self.bulk_files_in_flight_max == 0
+        {
             return Err(ConfigError::Invalid(
-                "bulk_in_flight and bulk_lines_max must be > 0".into(),
+                "bulk_in_flight, bulk_lines_max and bulk_files_in_flight_max must be > 0".into(),
             ));
         }
         // A line is a batch: the WAL's claim size bound (`claim_bytes_max`) assumes no batch

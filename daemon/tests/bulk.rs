@@ -322,14 +322,17 @@ fn check_ids_against_the_wal(data: &Path, got: &[Value]) {
 /// The limits of a bulk file, on a daemon configured small: too many lines and a file over
 /// `bulk_file_bytes_max` (a sparse 10 GiB file: a line that never ends) are refused whole
 /// and quarantined; a line over `bulk_line_bytes_max` and a line that is not UTF-8, mid-file,
-/// answer `invalid` for themselves and the lines around them commit. The daemon serves on.
+/// answer `invalid` for themselves and the lines around them commit. One bulk file at a
+/// time (`bulk_files_in_flight_max = 1`): the others wait in `new/` for a rescan. The daemon
+/// serves on.
 #[test]
 fn limits_refuse_before_the_work() {
     let t = tempfile::tempdir().expect("tempdir");
     let cfg = t.path().join("roost.toml");
     std::fs::write(
         &cfg,
-        "bulk_lines_max = 10\nbulk_line_bytes_max = 300\nbulk_file_bytes_max = 100000\n",
+        "bulk_lines_max = 10\nbulk_line_bytes_max = 300\nbulk_file_bytes_max = 100000\n\
+         bulk_files_in_flight_max = 1\nrescan_interval_ms = 200\n",
     )
     .expect("config");
     let data = t.path().join("data");

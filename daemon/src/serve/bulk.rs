@@ -5,6 +5,9 @@
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
 //! removed ([`Engine::answer_bulk`]).
 //!
+//! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
+//! one more is left in `new/` for the next rescan.
+//!
 //! Lines are independent batches, like files dropped together: their planning order is not
 //! their line order. A file refused whole (unreadable, too large, too many lines, no batch)
 //! is quarantined like an invalid batch file. When the engine cannot take a line now (intake
@@ -29,6 +32,13 @@ use crate::spool::{read_dropped_as, Intake};
 pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     let engine = &sh.engine;
     let cfg = engine.config();
+    let Some(_slot) = Slot::take(&sh.bulk_files, cfg.bulk_files_in_flight_max) else {
+        debug!(
+            file = name,
+            "bulk file waits for the next rescan (bulk_files_in_flight_max)"
+        );
+        return Ok(());
+    };
     let path = engine.spool().new.join(name);
     let whole = |error: String| Invalid {
         request_key: None,
@@ -65,6 +75,26 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         "bulk file answered"
     );
     Ok(())
+}
+
+/// One of `bulk_files_in_flight_max` places for a bulk file, given back when dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl<'a> Slot<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The lines of one bulk file being answered by a few threads at once.

@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 use super::{worker, Shared};
 use crate::batch::{BatchResult, Invalid};
 use crate::error::EngineError;
+use crate::pipeline::Engine;
 use crate::spool::bulk::{self as lines, Limits, Line};
 use crate::spool::{read_dropped_as, Intake};
 
@@ -59,14 +60,14 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         Err(why) => return worker::quarantine(sh, name, &whole(why)),
     };
     let t0 = Instant::now();
-    let Some(answers) = Lines::new(sh, name, &batches, limits).answer_all()? else {
+    let Some(answers) = answer_lines(engine, name, &batches, &|| sh.stopping())? else {
         info!(
             file = name,
             "bulk file left in new/ for later (lines answered so far answer again by their keys)"
         );
         return Ok(());
     };
-    engine.answer_bulk(name, &answers.concat())?;
+    engine.answer_bulk(name, &answers)?;
     let secs = t0.elapsed().as_secs_f64();
     info!(
         file = name,
@@ -97,9 +98,26 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// Answers every line of bulk file `name` (`bulk_in_flight` at once) and returns the result
+/// lines in line order, or `None` when the file must wait: the engine cannot take a line now
+/// or `stop()` said so (the lines in flight finish first). The caller publishes them
+/// ([`Engine::answer_bulk`]); public for the crash tests, which drive it over the simulated
+/// disk.
+pub fn answer_lines(
+    engine: &Engine,
+    name: &str,
+    lines: &[Line<'_>],
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Option<Vec<u8>>, EngineError> {
+    let limits = Limits::of(engine.config());
+    let answers = Lines::new(engine, name, lines, limits, stop).answer_all()?;
+    Ok(answers.map(|a| a.concat()))
+}
+
 /// The lines of one bulk file being answered by a few threads at once.
 struct Lines<'a> {
-    sh: &'a Shared,
+    engine: &'a Engine,
+    stop: &'a (dyn Fn() -> bool + Sync),
     name: &'a str,
     lines: &'a [Line<'a>],
     limits: Limits,
@@ -114,9 +132,16 @@ struct Lines<'a> {
 }
 
 impl<'a> Lines<'a> {
-    fn new(sh: &'a Shared, name: &'a str, lines: &'a [Line<'a>], limits: Limits) -> Lines<'a> {
+    fn new(
+        engine: &'a Engine,
+        name: &'a str,
+        lines: &'a [Line<'a>],
+        limits: Limits,
+        stop: &'a (dyn Fn() -> bool + Sync),
+    ) -> Lines<'a> {
         Lines {
-            sh,
+            engine,
+            stop,
             name,
             lines,
             limits,
@@ -131,7 +156,7 @@ impl<'a> Lines<'a> {
     /// without a failure). This thread and up to `bulk_in_flight - 1` helpers take lines
     /// until none is left; a helper that cannot be started only means fewer at once.
     fn answer_all(self) -> Result<Option<Vec<Vec<u8>>>, EngineError> {
-        let want = self.sh.engine.config().bulk_in_flight.min(self.lines.len());
+        let want = self.engine.config().bulk_in_flight.min(self.lines.len());
         std::thread::scope(|s| {
             for i in 1..want {
                 let started = std::thread::Builder::new()
@@ -167,7 +192,7 @@ impl<'a> Lines<'a> {
     /// Takes the next line and answers it, until none is left or the file is halted.
     fn take_lines(&self) {
         loop {
-            if self.sh.stopping() {
+            if (self.stop)() {
                 self.halted.store(true, Ordering::SeqCst);
             }
             if self.halted.load(Ordering::SeqCst) {
@@ -199,7 +224,7 @@ impl<'a> Lines<'a> {
 
     /// One line's answer: `invalid` for a line that is not a batch, else the pipeline's.
     fn answer(&self, line: &Line<'_>) -> Result<BatchResult, EngineError> {
-        let engine = &self.sh.engine;
+        let engine = self.engine;
         match lines::parse_line(line, &self.limits) {
             Err(inv) => {
                 debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");

@@ -8,7 +8,7 @@
 //! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
 //! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket, metrics, the systemd ticker).
 
-mod bulk;
+pub mod bulk;
 mod events;
 mod replication;
 mod sidecars;

@@ -424,6 +424,23 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// Goal: a bulk line may not be longer than a batch file (the WAL's claim size bound
+    /// rests on it), and the bulk counts must be positive.
+    #[test]
+    fn bulk_limits_are_validated() {
+        let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+        assert!(load("").is_ok());
+        assert_eq!(Config::default().bulk_line_bytes(), 16 << 20);
+        assert!(load("bulk_line_bytes_max = 1024").is_ok());
+        let e = load("bulk_line_bytes_max = 16777217").expect_err("over the file limit");
+        assert!(e.to_string().contains("spool_file_bytes_max"), "{e}");
+        assert!(load("bulk_in_flight = 0").is_err());
+        assert!(load("bulk_lines_max = 0").is_err());
+        assert!(load("bulk_files_in_flight_max = 0").is_err());
+        let small: Config = toml::from_str("spool_file_bytes_max = 100").expect("toml");
+        assert_eq!(small.bulk_line_bytes(), 100, "follows the file limit by default");
+    }
+
     #[test]
     fn the_commented_example_loads_and_result_sync_parses() {
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/roost.toml");

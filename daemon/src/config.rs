@@ -438,7 +438,11 @@ mod tests {
         assert!(load("bulk_lines_max = 0").is_err());
         assert!(load("bulk_files_in_flight_max = 0").is_err());
         let small: Config = toml::from_str("spool_file_bytes_max = 100").expect("toml");
-        assert_eq!(small.bulk_line_bytes(), 100, "follows the file limit by default");
+        assert_eq!(
+            small.bulk_line_bytes(),
+            100,
+            "follows the file limit by default"
+        );
     }
 
     #[test]

@@ -16,12 +16,15 @@ use roost::ops::child::ServeChild;
 use serde_json::{json, Value};
 
 fn roost(data: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .expect("run roost")
+    roost_at(data, args)
+}
+
+/// The status of each result line.
+fn statuses(lines: &[Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or(""))
+        .collect()
 }
 
 /// The JSON lines a command printed (exit code 0 required).
@@ -88,12 +91,8 @@ fn bulk_file_lines_answer_in_order() {
         .map(|r| r["line"].as_u64().unwrap_or(0))
         .collect();
     assert_eq!(numbers, [1, 3, 4, 5, 6, 7, 8], "{got:?}");
-    let statuses: Vec<&str> = got
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or(""))
-        .collect();
     assert_eq!(
-        statuses,
+        statuses(&got),
         [
             "committed",
             "rejected",
@@ -373,12 +372,8 @@ fn limits_refuse_before_the_work() {
         "{r:?}"
     );
     let (_, r) = bulk_result(&spool, "mixed.jsonl", Duration::from_secs(20));
-    let statuses: Vec<&str> = r
-        .iter()
-        .map(|x| x["status"].as_str().unwrap_or(""))
-        .collect();
     assert_eq!(
-        statuses,
+        statuses(&r),
         ["committed", "invalid", "invalid", "committed"],
         "{r:?}"
     );

@@ -34,6 +34,16 @@ pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
         .unwrap_or_else(|e| panic!("delivering {name}: {e}"));
 }
 
+/// `roost ARGS... --data-dir DATA`, its output.
+pub fn roost_at(data: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .expect("run roost")
+}
+
 /// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs
 /// "serving" (recovery done); the daemon is killed when the returned child is dropped.
 pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::ops::child::ServeChild {

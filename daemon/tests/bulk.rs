@@ -390,6 +390,33 @@ fn limits_refuse_before_the_work() {
     assert_eq!(r[0]["status"], "committed", "still serving");
 }
 
+/// Goal: SIGTERM while a bulk file is worked on stops the daemon cleanly (exit 0) without
+/// waiting for the whole file: no result is published for it, it stays in `new/`, and the
+/// next start answers every line once (the lines answered before by their keys).
+#[test]
+fn a_graceful_stop_mid_file_leaves_it_for_the_next_start() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let spool = data.join("spool");
+    let mut d = serve_ready(&data, &t.path().join("first.log"), &[]);
+    drop_in(&spool, "load.jsonl", mixed_lines(20_000).as_bytes());
+    wait_for("some lines claimed", Duration::from_secs(30), || {
+        roost(&data, &["wal", "dump"]).stdout.len() > 1000
+    });
+    assert_eq!(stop_code(&mut d), Some(0), "a graceful stop");
+    // 20,000 lines take seconds here; the stop came after a few dozen.
+    let out = spool.join("out/load.jsonl");
+    assert!(!out.exists(), "the stop waited for the whole file");
+    assert!(
+        spool.join("new/load.jsonl").exists(),
+        "the input went without a result"
+    );
+    let _d = serve_ready(&data, &t.path().join("second.log"), &[]);
+    let (_, got) = bulk_result(&spool, "load.jsonl", Duration::from_secs(120));
+    assert_eq!(got.len(), 20_000);
+    check_ids_against_the_wal(&data, &got);
+}
+
 /// Goal: `roost submit --wait` on a bulk file prints every result line and exits with its
 /// worst line's code (1: a line was rejected).
 #[test]

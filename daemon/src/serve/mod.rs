@@ -6,7 +6,8 @@
 
 //!
 //! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
-//! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket, metrics, the systemd ticker).
+//! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
+//! metrics, the systemd ticker).
 
 pub mod bulk;
 mod events;

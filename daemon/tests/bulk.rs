@@ -417,6 +417,39 @@ fn a_graceful_stop_mid_file_leaves_it_for_the_next_start() {
     check_ids_against_the_wal(&data, &got);
 }
 
+/// Goal: lines that share a request key are planned in line order, whatever is in flight:
+/// the first line's batch commits, a later different batch under its key is the conflict.
+/// Method: a before-trigger that holds the first line for a second (its record says
+/// "slow"), so without the ordering the second line would be planned first and commit.
+#[test]
+fn lines_that_share_a_key_are_planned_in_line_order() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let cfg = t.path().join("roost.toml");
+    let trigger = r#"["/bin/sh", "-c", "if grep -q slow; then sleep 1; fi; exit 0"]"#;
+    std::fs::write(&cfg, format!("[shards.s]\nbefore_trigger = {trigger}\n")).expect("config");
+    let data = t.path().join("data");
+    let cfg_arg = cfg.to_str().expect("utf-8 path");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &["--config", cfg_arg]);
+    let spool = data.join("spool");
+    let slow = json!({"request_key": "k", "ops": [{"op": "create", "shard": "s", "record": {"v": "slow"}}]});
+    let fast = json!({"request_key": "k", "ops": [{"op": "create", "shard": "s", "record": {"v": "fast"}}]});
+    drop_in(
+        &spool,
+        "order.jsonl",
+        format!("{slow}\n{fast}\n{slow}\n").as_bytes(),
+    );
+    let (_, got) = bulk_result(&spool, "order.jsonl", Duration::from_secs(30));
+    assert_eq!(
+        statuses(&got),
+        ["committed", "conflict", "committed"],
+        "{got:?}"
+    );
+    assert_eq!(
+        got[2]["ops"], got[0]["ops"],
+        "the third line: a duplicate of the first"
+    );
+}
+
 /// Goal: `roost submit --wait` on a bulk file prints every result line and exits with its
 /// worst line's code (1: a line was rejected).
 #[test]

@@ -9,7 +9,7 @@
 //! one more is left in `new/` for the next rescan.
 //!
 //! Lines are independent batches, like files dropped together: their planning order is not
-//! their line order. A file refused whole (unreadable, too large, too many lines, no batch)
+//! their line order, except that lines sharing a request key are planned in line order. A file refused whole (unreadable, too large, too many lines, no batch)
 //! is quarantined like an invalid batch file. When the engine cannot take a line now (intake
 //! paused, not primary, a standby missing) or the daemon stops, the lines in flight finish,
 //! no result is published and the file stays in `new/`: it is processed again later, and the
@@ -17,8 +17,8 @@
 //! ends the same way: the file is still in `new/` until its result is out.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -129,6 +129,12 @@ struct Lines<'a> {
     fatal: Mutex<Option<EngineError>>,
     /// Each line's result line, by position in `lines`.
     answers: Vec<Mutex<Option<Vec<u8>>>>,
+    /// The earlier line with the same request key that must be answered first (lines that
+    /// share a key are planned in line order: `spool::bulk::same_key_before`).
+    before: Vec<Option<usize>>,
+    /// Notified when a line is answered or the file halts (with `progress`).
+    progress: Mutex<()>,
+    answered: Condvar,
 }
 
 impl<'a> Lines<'a> {
@@ -149,6 +155,9 @@ impl<'a> Lines<'a> {
             halted: AtomicBool::new(false),
             fatal: Mutex::new(None),
             answers: lines.iter().map(|_| Mutex::new(None)).collect(),
+            before: lines::same_key_before(lines, &limits),
+            progress: Mutex::new(()),
+            answered: Condvar::new(),
         }
     }
 
@@ -202,6 +211,11 @@ impl<'a> Lines<'a> {
             let Some(line) = self.lines.get(i) else {
                 return;
             };
+            if let Some(j) = self.before[i] {
+                if !self.wait_answered(j) {
+                    return;
+                }
+            }
             match self.answer(line) {
                 Ok(r) => {
                     let bytes = lines::result_line(line.number, &r);
@@ -219,6 +233,32 @@ impl<'a> Lines<'a> {
                     self.halted.store(true, Ordering::SeqCst);
                 }
             }
+            let _g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            self.answered.notify_all();
+        }
+    }
+
+    /// Waits until line `j` (taken earlier, so in flight or answered) has its answer: true,
+    /// or the file halts: false. No cycle: a line only ever waits for an earlier one.
+    fn wait_answered(&self, j: usize) -> bool {
+        let mut g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.answers[j]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+            {
+                return true;
+            }
+            if self.halted.load(Ordering::SeqCst) || (self.stop)() {
+                self.halted.store(true, Ordering::SeqCst);
+                return false;
+            }
+            g = self
+                .answered
+                .wait_timeout(g, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 

@@ -118,6 +118,27 @@ pub fn parse_line(line: &Line<'_>, limits: &Limits) -> Result<Batch, Invalid> {
     batch::parse_at(line.bytes, limits.batch_ops_max, n)
 }
 
+/// For each line, the position (in `lines`) of the last earlier line with the same request
+/// key, if any: a line waits for that one's answer before it is planned, so lines that share
+/// a key are planned in line order (the first commits, a later one with the same batch is a
+/// duplicate with its ids, one with another batch a conflict) however many are in flight.
+/// A line whose key cannot be read (malformed, too long) depends on nothing; it is invalid.
+pub fn same_key_before(lines: &[Line<'_>], limits: &Limits) -> Vec<Option<usize>> {
+    #[derive(serde::Deserialize)]
+    struct KeyOnly {
+        request_key: String,
+    }
+    let mut last: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut before = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let key = (line.bytes.len() as u64 <= limits.line_bytes_max)
+            .then(|| serde_json::from_slice::<KeyOnly>(line.bytes).ok())
+            .flatten();
+        before.push(key.and_then(|k| last.insert(k.request_key, i)));
+    }
+    before
+}
+
 /// The claim source of line `number` of bulk file `name` (what the WAL and the logs show).
 /// It contains a `/`, which no spool name does: the engine never takes it for a file.
 pub fn source(name: &str, number: u64) -> String {
@@ -214,6 +235,16 @@ mod tests {
             bytes: ok.as_bytes(),
         };
         assert_eq!(parse_line(&l, &LIMITS).expect("good").request_key, "k1");
+    }
+
+    #[test]
+    fn lines_that_share_a_key_know_the_one_before() {
+        let text = format!("{}\n{}\n{{bad\n{}\n{}", line(1), line(2), line(1), line(1));
+        let got = lines(text.as_bytes(), &LIMITS).expect("lines");
+        assert_eq!(
+            same_key_before(&got, &LIMITS),
+            [None, None, None, Some(0), Some(3)]
+        );
     }
 
     #[test]

@@ -72,65 +72,10 @@ fn bulk_file_lines_answer_in_order() {
     drop_in(&spool, "pre.json", create("pre", &["users"]).as_bytes());
     let (_, pre) = bulk_result(&spool, "pre.json", Duration::from_secs(20));
     assert_eq!(pre[0]["status"], "committed", "{pre:?}");
-    let lines = [
-        create("k1", &["users", "orders"]),
-        String::new(),
-        json!({"request_key": "r3", "ops": [{"op": "delete", "shard": "users", "id": 999_999}]})
-            .to_string(),
-        r#"{"request_key":"bad","ops":[{"op":"create","shard":"users","record":}]}"#.to_owned(),
-        create("k5", &["users"]),
-        create("k1", &["users", "orders"]),
-        create("k1", &["users"]),
-        create("pre", &["users"]),
-    ];
-    let body = lines.join("\n") + "\n";
+    let body = every_kind_of_line();
     drop_in(&spool, "load.jsonl", body.as_bytes());
     let (bytes, got) = bulk_result(&spool, "load.jsonl", Duration::from_secs(30));
-    let numbers: Vec<u64> = got
-        .iter()
-        .map(|r| r["line"].as_u64().unwrap_or(0))
-        .collect();
-    assert_eq!(numbers, [1, 3, 4, 5, 6, 7, 8], "{got:?}");
-    assert_eq!(
-        statuses(&got),
-        [
-            "committed",
-            "rejected",
-            "invalid",
-            "committed",
-            "committed",
-            "conflict",
-            "committed"
-        ]
-    );
-    assert!(
-        got[1]["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("999999")),
-        "{}",
-        got[1]
-    );
-    let err = got[2]["error"].as_str().unwrap_or("");
-    assert!(err.contains("line 4 column 69"), "{err}");
-    assert_eq!(
-        got[4]["ops"], got[0]["ops"],
-        "a duplicate line: the original ids"
-    );
-    assert_eq!(got[4]["lsn"], got[0]["lsn"]);
-    assert_eq!(
-        got[6]["ops"], pre[0]["ops"],
-        "a key first sent as a file: its ids"
-    );
-    let ids: Vec<u64> = [&got[0], &got[3], &pre[0]]
-        .iter()
-        .flat_map(|r| r["ops"].as_array().cloned().unwrap_or_default())
-        .map(|o| o["id"].as_u64().unwrap_or(0))
-        .collect();
-    assert_eq!(
-        ids.iter().collect::<HashSet<_>>().len(),
-        4,
-        "distinct ids: {ids:?}"
-    );
+    check_every_kind(&got, &pre[0]);
     // The input goes a moment after the result (the result first: see serve/bulk.rs).
     wait_for("new/load.jsonl removed", Duration::from_secs(20), || {
         !spool.join("new/load.jsonl").exists()
@@ -146,15 +91,66 @@ fn bulk_file_lines_answer_in_order() {
     // The same lines again under another name: the same answers, byte for byte.
     drop_in(&spool, "again.jsonl", body.as_bytes());
     let (again, _) = bulk_result(&spool, "again.jsonl", Duration::from_secs(30));
+    let same = String::from_utf8_lossy(&again) == String::from_utf8_lossy(&bytes);
+    assert!(same, "{}", String::from_utf8_lossy(&again));
+    let users = json_lines(&data, &["scan", "users"]).len();
+    assert_eq!(users, 3, "nothing twice");
+}
+
+/// Lines 1-8: a commit over two shards, a blank line, a rejected delete, a malformed line,
+/// a commit, a duplicate of line 1, a conflict with line 1, a duplicate of the file `pre`.
+fn every_kind_of_line() -> String {
+    let lines = [
+        create("k1", &["users", "orders"]),
+        String::new(),
+        json!({"request_key": "r3", "ops": [{"op": "delete", "shard": "users", "id": 999_999}]})
+            .to_string(),
+        r#"{"request_key":"bad","ops":[{"op":"create","shard":"users","record":}]}"#.to_owned(),
+        create("k5", &["users"]),
+        create("k1", &["users", "orders"]),
+        create("k1", &["users"]),
+        create("pre", &["users"]),
+    ];
+    lines.join("\n") + "\n"
+}
+
+/// The result lines of [`every_kind_of_line`]; `pre` is the file `pre`'s result.
+fn check_every_kind(got: &[Value], pre: &Value) {
+    let numbers: Vec<u64> = got
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(numbers, [1, 3, 4, 5, 6, 7, 8], "{got:?}");
+    let want = [
+        "committed",
+        "rejected",
+        "invalid",
+        "committed",
+        "committed",
+        "conflict",
+        "committed",
+    ];
+    assert_eq!(statuses(got), want);
+    let reason = got[1]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("999999"), "{reason}");
+    let err = got[2]["error"].as_str().unwrap_or("");
+    assert!(err.contains("line 4 column 69"), "{err}");
     assert_eq!(
-        String::from_utf8_lossy(&again),
-        String::from_utf8_lossy(&bytes)
+        got[4]["ops"], got[0]["ops"],
+        "a duplicate line: the original ids"
     );
+    assert_eq!(got[4]["lsn"], got[0]["lsn"]);
     assert_eq!(
-        json_lines(&data, &["scan", "users"]).len(),
-        3,
-        "nothing twice"
+        got[6]["ops"], pre["ops"],
+        "a key first sent as a file: its ids"
     );
+    let ids: Vec<u64> = [&got[0], &got[3], pre]
+        .iter()
+        .flat_map(|r| r["ops"].as_array().cloned().unwrap_or_default())
+        .map(|o| o["id"].as_u64().unwrap_or(0))
+        .collect();
+    let distinct = ids.iter().collect::<HashSet<_>>().len();
+    assert_eq!(distinct, 4, "distinct ids: {ids:?}");
 }
 
 /// A bulk file of `n` lines: creates over two shards (one or two ops), every 17th line a

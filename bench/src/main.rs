@@ -14,10 +14,12 @@
 #![forbid(unsafe_code)]
 
 mod compaction;
+mod intake;
 mod peer;
 mod replication;
 mod soak;
 mod spool;
+mod stream;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -254,6 +256,7 @@ fn main() -> anyhow::Result<()> {
         Some("--compaction-latency") => return compaction::run(),
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
+        Some("--intake") => return intake::run(),
         Some("--soak-run") => {
             // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
             let name = args.get(2).context("--soak-run NAME DIR")?;
@@ -265,6 +268,13 @@ fn main() -> anyhow::Result<()> {
             let dir = Path::new(args.get(3).context("--soak-probe NAME DIR")?);
             return soak::soak_probe(name, dir);
         }
+        Some("--soak-restart") => {
+            let usage = "--soak-restart NAME DIR N";
+            let name = args.get(2).context(usage)?;
+            let dir = Path::new(args.get(3).context(usage)?);
+            let n = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(5);
+            return soak::soak_restart(name, dir, n);
+        }
         Some("--soak-report") => {
             return soak::soak_report(Path::new(args.get(2).context("--soak-report CSV")?));
         }
@@ -275,7 +285,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--soak | --replication | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--soak | --replication | --intake | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -36,13 +36,7 @@ impl Peer {
             std::fs::create_dir_all(spool.join(d))?;
         }
         let db = dir.join("peer.db");
-        let c = connect(&db)?;
-        c.execute_batch(
-            "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, fingerprint INTEGER NOT NULL, result TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, shard TEXT NOT NULL, body BLOB NOT NULL);
-             CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, op_index INTEGER NOT NULL, op TEXT NOT NULL, shard TEXT NOT NULL, rid INTEGER NOT NULL);",
-        )?;
-        drop(c);
+        drop(create(dir)?);
         let stop = Arc::new(AtomicBool::new(false));
         let inflight: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(HashSet::new()));
         let (tx, rx) = mpsc::sync_channel::<String>(256);
@@ -116,91 +110,171 @@ fn process(conn: &mut Connection, spool: &Path, name: &str) -> anyhow::Result<()
     let Ok(bytes) = std::fs::read(&path) else {
         return Ok(());
     };
-    let result = match roost::batch::parse(&bytes, 1000) {
+    let v = answer(conn, &bytes)?;
+    finish(spool, name, &v)
+}
+
+/// One batch in one transaction (`synchronous=FULL`): its answer, as roost would give it.
+fn answer(conn: &mut Connection, bytes: &[u8]) -> anyhow::Result<serde_json::Value> {
+    let b = match roost::batch::parse(bytes, 1000) {
         Err(inv) => {
-            serde_json::json!({"request_key": inv.request_key, "status": "invalid", "error": inv.error})
+            return Ok(
+                serde_json::json!({"request_key": inv.request_key, "status": "invalid", "error": inv.error}),
+            )
         }
-        Ok(b) => {
-            let fp = roost::batch::fingerprint(&b) as i64;
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let prior: Option<(i64, String)> = tx
-                .query_row(
-                    "SELECT fingerprint, result FROM requests WHERE key = ?1",
-                    params![b.request_key],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let v = match prior {
-                Some((f, r)) if f == fp => serde_json::from_str(&r)?,
-                Some(_) => serde_json::json!({"request_key": b.request_key, "status": "conflict"}),
-                None => {
-                    let mut ops = Vec::new();
-                    let mut rejected = None;
-                    for (i, op) in b.ops.iter().enumerate() {
-                        match op {
-                            roost::batch::BatchOp::Create { shard, record, .. } => {
-                                tx.execute(
-                                    "INSERT INTO records (shard, body) VALUES (?1, ?2)",
-                                    params![shard, record],
-                                )?;
-                                let id = tx.last_insert_rowid();
-                                tx.execute("INSERT INTO audit (key, op_index, op, shard, rid) VALUES (?1, ?2, 'create', ?3, ?4)", params![b.request_key, i as i64, shard, id])?;
-                                ops.push(
-                                    serde_json::json!({"op": "create", "shard": shard, "id": id}),
-                                );
-                            }
-                            roost::batch::BatchOp::Delete { shard, id } => {
-                                let n = tx.execute(
-                                    "DELETE FROM records WHERE id = ?1 AND shard = ?2",
-                                    params![*id as i64, shard],
-                                )?;
-                                if n == 0 {
-                                    rejected = Some(i);
-                                    break;
-                                }
-                                tx.execute("INSERT INTO audit (key, op_index, op, shard, rid) VALUES (?1, ?2, 'delete', ?3, ?4)", params![b.request_key, i as i64, shard, *id as i64])?;
-                                ops.push(
-                                    serde_json::json!({"op": "delete", "shard": shard, "id": id}),
-                                );
-                            }
-                        }
-                    }
-                    match rejected {
-                        Some(i) => {
-                            tx.rollback()?;
-                            let v = serde_json::json!({"request_key": b.request_key, "status": "rejected", "op_index": i});
-                            return finish(spool, name, &v);
-                        }
-                        None => {
-                            let v = serde_json::json!({"request_key": b.request_key, "status": "committed", "ops": ops});
-                            tx.execute("INSERT INTO requests (key, fingerprint, result) VALUES (?1, ?2, ?3)", params![b.request_key, fp, v.to_string()])?;
-                            tx.commit()?;
-                            return finish(spool, name, &v);
-                        }
-                    }
-                }
-            };
-            tx.commit()?;
-            v
-        }
+        Ok(b) => b,
     };
-    finish(spool, name, &result)
+    let fp = roost::batch::fingerprint(&b) as i64;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let prior: Option<(i64, String)> = tx
+        .query_row(
+            "SELECT fingerprint, result FROM requests WHERE key = ?1",
+            params![b.request_key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match prior {
+        Some((f, r)) if f == fp => return Ok(serde_json::from_str(&r)?),
+        Some(_) => {
+            return Ok(serde_json::json!({"request_key": b.request_key, "status": "conflict"}))
+        }
+        None => {}
+    }
+    match apply_ops(&tx, &b)? {
+        Err(i) => {
+            tx.rollback()?;
+            Ok(
+                serde_json::json!({"request_key": b.request_key, "status": "rejected", "op_index": i}),
+            )
+        }
+        Ok(ops) => {
+            let v = serde_json::json!({"request_key": b.request_key, "status": "committed", "ops": ops});
+            tx.execute(
+                "INSERT INTO requests (key, fingerprint, result) VALUES (?1, ?2, ?3)",
+                params![b.request_key, fp, v.to_string()],
+            )?;
+            tx.commit()?;
+            Ok(v)
+        }
+    }
+}
+
+/// The ops with their audit rows; `Err(i)` when op `i` is rejected (a missing id).
+fn apply_ops(
+    tx: &rusqlite::Transaction<'_>,
+    b: &roost::batch::Batch,
+) -> anyhow::Result<Result<Vec<serde_json::Value>, usize>> {
+    let mut ops = Vec::new();
+    for (i, op) in b.ops.iter().enumerate() {
+        match op {
+            roost::batch::BatchOp::Create { shard, record, .. } => {
+                tx.execute(
+                    "INSERT INTO records (shard, body) VALUES (?1, ?2)",
+                    params![shard, record],
+                )?;
+                let id = tx.last_insert_rowid();
+                tx.execute("INSERT INTO audit (key, op_index, op, shard, rid) VALUES (?1, ?2, 'create', ?3, ?4)", params![b.request_key, i as i64, shard, id])?;
+                ops.push(serde_json::json!({"op": "create", "shard": shard, "id": id}));
+            }
+            roost::batch::BatchOp::Delete { shard, id } => {
+                let n = tx.execute(
+                    "DELETE FROM records WHERE id = ?1 AND shard = ?2",
+                    params![*id as i64, shard],
+                )?;
+                if n == 0 {
+                    return Ok(Err(i));
+                }
+                tx.execute("INSERT INTO audit (key, op_index, op, shard, rid) VALUES (?1, ?2, 'delete', ?3, ?4)", params![b.request_key, i as i64, shard, *id as i64])?;
+                ops.push(serde_json::json!({"op": "delete", "shard": shard, "id": id}));
+            }
+        }
+    }
+    Ok(Ok(ops))
+}
+
+/// The peer fed bulk files: each file's lines, one transaction per line (as a line of a
+/// roost bulk file is its own batch), then the file's results written as one `.jsonl`
+/// result file the way roost writes a result (temporary, fsync, rename, fsync of `out/`).
+/// Returns batches per second.
+pub fn bulk(dir: &Path, files: &[(String, Vec<Vec<u8>>)]) -> anyhow::Result<f64> {
+    let out = dir.join("spool").join("out");
+    std::fs::create_dir_all(&out)?;
+    let mut conn = create(dir)?;
+    let start = std::time::Instant::now();
+    let mut n = 0usize;
+    for (name, lines) in files {
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(&answer(&mut conn, line)?.to_string());
+            text.push('\n');
+            n += 1;
+        }
+        write_result(&out, name, text.as_bytes())?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The database at `dir/peer.db` with its tables.
+fn create(dir: &Path) -> anyhow::Result<Connection> {
+    std::fs::create_dir_all(dir)?;
+    let c = connect(&dir.join("peer.db"))?;
+    c.execute_batch(SCHEMA)?;
+    Ok(c)
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, fingerprint INTEGER NOT NULL, result TEXT NOT NULL);
+     CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, shard TEXT NOT NULL, body BLOB NOT NULL);
+     CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, op_index INTEGER NOT NULL, op TEXT NOT NULL, shard TEXT NOT NULL, rid INTEGER NOT NULL);";
+
+/// `out/NAME` durably: a temporary, fsync, rename, fsync of `out/`.
+fn write_result(out: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = out.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, out.join(name))?;
+    std::fs::File::open(out)?.sync_all()?;
+    Ok(())
 }
 
 /// The result file, as roost writes it, then the input removed.
 fn finish(spool: &Path, name: &str, v: &serde_json::Value) -> anyhow::Result<()> {
-    let out = spool.join("out");
-    let tmp = out.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(v.to_string().as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, out.join(name))?;
-    std::fs::File::open(&out)?.sync_all()?;
+    write_result(&spool.join("out"), name, format!("{v}\n").as_bytes())?;
     // Another worker may have taken the same name from a stale listing and finished first
     // (the request key makes the second run a duplicate with the same result).
     match std::fs::remove_file(spool.join("new").join(name)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// The peer fed the lines a stream carries: `conns` threads, each with its own connection,
+/// one transaction per line (the answers go nowhere, as a stream's go to its socket).
+/// Returns batches per second.
+pub fn stream(dir: &Path, lines: &[Vec<u8>], conns: usize) -> anyhow::Result<f64> {
+    drop(create(dir)?);
+    let db = dir.join("peer.db");
+    let per = lines.len().div_ceil(conns.max(1));
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = lines
+            .chunks(per.max(1))
+            .map(|chunk| {
+                let db = db.clone();
+                s.spawn(move || -> anyhow::Result<()> {
+                    let mut conn = connect(&db)?;
+                    for l in chunk {
+                        answer(&mut conn, l)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a peer stream thread panicked"))??;
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    Ok(lines.len() as f64 / start.elapsed().as_secs_f64())
 }

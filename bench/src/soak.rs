@@ -375,7 +375,33 @@ pub fn soak_run(name: &str, dir: &Path) -> anyhow::Result<()> {
         );
     }
     drop(engine);
-    let _ = std::fs::remove_dir_all(dir);
+    if std::env::var_os("ROOST_SOAK_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(())
+}
+
+/// `--soak-restart NAME DIR N`: opens `dir` with run NAME's configuration `n` times (each
+/// a restart without a final checkpoint, as after a kill: nothing is written between) and
+/// prints each recovery's time in ms, then the median. For measuring the restart of kept
+/// soak directories side by side on a quiet machine.
+pub fn soak_restart(name: &str, dir: &Path, n: usize) -> anyhow::Result<()> {
+    let cfg = soak_config(name == "retention", &soak_sizes());
+    let mut ms = Vec::new();
+    for _ in 0..n.max(1) {
+        let engine = open(dir, &cfg)?;
+        ms.push(engine.recovery_report().duration.as_secs_f64() * 1e3);
+        drop(engine);
+    }
+    let mut sorted = ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let text: Vec<String> = ms.iter().map(|m| format!("{m:.0}")).collect();
+    println!(
+        "{}: restarts {} ms, median {:.0} ms",
+        dir.display(),
+        text.join(" "),
+        sorted[sorted.len() / 2]
+    );
     Ok(())
 }
 

@@ -16,7 +16,7 @@ pub struct Workload {
     pub record_bytes: usize,
 }
 
-fn body(key: &str, w: &Workload) -> Vec<u8> {
+pub fn body(key: &str, w: &Workload) -> Vec<u8> {
     let pad = "x".repeat(w.record_bytes.saturating_sub(30));
     let ops: Vec<String> = (0..w.ops)
         .map(|i| {

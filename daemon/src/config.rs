@@ -115,6 +115,18 @@ pub struct Config {
     pub shard_compact_bytes_per_sec: u64,
     /// Replication (`docs/replication.md`): off unless `listen` or `follow` is set.
     pub replication: ReplicationConfig,
+    /// The streaming intake's socket (README "Streaming intake") [default:
+    /// $RUNTIME_DIRECTORY/stream.sock, else <data_dir>/stream.sock].
+    pub stream_socket: Option<PathBuf>,
+    /// Batches one stream connection may have between its request line and its answer
+    /// line; at that many the daemon stops reading the connection until an answer is
+    /// written (back-pressure: a client that does not read its answers stalls only itself).
+    pub stream_in_flight_max: usize,
+    /// Stream connections open at once; one more is answered `unavailable` and closed.
+    pub stream_connections_max: usize,
+    /// A request line longer than this is skipped to its newline without being kept and
+    /// answered `invalid` [default: `spool_file_bytes_max`].
+    pub stream_line_bytes_max: Option<u64>,
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
@@ -142,6 +154,19 @@ pub struct ReplicationConfig {
     /// nodes promoted without hearing of each other never mint the same epoch [default:
     /// derived from `name`; set it when names could collide].
     pub node_id: Option<u8>,
+    /// A standby behind what its primary retains: `auto` (the default) fetches a base
+    /// backup of the primary's last checkpoint at start-up and follows from there (what it
+    /// held is replaced); `manual` stops with exit 78 and the manual procedure.
+    pub reseed: Reseed,
+}
+
+/// See [`ReplicationConfig::reseed`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reseed {
+    #[default]
+    Auto,
+    Manual,
 }
 
 impl Default for ReplicationConfig {
@@ -154,6 +179,7 @@ impl Default for ReplicationConfig {
             when_standby_lost: StandbyLost::Wait,
             name: None,
             node_id: None,
+            reseed: Reseed::Auto,
         }
     }
 }
@@ -258,6 +284,10 @@ impl Default for Config {
             shard_compact_dead_fraction: 0.5,
             shard_compact_bytes_per_sec: 64 << 20,
             replication: ReplicationConfig::default(),
+            stream_socket: None,
+            stream_in_flight_max: 64,
+            stream_connections_max: 64,
+            stream_line_bytes_max: None,
         }
     }
 }
@@ -327,6 +357,14 @@ impl Config {
             ));
         }
         self.validate_bulk()?;
+        if self.stream_in_flight_max == 0
+            || self.stream_connections_max == 0
+            || self.stream_line_bytes_max == Some(0)
+        {
+            return Err(ConfigError::Invalid(
+                "stream_in_flight_max, stream_connections_max and stream_line_bytes_max must be > 0".into(),
+            ));
+        }
         self.validate_replication()
     }
 
@@ -388,6 +426,15 @@ impl Config {
         self.spool_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
+    /// The longest stream request line taken (`stream_line_bytes_max`, else the spool file
+    /// limit: a line is a batch file's JSON).
+    pub fn stream_line_bytes(&self) -> usize {
+        let n = self
+            .stream_line_bytes_max
+            .unwrap_or(self.spool_file_bytes_max);
+        usize::try_from(n).unwrap_or(usize::MAX)
     }
 
     pub fn rescan_interval(&self) -> Duration {

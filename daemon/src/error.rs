@@ -55,6 +55,9 @@ pub const EXIT_IO: i32 = 74;
 pub const EXIT_SOFTWARE: i32 = 70;
 /// Another roost holds the data directory (EX_TEMPFAIL).
 pub const EXIT_LOCKED: i32 = 75;
+/// `submit --stream`: some batch was not taken now (answered `unavailable`, or unanswered
+/// when the connection closed): send it again later under the same key (EX_TEMPFAIL).
+pub const EXIT_UNAVAILABLE: i32 = 75;
 /// The configuration is wrong (EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
 

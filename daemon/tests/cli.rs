@@ -518,6 +518,7 @@ fn drill_finds_no_violation() {
     );
     assert!(text.contains("violations: none"), "{text}");
     assert!(text.contains("kills: 4"), "{text}");
+    assert!(text.contains("streamed: "), "{text}");
     assert!(
         text.contains("died at crash point") || text.contains("crash point"),
         "{text}"

@@ -39,6 +39,15 @@ fn manifest() -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// Asserts that `r`, the answer for `name`, has `status` and an error or reason containing
+/// `err`; returns that error or reason.
+fn assert_answer<'a>(name: &str, r: &'a Value, status: &str, err: &str) -> &'a str {
+    assert_eq!(r["status"], status, "{name}: {r}");
+    let text = r["error"].as_str().or(r["reason"].as_str()).unwrap_or("");
+    assert!(text.contains(err), "{name}: {text:?} lacks {err:?}");
+    text
+}
+
 /// Goal: every corpus file gets exactly the status and error the manifest names, through the
 /// same parse and pipeline the daemon uses (in-process, over the simulated disk).
 #[test]
@@ -172,12 +181,7 @@ fn corpus_into_a_running_daemon() {
     let mut quarantined = 0;
     for (name, (status, err)) in &expect {
         let r: Value = serde_json::from_slice(&std::fs::read(out.join(name)).unwrap()).unwrap();
-        assert_eq!(r["status"], status.as_str(), "{name}: {r}");
-        let text = r["error"].as_str().or(r["reason"].as_str()).unwrap_or("");
-        assert!(
-            text.contains(err.as_str()),
-            "{name}: {text:?} lacks {err:?}"
-        );
+        assert_answer(name, &r, status, err);
         if status == "invalid" {
             assert!(
                 spool.join("failed").join(name).symlink_metadata().is_ok(),
@@ -199,14 +203,7 @@ fn corpus_into_a_running_daemon() {
     let text = String::from_utf8_lossy(&scan.stdout);
     assert_eq!(text.lines().count(), 20, "{text}");
     // Still serving.
-    drop_in(
-        &spool,
-        "after.json",
-        br#"{"request_key":"after","ops":[{"op":"create","shard":"s","record":{}}]}"#,
-    );
-    wait_for("a result after the flood", Duration::from_secs(20), || {
-        out.join("after.json").exists()
-    });
+    drop_and_wait(&spool, "after", Duration::from_secs(20));
     let r: Value = serde_json::from_slice(&std::fs::read(out.join("after.json")).unwrap()).unwrap();
     assert_eq!(r["status"], "committed");
     assert!(child.exited().unwrap().is_none(), "daemon died");
@@ -358,4 +355,49 @@ fn bulk_corpus_into_a_running_daemon() {
     );
     assert!(child.exited().unwrap().is_none(), "daemon died");
     println!("bulk corpus: {} files", expect.len());
+}
+
+/// Goal: the corpus as stream lines (issue 16): every corpus file that is one line, sent as
+/// one request line on one connection of a running daemon, gets the status and error the
+/// manifest names, its error naming its line, and the connection goes on to the valid batch
+/// after them.
+#[test]
+fn corpus_over_a_stream() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let mut input = Vec::new();
+    let mut expect = Vec::new();
+    for (file, status, err) in manifest() {
+        let bytes = std::fs::read(corpus_dir().join(&file)).unwrap();
+        let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        if line.contains(&b'\n') {
+            continue; // more than one line: not a stream request
+        }
+        input.extend_from_slice(line);
+        input.push(b'\n');
+        expect.push((file, status, err));
+    }
+    input.extend(common::stream::batch_line("after-corpus", "s", 1).bytes());
+    // The client skips blank lines; the daemon answers an empty line itself.
+    let s = common::stream::connect(&data, Duration::from_secs(30));
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || std::io::Write::write_all(&mut w, &input))
+    };
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    for (n, (file, status, err)) in expect.iter().enumerate() {
+        let a = common::stream::read_answer(&mut r);
+        let text = assert_answer(file, &a, status, err);
+        if status == "invalid" {
+            let line = format!("stream line {}: ", n + 1);
+            assert!(text.starts_with(&line), "{file}: {text:?}");
+        }
+    }
+    let last = common::stream::read_answer(&mut r);
+    assert_eq!(last["request_key"], "after-corpus");
+    assert_eq!(last["status"], "committed", "{last}");
+    writer.join().unwrap().unwrap();
+    s.shutdown(std::net::Shutdown::Both).unwrap();
+    println!("corpus over a stream: {} lines", expect.len());
 }

@@ -148,15 +148,7 @@ fn permissions_are_checked_and_files_not_world_readable() {
     let data = t.path().join("data");
     {
         let s = serve(t.path(), &[]);
-        let spool = data.join("spool");
-        drop_in(
-            &spool,
-            "a.json",
-            br#"{"request_key":"a","ops":[{"op":"create","shard":"s","record":{}}]}"#,
-        );
-        wait_for("result", Duration::from_secs(10), || {
-            spool.join("out/a.json").exists()
-        });
+        drop_and_wait(&data.join("spool"), "a", Duration::from_secs(10));
         drop(s);
     }
     for sub in ["wal", "audit", "shards/s"] {
@@ -281,4 +273,122 @@ fn name_collision_with_an_existing_result() {
         r1,
         "the first batch's result is still its own"
     );
+}
+
+/// Goal: a stream request line that never ends (200 MB without a newline) costs the daemon
+/// no more memory than the line limit: it is skipped in chunks, answered `invalid` once its
+/// newline comes, and the connection goes on (an invalid UTF-8 line after it, then a valid
+/// batch). Method: the daemon's VmRSS sampled while the line streams in.
+#[test]
+fn stream_never_ending_line_keeps_memory_bounded() {
+    use common::stream::*;
+    use std::io::Write as _;
+    let t = tempfile::tempdir().unwrap();
+    let d = serve(t.path(), &[]);
+    let data = t.path().join("data");
+    let before = rss_kib(d.id());
+    let s = connect(&data, Duration::from_secs(60));
+    let mut w = s.try_clone().unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    let mut peak = before;
+    for _ in 0..200 {
+        w.write_all(&chunk).unwrap();
+        peak = peak.max(rss_kib(d.id()));
+    }
+    w.write_all(b"\n\xff\xfe{}\n").unwrap();
+    w.write_all(batch_line("after-long", "s", 1).as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    peak = peak.max(rss_kib(d.id()));
+    println!("never-ending line: VmRSS {before} KiB before, {peak} KiB at most");
+    assert!(
+        peak < before + 100 * 1024,
+        "the daemon grew from {before} KiB to {peak} KiB on one line"
+    );
+    let mut r = std::io::BufReader::new(s);
+    let long = read_answer(&mut r);
+    assert_eq!(long["status"], "invalid", "{long}");
+    assert_eq!(
+        long["error"],
+        "stream line 1: line is 209715200 bytes, over stream_line_bytes_max 16777216"
+    );
+    let utf8 = read_answer(&mut r);
+    assert!(
+        utf8["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("stream line 2: not UTF-8"),
+        "{utf8}"
+    );
+    let ok = read_answer(&mut r);
+    assert_eq!(ok["status"], "committed", "{ok}");
+}
+
+/// Goal: a stream client that sends 10,000 batches and never reads its answers stalls only
+/// itself: the daemon stops reading it once its answers back up (fewer than the 10,000 are
+/// ever taken), while the spool and another stream connection are served in bounded time,
+/// the daemon's memory stays bounded, and a graceful stop still ends in bounded time.
+#[test]
+fn stream_client_that_never_reads_stalls_only_itself() {
+    use common::stream::*;
+    use std::io::Write as _;
+    let t = tempfile::tempdir().unwrap();
+    let mut d = serve(t.path(), &[]);
+    let data = t.path().join("data");
+    let before = rss_kib(d.id());
+    let hog = connect(&data, Duration::from_secs(5));
+    let mut w = hog.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 0..10_000 {
+            if w.write_all(batch_line(&format!("hog{i}"), "h", 1).as_bytes())
+                .is_err()
+            {
+                return i;
+            }
+        }
+        10_000
+    });
+    // Wait until the hog's batches stop being taken (its answers fill the socket).
+    let mut taken = 0;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = scan(&data, "h").len();
+        if now > 0 && now == taken {
+            break;
+        }
+        taken = now;
+        assert!(Instant::now() < until, "the hog's batches never stalled");
+    }
+    assert!(
+        taken < 10_000,
+        "all 10,000 taken: nothing held the hog back"
+    );
+    let started = Instant::now();
+    drop_and_wait(&data.join("spool"), "beside", Duration::from_secs(20));
+    let input: String = (0..100)
+        .map(|i| batch_line(&format!("other{i}"), "o", 1))
+        .collect();
+    let out = submit_stream(&data, &[], input.into_bytes());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "served slowly beside the hog"
+    );
+    assert_eq!(
+        scan(&data, "h").len(),
+        taken,
+        "the hog moved on without reading"
+    );
+    let rss = rss_kib(d.id());
+    println!("hog: {taken} of 10000 taken; VmRSS {before} KiB before, {rss} KiB with the hog");
+    assert!(rss < before + 100 * 1024, "VmRSS {before} -> {rss} KiB");
+    let stopping = Instant::now();
+    assert_eq!(stop_code(&mut d), Some(0));
+    assert!(
+        stopping.elapsed() < Duration::from_secs(15),
+        "the stop waited on the hog"
+    );
+    drop(hog);
+    assert!(writer.join().unwrap() < 10_000);
 }

@@ -404,9 +404,14 @@ impl<F: FollowerLog> Session<'_, F> {
             Message::Error { message } => {
                 Err(End::Retry(RetryError::LeaderError { leader, message }))
             }
-            Message::Fetch { .. } => Err(self.protocol(format!(
-                "answered a Fetch at lsn {} with a Fetch",
-                sent.fetch_lsn
+            other @ (Message::Fetch { .. }
+            | Message::Snapshot { .. }
+            | Message::SnapshotFile { .. }
+            | Message::SnapshotData { .. }
+            | Message::SnapshotEnd { .. }) => Err(self.protocol(format!(
+                "answered a Fetch at lsn {} with a {}",
+                sent.fetch_lsn,
+                other.name()
             ))),
         }
     }

@@ -13,6 +13,7 @@ pub mod decide;
 mod follow;
 mod log;
 mod serve;
+mod snapshot;
 mod status;
 mod task;
 pub mod testing;
@@ -23,5 +24,9 @@ pub use decide::{follower_truncation, leader_answer, Answer, FetchView, Truncati
 pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
 pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
 pub use serve::{serve_followers, LeaderOptions};
+pub use snapshot::{
+    fetch_snapshot, SnapshotDone, SnapshotError, SnapshotFile, SnapshotOptions, SnapshotSink,
+    SnapshotSource, SNAPSHOT_CHUNK_BYTES,
+};
 pub use status::{FollowerStatus, StatusSnapshot};
 pub use wire::{Message, WireError, PROTOCOL_VERSION};

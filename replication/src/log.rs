@@ -44,6 +44,14 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn disconnected(&self, replica: &str);
     /// A peer knows a higher epoch than this leader's: step down at once.
     fn saw_higher_epoch(&self, epoch: Epoch);
+    /// A base backup for follower `replica` (`snapshot.rs`): a consistent copy of the state
+    /// at the leader's last checkpoint, held still until the source is dropped. By default
+    /// a leader serves none.
+    fn snapshot(&self, replica: &str) -> Result<Box<dyn crate::snapshot::SnapshotSource>, String> {
+        Err(format!(
+            "this leader serves no base backup (asked by {replica})"
+        ))
+    }
 }
 
 /// The follower's side.

@@ -141,8 +141,18 @@ async fn connection_loop<L: LeaderLog>(
     replica: &mut Option<String>,
 ) -> Result<(), ConnError> {
     loop {
-        let Some(fetch) = next_fetch(stream, peer, opts, shutdown).await? else {
-            return Ok(());
+        let fetch = match next_request(stream, peer, opts, shutdown).await? {
+            None => return Ok(()),
+            Some(Request::Fetch(f)) => f,
+            Some(Request::Snapshot {
+                replica,
+                current_epoch,
+            }) => {
+                let max = opts.frame_bytes_max;
+                crate::snapshot::serve_snapshot(stream, peer, log, max, replica, current_epoch)
+                    .await;
+                return Ok(());
+            }
         };
         match replica {
             Some(was) if *was != fetch.replica => {
@@ -165,15 +175,25 @@ async fn connection_loop<L: LeaderLog>(
     }
 }
 
-/// Reads the next `Fetch` within the idle timeout. `None`: the peer closed the connection
-/// or shutdown came. A bad frame or another message is answered with an `Error` (best
-/// effort) and ends the connection.
-async fn next_fetch(
+/// What a follower may send.
+enum Request {
+    Fetch(Fetch),
+    /// A base backup (`snapshot.rs`); the connection ends after it.
+    Snapshot {
+        replica: String,
+        current_epoch: Epoch,
+    },
+}
+
+/// Reads the next `Fetch` (or `Snapshot`) within the idle timeout. `None`: the peer closed
+/// the connection or shutdown came. A bad frame or another message is answered with an
+/// `Error` (best effort) and ends the connection.
+async fn next_request(
     stream: &mut TcpStream,
     peer: SocketAddr,
     opts: &LeaderOptions,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<Option<Fetch>, ConnError> {
+) -> Result<Option<Request>, ConnError> {
     let read = tokio::select! {
         _ = wait_shutdown(shutdown) => return Ok(None),
         r = timeout(opts.idle_timeout, read_frame(stream, opts.frame_bytes_max)) => r,
@@ -192,6 +212,16 @@ async fn next_fetch(
             return Err(ConnError::Wire { peer, what, source });
         }
     };
+    if let Message::Snapshot {
+        replica,
+        current_epoch,
+    } = msg
+    {
+        return Ok(Some(Request::Snapshot {
+            replica,
+            current_epoch,
+        }));
+    }
     let Message::Fetch {
         replica,
         current_epoch,
@@ -206,7 +236,7 @@ async fn next_fetch(
         let _ = send(stream, peer, &Message::Error { message }, opts).await;
         return Err(ConnError::Unexpected { peer, got });
     };
-    Ok(Some(Fetch {
+    Ok(Some(Request::Fetch(Fetch {
         replica,
         view: FetchView {
             current_epoch,
@@ -215,7 +245,7 @@ async fn next_fetch(
         },
         max_bytes: fetch_bytes(max_bytes, opts.frame_bytes_max),
         wait: Duration::from_millis(u64::from(wait_ms)).min(opts.wait_max),
-    }))
+    })))
 }
 
 /// One decoded fetch, with its limits already clamped to the leader's.

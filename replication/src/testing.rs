@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::decide::end_offset_in;
 use crate::log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
+use crate::snapshot::{SnapshotFile, SnapshotSource};
 
 /// Why a `MemLog` call failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,10 @@ struct State {
     higher_epoch_seen: Option<Epoch>,
     disconnects: Vec<String>,
     fail_next: Option<&'static str>,
+    /// What `snapshot` hands out: `(wal_from, [(path, content, size)])`.
+    snapshot: Option<(Lsn, Vec<MemFile>)>,
+    /// Base backups handed out.
+    snapshots_taken: u32,
 }
 
 impl State {
@@ -97,6 +102,18 @@ impl MemLog {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The base backup `snapshot` hands out from now on: files `(path, content, size)` (the
+    /// content is sent, zeros fill the rest of `size`), the follower's log to start at
+    /// `wal_from`.
+    pub fn set_snapshot(&self, wal_from: Lsn, files: Vec<MemFile>) {
+        self.lock().snapshot = Some((wal_from, files));
+    }
+
+    /// How many base backups were handed out.
+    pub fn snapshots_taken(&self) -> u32 {
+        self.lock().snapshots_taken
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -315,6 +332,54 @@ impl LeaderLog for MemLog {
         s.leader = None;
         s.current_epoch = s.current_epoch.max(epoch);
         s.higher_epoch_seen = Some(epoch);
+    }
+    fn snapshot(&self, replica: &str) -> Result<Box<dyn SnapshotSource>, String> {
+        let mut s = self.lock();
+        let (wal_from, files) = s
+            .snapshot
+            .clone()
+            .ok_or_else(|| format!("{}: no base backup set (asked by {replica})", self.name))?;
+        s.snapshots_taken += 1;
+        Ok(Box::new(MemSnapshot {
+            wal_from,
+            files: files.into_iter().rev().collect(),
+            current: None,
+        }))
+    }
+}
+
+/// A file of a `MemLog` base backup: (path, content, size).
+pub type MemFile = (String, Vec<u8>, u64);
+
+/// `MemLog`'s base backup: files handed out from memory.
+struct MemSnapshot {
+    wal_from: Lsn,
+    /// Still to hand out, last first.
+    files: Vec<MemFile>,
+    /// The current file's content and how much of it was read.
+    current: Option<(Vec<u8>, usize)>,
+}
+
+impl SnapshotSource for MemSnapshot {
+    fn wal_from(&self) -> Lsn {
+        self.wal_from
+    }
+    fn next_file(&mut self) -> Result<Option<SnapshotFile>, String> {
+        let Some((path, content, size)) = self.files.pop() else {
+            return Ok(None);
+        };
+        let len = content.len() as u64;
+        self.current = Some((content, 0));
+        Ok(Some(SnapshotFile { path, size, len }))
+    }
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String> {
+        let Some((content, at)) = self.current.as_mut() else {
+            return Err("read before next_file".into());
+        };
+        let n = buf.len().min(content.len() - *at);
+        buf[..n].copy_from_slice(&content[*at..*at + n]);
+        *at += n;
+        Ok(n)
     }
 }
 

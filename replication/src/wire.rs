@@ -41,10 +41,17 @@ pub mod kind {
     pub const OUT_OF_RANGE: u8 = 6;
     pub const NOT_LEADER: u8 = 7;
     pub const ERROR: u8 = 8;
+    pub const SNAPSHOT: u8 = 9;
+    pub const SNAPSHOT_FILE: u8 = 10;
+    pub const SNAPSHOT_DATA: u8 = 11;
+    pub const SNAPSHOT_END: u8 = 12;
 }
 
-/// Every message of the protocol. The follower sends only `Fetch`; the leader answers each
-/// fetch with exactly one of the others.
+/// Every message of the protocol. The follower sends `Fetch`, and the leader answers each
+/// with exactly one of `Records` .. `Error`; or, once on a connection of its own, `Snapshot`,
+/// which the leader answers with a base backup (`SnapshotFile`, its `SnapshotData`, for
+/// every file, then `SnapshotEnd`) or with `NotLeader`, `FencedEpoch`, `UnknownEpoch` or
+/// `Error`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// `fetch_lsn` is the follower's log end: every record below it is durable there (this
@@ -81,6 +88,24 @@ pub enum Message {
     NotLeader { epoch: Epoch },
     /// The leader could not answer (a read failed, a record was too large, ...).
     Error { message: String },
+    /// A follower behind the leader's retained log asks for a base backup.
+    Snapshot {
+        replica: String,
+        current_epoch: Epoch,
+    },
+    /// The next file of a base backup: `path` relative to the data directory, `size` bytes
+    /// on disk, of which the first `len` follow in `SnapshotData` frames (zeros after).
+    SnapshotFile { path: String, size: u64, len: u64 },
+    /// The next bytes of the current file.
+    SnapshotData { data: Vec<u8> },
+    /// The base backup is whole: the follower's log starts at `wal_from`, where the
+    /// leader's checkpoint does, and `files`/`bytes` count what was sent.
+    SnapshotEnd {
+        leader_epoch: Epoch,
+        wal_from: Lsn,
+        files: u32,
+        bytes: u64,
+    },
 }
 
 impl Message {
@@ -95,6 +120,10 @@ impl Message {
             Message::OutOfRange { .. } => kind::OUT_OF_RANGE,
             Message::NotLeader { .. } => kind::NOT_LEADER,
             Message::Error { .. } => kind::ERROR,
+            Message::Snapshot { .. } => kind::SNAPSHOT,
+            Message::SnapshotFile { .. } => kind::SNAPSHOT_FILE,
+            Message::SnapshotData { .. } => kind::SNAPSHOT_DATA,
+            Message::SnapshotEnd { .. } => kind::SNAPSHOT_END,
         }
     }
 
@@ -115,6 +144,10 @@ pub fn kind_name(kind: u8) -> &'static str {
         kind::OUT_OF_RANGE => "OutOfRange",
         kind::NOT_LEADER => "NotLeader",
         kind::ERROR => "Error",
+        kind::SNAPSHOT => "Snapshot",
+        kind::SNAPSHOT_FILE => "SnapshotFile",
+        kind::SNAPSHOT_DATA => "SnapshotData",
+        kind::SNAPSHOT_END => "SnapshotEnd",
         _ => "unknown",
     }
 }
@@ -227,6 +260,30 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
         Message::OutOfRange { log_start } => out.extend_from_slice(&log_start.to_le_bytes()),
         Message::NotLeader { epoch } => out.extend_from_slice(&epoch.to_le_bytes()),
         Message::Error { message } => put_bytes(out, message.as_bytes()),
+        Message::Snapshot {
+            replica,
+            current_epoch,
+        } => {
+            put_bytes(out, replica.as_bytes());
+            out.extend_from_slice(&current_epoch.to_le_bytes());
+        }
+        Message::SnapshotFile { path, size, len } => {
+            put_bytes(out, path.as_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+        Message::SnapshotData { data } => put_bytes(out, data),
+        Message::SnapshotEnd {
+            leader_epoch,
+            wal_from,
+            files,
+            bytes,
+        } => {
+            out.extend_from_slice(&leader_epoch.to_le_bytes());
+            out.extend_from_slice(&wal_from.to_le_bytes());
+            out.extend_from_slice(&files.to_le_bytes());
+            out.extend_from_slice(&bytes.to_le_bytes());
+        }
     }
 }
 
@@ -300,6 +357,24 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Message, WireError> {
         },
         kind::ERROR => Message::Error {
             message: r.string("message")?,
+        },
+        kind::SNAPSHOT => Message::Snapshot {
+            replica: r.string("replica")?,
+            current_epoch: r.u32("current_epoch")?,
+        },
+        kind::SNAPSHOT_FILE => Message::SnapshotFile {
+            path: r.string("path")?,
+            size: r.u64("size")?,
+            len: r.u64("len")?,
+        },
+        kind::SNAPSHOT_DATA => Message::SnapshotData {
+            data: r.bytes("data")?.to_vec(),
+        },
+        kind::SNAPSHOT_END => Message::SnapshotEnd {
+            leader_epoch: r.u32("leader_epoch")?,
+            wal_from: r.u64("wal_from")?,
+            files: r.u32("files")?,
+            bytes: r.u64("bytes")?,
         },
         other => return Err(WireError::UnknownKind(other)),
     })
@@ -501,6 +576,22 @@ mod tests {
             any::<u64>().prop_map(|log_start| Message::OutOfRange { log_start }),
             any::<u32>().prop_map(|epoch| Message::NotLeader { epoch }),
             ".{0,40}".prop_map(|message| Message::Error { message }),
+            (".{0,20}", any::<u32>()).prop_map(|(replica, current_epoch)| Message::Snapshot {
+                replica,
+                current_epoch
+            }),
+            (".{0,40}", any::<u64>(), any::<u64>())
+                .prop_map(|(path, size, len)| Message::SnapshotFile { path, size, len }),
+            proptest::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|data| Message::SnapshotData { data }),
+            (any::<u32>(), any::<u64>(), any::<u32>(), any::<u64>()).prop_map(
+                |(leader_epoch, wal_from, files, bytes)| Message::SnapshotEnd {
+                    leader_epoch,
+                    wal_from,
+                    files,
+                    bytes
+                }
+            ),
         ]
     }
 
@@ -525,7 +616,7 @@ mod tests {
         /// Random bodies behind a valid header (right crc, version, any type) exercise the
         /// body decoders rather than the checksum.
         #[test]
-        fn garbage_body_never_panics(kind in 0u8..10, body in proptest::collection::vec(any::<u8>(), 0..256)) {
+        fn garbage_body_never_panics(kind in 0u8..14, body in proptest::collection::vec(any::<u8>(), 0..256)) {
             let mut frame = vec![0u8; 4];
             frame.push(PROTOCOL_VERSION);
             frame.push(kind);

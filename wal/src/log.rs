@@ -460,6 +460,51 @@ impl Wal {
             .collect()
     }
 
+    /// The log's segment files and how many leading bytes of each hold complete records
+    /// now: a sealed segment all of them, the active one up to its write offset (taken under
+    /// the append lock, and every append writes its whole frame under it). A copy of those
+    /// bytes of every file, zeros after, is a log a crash could have left: complete records
+    /// only, no hole, whatever is appended meanwhile (a base backup for a standby). The
+    /// caller keeps segments from being retired while it copies.
+    pub fn extent(&self) -> Vec<(PathBuf, u64)> {
+        let g = self.lock();
+        let active = g.active.as_ref().map(|a| (a.first_lsn, a.write_offset));
+        g.segments
+            .iter()
+            .map(|s| match active {
+                Some((first, offset)) if first == s.first_lsn => (s.path.clone(), offset),
+                _ => (s.path.clone(), self.opts.segment_bytes),
+            })
+            .collect()
+    }
+
+    /// Makes `dir` (which must hold no segment) a log whose first record will be `first_lsn`:
+    /// one empty, preallocated segment named for it, synced with its directory. For a
+    /// standby re-seeded from a checkpoint: its WAL starts where the primary's checkpoint
+    /// does.
+    pub fn create_at(
+        storage: &dyn Storage,
+        dir: &Path,
+        opts: &WalOptions,
+        first_lsn: Lsn,
+    ) -> Result<(), WalError> {
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| WalError::Io { op, path, source }
+        };
+        storage.create_dir_all(dir).map_err(io("create dir", dir))?;
+        if !list_segments(storage, dir, false)?.is_empty() {
+            return Err(WalError::Config(format!(
+                "{} already holds segments: a log is created at lsn {first_lsn} only in an empty directory",
+                dir.display()
+            )));
+        }
+        let path = dir.join(segment_name(first_lsn.max(1)));
+        preallocate(storage, &path, opts.segment_bytes, false)
+            .map_err(io("create segment", &path))?;
+        storage.sync_dir(dir).map_err(io("sync dir", dir))
+    }
+
     /// The size every segment is preallocated to.
     pub fn segment_bytes(&self) -> u64 {
         self.opts.segment_bytes

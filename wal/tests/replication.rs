@@ -538,3 +538,68 @@ fn truncate_from_on_real_disk() {
         .iter()
         .all(|(l, _, p)| *p == if *l < cut { old(*l) } else { new(*l) }));
 }
+
+/// Copies the first `len` bytes of every file `extent` names into `to` (zeros after, the
+/// file as large as the original), as a base backup does.
+fn copy_extent(disk: &SimStorage, extent: &[(std::path::PathBuf, u64)], to: &std::path::Path) {
+    use roost_storage::{OpenMode, Storage};
+    disk.create_dir_all(to).unwrap();
+    for (path, len) in extent.iter().cloned() {
+        let src = disk.open(&path, OpenMode::Read).unwrap();
+        let size = src.len().unwrap();
+        let mut buf = vec![0u8; len as usize];
+        src.read_at(&mut buf, 0).unwrap();
+        let dst = disk
+            .open(&to.join(path.file_name().unwrap()), OpenMode::CreateNew)
+            .unwrap();
+        dst.allocate(size).unwrap();
+        dst.write_at(&buf, 0).unwrap();
+        dst.sync_data().unwrap();
+    }
+    disk.sync_dir(to).unwrap();
+}
+
+/// Goal: `extent` names the bytes of the records appended before it was taken, synced or
+/// not. A copy of them made after more appends landed (as a base backup copies while the
+/// daemon runs) opens as exactly those records; and `create_at` makes an empty log whose
+/// first append takes the given lsn.
+#[test]
+fn extent_copies_open_as_the_records_before_them_and_create_at_starts_at_its_lsn() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(256)).unwrap();
+    for i in 0..9u64 {
+        wal.append_nowait(1, &old(i + 1)).unwrap();
+    }
+    wal.sync_to(5).unwrap();
+    let extent = wal.extent();
+    assert!(extent.len() > 1, "the records span segments: {extent:?}");
+    assert!(
+        extent.last().unwrap().1 < 256,
+        "the active segment is copied in part"
+    );
+    for i in 10..13u64 {
+        wal.append_nowait(1, &old(i)).unwrap();
+    }
+    let to = std::path::PathBuf::from("/sim/copy");
+    copy_extent(&disk, &extent, &to);
+    let copy = Wal::open_with(Arc::new(disk.clone()), &to, opts(256)).unwrap();
+    let got: Vec<(Lsn, Vec<u8>)> = records(&copy).into_iter().map(|r| (r.0, r.2)).collect();
+    let want: Vec<(Lsn, Vec<u8>)> = (1..=9).map(|l| (l, old(l))).collect();
+    assert_eq!(got, want);
+
+    let fresh = std::path::PathBuf::from("/sim/fresh");
+    Wal::create_at(&disk, &fresh, &opts(256), 40).unwrap();
+    let w = Wal::open_with(Arc::new(disk.clone()), &fresh, opts(256)).unwrap();
+    assert_eq!(
+        (w.first_lsn(), w.next_lsn(), w.last_record_epoch()),
+        (40, 40, 0)
+    );
+    assert_eq!(w.append(1, b"x").unwrap(), 40);
+    drop(w);
+    let w = Wal::open_with(Arc::new(disk.clone()), &fresh, opts(256)).unwrap();
+    assert_eq!(w.next_lsn(), 41);
+    assert!(
+        Wal::create_at(&disk, &fresh, &opts(256), 50).is_err(),
+        "not over a log"
+    );
+}

@@ -3,6 +3,7 @@
 //! cannot (see `systemd/roost.service`); [`exit_code`] is the one mapping from a failure to
 //! its code. One file per command group: `serve` (the daemon, permissions, recovery
 //! progress), `read` (`get`, `scan`, `audit`, `wal dump`), `submit` (delivery and waiting),
+//! `stream` (`submit --stream`, the stream socket's client),
 //! `status` (the control socket), `check` (`verify`, `drill`). This module only parses and
 //! dispatches; it never touches the data directory itself.
 
@@ -10,6 +11,7 @@ mod check;
 mod read;
 mod serve;
 mod status;
+mod stream;
 mod submit;
 
 use std::path::PathBuf;
@@ -59,16 +61,33 @@ pub enum Command {
     /// Make the standby running on this data directory the primary of a new epoch: it stops
     /// following, finishes the batches it holds claims for, and opens its spool.
     Promote,
-    /// Deliver batch files safely (tmp/, fsync, rename into new/, fsync the directory).
+    /// Deliver batch files safely (tmp/, fsync, rename into new/, fsync the directory), or
+    /// with --stream send batch lines from stdin over the stream socket.
     Submit {
         /// Wait for each result and print it; exit 0 if all committed, 1 if any was rejected
         /// or conflicted, 2 on invalid input or error.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "stream")]
         wait: bool,
-        /// With --wait: give up after this many seconds (exit 2).
+        /// With --wait: give up after this many seconds (exit 2). With --stream: give up when
+        /// no answer came for this long while batches wait for one (exit 2).
         #[arg(long, value_name = "SECS", default_value_t = 60)]
         timeout: u64,
-        #[arg(required = true, value_name = "FILE")]
+        /// Read one batch JSON per line from stdin, send them over the daemon's stream
+        /// socket (many in flight at once) and print one answer line per batch, in order.
+        /// Exit 0 if all committed, 1 if any was rejected or conflicted, 2 on invalid input,
+        /// a timeout or no daemon to connect to, 75 if any was not taken now (unavailable,
+        /// or unanswered when the connection closed): send those again under the same keys.
+        #[arg(long)]
+        stream: bool,
+        /// With --stream: the stream socket [default: `stream_socket`, else
+        /// $RUNTIME_DIRECTORY/stream.sock, else <data-dir>/stream.sock].
+        #[arg(long, value_name = "PATH", requires = "stream")]
+        socket: Option<PathBuf>,
+        #[arg(
+            required_unless_present = "stream",
+            conflicts_with = "stream",
+            value_name = "FILE"
+        )]
         files: Vec<PathBuf>,
     },
     /// Ask the running daemon (over its control socket) for its state: epoch, last lsn,
@@ -215,9 +234,16 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Promote => status::promote(&cfg),
         Command::Submit {
+            stream: true,
+            socket,
+            timeout,
+            ..
+        } => stream::submit_stream(&cfg, socket.as_deref(), Duration::from_secs(*timeout)),
+        Command::Submit {
             wait,
             timeout,
             files,
+            ..
         } => submit::submit(&cfg, *wait, Duration::from_secs(*timeout), files),
         Command::Status { json, metrics } => status::status(&cfg, *json, *metrics),
         Command::Get { shard, id } => read::get(&cfg, shard, *id),

@@ -22,6 +22,9 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     let data_dir = cfg.data_dir.clone();
     let crash = crate::pipeline::crash::EnvCrash::from_env()
         .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
+    // A re-seed a stop interrupted is finished (or its partial download removed) before
+    // anything opens the data directory, whatever the role now.
+    crate::replica::reseed::resume(&cfg)?;
     if cfg.replication.is_standby() {
         notify::status("standby: reconciling with the primary");
         standby_start(&cfg)?;
@@ -56,14 +59,80 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
 const RECONCILE_WAIT: Duration = Duration::from_secs(5);
 
 /// A standby's start-up with the engine closed (`replica::cut`): the effects past the WAL's
-/// end are cut; then, if the primary answers, every record it does not have is cut too,
+/// end are cut, then the reconcile phase asks the primary and cuts what diverges, repeating
 /// until the logs agree. A primary that does not answer within [`RECONCILE_WAIT`] is not
-/// waited for: a later diverging answer stops the standby, and its next start cuts.
+/// waited for: a later diverging answer stops the standby, and its next start cuts. A
+/// standby behind what the primary retains is re-seeded from its base backup (`reseed =
+/// "auto"`, `replica::reseed`) and reconciles once more.
 fn standby_start(cfg: &Config) -> anyhow::Result<()> {
-    use roost_replication::{FollowEnd, FollowError, FollowerOptions, FollowerStatus};
+    use crate::config::Reseed;
+    let addr = cfg.replication.follow.clone().unwrap_or_default();
+    match reconcile_once(cfg, &addr)? {
+        None => Ok(()),
+        Some((e, _)) if cfg.replication.reseed == Reseed::Manual => Err(e.into()),
+        Some((_, epoch)) => {
+            notify::status("standby: fetching a base backup from the primary");
+            crate::replica::reseed::reseed(cfg, &addr, epoch)?;
+            match reconcile_once(cfg, &addr)? {
+                None => Ok(()),
+                Some((e, _)) => Err(e.into()),
+            }
+        }
+    }
+}
+
+/// One reconcile. `Some((the re-seed error, the epoch this node knows))` when this standby
+/// is behind what the primary retains (or diverges below its own checkpoint).
+fn reconcile_once(
+    cfg: &Config,
+    addr: &str,
+) -> anyhow::Result<Option<(crate::error::EngineError, u32)>> {
+    use crate::error::EngineError;
+    use roost_replication::{FollowEnd, FollowError, FollowerLog};
     let cutter = Arc::new(crate::replica::cut::Cutter::open(cfg)?);
     cutter.cut_past_end()?;
-    let addr = cfg.replication.follow.clone().unwrap_or_default();
+    let r = reconcile_with(cfg, addr, &cutter)?;
+    let cut = cutter.cut.load(std::sync::atomic::Ordering::Relaxed);
+    let epoch = cutter.current_epoch();
+    match r {
+        Ok(FollowEnd::Reconciled { log_end, .. }) => {
+            tracing::info!(primary = %addr, records_cut = cut, log_end, "standby: this log agrees with the primary's")
+        }
+        Ok(FollowEnd::Shutdown) => {
+            tracing::warn!(primary = %addr, "standby: the primary did not answer; serving what this node holds")
+        }
+        Err(FollowError::Log {
+            source: e @ EngineError::NeedsReseed(_),
+            ..
+        }) => return Ok(Some((e, epoch))),
+        Err(FollowError::Log { source, .. }) => {
+            return Err(source).context("reconciling with the primary")
+        }
+        Err(e @ FollowError::NeedsReseed { .. }) => {
+            return Ok(Some((crate::replica::reseed(e.to_string()), epoch)))
+        }
+        Err(e @ FollowError::StaleLeader { .. }) => {
+            return Err(EngineError::StaleLeader(e.to_string()).into())
+        }
+        Err(e) => {
+            let e = EngineError::Replication(format!("reconciling with {addr}: {e}"));
+            return Err(e.into());
+        }
+    }
+    Ok(None)
+}
+
+type ReconcileResult =
+    Result<roost_replication::FollowEnd, roost_replication::FollowError<crate::error::EngineError>>;
+
+/// The protocol's reconcile against `addr`, given up on after [`RECONCILE_WAIT`] without an
+/// answer (down, or frozen with its socket still accepting).
+fn reconcile_with(
+    cfg: &Config,
+    addr: &str,
+    cutter: &Arc<crate::replica::cut::Cutter>,
+) -> anyhow::Result<ReconcileResult> {
+    use roost_replication::{FollowerOptions, FollowerStatus};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -71,9 +140,9 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
     let opts = FollowerOptions::new(cfg.replication.node_name());
     let status = Arc::new(FollowerStatus::new());
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let r = rt.block_on(async {
+    Ok(rt.block_on(async {
         let reconcile = roost_replication::reconcile(
-            addr.clone(),
+            addr.to_owned(),
             cutter.clone(),
             opts,
             stop_rx,
@@ -83,7 +152,6 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
         tokio::select! {
             r = &mut reconcile => r,
             _ = tokio::time::sleep(RECONCILE_WAIT) => {
-                // No answer yet (down, or frozen with its socket still accepting): stop asking.
                 // A reconcile that got answers (cutting) finishes first.
                 if status.snapshot().last_fetch_unix_ms == 0 {
                     let _ = stop.send(true);
@@ -91,31 +159,7 @@ fn standby_start(cfg: &Config) -> anyhow::Result<()> {
                 reconcile.await
             }
         }
-    });
-    drop(rt);
-    let cut = cutter.cut.load(std::sync::atomic::Ordering::Relaxed);
-    match r {
-        Ok(FollowEnd::Reconciled { log_end, .. }) => {
-            tracing::info!(primary = %addr, records_cut = cut, log_end, "standby: this log agrees with the primary's")
-        }
-        Ok(FollowEnd::Shutdown) => {
-            tracing::warn!(primary = %addr, "standby: the primary did not answer; serving what this node holds")
-        }
-        Err(FollowError::Log { source, .. }) => {
-            return Err(source).context("reconciling with the primary")
-        }
-        Err(e @ FollowError::NeedsReseed { .. }) => {
-            return Err(crate::replica::reseed(e.to_string()).into())
-        }
-        Err(e @ FollowError::StaleLeader { .. }) => {
-            return Err(crate::error::EngineError::StaleLeader(e.to_string()).into())
-        }
-        Err(e) => {
-            let e = crate::error::EngineError::Replication(format!("reconciling with {addr}: {e}"));
-            return Err(e.into());
-        }
-    }
-    Ok(())
+    }))
 }
 
 /// Recovery progress: a bar when a person is watching (stderr is a terminal), and STATUS=

@@ -95,6 +95,12 @@ fn status_text(v: &serde_json::Value) -> String {
         v["result_rounds"],
         v["results_per_round"].as_f64().unwrap_or(0.0)
     );
+    let st = &v["stream"];
+    let _ = writeln!(
+        out,
+        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable)",
+        st["connections"], st["connections_total"], st["refused"], st["answers"], st["unavailable"]
+    );
     let ms = |phase: &str, q: &str| {
         v["latency_ms"][phase][q]
             .as_f64()

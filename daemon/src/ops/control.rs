@@ -20,16 +20,33 @@ use crate::pipeline::{now_ms, Engine};
 /// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
 /// `control_socket` overrides both.
 pub fn socket_path(cfg: &Config) -> PathBuf {
-    if let Some(p) = &cfg.control_socket {
-        return p.clone();
+    runtime_socket(cfg.control_socket.as_deref(), "roost.sock", &cfg.data_dir)
+}
+
+/// Where one of roost's client sockets lives: `configured` if set, else `NAME` in
+/// `$RUNTIME_DIRECTORY` (its first entry) under systemd, else in the data directory.
+pub fn runtime_socket(configured: Option<&Path>, name: &str, data_dir: &Path) -> PathBuf {
+    if let Some(p) = configured {
+        return p.to_path_buf();
     }
     match std::env::var_os("RUNTIME_DIRECTORY") {
         Some(v) if !v.is_empty() => {
             let s = v.to_string_lossy().into_owned();
-            PathBuf::from(s.split(':').next().unwrap_or(".")).join("roost.sock")
+            PathBuf::from(s.split(':').next().unwrap_or(".")).join(name)
         }
-        _ => cfg.data_dir.join("roost.sock"),
+        _ => data_dir.join(name),
     }
+}
+
+/// Binds one of roost's client sockets (the control socket, the stream socket): a stale one
+/// removed first (the data directory lock guarantees no other daemon owns it), then mode
+/// 0660 (the daemon's group; the umask never widens it). Call from within the runtime.
+pub fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
 }
 
 /// Everything `roost status --json` shows.
@@ -71,6 +88,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
         "healthy": !engine.is_failed(),
         "intake": intake_json(engine),
+        "stream": stream_json(engine),
         "checkpoint": checkpoint_json(engine),
         "live_keys": engine.live_keys(),
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
@@ -113,6 +131,69 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
     }
 }
 
+/// The streaming intake: connections open, accepted and refused since start, answer lines
+/// sent (of which `unavailable`).
+fn stream_json(engine: &Engine) -> serde_json::Value {
+    let s = &engine.stats.stream;
+    json!({
+        "connections": s.connections.load(Ordering::Relaxed),
+        "connections_total": s.connections_total.load(Ordering::Relaxed),
+        "refused": s.refused.load(Ordering::Relaxed),
+        "answers": s.answers.load(Ordering::Relaxed),
+        "unavailable": s.unavailable.load(Ordering::Relaxed),
+    })
+}
+
+/// The streaming intake's figures in Prometheus text.
+fn write_stream(out: &mut String, engine: &Engine) {
+    let s = &engine.stats.stream;
+    let figures = [
+        (
+            "roost_stream_connections",
+            "gauge",
+            "Stream connections open now.",
+            &s.connections,
+        ),
+        (
+            "roost_stream_connections_total",
+            "counter",
+            "Stream connections accepted since start.",
+            &s.connections_total,
+        ),
+        (
+            "roost_stream_refused_total",
+            "counter",
+            "Stream connections refused over stream_connections_max since start.",
+            &s.refused,
+        ),
+        (
+            "roost_stream_answers_total",
+            "counter",
+            "Answer lines sent on stream connections since start.",
+            &s.answers,
+        ),
+        (
+            "roost_stream_unavailable_total",
+            "counter",
+            "Stream answers 'unavailable' (not taken now; retry under the same key).",
+            &s.unavailable,
+        ),
+    ];
+    write_unlabelled(
+        out,
+        figures.map(|(n, k, h, v)| (n, k, h, v.load(Ordering::Relaxed))),
+    );
+}
+
+/// Metrics without labels, one sample each: (name, type, help, value).
+fn write_unlabelled<const N: usize>(out: &mut String, figures: [(&str, &str, &str, u64); N]) {
+    for (name, kind, help, value) in figures {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
 /// The last checkpoint: where recovery starts, its age; `null` before the first.
 fn checkpoint_json(engine: &Engine) -> serde_json::Value {
     match engine.last_checkpoint() {
@@ -147,11 +228,7 @@ pub fn metrics_text(engine: &Engine) -> String {
             v.load(Ordering::Relaxed)
         );
     }
-    for (name, kind, help, value) in samples(engine) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        let _ = writeln!(out, "{name} {value}");
-    }
+    write_unlabelled(&mut out, samples(engine));
     let _ = writeln!(
         out,
         "# HELP roost_disk_bytes Bytes on disk per part (preallocated)."
@@ -161,6 +238,7 @@ pub fn metrics_text(engine: &Engine) -> String {
         let _ = writeln!(out, "roost_disk_bytes{{part=\"{part}\"}} {n}");
     }
     write_compaction(&mut out, engine);
+    write_stream(&mut out, engine);
     write_replication(&mut out, engine);
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");
@@ -213,11 +291,7 @@ fn write_replication(out: &mut String, engine: &Engine) {
             u64::from(engine.waiting_for_standby()),
         ),
     ];
-    for (name, kind, help, value) in figures {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        let _ = writeln!(out, "{name} {value}");
-    }
+    write_unlabelled(out, figures);
     let _ = writeln!(out, "# HELP roost_replication_role 1 for this node's role.");
     let _ = writeln!(out, "# TYPE roost_replication_role gauge");
     let _ = writeln!(
@@ -370,13 +444,10 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
     ]
 }
 
-/// Binds the control socket (removing a stale one: the data directory lock guarantees no
-/// other daemon owns it), mode 0660, and answers requests until the task is dropped.
+/// Binds the control socket ([`bind_socket`]) and answers requests until the task is
+/// dropped.
 pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    let listener = bind_socket(&path)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let engine = engine.clone();

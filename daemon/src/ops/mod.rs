@@ -1,10 +1,12 @@
 //! What an operator uses beside the pipeline: the control socket with `status` and
 //! Prometheus metrics (`control`), the systemd notify protocol (`notify`), the offline
 //! invariant check (`verify`), the crash-recovery drill (`drill`) and `roost serve` as a child
-//! process (`child`: the drill's, public so black-box tests can start the daemon the same way).
+//! process (`child`: the drill's, public so black-box tests can start the daemon the same way),
+//! and the streaming intake's protocol (`stream`: socket, line framing, answer shapes).
 
 pub mod child;
 pub mod control;
 pub mod drill;
 pub mod notify;
+pub mod stream;
 pub mod verify;

@@ -58,6 +58,10 @@ impl Engine {
         // One at a time; the state lock is only held for moments (status reads it).
         let _one = lock(&self.checkpoint_running);
         self.check()?;
+        if self.backup_gate.backup_running() {
+            // A base backup copies the files as they are (`backup.rs`): the next one runs.
+            return Ok(None);
+        }
         let (last, keys_through, last_at_ms, wal_bytes) = {
             let st = lock(&self.checkpoints);
             let wal_bytes = self.wal.append_bytes() + st.found_at_open;
@@ -87,10 +91,11 @@ impl Engine {
             std::sync::atomic::Ordering::Relaxed,
         );
         self.point_keys_at_table(&moved);
-        let retired = self
-            .wal
-            .retire_below(c.wal_from)
-            .inspect_err(|_| self.fail())?;
+        // A standby just re-seeded starts its log at a pinned lsn (`backup.rs`).
+        let keep = c
+            .wal_from
+            .min(self.backup_pins.lowest().unwrap_or(Lsn::MAX));
+        let retired = self.wal.retire_below(keep).inspect_err(|_| self.fail())?;
         self.hit(Step::AfterWalRetired.at())?;
         let (forgot, audit_retired) = self.retire_tables(now, &c)?;
         info!(

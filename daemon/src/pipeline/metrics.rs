@@ -24,6 +24,23 @@ pub struct Stats {
     pub last_progress_ms: AtomicU64,
     /// Times intake paused because a log had no room for its next segment.
     pub intake_pauses: AtomicU64,
+    /// The streaming intake's figures (kept by `serve/stream.rs`).
+    pub stream: StreamStats,
+}
+
+/// The streaming intake (README "Streaming intake"): connections and answer lines.
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    /// Connections open now.
+    pub connections: AtomicU64,
+    /// Connections accepted since start (those refused over `stream_connections_max` too).
+    pub connections_total: AtomicU64,
+    /// Connections refused because `stream_connections_max` were open.
+    pub refused: AtomicU64,
+    /// Answer lines computed since start, whatever their status.
+    pub answers: AtomicU64,
+    /// Of those, `unavailable` answers (not taken now: retry under the same key).
+    pub unavailable: AtomicU64,
 }
 
 /// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).

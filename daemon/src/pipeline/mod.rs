@@ -20,6 +20,7 @@
 //! `names` (spool names reused during a tail), `room` (intake pauses on a full disk).
 
 mod apply;
+pub mod backup;
 mod checkpoint;
 pub mod crash;
 mod finish;
@@ -152,6 +153,10 @@ pub struct Engine {
     /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
     /// every batch is finished and never applied again.
     compact_horizon: Arc<std::sync::atomic::AtomicU64>,
+    /// Base backups running and compaction steps running (`backup.rs`).
+    backup_gate: Arc<backup::BackupGate>,
+    /// WAL lsns kept for standbys that were just re-seeded (`backup.rs`).
+    backup_pins: backup::Pins,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
     /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
@@ -235,6 +240,8 @@ impl Engine {
             checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            backup_gate: Arc::default(),
+            backup_pins: backup::Pins::default(),
             shards: Mutex::new(HashMap::new()),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
@@ -322,6 +329,7 @@ impl Engine {
             stats: self.stats.clone(),
             opened: self.opened,
             horizon: self.compact_horizon.clone(),
+            gate: self.backup_gate.clone(),
             compact_rate: self.config.shard_compact_bytes_per_sec,
             compact_dead: self.config.shard_compact_dead_fraction,
         };

@@ -84,6 +84,8 @@ pub struct OwnerContext {
     pub opened: Instant,
     /// Compaction: only lsns at or below this (the last checkpoint) are compacted.
     pub horizon: Arc<AtomicU64>,
+    /// Compaction waits while a base backup copies the segments.
+    pub gate: Arc<super::backup::BackupGate>,
     /// Compaction: bytes per second (0: off) and the dead fraction that triggers it.
     pub compact_rate: u64,
     pub compact_dead: f64,
@@ -333,7 +335,12 @@ impl Owner {
             horizon_lsn: self.ctx.horizon.load(Ordering::Relaxed),
             dead_fraction_min: self.ctx.compact_dead,
         };
-        match self.shard.compact_step(&o) {
+        if !self.ctx.gate.try_compact() {
+            return;
+        }
+        let step = self.shard.compact_step(&o);
+        self.ctx.gate.compaction_done();
+        match step {
             Ok(CompactProgress::Finished {
                 reclaimed_bytes, ..
             }) => {

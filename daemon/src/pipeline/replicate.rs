@@ -327,6 +327,7 @@ impl Engine {
         e.last_fetch = Instant::now();
         e.connected = true;
         drop(s);
+        self.backup_pins.fetched(name, fetch_lsn);
         self.note_position();
         self.repl.acked_cv.notify_all();
         self.high_watermark()
@@ -498,7 +499,7 @@ impl Engine {
 
     /// The epoch of the WAL's last record (0 when empty).
     pub fn last_epoch(&self) -> u32 {
-        self.wal.last_record_epoch()
+        crate::replica::last_epoch(&self.wal, &lock(&self.repl.epochs))
     }
 
     /// What this standby knows of its primary (`None` on a primary).

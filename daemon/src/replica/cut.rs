@@ -226,7 +226,8 @@ impl FollowerLog for Cutter {
     }
 
     fn last_epoch(&self) -> Epoch {
-        self.wal.last_record_epoch()
+        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        super::last_epoch(&self.wal, &epochs)
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {

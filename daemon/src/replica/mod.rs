@@ -7,7 +7,9 @@
 //! (`FollowError::Diverged`, exit 74), and the next start cuts, with the engine closed, so
 //! no reader or shard owner ever sees records disappear under it.
 
+pub mod backup;
 pub mod cut;
+pub mod reseed;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,29 @@ pub fn reseed(detail: String) -> EngineError {
          (without spool/, LOCK and roost.sock) over this one, start the primary, then this standby \
          (docs/replication.md, \"Re-seeding a standby\")"
     ))
+}
+
+/// A running standby behind what its primary retains: under `reseed = "auto"` it stops with
+/// the I/O class (exit 74; systemd restarts it) and its next start re-seeds; under
+/// `"manual"`, [`reseed`]'s instructions (exit 78).
+pub fn behind(cfg: &crate::config::Config, detail: String) -> EngineError {
+    match cfg.replication.reseed {
+        crate::config::Reseed::Auto => EngineError::Replication(format!(
+            "{detail}; the next start re-seeds this standby from the primary's base backup \
+             (reseed = \"auto\")"
+        )),
+        crate::config::Reseed::Manual => reseed(detail),
+    }
+}
+
+/// The epoch of the WAL's last record; for a WAL that holds none yet (a re-seeded standby's
+/// starts empty at the checkpoint's lsn) the epoch of the record before it, which
+/// `LEADER_EPOCHS` keeps.
+pub fn last_epoch(wal: &roost_wal::Wal, epochs: &roost_wal::LeaderEpochs) -> Epoch {
+    match wal.last_record_epoch() {
+        0 => epochs.latest().map_or(0, |(e, _)| e),
+        e => e,
+    }
 }
 
 /// The primary's WAL as the protocol reads it.
@@ -79,6 +104,14 @@ impl LeaderLog for LeaderSide {
 
     fn saw_higher_epoch(&self, epoch: Epoch) {
         self.0.step_down(epoch)
+    }
+
+    fn snapshot(
+        &self,
+        replica: &str,
+    ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
+        let hold = self.0.begin_backup(replica).map_err(|e| e.to_string())?;
+        Ok(Box::new(backup::EngineBackup::new(hold)))
     }
 }
 

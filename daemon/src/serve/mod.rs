@@ -7,12 +7,13 @@
 //!
 //! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
 //! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
-//! metrics, the systemd ticker).
+//! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
 pub mod bulk;
 mod events;
 mod replication;
 mod sidecars;
+mod stream;
 mod worker;
 
 use std::collections::HashSet;
@@ -77,7 +78,8 @@ pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineE
     let workers = engine.config().batches_in_flight_max;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(workers + 4)
+        // The spool's workers and as many streamed batches (`serve/stream.rs`).
+        .max_blocking_threads(2 * workers + 4)
         .enable_all()
         .build()
         .map_err(|source| EngineError::Io {
@@ -110,6 +112,15 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// A pipeline failure: kept for the exit code (the first one wins); the loop stops.
+    fn stop_on(&self, e: EngineError) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
     }
 }
 
@@ -151,6 +162,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             return Err(e);
         }
     };
+    let stream = stream::Stream::start(&shared);
     let role = shared.engine.role();
     info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.engine.epoch(), "serving");
     let mut was_standby = role == crate::pipeline::Role::Standby;
@@ -198,7 +210,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             break;
         }
     }
-    shutdown(&shared, &sem, workers, (sidecars, repl)).await
+    shutdown(&shared, &sem, workers, (sidecars, repl, stream)).await
 }
 
 /// Whether intake is open. While it is paused for want of disk space (`pipeline/room.rs`),
@@ -317,6 +329,9 @@ fn maybe_sync_tail(shared: &Arc<Shared>) {
     });
 }
 
+/// At a graceful stop, how long stream clients get to read their last answers.
+const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);
 
@@ -350,16 +365,18 @@ async fn dispatch(
     }
 }
 
-/// The graceful stop: take no more files, wait for every in-flight batch to reach its
-/// result (or fail), make the lazily written done records durable, stop the sidecars.
+/// The graceful stop: take no more files nor streamed lines, wait for every in-flight batch
+/// to reach its result (or fail), make the lazily written done records durable, stop the
+/// sidecars.
 async fn shutdown(
     shared: &Arc<Shared>,
     sem: &Arc<Semaphore>,
     workers: usize,
-    (sidecars, repl): (Sidecars, replication::ReplTasks),
+    (sidecars, repl, stream): (Sidecars, replication::ReplTasks, stream::Stream),
 ) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
-    let in_flight = workers - sem.available_permits();
+    stream.stop_reading();
+    let in_flight = workers - sem.available_permits() + stream.running();
     crate::ops::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
@@ -367,16 +384,18 @@ async fn shutdown(
     // Standbys are still served: answers waiting for one get `standby_timeout_ms` to be
     // acknowledged, then give up (their batches stay claimed for the next start).
     let grace = shared.engine.config().replication.standby_timeout();
-    let all = match tokio::time::timeout(grace, sem.acquire_many(workers as u32)).await {
+    let settled = async { (sem.acquire_many(workers as u32).await, stream.idle().await) };
+    let all = match tokio::time::timeout(grace, settled).await {
         Ok(all) => all,
         Err(_) => {
             shared.engine.stop_waiting_for_standby();
-            sem.acquire_many(workers as u32).await
+            (sem.acquire_many(workers as u32).await, stream.idle().await)
         }
     };
     shared.engine.stop_waiting_for_standby();
     repl.stop().await;
     let _all = all;
+    stream.close(STREAM_CLOSE_GRACE).await;
     // The last checkpoint: the next start replays nothing (it also syncs the WAL).
     let engine = shared.engine.clone();
     let last = tokio::task::spawn_blocking(move || {

@@ -152,7 +152,9 @@ async fn run_follower(
     let e = match r {
         Ok(_) => return,
         Err(FollowError::Log { source, .. }) => source,
-        Err(e @ FollowError::NeedsReseed { .. }) => crate::replica::reseed(e.to_string()),
+        Err(e @ FollowError::NeedsReseed { .. }) => {
+            crate::replica::behind(engine.config(), e.to_string())
+        }
         Err(e @ FollowError::StaleLeader { .. }) => EngineError::StaleLeader(e.to_string()),
         Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
     };

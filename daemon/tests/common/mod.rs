@@ -44,6 +44,18 @@ pub fn roost_at(data: &Path, args: &[&str]) -> std::process::Output {
         .expect("run roost")
 }
 
+/// Drops `KEY.json`, one create on shard `s` under request key `KEY`, and waits up to
+/// `limit` for its result in `out/`.
+pub fn drop_and_wait(spool: &Path, key: &str, limit: Duration) {
+    let name = format!("{key}.json");
+    let body =
+        format!(r#"{{"request_key":"{key}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#);
+    drop_in(spool, &name, body.as_bytes());
+    wait_for(&format!("the result of {name}"), limit, || {
+        spool.join("out").join(&name).exists()
+    });
+}
+
 /// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs
 /// "serving" (recovery done); the daemon is killed when the returned child is dropped.
 pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::ops::child::ServeChild {
@@ -65,3 +77,6 @@ pub fn stop_code(d: &mut roost::ops::child::ServeChild) -> Option<i32> {
 
 /// `roost serve` under `strace -f`, for the fault walk.
 pub mod strace;
+
+/// Stream clients (`roost submit --stream`, raw sockets) and the daemon's memory.
+pub mod stream;

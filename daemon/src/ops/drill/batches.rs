@@ -86,6 +86,15 @@ impl Batches {
         Ok(())
     }
 
+    /// A new batch for the stream (`stream.rs`; never sent again as a spool retry): its key,
+    /// its JSON, and whether it is meant to be rejected.
+    pub fn streamed(&mut self, tag: &str) -> anyhow::Result<(String, Vec<u8>, bool)> {
+        let key = format!("drill-{}-{tag}", self.seed);
+        let (ops, expect_rejected) = self.new_ops(&key);
+        let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
+        Ok((key, body, expect_rejected))
+    }
+
     /// One to three ops: creates over the shards, deletes of ids believed live, and now and
     /// then a delete of an id that never existed, which rejects the batch.
     fn new_ops(&mut self, key: &str) -> (Vec<Value>, bool) {

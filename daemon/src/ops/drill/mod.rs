@@ -6,6 +6,8 @@
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
 //! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
 //! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
+//! Beside the spool files, a quarter as many batches go over the stream socket in each round
+//! of the one-node drill (`stream`), and are judged with them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -20,6 +22,7 @@ use serde_json::Value;
 mod batches;
 mod node;
 mod replicated;
+mod stream;
 mod verdict;
 
 pub use replicated::run_replicated;
@@ -100,6 +103,8 @@ struct Drill<'a> {
     kill_log: Vec<String>,
     next_batch: usize,
     per_round: usize,
+    /// The streamed batches and their answers.
+    stream: stream::Streamed,
 }
 
 impl<'a> Drill<'a> {
@@ -118,6 +123,7 @@ impl<'a> Drill<'a> {
             kill_log: Vec::new(),
             next_batch: 0,
             per_round: opts.batches.div_ceil(opts.kills + 1),
+            stream: stream::Streamed::new(&opts.data_dir.join("data")),
         })
     }
 
@@ -189,8 +195,9 @@ impl<'a> Drill<'a> {
         }
     }
 
-    /// Drops the round's batches into the spool; in a random-kill round, SIGKILLs the daemon
-    /// a random delay after a random batch and returns true.
+    /// Drops the round's batches into the spool while a quarter as many stream in; in a
+    /// random-kill round, SIGKILLs the daemon a random delay after a random batch and
+    /// returns true.
     fn send_round(
         &mut self,
         round: usize,
@@ -205,6 +212,11 @@ impl<'a> Drill<'a> {
         } else {
             self.per_round
         };
+        let streamed = (0..quota.div_ceil(4))
+            .map(|k| self.b.streamed(&format!("r{round}s{k}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let streaming = self.stream.start(streamed);
+        let mut killed = false;
         for j in 0..quota {
             if self.next_batch >= self.opts.batches {
                 break;
@@ -219,10 +231,12 @@ impl<'a> Drill<'a> {
                     "round {round}: SIGKILL at a random moment ({} ms after batch {i})",
                     kill_delay.as_millis()
                 ));
-                return Ok(true);
+                killed = true;
+                break;
             }
         }
-        Ok(false)
+        self.stream.finish(streaming)?;
+        Ok(killed)
     }
 
     /// Starts a clean daemon, waits for recovery and for every sent file to have a result,
@@ -231,10 +245,11 @@ impl<'a> Drill<'a> {
         let mut c = self.spawn(None)?;
         self.recoveries.push(c.ready(READY_LIMIT)?);
         wait_drained(&self.sp, &self.b.sent)?;
+        let streamed = self.stream.recheck(&mut self.violations)?;
         let found = check(
             &self.opts.data_dir,
             &self.sp,
-            &self.b.sent,
+            (&self.b.sent, &streamed),
             &mut self.b.live,
         )?;
         self.violations.extend(found);
@@ -282,6 +297,12 @@ impl<'a> Drill<'a> {
             "  results: {committed} committed of {} files",
             self.b.sent.len()
         );
+        let _ = writeln!(
+            std::io::stdout(),
+            "  streamed: {} batches, {} answers read before their round's kill, every one sent again after each restart",
+            self.stream.len(),
+            self.stream.read_in_rounds
+        );
         if self.violations.is_empty() {
             let _ = writeln!(std::io::stdout(), "  violations: none");
         } else {
@@ -326,11 +347,12 @@ fn wait_drained(sp: &SpoolPaths, sent: &[Sent]) -> anyhow::Result<()> {
 }
 
 /// The invariants, on the files, with the daemon idle: `verify`'s, no create twice, every
-/// result as expected. Refreshes `live` from what the committed results left.
+/// result as expected (the spool's files and the streamed batches with their answers).
+/// Refreshes `live` from what the committed results left.
 fn check(
     dir: &Path,
     sp: &SpoolPaths,
-    sent: &[Sent],
+    (sent, streamed): (&[Sent], &[(Sent, BatchResult)]),
     live: &mut BTreeMap<u64, &'static str>,
 ) -> anyhow::Result<Vec<String>> {
     let data = dir.join("data");
@@ -360,11 +382,20 @@ fn check(
             }
         }
     }
+    for (_, r) in streamed
+        .iter()
+        .filter(|(_, r)| r.status() == Status::Committed)
+    {
+        deleted.extend(r.ops().iter().filter(|o| o.op == "delete").map(|o| o.id));
+    }
     live.clear();
     for s in sent {
         if let Some(r) = results.get(s.name.as_str()) {
             check_result(s, r, &results, &deleted, &records, live, &mut violations);
         }
+    }
+    for (s, r) in streamed {
+        check_result(s, r, &results, &deleted, &records, live, &mut violations);
     }
     Ok(violations)
 }

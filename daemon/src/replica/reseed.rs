@@ -1,0 +1,371 @@
+//! A standby's re-seed from its primary's base backup (`[replication] reseed = "auto"`,
+//! docs/replication.md, "Re-seeding a standby"), at start-up with the engine closed and the
+//! data directory locked:
+//!
+//! 1. The backup is written under `<data-dir>/reseed.tmp/` (any earlier, unfinished one is
+//!    removed first), every file synced, then every directory; the WAL is created empty
+//!    there, starting at the checkpoint's lsn (`Wal::create_at`).
+//! 2. `reseed.tmp/COMPLETE` is written and synced with its directory: from here on the
+//!    backup is the node's state.
+//! 3. For each part (`wal`, `audit`, `shards`, `keys`, `CHECKPOINT`, `LEADER_EPOCHS`) still in
+//!    `reseed.tmp/`: the old one is removed and the new one renamed into place. Then both
+//!    directories are synced, `COMPLETE` removed, `reseed.tmp/` removed.
+//!
+//! A crash before step 2 leaves the old state and a `reseed.tmp/` without `COMPLETE`, which
+//! the next start removes ([`resume`]); a crash after it leaves `COMPLETE`, and the next
+//! start finishes step 3 before anything opens. `EPOCH`, `LOCK`, the spool and the control
+//! socket are this node's own and are never touched.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use roost_replication::{fetch_snapshot, SnapshotFile, SnapshotOptions, SnapshotSink};
+use roost_storage::RealStorage;
+use roost_wal::{Lsn, Wal};
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::error::EngineError;
+use crate::layout::{
+    Layout, AUDIT_DIR, CHECKPOINT_FILE, KEYS_DIR, LEADER_EPOCHS_FILE, SHARDS_DIR, WAL_DIR,
+};
+use crate::pipeline::{lock_data_dir, wal_options};
+
+/// Where a backup is written before it is installed.
+pub const RESEED_DIR: &str = "reseed.tmp";
+/// Written once the backup in `RESEED_DIR` is whole and durable.
+const COMPLETE_FILE: &str = "COMPLETE";
+/// What a backup replaces, in the order it is installed.
+const PARTS: [&str; 6] = [
+    WAL_DIR,
+    AUDIT_DIR,
+    SHARDS_DIR,
+    KEYS_DIR,
+    CHECKPOINT_FILE,
+    LEADER_EPOCHS_FILE,
+];
+
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
+    let path = path.to_path_buf();
+    move |source| EngineError::Io { op, path, source }
+}
+
+/// Fetches a base backup from `leader` and installs it; returns the lsn the WAL now starts
+/// at. `epoch` is the highest this node knows (a leader of an older one is refused).
+pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError> {
+    let layout = Layout::new(&cfg.data_dir);
+    let _lock = lock_data_dir(&RealStorage, &layout)?;
+    let tmp = layout.data_dir().join(RESEED_DIR);
+    remove_any(&tmp)?;
+    std::fs::create_dir(&tmp).map_err(io("create", &tmp))?;
+    let mut sink = DirSink::new(tmp.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("start a runtime for", &tmp))?;
+    let opts = SnapshotOptions::new(cfg.replication.node_name());
+    warn!(
+        primary = leader,
+        "standby: behind what the primary retains; fetching a base backup"
+    );
+    let done = rt
+        .block_on(fetch_snapshot(leader, epoch, &opts, &mut sink))
+        .map_err(|e| EngineError::Replication(e.to_string()))?;
+    sink.sync_dirs()?;
+    Wal::create_at(
+        &RealStorage,
+        &tmp.join(WAL_DIR),
+        &wal_options(cfg),
+        done.wal_from,
+    )?;
+    write_synced(
+        &tmp.join(COMPLETE_FILE),
+        done.wal_from.to_string().as_bytes(),
+    )?;
+    sync_dir(&tmp)?;
+    install(&layout)?;
+    info!(
+        primary = leader,
+        wal_from = done.wal_from,
+        files = done.files,
+        bytes = done.bytes,
+        leader_epoch = done.leader_epoch,
+        "standby: re-seeded from the primary's base backup"
+    );
+    Ok(done.wal_from)
+}
+
+/// At start-up, before anything opens the data directory: finishes an install a crash
+/// interrupted, or removes a backup that never became whole.
+pub fn resume(cfg: &Config) -> Result<(), EngineError> {
+    let layout = Layout::new(&cfg.data_dir);
+    let tmp = layout.data_dir().join(RESEED_DIR);
+    if !tmp.exists() {
+        return Ok(());
+    }
+    let _lock = lock_data_dir(&RealStorage, &layout)?;
+    if tmp.join(COMPLETE_FILE).exists() {
+        warn!(dir = %tmp.display(), "standby: finishing a re-seed a stop interrupted");
+        install(&layout)
+    } else {
+        warn!(dir = %tmp.display(), "standby: removing a base backup that never arrived whole");
+        remove_any(&tmp)
+    }
+}
+
+/// Step 3 (see the module comment).
+fn install(layout: &Layout) -> Result<(), EngineError> {
+    let data = layout.data_dir();
+    let tmp = data.join(RESEED_DIR);
+    for part in PARTS {
+        let new = tmp.join(part);
+        if !new.exists() {
+            continue; // installed before a crash (or not in this backup: a fresh log)
+        }
+        let old = data.join(part);
+        remove_any(&old)?;
+        std::fs::rename(&new, &old).map_err(io("rename into place", &new))?;
+    }
+    sync_dir(data)?;
+    sync_dir(&tmp)?;
+    let complete = tmp.join(COMPLETE_FILE);
+    std::fs::remove_file(&complete).map_err(io("remove", &complete))?;
+    sync_dir(&tmp)?;
+    remove_any(&tmp)?;
+    sync_dir(data)
+}
+
+fn remove_any(path: &Path) -> Result<(), EngineError> {
+    let r = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+    };
+    r.map_err(io("remove", path))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), EngineError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io("sync", dir))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    let mut f = File::create(path).map_err(io("create", path))?;
+    f.write_all(bytes).map_err(io("write", path))?;
+    f.sync_all().map_err(io("sync", path))
+}
+
+/// Whether `rel` (a path the primary sent) names a file a backup may hold: relative, plain
+/// components, under a known part, at that part's depth.
+pub fn allowed_path(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let plain = Path::new(rel)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && !p.starts_with('.') && !p.contains('\0'));
+    let depth_ok = match parts.first().copied() {
+        Some(CHECKPOINT_FILE | LEADER_EPOCHS_FILE) => parts.len() == 1,
+        Some(KEYS_DIR | AUDIT_DIR) => parts.len() == 2,
+        Some(SHARDS_DIR) => parts.len() == 3,
+        _ => false,
+    };
+    plain && depth_ok
+}
+
+/// Writes the files of a backup under one directory.
+struct DirSink {
+    root: PathBuf,
+    file: Option<(File, PathBuf)>,
+    dirs: BTreeSet<PathBuf>,
+}
+
+impl DirSink {
+    fn new(root: PathBuf) -> DirSink {
+        DirSink {
+            root,
+            file: None,
+            dirs: BTreeSet::new(),
+        }
+    }
+
+    /// Every directory a file went into, deepest first, then the root.
+    fn sync_dirs(&self) -> Result<(), EngineError> {
+        for d in self.dirs.iter().rev() {
+            sync_dir(d)?;
+        }
+        sync_dir(&self.root)
+    }
+}
+
+impl SnapshotSink for DirSink {
+    fn begin_file(&mut self, f: &SnapshotFile) -> Result<(), String> {
+        if !allowed_path(&f.path) {
+            return Err(format!(
+                "refusing a file outside a data directory's parts: {:?}",
+                f.path
+            ));
+        }
+        let path = self.root.join(&f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("create {}: {e}", parent.display()))?;
+            let mut d = parent.to_path_buf();
+            while d.starts_with(&self.root) && d != self.root {
+                self.dirs.insert(d.clone());
+                d.pop();
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| format!("create {}: {e}", path.display()))?;
+        file.set_len(f.size)
+            .map_err(|e| format!("size {} to {} bytes: {e}", path.display(), f.size))?;
+        self.file = Some((file, path));
+        Ok(())
+    }
+
+    fn write(&mut self, data: &[u8]) -> Result<(), String> {
+        let (file, path) = self.file.as_mut().ok_or("write before begin_file")?;
+        file.write_all(data)
+            .map_err(|e| format!("write {}: {e}", path.display()))
+    }
+
+    fn end_file(&mut self) -> Result<(), String> {
+        let (file, path) = self.file.take().ok_or("end_file before begin_file")?;
+        file.sync_all()
+            .map_err(|e| format!("sync {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed_path;
+
+    /// Goal: a primary (or anyone on its port) cannot make a standby write outside the parts
+    /// of its data directory.
+    #[test]
+    fn only_data_directory_parts_are_allowed() {
+        for ok in [
+            "CHECKPOINT",
+            "LEADER_EPOCHS",
+            "keys/00000000000000000001.wal",
+            "audit/x.wal",
+            "shards/s0/000001.seg",
+        ] {
+            assert!(allowed_path(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "shards/../../x",
+            "shards/s0/../../../x",
+            "EPOCH",
+            "LOCK",
+            "wal/1.wal",
+            "spool/new/a",
+            "shards/s0",
+            "keys/a/b",
+            "keys/.x",
+            "shards/s0/./x",
+            "keys//x",
+            "keys/x\0",
+        ] {
+            assert!(!allowed_path(bad), "{bad:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod install_tests {
+    use super::*;
+
+    fn put(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    fn read(path: &Path) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+
+    fn config(dir: &Path) -> Config {
+        Config {
+            data_dir: dir.to_path_buf(),
+            ..Config::default()
+        }
+    }
+
+    /// A data directory holding an old state, and a whole backup in `reseed.tmp/` of which
+    /// the WAL was already moved into place when the "crash" came.
+    fn interrupted(dir: &Path) {
+        put(&dir.join("EPOCH"), "mine");
+        put(&dir.join("CHECKPOINT"), "old");
+        put(&dir.join("shards/s/1.seg"), "old segment");
+        put(&dir.join("audit/1.wal"), "old audit");
+        let tmp = dir.join(RESEED_DIR);
+        put(
+            &dir.join("wal/40.wal"),
+            "new wal, installed before the crash",
+        );
+        put(&tmp.join("CHECKPOINT"), "new");
+        put(&tmp.join("shards/s/7.seg"), "new segment");
+        put(&tmp.join("audit/9.wal"), "new audit");
+        put(&tmp.join("keys/3.wal"), "new keys");
+        put(&tmp.join(COMPLETE_FILE), "40");
+    }
+
+    /// Goal: a start after a crash in the middle of an install finishes it: every part the
+    /// backup holds replaces the old one (none of the old left behind), the parts moved
+    /// before the crash stay, this node's own `EPOCH` is kept, and `reseed.tmp/` is gone.
+    #[test]
+    fn a_whole_backup_is_installed_after_a_crash_mid_install() {
+        let t = tempfile::tempdir().expect("tempdir");
+        interrupted(t.path());
+        resume(&config(t.path())).expect("resume");
+        let d = t.path();
+        assert_eq!(read(&d.join("CHECKPOINT")).as_deref(), Some("new"));
+        assert_eq!(
+            read(&d.join("shards/s/7.seg")).as_deref(),
+            Some("new segment")
+        );
+        assert_eq!(
+            read(&d.join("shards/s/1.seg")),
+            None,
+            "the old shard files went"
+        );
+        assert_eq!(read(&d.join("audit/1.wal")), None);
+        assert_eq!(read(&d.join("audit/9.wal")).as_deref(), Some("new audit"));
+        assert_eq!(read(&d.join("keys/3.wal")).as_deref(), Some("new keys"));
+        assert!(read(&d.join("wal/40.wal")).is_some());
+        assert_eq!(read(&d.join("EPOCH")).as_deref(), Some("mine"));
+        assert!(!d.join(RESEED_DIR).exists());
+        resume(&config(d)).expect("a second resume is a no-op");
+        assert_eq!(read(&d.join("CHECKPOINT")).as_deref(), Some("new"));
+    }
+
+    /// Goal: a backup that never became whole (no `COMPLETE`) is thrown away and the old
+    /// state is untouched.
+    #[test]
+    fn a_partial_backup_is_removed_and_the_old_state_kept() {
+        let t = tempfile::tempdir().expect("tempdir");
+        interrupted(t.path());
+        let d = t.path();
+        std::fs::remove_file(d.join(RESEED_DIR).join(COMPLETE_FILE)).expect("rm");
+        resume(&config(d)).expect("resume");
+        assert_eq!(read(&d.join("CHECKPOINT")).as_deref(), Some("old"));
+        assert_eq!(
+            read(&d.join("shards/s/1.seg")).as_deref(),
+            Some("old segment")
+        );
+        assert!(!d.join(RESEED_DIR).exists());
+    }
+}

@@ -1,0 +1,398 @@
+//! The streaming intake (README "Streaming intake"): a Unix socket, placed, made and
+//! permissioned like the control socket, where a client sends batch JSON lines and reads one
+//! answer line per request, in request order, each written only once its batch is as
+//! durable as a published result file (`Engine::submit_detached`; the protocol itself is
+//! `ops::stream`). Per connection a reader parses lines and starts batches on the blocking
+//! pool, and a writer writes the answers in order.
+//!
+//! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
+//! and its written answer; at that many its reader stops reading the socket, so a client
+//! that never reads its answers fills its own socket buffers and then blocks in its own
+//! writes, and nothing else waits for it. All connections together run at most
+//! `batches_in_flight_max` batches on the blocking pool at once. A request line is held up
+//! to `stream_line_bytes_max` bytes; a longer one is skipped in chunks. At most
+//! `stream_connections_max` connections. The graceful stop reads no more lines, lets the
+//! batches started finish, gives the writers a bounded time for the last answers, and drops
+//! the connections; this module never decides an answer itself beyond `invalid` lines and
+//! `unavailable` (not taken now).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use super::Shared;
+use crate::batch::{Batch, BatchResult};
+use crate::ops::stream::{next_line, parse_line, Answer};
+
+/// The listener's state, as connections see it: reading, draining (no new line: the
+/// daemon stops), closed (drop the connection now).
+const OPEN: u8 = 0;
+const DRAINING: u8 = 1;
+const CLOSED: u8 = 2;
+
+/// The reader's chunk: a line over the limit is skipped this much at a time.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// After a failed `accept` (out of descriptors), wait this long before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What every connection shares.
+struct Ctx {
+    shared: Arc<Shared>,
+    /// Streamed batches on the blocking pool, all connections together.
+    running: Arc<Semaphore>,
+    state: watch::Receiver<u8>,
+    line_bytes_max: usize,
+    in_flight_max: usize,
+}
+
+/// The listener and what the graceful stop needs to wind it down.
+pub(super) struct Stream {
+    socket: PathBuf,
+    accept: Option<JoinHandle<()>>,
+    running: Arc<Semaphore>,
+    running_max: u32,
+    /// One permit per open connection.
+    conns: Arc<Semaphore>,
+    conns_max: u32,
+    state: watch::Sender<u8>,
+}
+
+/// Semaphore sizes from the configuration (bounded so `acquire_many` can take them all).
+fn permits(n: usize) -> u32 {
+    u32::try_from(n.clamp(1, 1 << 20)).unwrap_or(1 << 20)
+}
+
+impl Stream {
+    /// Binds the stream socket and starts accepting. A socket that cannot be bound is
+    /// logged and the daemon serves on without it (like the control socket).
+    pub fn start(shared: &Arc<Shared>) -> Stream {
+        let cfg = shared.engine.config();
+        let socket = crate::ops::stream::socket_path(cfg);
+        let (running_max, conns_max) = (
+            permits(cfg.batches_in_flight_max),
+            permits(cfg.stream_connections_max),
+        );
+        let running = Arc::new(Semaphore::new(running_max as usize));
+        let conns = Arc::new(Semaphore::new(conns_max as usize));
+        let (state, state_rx) = watch::channel(OPEN);
+        let ctx = Arc::new(Ctx {
+            shared: shared.clone(),
+            running: running.clone(),
+            state: state_rx,
+            line_bytes_max: cfg.stream_line_bytes(),
+            in_flight_max: permits(cfg.stream_in_flight_max) as usize,
+        });
+        let accept = match crate::ops::control::bind_socket(&socket) {
+            Ok(l) => {
+                info!(socket = %socket.display(), "stream socket listening");
+                Some(tokio::spawn(accept_loop(ctx, l, conns.clone())))
+            }
+            Err(e) => {
+                warn!(socket = %socket.display(), error = %e, "stream socket unavailable; `roost submit --stream` will not work");
+                None
+            }
+        };
+        Stream {
+            socket,
+            accept,
+            running,
+            running_max,
+            conns,
+            conns_max,
+            state,
+        }
+    }
+
+    /// The graceful stop, step 1: no new connection, no new line.
+    pub fn stop_reading(&self) {
+        self.state.send_replace(DRAINING);
+        if let Some(a) = &self.accept {
+            a.abort();
+        }
+    }
+
+    /// Streamed batches started on the blocking pool right now.
+    pub fn running(&self) -> usize {
+        self.running_max as usize - self.running.available_permits()
+    }
+
+    /// Returns once no streamed batch runs; the permit keeps it so.
+    pub async fn idle(&self) -> Option<OwnedSemaphorePermit> {
+        self.running
+            .clone()
+            .acquire_many_owned(self.running_max)
+            .await
+            .ok()
+    }
+
+    /// Gives the connections `grace` to write their last answers (a client that does not
+    /// read gets no more), then drops them and removes the socket.
+    pub async fn close(self, grace: Duration) {
+        let all = tokio::time::timeout(grace, self.conns.acquire_many(self.conns_max)).await;
+        if all.is_err() {
+            info!(
+                grace_ms = grace.as_millis() as u64,
+                "stream clients not reading their last answers: closing them"
+            );
+            self.state.send_replace(CLOSED);
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                self.conns.acquire_many(self.conns_max),
+            )
+            .await;
+        }
+        if self.accept.is_some() {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+async fn accept_loop(ctx: Arc<Ctx>, listener: UnixListener, conns: Arc<Semaphore>) {
+    let stats = &ctx.shared.engine.stats.stream;
+    for conn in 1u64.. {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                warn!(error = %e, "stream socket: accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        stats.connections_total.fetch_add(1, Ordering::Relaxed);
+        match conns.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(connection(ctx.clone(), stream, conn, slot));
+            }
+            Err(_) => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(refuse(stream));
+            }
+        }
+    }
+}
+
+/// One answer line for a connection over `stream_connections_max`, then close.
+async fn refuse(mut s: UnixStream) {
+    warn!("stream connection refused: stream_connections_max connections are open");
+    let a = Answer::unavailable(
+        None,
+        "too many stream connections (stream_connections_max): try again later",
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), s.write_all(&a.to_json_line())).await;
+}
+
+/// Counts a gauge up while alive.
+struct Open<'a>(&'a AtomicU64);
+
+impl<'a> Open<'a> {
+    fn new(g: &'a AtomicU64) -> Open<'a> {
+        g.fetch_add(1, Ordering::Relaxed);
+        Open(g)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One connection: its reader and writer until the client is done (the writer then drains
+/// what is left), the client goes away (the writer fails: the reader is dropped), or the
+/// stop closes it.
+async fn connection(ctx: Arc<Ctx>, stream: UnixStream, conn: u64, _slot: OwnedSemaphorePermit) {
+    let _open = Open::new(&ctx.shared.engine.stats.stream.connections);
+    debug!(conn, "stream connection");
+    let mut state = ctx.state.clone();
+    let (r, w) = stream.into_split();
+    let window = Arc::new(Semaphore::new(ctx.in_flight_max));
+    let (tx, rx) = mpsc::channel(ctx.in_flight_max);
+    let work = async {
+        let reader = read_batches(&ctx, r, tx, window, conn);
+        let writer = write_answers(&ctx, w, rx, conn);
+        tokio::pin!(reader, writer);
+        tokio::select! {
+            _ = &mut writer => {}
+            _ = &mut reader => writer.await,
+        }
+    };
+    tokio::select! {
+        _ = work => debug!(conn, "stream connection done"),
+        _ = state.wait_for(|s| *s >= CLOSED) => debug!(conn, "stream connection closed at stop"),
+    }
+}
+
+/// A request in flight: its answer to come, and its place in the connection's window
+/// (given back once the answer is written).
+struct Pending {
+    answer: oneshot::Receiver<Answer>,
+    _window: OwnedSemaphorePermit,
+}
+
+/// Reads request lines while the window has room, starting each batch; ends at the end of
+/// the client's input, a read error, or the stop.
+async fn read_batches(
+    ctx: &Ctx,
+    r: OwnedReadHalf,
+    tx: mpsc::Sender<Pending>,
+    window: Arc<Semaphore>,
+    conn: u64,
+) {
+    let mut state = ctx.state.clone();
+    let mut r = BufReader::with_capacity(READ_CHUNK_BYTES, r);
+    let (max, ops_max) = (ctx.line_bytes_max, ctx.shared.engine.config().batch_ops_max);
+    for n in 1u64.. {
+        let permit = tokio::select! {
+            p = window.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = state.wait_for(|s| *s >= DRAINING) => return,
+        };
+        let line = tokio::select! {
+            l = next_line(&mut r, max) => l,
+            _ = state.wait_for(|s| *s >= DRAINING) => return,
+        };
+        let line = match line {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(e) => {
+                debug!(conn, error = %e, "stream connection: read failed");
+                return;
+            }
+        };
+        let answer = match parse_line(&line, n, max, ops_max) {
+            Ok(batch) => start(ctx, batch, conn, n).await,
+            Err(inv) => {
+                ctx.shared.engine.note_invalid();
+                ready(Answer::Result(BatchResult::invalid(&inv)))
+            }
+        };
+        let pending = Pending {
+            answer,
+            _window: permit,
+        };
+        if tx.send(pending).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn ready(a: Answer) -> oneshot::Receiver<Answer> {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(a);
+    rx
+}
+
+/// Why streamed batches are not taken now, if they are not.
+fn closed(sh: &Shared) -> Option<&'static str> {
+    if sh.stopping() {
+        Some("the daemon is stopping: send it again under the same key once it is back")
+    } else if sh.engine.deferred_claims() > 0 {
+        Some("claims from before the start are being finished: send it again shortly")
+    } else {
+        None
+    }
+}
+
+/// Starts `batch` on the blocking pool once a stream slot is free.
+async fn start(ctx: &Ctx, batch: Batch, conn: u64, n: u64) -> oneshot::Receiver<Answer> {
+    if let Some(why) = closed(&ctx.shared) {
+        return ready(Answer::unavailable(Some(&batch.request_key), why));
+    }
+    let mut state = ctx.state.clone();
+    let slot = tokio::select! {
+        p = ctx.running.clone().acquire_owned() => p.ok(),
+        _ = state.wait_for(|s| *s >= DRAINING) => None,
+    };
+    let Some(slot) = slot else {
+        let why = closed(&ctx.shared).unwrap_or("the daemon is stopping");
+        return ready(Answer::unavailable(Some(&batch.request_key), why));
+    };
+    let (tx, rx) = oneshot::channel();
+    let sh = ctx.shared.clone();
+    tokio::task::spawn_blocking(move || {
+        let answer = run(&sh, &batch, &format!("stream/{conn}/{n}"));
+        drop(slot);
+        let _ = tx.send(answer);
+    });
+    rx
+}
+
+/// One streamed batch through the pipeline. A failure that latches nothing is answered
+/// `unavailable`; any other is a pipeline failure and stops the daemon (as a spool worker's
+/// does), its batch answered `unavailable` too (it may be claimed: recovery finishes it and
+/// the same key then gets its answer).
+fn run(sh: &Shared, batch: &Batch, source: &str) -> Answer {
+    match sh.engine.submit_detached(batch, source) {
+        Ok(r) => Answer::Result(r),
+        Err(e) if e.latches_nothing() => {
+            debug!(source, error = %e, "streamed batch not taken now");
+            Answer::unavailable(Some(&batch.request_key), e.to_string())
+        }
+        Err(e) => {
+            error!(source, error = %e, "pipeline failure: stopping");
+            let why = format!("pipeline failure, the daemon stops: {e}");
+            sh.stop_on(e);
+            Answer::unavailable(Some(&batch.request_key), why)
+        }
+    }
+}
+
+/// Writes the answers in request order, flushing whenever the next one is not ready yet.
+async fn write_answers(ctx: &Ctx, w: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, conn: u64) {
+    let mut w = BufWriter::new(w);
+    if let Err(e) = write_loop(ctx, &mut w, &mut rx).await {
+        debug!(conn, error = %e, "stream client went away");
+        return;
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn write_loop(
+    ctx: &Ctx,
+    w: &mut BufWriter<OwnedWriteHalf>,
+    rx: &mut mpsc::Receiver<Pending>,
+) -> std::io::Result<()> {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let stats = &ctx.shared.engine.stats.stream;
+    loop {
+        let p = match rx.try_recv() {
+            Ok(p) => p,
+            Err(TryRecvError::Disconnected) => return Ok(()),
+            Err(TryRecvError::Empty) => {
+                w.flush().await?;
+                match rx.recv().await {
+                    Some(p) => p,
+                    None => return Ok(()),
+                }
+            }
+        };
+        let Pending {
+            mut answer,
+            _window,
+        } = p;
+        let a = match answer.try_recv() {
+            Ok(a) => a,
+            Err(oneshot::error::TryRecvError::Closed) => return Ok(()),
+            Err(oneshot::error::TryRecvError::Empty) => {
+                w.flush().await?;
+                match answer.await {
+                    Ok(a) => a,
+                    Err(_) => return Ok(()),
+                }
+            }
+        };
+        stats.answers.fetch_add(1, Ordering::Relaxed);
+        if matches!(a, Answer::Unavailable { .. }) {
+            stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        }
+        w.write_all(&a.to_json_line()).await?;
+    }
+}

@@ -1,0 +1,425 @@
+//! Base backups: a follower behind the leader's retained log (`OutOfRange`) asks, on a
+//! connection of its own, for a copy of the leader's state at its last checkpoint, then
+//! follows from there (Kafka's and PostgreSQL's re-seed from a base backup). The leader's
+//! log hands out the files ([`SnapshotSource`]); this module streams them, and on the
+//! follower's side hands them to a [`SnapshotSink`]. What makes the copy consistent while
+//! the leader keeps running is the log's business (the daemon's `replica/backup.rs`); the
+//! protocol only checks that every file arrives whole and that the counts match.
+//!
+//! ```text
+//! follower                         leader
+//!    Snapshot{replica, epoch}  ->
+//!                              <-  SnapshotFile{path, size, len}, SnapshotData* (len bytes)
+//!                              <-  ... for every file
+//!                              <-  SnapshotEnd{leader_epoch, wal_from, files, bytes}
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use tracing::{info, warn};
+
+use crate::log::{Epoch, LeaderLog, Lsn};
+use crate::wire::{read_frame, write_frame, Message};
+
+/// Bytes of file content per `SnapshotData` frame.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// One file of a base backup, as the leader announces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotFile {
+    /// Relative to the data directory, `/`-separated.
+    pub path: String,
+    /// The file's size on disk (a preallocated segment is larger than its content).
+    pub size: u64,
+    /// How many leading bytes are sent; the rest is zeros.
+    pub len: u64,
+}
+
+/// The leader's side: a consistent set of files, read one after the other. Blocking; the
+/// protocol calls it on the blocking pool. Dropping it ends the copy (and whatever the log
+/// holds still for it).
+pub trait SnapshotSource: Send {
+    /// Where the follower's log starts once the files are in place.
+    fn wal_from(&self) -> Lsn;
+    /// The next file, `None` after the last.
+    fn next_file(&mut self) -> Result<Option<SnapshotFile>, String>;
+    /// Up to `buf.len()` bytes of the current file's first `len`, in order; 0 once all given.
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String>;
+}
+
+/// The follower's side: where the files go. Blocking (called from the follower's start-up
+/// runtime, which runs nothing else).
+pub trait SnapshotSink {
+    fn begin_file(&mut self, file: &SnapshotFile) -> Result<(), String>;
+    fn write(&mut self, data: &[u8]) -> Result<(), String>;
+    /// The current file's `len` bytes all arrived.
+    fn end_file(&mut self) -> Result<(), String>;
+}
+
+/// What a finished base backup said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotDone {
+    pub leader_epoch: Epoch,
+    pub wal_from: Lsn,
+    pub files: u32,
+    pub bytes: u64,
+}
+
+/// Why fetching a base backup failed (nothing of it may be used).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("base backup from {leader}: {what}")]
+    Failed { leader: String, what: String },
+    #[error("base backup from {leader}: the leader refused: {answer}")]
+    Refused { leader: String, answer: String },
+    #[error("base backup from {leader}: the leader's epoch {leader_epoch} is older than this node's {current_epoch}")]
+    StaleLeader {
+        leader: String,
+        leader_epoch: Epoch,
+        current_epoch: Epoch,
+    },
+    #[error("base backup from {leader}: writing {path}: {what}")]
+    Sink {
+        leader: String,
+        path: String,
+        what: String,
+    },
+}
+
+/// Limits of one base backup transfer on the follower's side.
+#[derive(Clone, Debug)]
+pub struct SnapshotOptions {
+    pub replica: String,
+    pub frame_bytes_max: u32,
+    pub connect_timeout: Duration,
+    /// The longest silence between two frames (the leader may take a checkpoint first).
+    pub read_timeout: Duration,
+}
+
+impl SnapshotOptions {
+    pub fn new(replica: impl Into<String>) -> SnapshotOptions {
+        SnapshotOptions {
+            replica: replica.into(),
+            frame_bytes_max: crate::wire::DEFAULT_FRAME_BYTES_MAX,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Fetches a base backup from `leader` into `sink`. `current_epoch` is this node's: a leader
+/// of an older epoch is refused.
+pub async fn fetch_snapshot(
+    leader: &str,
+    current_epoch: Epoch,
+    opts: &SnapshotOptions,
+    sink: &mut dyn SnapshotSink,
+) -> Result<SnapshotDone, SnapshotError> {
+    let failed = |what: String| SnapshotError::Failed {
+        leader: leader.to_owned(),
+        what,
+    };
+    let mut stream = match timeout(opts.connect_timeout, TcpStream::connect(leader)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(failed(format!("connecting: {e}"))),
+        Err(_) => return Err(failed("connecting: timed out".into())),
+    };
+    let _ = stream.set_nodelay(true);
+    let ask = Message::Snapshot {
+        replica: opts.replica.clone(),
+        current_epoch,
+    };
+    write_frame(&mut stream, &ask, opts.frame_bytes_max)
+        .await
+        .map_err(|e| failed(format!("sending the request: {e}")))?;
+    let mut rx = Receiving::new(leader, current_epoch, sink);
+    loop {
+        let msg = match timeout(
+            opts.read_timeout,
+            read_frame(&mut stream, opts.frame_bytes_max),
+        )
+        .await
+        {
+            Err(_) => return Err(failed("timed out waiting for the next frame".into())),
+            Ok(Err(e)) => return Err(failed(format!("reading: {e}"))),
+            Ok(Ok(None)) => return Err(failed("connection closed before SnapshotEnd".into())),
+            Ok(Ok(Some(msg))) => msg,
+        };
+        if let Some(done) = rx.take(msg)? {
+            info!(
+                leader,
+                wal_from = done.wal_from,
+                files = done.files,
+                bytes = done.bytes,
+                "base backup received"
+            );
+            return Ok(done);
+        }
+    }
+}
+
+/// The follower's state while files arrive: each frame must be the one the protocol
+/// allows next.
+struct Receiving<'a> {
+    leader: &'a str,
+    current_epoch: Epoch,
+    sink: &'a mut dyn SnapshotSink,
+    /// The file being received and the bytes still owed for it.
+    file: Option<(SnapshotFile, u64)>,
+    files: u32,
+    bytes: u64,
+}
+
+impl<'a> Receiving<'a> {
+    fn new(leader: &'a str, current_epoch: Epoch, sink: &'a mut dyn SnapshotSink) -> Self {
+        Receiving {
+            leader,
+            current_epoch,
+            sink,
+            file: None,
+            files: 0,
+            bytes: 0,
+        }
+    }
+
+    fn failed(&self, what: String) -> SnapshotError {
+        SnapshotError::Failed {
+            leader: self.leader.to_owned(),
+            what,
+        }
+    }
+
+    fn sink_err(&self, path: &str, what: String) -> SnapshotError {
+        SnapshotError::Sink {
+            leader: self.leader.to_owned(),
+            path: path.to_owned(),
+            what,
+        }
+    }
+
+    /// One frame; `Some` once the backup is whole.
+    fn take(&mut self, msg: Message) -> Result<Option<SnapshotDone>, SnapshotError> {
+        match msg {
+            Message::SnapshotFile { path, size, len } => {
+                self.finish_file()?;
+                if len > size {
+                    return Err(
+                        self.failed(format!("{path}: {len} bytes sent of a {size}-byte file"))
+                    );
+                }
+                let f = SnapshotFile { path, size, len };
+                self.sink
+                    .begin_file(&f)
+                    .map_err(|e| self.sink_err(&f.path, e))?;
+                self.files += 1;
+                self.file = Some((f, len));
+                Ok(None)
+            }
+            Message::SnapshotData { data } => self.data(&data).map(|()| None),
+            Message::SnapshotEnd {
+                leader_epoch,
+                wal_from,
+                files,
+                bytes,
+            } => self.end(leader_epoch, wal_from, files, bytes).map(Some),
+            Message::UnknownEpoch { leader_epoch } => Err(SnapshotError::StaleLeader {
+                leader: self.leader.to_owned(),
+                leader_epoch,
+                current_epoch: self.current_epoch,
+            }),
+            Message::NotLeader { .. } | Message::Error { .. } | Message::FencedEpoch { .. } => {
+                Err(SnapshotError::Refused {
+                    leader: self.leader.to_owned(),
+                    answer: format!("{msg:?}"),
+                })
+            }
+            other => Err(self.failed(format!("unexpected {} during a base backup", other.name()))),
+        }
+    }
+
+    fn data(&mut self, data: &[u8]) -> Result<(), SnapshotError> {
+        let Some((f, owed)) = self.file.as_mut() else {
+            return Err(self.failed("SnapshotData before any SnapshotFile".into()));
+        };
+        if data.len() as u64 > *owed {
+            let path = f.path.clone();
+            return Err(self.failed(format!("{path}: more bytes than announced")));
+        }
+        *owed -= data.len() as u64;
+        let path = f.path.clone();
+        self.bytes += data.len() as u64;
+        self.sink.write(data).map_err(|e| self.sink_err(&path, e))
+    }
+
+    /// Closes the current file, which must have all its bytes.
+    fn finish_file(&mut self) -> Result<(), SnapshotError> {
+        match self.file.take() {
+            None => Ok(()),
+            Some((f, 0)) => self.sink.end_file().map_err(|e| self.sink_err(&f.path, e)),
+            Some((f, owed)) => Err(self.failed(format!("{}: {owed} bytes missing", f.path))),
+        }
+    }
+
+    fn end(
+        &mut self,
+        leader_epoch: Epoch,
+        wal_from: Lsn,
+        files: u32,
+        bytes: u64,
+    ) -> Result<SnapshotDone, SnapshotError> {
+        self.finish_file()?;
+        if (files, bytes) != (self.files, self.bytes) {
+            return Err(self.failed(format!(
+                "SnapshotEnd counts {files} files and {bytes} bytes, {} and {} arrived",
+                self.files, self.bytes
+            )));
+        }
+        if leader_epoch < self.current_epoch {
+            return Err(SnapshotError::StaleLeader {
+                leader: self.leader.to_owned(),
+                leader_epoch,
+                current_epoch: self.current_epoch,
+            });
+        }
+        Ok(SnapshotDone {
+            leader_epoch,
+            wal_from,
+            files,
+            bytes,
+        })
+    }
+}
+
+/// The leader's answer to a `Snapshot` request on `stream`: checks leadership and epochs,
+/// then streams the log's files. Errors are logged; the connection ends either way.
+pub(crate) async fn serve_snapshot<L: LeaderLog>(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    log: &Arc<L>,
+    frame_bytes_max: u32,
+    replica: String,
+    current_epoch: Epoch,
+) {
+    let started = std::time::Instant::now();
+    match send_snapshot(stream, log, frame_bytes_max, &replica, current_epoch).await {
+        Ok(Some(end)) => info!(%peer, replica, ?end, secs = started.elapsed().as_secs_f64(),
+            "base backup sent"),
+        Ok(None) => {}
+        Err(what) => {
+            warn!(%peer, replica, error = %what, "base backup failed");
+            let msg = Message::Error {
+                message: format!("base backup failed: {what}"),
+            };
+            let _ = write_frame(stream, &msg, frame_bytes_max).await;
+        }
+    }
+}
+
+/// `Ok(None)`: refused with an answer already sent.
+async fn send_snapshot<L: LeaderLog>(
+    stream: &mut TcpStream,
+    log: &Arc<L>,
+    frame_bytes_max: u32,
+    replica: &str,
+    current_epoch: Epoch,
+) -> Result<Option<Message>, String> {
+    let refusal = match log.leader_epoch() {
+        None => Some(Message::NotLeader { epoch: 0 }),
+        Some(e) if current_epoch > e => {
+            log.saw_higher_epoch(current_epoch);
+            Some(Message::UnknownEpoch { leader_epoch: e })
+        }
+        Some(_) => None,
+    };
+    if let Some(msg) = refusal {
+        write_frame(stream, &msg, frame_bytes_max)
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(None);
+    }
+    let name = replica.to_owned();
+    let l = Arc::clone(log);
+    let src = tokio::task::spawn_blocking(move || l.snapshot(&name))
+        .await
+        .map_err(|e| format!("the snapshot task failed: {e}"))??;
+    let src = Arc::new(Mutex::new(src));
+    let (files, bytes) = send_files(stream, &src, frame_bytes_max).await?;
+    let wal_from = with_source(&src, |s| Ok(s.wal_from())).await?;
+    let leader_epoch = log.leader_epoch().ok_or("no longer the leader")?;
+    let end = Message::SnapshotEnd {
+        leader_epoch,
+        wal_from,
+        files,
+        bytes,
+    };
+    write_frame(stream, &end, frame_bytes_max)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Some(end))
+}
+
+type SharedSource = Arc<Mutex<Box<dyn SnapshotSource>>>;
+
+/// Runs `f` on the source on the blocking pool.
+async fn with_source<T: Send + 'static>(
+    src: &SharedSource,
+    f: impl FnOnce(&mut dyn SnapshotSource) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let src = Arc::clone(src);
+    tokio::task::spawn_blocking(move || {
+        let mut g = src
+            .lock()
+            .map_err(|_| "snapshot source poisoned".to_owned())?;
+        f(g.as_mut())
+    })
+    .await
+    .map_err(|e| format!("the snapshot task failed: {e}"))?
+}
+
+/// Every file: its header, then its bytes in chunks. Returns (files, bytes).
+async fn send_files(
+    stream: &mut TcpStream,
+    src: &SharedSource,
+    frame_bytes_max: u32,
+) -> Result<(u32, u64), String> {
+    let (mut files, mut bytes) = (0u32, 0u64);
+    while let Some(f) = with_source(src, |s| s.next_file()).await? {
+        let path = f.path.clone();
+        let header = Message::SnapshotFile {
+            path: f.path,
+            size: f.size,
+            len: f.len,
+        };
+        write_frame(stream, &header, frame_bytes_max)
+            .await
+            .map_err(|e| format!("sending {path}: {e}"))?;
+        let mut sent = 0u64;
+        loop {
+            let chunk = with_source(src, |s| {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+                let n = s.read(&mut buf)?;
+                buf.truncate(n);
+                Ok(buf)
+            })
+            .await?;
+            if chunk.is_empty() {
+                break;
+            }
+            sent += chunk.len() as u64;
+            let data = Message::SnapshotData { data: chunk };
+            write_frame(stream, &data, frame_bytes_max)
+                .await
+                .map_err(|e| format!("sending {path}: {e}"))?;
+        }
+        if sent != f.len {
+            return Err(format!("{path}: read {sent} of {} bytes", f.len));
+        }
+        files += 1;
+        bytes += sent;
+    }
+    Ok((files, bytes))
+}

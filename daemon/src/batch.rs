@@ -86,7 +86,7 @@ fn invalid(key: Option<&str>, error: impl Into<String>) -> Invalid {
 }
 
 /// Rejects duplicate keys in any object, at any depth, without building the value twice.
-fn check_no_duplicate_keys(bytes: &[u8]) -> Result<(), String> {
+fn check_no_duplicate_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
     struct Dedup;
     impl<'de> serde::de::DeserializeSeed<'de> for Dedup {
         type Value = ();
@@ -133,14 +133,34 @@ fn check_no_duplicate_keys(bytes: &[u8]) -> Result<(), String> {
         }
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde::de::DeserializeSeed::deserialize(Dedup, &mut de).map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())
+    serde::de::DeserializeSeed::deserialize(Dedup, &mut de)?;
+    de.end()
+}
+
+/// A JSON error's text with its position counted from `first_line`, the line of the file
+/// where the parsed bytes start (1 for a batch file, N for line N of a bulk file).
+fn located(e: &serde_json::Error, first_line: u64) -> String {
+    let text = e.to_string();
+    if e.line() == 0 {
+        return text;
+    }
+    let what = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(w, _)| w);
+    let line = first_line + e.line() as u64 - 1;
+    format!("{what} at line {line} column {}", e.column())
 }
 
 /// Parses and checks a batch file's bytes. Shard-specific rules (declared shards, record
 /// size, required fields, triggers) are the planner's; this checks only what the file alone
 /// decides.
 pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
+    parse_at(bytes, batch_ops_max, 1)
+}
+
+/// [`parse`] for bytes that start at line `first_line` of their file (a bulk file's line):
+/// JSON errors name the file's line and the column in it.
+pub fn parse_at(bytes: &[u8], batch_ops_max: u32, first_line: u64) -> Result<Batch, Invalid> {
     if bytes.is_empty() {
         return Err(invalid(None, "empty file"));
     }
@@ -151,7 +171,7 @@ pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
         )
     })?;
     check_no_duplicate_keys(text.as_bytes())
-        .map_err(|e| invalid(None, format!("invalid JSON: {e}")))?;
+        .map_err(|e| invalid(None, format!("invalid JSON: {}", located(&e, first_line))))?;
     let raw: RawBatch = serde_json::from_str(text).map_err(|e| {
         // Salvage the key, when there is one, so the client can match the result.
         let key = serde_json::from_str::<Value>(text).ok().and_then(|v| {
@@ -159,7 +179,10 @@ pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
-        invalid(key.as_deref(), format!("invalid batch: {e}"))
+        invalid(
+            key.as_deref(),
+            format!("invalid batch: {}", located(&e, first_line)),
+        )
     })?;
     check_key_and_size(&raw, batch_ops_max)?;
     let key = raw.request_key.as_str();
@@ -374,6 +397,10 @@ impl BatchResult {
 pub struct ResultFile {
     pub request_key: Option<String>,
     pub status: Status,
+    /// A bulk file's result line: the line of the batch it answers (1-based). Absent in a
+    /// result file of its own, and in a bulk file's result about the whole file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lsn: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,6 +419,7 @@ impl From<BatchResult> for ResultFile {
         let mut f = ResultFile {
             request_key: None,
             status,
+            line: None,
             lsn: None,
             ops: None,
             op_index: None,

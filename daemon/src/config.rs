@@ -55,6 +55,20 @@ pub struct Config {
     pub spool_file_bytes_max: u64,
     /// Batches between intake and result at once (bounds threads, memory and open files).
     pub batches_in_flight_max: usize,
+    /// A bulk file (`NAME.jsonl`, one batch per line) larger than this is refused by its size
+    /// before it is read (it is read whole: this bounds its worker's memory).
+    pub bulk_file_bytes_max: u64,
+    /// A bulk file of more lines than this is refused whole, before any line is planned.
+    pub bulk_lines_max: u64,
+    /// A bulk file's line longer than this (without its newline) is an `invalid` result line
+    /// for that line; the others go on [default: `spool_file_bytes_max`, which bounds it].
+    pub bulk_line_bytes_max: Option<u64>,
+    /// Lines of one bulk file planned and claimed at once: their claims share the WAL's
+    /// group commits (one fdatasync for many lines).
+    pub bulk_in_flight: usize,
+    /// Bulk files worked on at once (each read whole, with `bulk_in_flight` threads); one
+    /// more waits in `new/` for the next rescan.
+    pub bulk_files_in_flight_max: usize,
     /// Full rescan of `new/` this often; file-system events are only hints.
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
@@ -247,6 +261,11 @@ impl Default for Config {
             batch_ops_max: 1_000,
             spool_file_bytes_max: 16 << 20,
             batches_in_flight_max: 64,
+            bulk_file_bytes_max: 64 << 20,
+            bulk_lines_max: 100_000,
+            bulk_line_bytes_max: None,
+            bulk_in_flight: 64,
+            bulk_files_in_flight_max: 4,
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
             shard_segment_bytes: 16 << 20,
@@ -337,6 +356,7 @@ impl Config {
                 "batch_ops_max and batches_in_flight_max must be > 0".into(),
             ));
         }
+        self.validate_bulk()?;
         if self.stream_in_flight_max == 0
             || self.stream_connections_max == 0
             || self.stream_line_bytes_max == Some(0)
@@ -346,6 +366,36 @@ impl Config {
             ));
         }
         self.validate_replication()
+    }
+
+    fn validate_bulk(&self) -> Result<(), ConfigError> {
+        if self.bulk_in_flight == 0
+            || self.bulk_lines_max == 0
+            || self.bulk_files_in_flight_max == 0
+        {
+            return Err(ConfigError::Invalid(
+                "bulk_in_flight, bulk_lines_max and bulk_files_in_flight_max must be > 0".into(),
+            ));
+        }
+        // A line is a batch: the WAL's claim size bound (`claim_bytes_max`) assumes no batch
+        // is longer than a spool file may be.
+        if let Some(n) = self.bulk_line_bytes_max {
+            if n == 0 || n > self.spool_file_bytes_max {
+                return Err(ConfigError::Invalid(format!(
+                    "bulk_line_bytes_max {n} must be 1 to spool_file_bytes_max ({})",
+                    self.spool_file_bytes_max
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The longest line a bulk file may hold (`bulk_line_bytes_max`, by default the spool
+    /// file limit).
+    pub fn bulk_line_bytes(&self) -> u64 {
+        self.bulk_line_bytes_max
+            .unwrap_or(self.spool_file_bytes_max)
+            .min(self.spool_file_bytes_max)
     }
 
     fn validate_replication(&self) -> Result<(), ConfigError> {
@@ -420,6 +470,27 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: a bulk line may not be longer than a batch file (the WAL's claim size bound
+    /// rests on it), and the bulk counts must be positive.
+    #[test]
+    fn bulk_limits_are_validated() {
+        let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+        assert!(load("").is_ok());
+        assert_eq!(Config::default().bulk_line_bytes(), 16 << 20);
+        assert!(load("bulk_line_bytes_max = 1024").is_ok());
+        let e = load("bulk_line_bytes_max = 16777217").expect_err("over the file limit");
+        assert!(e.to_string().contains("spool_file_bytes_max"), "{e}");
+        assert!(load("bulk_in_flight = 0").is_err());
+        assert!(load("bulk_lines_max = 0").is_err());
+        assert!(load("bulk_files_in_flight_max = 0").is_err());
+        let small: Config = toml::from_str("spool_file_bytes_max = 100").expect("toml");
+        assert_eq!(
+            small.bulk_line_bytes(),
+            100,
+            "follows the file limit by default"
+        );
+    }
 
     #[test]
     fn the_commented_example_loads_and_result_sync_parses() {

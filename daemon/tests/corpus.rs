@@ -214,6 +214,149 @@ fn corpus_into_a_running_daemon() {
     );
 }
 
+/// One expected result line of a bulk file: (line or `-` or `*`, status, error substring).
+type BulkExpect = (String, String, String);
+
+/// `corpus/bulk/MANIFEST.tsv`, by file.
+fn bulk_manifest() -> BTreeMap<String, Vec<BulkExpect>> {
+    let text = std::fs::read_to_string(corpus_dir().join("bulk/MANIFEST.tsv")).expect("manifest");
+    let mut by_file: BTreeMap<String, Vec<BulkExpect>> = BTreeMap::new();
+    for l in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = l.splitn(4, '\t').collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or_default().to_owned();
+        by_file
+            .entry(get(0))
+            .or_default()
+            .push((get(1), get(2), get(3)));
+    }
+    by_file
+}
+
+/// The generated bulk cases (too large for the repository) in `spool`, with their
+/// expectations under the default limits: more lines than `bulk_lines_max`, a line over
+/// `bulk_line_bytes_max` between two good ones, and a sparse 10 GiB file (a line that
+/// never ends) over `bulk_file_bytes_max`.
+fn generated_bulk_cases(spool: &Path, expect: &mut BTreeMap<String, Vec<BulkExpect>>) {
+    let e = |line: &str, status: &str, err: &str| (line.into(), status.into(), err.into());
+    drop_in(
+        spool,
+        "too-many-lines.jsonl",
+        "x\n".repeat(100_001).as_bytes(),
+    );
+    let too_many = vec![e(
+        "-",
+        "invalid",
+        "100001 lines, over bulk_lines_max 100000",
+    )];
+    expect.insert("too-many-lines.jsonl".into(), too_many);
+    let good = |k: &str| {
+        format!(r#"{{"request_key":"{k}","ops":[{{"op":"create","shard":"s","record":{{}}}}]}}"#)
+    };
+    let long = format!(
+        "{}\n{}\n{}",
+        good("long-1"),
+        "a".repeat((16 << 20) + 1),
+        good("long-3")
+    );
+    drop_in(spool, "long-line.jsonl", long.as_bytes());
+    let long_expect = vec![
+        e("1", "committed", ""),
+        e(
+            "2",
+            "invalid",
+            "line 2 is 16777217 bytes, over bulk_line_bytes_max 16777216",
+        ),
+        e("3", "committed", ""),
+    ];
+    expect.insert("long-line.jsonl".into(), long_expect);
+    let huge = spool.join("tmp/never-ending.jsonl");
+    std::fs::File::create(&huge)
+        .and_then(|f| f.set_len(10 << 30))
+        .expect("sparse file");
+    std::fs::rename(&huge, spool.join("new/never-ending.jsonl")).expect("rename");
+    let never = vec![e("-", "invalid", "over bulk_file_bytes_max")];
+    expect.insert("never-ending.jsonl".into(), never);
+}
+
+/// Checks `out/NAME` of a bulk file against its expected lines.
+fn check_bulk_result(spool: &Path, name: &str, expect: &[BulkExpect]) {
+    let text = std::fs::read_to_string(spool.join("out").join(name)).expect("result");
+    let got: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {l:?}: {e}")))
+        .collect();
+    let says = |r: &Value, status: &str, err: &str| {
+        let why = r["error"].as_str().or(r["reason"].as_str()).unwrap_or("");
+        assert_eq!(r["status"], status, "{name}: {r}");
+        assert!(why.contains(err), "{name}: {why:?} lacks {err:?}");
+    };
+    match expect.first().map(|x| x.0.as_str()) {
+        Some("-") => {
+            assert_eq!(got.len(), 1, "{name}: {text}");
+            assert!(got[0].get("line").is_none(), "{name}: {text}");
+            says(&got[0], &expect[0].1, &expect[0].2);
+            assert!(
+                spool.join("failed").join(name).exists(),
+                "{name} not quarantined"
+            );
+        }
+        Some("*") => {
+            assert!(!got.is_empty(), "{name}: no result line");
+            got.iter().for_each(|r| says(r, &expect[0].1, &expect[0].2));
+        }
+        _ => {
+            let lines: Vec<String> = got.iter().map(|r| r["line"].to_string()).collect();
+            let want: Vec<String> = expect.iter().map(|x| x.0.clone()).collect();
+            assert_eq!(lines, want, "{name}: result lines");
+            for (r, (_, status, err)) in got.iter().zip(expect) {
+                says(r, status, err);
+            }
+        }
+    }
+}
+
+/// Goal: the bulk-file corpus (`corpus/bulk/`, and generated files too large to keep:
+/// too many lines, a 16 MiB line, a sparse 10 GiB file) into a running daemon with the
+/// default limits: every result line has the manifest's line, status and error, in line
+/// order, and no other; a file refused whole is quarantined with one result line about
+/// the whole file; the daemon serves on.
+#[test]
+fn bulk_corpus_into_a_running_daemon() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let mut child = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let spool = data.join("spool");
+    let mut expect = bulk_manifest();
+    assert!(expect.len() >= 4, "bulk corpus has {} files", expect.len());
+    for name in expect.keys() {
+        let bytes = std::fs::read(corpus_dir().join("bulk").join(name)).unwrap();
+        drop_in(&spool, name, &bytes);
+    }
+    generated_bulk_cases(&spool, &mut expect);
+    let out = spool.join("out");
+    wait_for("every bulk result", Duration::from_secs(120), || {
+        expect.keys().all(|n| out.join(n).exists())
+    });
+    for (name, lines) in &expect {
+        check_bulk_result(&spool, name, lines);
+    }
+    drop_in(
+        &spool,
+        "after-bulk.json",
+        br#"{"request_key":"after-bulk","ops":[{"op":"create","shard":"s","record":{}}]}"#,
+    );
+    wait_for(
+        "a result after the bulk files",
+        Duration::from_secs(20),
+        || out.join("after-bulk.json").exists(),
+    );
+    assert!(child.exited().unwrap().is_none(), "daemon died");
+    println!("bulk corpus: {} files", expect.len());
+}
+
 /// Goal: the corpus as stream lines (issue 16): every corpus file that is one line, sent as
 /// one request line on one connection of a running daemon, gets the status and error the
 /// manifest names, its error naming its line, and the connection goes on to the valid batch

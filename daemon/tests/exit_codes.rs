@@ -16,12 +16,7 @@ use std::time::Duration;
 
 /// `roost ARGS... --data-dir DATA`.
 fn roost(data: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .expect("run roost")
+    roost_at(data, args)
 }
 
 /// The exit code, with stdout and stderr in the panic message when it is not `want`.

@@ -196,6 +196,27 @@ proptest! {
         }
     }
 
+    /// A bulk file's lines: any bytes split into numbered lines without a panic, every
+    /// line answered by a batch or an invalid reason that names its line.
+    #[test]
+    fn bulk_lines_random_bytes(bytes in proptest::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..2048)) {
+        limit_memory();
+        let limits = roost::spool::bulk::Limits { lines_max: 100, line_bytes_max: 512, batch_ops_max: 1000 };
+        if let Ok(lines) = roost::spool::bulk::lines(&bytes, &limits) {
+            for w in lines.windows(2) {
+                prop_assert!(w[0].number < w[1].number);
+            }
+            for l in &lines {
+                prop_assert_eq!(&bytes[l.offset as usize..l.offset as usize + l.bytes.len()], l.bytes);
+                if let Err(inv) = roost::spool::bulk::parse_line(l, &limits) {
+                    let named = inv.error.contains(&format!("line {}", l.number))
+                        || !inv.error.contains(" at line ");
+                    prop_assert!(named, "{}", inv.error);
+                }
+            }
+        }
+    }
+
     #[test]
     fn wal_random_segment(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
         limit_memory();

@@ -1,7 +1,7 @@
 //! `roost submit [--wait] FILE...`: deliver each file into the spool (through
 //! [`crate::spool::deliver`], the one client-side delivery), then optionally wait for each
-//! result and print it. Exit 0 when all committed, 1 when any was rejected or conflicted,
-//! 2 when any was invalid, timed out, or could not be delivered at all (a missing or
+//! result and print it (a bulk file's: every line). Exit 0 when all committed, 1 when any
+//! was rejected or conflicted, 2 when any was invalid, timed out, or could not be delivered at all (a missing or
 //! unwritable spool, an unreadable file: README's contract, whatever the cause's class).
 
 use std::io::Write as _;
@@ -39,13 +39,22 @@ pub(super) fn submit(
             continue;
         };
         super::out(&text)?;
-        match serde_json::from_str::<BatchResult>(&text).map(|r| r.status()) {
-            Ok(Status::Committed) => {}
-            Ok(Status::Rejected | Status::Conflict) => code = code.max(EXIT_FAILED),
-            Ok(Status::Invalid) | Err(_) => code = EXIT_INVALID,
-        }
+        code = code.max(exit_for(&text));
     }
     Ok(code)
+}
+
+/// The exit code a result file calls for: its worst line's (a bulk file's result has one
+/// line per batch).
+fn exit_for(text: &str) -> i32 {
+    let line_code = |line: &str| match serde_json::from_str::<BatchResult>(line).map(|r| r.status())
+    {
+        Ok(Status::Committed) => EXIT_OK,
+        Ok(Status::Rejected | Status::Conflict) => EXIT_FAILED,
+        Ok(Status::Invalid) | Err(_) => EXIT_INVALID,
+    };
+    let lines = text.lines().filter(|l| !l.trim().is_empty());
+    lines.map(line_code).max().unwrap_or(EXIT_INVALID)
 }
 
 /// Delivers every file under a free spool name, in order; returns the names used.

@@ -228,6 +228,23 @@ impl Engine {
         self.publish_settled(source, r)
     }
 
+    /// A bulk file's answer (`serve/bulk.rs`), once every line is answered durably: its
+    /// result lines published as `out/NAME` (after any earlier claim under the name settles),
+    /// then `new/NAME` removed and `new/` synced at once. The lines' claims are detached:
+    /// recovery never touches `new/NAME` or `out/NAME` for them, so until the removal is
+    /// durable the file is simply processed again, and each line's key gives its original
+    /// answer: the same bytes.
+    pub fn answer_bulk(&self, name: &str, result_lines: &[u8]) -> Result<(), EngineError> {
+        self.settle_name(name, None)?;
+        self.publisher
+            .publish_bytes(name, result_lines)
+            .map_err(io_err("write result", &self.spool.out.join(name)))?;
+        self.remove_input(name)?;
+        self.storage
+            .sync_dir(&self.spool.new)
+            .map_err(io_err("sync", &self.spool.new))
+    }
+
     /// [`Engine::publish`] once the name is settled.
     fn publish_settled(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
         self.publisher

@@ -6,9 +6,10 @@
 
 //!
 //! Files: `events` (file-system hints and rescans), `worker` (one file to its result, the
-//! quarantine), `sidecars` (control socket, metrics, the systemd ticker), `stream` (the
-//! streaming intake's socket).
+//! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
+//! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
+pub mod bulk;
 mod events;
 mod replication;
 mod sidecars;
@@ -17,7 +18,7 @@ mod worker;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,8 @@ struct Shared {
     finishing: AtomicBool,
     /// An idle primary's WAL tail is being synced now (`maybe_sync_tail`).
     syncing_tail: AtomicBool,
+    /// Bulk files being worked on now (`bulk.rs`, at most `bulk_files_in_flight_max`).
+    bulk_files: AtomicUsize,
 }
 
 /// Clears its flag when dropped (a task's "running" mark, also on an early return).
@@ -103,6 +106,7 @@ impl Shared {
             checkpointing: AtomicBool::new(false),
             finishing: AtomicBool::new(false),
             syncing_tail: AtomicBool::new(false),
+            bulk_files: AtomicUsize::new(0),
         })
     }
 

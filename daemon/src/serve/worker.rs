@@ -1,5 +1,6 @@
 //! A worker: one file from `new/` to its result, on the blocking pool (the engine blocks on
-//! fsync). An invalid file is quarantined; a pipeline failure stops the loop.
+//! fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid file is quarantined; a
+//! pipeline failure stops the loop.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -33,8 +34,11 @@ pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit)
     });
 }
 
-/// One file from `new/` to its result.
+/// One file from `new/` to its result (a bulk file's: `bulk.rs`).
 fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+    if crate::spool::bulk::is_bulk_name(name) {
+        return super::bulk::process(sh, name);
+    }
     let engine = &sh.engine;
     let cfg = engine.config();
     let path = engine.spool().new.join(name);
@@ -71,7 +75,7 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
 /// fatal (the input is still there, nothing is lost): the name is logged and left alone. A
 /// failed publish is: the result round latched (or the WAL did, settling an earlier batch
 /// under the name), and like any write failure it stops the daemon with its class.
-fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Result<(), EngineError> {
+pub(super) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Result<(), EngineError> {
     let engine = &sh.engine;
     let sp = engine.spool();
     warn!(file = name, error = %inv.error, "invalid batch file: quarantined");

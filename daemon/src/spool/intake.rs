@@ -18,8 +18,14 @@ pub enum Intake {
 }
 
 /// Opens `path` without following symlinks or blocking, checks it is a regular file of at
-/// most `bytes_max`, and reads it.
+/// most `bytes_max` (`spool_file_bytes_max`), and reads it.
 pub fn read_dropped(path: &Path, bytes_max: u64) -> io::Result<Intake> {
+    read_dropped_as(path, bytes_max, "spool_file_bytes_max")
+}
+
+/// [`read_dropped`] under another size limit, `limit` its name in the refusal (a bulk
+/// file's `bulk_file_bytes_max`).
+pub fn read_dropped_as(path: &Path, bytes_max: u64, limit: &str) -> io::Result<Intake> {
     // lstat first: a device node is never even opened (opening some has side effects).
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {
@@ -75,7 +81,7 @@ pub fn read_dropped(path: &Path, bytes_max: u64) -> io::Result<Intake> {
     }
     if meta.len() > bytes_max {
         return Ok(Intake::Refused(format!(
-            "file is {} bytes, over spool_file_bytes_max {bytes_max}",
+            "file is {} bytes, over {limit} {bytes_max}",
             meta.len()
         )));
     }
@@ -84,7 +90,7 @@ pub fn read_dropped(path: &Path, bytes_max: u64) -> io::Result<Intake> {
     f.take(bytes_max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > bytes_max {
         return Ok(Intake::Refused(format!(
-            "file grew past spool_file_bytes_max {bytes_max} while read"
+            "file grew past {limit} {bytes_max} while read"
         )));
     }
     Ok(Intake::Bytes(buf))

@@ -14,8 +14,9 @@
 //!
 //! Files: `deliver` (the client's side: tmp/, fsync, rename into new/), `intake` (reading a
 //! dropped file safely), `publish` (result files in rounds), `quarantine` (the bounded
-//! `failed/` folder).
+//! `failed/` folder), `bulk` (bulk files, `NAME.jsonl`: their lines, limits and result).
 
+pub mod bulk;
 mod deliver;
 mod intake;
 mod publish;
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 use roost_storage::Storage;
 
 pub use deliver::deliver;
-pub use intake::{read_dropped, Intake};
+pub use intake::{read_dropped, read_dropped_as, Intake};
 pub use publish::Publisher;
 pub use quarantine::FailedDir;
 

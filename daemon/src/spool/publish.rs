@@ -95,10 +95,15 @@ impl Publisher {
 
     /// Writes `out/NAME` atomically and durably; returns once it is both.
     pub fn publish(&self, name: &str, result: &BatchResult) -> io::Result<()> {
+        self.publish_bytes(name, &result.to_json_line())
+    }
+
+    /// [`Publisher::publish`] of ready-made bytes (a bulk file's result lines).
+    pub fn publish_bytes(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.out.join(format!(".{name}.{seq}.tmp"));
         let written = self.storage.open(&tmp, OpenMode::CreateNew).and_then(|f| {
-            f.write_at(&result.to_json_line(), 0)?;
+            f.write_at(bytes, 0)?;
             if self.mode == ResultSync::Fsync {
                 f.sync_data()?;
             }

@@ -34,6 +34,16 @@ pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
         .unwrap_or_else(|e| panic!("delivering {name}: {e}"));
 }
 
+/// `roost ARGS... --data-dir DATA`, its output.
+pub fn roost_at(data: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .expect("run roost")
+}
+
 /// Drops `KEY.json`, one create on shard `s` under request key `KEY`, and waits up to
 /// `limit` for its result in `out/`.
 pub fn drop_and_wait(spool: &Path, key: &str, limit: Duration) {

@@ -1,0 +1,277 @@
+//! A bulk file (`new/NAME.jsonl`, `spool/bulk.rs`) to its result: read whole with the same
+//! safe reader as a batch file (under `bulk_file_bytes_max`), the line limit checked before
+//! any line is planned, then every line through [`Engine::submit_detached`] with
+//! `bulk_in_flight` lines at once (their claims share the WAL's group commits), then
+//! `out/NAME` with one result line per batch line, in line order, and only then the input
+//! removed ([`Engine::answer_bulk`]).
+//!
+//! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
+//! one more is left in `new/` for the next rescan.
+//!
+//! Lines are independent batches, like files dropped together: their planning order is not
+//! their line order, except that lines sharing a request key are planned in line order. A file refused whole (unreadable, too large, too many lines, no batch)
+//! is quarantined like an invalid batch file. When the engine cannot take a line now (intake
+//! paused, not primary, a standby missing) or the daemon stops, the lines in flight finish,
+//! no result is published and the file stays in `new/`: it is processed again later, and the
+//! lines answered already answer again by their keys, with the same ids. A crash anywhere
+//! ends the same way: the file is still in `new/` until its result is out.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::{worker, Shared};
+use crate::batch::{BatchResult, Invalid};
+use crate::error::EngineError;
+use crate::pipeline::Engine;
+use crate::spool::bulk::{self as lines, Limits, Line};
+use crate::spool::{read_dropped_as, Intake};
+
+/// One bulk file from `new/` to its result (see the module comment).
+pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+    let engine = &sh.engine;
+    let cfg = engine.config();
+    let Some(_slot) = Slot::take(&sh.bulk_files, cfg.bulk_files_in_flight_max) else {
+        debug!(
+            file = name,
+            "bulk file waits for the next rescan (bulk_files_in_flight_max)"
+        );
+        return Ok(());
+    };
+    let path = engine.spool().new.join(name);
+    let whole = |error: String| Invalid {
+        request_key: None,
+        error,
+    };
+    let bytes = match read_dropped_as(&path, cfg.bulk_file_bytes_max, "bulk_file_bytes_max") {
+        Ok(Intake::Gone) => return Ok(()),
+        Ok(Intake::Refused(reason)) => return worker::quarantine(sh, name, &whole(reason)),
+        Ok(Intake::Bytes(b)) => b,
+        Err(e) => {
+            let why = format!("cannot read: {e}");
+            return worker::quarantine(sh, name, &whole(why));
+        }
+    };
+    let limits = Limits::of(cfg);
+    let batches = match lines::lines(&bytes, &limits) {
+        Ok(l) => l,
+        Err(why) => return worker::quarantine(sh, name, &whole(why)),
+    };
+    let t0 = Instant::now();
+    let Some(answers) = answer_lines(engine, name, &batches, &|| sh.stopping())? else {
+        info!(
+            file = name,
+            "bulk file left in new/ for later (lines answered so far answer again by their keys)"
+        );
+        return Ok(());
+    };
+    engine.answer_bulk(name, &answers)?;
+    let secs = t0.elapsed().as_secs_f64();
+    info!(
+        file = name,
+        batches = batches.len(),
+        secs,
+        "bulk file answered"
+    );
+    Ok(())
+}
+
+/// One of `bulk_files_in_flight_max` places for a bulk file, given back when dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl<'a> Slot<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Answers every line of bulk file `name` (`bulk_in_flight` at once) and returns the result
+/// lines in line order, or `None` when the file must wait: the engine cannot take a line now
+/// or `stop()` said so (the lines in flight finish first). The caller publishes them
+/// ([`Engine::answer_bulk`]); public for the crash tests, which drive it over the simulated
+/// disk.
+pub fn answer_lines(
+    engine: &Engine,
+    name: &str,
+    lines: &[Line<'_>],
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Option<Vec<u8>>, EngineError> {
+    let limits = Limits::of(engine.config());
+    let answers = Lines::new(engine, name, lines, limits, stop).answer_all()?;
+    Ok(answers.map(|a| a.concat()))
+}
+
+/// The lines of one bulk file being answered by a few threads at once.
+struct Lines<'a> {
+    engine: &'a Engine,
+    stop: &'a (dyn Fn() -> bool + Sync),
+    name: &'a str,
+    lines: &'a [Line<'a>],
+    limits: Limits,
+    /// The next line to take.
+    next: AtomicUsize,
+    /// Set when no further line may be taken: the engine cannot take one now, the daemon
+    /// stops, or a failure (`fatal`). The file then gets no result.
+    halted: AtomicBool,
+    fatal: Mutex<Option<EngineError>>,
+    /// Each line's result line, by position in `lines`.
+    answers: Vec<Mutex<Option<Vec<u8>>>>,
+    /// The earlier line with the same request key that must be answered first (lines that
+    /// share a key are planned in line order: `spool::bulk::same_key_before`).
+    before: Vec<Option<usize>>,
+    /// Notified when a line is answered or the file halts (with `progress`).
+    progress: Mutex<()>,
+    answered: Condvar,
+}
+
+impl<'a> Lines<'a> {
+    fn new(
+        engine: &'a Engine,
+        name: &'a str,
+        lines: &'a [Line<'a>],
+        limits: Limits,
+        stop: &'a (dyn Fn() -> bool + Sync),
+    ) -> Lines<'a> {
+        Lines {
+            engine,
+            stop,
+            name,
+            lines,
+            limits,
+            next: AtomicUsize::new(0),
+            halted: AtomicBool::new(false),
+            fatal: Mutex::new(None),
+            answers: lines.iter().map(|_| Mutex::new(None)).collect(),
+            before: lines::same_key_before(lines, &limits),
+            progress: Mutex::new(()),
+            answered: Condvar::new(),
+        }
+    }
+
+    /// Every line's result line in line order, or `None` when the file must wait (halted
+    /// without a failure). This thread and up to `bulk_in_flight - 1` helpers take lines
+    /// until none is left; a helper that cannot be started only means fewer at once.
+    fn answer_all(self) -> Result<Option<Vec<Vec<u8>>>, EngineError> {
+        let want = self.engine.config().bulk_in_flight.min(self.lines.len());
+        std::thread::scope(|s| {
+            for i in 1..want {
+                let started = std::thread::Builder::new()
+                    .name(format!("roost-bulk-{i}"))
+                    .spawn_scoped(s, || self.take_lines());
+                if let Err(e) = started {
+                    warn!(file = self.name, error = %e, threads = i, "cannot start another bulk line thread");
+                    break;
+                }
+            }
+            self.take_lines();
+        });
+        if let Some(e) = self.fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        if self.halted.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(self.answers.len());
+        for (slot, line) in self.answers.into_iter().zip(self.lines) {
+            let answer = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+            out.push(answer.ok_or_else(|| EngineError::Inconsistent {
+                lsn: 0,
+                detail: format!(
+                    "bulk file {}: line {} has no answer",
+                    self.name, line.number
+                ),
+            })?);
+        }
+        Ok(Some(out))
+    }
+
+    /// Takes the next line and answers it, until none is left or the file is halted.
+    fn take_lines(&self) {
+        loop {
+            if (self.stop)() {
+                self.halted.store(true, Ordering::SeqCst);
+            }
+            if self.halted.load(Ordering::SeqCst) {
+                return;
+            }
+            let i = self.next.fetch_add(1, Ordering::SeqCst);
+            let Some(line) = self.lines.get(i) else {
+                return;
+            };
+            if let Some(j) = self.before[i] {
+                if !self.wait_answered(j) {
+                    return;
+                }
+            }
+            match self.answer(line) {
+                Ok(r) => {
+                    let bytes = lines::result_line(line.number, &r);
+                    *self.answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+                }
+                Err(e) if e.latches_nothing() => {
+                    debug!(file = self.name, line = line.number, error = %e, "bulk line not taken now");
+                    self.halted.store(true, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    self.fatal
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                    self.halted.store(true, Ordering::SeqCst);
+                }
+            }
+            let _g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            self.answered.notify_all();
+        }
+    }
+
+    /// Waits until line `j` (taken earlier, so in flight or answered) has its answer: true,
+    /// or the file halts: false. No cycle: a line only ever waits for an earlier one.
+    fn wait_answered(&self, j: usize) -> bool {
+        let mut g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.answers[j]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+            {
+                return true;
+            }
+            if self.halted.load(Ordering::SeqCst) || (self.stop)() {
+                self.halted.store(true, Ordering::SeqCst);
+                return false;
+            }
+            g = self
+                .answered
+                .wait_timeout(g, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// One line's answer: `invalid` for a line that is not a batch, else the pipeline's.
+    fn answer(&self, line: &Line<'_>) -> Result<BatchResult, EngineError> {
+        let engine = self.engine;
+        match lines::parse_line(line, &self.limits) {
+            Err(inv) => {
+                debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");
+                engine.note_invalid();
+                Ok(BatchResult::invalid(&inv))
+            }
+            Ok(b) => engine.submit_detached(&b, &lines::source(self.name, line.number)),
+        }
+    }
+}

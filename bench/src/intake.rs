@@ -32,7 +32,7 @@ struct Sizes {
 fn sizes() -> Sizes {
     if std::env::var_os("ROOST_BENCH_QUICK").is_some() {
         Sizes {
-            batches: 2_000,
+            batches: 1_000,
             rounds: 1,
         }
     } else {

@@ -18,6 +18,7 @@ mod compaction;
 mod loopfs;
 mod null;
 mod peer;
+mod profile;
 mod replication;
 mod soak;
 mod spool;
@@ -266,6 +267,7 @@ fn main() -> anyhow::Result<()> {
         }
         Some("--compaction-latency") => return compaction::run(),
         Some("--ceiling") => return ceiling::run(),
+        Some("--ceiling-profile") => return profile::run(&args[2..]),
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
         Some("--soak-run") => {
@@ -289,7 +291,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --soak | --replication | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -235,7 +235,7 @@ impl Pair {
 }
 
 /// The `roost` binary: `ROOST_BIN`, else the one beside this executable.
-fn roost_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn roost_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("ROOST_BIN") {
         return Ok(PathBuf::from(p));
     }

@@ -174,7 +174,7 @@ impl Drop for Tracer {
 }
 
 /// `roost status --json` over the control socket (retried until it answers, bounded).
-fn status(socket: &PathBuf) -> anyhow::Result<Value> {
+fn status(socket: &Path) -> anyhow::Result<Value> {
     let until = Instant::now() + LIMIT;
     loop {
         match roost::ops::control::request(socket, "status") {
@@ -188,7 +188,7 @@ fn status(socket: &PathBuf) -> anyhow::Result<Value> {
 }
 
 /// The status once nothing is in flight (the burst's durability tail done), bounded.
-fn settled(socket: &PathBuf) -> anyhow::Result<Value> {
+fn settled(socket: &Path) -> anyhow::Result<Value> {
     let until = Instant::now() + LIMIT;
     loop {
         let s = status(socket)?;

@@ -18,7 +18,9 @@
 //! batch is present and a committed result for its request key with one id per op. No timing
 //! is asserted. `ROOST_BENCH_QUICK=1` makes it tiny (CI), `ROOST_BENCH_ROUNDS=N` sets the
 //! rounds (3), `ROOST_BENCH_SECS` the closed-loop cell (2 s), `ROOST_BENCH_NULL_THREADS=N`
-//! skips the null consumer's thread calibration, `ROOST_BENCH_DIR` puts the files elsewhere
+//! skips the null consumer's thread calibration, `ROOST_BENCH_SYSTEMS=roost,sqlite` (any of
+//! null, roost, roost-syncfs, sqlite) and `ROOST_BENCH_FS=journaled` (or plain) run a part
+//! only, `ROOST_BENCH_DIR` puts the files elsewhere
 //! (default `target/bench-ceiling`). The journaled runs need root; without it the run fails
 //! unless `ROOST_ALLOW_NO_ROOT=1`, which skips them.
 
@@ -186,8 +188,9 @@ impl Counters {
         }
     }
 
-    /// Syncs per committed batch: WAL, shard flushes (msync), audit log, and the result
-    /// files' (one fdatasync per file, or one syncfs per round) and `out/`'s (one per round).
+    /// Syncs per committed batch: WAL, shard flush rounds (an msync each when the shard has
+    /// unflushed frames, so an upper bound), audit log, and the result files' (one fdatasync
+    /// per file, or one syncfs per round) and `out/`'s (one per round).
     pub(crate) fn syncs_per_batch(&self, mode: ResultSync) -> f64 {
         let results = match mode {
             ResultSync::Fsync => self.published,
@@ -367,6 +370,7 @@ pub fn run() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
     let fss = file_systems()?;
+    let systems = systems()?;
     println!(
         "roost ceiling benchmark in {}: {} rounds on {:?}; burst of {} files, closed-loop clients {:?} for {:?} each; batches of {} creates of ~{} B",
         base.display(), sz.rounds, fss, sz.burst, sz.clients, sz.cell, WORK.ops, WORK.record_bytes
@@ -374,14 +378,18 @@ pub fn run() -> anyhow::Result<()> {
     for &fs in &fss {
         raw_sync(&base, fs, &sz)?;
     }
-    let null_threads = pick_null_threads(&base, fss[0], &sz)?;
+    let null_threads = if systems.contains(&System::Null) {
+        pick_null_threads(&base, fss[0], &sz)?
+    } else {
+        0
+    };
     let mut all: Results = Vec::new();
     for round in 0..sz.rounds {
         let mut fs_order = fss.clone();
         let k = round % fs_order.len();
         fs_order.rotate_left(k);
         for fs in fs_order {
-            let mut order = SYSTEMS.to_vec();
+            let mut order = systems.clone();
             let k = round % order.len();
             order.rotate_left(k);
             for sys in order {
@@ -398,10 +406,31 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The file systems to run on: both as root; only the plain one with `ROOST_ALLOW_NO_ROOT=1`.
+/// `ROOST_BENCH_SYSTEMS` (names, comma-separated), else all four.
+fn systems() -> anyhow::Result<Vec<System>> {
+    let Ok(list) = std::env::var("ROOST_BENCH_SYSTEMS") else {
+        return Ok(SYSTEMS.to_vec());
+    };
+    list.split(',')
+        .map(|name| {
+            SYSTEMS
+                .iter()
+                .copied()
+                .find(|s| s.to_string() == name.trim())
+                .with_context(|| format!("ROOST_BENCH_SYSTEMS: no system {name:?} (null, roost, roost-syncfs, sqlite)"))
+        })
+        .collect()
+}
+
+/// The file systems to run on: both as root (or the one `ROOST_BENCH_FS` names); only the
+/// plain one with `ROOST_ALLOW_NO_ROOT=1`.
 fn file_systems() -> anyhow::Result<Vec<Fs>> {
     if is_root() {
-        return Ok(vec![Fs::Journaled, Fs::Plain]);
+        return Ok(match std::env::var("ROOST_BENCH_FS").as_deref() {
+            Ok("journaled") => vec![Fs::Journaled],
+            Ok("plain") => vec![Fs::Plain],
+            _ => vec![Fs::Journaled, Fs::Plain],
+        });
     }
     if std::env::var_os("ROOST_ALLOW_NO_ROOT").is_some() {
         println!("not root: the journaled ext4 runs are skipped (ROOST_ALLOW_NO_ROOT=1)");
@@ -510,7 +539,7 @@ fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
 fn print_counters(all: &Results, fs: Fs) {
     println!();
     println!("roost during the burst on {fs} (its own counters, median over rounds)");
-    println!("| | batches per WAL sync | results per out/ round | shard txns per batch | shard flushes per batch | audit syncs per batch | syncs per batch |");
+    println!("| | batches per WAL sync | results per out/ round | shard txns per batch | shard flush rounds per batch | audit syncs per batch | syncs per batch, at most |");
     println!("|---|---|---|---|---|---|---|");
     for (sys, mode) in [
         (System::Roost, ResultSync::Fsync),

@@ -498,11 +498,38 @@ fn ratio(a: &[f64], b: &[f64]) -> String {
     format!("**{:.2}** ({})", median(&r), rounds.join("/"))
 }
 
+/// Columns: each system run, then these ratios where both systems ran.
+const RATIOS: [(System, System, &str); 4] = [
+    (System::Roost, System::Null, "roost / ceiling"),
+    (System::RoostSyncfs, System::Null, "roost syncfs / ceiling"),
+    (System::Roost, System::Sqlite, "roost / SQLite"),
+    (System::RoostSyncfs, System::Roost, "syncfs / fsync"),
+];
+
+fn heading(sys: System) -> &'static str {
+    match sys {
+        System::Null => "null (ceiling)",
+        System::Roost => "roost",
+        System::RoostSyncfs => "roost syncfs",
+        System::Sqlite => "SQLite peer",
+    }
+}
+
 fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
+    let ran: Vec<System> = SYSTEMS
+        .into_iter()
+        .filter(|s| all.iter().any(|(_, f, x, _)| *f == fs && x == s))
+        .collect();
+    let ratios: Vec<_> = RATIOS
+        .iter()
+        .filter(|(a, b, _)| ran.contains(a) && ran.contains(b))
+        .collect();
     println!();
-    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets); null consumer with {null_threads} threads", sz.rounds);
-    println!("| measure | null (ceiling) | roost | roost syncfs | SQLite peer | roost / ceiling | roost syncfs / ceiling | roost / SQLite |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets; ratios are the median of each round's ratio); null consumer with {null_threads} threads", sz.rounds);
+    let mut head: Vec<&str> = ran.iter().map(|s| heading(*s)).collect();
+    head.extend(ratios.iter().map(|r| r.2));
+    println!("| measure | {} |", head.join(" | "));
+    println!("|---{}|", "|---".repeat(head.len()));
     // None: the burst; Some(i): the i-th client count.
     let mut rows = vec![(format!("burst of {} files", sz.burst), None)];
     for (i, c) in sz.clients.iter().enumerate() {
@@ -514,23 +541,15 @@ fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
             Some(i) => f.clients.get(*i).copied().unwrap_or(f64::NAN),
         };
         let s = |sys| series(all, fs, sys, &pick);
-        let (n, r, y, q) = (
-            s(System::Null),
-            s(System::Roost),
-            s(System::RoostSyncfs),
-            s(System::Sqlite),
-        );
-        let cell = |v: &[f64]| format!("{:.0} ({})", median(v), fmt_rates(v));
-        println!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
-            cell(&n),
-            cell(&r),
-            cell(&y),
-            cell(&q),
-            ratio(&r, &n),
-            ratio(&y, &n),
-            ratio(&r, &q)
-        );
+        let mut cells: Vec<String> = ran
+            .iter()
+            .map(|sys| {
+                let v = s(*sys);
+                format!("{:.0} ({})", median(&v), fmt_rates(&v))
+            })
+            .collect();
+        cells.extend(ratios.iter().map(|(a, b, _)| ratio(&s(*a), &s(*b))));
+        println!("| {name} | {} |", cells.join(" | "));
     }
     print_counters(all, fs);
 }
@@ -553,6 +572,9 @@ fn print_counters(all: &Results, fs: Fs) {
                 .collect();
             median(&v)
         };
+        if !all.iter().any(|(_, x, s, _)| *x == fs && *s == sys) {
+            continue;
+        }
         let b = |c: &Counters| c.committed.max(1) as f64;
         println!(
             "| {sys} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",

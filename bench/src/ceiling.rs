@@ -33,7 +33,7 @@ use anyhow::{bail, Context};
 use roost::config::ResultSync;
 use roost_benchkit::{bench_base, cell_duration, raw_fdatasync, SyncFile};
 
-use crate::loopfs::{is_root, LoopMount};
+use crate::loopfs::{clear_stale, is_root, LoopMount};
 use crate::null::NullConsumer;
 use crate::peer::Peer;
 use crate::spool::{burst_timed, check_burst, clear_out, closed_loop, closed_loop_checked};
@@ -367,6 +367,7 @@ type Results = Vec<(usize, Fs, System, Figures)>;
 pub fn run() -> anyhow::Result<()> {
     let sz = sizes();
     let base = bench_base("target/bench-ceiling");
+    clear_stale(&base);
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
     let fss = file_systems()?;

@@ -49,6 +49,36 @@ pub(crate) fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Unmounts and detaches what an interrupted run (SIGINT: no destructors) left under `base`:
+/// every mount point below it (lazily), then every loop device backed by an image below it.
+/// Called before a benchmark clears its directory, so a rerun starts clean.
+pub(crate) fn clear_stale(base: &Path) {
+    let Ok(base) = base.canonicalize() else {
+        return;
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for point in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+        if Path::new(point).starts_with(&base) {
+            eprintln!("unmounting {point}, left by an earlier run");
+            let _ = sh("umount", &["-l", point]);
+        }
+    }
+    let devices = sh(
+        "losetup",
+        &["--list", "--noheadings", "--output", "NAME,BACK-FILE"],
+    )
+    .unwrap_or_default();
+    for l in devices.lines() {
+        let mut f = l.split_whitespace();
+        if let (Some(dev), Some(file)) = (f.next(), f.next()) {
+            if Path::new(file).starts_with(&base) {
+                eprintln!("detaching {dev} ({file}), left by an earlier run");
+                let _ = sh("losetup", &["-d", dev]);
+            }
+        }
+    }
+}
+
 impl LoopMount {
     /// `mkfs.ext4 -q -F -j` (the default journal) on a sparse image of `bytes`, lazily
     /// initialised (the kernel zeroes inode tables in the background after the mount): what

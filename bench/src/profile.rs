@@ -18,7 +18,7 @@ use roost::ops::child::ServeChild;
 use roost_benchkit::bench_base;
 use serde_json::Value;
 
-use crate::loopfs::{is_root, sh, LoopMount};
+use crate::loopfs::{clear_stale, is_root, sh, LoopMount};
 use crate::spool::{burst_timed, check_burst, Workload};
 
 /// Bound on every wait for the daemon or strace.
@@ -54,6 +54,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     sh("strace", &["-V"]).context("strace is needed (apt-get install strace)")?;
     let bin = crate::replication::roost_bin()?;
     let base = bench_base("target/bench-profile");
+    clear_stale(&base);
     let _ = std::fs::remove_dir_all(&base);
     let mount = LoopMount::eager(&base, 2 << 30)?;
     let out = profile(&bin, &mount.dir, n, mode);

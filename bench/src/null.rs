@@ -221,3 +221,28 @@ fn process(spool: &Path, name: &str, ids: &AtomicU64) -> anyhow::Result<()> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::{burst_timed, check_burst, Workload};
+
+    /// The ceiling is only a ceiling if it does the work: every file of a burst gets a
+    /// committed result with one id per op, and `new/` ends empty.
+    #[test]
+    fn null_consumer_answers_every_file_of_a_burst() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = NullConsumer::start(dir.path(), 2).expect("start");
+        let w = Workload {
+            ops: 3,
+            record_bytes: 50,
+        };
+        let b = burst_timed(&n.spool, 40, &w).expect("burst");
+        check_burst(&n.spool, &b, w.ops).expect("every result");
+        let left = std::fs::read_dir(n.spool.join("new"))
+            .expect("new/")
+            .count();
+        assert_eq!(left, 0, "inputs removed");
+        drop(n);
+    }
+}

@@ -283,3 +283,27 @@ fn report(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// strace's `-c` table, with and without an errors column, and its footer.
+    #[test]
+    fn strace_summary_rows_are_read() {
+        let text = "% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 61.10    4.770000       11084       430           fdatasync
+  2.00    0.070000         225       300         4 unlink
+------ ----------- ----------- --------- --------- ----------------
+100.00    7.800000                  1234        12 total
+";
+        let rows = parse_summary(text);
+        let got: Vec<(&str, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.calls, r.usecs_per_call))
+            .collect();
+        assert_eq!(got, [("fdatasync", 430, 11084), ("unlink", 300, 225)]);
+        assert!((rows[0].seconds - 4.77).abs() < 1e-9);
+    }
+}

@@ -31,13 +31,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use roost::config::ResultSync;
-use roost_benchkit::{bench_base, cell_duration, raw_fdatasync, SyncFile};
+use roost_benchkit::{bench_base, cell_duration};
 
 use crate::loopfs::{clear_stale, is_root, LoopMount};
 use crate::null::NullConsumer;
 use crate::peer::Peer;
 use crate::spool::{burst_timed, check_burst, clear_out, closed_loop, closed_loop_checked};
 use crate::spool::{BurstRun, Workload};
+use crate::synccost::sync_costs;
 use crate::Roost;
 
 /// The batches: 10 creates of ~100 B over 4 shards, as the end-to-end bench.
@@ -440,26 +441,21 @@ fn file_systems() -> anyhow::Result<Vec<Fs>> {
     bail!("--ceiling loop-mounts ext4 images and needs root (ROOST_ALLOW_NO_ROOT=1 runs the plain directory only)")
 }
 
-/// One second (quick: 0.2) of 1.2 KB appends + fdatasync on fresh ground of `fs`, printed.
+/// What one sync costs on fresh ground of `fs` (`synccost.rs`: one second of each loop,
+/// quick 0.2), printed.
 fn raw_sync(base: &Path, fs: Fs, sz: &Sizes) -> anyhow::Result<()> {
     let dir = base.join(format!("raw-{fs}"));
     let place = Place::make(fs, &dir, sz)?;
-    std::fs::create_dir_all(&place.dir)
-        .with_context(|| format!("create {}", place.dir.display()))?;
     let secs = if sz.quick { 0.2 } else { 1.0 };
-    let r = raw_fdatasync(
-        &place.dir.join("raw-sync"),
-        1200,
-        Duration::from_secs_f64(secs),
-        SyncFile::Append,
-    )
-    .with_context(|| format!("raw fdatasync on {fs}"))?;
+    let costs = sync_costs(&place.dir, Duration::from_secs_f64(secs))
+        .with_context(|| format!("raw syncs on {fs}"));
     drop(place.mount);
     let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "raw disk, {fs}: {:.0} fdatasync/s (1.2 KB appends)",
-        r.ops_per_sec
-    );
+    let shown: Vec<String> = costs?
+        .iter()
+        .map(|(what, r)| format!("{what} {r:.0}/s"))
+        .collect();
+    println!("raw syncs, {fs}, one thread: {}", shown.join(", "));
     Ok(())
 }
 

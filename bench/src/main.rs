@@ -22,6 +22,7 @@ mod profile;
 mod replication;
 mod soak;
 mod spool;
+mod synccost;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

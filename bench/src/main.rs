@@ -13,13 +13,18 @@
 //! serve` processes on loopback.
 #![forbid(unsafe_code)]
 
+mod ceiling;
 mod compaction;
 mod intake;
+mod loopfs;
+mod null;
 mod peer;
+mod profile;
 mod replication;
 mod soak;
 mod spool;
 mod stream;
+mod synccost;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -82,14 +87,24 @@ pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::Engi
 }
 
 impl Roost {
+    /// Roost with `result_sync = "syncfs"` if `ROOST_BENCH_SYNCFS` is set, else the default.
     fn start(dir: &Path) -> anyhow::Result<Roost> {
+        let mode = if std::env::var_os("ROOST_BENCH_SYNCFS").is_some() {
+            roost::config::ResultSync::Syncfs
+        } else {
+            roost::config::ResultSync::Fsync
+        };
+        Roost::start_with(dir, mode)
+    }
+
+    /// Default settings (64 batches in flight) but for how result files are made durable.
+    pub(crate) fn start_with(
+        dir: &Path,
+        result_sync: roost::config::ResultSync,
+    ) -> anyhow::Result<Roost> {
         let cfg = Config {
             batches_in_flight_max: 64,
-            result_sync: if std::env::var_os("ROOST_BENCH_SYNCFS").is_some() {
-                roost::config::ResultSync::Syncfs
-            } else {
-                roost::config::ResultSync::Fsync
-            },
+            result_sync,
             ..Config::default()
         };
         let engine = Arc::new(open_engine(dir, cfg)?);
@@ -254,6 +269,8 @@ fn main() -> anyhow::Result<()> {
             return spool::populate(dir, n, 8);
         }
         Some("--compaction-latency") => return compaction::run(),
+        Some("--ceiling") => return ceiling::run(),
+        Some("--ceiling-profile") => return profile::run(&args[2..]),
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
         Some("--intake") => return intake::run(),
@@ -285,7 +302,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--soak | --replication | --intake | --soak-report CSV] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --intake | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

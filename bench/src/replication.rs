@@ -32,7 +32,7 @@ use roost::ops::child::ServeChild;
 use roost_benchkit::{bench_base, raw_fdatasync, SyncFile};
 use serde_json::Value;
 
-use crate::soak::LoopMount;
+use crate::loopfs::LoopMount;
 use crate::spool::{burst_timed, clear_out, closed_loop, Workload};
 
 /// Bound on every wait for a daemon (start, connect, catch-up).
@@ -235,7 +235,7 @@ impl Pair {
 }
 
 /// The `roost` binary: `ROOST_BIN`, else the one beside this executable.
-fn roost_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn roost_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("ROOST_BIN") {
         return Ok(PathBuf::from(p));
     }

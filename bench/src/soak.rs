@@ -40,6 +40,8 @@ use roost::config::Config;
 use roost::pipeline::Engine;
 use roost_benchkit::{bench_base, rss_anon_kib};
 
+use crate::loopfs::LoopMount;
+
 /// Shards the records spread over.
 const SHARDS: u64 = 4;
 /// Ops in a batch at most (small, so that 4 MiB WAL segments are allowed: a segment must
@@ -850,53 +852,4 @@ fn panel<DB: plotters::prelude::DrawingBackend>(
         .draw()
         .map_err(e)?;
     Ok(())
-}
-
-/// A fresh journaled ext4 image, loop-mounted at `<base>/mnt`; unmounted, detached and
-/// removed at drop.
-pub(crate) struct LoopMount {
-    pub(crate) dir: PathBuf,
-    dev: String,
-    image: PathBuf,
-}
-
-fn sh(cmd: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .with_context(|| format!("run {cmd}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-impl LoopMount {
-    pub(crate) fn new(base: &Path, bytes: u64) -> anyhow::Result<LoopMount> {
-        let image = base.join("soak.img");
-        let f =
-            std::fs::File::create(&image).with_context(|| format!("create {}", image.display()))?;
-        f.set_len(bytes)
-            .with_context(|| format!("size {}", image.display()))?;
-        drop(f);
-        let img = image.to_string_lossy().into_owned();
-        sh("mkfs.ext4", &["-q", "-F", "-j", &img])?;
-        let dev = sh("losetup", &["--find", "--show", &img])?;
-        let dir = base.join("mnt");
-        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let m = LoopMount { dir, dev, image };
-        sh("mount", &[&m.dev, &m.dir.to_string_lossy()])?;
-        println!("loop-mounted ext4 image {} on {}", m.dev, m.dir.display());
-        Ok(m)
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        let _ = sh("umount", &[&self.dir.to_string_lossy()]);
-        let _ = sh("losetup", &["-d", &self.dev]);
-        let _ = std::fs::remove_file(&self.image);
-    }
 }

@@ -9,6 +9,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use notify::Watcher;
 
 pub struct Workload {
@@ -138,6 +139,9 @@ pub struct BurstRun {
     pub rate: f64,
     pub start: Instant,
     pub end: Instant,
+    /// The files' names (`out/NAME` holds each result; the request key is NAME without
+    /// `.json`).
+    pub names: Vec<String>,
 }
 
 /// [`burst`], leaving the results in `out/` (the caller clears them with [`clear_out`] once
@@ -179,6 +183,7 @@ pub fn burst_timed(spool: &Path, n: usize, w: &Workload) -> anyhow::Result<Burst
         rate: n as f64 / (end - start).as_secs_f64(),
         start,
         end,
+        names,
     })
 }
 
@@ -189,6 +194,28 @@ pub fn closed_loop(
     clients: usize,
     dur: Duration,
     w: &Workload,
+) -> anyhow::Result<(f64, Vec<Duration>)> {
+    closed_loop_with(spool, clients, dur, w, false)
+}
+
+/// [`closed_loop`], where each client also reads its result before removing it and fails the
+/// run unless it is a committed result for its request key with one id per op
+/// ([`check_result`]).
+pub fn closed_loop_checked(
+    spool: &Path,
+    clients: usize,
+    dur: Duration,
+    w: &Workload,
+) -> anyhow::Result<(f64, Vec<Duration>)> {
+    closed_loop_with(spool, clients, dur, w, true)
+}
+
+fn closed_loop_with(
+    spool: &Path,
+    clients: usize,
+    dur: Duration,
+    w: &Workload,
+    check: bool,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
     let run = run_id();
     let res = Arc::new(Results::watch(spool)?);
@@ -204,13 +231,21 @@ pub fn closed_loop(
                 let mut lat = Vec::new();
                 let mut i = 0;
                 while start.elapsed() < dur {
-                    let name = format!("cl{run}-{c}-{i}.json");
+                    let key = format!("cl{run}-{c}-{i}");
+                    let name = format!("{key}.json");
                     let rx = res.register(&name);
                     let t = Instant::now();
-                    drop_file(&spool, &name, &body(&format!("cl{run}-{c}-{i}"), &bodyw))?;
+                    drop_file(&spool, &name, &body(&key, &bodyw))?;
                     let done = res.wait(&name, &rx)?;
                     lat.push(done.saturating_duration_since(t));
-                    let _ = std::fs::remove_file(spool.join("out").join(&name));
+                    let out = spool.join("out").join(&name);
+                    if check {
+                        let bytes = std::fs::read(&out)
+                            .with_context(|| format!("read {}", out.display()))?;
+                        check_result(&bytes, &key, bodyw.ops)
+                            .with_context(|| format!("result {}", out.display()))?;
+                    }
+                    let _ = std::fs::remove_file(&out);
                     i += 1;
                 }
                 Ok(lat)
@@ -224,6 +259,35 @@ pub fn closed_loop(
     let rate = all.len() as f64 / start.elapsed().as_secs_f64();
     clear_out(spool);
     Ok((rate, all))
+}
+
+/// A result file must be one JSON object saying `committed` for `key`, with `ops` ids (a
+/// number each), whichever system wrote it.
+pub fn check_result(bytes: &[u8], key: &str, ops: usize) -> anyhow::Result<()> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
+    anyhow::ensure!(
+        v["status"] == "committed" && v["request_key"] == key,
+        "not a committed result for {key}: {v}"
+    );
+    let ids = v["ops"].as_array().map_or(0, |a| {
+        a.iter().filter(|o| o["id"].as_u64().is_some()).count()
+    });
+    anyhow::ensure!(
+        ids == ops,
+        "{ids} op ids in the result, {ops} expected: {v}"
+    );
+    Ok(())
+}
+
+/// Every result of a burst: present in `out/` and [`check_result`]-correct.
+pub fn check_burst(spool: &Path, b: &BurstRun, ops: usize) -> anyhow::Result<()> {
+    for name in &b.names {
+        let out = spool.join("out").join(name);
+        let bytes = std::fs::read(&out).with_context(|| format!("read {}", out.display()))?;
+        let key = name.strip_suffix(".json").unwrap_or(name);
+        check_result(&bytes, key, ops).with_context(|| format!("result {}", out.display()))?;
+    }
+    Ok(())
 }
 
 /// Files dropped at a fixed `rate` for `dur` (open loop); returns (p50, p99) seconds from the

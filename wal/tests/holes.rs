@@ -58,7 +58,13 @@ fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
         .with_ansi(false)
         .with_writer(move || w.clone())
         .finish();
-    let out = tracing::subscriber::with_default(sub, f);
+    let out = tracing::subscriber::with_default(sub, || {
+        // Another test thread, running with no subscriber, may have cached "nobody listens"
+        // for the callsites first; rebuild so this thread's subscriber is asked again (a
+        // flake seen once in a full workspace run).
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
     (out, text)
 }

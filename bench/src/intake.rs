@@ -180,6 +180,38 @@ fn stream_latency(base: &Path, n: usize, rate: f64) -> anyhow::Result<(f64, f64)
     lat
 }
 
+/// Per round: one file per batch, bulk files, and the peer on the same bulk lines.
+#[derive(Default)]
+struct FileRounds {
+    files: Vec<f64>,
+    bulk: Vec<f64>,
+    peer: Vec<f64>,
+    per_sync: Vec<f64>,
+}
+
+fn file_rounds(base: &Path, sz: &Sizes, small: &Workload) -> anyhow::Result<FileRounds> {
+    let mut fr = FileRounds::default();
+    for round in 0..sz.rounds {
+        let r = Roost::start(&base.join(format!("roost{round}")))?;
+        let files = burst(&r.spool, sz.batches / 4, small)?;
+        let b = roost_bulk(&r, &bulk_files(&format!("b{round}"), sz.batches, small))?;
+        drop(r);
+        let p = crate::peer::bulk(
+            &base.join(format!("sqlite{round}")),
+            &bulk_files(&format!("p{round}"), sz.batches, small),
+        )?;
+        println!(
+            "round {round}: roost files {files:.0}/s, roost bulk {:.0}/s ({:.0} batches per WAL fdatasync), sqlite bulk {p:.0}/s",
+            b.rate, b.per_sync
+        );
+        fr.files.push(files);
+        fr.bulk.push(b.rate);
+        fr.per_sync.push(b.per_sync);
+        fr.peer.push(p);
+    }
+    Ok(fr)
+}
+
 /// `roost-bench --intake`.
 pub fn run() -> anyhow::Result<()> {
     let sz = sizes();
@@ -205,24 +237,12 @@ pub fn run() -> anyhow::Result<()> {
         ops: 10,
         record_bytes: 4096,
     };
-    let (mut files, mut bulk, mut peer, mut per_sync) = (vec![], vec![], vec![], vec![]);
-    for round in 0..sz.rounds {
-        let r = Roost::start(&base.join(format!("roost{round}")))?;
-        files.push(burst(&r.spool, sz.batches / 4, &small)?);
-        let b = roost_bulk(&r, &bulk_files(&format!("b{round}"), sz.batches, &small))?;
-        bulk.push(b.rate);
-        per_sync.push(b.per_sync);
-        drop(r);
-        let p = crate::peer::bulk(
-            &base.join(format!("sqlite{round}")),
-            &bulk_files(&format!("p{round}"), sz.batches, &small),
-        )?;
-        peer.push(p);
-        println!(
-            "round {round}: roost files {:.0}/s, roost bulk {:.0}/s ({:.0} batches per WAL fdatasync), sqlite bulk {p:.0}/s",
-            files[round], b.rate, b.per_sync
-        );
-    }
+    let FileRounds {
+        files,
+        bulk,
+        peer,
+        per_sync,
+    } = file_rounds(&base, &sz, &small)?;
     let mut srows: Vec<StreamRow> = CONNS.iter().map(|&c| (c, vec![], vec![], vec![])).collect();
     for round in 0..sz.rounds {
         stream_round(&base, round, sz.batches, &mut srows)?;

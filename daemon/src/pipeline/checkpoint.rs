@@ -60,7 +60,7 @@ impl Engine {
         self.check()?;
         if self.backup_gate.backup_running() {
             // A base backup copies the files as they are (`backup.rs`): the next one runs.
-            info!("checkpoint skipped: a base backup is being sent to a standby");
+            debug!("checkpoint skipped: a base backup is being sent to a standby");
             return Ok(None);
         }
         let (last, keys_through, last_at_ms, wal_bytes) = {

@@ -63,9 +63,12 @@ pub struct Config {
     /// A bulk file's line longer than this (without its newline) is an `invalid` result line
     /// for that line; the others go on [default: `spool_file_bytes_max`, which bounds it].
     pub bulk_line_bytes_max: Option<u64>,
-    /// Lines of one bulk file planned and claimed at once: their claims share the WAL's
-    /// group commits (one fdatasync for many lines).
+    /// Lines of one bulk file in flight at once, in groups of `bulk_group_lines` (one thread
+    /// per group).
     pub bulk_in_flight: usize,
+    /// Lines planned and claimed as one group: one planner pass, one WAL fdatasync, one
+    /// flush per touched shard and one audit sync for all of them (`pipeline/group.rs`).
+    pub bulk_group_lines: usize,
     /// Bulk files worked on at once (each read whole, with `bulk_in_flight` threads); one
     /// more waits in `new/` for the next rescan.
     pub bulk_files_in_flight_max: usize,
@@ -264,7 +267,8 @@ impl Default for Config {
             bulk_file_bytes_max: 64 << 20,
             bulk_lines_max: 100_000,
             bulk_line_bytes_max: None,
-            bulk_in_flight: 64,
+            bulk_in_flight: 256,
+            bulk_group_lines: 64,
             bulk_files_in_flight_max: 4,
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
@@ -370,11 +374,12 @@ impl Config {
 
     fn validate_bulk(&self) -> Result<(), ConfigError> {
         if self.bulk_in_flight == 0
+            || self.bulk_group_lines == 0
             || self.bulk_lines_max == 0
             || self.bulk_files_in_flight_max == 0
         {
             return Err(ConfigError::Invalid(
-                "bulk_in_flight, bulk_lines_max and bulk_files_in_flight_max must be > 0".into(),
+                "bulk_in_flight, bulk_group_lines, bulk_lines_max and bulk_files_in_flight_max must be > 0".into(),
             ));
         }
         // A line is a batch: the WAL's claim size bound (`claim_bytes_max`) assumes no batch
@@ -482,6 +487,7 @@ mod tests {
         let e = load("bulk_line_bytes_max = 16777217").expect_err("over the file limit");
         assert!(e.to_string().contains("spool_file_bytes_max"), "{e}");
         assert!(load("bulk_in_flight = 0").is_err());
+        assert!(load("bulk_group_lines = 0").is_err());
         assert!(load("bulk_lines_max = 0").is_err());
         assert!(load("bulk_files_in_flight_max = 0").is_err());
         let small: Config = toml::from_str("spool_file_bytes_max = 100").expect("toml");

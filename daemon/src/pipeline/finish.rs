@@ -27,6 +27,9 @@ use super::{io_err, lock, Engine};
 use crate::batch::{BatchResult, OpResult};
 use crate::error::EngineError;
 
+/// A touched shard and where its owner answers the transaction sent to it.
+pub(super) type Sent<'a> = (Touched<'a>, Receiver<Result<(), EngineError>>);
+
 /// One touched shard of a batch: its owner and the ops sent to it.
 pub(super) struct Touched<'a> {
     pub name: &'a str,
@@ -52,14 +55,27 @@ impl Engine {
         let last_row = self.write_audit_rows(lsn, claim, audited)?;
         let r = self.answer(lsn, claim, started)?;
         let done = self.durability_tail(lsn, &touched, last_row)?;
+        self.close_claim(lsn, claim, &touched, done);
+        self.stats.latency.finish.record(t_finish.elapsed());
+        Ok(r)
+    }
+
+    /// The claim at `lsn` is finished and its `done` record appended at `done`: its key
+    /// answers from now on, and a checkpoint may pass it. Every frame of the touched shards
+    /// up to `lsn` is flushed (they apply in lsn order).
+    pub(super) fn close_claim(
+        &self,
+        lsn: Lsn,
+        claim: &ClaimRecord,
+        touched: &[Touched<'_>],
+        done: Lsn,
+    ) {
         let mut p = lock(&self.planner);
         if let Some(k) = p.keys.get_mut(&claim.request_key) {
             k.done = true;
         }
         p.tails.done(&claim.source, lsn, done);
-        // Every frame of the touched shards up to `lsn` is flushed (they apply in lsn order),
-        // then the claim is closed: a checkpoint may pass it.
-        for t in &touched {
+        for t in touched {
             let v = p.vouched.entry(t.name.to_owned()).or_insert(0);
             *v = (*v).max(lsn);
         }
@@ -67,8 +83,6 @@ impl Engine {
         drop(p);
         self.finished_cv.notify_all();
         self.stats.committed.fetch_add(1, Ordering::Relaxed);
-        self.stats.latency.finish.record(t_finish.elapsed());
-        Ok(r)
     }
 
     /// Sends every touched shard its transaction at once; each owner applies in lsn order.
@@ -79,12 +93,32 @@ impl Engine {
         lsn: Lsn,
         claim: &'c ClaimRecord,
     ) -> Result<Vec<Touched<'c>>, EngineError> {
+        let sent = self.send_commit(lsn, claim)?;
+        self.collect_commit(sent)
+    }
+
+    /// Hands every touched shard of the claim at `lsn` its transaction; the owners answer on
+    /// the receivers ([`Engine::collect_commit`]).
+    pub(super) fn send_commit<'c>(
+        &self,
+        lsn: Lsn,
+        claim: &'c ClaimRecord,
+    ) -> Result<Vec<Sent<'c>>, EngineError> {
         let mut sent = Vec::new();
         for (k, (name, ops)) in transactions(claim).into_iter().enumerate() {
             let slot = self.slot(name)?;
             let rx = slot.send_apply(lsn, k, ops.clone())?;
             sent.push((Touched { name, slot, ops }, rx));
         }
+        Ok(sent)
+    }
+
+    /// Waits for every answer of [`Engine::send_commit`] (even after a failure, so no owner
+    /// is still writing when this returns), clearing the overlays as each shard applies.
+    pub(super) fn collect_commit<'c>(
+        &self,
+        sent: Vec<Sent<'c>>,
+    ) -> Result<Vec<Touched<'c>>, EngineError> {
         let mut first_err = None;
         let mut touched = Vec::with_capacity(sent.len());
         for (t, rx) in sent {
@@ -149,7 +183,7 @@ impl Engine {
     /// the batch from here on, and a client may reuse the name as soon as it sees the answer
     /// (a removal after it could take the new file). Recovery (`started` is `None`) removes
     /// and publishes only what is still this batch's (`names.rs`).
-    fn answer(
+    pub(super) fn answer(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
@@ -193,23 +227,34 @@ impl Engine {
         touched: &[Touched<'_>],
         last_row: Option<Lsn>,
     ) -> Result<Lsn, EngineError> {
-        let mut flushes: Vec<Receiver<Result<(), EngineError>>> = Vec::new();
-        for (k, t) in touched.iter().enumerate() {
-            flushes.push(t.slot.send_flush(k)?);
-        }
-        let mut first_err = None;
-        for (t, rx) in touched.iter().zip(&flushes) {
-            if let Err(e) = t.slot.wait(rx, &|| self.is_failed()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
+        self.flush_touched(touched.iter())?;
         if let Some(last) = last_row {
             self.audit.sync_to(last)?;
         }
         self.hit(Step::AfterAuditSync.at())?;
+        self.append_done(lsn)
+    }
+
+    /// Each shard flushes everything applied so far (grouped per owner), and waits for all.
+    pub(super) fn flush_touched<'t, 'c: 't>(
+        &self,
+        touched: impl Iterator<Item = &'t Touched<'c>>,
+    ) -> Result<(), EngineError> {
+        let mut flushes = Vec::new();
+        for (k, t) in touched.enumerate() {
+            flushes.push((t, t.slot.send_flush(k)?));
+        }
+        let mut first_err = None;
+        for (t, rx) in &flushes {
+            if let Err(e) = t.slot.wait(rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The `done` record of the claim at `lsn` (not synced on its own); returns its lsn.
+    pub(super) fn append_done(&self, lsn: Lsn) -> Result<Lsn, EngineError> {
         let done = DoneRecord { claim_lsn: lsn };
         let payload = records::encode("done", &done).map_err(EngineError::Encode)?;
         let done = self.wal.append_nowait(RecordType::Done as u8, &payload)?;

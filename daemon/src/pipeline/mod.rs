@@ -17,13 +17,15 @@
 //! Files: `plan` (Plan and Claim), `finish` (Commit and Finish), `recover` (open-time
 //! replay), `records` (the WAL and audit payloads), `owner` (shard owner threads), `crash`
 //! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
-//! `names` (spool names reused during a tail), `room` (intake pauses on a full disk).
+//! `names` (spool names reused during a tail), `room` (intake pauses on a full disk), `group`
+//! (many detached batches under one planner pass and one sync).
 
 mod apply;
 pub mod backup;
 mod checkpoint;
 pub mod crash;
 mod finish;
+mod group;
 mod keys;
 pub mod metrics;
 mod names;

@@ -55,19 +55,34 @@ impl Engine {
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = self.submit_inner(batch, source);
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.latch_failure(r, &batch.request_key, source)
+    }
+
+    /// A failure that is not just "not now" (a pause, not primary) latches the engine:
+    /// nothing more is written until a restart's recovery repairs.
+    pub(super) fn latch_failure<T>(
+        &self,
+        r: Result<T, EngineError>,
+        request_key: &str,
+        source: &str,
+    ) -> Result<T, EngineError> {
         if let Err(e) = &r {
             if e.latches_nothing() {
                 return r;
             }
             if !matches!(e, EngineError::Failed) {
-                warn!(error = %e, request_key = %batch.request_key, source, "pipeline failed");
+                warn!(error = %e, request_key, source, "pipeline failed");
             }
             self.fail();
         }
         r
     }
 
-    fn submit_inner(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+    pub(super) fn submit_inner(
+        &self,
+        batch: &Batch,
+        source: &str,
+    ) -> Result<BatchResult, EngineError> {
         let fp = fingerprint(batch);
         let key = batch.request_key.as_str();
         let t0 = Instant::now();
@@ -99,7 +114,8 @@ impl Engine {
         self.stats.latency.plan.record(t0.elapsed());
         let t1 = Instant::now();
         self.hit(Step::AfterPlan.at())?;
-        let (lsn, claim) = self.claim(p, batch, source, fp)?;
+        let (lsn, claim) = self.claim(&mut p, batch, source, fp)?;
+        drop(p);
         self.hit(Step::AfterClaimAppend.at())?;
         self.wal.sync_to(lsn)?;
         self.hit(Step::AfterClaimSync.at())?;
@@ -110,7 +126,7 @@ impl Engine {
     /// Static checks and before-triggers, in op order, without any lock: the first op that
     /// fails and why. These outcomes depend on the op alone, so they are the same on every
     /// attempt.
-    fn precheck(&self, batch: &Batch) -> Option<(usize, String)> {
+    pub(super) fn precheck(&self, batch: &Batch) -> Option<(usize, String)> {
         for (i, op) in batch.ops.iter().enumerate() {
             let Some(sc) = self.config.shard(op.shard()) else {
                 let reason = format!(
@@ -145,13 +161,13 @@ impl Engine {
 
     /// The answer for a key already seen, if it has one: a conflict (another fingerprint) or
     /// the original result (finished). An unfinished claim of the same batch has none yet.
-    fn check_key(&self, key: &str, fp: u64) -> Result<Option<BatchResult>, EngineError> {
+    pub(super) fn check_key(&self, key: &str, fp: u64) -> Result<Option<BatchResult>, EngineError> {
         let k = lock(&self.planner).keys.get(key).copied();
         self.answer_for(key, fp, k)
     }
 
     /// Must be called without the planner lock (it may sync the WAL).
-    fn answer_for(
+    pub(super) fn answer_for(
         &self,
         key: &str,
         fp: u64,
@@ -200,7 +216,7 @@ impl Engine {
 
     /// Walks the deletes up to `limit` in order against committed state plus planned
     /// overlays: the first that names an id that does not exist, and why.
-    fn plan_deletes(
+    pub(super) fn plan_deletes(
         &self,
         p: &Planner,
         batch: &Batch,
@@ -225,9 +241,9 @@ impl Engine {
 
     /// Claim, under the planner lock: mint ids, append plan + ids + fingerprint as one WAL
     /// record (not yet synced), register the shards' turns and the overlays.
-    fn claim(
+    pub(super) fn claim(
         &self,
-        mut p: MutexGuard<'_, Planner>,
+        p: &mut Planner,
         batch: &Batch,
         source: &str,
         fp: u64,
@@ -300,8 +316,24 @@ impl Engine {
         batch: &Batch,
         source: &str,
         fp: u64,
-        (op_index, reason): (usize, String),
+        why: (usize, String),
     ) -> Result<BatchResult, EngineError> {
+        let (lsn, rec) = self.append_rejection(&mut p, batch, source, fp, why)?;
+        drop(p);
+        self.answer_durable(lsn)?;
+        Ok(self.rejected(&rec.request_key, rec.op_index as usize, rec.reason))
+    }
+
+    /// Under the planner lock: appends a `rejected` record (not synced) and binds the key
+    /// to it.
+    pub(super) fn append_rejection(
+        &self,
+        p: &mut Planner,
+        batch: &Batch,
+        source: &str,
+        fp: u64,
+        (op_index, reason): (usize, String),
+    ) -> Result<(Lsn, RejectedRecord), EngineError> {
         let rec = RejectedRecord {
             request_key: batch.request_key.clone(),
             source: source.to_owned(),
@@ -329,14 +361,12 @@ impl Engine {
             at: KeyAt::Wal { offset },
         };
         p.keys.insert(rec.request_key.clone(), key);
-        drop(p);
-        self.answer_durable(lsn)?;
-        Ok(self.rejected(&rec.request_key, op_index, rec.reason))
+        Ok((lsn, rec))
     }
 
     /// The record at `lsn` that an answer cites is durable (here, and on a standby under
     /// `ack = "standby"`) before the answer is published.
-    fn answer_durable(&self, lsn: Lsn) -> Result<(), EngineError> {
+    pub(super) fn answer_durable(&self, lsn: Lsn) -> Result<(), EngineError> {
         self.wal.sync_to(lsn)?;
         self.wait_replicated(lsn)
     }
@@ -371,7 +401,7 @@ impl Engine {
         }
     }
 
-    fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
+    pub(super) fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
         debug!(request_key = key, op_index, reason = %reason, "batch rejected");
         BatchResult::Rejected {

@@ -1,7 +1,8 @@
 //! A bulk file (`new/NAME.jsonl`, `spool/bulk.rs`) to its result: read whole with the same
 //! safe reader as a batch file (under `bulk_file_bytes_max`), the line limit checked before
-//! any line is planned, then every line through [`Engine::submit_detached`] with
-//! `bulk_in_flight` lines at once (their claims share the WAL's group commits), then
+//! any line is planned, then the lines in groups of `bulk_group_lines` through
+//! [`Engine::submit_group`] (one planner pass, one WAL fdatasync, one flush per shard and one
+//! audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
 //! removed ([`Engine::answer_bulk`]).
 //!
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::{worker, Shared};
-use crate::batch::{BatchResult, Invalid};
+use crate::batch::{Batch, BatchResult, Invalid};
 use crate::error::EngineError;
 use crate::pipeline::Engine;
 use crate::spool::bulk::{self as lines, Limits, Line};
@@ -162,21 +163,25 @@ impl<'a> Lines<'a> {
     }
 
     /// Every line's result line in line order, or `None` when the file must wait (halted
-    /// without a failure). This thread and up to `bulk_in_flight - 1` helpers take lines
-    /// until none is left; a helper that cannot be started only means fewer at once.
+    /// without a failure). This thread and helpers, one per group of `bulk_group_lines` up
+    /// to `bulk_in_flight` lines, take groups until none is left; a helper that cannot be
+    /// started only means fewer at once.
     fn answer_all(self) -> Result<Option<Vec<Vec<u8>>>, EngineError> {
-        let want = self.engine.config().bulk_in_flight.min(self.lines.len());
+        let cfg = self.engine.config();
+        let group = self.group();
+        let want = cfg.bulk_in_flight.div_ceil(group).max(1);
+        let want = want.min(self.lines.len().div_ceil(group));
         std::thread::scope(|s| {
             for i in 1..want {
                 let started = std::thread::Builder::new()
                     .name(format!("roost-bulk-{i}"))
-                    .spawn_scoped(s, || self.take_lines());
+                    .spawn_scoped(s, || self.take_groups());
                 if let Err(e) = started {
                     warn!(file = self.name, error = %e, threads = i, "cannot start another bulk line thread");
                     break;
                 }
             }
-            self.take_lines();
+            self.take_groups();
         });
         if let Some(e) = self.fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
@@ -198,8 +203,16 @@ impl<'a> Lines<'a> {
         Ok(Some(out))
     }
 
-    /// Takes the next line and answers it, until none is left or the file is halted.
-    fn take_lines(&self) {
+    /// Lines per group: `bulk_group_lines`, at most `bulk_in_flight`.
+    fn group(&self) -> usize {
+        let cfg = self.engine.config();
+        cfg.bulk_group_lines.min(cfg.bulk_in_flight).max(1)
+    }
+
+    /// Takes the next group of lines and answers it, until none is left or the file is
+    /// halted.
+    fn take_groups(&self) {
+        let group = self.group();
         loop {
             if (self.stop)() {
                 self.halted.store(true, Ordering::SeqCst);
@@ -207,35 +220,47 @@ impl<'a> Lines<'a> {
             if self.halted.load(Ordering::SeqCst) {
                 return;
             }
-            let i = self.next.fetch_add(1, Ordering::SeqCst);
-            let Some(line) = self.lines.get(i) else {
+            let first = self.next.fetch_add(group, Ordering::SeqCst);
+            if first >= self.lines.len() {
                 return;
-            };
-            if let Some(j) = self.before[i] {
-                if !self.wait_answered(j) {
-                    return;
-                }
             }
-            match self.answer(line) {
-                Ok(r) => {
-                    let bytes = lines::result_line(line.number, &r);
-                    *self.answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+            let range = first..(first + group).min(self.lines.len());
+            // A line whose key an earlier group's line holds waits for that answer; within
+            // the group, item order plans them in line order.
+            let earlier = range.clone().filter_map(|i| self.before[i]);
+            if !earlier
+                .filter(|j| *j < first)
+                .all(|j| self.wait_answered(j))
+            {
+                return;
+            }
+            match self.answer_group(range.clone()) {
+                Ok(answers) => {
+                    for (i, r) in range.zip(answers) {
+                        let bytes = lines::result_line(self.lines[i].number, &r);
+                        *self.answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+                    }
                 }
-                Err(e) if e.latches_nothing() => {
-                    debug!(file = self.name, line = line.number, error = %e, "bulk line not taken now");
-                    self.halted.store(true, Ordering::SeqCst);
-                }
-                Err(e) => {
-                    self.fatal
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
-                    self.halted.store(true, Ordering::SeqCst);
-                }
+                Err(e) => self.halt(first, e),
             }
             let _g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
             self.answered.notify_all();
         }
+    }
+
+    /// No further line is taken: the engine cannot take one now (the file waits), or a
+    /// failure (the file gets no result and the daemon stops).
+    fn halt(&self, first: usize, e: EngineError) {
+        if e.latches_nothing() {
+            let line = self.lines[first].number;
+            debug!(file = self.name, line, error = %e, "bulk lines not taken now");
+        } else {
+            self.fatal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+        self.halted.store(true, Ordering::SeqCst);
     }
 
     /// Waits until line `j` (taken earlier, so in flight or answered) has its answer: true,
@@ -262,16 +287,45 @@ impl<'a> Lines<'a> {
         }
     }
 
-    /// One line's answer: `invalid` for a line that is not a batch, else the pipeline's.
-    fn answer(&self, line: &Line<'_>) -> Result<BatchResult, EngineError> {
+    /// The answers of the lines in `range`, in line order: `invalid` for a line that is not
+    /// a batch, the pipeline's for the others (one group: `Engine::submit_group`).
+    fn answer_group(&self, range: std::ops::Range<usize>) -> Result<Vec<BatchResult>, EngineError> {
         let engine = self.engine;
-        match lines::parse_line(line, &self.limits) {
-            Err(inv) => {
-                debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");
-                engine.note_invalid();
-                Ok(BatchResult::invalid(&inv))
+        let mut parsed = Vec::with_capacity(range.len());
+        for line in &self.lines[range] {
+            let source = lines::source(self.name, line.number);
+            match lines::parse_line(line, &self.limits) {
+                Err(inv) => {
+                    debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");
+                    engine.note_invalid();
+                    parsed.push(Err(BatchResult::invalid(&inv)));
+                }
+                Ok(b) => parsed.push(Ok((b, source))),
             }
-            Ok(b) => engine.submit_detached(&b, &lines::source(self.name, line.number)),
         }
+        let items: Vec<(&Batch, &str)> = parsed
+            .iter()
+            .filter_map(|p| p.as_ref().ok().map(|(b, s)| (b, s.as_str())))
+            .collect();
+        let mut answers = match items.is_empty() {
+            true => Vec::new().into_iter(),
+            false => engine.submit_group(&items)?.into_iter(),
+        };
+        let mut out = Vec::with_capacity(parsed.len());
+        for p in parsed {
+            match p {
+                Err(invalid) => out.push(invalid),
+                Ok((b, _)) => {
+                    out.push(answers.next().ok_or_else(|| EngineError::Inconsistent {
+                        lsn: 0,
+                        detail: format!(
+                            "bulk file {}: key {:?} has no answer",
+                            self.name, b.request_key
+                        ),
+                    })?)
+                }
+            }
+        }
+        Ok(out)
     }
 }

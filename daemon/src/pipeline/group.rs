@@ -1,0 +1,262 @@
+//! Many detached batches in one pass (issue 16: a bulk file's lines are claimed in groups).
+//! Each batch keeps its own plan, claim and answer, exactly as [`Engine::submit_detached`]
+//! would give it, but the group shares the work around them:
+//! - one planner lock for every plan and claim, in item order (so a key's first batch in the
+//!   group decides it, as in line order);
+//! - one WAL sync for every claim and rejection (a group commit of the whole group);
+//! - every shard transaction sent before any is waited for, then one flush per touched
+//!   shard and one audit sync for the group, then the `done` records.
+//!
+//! A batch whose key is claimed and still in flight (perhaps by an earlier batch of the
+//! same group) runs alone afterwards through [`Engine::submit_detached`], which waits for it
+//! and answers as a duplicate or a conflict. When the engine cannot take a batch now (a
+//! pause), the batches claimed before it are finished and the pause is returned: the caller
+//! gives none of the group's answers and may send the group again (the keys answer again).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use roost_wal::Lsn;
+
+use super::crash::Step;
+use super::finish::{Sent, Touched};
+use super::records::ClaimRecord;
+use super::{lock, Engine, KeyFound, KeyState, Planner};
+use crate::batch::{fingerprint, Batch, BatchResult};
+use crate::error::EngineError;
+
+/// Where one batch of a group stands.
+enum Slot {
+    /// To be planned: its fingerprint and its static rejection, if any.
+    Plan {
+        fp: u64,
+        static_reject: Option<(usize, String)>,
+    },
+    /// Answered without a record of its own (a duplicate or a conflict seen before the lock).
+    Answered(BatchResult),
+    /// Its key has an answer, found under the lock; built once the lock is dropped.
+    Known { fp: u64, k: KeyState },
+    /// Rejected by this pass: the record's lsn and the answer, given once it is durable.
+    Rejected(Lsn, BatchResult),
+    /// Claimed by this pass.
+    Claimed(Lsn, ClaimRecord),
+    /// The same batch is claimed and in flight: run alone after the group.
+    Later,
+}
+
+impl Engine {
+    /// Runs `items` (batch, detached source) as one group (see the module comment) and
+    /// returns their answers in item order; when this returns `Ok`, every answer is as
+    /// durable as [`Engine::submit_detached`]'s.
+    pub fn submit_group(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
+        if let Some((_, s)) = items.iter().find(|(_, s)| !super::is_detached(s)) {
+            return Err(EngineError::Inconsistent {
+                lsn: 0,
+                detail: format!("detached source {s:?} has no '/'"),
+            });
+        }
+        self.check()?;
+        self.check_primary()?;
+        self.gate()?;
+        let n = items.len() as u64;
+        let in_flight = &self.stats.in_flight;
+        in_flight.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let r = self.group_inner(items);
+        in_flight.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+        let (key, source) = items
+            .first()
+            .map_or(("", ""), |(b, s)| (b.request_key.as_str(), *s));
+        self.latch_failure(r, key, source)
+    }
+
+    fn group_inner(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
+        let t0 = Instant::now();
+        let mut slots = Vec::with_capacity(items.len());
+        for (b, _) in items {
+            slots.push(self.before_lock(b)?);
+        }
+        let halt = self.plan_group(items, &mut slots)?;
+        let claims: Vec<(Lsn, &ClaimRecord)> = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Claimed(lsn, c) => Some((*lsn, c)),
+                _ => None,
+            })
+            .collect();
+        if let Some(last) = claims.iter().map(|(l, _)| *l).max() {
+            self.wal.sync_to(last)?;
+            for _ in &claims {
+                self.hit(Step::AfterClaimSync.at())?;
+                self.stats.latency.claim.record(t0.elapsed());
+            }
+        }
+        let mut committed = self.finish_group(&claims, t0)?.into_iter();
+        if let Some(e) = halt {
+            return Err(e);
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for ((b, source), slot) in items.iter().zip(slots) {
+            out.push(self.group_answer(b, source, slot, &mut committed)?);
+        }
+        Ok(out)
+    }
+
+    /// Before the planner lock: the cheap idempotency check, then the static checks and
+    /// before-triggers.
+    fn before_lock(&self, b: &Batch) -> Result<Slot, EngineError> {
+        let fp = fingerprint(b);
+        if let Some(r) = self.check_key(&b.request_key, fp)? {
+            return Ok(Slot::Answered(r));
+        }
+        Ok(Slot::Plan {
+            fp,
+            static_reject: self.precheck(b),
+        })
+    }
+
+    /// Under one planner lock, in item order: every batch still to plan is rejected or
+    /// claimed (records appended, not synced). Returns the pause that stopped the pass, if
+    /// one did (the batches after it stay unplanned).
+    fn plan_group(
+        &self,
+        items: &[(&Batch, &str)],
+        slots: &mut [Slot],
+    ) -> Result<Option<EngineError>, EngineError> {
+        let mut p = lock(&self.planner);
+        for ((b, source), slot) in items.iter().zip(slots.iter_mut()) {
+            let Slot::Plan { fp, static_reject } = slot else {
+                continue;
+            };
+            match self.plan_one(&mut p, b, source, *fp, static_reject.take()) {
+                Ok(s) => *slot = s,
+                Err(e) if e.latches_nothing() => return Ok(Some(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// One batch under the planner lock: its key, its deletes, then a rejection or a claim.
+    fn plan_one(
+        &self,
+        p: &mut Planner,
+        b: &Batch,
+        source: &str,
+        fp: u64,
+        static_reject: Option<(usize, String)>,
+    ) -> Result<Slot, EngineError> {
+        self.check()?;
+        match p.keys.get(&b.request_key).map(|k| k.check(fp)) {
+            Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
+            Some(KeyFound::InFlight) => return Ok(Slot::Later),
+            None | Some(KeyFound::Free) => {}
+        }
+        let limit = static_reject.as_ref().map_or(b.ops.len(), |(i, _)| *i);
+        if let Some(why) = self.plan_deletes(p, b, limit)?.or(static_reject) {
+            let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
+            let r = self.rejected(&rec.request_key, rec.op_index as usize, rec.reason);
+            return Ok(Slot::Rejected(lsn, r));
+        }
+        self.hit(Step::AfterPlan.at())?;
+        let (lsn, claim) = self.claim(p, b, source, fp)?;
+        self.hit(Step::AfterClaimAppend.at())?;
+        Ok(Slot::Claimed(lsn, claim))
+    }
+
+    /// Commit and Finish for the group's durable claims: every transaction sent before any
+    /// is waited for, the audit rows, the answers, then one flush per touched shard, one
+    /// audit sync, and each claim's `done` record. Returns the answers in claim order.
+    fn finish_group(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+        t0: Instant,
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let t_commit = Instant::now();
+        let touched = self.commit_group(claims)?;
+        self.stats.latency.commit.record(t_commit.elapsed());
+        let mut last_row = None;
+        for (lsn, c) in claims {
+            last_row = last_row.max(self.write_audit_rows(*lsn, c, &HashSet::new())?);
+        }
+        let mut answers = Vec::with_capacity(claims.len());
+        for (lsn, c) in claims {
+            answers.push(self.answer(*lsn, c, Some(t0))?);
+        }
+        let mut by_shard: BTreeMap<&str, &Touched<'_>> = BTreeMap::new();
+        for t in touched.iter().flatten() {
+            by_shard.entry(t.name).or_insert(t);
+        }
+        self.flush_touched(by_shard.into_values())?;
+        if let Some(last) = last_row {
+            self.audit.sync_to(last)?;
+        }
+        for ((lsn, c), t) in claims.iter().zip(&touched) {
+            self.hit(Step::AfterAuditSync.at())?;
+            let done = self.append_done(*lsn)?;
+            self.close_claim(*lsn, c, t, done);
+        }
+        Ok(answers)
+    }
+
+    /// Every claim's transactions sent, then every answer collected (all of them, even
+    /// after a failure, so no owner is still writing when this returns).
+    fn commit_group<'c>(
+        &self,
+        claims: &[(Lsn, &'c ClaimRecord)],
+    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
+        let mut sent: Vec<Vec<Sent<'c>>> = Vec::with_capacity(claims.len());
+        let mut first_err = None;
+        for (lsn, c) in claims {
+            match self.send_commit(*lsn, c) {
+                Ok(s) => sent.push(s),
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut touched = Vec::with_capacity(sent.len());
+        for s in sent {
+            match self.collect_commit(s) {
+                Ok(t) => touched.push(t),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(touched), Err)
+    }
+
+    /// One item's answer once the group's records are durable.
+    fn group_answer(
+        &self,
+        b: &Batch,
+        source: &str,
+        slot: Slot,
+        committed: &mut impl Iterator<Item = BatchResult>,
+    ) -> Result<BatchResult, EngineError> {
+        let key = b.request_key.as_str();
+        match slot {
+            Slot::Answered(r) => Ok(r),
+            Slot::Rejected(lsn, r) => {
+                self.answer_durable(lsn)?;
+                Ok(r)
+            }
+            Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
+                lsn,
+                detail: format!("request key {key:?}: its claim has no answer"),
+            }),
+            Slot::Known { fp, k } => {
+                self.answer_for(key, fp, Some(k))?
+                    .ok_or(EngineError::Inconsistent {
+                        lsn: k.lsn,
+                        detail: format!("request key {key:?} has no answer"),
+                    })
+            }
+            Slot::Later | Slot::Plan { .. } => self.submit_inner(b, source),
+        }
+    }
+}

@@ -289,7 +289,7 @@ fn kill_9_mid_stream_keeps_every_answer() {
 /// batch answered gets the identical answer after a restart, and nothing is created twice.
 #[test]
 fn sigterm_mid_stream_stops_gracefully() {
-    let term = Kill::Term(Duration::from_millis(300));
+    let term = Kill::Term(100);
     assert!(
         stream_kill_round("sigterm", 7, term),
         "the stop did not land mid-stream"
@@ -304,9 +304,9 @@ enum Kill {
     After(u64),
     /// At this crash point (`ROOST_CRASH_AT`), by itself.
     At(&'static str),
-    /// SIGTERM this long after the stream starts: a graceful stop, which must exit 0 in
-    /// bounded time.
-    Term(Duration),
+    /// SIGTERM once the daemon has answered this many streamed batches: a graceful stop,
+    /// which must exit 0 in bounded time.
+    Term(u64),
 }
 
 /// One round of [`kill_9_mid_stream_keeps_every_answer`]; true if the kill cut the stream
@@ -315,7 +315,12 @@ fn stream_kill_round(label: &str, seed: u64, kill: Kill) -> bool {
     let t = tempfile::tempdir().expect("tempdir");
     let data = t.path().join("data");
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let n = 2000;
+    // A graceful stop's round is longer: the status poll must see it mid-stream.
+    let n = if matches!(kill, Kill::Term(_)) {
+        8000
+    } else {
+        2000
+    };
     let mut input = String::new();
     let mut creates = 0;
     for i in 0..n {
@@ -377,20 +382,23 @@ fn kill_mid_stream(
     kill: Kill,
 ) -> BTreeMap<String, Value> {
     let rx = start_submit_stream(data, &[], input);
-    match kill {
-        Kill::After(n) => wait_for("answers before the kill", Duration::from_secs(60), || {
+    let answered = |n: u64| {
+        wait_for("answers before the kill", Duration::from_secs(60), || {
             let status = roost::ops::control::request(&data.join("roost.sock"), "status");
             status
                 .ok()
                 .and_then(|t| serde_json::from_str::<Value>(&t).ok())
                 .is_some_and(|v| v["stream"]["answers"].as_u64().unwrap_or(0) >= n)
-        }),
+        })
+    };
+    match kill {
+        Kill::After(n) => answered(n),
         Kill::At(point) => assert!(
             d.died_within(Duration::from_secs(60)),
             "{point} was not reached"
         ),
-        Kill::Term(t) => {
-            std::thread::sleep(t);
+        Kill::Term(n) => {
+            answered(n);
             let stopping = Instant::now();
             assert_eq!(stop_code(&mut d), Some(0), "a graceful stop mid-stream");
             assert!(stopping.elapsed() < Duration::from_secs(15), "a slow stop");

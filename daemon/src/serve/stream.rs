@@ -3,7 +3,8 @@
 //! answer line per request, in request order, each written only once its batch is as
 //! durable as a published result file (`Engine::submit_detached`; the protocol itself is
 //! `ops::stream`). Per connection a reader parses lines and starts batches on the blocking
-//! pool, and a writer writes the answers in order.
+//! pool (the lines already buffered, up to `GROUP_MAX`, as one `Engine::submit_group`), and
+//! a writer writes the answers in order.
 //!
 //! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
 //! and its written answer; at that many its reader stops reading the socket, so a client
@@ -30,7 +31,7 @@ use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use crate::batch::{Batch, BatchResult};
-use crate::ops::stream::{next_line, parse_line, Answer};
+use crate::ops::stream::{next_line, parse_line, Answer, Line};
 
 /// The listener's state, as connections see it: reading, draining (no new line: the
 /// daemon stops), closed (drop the connection now).
@@ -52,6 +53,8 @@ struct Ctx {
     state: watch::Receiver<u8>,
     line_bytes_max: usize,
     in_flight_max: usize,
+    /// `running`'s size: a group never asks for more.
+    running_max: usize,
 }
 
 /// The listener and what the graceful stop needs to wind it down.
@@ -90,6 +93,7 @@ impl Stream {
             state: state_rx,
             line_bytes_max: cfg.stream_line_bytes(),
             in_flight_max: permits(cfg.stream_in_flight_max) as usize,
+            running_max: running_max as usize,
         });
         let accept = match crate::ops::control::bind_socket(&socket) {
             Ok(l) => {
@@ -238,8 +242,13 @@ struct Pending {
     _window: OwnedSemaphorePermit,
 }
 
-/// Reads request lines while the window has room, starting each batch; ends at the end of
-/// the client's input, a read error, or the stop.
+/// Request lines the reader takes as one group when they are already buffered: their
+/// batches run as one `Engine::submit_group` (one planner pass, one WAL sync, one flush per
+/// shard). A client that waits for each answer sends groups of one.
+const GROUP_MAX: usize = 64;
+
+/// Reads request lines while the window has room, starting their batches (the lines already
+/// buffered as one group); ends at the end of the client's input, a read error, or the stop.
 async fn read_batches(
     ctx: &Ctx,
     r: OwnedReadHalf,
@@ -249,39 +258,96 @@ async fn read_batches(
 ) {
     let mut state = ctx.state.clone();
     let mut r = BufReader::with_capacity(READ_CHUNK_BYTES, r);
-    let (max, ops_max) = (ctx.line_bytes_max, ctx.shared.engine.config().batch_ops_max);
-    for n in 1u64.. {
+    let group_max = GROUP_MAX.min(ctx.in_flight_max).min(ctx.running_max).max(1);
+    let mut n = 0u64;
+    loop {
         let permit = tokio::select! {
             p = window.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = state.wait_for(|s| *s >= DRAINING) => return,
         };
         let line = tokio::select! {
-            l = next_line(&mut r, max) => l,
+            l = next_line(&mut r, ctx.line_bytes_max) => l,
             _ = state.wait_for(|s| *s >= DRAINING) => return,
         };
-        let line = match line {
-            Ok(Some(l)) => l,
-            Ok(None) => return,
-            Err(e) => {
-                debug!(conn, error = %e, "stream connection: read failed");
+        let Some(first) = read_ok(line, conn) else {
+            return;
+        };
+        let mut group = vec![(first, permit)];
+        let mut end = false;
+        while group.len() < group_max && r.buffer().contains(&b'\n') {
+            let Ok(p) = window.clone().try_acquire_owned() else {
+                break;
+            };
+            match read_ok(next_line(&mut r, ctx.line_bytes_max).await, conn) {
+                Some(l) => group.push((l, p)),
+                None => {
+                    end = true;
+                    break;
+                }
+            }
+        }
+        for pending in start_lines(ctx, group, conn, &mut n).await {
+            if tx.send(pending).await.is_err() {
                 return;
             }
-        };
-        let answer = match parse_line(&line, n, max, ops_max) {
-            Ok(batch) => start(ctx, batch, conn, n).await,
-            Err(inv) => {
-                ctx.shared.engine.note_invalid();
-                ready(Answer::Result(BatchResult::invalid(&inv)))
-            }
-        };
-        let pending = Pending {
-            answer,
-            _window: permit,
-        };
-        if tx.send(pending).await.is_err() {
+        }
+        if end {
             return;
         }
     }
+}
+
+/// A line read, or `None` at the end of the input or a read error (logged).
+fn read_ok(line: std::io::Result<Option<Line>>, conn: u64) -> Option<Line> {
+    match line {
+        Ok(l) => l,
+        Err(e) => {
+            debug!(conn, error = %e, "stream connection: read failed");
+            None
+        }
+    }
+}
+
+/// Parses the lines of a group (numbering them on from `n`) and starts their batches as one
+/// group; an invalid line is answered at once. The answers to come, in line order.
+async fn start_lines(
+    ctx: &Ctx,
+    lines: Vec<(Line, OwnedSemaphorePermit)>,
+    conn: u64,
+    n: &mut u64,
+) -> Vec<Pending> {
+    let (max, ops_max) = (ctx.line_bytes_max, ctx.shared.engine.config().batch_ops_max);
+    let mut answers: Vec<Option<oneshot::Receiver<Answer>>> = Vec::with_capacity(lines.len());
+    let mut batches = Vec::new();
+    let mut permits = Vec::with_capacity(lines.len());
+    for (line, permit) in lines {
+        *n += 1;
+        permits.push(permit);
+        match parse_line(&line, *n, max, ops_max) {
+            Ok(batch) => {
+                batches.push((batch, format!("stream/{conn}/{n}")));
+                answers.push(None);
+            }
+            Err(inv) => {
+                ctx.shared.engine.note_invalid();
+                answers.push(Some(ready(Answer::Result(BatchResult::invalid(&inv)))));
+            }
+        }
+    }
+    let mut started = start(ctx, batches).await.into_iter();
+    answers
+        .into_iter()
+        .zip(permits)
+        .map(|(a, permit)| Pending {
+            answer: a.or_else(|| started.next()).unwrap_or_else(|| {
+                ready(Answer::unavailable(
+                    None,
+                    "no answer was started for this line",
+                ))
+            }),
+            _window: permit,
+        })
+        .collect()
 }
 
 fn ready(a: Answer) -> oneshot::Receiver<Answer> {
@@ -301,48 +367,63 @@ fn closed(sh: &Shared) -> Option<&'static str> {
     }
 }
 
-/// Starts `batch` on the blocking pool once a stream slot is free.
-async fn start(ctx: &Ctx, batch: Batch, conn: u64, n: u64) -> oneshot::Receiver<Answer> {
+/// Starts `batches` (batch, source) as one group on the blocking pool once as many stream
+/// slots are free; one answer to come per batch, in order.
+async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receiver<Answer>> {
+    let unavailable = |batches: &[(Batch, String)], why: &str| {
+        let one = |b: &Batch| ready(Answer::unavailable(Some(&b.request_key), why));
+        batches.iter().map(|(b, _)| one(b)).collect()
+    };
+    if batches.is_empty() {
+        return Vec::new();
+    }
     if let Some(why) = closed(&ctx.shared) {
-        return ready(Answer::unavailable(Some(&batch.request_key), why));
+        return unavailable(&batches, why);
     }
     let mut state = ctx.state.clone();
-    let slot = tokio::select! {
-        p = ctx.running.clone().acquire_owned() => p.ok(),
+    let k = u32::try_from(batches.len()).unwrap_or(u32::MAX);
+    let slots = tokio::select! {
+        p = ctx.running.clone().acquire_many_owned(k) => p.ok(),
         _ = state.wait_for(|s| *s >= DRAINING) => None,
     };
-    let Some(slot) = slot else {
+    let Some(slots) = slots else {
         let why = closed(&ctx.shared).unwrap_or("the daemon is stopping");
-        return ready(Answer::unavailable(Some(&batch.request_key), why));
+        return unavailable(&batches, why);
     };
-    let (tx, rx) = oneshot::channel();
+    let (txs, rxs): (Vec<_>, Vec<_>) = batches.iter().map(|_| oneshot::channel()).unzip();
     let sh = ctx.shared.clone();
     tokio::task::spawn_blocking(move || {
-        let answer = run(&sh, &batch, &format!("stream/{conn}/{n}"));
-        drop(slot);
-        let _ = tx.send(answer);
+        let answers = run(&sh, &batches);
+        drop(slots);
+        for (tx, a) in txs.into_iter().zip(answers) {
+            let _ = tx.send(a);
+        }
     });
-    rx
+    rxs
 }
 
-/// One streamed batch through the pipeline. A failure that latches nothing is answered
-/// `unavailable`; any other is a pipeline failure and stops the daemon (as a spool worker's
-/// does), its batch answered `unavailable` too (it may be claimed: recovery finishes it and
-/// the same key then gets its answer).
-fn run(sh: &Shared, batch: &Batch, source: &str) -> Answer {
-    match sh.engine.submit_detached(batch, source) {
-        Ok(r) => Answer::Result(r),
+/// Streamed batches through the pipeline as one group. A failure that latches nothing is
+/// answered `unavailable` for each; any other is a pipeline failure and stops the daemon
+/// (as a spool worker's does), its batches answered `unavailable` too (they may be claimed:
+/// recovery finishes them and the same keys then get their answers).
+fn run(sh: &Shared, batches: &[(Batch, String)]) -> Vec<Answer> {
+    let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, s)| (b, s.as_str())).collect();
+    let source = items.first().map_or("", |(_, s)| *s);
+    let why = match sh.engine.submit_group(&items) {
+        Ok(rs) => return rs.into_iter().map(Answer::Result).collect(),
         Err(e) if e.latches_nothing() => {
-            debug!(source, error = %e, "streamed batch not taken now");
-            Answer::unavailable(Some(&batch.request_key), e.to_string())
+            debug!(source, batches = items.len(), error = %e, "streamed batches not taken now");
+            e.to_string()
         }
         Err(e) => {
             error!(source, error = %e, "pipeline failure: stopping");
             let why = format!("pipeline failure, the daemon stops: {e}");
             sh.stop_on(e);
-            Answer::unavailable(Some(&batch.request_key), why)
+            why
         }
-    }
+    };
+    let one = |b: &Batch| Answer::unavailable(Some(&b.request_key), why.clone());
+    items.iter().map(|(b, _)| one(b)).collect()
 }
 
 /// Writes the answers in request order, flushing whenever the next one is not ready yet.

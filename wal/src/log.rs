@@ -110,6 +110,13 @@ pub(crate) struct Inner {
     pub(crate) last_epoch: u32,
 }
 
+/// Frames encoded by [`Wal::append_many_nowait`] and not yet written.
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    frames: u64,
+}
+
 /// A segmented write-ahead log. `Send + Sync`; share it with an `Arc`.
 pub struct Wal {
     pub(crate) storage: Arc<dyn Storage>,
@@ -338,6 +345,89 @@ impl Wal {
     /// The epoch of the last record in the log; 0 when it holds none.
     pub fn last_record_epoch(&self) -> u32 {
         self.lock().last_epoch
+    }
+
+    /// Appends `records` (type, payload) in order at the next lsns, as many
+    /// [`Wal::append_nowait`] calls would, but under one lock and with one write per segment
+    /// they land in (a batch's audit rows, a group's `done` records). Not durable until
+    /// [`Wal::sync_to`]. Returns their lsns.
+    pub fn append_many_nowait(&self, records: &[(u8, &[u8])]) -> Result<Vec<Lsn>, WalError> {
+        if self.opts.read_only {
+            return Err(WalError::ReadOnly);
+        }
+        let max = self.opts.payload_bytes_max;
+        if let Some((_, p)) = records.iter().find(|(_, p)| p.len() as u64 > max as u64) {
+            let len = p.len() as u64;
+            return Err(WalError::TooLarge { len, max });
+        }
+        let mut g = self.lock();
+        if let Some(why) = &g.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        let epoch = g.epoch;
+        if epoch < g.last_epoch {
+            let (lsn, last) = (g.next_lsn, g.last_epoch);
+            return Err(WalError::EpochRegress { lsn, epoch, last });
+        }
+        let mut lsns = Vec::with_capacity(records.len());
+        let mut pending = Pending::default();
+        for (record_type, payload) in records {
+            let len = frame_len(payload.len()) as u64;
+            let fits = g.active.as_ref().is_some_and(|a| {
+                a.write_offset + pending.buf.len() as u64 + len <= self.opts.segment_bytes
+            });
+            if !fits {
+                self.write_pending(&mut g, &mut pending, epoch)?;
+                let next = g.next_lsn;
+                self.make_room(&mut g, next, len)?;
+            }
+            let lsn = g.next_lsn + pending.frames;
+            let frame = encode_frame(*record_type, epoch, lsn, g.synced_lsn, payload);
+            pending.buf.extend_from_slice(&frame);
+            pending.frames += 1;
+            lsns.push(lsn);
+        }
+        self.write_pending(&mut g, &mut pending, epoch)?;
+        Ok(lsns)
+    }
+
+    /// Writes the frames gathered by [`Wal::append_many_nowait`] at the active segment's end
+    /// in one write, and moves the log's end past them.
+    fn write_pending(
+        &self,
+        g: &mut MutexGuard<'_, Inner>,
+        pending: &mut Pending,
+        epoch: u32,
+    ) -> Result<(), WalError> {
+        if pending.frames == 0 {
+            return Ok(());
+        }
+        let Some(a) = g.active.as_ref() else {
+            return Err(WalError::Poisoned("no active segment".into()));
+        };
+        let (file, offset) = (a.file.clone(), a.write_offset);
+        if let Err(source) = file.write_at(&pending.buf, offset) {
+            let path = self.dir.join(segment_name(a.first_lsn));
+            let e = WalError::Io {
+                op: "write",
+                path,
+                source,
+            };
+            g.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        if let Some(a) = g.active.as_mut() {
+            a.write_offset += pending.buf.len() as u64;
+        }
+        g.next_lsn += pending.frames;
+        g.written_lsn = g.next_lsn - 1;
+        g.last_epoch = epoch;
+        self.appends.fetch_add(pending.frames, Ordering::Relaxed);
+        self.append_bytes
+            .fetch_add(pending.buf.len() as u64, Ordering::Relaxed);
+        pending.buf.clear();
+        pending.frames = 0;
+        Ok(())
     }
 
     /// Writes one frame at the next lsn: the log's own epoch, or the `(lsn, epoch)` a

@@ -149,14 +149,15 @@ impl Engine {
         }
     }
 
-    /// One audit row per op not already written; returns the last row's lsn in the audit log.
+    /// One audit row per op not already written, in one write; returns the last row's lsn
+    /// in the audit log.
     pub(super) fn write_audit_rows(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
     ) -> Result<Option<Lsn>, EngineError> {
-        let mut last = None;
+        let mut rows = Vec::with_capacity(claim.ops.len());
         for (i, op) in claim.ops.iter().enumerate() {
             if audited.contains(&(i as u32)) {
                 continue;
@@ -170,13 +171,17 @@ impl Engine {
                 id: op.id(),
             };
             let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
-            last = Some(
-                self.audit
-                    .append_nowait(RecordType::Audit as u8, &payload)?,
-            );
-            self.hit(Step::AfterAudit.nth(i))?;
+            rows.push((i, payload));
         }
-        Ok(last)
+        let frames: Vec<(u8, &[u8])> = rows
+            .iter()
+            .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
+            .collect();
+        let lsns = self.audit.append_many_nowait(&frames)?;
+        for (i, _) in &rows {
+            self.hit(Step::AfterAudit.nth(*i))?;
+        }
+        Ok(lsns.last().copied())
     }
 
     /// The input goes, then the answer is published. The input goes first: the claim holds
@@ -255,11 +260,30 @@ impl Engine {
 
     /// The `done` record of the claim at `lsn` (not synced on its own); returns its lsn.
     pub(super) fn append_done(&self, lsn: Lsn) -> Result<Lsn, EngineError> {
-        let done = DoneRecord { claim_lsn: lsn };
-        let payload = records::encode("done", &done).map_err(EngineError::Encode)?;
-        let done = self.wal.append_nowait(RecordType::Done as u8, &payload)?;
-        self.hit(Step::AfterDone.at())?;
-        Ok(done)
+        let done = self.append_dones(&[lsn])?;
+        done.first().copied().ok_or(EngineError::Inconsistent {
+            lsn,
+            detail: "its done record got no lsn".into(),
+        })
+    }
+
+    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
+    /// returns their lsns.
+    pub(super) fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
+        let mut payloads = Vec::with_capacity(claims.len());
+        for lsn in claims {
+            let done = DoneRecord { claim_lsn: *lsn };
+            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
+        }
+        let frames: Vec<(u8, &[u8])> = payloads
+            .iter()
+            .map(|p| (RecordType::Done as u8, p.as_slice()))
+            .collect();
+        let lsns = self.wal.append_many_nowait(&frames)?;
+        for _ in &lsns {
+            self.hit(Step::AfterDone.at())?;
+        }
+        Ok(lsns)
     }
 
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first

@@ -193,9 +193,12 @@ impl Engine {
         if let Some(last) = last_row {
             self.audit.sync_to(last)?;
         }
-        for ((lsn, c), t) in claims.iter().zip(&touched) {
+        for _ in claims {
             self.hit(Step::AfterAuditSync.at())?;
-            let done = self.append_done(*lsn)?;
+        }
+        let lsns: Vec<Lsn> = claims.iter().map(|(l, _)| *l).collect();
+        let dones = self.append_dones(&lsns)?;
+        for (((lsn, c), t), done) in claims.iter().zip(&touched).zip(dones) {
             self.close_claim(*lsn, c, t, done);
         }
         Ok(answers)

@@ -7,7 +7,7 @@
 //! removed ([`Engine::answer_bulk`]).
 //!
 //! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
-//! one more is left in `new/` for the next rescan.
+//! one more waits in `new/` and is handed back to the loop as soon as a place frees.
 //!
 //! Lines are independent batches, like files dropped together: their planning order is not
 //! their line order, except that lines sharing a request key are planned in line order. A file refused whole (unreadable, too large, too many lines, no batch)
@@ -34,11 +34,14 @@ use crate::spool::{read_dropped_as, Intake};
 pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     let engine = &sh.engine;
     let cfg = engine.config();
-    let Some(_slot) = Slot::take(&sh.bulk_files, cfg.bulk_files_in_flight_max) else {
+    let Some(_slot) = Slot::take(sh, cfg.bulk_files_in_flight_max) else {
         debug!(
             file = name,
-            "bulk file waits for the next rescan (bulk_files_in_flight_max)"
+            "bulk file waits for a place (bulk_files_in_flight_max)"
         );
+        if let Ok(mut w) = sh.bulk_waiting.lock() {
+            w.push(name.to_owned());
+        }
         return Ok(());
     };
     let path = engine.spool().new.join(name);
@@ -79,23 +82,33 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// One of `bulk_files_in_flight_max` places for a bulk file, given back when dropped.
-struct Slot<'a>(&'a AtomicUsize);
+/// One of `bulk_files_in_flight_max` places for a bulk file, given back when dropped; the
+/// files that waited for a place are then handed back to the loop at once (not left for the
+/// next rescan, up to a second away, while the engine idles).
+struct Slot<'a>(&'a Shared);
 
 impl<'a> Slot<'a> {
-    fn take(count: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
-        count
+    fn take(sh: &'a Shared, max: usize) -> Option<Slot<'a>> {
+        sh.bulk_files
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Slot(count))
+            .map(|_| Slot(sh))
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let sh = self.0;
+        sh.bulk_files.fetch_sub(1, Ordering::SeqCst);
+        let waiting = sh.bulk_waiting.lock().map(|mut w| std::mem::take(&mut *w));
+        if let Some(names) = waiting.ok().filter(|w| !w.is_empty()) {
+            if let Ok(mut q) = sh.requeue.lock() {
+                q.extend(names);
+            }
+            sh.wake.notify_one();
+        }
     }
 }
 

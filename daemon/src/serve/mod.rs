@@ -56,6 +56,8 @@ struct Shared {
     syncing_tail: AtomicBool,
     /// Bulk files being worked on now (`bulk.rs`, at most `bulk_files_in_flight_max`).
     bulk_files: AtomicUsize,
+    /// Bulk files that found no place, requeued when one frees (`bulk.rs`).
+    bulk_waiting: Mutex<Vec<String>>,
 }
 
 /// Clears its flag when dropped (a task's "running" mark, also on an early return).
@@ -107,6 +109,7 @@ impl Shared {
             finishing: AtomicBool::new(false),
             syncing_tail: AtomicBool::new(false),
             bulk_files: AtomicUsize::new(0),
+            bulk_waiting: Mutex::new(Vec::new()),
         })
     }
 

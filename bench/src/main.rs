@@ -16,6 +16,7 @@
 mod ceiling;
 mod compaction;
 mod intake;
+mod intake_plot;
 mod loopfs;
 mod null;
 mod peer;

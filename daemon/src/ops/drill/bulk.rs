@@ -250,3 +250,56 @@ pub(super) fn judge_lines(
     }
     (answers, violations)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::OpResult;
+
+    fn line(k: u64, key: &str) -> Vec<u8> {
+        let r = BatchResult::Committed {
+            request_key: key.into(),
+            lsn: k,
+            ops: vec![OpResult {
+                op: "create".into(),
+                shard: "d0".into(),
+                id: k,
+            }],
+        };
+        crate::spool::bulk::result_line(k, &r)
+    }
+
+    fn sent(key: &str) -> Sent {
+        Sent {
+            name: format!("f.jsonl:{key}"),
+            key: key.into(),
+            retry_of: None,
+            expect_rejected: false,
+        }
+    }
+
+    /// Goal: a bulk result with a line missing, lines out of order, a line answered for
+    /// another key or one that is not a result is found; the right result is no violation
+    /// and gives every line's answer.
+    #[test]
+    fn fabricated_bulk_results_are_judged() {
+        let lines = vec![sent("a"), sent("b"), sent("c")];
+        let good = [line(1, "a"), line(2, "b"), line(3, "c")].concat();
+        let (answers, found) = judge_lines("f.jsonl", &lines, &good);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(answers.len(), 3);
+        let dropped = [line(1, "a"), line(2, "b")].concat();
+        let (_, found) = judge_lines("f.jsonl", &lines, &dropped);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let swapped = [line(2, "b"), line(1, "a"), line(3, "c")].concat();
+        let (_, found) = judge_lines("f.jsonl", &lines, &swapped);
+        assert_eq!(found.len(), 4, "{found:?}");
+        let garbled = [
+            line(1, "a"),
+            b"{\"status\":\"committed\"}\n".to_vec(),
+            line(3, "c"),
+        ];
+        let (answers, found) = judge_lines("f.jsonl", &lines, &garbled.concat());
+        assert_eq!((answers.len(), found.len()), (2, 1), "{found:?}");
+    }
+}

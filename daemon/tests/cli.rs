@@ -492,7 +492,9 @@ fn invalid_file_is_quarantined_and_daemon_keeps_serving() {
 }
 
 /// Goal: `roost drill` runs a real daemon through SIGKILLs at random moments and at named
-/// crash points, finds no violation on a correct build, and reports what it did.
+/// crash points, finds no violation on a correct build, and reports what it did: batch
+/// files, streamed batches and bulk files (lines judged, some committed), and answers
+/// compared with the claims in the WAL.
 #[test]
 fn drill_finds_no_violation() {
     let t = tempfile::tempdir().unwrap();
@@ -523,6 +525,26 @@ fn drill_finds_no_violation() {
         text.contains("died at crash point") || text.contains("crash point"),
         "{text}"
     );
+    // Bulk files went through the kills too, and their lines were judged.
+    let count_before = |line: &str, marker: &str| -> usize {
+        let head = line.split(marker).next().unwrap_or("");
+        head.rsplit(' ')
+            .find(|w| !w.is_empty())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let bulk = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("bulk: "))
+        .unwrap_or_else(|| panic!("no bulk line:\n{text}"));
+    let judged = count_before(bulk, " lines judged");
+    assert!(judged > 0, "no bulk line judged: {bulk}");
+    assert!(count_before(bulk, " committed;") > 0, "{bulk}");
+    let wal = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("wal: "))
+        .unwrap_or_else(|| panic!("no wal line:\n{text}"));
+    assert!(count_before(wal, " claims compared") > 0, "{wal}");
 }
 
 /// Goal (issue 14): a graceful stop takes a checkpoint, so the next start replays nothing

@@ -2,7 +2,8 @@
 //! four shards, deletes of ids believed live, now and then a delete of an id that never
 //! existed (the batch must be rejected), and one file in ten a retry of an earlier batch (same
 //! key, same content, new file name). Every draw comes from one seeded `SplitMix`, so the same
-//! seed gives the same batches.
+//! seed gives the same batches. The one-node drill's streamed batches and bulk-file lines
+//! (`stream`, `bulk`) are built here too.
 
 use std::collections::BTreeMap;
 
@@ -12,11 +13,14 @@ use serde_json::{json, Value};
 use super::SHARDS;
 use crate::spool::SpoolPaths;
 
-/// One submitted file and what the drill expects of it.
+/// One submitted batch (a file, a streamed batch or a bulk-file line) and what the drill
+/// expects of it.
+#[derive(Clone, Debug)]
 pub(super) struct Sent {
     pub name: String,
     pub key: String,
-    /// Another file with the same key and content, whose result this one must equal.
+    /// Another batch with the same key and content (by `name`), whose result this one must
+    /// equal.
     pub retry_of: Option<String>,
     pub expect_rejected: bool,
 }
@@ -55,22 +59,17 @@ impl Batches {
     /// batch (same key, same content, new file), otherwise a new one.
     pub fn send(&mut self, sp: &SpoolPaths, i: usize) -> anyhow::Result<()> {
         let name = format!("b{i:06}.json");
-        if self.rng.below(10) == 0 && !self.bodies.is_empty() {
-            let k = self.rng.below(self.bodies.len() as u64) as usize;
-            let (key, body) = self.bodies[k].clone();
-            let orig = self
-                .sent
-                .iter()
-                .find(|s| s.key == key && s.retry_of.is_none())
-                .map(|s| s.name.clone());
-            crate::spool::deliver(sp, &name, &body)?;
-            self.sent.push(Sent {
-                name,
-                key,
-                retry_of: orig,
-                expect_rejected: false,
-            });
-            return Ok(());
+        if self.rng.below(10) == 0 {
+            if let Some((key, body, orig)) = self.pick_retry() {
+                crate::spool::deliver(sp, &name, &body)?;
+                self.sent.push(Sent {
+                    name,
+                    key,
+                    retry_of: orig,
+                    expect_rejected: false,
+                });
+                return Ok(());
+            }
         }
         let key = format!("drill-{}-{i}", self.seed);
         let (ops, expect_rejected) = self.new_ops(&key);
@@ -86,9 +85,26 @@ impl Batches {
         Ok(())
     }
 
-    /// A new batch for the stream (`stream.rs`; never sent again as a spool retry): its key,
-    /// its JSON, and whether it is meant to be rejected.
-    pub fn streamed(&mut self, tag: &str) -> anyhow::Result<(String, Vec<u8>, bool)> {
+    /// An earlier file's batch to send again: its key, its content, and the name of the
+    /// file that first sent it. `None` before any batch file was sent.
+    pub fn pick_retry(&mut self) -> Option<(String, Vec<u8>, Option<String>)> {
+        if self.bodies.is_empty() {
+            return None;
+        }
+        let k = self.rng.below(self.bodies.len() as u64) as usize;
+        let (key, body) = self.bodies.get(k)?.clone();
+        let orig = self
+            .sent
+            .iter()
+            .find(|s| s.key == key && s.retry_of.is_none())
+            .map(|s| s.name.clone());
+        Some((key, body, orig))
+    }
+
+    /// A new batch for the stream (`stream.rs`) or a bulk-file line (`bulk.rs`), never sent
+    /// again as a batch file's retry: its key, its JSON, and whether it is meant to be
+    /// rejected.
+    pub fn fresh(&mut self, tag: &str) -> anyhow::Result<(String, Vec<u8>, bool)> {
         let key = format!("drill-{}-{tag}", self.seed);
         let (ops, expect_rejected) = self.new_ops(&key);
         let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;

@@ -6,8 +6,10 @@
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
 //! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
 //! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
-//! Beside the spool files, a quarter as many batches go over the stream socket in each round
-//! of the one-node drill (`stream`), and are judged with them.
+//! Beside the spool files, each round of the one-node drill sends a quarter as many batches
+//! over the stream socket (`stream`) and drops bulk files (`NAME.jsonl`, one batch per line,
+//! at least a quarter as many lines, 50 to 200 a file: `bulk`); all are judged together,
+//! and every answer still claimed in the WAL is compared with its claim (`claims`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -20,6 +22,8 @@ use roost_storage::RealStorage;
 use serde_json::Value;
 
 mod batches;
+mod bulk;
+mod claims;
 mod node;
 mod replicated;
 mod stream;
@@ -105,6 +109,10 @@ struct Drill<'a> {
     per_round: usize,
     /// The streamed batches and their answers.
     stream: stream::Streamed,
+    /// The bulk files and what the restarts saw of them.
+    bulk: bulk::Bulk,
+    /// Claims compared with their answers (`claims`), over every check.
+    claims_compared: usize,
 }
 
 impl<'a> Drill<'a> {
@@ -124,6 +132,8 @@ impl<'a> Drill<'a> {
             next_batch: 0,
             per_round: opts.batches.div_ceil(opts.kills + 1),
             stream: stream::Streamed::new(&opts.data_dir.join("data")),
+            bulk: bulk::Bulk::default(),
+            claims_compared: 0,
         })
     }
 
@@ -195,9 +205,10 @@ impl<'a> Drill<'a> {
         }
     }
 
-    /// Drops the round's batches into the spool while a quarter as many stream in; in a
-    /// random-kill round, SIGKILLs the daemon a random delay after a random batch and
-    /// returns true.
+    /// Drops the round's batches into the spool, with its bulk files among them, while a
+    /// quarter as many stream in; in a random-kill round, SIGKILLs the daemon a random delay
+    /// after a random batch and returns true (bulk files not dropped by then are dropped
+    /// after the kill, for the restart).
     fn send_round(
         &mut self,
         round: usize,
@@ -213,13 +224,20 @@ impl<'a> Drill<'a> {
             self.per_round
         };
         let streamed = (0..quota.div_ceil(4))
-            .map(|k| self.b.streamed(&format!("r{round}s{k}")))
+            .map(|k| self.b.fresh(&format!("r{round}s{k}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let first_at = if last || crash { 0 } else { kill_at };
+        let bulk = self
+            .bulk
+            .plan_round(&mut self.b, (round, quota, first_at))?;
         let streaming = self.stream.start(streamed);
         let mut killed = false;
         for j in 0..quota {
             if self.next_batch >= self.opts.batches {
                 break;
+            }
+            for (k, _) in bulk.iter().filter(|(_, at)| *at == j) {
+                self.bulk.drop_file(&self.sp, *k)?;
             }
             let i = self.next_batch;
             self.next_batch += 1;
@@ -235,25 +253,40 @@ impl<'a> Drill<'a> {
                 break;
             }
         }
+        for (k, _) in &bulk {
+            self.bulk.drop_file(&self.sp, *k)?;
+        }
         self.stream.finish(streaming)?;
         Ok(killed)
     }
 
-    /// Starts a clean daemon, waits for recovery and for every sent file to have a result,
-    /// checks the invariants, and kills it.
+    /// Notes the bulk files the dead daemon left unanswered, starts a clean daemon, waits
+    /// for recovery and for every sent file and bulk file to have a result, checks the
+    /// invariants on every answer (files, stream, bulk lines), kills it, and compares the
+    /// answers with the claims in the WAL.
     fn restart_and_check(&mut self) -> anyhow::Result<()> {
+        let data = self.opts.data_dir.join("data");
+        let before = claims::read(&data).context("reading the wal before a restart")?;
+        self.bulk.note_kill(&self.sp, &before);
         let mut c = self.spawn(None)?;
         self.recoveries.push(c.ready(READY_LIMIT)?);
-        wait_drained(&self.sp, &self.b.sent)?;
+        wait_drained(&self.sp, &self.b.sent, &self.bulk)?;
         let streamed = self.stream.recheck(&mut self.violations)?;
-        let found = check(
-            &self.opts.data_dir,
-            &self.sp,
-            (&self.b.sent, &streamed),
-            &mut self.b.live,
-        )?;
+        let bulk = self.bulk.judge(&self.sp, &mut self.violations);
+        let files = file_answers(&self.sp, &self.b.sent, &mut self.violations);
+        let answers: Vec<(&Sent, &BatchResult)> = files
+            .iter()
+            .chain(&streamed)
+            .chain(&bulk)
+            .map(|(s, r)| (s, r))
+            .collect();
+        let found = check(&self.opts.data_dir, &answers, &mut self.b.live)?;
         self.violations.extend(found);
         c.kill();
+        let after = claims::read(&data).context("reading the wal after a check")?;
+        let (compared, found) = claims::against_answers(&after, &answers);
+        self.claims_compared += compared;
+        self.violations.extend(found);
         Ok(())
     }
 
@@ -284,25 +317,7 @@ impl<'a> Drill<'a> {
             .map(|text| text.matches("checkpoint wal_from=").count())
             .sum();
         let _ = writeln!(std::io::stdout(), "  checkpoints taken: {checkpoints}");
-        let committed = self
-            .b
-            .sent
-            .iter()
-            .filter(|s| {
-                read_result(&self.sp, &s.name).is_some_and(|r| r.status() == Status::Committed)
-            })
-            .count();
-        let _ = writeln!(
-            std::io::stdout(),
-            "  results: {committed} committed of {} files",
-            self.b.sent.len()
-        );
-        let _ = writeln!(
-            std::io::stdout(),
-            "  streamed: {} batches, {} answers read before their round's kill, every one sent again after each restart",
-            self.stream.len(),
-            self.stream.read_in_rounds
-        );
+        self.report_answers();
         if self.violations.is_empty() {
             let _ = writeln!(std::io::stdout(), "  violations: none");
         } else {
@@ -311,6 +326,46 @@ impl<'a> Drill<'a> {
                 let _ = writeln!(std::io::stdout(), "    {v}");
             }
         }
+    }
+
+    /// The report's lines on the answers: the files', the stream's, the bulk files', and
+    /// the claims compared with them.
+    fn report_answers(&self) {
+        let committed = self
+            .b
+            .sent
+            .iter()
+            .filter(|s| {
+                read_result(&self.sp, &s.name).is_some_and(|r| r.status() == Status::Committed)
+            })
+            .count();
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
+            "  results: {committed} committed of {} files",
+            self.b.sent.len()
+        );
+        let _ = writeln!(
+            out,
+            "  streamed: {} batches, {} answers read before their round's kill, every one sent again after each restart",
+            self.stream.len(),
+            self.stream.read_in_rounds
+        );
+        let bulk = &self.bulk;
+        let _ = writeln!(
+            out,
+            "  bulk: {} files, {} lines judged after each restart, {} committed; a kill left a file unanswered in new/ {} times, {} of them mid-file (lines claimed)",
+            bulk.files.len(),
+            bulk.lines(),
+            bulk.committed,
+            bulk.unfinished_at_kills,
+            bulk.mid_file_kills
+        );
+        let _ = writeln!(
+            out,
+            "  wal: {} claims compared with their answers over the checks",
+            self.claims_compared
+        );
     }
 }
 
@@ -329,30 +384,46 @@ pub(super) fn pick_crash(rng: &mut roost_storage::SplitMix) -> CrashTarget {
     }
 }
 
-fn wait_drained(sp: &SpoolPaths, sent: &[Sent]) -> anyhow::Result<()> {
+fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk::Bulk) -> anyhow::Result<()> {
     let until = Instant::now() + READY_LIMIT;
     loop {
         let missing = sent
             .iter()
             .filter(|s| !sp.out.join(&s.name).exists())
             .count();
-        if missing == 0 {
+        let bulk_done = bulk.drained(sp);
+        if missing == 0 && bulk_done {
             return Ok(());
         }
         if Instant::now() > until {
-            bail!("{missing} dropped files have no result after 120 s");
+            bail!("{missing} dropped files have no result after 120 s (bulk files drained: {bulk_done})");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
+/// Every dropped file with its result; a file without one is a violation.
+fn file_answers(
+    sp: &SpoolPaths,
+    sent: &[Sent],
+    violations: &mut Vec<String>,
+) -> Vec<(Sent, BatchResult)> {
+    let mut out = Vec::new();
+    for s in sent {
+        match read_result(sp, &s.name) {
+            None => violations.push(format!("{}: no result", s.name)),
+            Some(r) => out.push((s.clone(), r)),
+        }
+    }
+    out
+}
+
 /// The invariants, on the files, with the daemon idle: `verify`'s, no create twice, every
-/// result as expected (the spool's files and the streamed batches with their answers).
-/// Refreshes `live` from what the committed results left.
+/// answer as expected (`answers`: the spool files' results, the streamed batches' answers
+/// and the bulk files' result lines). Refreshes `live` from what the committed answers left.
 fn check(
     dir: &Path,
-    sp: &SpoolPaths,
-    (sent, streamed): (&[Sent], &[(Sent, BatchResult)]),
+    answers: &[(&Sent, &BatchResult)],
     live: &mut BTreeMap<u64, &'static str>,
 ) -> anyhow::Result<Vec<String>> {
     let data = dir.join("data");
@@ -368,33 +439,15 @@ fn check(
             violations.push(format!("a create produced {n} records: {tag}"));
         }
     }
-    let mut deleted: HashSet<u64> = HashSet::new();
-    let mut results: BTreeMap<&str, BatchResult> = BTreeMap::new();
-    for s in sent {
-        match read_result(sp, &s.name) {
-            None => violations.push(format!("{}: no result", s.name)),
-            Some(r) => {
-                if r.status() == Status::Committed {
-                    let ops = r.ops();
-                    deleted.extend(ops.iter().filter(|o| o.op == "delete").map(|o| o.id));
-                }
-                results.insert(&s.name, r);
-            }
-        }
-    }
-    for (_, r) in streamed
+    let results: BTreeMap<&str, &BatchResult> =
+        answers.iter().map(|(s, r)| (s.name.as_str(), *r)).collect();
+    let deleted: HashSet<u64> = answers
         .iter()
         .filter(|(_, r)| r.status() == Status::Committed)
-    {
-        deleted.extend(r.ops().iter().filter(|o| o.op == "delete").map(|o| o.id));
-    }
+        .flat_map(|(_, r)| r.ops().iter().filter(|o| o.op == "delete").map(|o| o.id))
+        .collect();
     live.clear();
-    for s in sent {
-        if let Some(r) = results.get(s.name.as_str()) {
-            check_result(s, r, &results, &deleted, &records, live, &mut violations);
-        }
-    }
-    for (s, r) in streamed {
+    for (s, r) in answers {
         check_result(s, r, &results, &deleted, &records, live, &mut violations);
     }
     Ok(violations)
@@ -425,12 +478,12 @@ pub(super) fn read_shards(data: &Path) -> anyhow::Result<ShardRecords> {
     Ok((records, tags))
 }
 
-/// One file's result: a rejection where one was meant, a retry's result equal to its
+/// One batch's answer: a rejection where one was meant, a retry's answer equal to its
 /// original's, every committed create present (unless a later batch deleted it).
 fn check_result(
     s: &Sent,
     r: &BatchResult,
-    results: &BTreeMap<&str, BatchResult>,
+    results: &BTreeMap<&str, &BatchResult>,
     deleted: &HashSet<u64>,
     records: &HashMap<u64, (&'static str, Value)>,
     live: &mut BTreeMap<u64, &'static str>,
@@ -440,7 +493,7 @@ fn check_result(
         violations.push(format!("{}: expected a rejection, got committed", s.name));
     }
     if let Some(o) = s.retry_of.as_deref().and_then(|orig| results.get(orig)) {
-        if o.status() == Status::Committed && o != r {
+        if o.status() == Status::Committed && *o != r {
             let orig = s.retry_of.as_deref().unwrap_or_default();
             violations.push(format!(
                 "{}: retry of {orig} got a different result",

@@ -287,8 +287,8 @@ pub fn run() -> anyhow::Result<()> {
         big.wal_mb_per_sec / bandwidth.max(1e-9)
     );
     if std::env::var_os("ROOST_BENCH_QUICK").is_none() {
-        let svg = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../docs/bench-intake.svg");
+        let svg =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-intake.svg");
         let bars: Vec<crate::intake_plot::Bar> =
             rows.iter().map(|r| (r.0.clone(), r.1, r.3)).collect();
         crate::intake_plot::plot(&svg, &bars, sync.ops_per_sec)?;

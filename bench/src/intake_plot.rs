@@ -44,7 +44,10 @@ pub fn plot(path: &Path, bars: &[Bar], sync_rate: f64) -> anyhow::Result<()> {
         .enumerate()
         .filter_map(|(i, b)| b.2.map(|p| (i as f64, p)))
         .collect();
-    for (name, pts, color, dx) in [("roost", roost, BLUE, 0.12), ("SQLite peer", peer, RED, 0.5)] {
+    for (name, pts, color, dx) in [
+        ("roost", roost, BLUE, 0.12),
+        ("SQLite peer", peer, RED, 0.5),
+    ] {
         chart
             .draw_series(pts.into_iter().map(|(x, y)| {
                 Rectangle::new([(x + dx, 0.0), (x + dx + 0.36, y)], color.mix(0.8).filled())
@@ -54,7 +57,10 @@ pub fn plot(path: &Path, bars: &[Bar], sync_rate: f64) -> anyhow::Result<()> {
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
     }
     chart
-        .draw_series(LineSeries::new([(0.0, sync_rate), (n, sync_rate)], BLACK.stroke_width(1)))
+        .draw_series(LineSeries::new(
+            [(0.0, sync_rate), (n, sync_rate)],
+            BLACK.stroke_width(1),
+        ))
         .map_err(|e| anyhow!("{e}"))?
         .label("raw fdatasync/s (one batch per sync)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));

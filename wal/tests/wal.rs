@@ -82,7 +82,11 @@ fn append_many_matches_single_appends_across_rolls() {
         wal.append_many_nowait(&[(1, b"ok"), (1, &too_big)]),
         Err(WalError::TooLarge { .. })
     ));
-    assert_eq!(wal.next_lsn(), next, "nothing of a refused batch is written");
+    assert_eq!(
+        wal.next_lsn(),
+        next,
+        "nothing of a refused batch is written"
+    );
 }
 
 /// Goal: the same on a real directory, including preallocated segment files on disk.

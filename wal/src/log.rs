@@ -402,23 +402,7 @@ impl Wal {
         if pending.frames == 0 {
             return Ok(());
         }
-        let Some(a) = g.active.as_ref() else {
-            return Err(WalError::Poisoned("no active segment".into()));
-        };
-        let (file, offset) = (a.file.clone(), a.write_offset);
-        if let Err(source) = file.write_at(&pending.buf, offset) {
-            let path = self.dir.join(segment_name(a.first_lsn));
-            let e = WalError::Io {
-                op: "write",
-                path,
-                source,
-            };
-            g.poisoned = Some(e.to_string());
-            return Err(e);
-        }
-        if let Some(a) = g.active.as_mut() {
-            a.write_offset += pending.buf.len() as u64;
-        }
+        self.write_at_end(g, &pending.buf)?;
         g.next_lsn += pending.frames;
         g.written_lsn = g.next_lsn - 1;
         g.last_epoch = epoch;
@@ -467,15 +451,25 @@ impl Wal {
         // The record's synced mark: what is durable now, before it is written (after a roll,
         // the whole sealed segment).
         let frame = encode_frame(record_type, epoch, lsn, g.synced_lsn, payload);
-        let (file, offset, path) = match g.active.as_ref() {
-            Some(a) => (
-                a.file.clone(),
-                a.write_offset,
-                self.dir.join(segment_name(a.first_lsn)),
-            ),
-            None => return Err(WalError::Poisoned("no active segment".into())),
+        let offset = self.write_at_end(&mut g, &frame)?;
+        g.next_lsn = lsn + 1;
+        g.written_lsn = lsn;
+        g.last_epoch = epoch;
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.append_bytes
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
+        Ok((lsn, offset))
+    }
+
+    /// Writes `bytes` (whole frames) at the active segment's end and moves the end past
+    /// them; returns where they start. A failed write poisons the log.
+    fn write_at_end(&self, g: &mut MutexGuard<'_, Inner>, bytes: &[u8]) -> Result<u64, WalError> {
+        let Some(a) = g.active.as_ref() else {
+            return Err(WalError::Poisoned("no active segment".into()));
         };
-        if let Err(source) = file.write_at(&frame, offset) {
+        let (file, offset) = (a.file.clone(), a.write_offset);
+        if let Err(source) = file.write_at(bytes, offset) {
+            let path = self.dir.join(segment_name(a.first_lsn));
             let e = WalError::Io {
                 op: "write",
                 path,
@@ -485,15 +479,9 @@ impl Wal {
             return Err(e);
         }
         if let Some(a) = g.active.as_mut() {
-            a.write_offset += frame.len() as u64;
+            a.write_offset += bytes.len() as u64;
         }
-        g.next_lsn = lsn + 1;
-        g.written_lsn = lsn;
-        g.last_epoch = epoch;
-        self.appends.fetch_add(1, Ordering::Relaxed);
-        self.append_bytes
-            .fetch_add(frame.len() as u64, Ordering::Relaxed);
-        Ok((lsn, offset))
+        Ok(offset)
     }
 
     /// Rolls to a new segment when a frame of `len` bytes does not fit the active one.

@@ -350,8 +350,13 @@ impl Wal {
     /// Appends `records` (type, payload) in order at the next lsns, as many
     /// [`Wal::append_nowait`] calls would, but under one lock and with one write per segment
     /// they land in (a batch's audit rows, a group's `done` records). Not durable until
-    /// [`Wal::sync_to`]. Returns their lsns.
+    /// [`Wal::sync_to`]. Returns their lsns. A record over the size limit refuses the call
+    /// before anything is written; a failure at a roll (`NoSpace`, I/O) leaves the records
+    /// before it written.
     pub fn append_many_nowait(&self, records: &[(u8, &[u8])]) -> Result<Vec<Lsn>, WalError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
         if self.opts.read_only {
             return Err(WalError::ReadOnly);
         }

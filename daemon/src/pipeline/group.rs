@@ -72,8 +72,12 @@ impl Engine {
     fn group_inner(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
         let t0 = Instant::now();
         let mut slots = Vec::with_capacity(items.len());
+        let mut seen = HashSet::with_capacity(items.len());
         for (b, _) in items {
-            slots.push(self.before_lock(b)?);
+            // A key met earlier in the group is looked up only under the lock, after the
+            // earlier item is planned: line order decides what it means.
+            let first = seen.insert(b.request_key.as_str());
+            slots.push(self.before_lock(b, first)?);
         }
         let halt = self.plan_group(items, &mut slots)?;
         let claims: Vec<(Lsn, &ClaimRecord)> = slots
@@ -101,12 +105,14 @@ impl Engine {
         Ok(out)
     }
 
-    /// Before the planner lock: the cheap idempotency check, then the static checks and
-    /// before-triggers.
-    fn before_lock(&self, b: &Batch) -> Result<Slot, EngineError> {
+    /// Before the planner lock: the cheap idempotency check (for the first item with its
+    /// key), then the static checks and before-triggers.
+    fn before_lock(&self, b: &Batch, first_with_key: bool) -> Result<Slot, EngineError> {
         let fp = fingerprint(b);
-        if let Some(r) = self.check_key(&b.request_key, fp)? {
-            return Ok(Slot::Answered(r));
+        if first_with_key {
+            if let Some(r) = self.check_key(&b.request_key, fp)? {
+                return Ok(Slot::Answered(r));
+            }
         }
         Ok(Slot::Plan {
             fp,
@@ -146,6 +152,8 @@ impl Engine {
         static_reject: Option<(usize, String)>,
     ) -> Result<Slot, EngineError> {
         self.check()?;
+        // A log may have used its spare segment for an earlier item: pause cleanly here.
+        self.gate()?;
         match p.keys.get(&b.request_key).map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),

@@ -30,11 +30,12 @@ use crate::error::EngineError;
 /// A touched shard and where its owner answers the transaction sent to it.
 pub(super) type Sent<'a> = (Touched<'a>, Receiver<Result<(), EngineError>>);
 
-/// One touched shard of a batch: its owner and the ops sent to it.
+/// One touched shard of a batch: its owner and the ids its transaction creates (true) or
+/// deletes (false), for the planning overlay.
 pub(super) struct Touched<'a> {
     pub name: &'a str,
     pub slot: Arc<ShardSlot>,
-    ops: Vec<TxnOp>,
+    ids: Vec<(u64, bool)>,
 }
 
 impl Engine {
@@ -107,8 +108,15 @@ impl Engine {
         let mut sent = Vec::new();
         for (k, (name, ops)) in transactions(claim).into_iter().enumerate() {
             let slot = self.slot(name)?;
-            let rx = slot.send_apply(lsn, k, ops.clone())?;
-            sent.push((Touched { name, slot, ops }, rx));
+            let ids = ops
+                .iter()
+                .map(|op| match op {
+                    TxnOp::Create { id, .. } => (*id, true),
+                    TxnOp::Delete { id } => (*id, false),
+                })
+                .collect();
+            let rx = slot.send_apply(lsn, k, ops)?;
+            sent.push((Touched { name, slot, ids }, rx));
         }
         Ok(sent)
     }
@@ -140,10 +148,10 @@ impl Engine {
     fn clear_overlay(&self, t: &Touched<'_>) {
         let mut p = lock(&self.planner);
         if let Some(o) = p.overlay.get_mut(t.name) {
-            for op in &t.ops {
-                match op {
-                    TxnOp::Create { id, .. } => o.created.remove(id),
-                    TxnOp::Delete { id } => o.deleted.remove(id),
+            for &(id, created) in &t.ids {
+                match created {
+                    true => o.created.remove(&id),
+                    false => o.deleted.remove(&id),
                 };
             }
         }

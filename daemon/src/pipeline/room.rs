@@ -59,7 +59,7 @@ impl Engine {
         Err(EngineError::Paused { part, why })
     }
 
-    fn note_pause(&self, part: &str, why: &NoRoom) {
+    pub(super) fn note_pause(&self, part: &str, why: &NoRoom) {
         let mut p = lock(&self.pause);
         if p.is_none() {
             warn!(part, file = %why.path.display(), needed_bytes = why.needed_bytes,

@@ -128,8 +128,8 @@ fn check_no_duplicate_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
             Ok(())
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(k) = a.next_key::<String>()? {
+            let mut seen = raw_op::Seen::default();
+            while let Some(k) = a.next_key_seed(raw_op::KeyStr)? {
                 if !seen.insert(k.clone()) {
                     return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
                 }
@@ -653,6 +653,24 @@ mod tests {
             let e = parse(input.as_bytes(), 10).expect_err(op);
             assert!(e.error.contains(want), "{op}: {}", e.error);
         }
+        // Duplicate keys: spelled with an escape, and past the short list (the 20th of 40).
+        let escaped = r#"{"request_key":"k","ops":[{"op":"create","shard":"s","record":{"aA":1,"a\u0041":2}}]}"#;
+        let e = parse(escaped.as_bytes(), 10).expect_err("escaped duplicate");
+        assert!(e.error.contains(r#"duplicate key "aA""#), "{}", e.error);
+        let mut fields: Vec<String> = (0..40).map(|i| format!(r#""f{i}":{i}"#)).collect();
+        fields[20] = r#""f3":0"#.to_owned();
+        let wide = format!(
+            r#"{{"request_key":"k","ops":[{{"op":"create","shard":"s","record":{{{}}}}}]}}"#,
+            fields.join(",")
+        );
+        let e = parse(wide.as_bytes(), 10).expect_err("wide duplicate");
+        assert!(e.error.contains(r#"duplicate key "f3""#), "{}", e.error);
+        fields[20] = r#""f20":0"#.to_owned();
+        let wide = format!(
+            r#"{{"request_key":"k","ops":[{{"op":"create","shard":"s","record":{{{}}}}}]}}"#,
+            fields.join(",")
+        );
+        parse(wide.as_bytes(), 10).expect("forty distinct keys");
         // Fields in any order, the tag last.
         let b = parse(br#"{"ops":[{"record":{"b":1,"a":2},"shard":"s","op":"create"},{"id":4,"shard":"t","op":"delete"}],"request_key":"k"}"#, 10)
             .expect("any order");

@@ -2,9 +2,11 @@
 //! messages serde's derive would give (`missing field`, `unknown field`, `unknown variant`,
 //! the type errors of `u64` and of a map), with no intermediate tree.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::RawOp;
@@ -41,15 +43,15 @@ impl<'de> Visitor<'de> for OpVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawOp, A::Error> {
         let mut f = Fields::default();
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
+        while let Some(key) = map.next_key_seed(KeyStr)? {
+            match key.as_ref() {
                 "op" => f.op = Some(map.next_value()?),
                 "shard" => f.shard = Some(map.next_value()?),
                 "record" => f.record = Some(map.next_value()?),
                 "id" => f.id = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
-                    f.unknown.get_or_insert(key);
+                    f.unknown.get_or_insert_with(|| key.into_owned());
                 }
             }
         }
@@ -79,5 +81,61 @@ impl Fields {
         let id = self.id.ok_or_else(|| E::missing_field("id"))?;
         let id = u64::deserialize(id).map_err(E::custom)?;
         Ok(RawOp::Delete { shard, id })
+    }
+}
+
+/// An object key, borrowed from the input when it has no escapes (no allocation per key).
+pub(super) struct KeyStr;
+
+impl<'de> DeserializeSeed<'de> for KeyStr {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyStr {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+}
+
+/// The keys of one object seen so far: a short list while the object is small (no hashing,
+/// no allocation beyond the list), a set once it is not (a hostile object of many keys must
+/// not cost a quadratic scan).
+#[derive(Default)]
+pub(super) struct Seen<'de> {
+    few: Vec<Cow<'de, str>>,
+    many: HashSet<Cow<'de, str>>,
+}
+
+/// Past this many keys, [`Seen`] hashes.
+const FEW_KEYS: usize = 16;
+
+impl<'de> Seen<'de> {
+    /// False when `k` was seen before.
+    pub(super) fn insert(&mut self, k: Cow<'de, str>) -> bool {
+        if !self.many.is_empty() {
+            return self.many.insert(k);
+        }
+        if self.few.contains(&k) {
+            return false;
+        }
+        self.few.push(k);
+        if self.few.len() > FEW_KEYS {
+            self.many.extend(self.few.drain(..));
+        }
+        true
     }
 }

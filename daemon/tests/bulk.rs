@@ -95,6 +95,22 @@ fn bulk_file_lines_answer_in_order() {
     assert!(same, "{}", String::from_utf8_lossy(&again));
     let users = json_lines(&data, &["scan", "users"]).len();
     assert_eq!(users, 3, "nothing twice");
+    // Status and metrics count the two bulk files and their result lines.
+    let sock = data.join("roost.sock");
+    let lines = 2 * got.len() as u64;
+    wait_for("bulk figures in status", Duration::from_secs(20), || {
+        let v = roost::ops::control::request(&sock, "status")
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+        v.is_some_and(|v| {
+            v["bulk"]["files"] == 2 && v["bulk"]["lines"] == lines && v["bulk"]["in_flight"] == 0
+        })
+    });
+    let metrics = roost::ops::control::request(&sock, "metrics").expect("metrics");
+    assert!(
+        metrics.contains(&format!("roost_bulk_lines_total {lines}")),
+        "{metrics}"
+    );
 }
 
 /// Lines 1-8: a commit over two shards, a blank line, a rejected delete, a malformed line,

@@ -101,6 +101,12 @@ fn status_text(v: &serde_json::Value) -> String {
         "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable)",
         st["connections"], st["connections_total"], st["refused"], st["answers"], st["unavailable"]
     );
+    let b = &v["bulk"];
+    let _ = writeln!(
+        out,
+        "  bulk: {} files in flight, {} answered ({} lines), {} left for later",
+        b["in_flight"], b["files"], b["lines"], b["deferred"]
+    );
     let ms = |phase: &str, q: &str| {
         v["latency_ms"][phase][q]
             .as_f64()

@@ -89,6 +89,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "healthy": !engine.is_failed(),
         "intake": intake_json(engine),
         "stream": stream_json(engine),
+        "bulk": bulk_json(engine),
         "checkpoint": checkpoint_json(engine),
         "live_keys": engine.live_keys(),
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
@@ -142,6 +143,52 @@ fn stream_json(engine: &Engine) -> serde_json::Value {
         "answers": s.answers.load(Ordering::Relaxed),
         "unavailable": s.unavailable.load(Ordering::Relaxed),
     })
+}
+
+/// Bulk files: worked on now, answered since start (and their lines), left for later.
+fn bulk_json(engine: &Engine) -> serde_json::Value {
+    let b = &engine.stats.bulk;
+    json!({
+        "in_flight": b.in_flight.load(Ordering::Relaxed),
+        "files": b.files.load(Ordering::Relaxed),
+        "lines": b.lines.load(Ordering::Relaxed),
+        "deferred": b.deferred.load(Ordering::Relaxed),
+    })
+}
+
+/// Bulk files' figures in Prometheus text.
+fn write_bulk(out: &mut String, engine: &Engine) {
+    let b = &engine.stats.bulk;
+    let figures = [
+        (
+            "roost_bulk_files_in_flight",
+            "gauge",
+            "Bulk files worked on now.",
+            &b.in_flight,
+        ),
+        (
+            "roost_bulk_files_total",
+            "counter",
+            "Bulk files whose result was published since start.",
+            &b.files,
+        ),
+        (
+            "roost_bulk_lines_total",
+            "counter",
+            "Result lines of those bulk files.",
+            &b.lines,
+        ),
+        (
+            "roost_bulk_deferred_total",
+            "counter",
+            "Bulk files left in new/ for later (not taken now, or a stop).",
+            &b.deferred,
+        ),
+    ];
+    write_unlabelled(
+        out,
+        figures.map(|(n, k, h, v)| (n, k, h, v.load(Ordering::Relaxed))),
+    );
 }
 
 /// The streaming intake's figures in Prometheus text.
@@ -239,6 +286,7 @@ pub fn metrics_text(engine: &Engine) -> String {
     }
     write_compaction(&mut out, engine);
     write_stream(&mut out, engine);
+    write_bulk(&mut out, engine);
     write_replication(&mut out, engine);
     let _ = writeln!(out, "# HELP roost_shard_records Live records per shard.");
     let _ = writeln!(out, "# TYPE roost_shard_records gauge");

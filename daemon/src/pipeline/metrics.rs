@@ -26,6 +26,21 @@ pub struct Stats {
     pub intake_pauses: AtomicU64,
     /// The streaming intake's figures (kept by `serve/stream.rs`).
     pub stream: StreamStats,
+    /// Bulk files' figures (kept by `serve/bulk.rs`).
+    pub bulk: BulkStats,
+}
+
+/// Bulk files (README "Bulk files"): worked on now, answered, left in `new/` for later.
+#[derive(Debug, Default)]
+pub struct BulkStats {
+    /// Bulk files being worked on now.
+    pub in_flight: AtomicU64,
+    /// Bulk files whose result was published since start.
+    pub files: AtomicU64,
+    /// Their result lines.
+    pub lines: AtomicU64,
+    /// Bulk files left in `new/` for later (the engine could not take a line, or a stop).
+    pub deferred: AtomicU64,
 }
 
 /// The streaming intake (README "Streaming intake"): connections and answer lines.

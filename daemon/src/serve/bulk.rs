@@ -65,6 +65,7 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     };
     let t0 = Instant::now();
     let Some(answers) = answer_lines(engine, name, &batches, &|| sh.stopping())? else {
+        engine.stats.bulk.deferred.fetch_add(1, Ordering::Relaxed);
         info!(
             file = name,
             "bulk file left in new/ for later (lines answered so far answer again by their keys)"
@@ -72,6 +73,10 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         return Ok(());
     };
     engine.answer_bulk(name, &answers)?;
+    let bulk = &engine.stats.bulk;
+    bulk.files.fetch_add(1, Ordering::Relaxed);
+    bulk.lines
+        .fetch_add(batches.len() as u64, Ordering::Relaxed);
     let secs = t0.elapsed().as_secs_f64();
     info!(
         file = name,
@@ -94,7 +99,14 @@ impl<'a> Slot<'a> {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Slot(sh))
+            .map(|_| {
+                sh.engine
+                    .stats
+                    .bulk
+                    .in_flight
+                    .fetch_add(1, Ordering::Relaxed);
+                Slot(sh)
+            })
     }
 }
 
@@ -102,6 +114,11 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let sh = self.0;
         sh.bulk_files.fetch_sub(1, Ordering::SeqCst);
+        sh.engine
+            .stats
+            .bulk
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
         let waiting = sh.bulk_waiting.lock().map(|mut w| std::mem::take(&mut *w));
         if let Some(names) = waiting.ok().filter(|w| !w.is_empty()) {
             if let Ok(mut q) = sh.requeue.lock() {

@@ -49,24 +49,15 @@ impl Engine {
     /// returns their answers in item order; when this returns `Ok`, every answer is as
     /// durable as [`Engine::submit_detached`]'s.
     pub fn submit_group(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
-        if let Some((_, s)) = items.iter().find(|(_, s)| !super::is_detached(s)) {
-            return Err(EngineError::Inconsistent {
-                lsn: 0,
-                detail: format!("detached source {s:?} has no '/'"),
-            });
+        for (_, s) in items {
+            super::plan::detached_only(s)?;
         }
-        self.check()?;
-        self.check_primary()?;
-        self.gate()?;
-        let n = items.len() as u64;
-        let in_flight = &self.stats.in_flight;
-        in_flight.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        let r = self.group_inner(items);
-        in_flight.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
         let (key, source) = items
             .first()
             .map_or(("", ""), |(b, s)| (b.request_key.as_str(), *s));
-        self.latch_failure(r, key, source)
+        self.admit(items.len() as u64, (key, source), || {
+            self.group_inner(items)
+        })
     }
 
     fn group_inner(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {

@@ -36,12 +36,7 @@ impl Engine {
     /// (`bulk/NAME/LINE`, `stream/CONN/N`), which no spool name does, so recovery never
     /// takes it for a file in `new/` or `out/`.
     pub fn submit_detached(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
-        if !is_detached(source) {
-            return Err(EngineError::Inconsistent {
-                lsn: 0,
-                detail: format!("detached source {source:?} has no '/'"),
-            });
-        }
+        detached_only(source)?;
         self.submit(batch, source)
     }
 
@@ -49,23 +44,27 @@ impl Engine {
     /// `out/<source>` before this returns (and `new/<source>` removed); for a detached source
     /// (see [`Engine::submit_detached`]) neither.
     pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+        self.admit(1, (&batch.request_key, source), || {
+            self.submit_inner(batch, source)
+        })
+    }
+
+    /// Runs `work` for `n` new batches if the engine takes batches now (not failed, primary,
+    /// intake not paused), counting them in flight meanwhile. A failure that is not just "not
+    /// now" (a pause, not primary) latches the engine: nothing more is written until a
+    /// restart's recovery repairs. `(request_key, source)` name the work in the log.
+    pub(super) fn admit<T>(
+        &self,
+        n: u64,
+        (request_key, source): (&str, &str),
+        work: impl FnOnce() -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
         self.check()?;
         self.check_primary()?;
         self.gate()?;
-        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
-        let r = self.submit_inner(batch, source);
-        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.latch_failure(r, &batch.request_key, source)
-    }
-
-    /// A failure that is not just "not now" (a pause, not primary) latches the engine:
-    /// nothing more is written until a restart's recovery repairs.
-    pub(super) fn latch_failure<T>(
-        &self,
-        r: Result<T, EngineError>,
-        request_key: &str,
-        source: &str,
-    ) -> Result<T, EngineError> {
+        self.stats.in_flight.fetch_add(n, Ordering::Relaxed);
+        let r = work();
+        self.stats.in_flight.fetch_sub(n, Ordering::Relaxed);
         if let Err(e) = &r {
             if e.latches_nothing() {
                 return r;
@@ -502,6 +501,17 @@ fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
         }
     };
     serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// `source` is detached ([`Engine::submit_detached`]), or the call is refused before any work.
+pub(super) fn detached_only(source: &str) -> Result<(), EngineError> {
+    match is_detached(source) {
+        true => Ok(()),
+        false => Err(EngineError::Inconsistent {
+            lsn: 0,
+            detail: format!("detached source {source:?} has no '/'"),
+        }),
+    }
 }
 
 /// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a

@@ -39,34 +39,51 @@ fn records(bytes: &[u8]) -> Vec<(usize, Header)> {
     out
 }
 
-/// Runs `f` with the WAL's log lines captured; returns what it logged.
+/// Runs `f` with the WAL's log lines on this thread captured; returns what it logged.
+///
+/// One global subscriber for this test binary, writing into the calling thread's buffer:
+/// a scoped subscriber (`with_default`) raced other test threads that ran with none and
+/// cached "nobody listens" for the WAL's callsites (the log came back empty in a CI run,
+/// even after rebuilding the interest cache under the scoped subscriber).
 fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(sub, || {
-        // Another test thread, running with no subscriber, may have cached "nobody listens"
-        // for the callsites first; rebuild so this thread's subscriber is asked again (a
-        // flake seen once in a full workspace run).
-        tracing::callsite::rebuild_interest_cache();
-        f()
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(|| ThreadBuf)
+            .finish();
+        tracing::subscriber::set_global_default(sub).expect("the only global subscriber");
     });
-    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|c| *c.borrow_mut() = Some(buf.clone()));
+    let out = f();
+    CAPTURE.with(|c| *c.borrow_mut() = None);
+    let text = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
     (out, text)
+}
+
+thread_local! {
+    /// Where this thread's log lines go while [`logged`] runs.
+    static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The global subscriber's writer: the calling thread's capture buffer, if any.
+struct ThreadBuf;
+
+impl Write for ThreadBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(buf) = c.borrow().as_ref() {
+                buf.lock().unwrap().extend_from_slice(b);
+            }
+        });
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Four records appended and synced, then six appended without a sync; returns the disk and

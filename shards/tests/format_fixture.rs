@@ -59,6 +59,7 @@ fn opts(read_only: bool) -> ShardOptions {
         segment_bytes: SEGMENT_BYTES,
         read_only,
         synced_through_lsn: None,
+        ..ShardOptions::default()
     }
 }
 

@@ -72,6 +72,7 @@ fn valid_shard_segment() -> Vec<u8> {
             segment_bytes: 4096,
             read_only: false,
             synced_through_lsn: None,
+            ..ShardOptions::default()
         },
     )
     .unwrap();
@@ -137,6 +138,7 @@ fn open_shard(bytes: Vec<u8>) -> Outcome {
             segment_bytes: 4096,
             read_only,
             synced_through_lsn: None,
+            ..ShardOptions::default()
         };
         out.push(
             Shard::open_with(Arc::new(disk.clone()), "/s/x", opts)

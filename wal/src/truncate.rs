@@ -131,11 +131,7 @@ impl Wal {
         file.allocate(self.opts.segment_bytes)
             .map_err(io("allocate", &seg.path))?;
         file.sync_data().map_err(io("sync", &seg.path))?;
-        g.active = Some(Active {
-            file,
-            first_lsn: seg.first_lsn,
-            write_offset: cut.offset,
-        });
+        g.active = Some(Active::new(file, seg.first_lsn, cut.offset));
         g.next_lsn = lsn;
         g.written_lsn = lsn - 1;
         g.synced_lsn = g.synced_lsn.min(lsn - 1);

@@ -317,6 +317,7 @@ impl Engine {
             segment_bytes: self.config.shard_segment_bytes,
             read_only: false,
             synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
+            ..ShardOptions::default()
         };
         let dir = self.layout.shard(name);
         let shard =

@@ -105,6 +105,7 @@ impl Cutter {
                 segment_bytes: self.config.shard_segment_bytes,
                 read_only: false,
                 synced_through_lsn: Some(vouched),
+                ..ShardOptions::default()
             };
             let name = dir.display().to_string();
             let shard_err = |source| EngineError::Shard {

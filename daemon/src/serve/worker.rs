@@ -1,5 +1,5 @@
-//! A worker: one file from `new/` to its result, on the blocking pool (the engine blocks on
-//! fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid file is quarantined; a
+//! A worker: one file from `new/` to its result, or a group of them, on the blocking pool
+//! (the engine blocks on fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid file is quarantined; a
 //! pipeline failure stops the loop.
 
 use std::sync::atomic::Ordering;
@@ -18,32 +18,66 @@ use crate::spool::{read_dropped, Intake};
 pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit) {
     tokio::task::spawn_blocking(move || {
         if let Err(e) = process(&sh, &name) {
-            error!(file = %name, error = %e, "pipeline failure: stopping");
-            if let Ok(mut f) = sh.fatal.lock() {
-                f.get_or_insert(e);
-            }
-            sh.stop.store(true, Ordering::SeqCst);
-            sh.wake.notify_one();
+            fail(&sh, &name, e);
         }
-        sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
-        if sh.again.lock().is_ok_and(|mut s| s.remove(&name)) {
-            sh.requeue.lock().map(|mut q| q.push(name)).ok();
-            sh.wake.notify_one();
+        release(&sh, name);
+        drop(permit);
+    });
+}
+
+/// Runs spool files (no bulk file among them) on the blocking pool as one group
+/// (`Engine::submit_files`: one planner pass, one WAL sync, their results in one round),
+/// holding `permit` (one per file) until all are answered. One file runs as [`spawn`].
+pub(super) fn spawn_group(sh: Arc<Shared>, mut names: Vec<String>, permit: OwnedSemaphorePermit) {
+    if names.len() == 1 {
+        if let Some(name) = names.pop() {
+            spawn(sh, name, permit);
+        }
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = process_group(&sh, &names) {
+            fail(&sh, &names.join(", "), e);
+        }
+        for name in names {
+            release(&sh, name);
         }
         drop(permit);
     });
 }
 
-/// One file from `new/` to its result (a bulk file's: `bulk.rs`).
-fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
-    if crate::spool::bulk::is_bulk_name(name) {
-        return super::bulk::process(sh, name);
+/// A pipeline failure: kept for the exit code, and the loop stops.
+fn fail(sh: &Shared, files: &str, e: EngineError) {
+    error!(files, error = %e, "pipeline failure: stopping");
+    if let Ok(mut f) = sh.fatal.lock() {
+        f.get_or_insert(e);
     }
-    let engine = &sh.engine;
-    let cfg = engine.config();
-    let path = engine.spool().new.join(name);
+    sh.stop.store(true, Ordering::SeqCst);
+    sh.wake.notify_one();
+}
+
+/// `name` is no longer in progress; if it arrived again meanwhile, back to the loop.
+fn release(sh: &Shared, name: String) {
+    sh.in_progress.lock().map(|mut s| s.remove(&name)).ok();
+    if sh.again.lock().is_ok_and(|mut s| s.remove(&name)) {
+        sh.requeue.lock().map(|mut q| q.push(name)).ok();
+        sh.wake.notify_one();
+    }
+}
+
+/// What reading and parsing `new/NAME` gave.
+enum Read {
+    /// Gone before it was read (taken back by its client, or answered meanwhile).
+    Gone,
+    Batch(batch::Batch),
+    Invalid(batch::Invalid),
+}
+
+fn read(sh: &Shared, name: &str) -> Read {
+    let cfg = sh.engine.config();
+    let path = sh.engine.spool().new.join(name);
     let parsed = match read_dropped(&path, cfg.spool_file_bytes_max) {
-        Ok(Intake::Gone) => return Ok(()),
+        Ok(Intake::Gone) => return Read::Gone,
         Ok(Intake::Refused(reason)) => Err(batch::Invalid {
             request_key: None,
             error: reason,
@@ -55,19 +89,56 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         }),
     };
     match parsed {
-        Ok(b) => match engine.submit(&b, name) {
-            Ok(r) => {
-                debug!(file = name, status = ?r.status(), lsn = r.lsn(), "batch done");
-                Ok(())
+        Ok(b) => Read::Batch(b),
+        Err(inv) => Read::Invalid(inv),
+    }
+}
+
+/// One file from `new/` to its result (a bulk file's: `bulk.rs`).
+fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+    if crate::spool::bulk::is_bulk_name(name) {
+        return super::bulk::process(sh, name);
+    }
+    match read(sh, name) {
+        Read::Gone => Ok(()),
+        Read::Invalid(inv) => quarantine(sh, name, &inv),
+        Read::Batch(b) => settled(name, sh.engine.submit(&b, name).map(|r| vec![r])),
+    }
+}
+
+/// Spool files to their results as one group; invalid ones quarantined first, one by one.
+fn process_group(sh: &Shared, names: &[String]) -> Result<(), EngineError> {
+    let mut batches = Vec::with_capacity(names.len());
+    for name in names {
+        match read(sh, name) {
+            Read::Gone => {}
+            Read::Invalid(inv) => quarantine(sh, name, &inv)?,
+            Read::Batch(b) => batches.push((b, name.as_str())),
+        }
+    }
+    let items: Vec<(&batch::Batch, &str)> = batches.iter().map(|(b, n)| (b, *n)).collect();
+    match items.as_slice() {
+        [] => Ok(()),
+        [(b, name)] => settled(name, sh.engine.submit(b, name).map(|r| vec![r])),
+        _ => settled(&names.join(", "), sh.engine.submit_files(&items)),
+    }
+}
+
+/// The engine's answer for `files`: done, left for later (a pause: the files stay in
+/// `new/`, and the loop rescans once intake resumes), or a failure that stops the loop.
+fn settled(files: &str, r: Result<Vec<BatchResult>, EngineError>) -> Result<(), EngineError> {
+    match r {
+        Ok(rs) => {
+            for r in rs {
+                debug!(files, status = ?r.status(), lsn = r.lsn(), "batch done");
             }
-            // Left in new/ untouched: the loop rescans once intake resumes.
-            Err(e) if e.latches_nothing() => {
-                debug!(file = name, error = %e, "batch left in new/ (or claimed, unanswered)");
-                Ok(())
-            }
-            Err(e) => Err(e),
-        },
-        Err(inv) => quarantine(sh, name, &inv),
+            Ok(())
+        }
+        Err(e) if e.latches_nothing() => {
+            debug!(files, error = %e, "batches left in new/ (or claimed, unanswered)");
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

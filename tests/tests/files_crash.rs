@@ -1,0 +1,222 @@
+//! Crash schedules for spool files run as one group (issue 16: `Engine::submit_files`, what
+//! the serve loop does with files found waiting together): a kill or a power cut at every
+//! named point of the group's run, then recovery and the retry of whatever is still in
+//! `new/`, must leave every file's result as a crash-free run gives it (same statuses, same
+//! ids), every create on its shard once, every key claimed once, and `new/` empty.
+//!
+//! Method: the real engine over the simulated disk, one thread, so a crash-free run is
+//! deterministic. For every point the clean run reaches, a process crash, a power loss and
+//! two torn power losses there; reopen (recovery finishes the claims and publishes their
+//! results), run the files still in `new/` again as one group, compare. Last, a file coming
+//! back after its result (its removal never made durable) gives the same result again.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use roost::batch::{self, Batch};
+use roost::pipeline::crash::{CrashHook, NthCrash};
+use roost::pipeline::records::WalEntry;
+use roost::pipeline::Engine;
+use roost_storage::{CrashMode, SimStorage};
+use roost_tests::*;
+use serde_json::{json, Value};
+
+const SHARDS: &[&str] = &["s1", "s2"];
+
+fn create(key: &str, shards: &[&str]) -> Value {
+    let ops: Vec<Value> = shards
+        .iter()
+        .map(|s| json!({"op": "create", "shard": s, "record": {"key": key, "shard": s}}))
+        .collect();
+    json!({"request_key": key, "ops": ops})
+}
+
+/// The group, in order: creates over both shards, a delete of a record made before, a
+/// rejected delete, the first file's batch again under another name (a duplicate), a
+/// conflict, and one more create.
+fn files() -> Vec<(&'static str, Value)> {
+    vec![
+        ("a.json", create("a", &["s1", "s2"])),
+        ("b.json", create("b", &["s2"])),
+        (
+            "del.json",
+            json!({"request_key": "del", "ops": [{"op": "delete", "shard": "s1", "id": 1}]}),
+        ),
+        (
+            "rej.json",
+            json!({"request_key": "rej", "ops": [{"op": "delete", "shard": "s2", "id": 999}]}),
+        ),
+        ("a-again.json", create("a", &["s1", "s2"])),
+        ("b-other.json", create("b", &["s1"])),
+        ("c.json", create("c", &["s1"])),
+    ]
+}
+
+fn new_path(name: &str) -> std::path::PathBuf {
+    data_dir().join("spool/new").join(name)
+}
+
+/// The disk with id 1 on s1 and every file of the group in `new/`.
+fn base() -> SimStorage {
+    let disk = SimStorage::new();
+    let setup = parse(
+        &json!({"request_key": "setup", "ops": [{"op": "create", "shard": "s1", "record": {"key": "setup"}}]}),
+    );
+    run_batch(&disk, no_crash(), &setup, "setup.json").expect("setup");
+    for (name, v) in files() {
+        disk.put_file_bytes(&new_path(name), v.to_string().into_bytes());
+    }
+    disk
+}
+
+/// Opens the engine (recovery) and runs the group's files still in `new/`, in group order,
+/// as one group, as the serve worker does; the engine's error is a crash.
+fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<(), String> {
+    let e: Engine = open_engine(disk, crash).map_err(|e| format!("open: {e}"))?;
+    let mut batches: Vec<(Batch, &str)> = Vec::new();
+    for (name, _) in files() {
+        if let Some(bytes) = disk.file_bytes(&new_path(name)) {
+            let b = batch::parse(&bytes, 100).map_err(|e| format!("{name}: {e:?}"))?;
+            batches.push((b, name));
+        }
+    }
+    let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, n)| (b, *n)).collect();
+    if !items.is_empty() {
+        e.submit_files(&items).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Every file's result as a client sees it, by name; a file still in `new/` is an error.
+fn results(disk: &SimStorage) -> Result<BTreeMap<&'static str, Value>, String> {
+    let mut out = BTreeMap::new();
+    for (name, _) in files() {
+        if disk.file_bytes(&new_path(name)).is_some() {
+            return Err(format!("new/{name} is still there"));
+        }
+        let r = visible_result(disk, name)?.ok_or(format!("no out/{name}"))?;
+        out.insert(name, serde_json::to_value(&r).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// A result without what a crash may move: its lsn (recovery appends `done` records where
+/// the crash-free group had its later claims) and a conflict's reason (it names an lsn).
+fn strip(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("lsn");
+        if o.get("status").is_some_and(|s| s == "conflict") {
+            o.remove("reason");
+        }
+    }
+    v
+}
+
+/// The retry's results against the crash-free ones: equal but for lsns, every lsn a result
+/// cites is its key's claim in the WAL, and every key is claimed at most once.
+fn same_results(disk: &SimStorage, want: &BTreeMap<&str, Value>) -> Result<(), String> {
+    let got = results(disk)?;
+    let wal = wal_entries(Arc::new(disk.clone()), &data_dir());
+    let mut claims: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, e) in &wal {
+        if let WalEntry::Claim(c) = e {
+            *claims.entry(c.request_key.clone()).or_default() += 1;
+        }
+    }
+    if let Some((key, n)) = claims.iter().find(|(_, n)| **n > 1) {
+        return Err(format!("key {key} claimed {n} times"));
+    }
+    for (name, r) in &got {
+        if strip(r) != strip(&want[name]) {
+            return Err(format!("{name}: {r}\nwant {}", want[name]));
+        }
+        let (Some(lsn), Some(key)) = (r["lsn"].as_u64(), r["request_key"].as_str()) else {
+            continue;
+        };
+        if r["status"] != "committed" {
+            continue;
+        }
+        match wal.iter().find(|(l, _)| *l == lsn).map(|(_, e)| e) {
+            Some(WalEntry::Claim(c)) if c.request_key == key => {}
+            other => return Err(format!("{name}: lsn {lsn} holds {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// Every create answered is on its shard, and nothing else is: setup (deleted by "del"),
+/// a: 2, b: 1, c: 1.
+fn check_records(disk: &SimStorage, results: &BTreeMap<&str, Value>) -> Result<(), String> {
+    let now = contents(disk, SHARDS);
+    for r in results.values() {
+        for op in r["ops"].as_array().into_iter().flatten() {
+            if op["op"] == "create" {
+                let shard = op["shard"].as_str().unwrap_or("");
+                let id = op["id"].as_u64().unwrap_or(0);
+                if !now.get(shard).is_some_and(|m| m.contains_key(&id)) {
+                    return Err(format!(
+                        "{shard}/{id} answered as created, not on the shard"
+                    ));
+                }
+            }
+        }
+    }
+    let records: usize = now.values().map(|m| m.len()).sum();
+    match records {
+        4 => Ok(()),
+        n => Err(format!("{n} records on the shards, want 4: {now:?}")),
+    }
+}
+
+#[test]
+fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
+    let hook = Arc::new(NthCrash::new(None));
+    let clean = base();
+    run(&clean, hook.clone()).expect("clean run");
+    let points = hook.reached();
+    assert!(points.len() > 20, "{points:?}");
+    let want = results(&clean).expect("clean results");
+    let statuses: Vec<&str> = want.values().filter_map(|r| r["status"].as_str()).collect();
+    for s in ["committed", "rejected", "conflict"] {
+        assert!(statuses.contains(&s), "no {s} among {want:?}");
+    }
+    assert_eq!(
+        want["a.json"]["ops"], want["a-again.json"]["ops"],
+        "a duplicate"
+    );
+    check_records(&clean, &want).expect("clean run's records");
+    let modes = [
+        CrashMode::Process,
+        CrashMode::PowerDrop,
+        CrashMode::PowerTear { seed: 1 },
+        CrashMode::PowerTear { seed: 2 },
+    ];
+    let mut schedules = 0;
+    for n in 1..=points.len() as u64 {
+        for mode in modes {
+            let what = format!("crash at {} (#{n}), {mode:?}", points[n as usize - 1]);
+            let disk = base();
+            let err = run(&disk, Arc::new(NthCrash::new(Some(n)))).expect_err(&what);
+            assert!(err.contains("crash"), "{what}: {err}");
+            let after = disk.crash(mode);
+            run(&after, no_crash()).unwrap_or_else(|e| panic!("{what}: retry: {e}"));
+            same_results(&after, &want).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got = results(&after).unwrap_or_else(|e| panic!("{what}: {e}"));
+            check_records(&after, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+            schedules += 1;
+        }
+    }
+    // A file back after its result (its removal not yet durable): the same result again.
+    let (name, v) = &files()[0];
+    clean.put_file_bytes(&new_path(name), v.to_string().into_bytes());
+    run(&clean, no_crash()).expect("again");
+    let again = results(&clean).expect("results after the input came back");
+    assert_eq!(again, want, "the input back");
+    check_records(&clean, &again).expect("records after the input came back");
+    println!(
+        "file group crash schedules: {schedules} over {} points",
+        points.len()
+    );
+}

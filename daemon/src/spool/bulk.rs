@@ -66,16 +66,18 @@ pub fn lines<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Vec<Line<'a>>, Stri
         ));
     }
     let mut out = Vec::new();
-    let mut offset = 0u64;
-    for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+    let mut start = 0usize;
+    let ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+    for (i, end) in ends.enumerate() {
+        let raw = bytes.get(start..end).unwrap_or_default();
         if !raw.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
             out.push(Line {
                 number: i as u64 + 1,
-                offset,
+                offset: start as u64,
                 bytes: raw,
             });
         }
-        offset += raw.len() as u64 + 1;
+        start = end + 1;
     }
     if out.is_empty() {
         return Err(format!("bulk file has no batch in its {count} lines"));
@@ -85,7 +87,7 @@ pub fn lines<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Vec<Line<'a>>, Stri
 
 /// Lines in `bytes`: one per newline, plus a last one without a newline.
 fn line_count(bytes: &[u8]) -> u64 {
-    let newlines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+    let newlines = memchr::memchr_iter(b'\n', bytes).count() as u64;
     newlines + u64::from(bytes.last().is_some_and(|b| *b != b'\n'))
 }
 

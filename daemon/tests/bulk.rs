@@ -531,3 +531,69 @@ fn bulk_against_single_files_throughput() {
         bulk / files
     );
 }
+
+/// Goal: files found waiting together run in groups (`spool_group_files`), and each still
+/// gets exactly its own answer: 120 files in `new/` before the daemon starts (its first
+/// scan finds them all at once), among them a duplicate and a conflict of an earlier file;
+/// every result is the file's own, nothing is created twice, `new/` empties, and the status
+/// counts the groups and their files.
+#[test]
+fn files_found_together_run_in_groups() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let spool = data.join("spool");
+    for d in ["tmp", "new", "out", "failed"] {
+        std::fs::create_dir_all(spool.join(d)).expect("spool dirs");
+    }
+    let n = 120;
+    for i in 0..n {
+        let body = create(&format!("g{i}"), &["users"]);
+        std::fs::write(spool.join("new").join(format!("f{i:03}.json")), body).expect("file");
+    }
+    std::fs::write(spool.join("new/zdup.json"), create("g7", &["users"])).expect("dup");
+    std::fs::write(spool.join("new/zconf.json"), create("g8", &["orders"])).expect("conf");
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    // Files are independent batches in any order: of f008 and zconf (key g8, other
+    // content) whichever was planned first commits and the other is the conflict.
+    let mut ids = HashSet::new();
+    let mut conflicts = 0;
+    for i in 0..n {
+        let (_, r) = bulk_result(&spool, &format!("f{i:03}.json"), Duration::from_secs(60));
+        assert_eq!(r[0]["request_key"], format!("g{i}"), "f{i:03}: {r:?}");
+        if i == 8 && r[0]["status"] == "conflict" {
+            conflicts += 1;
+            continue;
+        }
+        assert_eq!(r[0]["status"], "committed", "f{i:03}: {r:?}");
+        assert!(ids.insert(r[0]["ops"][0]["id"].to_string()), "{r:?}");
+    }
+    let (_, dup) = bulk_result(&spool, "zdup.json", Duration::from_secs(60));
+    let (_, g7) = bulk_result(&spool, "f007.json", Duration::from_secs(1));
+    assert_eq!(dup[0]["status"], "committed", "{dup:?}");
+    assert_eq!(
+        dup[0]["ops"], g7[0]["ops"],
+        "a duplicate gets the original ids"
+    );
+    let (_, conf) = bulk_result(&spool, "zconf.json", Duration::from_secs(60));
+    if conf[0]["status"] == "conflict" {
+        conflicts += 1;
+    }
+    assert_eq!(conflicts, 1, "one of f008 and zconf conflicts: {conf:?}");
+    wait_for("new/ empty", Duration::from_secs(20), || {
+        std::fs::read_dir(spool.join("new")).is_ok_and(|d| d.count() == 0)
+    });
+    let users = json_lines(&data, &["scan", "users"]).len();
+    let orders = json_lines(&data, &["scan", "orders"]).len();
+    assert_eq!(
+        users + orders,
+        n,
+        "nothing twice: {users} users, {orders} orders"
+    );
+    let v: Value = serde_json::from_str(
+        &roost::ops::control::request(&data.join("roost.sock"), "status").expect("status"),
+    )
+    .expect("status json");
+    let (groups, grouped) = (&v["file_groups"], &v["files_in_groups"]);
+    assert!(groups.as_u64().is_some_and(|g| g >= 2), "{v}");
+    assert!(grouped.as_u64().is_some_and(|f| f >= 60), "{v}");
+}

@@ -348,6 +348,19 @@ impl Seg {
             SegData::Plain(f) => f.write_at(bytes, offset as u64),
         }
     }
+    fn zero(&mut self, from: usize, to: usize) -> io::Result<()> {
+        match &mut self.data {
+            SegData::Mapped(m) => m.zero(from, to.saturating_sub(from)),
+            SegData::Plain(f) => roost_storage::write_zeros(f.as_ref(), from as u64, to as u64),
+        }
+    }
+    /// The segment's length: mapped, or on disk.
+    fn len(&self) -> usize {
+        match &self.data {
+            SegData::Mapped(m) => m.as_slice().len(),
+            SegData::Plain(f) => f.len().map_or(0, |l| l as usize),
+        }
+    }
     fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         match &self.data {
             SegData::Mapped(m) => m.flush_range(offset, len),
@@ -971,16 +984,17 @@ impl Shard {
     /// frames. A failure poisons the shard, as any write failure.
     fn zero_ahead(&mut self, si: usize, end: usize) -> Result<(), ShardError> {
         let ahead = self.opts.zero_ahead_bytes as usize;
-        let seg = self.opts.segment_bytes as usize;
-        if ahead == 0 || self.zeroed_to >= seg || self.zeroed_to >= end + ahead / 2 {
+        if ahead == 0 || self.zeroed_to >= end + ahead / 2 {
             return Ok(());
         }
+        // The segment as mapped (an older one may be shorter than `segment_bytes` now).
+        let seg = (self.opts.segment_bytes as usize).min(self.segs[si].len());
         let from = self.zeroed_to.max(end);
         let to = (end + ahead).min(seg);
         if to <= from {
             return Ok(());
         }
-        if let Err(e) = self.segs[si].write(from, &vec![0u8; to - from]) {
+        if let Err(e) = self.segs[si].zero(from, to) {
             let e = self.io_err("write zeros ahead", si)(e);
             self.poisoned = Some(e.to_string());
             return Err(e);

@@ -65,6 +65,16 @@ impl MappedSegment {
         Ok(())
     }
 
+    /// Zeros over `[offset, offset + len)` of the mapping; out of bounds is an error.
+    pub fn zero(&mut self, offset: usize, len: usize) -> io::Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|e| *e <= self.map.len())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "zeros past segment end"))?;
+        self.map[offset..end].fill(0);
+        Ok(())
+    }
+
     /// `msync(MS_SYNC)` of the range (memmap2 `flush_range`; `flush_async` would not be
     /// durable). On Linux, MS_SYNC on a shared file mapping is `vfs_fsync_range(file, ..,
     /// datasync = 1)` (mm/msync.c): the file's dirty pages, the metadata needed to read them

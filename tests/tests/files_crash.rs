@@ -2,7 +2,8 @@
 //! the serve loop does with files found waiting together): a kill or a power cut at every
 //! named point of the group's run, then recovery and the retry of whatever is still in
 //! `new/`, must leave every file's result as a crash-free run gives it (same statuses, same
-//! ids), every create on its shard once, every key claimed once, and `new/` empty.
+//! ids), every create on its shard once, every key claimed once, and `new/` empty; and every
+//! result seen before the crash must survive recovery unchanged, citing a durable claim.
 //!
 //! Method: the real engine over the simulated disk, one thread, so a crash-free run is
 //! deterministic. For every point the clean run reaches, a process crash, a power loss and
@@ -99,6 +100,47 @@ fn results(disk: &SimStorage) -> Result<BTreeMap<&'static str, Value>, String> {
         out.insert(name, serde_json::to_value(&r).map_err(|e| e.to_string())?);
     }
     Ok(out)
+}
+
+/// The results a client could see, by name (before a crash: what roost acknowledged).
+fn visible(disk: &SimStorage) -> BTreeMap<&'static str, Value> {
+    files()
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let r = visible_result(disk, name).ok().flatten()?;
+            Some((name, serde_json::to_value(&r).ok()?))
+        })
+        .collect()
+}
+
+/// After the crash and a recovery alone (no retry): every result seen before the crash is
+/// still there, byte for byte (its lsn too), and a committed one cites its key's claim in
+/// the recovered WAL. So no result was shown before its claim was durable: a retry would
+/// have hidden that by claiming the file again with the same ids.
+fn kept(after: &SimStorage, acked: &BTreeMap<&str, Value>) -> Result<(), String> {
+    drop(open_engine(after, no_crash()).map_err(|e| format!("recovery: {e}"))?);
+    let now = visible(after);
+    let wal = wal_entries(Arc::new(after.clone()), &data_dir());
+    for (name, r) in acked {
+        if now.get(name) != Some(r) {
+            return Err(format!("{name}: {r} was seen, now {:?}", now.get(name)));
+        }
+        let (Some(lsn), Some(key)) = (r["lsn"].as_u64(), r["request_key"].as_str()) else {
+            continue;
+        };
+        if r["status"] != "committed" {
+            continue;
+        }
+        match wal.iter().find(|(l, _)| *l == lsn).map(|(_, e)| e) {
+            Some(WalEntry::Claim(c)) if c.request_key == key => {}
+            other => {
+                return Err(format!(
+                    "{name}: seen citing lsn {lsn}, which holds {other:?}"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A result without what a crash may move: its lsn (recovery appends `done` records where
@@ -200,7 +242,9 @@ fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
             let disk = base();
             let err = run(&disk, Arc::new(NthCrash::new(Some(n)))).expect_err(&what);
             assert!(err.contains("crash"), "{what}: {err}");
+            let acked = visible(&disk);
             let after = disk.crash(mode);
+            kept(&after, &acked).unwrap_or_else(|e| panic!("{what}: {e}"));
             run(&after, no_crash()).unwrap_or_else(|e| panic!("{what}: retry: {e}"));
             same_results(&after, &want).unwrap_or_else(|e| panic!("{what}: {e}"));
             let got = results(&after).unwrap_or_else(|e| panic!("{what}: {e}"));

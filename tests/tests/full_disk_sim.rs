@@ -4,7 +4,7 @@
 //! run is `daemon/tests/full_disk.rs`.
 #![forbid(unsafe_code)]
 
-use roost::batch::Status;
+use roost::batch::{BatchResult, Status};
 use roost::error::EngineError;
 use roost_storage::{CrashMode, SimFaults, SimStorage};
 use roost_tests::*;
@@ -108,23 +108,7 @@ fn a_full_disk_refuses_a_group_without_a_latch_and_loses_nothing() {
             items.iter().map(|(b, s)| (b, s.as_str())).collect();
         e.submit_group(&refs)
     };
-    let mut answered = Vec::new();
-    let (refused, err) = loop {
-        let g = answered.len() as u64;
-        assert!(g < 30, "the disk never filled");
-        match run(&e, g) {
-            Ok(rs) => {
-                assert!(rs.iter().all(|r| r.status() == Status::Committed), "{rs:?}");
-                answered.push(rs);
-            }
-            Err(err) => break (g, err),
-        }
-    };
-    assert!(
-        matches!(err, EngineError::Paused { .. }),
-        "expected a pause, got {err}"
-    );
-    assert!(!e.is_failed(), "a pause latches nothing");
+    let (answered, refused) = until_refused(&e, |g| run(&e, g));
     drop(e);
     let disk = disk.crash(CrashMode::PowerDrop);
     limit(&disk, None);
@@ -148,4 +132,127 @@ fn a_full_disk_refuses_a_group_without_a_latch_and_loses_nothing() {
     assert!(report.ok(), "{:?}", report.violations);
     let records: usize = contents(&disk, &["s1"]).values().map(|m| m.len()).sum();
     assert_eq!(records as u64, (refused + 1) * 4, "every create once");
+}
+
+/// Runs groups 0, 1, .. through `run` until one is refused, which must be a pause that
+/// latches nothing; returns the answered groups' answers and the refused group.
+fn until_refused(
+    e: &roost::pipeline::Engine,
+    mut run: impl FnMut(u64) -> Result<Vec<BatchResult>, EngineError>,
+) -> (Vec<Vec<BatchResult>>, u64) {
+    let mut answered = Vec::new();
+    let (refused, err) = loop {
+        let g = answered.len() as u64;
+        assert!(g < 30, "the disk never filled");
+        match run(g) {
+            Ok(rs) => {
+                assert!(rs.iter().all(|r| r.status() == Status::Committed), "{rs:?}");
+                answered.push(rs);
+            }
+            Err(err) => break (g, err),
+        }
+    };
+    assert!(
+        matches!(err, EngineError::Paused { .. }),
+        "expected a pause, got {err}"
+    );
+    assert!(!e.is_failed(), "a pause latches nothing");
+    (answered, refused)
+}
+
+/// Files per group in the files test.
+const GROUP: u64 = 4;
+
+/// Shards of 256 KiB segments, so the WAL (64 KiB) is the log that fills first: its roll in
+/// the middle of a group takes the spare, the next spare cannot be made, and the group's
+/// next item pauses while planning (`plan_one`), not at the group's admission.
+fn big_shards(c: &mut roost::config::Config) {
+    c.shard_segment_bytes = 256 << 10;
+}
+
+/// The WAL and audit log (segment and spare each), the key table's spare, a shard's
+/// segment and spare (256 KiB each), plus 8 KiB.
+const WAL_FIRST_ROOM: u64 = 5 * (64 << 10) + 2 * (256 << 10) + (8 << 10);
+
+/// Goal: the same for spool files run as a group (`Engine::submit_files`, what the serve
+/// loop does with files found together): a pause in the middle of a group leaves each file
+/// either answered (its result out, its input gone) or untouched in `new/`, never half;
+/// answered files keep their results across a power loss; once there is room the files left
+/// in `new/` commit, each once.
+/// Method: groups of 4 ~3 KB files until one is refused; check each file of that group;
+/// power loss; room; the files still in `new/` again; `verify`; every create once.
+#[test]
+fn a_full_disk_refuses_a_group_of_files_without_a_latch_and_loses_nothing() {
+    let disk = SimStorage::new();
+    limit(&disk, Some(WAL_FIRST_ROOM));
+    let new = data_dir().join("spool/new");
+    let name = |i: u64| format!("f{i}.json");
+    let run = |e: &roost::pipeline::Engine, disk: &SimStorage, g: u64| {
+        let items: Vec<(roost::batch::Batch, String)> = (g * GROUP..g * GROUP + GROUP)
+            .filter(|i| disk.file_bytes(&new.join(name(*i))).is_some())
+            .map(|i| (parse(&batch(i)), name(i)))
+            .collect();
+        let refs: Vec<(&roost::batch::Batch, &str)> =
+            items.iter().map(|(b, s)| (b, s.as_str())).collect();
+        e.submit_files(&refs)
+    };
+    let e = open_engine_with(&disk, no_crash(), big_shards).expect("open");
+    let (answered, refused) = until_refused(&e, |g| {
+        for i in g * GROUP..g * GROUP + GROUP {
+            disk.put_file_bytes(&new.join(name(i)), batch(i).to_string().into_bytes());
+        }
+        run(&e, &disk, g)
+    });
+    let mut before = Vec::new();
+    for i in refused * GROUP..refused * GROUP + GROUP {
+        let out = visible_result(&disk, &name(i)).expect("whole result");
+        let waiting = disk.file_bytes(&new.join(name(i))).is_some();
+        assert!(
+            out.is_some() != waiting,
+            "{}: result {out:?}, in new/: {waiting}",
+            name(i)
+        );
+        before.push(out);
+    }
+    let answered_first = before.iter().filter(|r| r.is_some()).count() as u64;
+    assert!(
+        (1..GROUP).contains(&answered_first),
+        "the pause came mid-group: {answered_first} of {GROUP} files answered before it"
+    );
+    drop(e);
+    let disk = disk.crash(CrashMode::PowerDrop);
+    limit(&disk, None);
+    let e = open_engine_with(&disk, no_crash(), big_shards).expect("recovery");
+    assert!(e.try_resume().expect("resume"));
+    for (g, rs) in answered.iter().enumerate() {
+        for (k, r) in rs.iter().enumerate() {
+            let i = g as u64 * GROUP + k as u64;
+            let seen = visible_result(&disk, &name(i)).expect("whole result");
+            assert_eq!(seen.as_ref(), Some(r), "{} after the power loss", name(i));
+        }
+    }
+    run(&e, &disk, refused).expect("the refused group after the resume");
+    for (k, i) in (refused * GROUP..refused * GROUP + GROUP).enumerate() {
+        let r = visible_result(&disk, &name(i)).expect("whole result");
+        let r = r.unwrap_or_else(|| panic!("{}: no result", name(i)));
+        assert_eq!(r.status(), Status::Committed, "{r:?}");
+        if let Some(b) = &before[k] {
+            assert_eq!(
+                &r,
+                b,
+                "{}: answered before the pause, the same after",
+                name(i)
+            );
+        }
+        assert!(
+            disk.file_bytes(&new.join(name(i))).is_none(),
+            "{} left",
+            name(i)
+        );
+    }
+    drop(e);
+    let report = roost::ops::verify::verify(std::sync::Arc::new(disk.clone()), &data_dir());
+    assert!(report.ok(), "{:?}", report.violations);
+    let records: usize = contents(&disk, &["s1"]).values().map(|m| m.len()).sum();
+    assert_eq!(records as u64, (refused + 1) * GROUP, "every create once");
 }

@@ -500,8 +500,7 @@ impl Wal {
         let end = offset + bytes.len() as u64;
         let zeros = self.zeros_due(a, end);
         let written = match zeros {
-            Some((from, to)) => file
-                .write_at(&vec![0u8; (to - from) as usize], from)
+            Some((from, to)) => roost_storage::write_zeros(file.as_ref(), from, to)
                 .map_err(|e| ("write zeros ahead", e)),
             None => Ok(()),
         }

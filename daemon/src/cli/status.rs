@@ -107,6 +107,11 @@ fn status_text(v: &serde_json::Value) -> String {
         "  bulk: {} files in flight, {} answered ({} lines), {} left for later",
         b["in_flight"], b["files"], b["lines"], b["deferred"]
     );
+    let _ = writeln!(
+        out,
+        "  file groups: {} ({} files answered in groups)",
+        v["file_groups"], v["files_in_groups"]
+    );
     let ms = |phase: &str, q: &str| {
         v["latency_ms"][phase][q]
             .as_f64()

@@ -90,6 +90,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "intake": intake_json(engine),
         "stream": stream_json(engine),
         "bulk": bulk_json(engine),
+        "file_groups": s.file_groups.load(Ordering::Relaxed),
+        "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
         "checkpoint": checkpoint_json(engine),
         "live_keys": engine.live_keys(),
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
@@ -183,6 +185,18 @@ fn write_bulk(out: &mut String, engine: &Engine) {
             "counter",
             "Bulk files left in new/ for later (not taken now, or a stop).",
             &b.deferred,
+        ),
+        (
+            "roost_file_groups_total",
+            "counter",
+            "Groups of spool files run together (one planner pass, one WAL sync, one out/ round).",
+            &engine.stats.file_groups,
+        ),
+        (
+            "roost_files_in_groups_total",
+            "counter",
+            "Spool files answered in those groups.",
+            &engine.stats.files_in_groups,
         ),
     ];
     write_unlabelled(

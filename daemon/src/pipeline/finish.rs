@@ -239,10 +239,14 @@ impl Engine {
         claims: &[(Lsn, &ClaimRecord)],
         started: Instant,
     ) -> Result<Vec<BatchResult>, EngineError> {
+        // Every claim on a standby (under `ack = "standby"`) before any input goes: a wait
+        // that gives up must leave every file of the group in `new/`, as alone.
+        for (lsn, _) in claims {
+            self.wait_replicated(*lsn)?;
+        }
         let mut answers = Vec::with_capacity(claims.len());
         let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
         for (lsn, c) in claims {
-            self.wait_replicated(*lsn)?;
             let r = committed_result(*lsn, c);
             if super::plan::is_detached(&c.source) {
                 self.hit(Step::AfterResult.at())?;

@@ -120,7 +120,16 @@ fn process_group(sh: &Shared, names: &[String]) -> Result<(), EngineError> {
     match items.as_slice() {
         [] => Ok(()),
         [(b, name)] => settled(name, sh.engine.submit(b, name).map(|r| vec![r])),
-        _ => settled(&names.join(", "), sh.engine.submit_files(&items)),
+        _ => {
+            let r = sh.engine.submit_files(&items);
+            if r.is_ok() {
+                let stats = &sh.engine.stats;
+                stats.file_groups.fetch_add(1, Ordering::Relaxed);
+                let n = items.len() as u64;
+                stats.files_in_groups.fetch_add(n, Ordering::Relaxed);
+            }
+            settled(&names.join(", "), r)
+        }
     }
 }
 

@@ -149,8 +149,11 @@ impl Publisher {
         }
         if self.mode == ResultSync::Fsync {
             if written.len() > 1 {
-                for (_, f) in written.iter() {
-                    f.start_writeback()?;
+                for (tmp, f) in written.iter() {
+                    // Only a hint: the sync below is what counts.
+                    if let Err(e) = f.start_writeback() {
+                        debug!(file = %tmp.display(), error = %e, "cannot start write-back");
+                    }
                 }
             }
             for (_, f) in written.iter() {

@@ -80,6 +80,11 @@ pub struct Config {
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
     pub shard_segment_bytes: u64,
+    /// Zeros written ahead of each log's and shard's end, this many bytes at a time (0:
+    /// none): the preallocated space the next appends land in becomes written extents, so
+    /// their syncs need no extent conversion (a journal commit on ext4). The logs' bytes
+    /// reach the device twice (zeros, then data), as with PostgreSQL's `wal_init_zero`.
+    pub zero_ahead_bytes: u64,
     /// `failed/` keeps at most this many quarantined files ...
     pub failed_files_max: usize,
     /// ... and this many bytes; past either, the oldest are removed first (with a log line).
@@ -278,6 +283,7 @@ impl Default for Config {
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
             shard_segment_bytes: 16 << 20,
+            zero_ahead_bytes: 1 << 20,
             failed_files_max: 1_000,
             failed_bytes_max: 256 << 20,
             umask: 0o027,

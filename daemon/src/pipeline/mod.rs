@@ -317,7 +317,7 @@ impl Engine {
             segment_bytes: self.config.shard_segment_bytes,
             read_only: false,
             synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
-            ..ShardOptions::default()
+            zero_ahead_bytes: self.config.zero_ahead_bytes,
         };
         let dir = self.layout.shard(name);
         let shard =
@@ -465,6 +465,7 @@ pub fn wal_options(config: &Config) -> WalOptions {
     WalOptions {
         segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max as u64),
         payload_bytes_max,
+        zero_ahead_bytes: config.zero_ahead_bytes,
         ..WalOptions::default()
     }
 }
@@ -476,6 +477,7 @@ fn key_table_options(config: &Config) -> WalOptions {
     WalOptions {
         segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max),
         payload_bytes_max: payload_bytes_max as u32,
+        zero_ahead_bytes: config.zero_ahead_bytes,
         ..WalOptions::default()
     }
 }

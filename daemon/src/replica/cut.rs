@@ -105,7 +105,7 @@ impl Cutter {
                 segment_bytes: self.config.shard_segment_bytes,
                 read_only: false,
                 synced_through_lsn: Some(vouched),
-                ..ShardOptions::default()
+                zero_ahead_bytes: self.config.zero_ahead_bytes,
             };
             let name = dir.display().to_string();
             let shard_err = |source| EngineError::Shard {

@@ -125,22 +125,23 @@ fn kept(after: &SimStorage, acked: &BTreeMap<&str, Value>) -> Result<(), String>
         if now.get(name) != Some(r) {
             return Err(format!("{name}: {r} was seen, now {:?}", now.get(name)));
         }
-        let (Some(lsn), Some(key)) = (r["lsn"].as_u64(), r["request_key"].as_str()) else {
-            continue;
-        };
-        if r["status"] != "committed" {
-            continue;
-        }
-        match wal.iter().find(|(l, _)| *l == lsn).map(|(_, e)| e) {
-            Some(WalEntry::Claim(c)) if c.request_key == key => {}
-            other => {
-                return Err(format!(
-                    "{name}: seen citing lsn {lsn}, which holds {other:?}"
-                ))
-            }
-        }
+        cites_its_claim(&wal, r).map_err(|e| format!("{name}, seen before the crash: {e}"))?;
     }
     Ok(())
+}
+
+/// A committed result's lsn holds its key's claim in `wal`.
+fn cites_its_claim(wal: &[(u64, WalEntry)], r: &Value) -> Result<(), String> {
+    let (Some(lsn), Some(key)) = (r["lsn"].as_u64(), r["request_key"].as_str()) else {
+        return Ok(());
+    };
+    if r["status"] != "committed" {
+        return Ok(());
+    }
+    match wal.iter().find(|(l, _)| *l == lsn).map(|(_, e)| e) {
+        Some(WalEntry::Claim(c)) if c.request_key == key => Ok(()),
+        other => Err(format!("lsn {lsn} holds {other:?}")),
+    }
 }
 
 /// A result without what a crash may move: its lsn (recovery appends `done` records where
@@ -174,16 +175,7 @@ fn same_results(disk: &SimStorage, want: &BTreeMap<&str, Value>) -> Result<(), S
         if strip(r) != strip(&want[name]) {
             return Err(format!("{name}: {r}\nwant {}", want[name]));
         }
-        let (Some(lsn), Some(key)) = (r["lsn"].as_u64(), r["request_key"].as_str()) else {
-            continue;
-        };
-        if r["status"] != "committed" {
-            continue;
-        }
-        match wal.iter().find(|(l, _)| *l == lsn).map(|(_, e)| e) {
-            Some(WalEntry::Claim(c)) if c.request_key == key => {}
-            other => return Err(format!("{name}: lsn {lsn} holds {other:?}")),
-        }
+        cites_its_claim(&wal, r).map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(())
 }

@@ -939,10 +939,12 @@ impl Shard {
                 max: self.opts.segment_bytes,
             });
         }
-        let fits = self
-            .segs
-            .last()
-            .is_some_and(|_| (self.write_offset as u64 + len) <= self.opts.segment_bytes);
+        // A segment is used up to its own length: one made under another `segment_bytes`
+        // (the configuration changed between runs) is mapped at the length it has.
+        let fits = self.segs.last().is_some_and(|seg| {
+            let room = self.opts.segment_bytes.min(seg.len() as u64);
+            self.write_offset as u64 + len <= room
+        });
         if !fits {
             self.roll()?;
         }

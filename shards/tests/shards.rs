@@ -561,3 +561,30 @@ fn reapplying_a_held_lsn_with_other_ops_is_refused() {
     assert!(matches!(e, ShardError::HeldDiffers { lsn: 1, .. }), "{e}");
     assert_eq!(contents(&s), vec![1, 2, 3], "nothing changed");
 }
+
+/// Goal: the segment size may change between runs. A shard written with 16 KiB segments and
+/// reopened with 64 KiB ones (and back with 8 KiB) goes on writing: a segment is used up to
+/// its own length, never the configured one (a mapped segment written past its length
+/// would fail and poison the shard). Method: on a real disk (mapped segments), frames until
+/// several segments, reopen larger, more frames, reopen smaller, more frames; every record
+/// readable after each reopen.
+#[test]
+fn segment_size_may_change_between_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("users");
+    let mut lsn = 0u64;
+    let mut ids = Vec::new();
+    for seg in [16u64 << 10, 64 << 10, 8 << 10] {
+        let mut s = Shard::open(&dir, opts(seg)).unwrap();
+        assert_eq!(contents(&s), ids, "reopened with {seg}-byte segments");
+        for _ in 0..400 {
+            lsn += 1;
+            let id = lsn;
+            s.apply(&create_txn(lsn, &[id]))
+                .unwrap_or_else(|e| panic!("lsn {lsn} with {seg}-byte segments: {e}"));
+            ids.push(id);
+        }
+        s.flush().unwrap();
+        assert_eq!(contents(&s), ids);
+    }
+}

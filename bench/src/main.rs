@@ -39,6 +39,11 @@ use roost::pipeline::{Engine, EngineOptions};
 use roost_benchkit::{bench_base, raw_bandwidth, raw_fdatasync, rss_anon_kib, SyncFile};
 use roost_storage::RealStorage;
 
+/// The allocator the `roost` binary uses (daemon/src/main.rs): roost runs in this process,
+/// and so does the SQLite peer, which gets it too.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use crate::spool::{burst, closed_loop, open_loop, Workload};
 
 /// Sizes; `quick` for the CI smoke run.

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
 use roost_storage::{
-    preallocate, read_all, DirLock, LockError, NoRoom, OpenMode, RealStorage, Refilled, Spare,
-    Storage, StorageFile,
+    preallocate, read_all, write_zeros, zeros_due, DirLock, LockError, NoRoom, OpenMode,
+    RealStorage, Refilled, Spare, Storage, StorageFile,
 };
 use tracing::{debug, info, warn};
 
@@ -351,7 +351,7 @@ impl Seg {
     fn zero(&mut self, from: usize, to: usize) -> io::Result<()> {
         match &mut self.data {
             SegData::Mapped(m) => m.zero(from, to.saturating_sub(from)),
-            SegData::Plain(f) => roost_storage::write_zeros(f.as_ref(), from as u64, to as u64),
+            SegData::Plain(f) => write_zeros(f.as_ref(), from as u64, to as u64),
         }
     }
     /// The segment's length: mapped, or on disk.
@@ -985,17 +985,13 @@ impl Shard {
     /// [`ShardOptions::zero_ahead_bytes`]); the next flush makes them durable with the
     /// frames. A failure poisons the shard, as any write failure.
     fn zero_ahead(&mut self, si: usize, end: usize) -> Result<(), ShardError> {
-        let ahead = self.opts.zero_ahead_bytes as usize;
-        if ahead == 0 || self.zeroed_to >= end + ahead / 2 {
-            return Ok(());
-        }
         // The segment as mapped (an older one may be shorter than `segment_bytes` now).
-        let seg = (self.opts.segment_bytes as usize).min(self.segs[si].len());
-        let from = self.zeroed_to.max(end);
-        let to = (end + ahead).min(seg);
-        if to <= from {
+        let len = self.opts.segment_bytes.min(self.segs[si].len() as u64);
+        let ahead = self.opts.zero_ahead_bytes;
+        let Some((from, to)) = zeros_due(self.zeroed_to as u64, end as u64, ahead, len) else {
             return Ok(());
-        }
+        };
+        let (from, to) = (from as usize, to as usize);
         if let Err(e) = self.segs[si].zero(from, to) {
             let e = self.io_err("write zeros ahead", si)(e);
             self.poisoned = Some(e.to_string());

@@ -79,21 +79,6 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     }
 }
 
-/// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
-/// until read, and never an allocation.
-static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
-
-/// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
-pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(ZEROS.len() as u64);
-        file.write_at(&ZEROS[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
-}
-
 /// A file system, seen through one of its directories.
 pub trait StorageFs: Send + Sync + fmt::Debug {
     /// `syncfs`: makes the data of every file on the file system durable (one journal commit

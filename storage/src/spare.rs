@@ -7,12 +7,14 @@
 //! until a [`Spare::refill`] succeeds.
 //!
 //! The spare is never written, only allocated: renamed into place it reads as zeros, which
-//! every log's recovery takes for preallocated space.
+//! every log's recovery takes for preallocated space. Once in use, the WAL and the shards
+//! write zeros a little ahead of their end ([`zeros_due`], [`write_zeros`]), so the space
+//! their next appends land in is written extents and their syncs need no extent conversion.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::seam::{OpenMode, Storage};
+use crate::seam::{OpenMode, Storage, StorageFile};
 
 /// The spare's file name in a log's directory. Not a segment name of any log (those end in
 /// `.wal` or `.seg`), so listings of segments never see it.
@@ -158,6 +160,36 @@ pub fn preallocate(storage: &dyn Storage, path: &Path, bytes: u64, reuse: bool) 
     }
 }
 
+/// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
+/// until read, and never an allocation.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
+pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64);
+        file.write_at(&ZEROS[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// The zeros to write before data ending at `end` goes into a preallocated segment of `len`
+/// bytes, zeroed up to `zeroed_to` so far, `ahead` bytes at a time (0: never): once `end`
+/// comes within half of `ahead` of the mark, from the mark (never before `end`) to `ahead`
+/// past `end`, within the segment. Zeros are what the space reads as anyway; writing them
+/// turns it from unwritten extents into written ones, so the next syncs there write data
+/// only instead of committing an extent conversion each (a journal commit on ext4).
+pub fn zeros_due(zeroed_to: u64, end: u64, ahead: u64, len: u64) -> Option<(u64, u64)> {
+    if ahead == 0 || zeroed_to >= end + ahead / 2 {
+        return None;
+    }
+    let from = zeroed_to.max(end);
+    let to = (end + ahead).min(len);
+    (to > from).then_some((from, to))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +202,39 @@ mod tests {
             ..SimFaults::default()
         });
         disk
+    }
+
+    /// Goal: zeros are due only when the end nears the mark, start at the mark (never before
+    /// the end), reach `ahead` past the end, and stop at the segment's length.
+    #[test]
+    fn zeros_due_stay_ahead_of_the_end_and_inside_the_segment() {
+        let mib = 1 << 20;
+        assert_eq!(zeros_due(0, 100, 0, 64 * mib), None, "off");
+        assert_eq!(zeros_due(0, 100, mib, 64 * mib), Some((100, 100 + mib)));
+        assert_eq!(
+            zeros_due(100 + mib, 200, mib, 64 * mib),
+            None,
+            "far enough ahead"
+        );
+        let mark = 100 + mib;
+        let end = mark - mib / 2 + 1;
+        assert_eq!(zeros_due(mark, end, mib, 64 * mib), Some((mark, end + mib)));
+        assert_eq!(
+            zeros_due(10, 500, mib, 64 * mib),
+            Some((500, 500 + mib)),
+            "never before the end"
+        );
+        assert_eq!(
+            zeros_due(0, 3000, mib, 4096),
+            Some((3000, 4096)),
+            "within the segment"
+        );
+        assert_eq!(
+            zeros_due(4096, 4000, mib, 4096),
+            None,
+            "segment zeroed to its end"
+        );
+        assert_eq!(zeros_due(0, 4096, mib, 4096), None, "segment full");
     }
 
     /// Goal: a spare is made at open, taken by a rename, and missing until refilled; a full

@@ -498,7 +498,12 @@ impl Wal {
         };
         let (file, offset) = (a.file.clone(), a.write_offset);
         let end = offset + bytes.len() as u64;
-        let zeros = self.zeros_due(a, end);
+        let zeros = roost_storage::zeros_due(
+            a.zeroed_to,
+            end,
+            self.opts.zero_ahead_bytes,
+            self.opts.segment_bytes,
+        );
         let written = match zeros {
             Some((from, to)) => roost_storage::write_zeros(file.as_ref(), from, to)
                 .map_err(|e| ("write zeros ahead", e)),
@@ -518,20 +523,6 @@ impl Wal {
             }
         }
         Ok(offset)
-    }
-
-    /// The zeros to write with frames ending at `end`, if due: once the end comes within
-    /// half of `zero_ahead_bytes` of the zeroed mark, from there (never before `end`) to
-    /// `zero_ahead_bytes` past `end`, within the segment.
-    fn zeros_due(&self, a: &Active, end: u64) -> Option<(u64, u64)> {
-        let ahead = self.opts.zero_ahead_bytes;
-        let seg = self.opts.segment_bytes;
-        if ahead == 0 || a.zeroed_to >= seg || a.zeroed_to >= end + ahead / 2 {
-            return None;
-        }
-        let from = a.zeroed_to.max(end);
-        let to = (end + ahead).min(seg);
-        (to > from).then_some((from, to))
     }
 
     /// Rolls to a new segment when a frame of `len` bytes does not fit the active one.

@@ -165,15 +165,8 @@ impl Engine {
         static_reject: Option<(usize, String)>,
     ) -> Result<Slot, EngineError> {
         self.check()?;
-        // A roll may have used the WAL's spare for an earlier item: pause cleanly here (the
-        // other logs and the shards roll only after planning; `gate` saw them for the group).
-        if let Some(why) = self.wal.spare_missing() {
-            self.note_pause("wal", &why);
-            return Err(EngineError::Paused {
-                part: "wal".into(),
-                why,
-            });
-        }
+        // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
+        self.gate_wal()?;
         match p.keys.get(&b.request_key).map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),

@@ -52,14 +52,28 @@ impl Engine {
     /// Before planning a new batch: `Paused` (nothing written, nothing latched) while a log
     /// has no spare segment. The first refusal of a pause logs it.
     pub(super) fn gate(&self) -> Result<(), EngineError> {
-        let Some((part, why)) = self.shortage() else {
-            return Ok(());
-        };
+        match self.shortage() {
+            None => Ok(()),
+            Some((part, why)) => self.refuse(part, why),
+        }
+    }
+
+    /// [`Engine::gate`] for the WAL alone, between the items of a group: planning an item
+    /// may roll the WAL and use its spare (the other logs and the shards roll only after
+    /// planning, and `gate` saw them for the whole group).
+    pub(super) fn gate_wal(&self) -> Result<(), EngineError> {
+        match self.wal.spare_missing() {
+            None => Ok(()),
+            Some(why) => self.refuse("wal".into(), why),
+        }
+    }
+
+    fn refuse(&self, part: String, why: NoRoom) -> Result<(), EngineError> {
         self.note_pause(&part, &why);
         Err(EngineError::Paused { part, why })
     }
 
-    pub(super) fn note_pause(&self, part: &str, why: &NoRoom) {
+    fn note_pause(&self, part: &str, why: &NoRoom) {
         let mut p = lock(&self.pause);
         if p.is_none() {
             warn!(part, file = %why.path.display(), needed_bytes = why.needed_bytes,

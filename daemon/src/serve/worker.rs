@@ -1,6 +1,6 @@
 //! A worker: one file from `new/` to its result, or a group of them, on the blocking pool
-//! (the engine blocks on fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid file is quarantined; a
-//! pipeline failure stops the loop.
+//! (the engine blocks on fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid
+//! file is quarantined; a pipeline failure stops the loop.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -106,7 +106,8 @@ impl Publisher {
     /// Many results at once (a group of spool files, `pipeline/group.rs`): every temporary
     /// written first, its write-back started, then each synced (on ext4 the first sync's
     /// journal commit then carries the others' allocations, so the rest find little to do:
-    /// `StorageFile::start_writeback`), then all of them in one round. Returns once every one is in `out/` and durable.
+    /// `StorageFile::start_writeback`), then all of them in one round. Returns once every
+    /// one is in `out/` and durable.
     pub fn publish_many(&self, results: &[(&str, &[u8])]) -> io::Result<()> {
         if results.is_empty() {
             return Ok(());
@@ -121,12 +122,12 @@ impl Publisher {
             return Err(e);
         }
         let mut g = self.lock();
-        let mut last = g.next_ticket;
         for ((tmp, _), (name, _)) in written.into_iter().zip(results) {
             g.next_ticket += 1;
-            last = g.next_ticket;
-            g.queue.push((last, tmp, (*name).to_owned()));
+            let ticket = g.next_ticket;
+            g.queue.push((ticket, tmp, (*name).to_owned()));
         }
+        let last = g.next_ticket;
         self.wait_for_round(g, last)
     }
 
@@ -142,10 +143,9 @@ impl Publisher {
             let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
             let tmp = self.out.join(format!(".{name}.{seq}.tmp"));
             let f = self.storage.open(&tmp, OpenMode::CreateNew)?;
+            let w = f.write_at(bytes, 0);
             written.push((tmp, f));
-            if let Some((_, f)) = written.last() {
-                f.write_at(bytes, 0)?;
-            }
+            w?;
         }
         if self.mode == ResultSync::Fsync {
             if written.len() > 1 {

@@ -95,23 +95,7 @@ fn status_text(v: &serde_json::Value) -> String {
         v["result_rounds"],
         v["results_per_round"].as_f64().unwrap_or(0.0)
     );
-    let st = &v["stream"];
-    let _ = writeln!(
-        out,
-        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable)",
-        st["connections"], st["connections_total"], st["refused"], st["answers"], st["unavailable"]
-    );
-    let b = &v["bulk"];
-    let _ = writeln!(
-        out,
-        "  bulk: {} files in flight, {} answered ({} lines), {} left for later",
-        b["in_flight"], b["files"], b["lines"], b["deferred"]
-    );
-    let _ = writeln!(
-        out,
-        "  file groups: {} ({} files answered in groups)",
-        v["file_groups"], v["files_in_groups"]
-    );
+    intake_text(&mut out, v);
     let ms = |phase: &str, q: &str| {
         v["latency_ms"][phase][q]
             .as_f64()
@@ -137,6 +121,27 @@ fn status_text(v: &serde_json::Value) -> String {
         r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]
     );
     out
+}
+
+/// The intakes beside single files: the stream socket, bulk files, groups of files.
+fn intake_text(out: &mut String, v: &serde_json::Value) {
+    let st = &v["stream"];
+    let _ = writeln!(
+        out,
+        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable)",
+        st["connections"], st["connections_total"], st["refused"], st["answers"], st["unavailable"]
+    );
+    let b = &v["bulk"];
+    let _ = writeln!(
+        out,
+        "  bulk: {} files in flight, {} answered ({} lines), {} left for later",
+        b["in_flight"], b["files"], b["lines"], b["deferred"]
+    );
+    let _ = writeln!(
+        out,
+        "  file groups: {} ({} files answered in groups)",
+        v["file_groups"], v["files_in_groups"]
+    );
 }
 
 /// The replication lines: role, high watermark, each standby's lag, or the primary followed.

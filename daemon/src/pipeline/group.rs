@@ -30,6 +30,13 @@ use super::{lock, Engine, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, Batch, BatchResult};
 use crate::error::EngineError;
 
+/// What a group still owes once its answers are made: each claim's touched shards (to
+/// flush, then to close the claim with) and the last audit row written (to sync).
+struct Tail<'c> {
+    touched: Vec<Vec<Touched<'c>>>,
+    last_row: Option<Lsn>,
+}
+
 /// Where one batch of a group stands.
 enum Slot {
     /// To be planned: its fingerprint and its static rejection, if any.
@@ -54,7 +61,22 @@ impl Engine {
     /// returns their answers in item order; when this returns `Ok`, every answer is as
     /// durable as [`Engine::submit_detached`]'s.
     pub fn submit_group(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
-        self.admit_group(items, super::plan::detached_only)
+        self.admit_group(items, super::plan::detached_only, &mut |_, _| {})
+    }
+
+    /// [`Engine::submit_group`], handing each item's answer to `answered` (its index, the
+    /// answer) as soon as it is as durable as a published result file: the claims synced,
+    /// their transactions applied and their audit rows written, before the group's
+    /// durability tail (the shards' flushes, the audit sync, the `done` records), exactly
+    /// where a spool file's result is published. The stream writes its answers there. An
+    /// item is handed over at most once; the returned answers hold them all. A group
+    /// stopped by a pause hands over nothing early.
+    pub fn submit_group_early(
+        &self,
+        items: &[(&Batch, &str)],
+        answered: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        self.admit_group(items, super::plan::detached_only, answered)
     }
 
     /// [`Engine::submit_group`] for spool files (`(batch, NAME)` for `new/NAME`): each
@@ -62,7 +84,7 @@ impl Engine {
     /// the committed ones' results published in one round. When this returns `Ok`, every
     /// result file is in `out/`; on a pause, the files not answered are still in `new/`.
     pub fn submit_files(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
-        self.admit_group(items, super::plan::attached_only)
+        self.admit_group(items, super::plan::attached_only, &mut |_, _| {})
     }
 
     /// Every source passes `check`, then the group runs under one admission.
@@ -70,6 +92,7 @@ impl Engine {
         &self,
         items: &[(&Batch, &str)],
         check: fn(&str) -> Result<(), EngineError>,
+        answered: &mut dyn FnMut(usize, &BatchResult),
     ) -> Result<Vec<BatchResult>, EngineError> {
         for (_, s) in items {
             check(s)?;
@@ -78,11 +101,15 @@ impl Engine {
             .first()
             .map_or(("", ""), |(b, s)| (b.request_key.as_str(), *s));
         self.admit(items.len() as u64, (key, source), || {
-            self.group_inner(items)
+            self.group_inner(items, answered)
         })
     }
 
-    fn group_inner(&self, items: &[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> {
+    fn group_inner(
+        &self,
+        items: &[(&Batch, &str)],
+        answered: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<BatchResult>, EngineError> {
         let t0 = Instant::now();
         let mut slots = Vec::with_capacity(items.len());
         let mut seen = HashSet::with_capacity(items.len());
@@ -107,13 +134,45 @@ impl Engine {
                 self.stats.latency.claim.record(t0.elapsed());
             }
         }
-        let mut committed = self.finish_group(&claims, t0)?.into_iter();
+        let (committed, tail) = self.commit_and_answer(&claims, t0)?;
+        // Answers before the tail: on a pause none is given (the caller sends the group
+        // again and the keys answer again), so only a group that ran whole answers early.
+        let early = match halt {
+            None => self.early_answers(items, &slots, committed, answered),
+            Some(_) => Ok(Vec::new()),
+        };
+        self.run_tail(&claims, tail)?;
         if let Some(e) = halt {
             return Err(e);
         }
+        let mut early = early?.into_iter();
         let mut out = Vec::with_capacity(items.len());
-        for ((b, source), slot) in items.iter().zip(slots) {
-            out.push(self.group_answer(b, source, slot, &mut committed)?);
+        for (b, source) in items {
+            match early.next().flatten() {
+                Some(r) => out.push(r),
+                None => out.push(self.submit_inner(b, source)?),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every item's answer that needs no other batch to finish first, handed to `answered`
+    /// as it is made; `None` for an item to run alone after the group ([`Slot::Later`]).
+    fn early_answers(
+        &self,
+        items: &[(&Batch, &str)],
+        slots: &[Slot],
+        committed: Vec<BatchResult>,
+        answered: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<Option<BatchResult>>, EngineError> {
+        let mut committed = committed.into_iter();
+        let mut out = Vec::with_capacity(items.len());
+        for (i, ((b, source), slot)) in items.iter().zip(slots).enumerate() {
+            let r = self.group_answer(b, source, slot, &mut committed)?;
+            if let Some(r) = &r {
+                answered(i, r);
+            }
+            out.push(r);
         }
         Ok(out)
     }
@@ -184,31 +243,43 @@ impl Engine {
         Ok(Slot::Claimed(lsn, claim))
     }
 
-    /// Commit and Finish for the group's durable claims: every transaction sent before any
-    /// is waited for, the audit rows, the answers, then one flush per touched shard, one
-    /// audit sync, and each claim's `done` record. Returns the answers in claim order.
-    fn finish_group(
+    /// Commit and Finish up to the answers for the group's durable claims: every
+    /// transaction sent before any is waited for, the audit rows, the answers (in claim
+    /// order). What is left is the [`Tail`], for [`Engine::run_tail`].
+    fn commit_and_answer<'c>(
         &self,
-        claims: &[(Lsn, &ClaimRecord)],
+        claims: &[(Lsn, &'c ClaimRecord)],
         t0: Instant,
-    ) -> Result<Vec<BatchResult>, EngineError> {
+    ) -> Result<(Vec<BatchResult>, Tail<'c>), EngineError> {
+        let mut tail = Tail {
+            touched: Vec::new(),
+            last_row: None,
+        };
         if claims.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), tail));
         }
         let t_commit = Instant::now();
-        let touched = self.commit_group(claims)?;
+        tail.touched = self.commit_group(claims)?;
         self.stats.latency.commit.record(t_commit.elapsed());
-        let mut last_row = None;
         for (lsn, c) in claims {
-            last_row = last_row.max(self.write_audit_rows(*lsn, c, &HashSet::new())?);
+            let row = self.write_audit_rows(*lsn, c, &HashSet::new())?;
+            tail.last_row = tail.last_row.max(row);
         }
-        let answers = self.answer_group(claims, t0)?;
+        Ok((self.answer_group(claims, t0)?, tail))
+    }
+
+    /// The group's durability tail: one flush per touched shard, one audit sync, then each
+    /// claim's `done` record, and the claims closed.
+    fn run_tail(&self, claims: &[(Lsn, &ClaimRecord)], tail: Tail<'_>) -> Result<(), EngineError> {
+        if claims.is_empty() {
+            return Ok(());
+        }
         let mut by_shard: BTreeMap<&str, &Touched<'_>> = BTreeMap::new();
-        for t in touched.iter().flatten() {
+        for t in tail.touched.iter().flatten() {
             by_shard.entry(t.name).or_insert(t);
         }
         self.flush_touched(by_shard.into_values())?;
-        if let Some(last) = last_row {
+        if let Some(last) = tail.last_row {
             self.audit.sync_to(last)?;
         }
         for _ in claims {
@@ -216,10 +287,10 @@ impl Engine {
         }
         let lsns: Vec<Lsn> = claims.iter().map(|(l, _)| *l).collect();
         let dones = self.append_dones(&lsns)?;
-        for (((lsn, c), t), done) in claims.iter().zip(&touched).zip(dones) {
+        for (((lsn, c), t), done) in claims.iter().zip(&tail.touched).zip(dones) {
             self.close_claim(*lsn, c, t, done);
         }
-        Ok(answers)
+        Ok(())
     }
 
     /// Every claim's transactions sent, then every answer collected (all of them, even
@@ -251,35 +322,37 @@ impl Engine {
         first_err.map_or(Ok(touched), Err)
     }
 
-    /// One item's answer once the group's records are durable.
+    /// One item's answer once the group's records are durable; `None` when it must run
+    /// alone after the group.
     fn group_answer(
         &self,
         b: &Batch,
         source: &str,
-        slot: Slot,
+        slot: &Slot,
         committed: &mut impl Iterator<Item = BatchResult>,
-    ) -> Result<BatchResult, EngineError> {
+    ) -> Result<Option<BatchResult>, EngineError> {
         let key = b.request_key.as_str();
-        match slot {
-            Slot::Answered(r) => self.reply(source, r),
+        let r = match slot {
+            Slot::Answered(r) => self.reply(source, r.clone())?,
             Slot::Rejected(lsn, r) => {
-                self.answer_durable(lsn)?;
-                self.reply(source, r)
+                self.answer_durable(*lsn)?;
+                self.reply(source, r.clone())?
             }
             Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
-                lsn,
+                lsn: *lsn,
                 detail: format!("request key {key:?}: its claim has no answer"),
-            }),
+            })?,
             Slot::Known { fp, k } => {
                 let r = self
-                    .answer_for(key, fp, Some(k))?
+                    .answer_for(key, *fp, Some(*k))?
                     .ok_or(EngineError::Inconsistent {
                         lsn: k.lsn,
                         detail: format!("request key {key:?} has no answer"),
                     })?;
-                self.reply(source, r)
+                self.reply(source, r)?
             }
-            Slot::Later | Slot::Plan { .. } => self.submit_inner(b, source),
-        }
+            Slot::Later | Slot::Plan { .. } => return Ok(None),
+        };
+        Ok(Some(r))
     }
 }

@@ -393,24 +393,37 @@ async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receive
     let (txs, rxs): (Vec<_>, Vec<_>) = batches.iter().map(|_| oneshot::channel()).unzip();
     let sh = ctx.shared.clone();
     tokio::task::spawn_blocking(move || {
-        let answers = run(&sh, &batches);
+        run(&sh, &batches, txs);
         drop(slots);
-        for (tx, a) in txs.into_iter().zip(answers) {
-            let _ = tx.send(a);
-        }
     });
     rxs
 }
 
-/// Streamed batches through the pipeline as one group. A failure that latches nothing is
-/// answered `unavailable` for each; any other is a pipeline failure and stops the daemon
-/// (as a spool worker's does), its batches answered `unavailable` too (they may be claimed:
-/// recovery finishes them and the same keys then get their answers).
-fn run(sh: &Shared, batches: &[(Batch, String)]) -> Vec<Answer> {
+/// Streamed batches through the pipeline as one group, each answer sent on its `txs` as
+/// soon as the engine hands it over (before the group's durability tail, as a spool file's
+/// result is published). A failure that latches nothing is answered `unavailable` for each
+/// batch not answered yet; any other is a pipeline failure and stops the daemon (as a spool
+/// worker's does), its batches answered `unavailable` too (they may be claimed: recovery
+/// finishes them and the same keys then get their answers).
+fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer>>) {
     let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, s)| (b, s.as_str())).collect();
     let source = items.first().map_or("", |(_, s)| *s);
-    let why = match sh.engine.submit_group(&items) {
-        Ok(rs) => return rs.into_iter().map(Answer::Result).collect(),
+    let mut txs: Vec<Option<oneshot::Sender<Answer>>> = txs.into_iter().map(Some).collect();
+    let mut send = |i: usize, a: Answer| {
+        if let Some(tx) = txs.get_mut(i).and_then(Option::take) {
+            let _ = tx.send(a);
+        }
+    };
+    let result = sh
+        .engine
+        .submit_group_early(&items, &mut |i, r| send(i, Answer::Result(r.clone())));
+    let why = match result {
+        Ok(rs) => {
+            for (i, r) in rs.into_iter().enumerate() {
+                send(i, Answer::Result(r));
+            }
+            return;
+        }
         Err(e) if e.latches_nothing() => {
             debug!(source, batches = items.len(), error = %e, "streamed batches not taken now");
             e.to_string()
@@ -422,8 +435,9 @@ fn run(sh: &Shared, batches: &[(Batch, String)]) -> Vec<Answer> {
             why
         }
     };
-    let one = |b: &Batch| Answer::unavailable(Some(&b.request_key), why.clone());
-    items.iter().map(|(b, _)| one(b)).collect()
+    for (i, (b, _)) in items.iter().enumerate() {
+        send(i, Answer::unavailable(Some(&b.request_key), why.clone()));
+    }
 }
 
 /// Writes the answers in request order, flushing whenever the next one is not ready yet.

@@ -21,7 +21,7 @@ use roost_shards::TxnOp;
 use roost_wal::Lsn;
 
 use super::crash::Step;
-use super::owner::ShardSlot;
+use super::owner::{ShardSlot, Turn};
 use super::records::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
 use super::{io_err, lock, Engine};
 use crate::batch::{BatchResult, OpResult};
@@ -35,7 +35,7 @@ pub(super) type Sent<'a> = (Touched<'a>, Receiver<Result<(), EngineError>>);
 pub(super) struct Touched<'a> {
     pub name: &'a str,
     pub slot: Arc<ShardSlot>,
-    ids: Vec<(u64, bool)>,
+    pub ids: Vec<(u64, bool)>,
 }
 
 impl Engine {
@@ -77,8 +77,12 @@ impl Engine {
         }
         p.tails.done(&claim.source, lsn, done);
         for t in touched {
-            let v = p.vouched.entry(t.name.to_owned()).or_insert(0);
-            *v = (*v).max(lsn);
+            match p.vouched.get_mut(t.name) {
+                Some(v) => *v = (*v).max(lsn),
+                None => {
+                    p.vouched.insert(t.name.to_owned(), lsn);
+                }
+            }
         }
         p.open.remove(&lsn);
         drop(p);
@@ -108,14 +112,8 @@ impl Engine {
         let mut sent = Vec::new();
         for (k, (name, ops)) in transactions(claim).into_iter().enumerate() {
             let slot = self.slot(name)?;
-            let ids = ops
-                .iter()
-                .map(|op| match op {
-                    TxnOp::Create { id, .. } => (*id, true),
-                    TxnOp::Delete { id } => (*id, false),
-                })
-                .collect();
-            let rx = slot.send_apply(lsn, k, ops)?;
+            let ids = touched_ids(&ops);
+            let rx = slot.send_apply(vec![Turn { lsn, k, ops }])?;
             sent.push((Touched { name, slot, ids }, rx));
         }
         Ok(sent)
@@ -146,8 +144,19 @@ impl Engine {
 
     /// The shard holds the batch's ops now: planning no longer needs the overlay.
     fn clear_overlay(&self, t: &Touched<'_>) {
+        self.clear_overlays(std::iter::once(t));
+    }
+
+    /// [`Engine::clear_overlay`] for many, under one planner lock.
+    pub(super) fn clear_overlays<'t, 'c: 't>(
+        &self,
+        touched: impl Iterator<Item = &'t Touched<'c>>,
+    ) {
         let mut p = lock(&self.planner);
-        if let Some(o) = p.overlay.get_mut(t.name) {
+        for t in touched {
+            let Some(o) = p.overlay.get_mut(t.name) else {
+                continue;
+            };
             for &(id, created) in &t.ids {
                 match created {
                     true => o.created.remove(&id),
@@ -373,7 +382,7 @@ impl Engine {
 
 /// The claim's ops as one transaction per shard, in shard-name order (the order that names
 /// the crash points `after_commit.K`).
-fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
+pub(super) fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
     let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
     for op in &claim.ops {
         let t = match op {
@@ -386,6 +395,16 @@ fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
         by_shard.entry(op.shard()).or_default().push(t);
     }
     by_shard
+}
+
+/// The ids a shard transaction creates (true) or deletes (false).
+pub(super) fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
+    ops.iter()
+        .map(|op| match op {
+            TxnOp::Create { id, .. } => (*id, true),
+            TxnOp::Delete { id } => (*id, false),
+        })
+        .collect()
 }
 
 /// The committed result of a claim: the same whenever it is rebuilt.

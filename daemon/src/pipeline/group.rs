@@ -19,12 +19,14 @@
 //! gives none of the group's answers and may send the group again (the keys answer again).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use roost_wal::Lsn;
 
 use super::crash::Step;
-use super::finish::{Sent, Touched};
+use super::finish::{touched_ids, transactions, Touched};
+use super::owner::{ShardSlot, Turn};
 use super::records::ClaimRecord;
 use super::{lock, Engine, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, Batch, BatchResult};
@@ -293,33 +295,55 @@ impl Engine {
         Ok(())
     }
 
-    /// Every claim's transactions sent, then every answer collected (all of them, even
-    /// after a failure, so no owner is still writing when this returns).
+    /// Every claim's transactions sent, one message per touched shard for the whole group
+    /// (its transactions in lsn order), then every shard's answer collected (all of them,
+    /// even after a failure, so no owner is still writing when this returns), then the
+    /// planning overlays cleared under one lock. Returns each claim's touched shards.
     fn commit_group<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
     ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let mut sent: Vec<Vec<Sent<'c>>> = Vec::with_capacity(claims.len());
-        let mut first_err = None;
+        let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
+        let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
         for (lsn, c) in claims {
-            match self.send_commit(*lsn, c) {
-                Ok(s) => sent.push(s),
+            let mut mine = Vec::new();
+            for (k, (name, ops)) in transactions(c).into_iter().enumerate() {
+                let slot = match by_shard.get(name) {
+                    Some((slot, _)) => slot.clone(),
+                    None => self.slot(name)?,
+                };
+                let ids = touched_ids(&ops);
+                let turn = Turn { lsn: *lsn, k, ops };
+                by_shard
+                    .entry(name)
+                    .or_insert_with(|| (slot.clone(), Vec::new()))
+                    .1
+                    .push(turn);
+                mine.push(Touched { name, slot, ids });
+            }
+            touched.push(mine);
+        }
+        let mut sent = Vec::with_capacity(by_shard.len());
+        let mut first_err = None;
+        for (slot, turns) in by_shard.into_values() {
+            match slot.send_apply(turns) {
+                Ok(rx) => sent.push((slot, rx)),
                 Err(e) => {
                     first_err = Some(e);
                     break;
                 }
             }
         }
-        let mut touched = Vec::with_capacity(sent.len());
-        for s in sent {
-            match self.collect_commit(s) {
-                Ok(t) => touched.push(t),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
+        for (slot, rx) in sent {
+            if let Err(e) = slot.wait(&rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
             }
         }
-        first_err.map_or(Ok(touched), Err)
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        self.clear_overlays(touched.iter().flatten());
+        Ok(touched)
     }
 
     /// One item's answer once the group's records are durable; `None` when it must run

@@ -25,12 +25,11 @@ use crate::error::EngineError;
 /// Messages a shard's owner answers. Bounded channel: a worker blocks rather than queue
 /// without limit.
 pub enum ShardMsg {
-    /// Apply when `lsn` is this shard's next turn, then reply. `k` is the shard's position
-    /// in its batch (names the crash points `after_commit.K`, `after_flush.K`).
+    /// Apply each transaction when its lsn is this shard's next turn; reply once the last
+    /// is applied (or with the first failure). One message carries a whole group's
+    /// transactions for this shard: one send, one wake-up and one reply for all of them.
     Apply {
-        lsn: Lsn,
-        k: usize,
-        ops: Vec<TxnOp>,
+        txns: Vec<Turn>,
         reply: Sender<Result<(), EngineError>>,
     },
     /// Make everything applied so far durable, then reply.
@@ -53,6 +52,14 @@ pub enum ShardMsg {
     Refill {
         reply: Sender<Result<bool, EngineError>>,
     },
+}
+
+/// One shard transaction to apply in its turn. `k` is the shard's position in its batch
+/// (names the crash points `after_commit.K`, `after_flush.K`).
+pub struct Turn {
+    pub lsn: Lsn,
+    pub k: usize,
+    pub ops: Vec<TxnOp>,
 }
 
 /// Claimed lsns not yet applied (see [`ShardSlot::turns`]).
@@ -132,16 +139,14 @@ impl ShardSlot {
             .map_err(|_| EngineError::Failed)
     }
 
-    /// Hands one transaction to the owner, to be applied in its turn; the answer comes on the
-    /// returned receiver (see [`ShardSlot::wait`]).
+    /// Hands transactions to the owner, each to be applied in its turn; one answer, once
+    /// all are applied, comes on the returned receiver (see [`ShardSlot::wait`]).
     pub fn send_apply(
         &self,
-        lsn: Lsn,
-        k: usize,
-        ops: Vec<TxnOp>,
+        txns: Vec<Turn>,
     ) -> Result<mpsc::Receiver<Result<(), EngineError>>, EngineError> {
         let (reply, rx) = mpsc::channel();
-        self.send(ShardMsg::Apply { lsn, k, ops, reply })?;
+        self.send(ShardMsg::Apply { txns, reply })?;
         Ok(rx)
     }
 
@@ -223,8 +228,9 @@ struct Owner {
     turns: Turns,
     room: Room,
     ctx: OwnerContext,
-    /// Transactions received, waiting for their turn, by lsn.
-    pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Reply)>,
+    /// Transactions received, waiting for their turn, by lsn; the last of a message holds
+    /// its reply.
+    pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Option<Reply>)>,
     /// Flush requests of this round (shard position in the batch, reply).
     flushes: Vec<(usize, Reply)>,
     /// Once a step fails (I/O, or an injected crash), this owner answers every later request
@@ -279,8 +285,18 @@ impl Owner {
     /// Queues an apply or a flush; answers a read at once.
     fn take(&mut self, m: ShardMsg) {
         match m {
-            ShardMsg::Apply { lsn, k, ops, reply } => {
-                self.pending.insert(lsn, (k, ops, reply));
+            ShardMsg::Apply { txns, reply } => {
+                // Applied in lsn order: the largest lsn is the message's last, and a failure
+                // before it leaves it pending, refused with the failure (`refuse_all`).
+                let mut reply = Some(reply);
+                let mut txns = txns;
+                txns.sort_unstable_by_key(|t| t.lsn);
+                for t in txns.into_iter().rev() {
+                    self.pending.insert(t.lsn, (t.k, t.ops, reply.take()));
+                }
+                if let Some(r) = reply {
+                    let _ = r.send(Ok(()));
+                }
             }
             ShardMsg::Flush { k, reply } => self.flushes.push((k, reply)),
             ShardMsg::Contains { id, reply } => {
@@ -363,7 +379,7 @@ impl Owner {
         let Some(why) = &self.dead else { return };
         let replies = std::mem::take(&mut self.pending)
             .into_values()
-            .map(|(_, _, r)| r)
+            .filter_map(|(_, _, r)| r)
             .chain(
                 std::mem::take(&mut self.flushes)
                     .into_iter()
@@ -399,11 +415,15 @@ impl Owner {
             match r {
                 Ok(()) => {
                     lock(&self.turns).remove(&lsn);
-                    let _ = reply.send(Ok(()));
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
                     applied += 1;
                 }
                 Err(e) => {
-                    let _ = reply.send(Err(e.clone_for_reply()));
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(e.clone_for_reply()));
+                    }
                     failure = Some(e);
                     break;
                 }

@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{io_err, lock, Engine, KeyAt, KeyFound, KeyState, Planner};
+use super::{io_err, lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
@@ -287,7 +287,13 @@ impl Engine {
             lock(&slot.turns).insert(lsn);
         }
         for op in &claim.ops {
-            let o = p.overlay.entry(op.shard().to_owned()).or_default();
+            // Looked up before an entry is made: no name copied per op once the shard has one.
+            if !p.overlay.contains_key(op.shard()) {
+                p.overlay.insert(op.shard().to_owned(), Overlay::default());
+            }
+            let Some(o) = p.overlay.get_mut(op.shard()) else {
+                continue;
+            };
             match op {
                 PlannedOp::Create { id, .. } => o.created.insert(*id),
                 PlannedOp::Delete { id, .. } => o.deleted.insert(*id),

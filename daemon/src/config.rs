@@ -139,6 +139,10 @@ pub struct Config {
     /// A request line longer than this is skipped to its newline without being kept and
     /// answered `invalid` [default: `spool_file_bytes_max`].
     pub stream_line_bytes_max: Option<u64>,
+    /// Streamed batches run at once, all connections together (each connection's buffered
+    /// lines go as one group, a thread per group) [default: 4 × `batches_in_flight_max`:
+    /// four full groups of 64, so one group's syncs overlap the others' work].
+    pub stream_batches_running_max: Option<usize>,
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
@@ -303,6 +307,7 @@ impl Default for Config {
             stream_in_flight_max: 64,
             stream_connections_max: 64,
             stream_line_bytes_max: None,
+            stream_batches_running_max: None,
         }
     }
 }
@@ -376,9 +381,10 @@ impl Config {
         if self.stream_in_flight_max == 0
             || self.stream_connections_max == 0
             || self.stream_line_bytes_max == Some(0)
+            || self.stream_batches_running_max == Some(0)
         {
             return Err(ConfigError::Invalid(
-                "stream_in_flight_max, stream_connections_max and stream_line_bytes_max must be > 0".into(),
+                "stream_in_flight_max, stream_connections_max, stream_line_bytes_max and stream_batches_running_max must be > 0".into(),
             ));
         }
         self.validate_replication()
@@ -452,6 +458,13 @@ impl Config {
             .stream_line_bytes_max
             .unwrap_or(self.spool_file_bytes_max);
         usize::try_from(n).unwrap_or(usize::MAX)
+    }
+
+    /// Streamed batches run at once (`stream_batches_running_max`, else 4 ×
+    /// `batches_in_flight_max`).
+    pub fn stream_batches_running(&self) -> usize {
+        self.stream_batches_running_max
+            .unwrap_or(self.batches_in_flight_max.saturating_mul(4))
     }
 
     pub fn rescan_interval(&self) -> Duration {

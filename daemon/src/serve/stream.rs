@@ -1,16 +1,19 @@
 //! The streaming intake (README "Streaming intake"): a Unix socket, placed, made and
 //! permissioned like the control socket, where a client sends batch JSON lines and reads one
 //! answer line per request, in request order, each written only once its batch is as
-//! durable as a published result file (`Engine::submit_detached`; the protocol itself is
-//! `ops::stream`). Per connection a reader parses lines and starts batches on the blocking
-//! pool (the lines already buffered, up to `GROUP_MAX`, as one `Engine::submit_group`), and
-//! a writer writes the answers in order.
+//! durable as a published result file (the protocol itself is `ops::stream`). Per connection
+//! a reader parses lines and starts batches on the blocking pool (the lines already
+//! buffered, up to `GROUP_MAX`, as one `Engine::submit_group_early`, which hands each answer
+//! over where a spool file's result would be published, before the group's durability
+//! tail), and a writer writes the answers in order. A batch's place in its connection's
+//! window frees once its answer is written; its place among the running batches once its
+//! group's tail is done.
 //!
 //! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
 //! and its written answer; at that many its reader stops reading the socket, so a client
 //! that never reads its answers fills its own socket buffers and then blocks in its own
 //! writes, and nothing else waits for it. All connections together run at most
-//! `batches_in_flight_max` batches on the blocking pool at once. A request line is held up
+//! `stream_batches_running_max` batches on the blocking pool at once. A request line is held up
 //! to `stream_line_bytes_max` bytes; a longer one is skipped in chunks. At most
 //! `stream_connections_max` connections. The graceful stop reads no more lines, lets the
 //! batches started finish, gives the writers a bounded time for the last answers, and drops
@@ -81,7 +84,7 @@ impl Stream {
         let cfg = shared.engine.config();
         let socket = crate::ops::stream::socket_path(cfg);
         let (running_max, conns_max) = (
-            permits(cfg.batches_in_flight_max),
+            permits(cfg.stream_batches_running()),
             permits(cfg.stream_connections_max),
         );
         let running = Arc::new(Semaphore::new(running_max as usize));

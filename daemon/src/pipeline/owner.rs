@@ -468,3 +468,78 @@ impl Owner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::backup::BackupGate;
+    use crate::pipeline::crash::NthCrash;
+    use roost_shards::ShardOptions;
+    use roost_storage::SimStorage;
+
+    /// An owner over a simulated disk whose crash hook fails at its `crash_at`th point.
+    fn slot(crash_at: Option<u64>) -> ShardSlot {
+        let disk = Arc::new(SimStorage::new());
+        let shard = Shard::open_with(disk, "/sim/s", ShardOptions::default()).expect("open");
+        let ctx = OwnerContext {
+            crash: Arc::new(NthCrash::new(crash_at)),
+            stats: Arc::new(Stats::default()),
+            opened: Instant::now(),
+            horizon: Arc::new(AtomicU64::new(0)),
+            gate: Arc::new(BackupGate::default()),
+            compact_rate: 0,
+            compact_dead: 0.5,
+        };
+        ShardSlot::spawn("s", shard, ctx).expect("spawn")
+    }
+
+    /// One create per lsn, of id = lsn.
+    fn creates(lsns: &[u64]) -> Vec<Turn> {
+        lsns.iter()
+            .map(|&lsn| Turn {
+                lsn,
+                k: 0,
+                ops: vec![TxnOp::Create {
+                    id: lsn,
+                    record: b"{}".to_vec(),
+                }],
+            })
+            .collect()
+    }
+
+    const PATIENCE: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn one_message_applies_every_turn_in_lsn_order_and_answers_once() {
+        let s = slot(None);
+        let rx = s.send_apply(creates(&[3, 1, 2])).expect("send");
+        let r = rx.recv_timeout(PATIENCE).expect("an answer");
+        assert!(r.is_ok(), "{r:?}");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "answered twice"
+        );
+        for id in 1..=3 {
+            assert!(s.contains(id).expect("contains"), "id {id}");
+        }
+        let rx = s.send_apply(Vec::new()).expect("send nothing");
+        assert!(rx.recv_timeout(PATIENCE).expect("answer").is_ok());
+    }
+
+    #[test]
+    fn a_failure_before_the_last_turn_answers_the_message() {
+        // The second transaction's crash point fails: the third is never applied, and the
+        // one reply (held by the third) carries the failure rather than never coming.
+        let s = slot(Some(2));
+        let rx = s.send_apply(creates(&[1, 2, 3])).expect("send");
+        let r = rx.recv_timeout(PATIENCE).expect("an answer, not a hang");
+        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+        assert!(
+            !s.contains(3).expect("contains"),
+            "applied after the failure"
+        );
+        let rx = s.send_apply(creates(&[4])).expect("send after");
+        let r = rx.recv_timeout(PATIENCE).expect("a dead owner answers");
+        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+    }
+}

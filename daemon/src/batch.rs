@@ -8,6 +8,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+#[cfg(test)]
+mod bench;
 mod raw_op;
 
 pub const REQUEST_KEY_BYTES_MAX: usize = 255;

@@ -4,10 +4,12 @@
 //! them; no whitespace), without building that tree. Duplicate keys are refused in every
 //! object, at the key, with the message and position the old separate pass gave.
 //!
-//! Byte-identical by construction: strings and numbers are printed by serde_json's own
-//! serializer from exactly the `&str`, `u64`, `i64` or `f64` that `Value` would have stored
-//! (a test compares with the old `Map` parse over a generated corpus, `oracle.rs`). Nesting
-//! goes through `deserialize_any`, so serde_json's recursion limit bounds it.
+//! Byte-identical by construction: numbers are printed by serde_json's own serializer from
+//! exactly the `u64`, `i64` or `f64` that `Value` would have stored, and strings from the
+//! `&str` it would have stored, by that serializer or, when they hold no byte it escapes,
+//! copied as it would write them (a test compares with the old `Map` parse over a generated
+//! corpus, `oracle.rs`). Nesting goes through `deserialize_any`, so serde_json's recursion
+//! limit bounds it.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -106,22 +108,7 @@ impl<'de> Visitor<'de> for Canon<'_, 'de> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Shape, E> {
-        print(&mut self.0.out, v)?;
-        Ok(Shape::Str)
-    }
-
-    /// A string as written in the input (it had no escape): when it has no byte serde_json
-    /// escapes, its bytes are their own escaping, and are copied rather than escaped byte by
-    /// byte (a 4 KiB value costs a tenth as much).
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Shape, E> {
-        if !as_written(v) {
-            return self.visit_str(v);
-        }
-        let out = &mut self.0.out;
-        out.reserve(v.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(v.as_bytes());
-        out.push(b'"');
+        write_str(&mut self.0.out, v)?;
         Ok(Shape::Str)
     }
 
@@ -164,7 +151,7 @@ impl<'de> Visitor<'de> for Canon<'_, 'de> {
                 s.out.push(b',');
             }
             let start = s.out.len();
-            print(&mut s.out, key.as_ref())?;
+            write_str(&mut s.out, &key)?;
             s.out.push(b':');
             map.next_value_seed(Canon(&mut *s))?;
             let end = s.out.len();
@@ -179,13 +166,22 @@ impl<'de> Visitor<'de> for Canon<'_, 'de> {
     }
 }
 
-/// Whether serde_json writes `s` as it is: it escapes only `"`, `\` and the bytes below
-/// 0x20 (its `ESCAPE` table). A string borrowed from the input has none of them (it had no
-/// escape, and serde_json refuses control characters in a string), but this checks rather
-/// than trusts, without branching per byte.
-fn as_written(s: &str) -> bool {
-    s.bytes()
-        .fold(true, |ok, b| ok & (b >= 0x20) & (b != b'"') & (b != b'\\'))
+/// `v` as serde_json writes a string. It escapes only `"`, `\` and the bytes below 0x20
+/// (its `ESCAPE` table), so a string with none of them (most strings, and every one written
+/// without an escape in the input) is copied between quotes rather than escaped byte by byte:
+/// the same bytes, and a 4 KiB value costs a tenth as much. The check has no branch per byte.
+fn write_str<E: de::Error>(out: &mut Vec<u8>, v: &str) -> Result<(), E> {
+    let as_is = v
+        .bytes()
+        .fold(true, |ok, b| ok & (b >= 0x20) & (b != b'"') & (b != b'\\'));
+    if !as_is {
+        return print(out, v);
+    }
+    out.reserve(v.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(v.as_bytes());
+    out.push(b'"');
+    Ok(())
 }
 
 impl Scratch<'_> {

@@ -4,10 +4,21 @@
 //! Parsing is strict: unknown fields are refused (a typo like `reqest_key` must not be
 //! silently ignored), duplicate keys in one object are refused, and nesting is bounded by
 //! serde_json's recursion limit (128), so hostile input is an `invalid` result, not a crash.
+//!
+//! A batch is read in one pass over its bytes (`batch/raw_op.rs`), each record transcoded
+//! to its canonical bytes as it is read (`batch/canon.rs`): no JSON tree is built. Those
+//! bytes are the contract of the shards and of the fingerprint (they are stored, and hashed
+//! into the WAL and the key table): they are what `serde_json::to_vec` of the record parsed
+//! as a `serde_json::Map` printed, which `batch/oracle.rs` checks.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+#[cfg(test)]
+mod bench;
+mod canon;
+#[cfg(test)]
+mod oracle;
 mod raw_op;
 
 pub const REQUEST_KEY_BYTES_MAX: usize = 255;
@@ -23,8 +34,9 @@ pub fn valid_shard_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A batch as written: `{"request_key":..,"ops":[..]}`, nothing else. Read by hand
+/// (`raw_op.rs`), with the messages serde's derive (`deny_unknown_fields`) gave.
+#[derive(Debug)]
 struct RawBatch {
     request_key: String,
     ops: Vec<RawOp>,
@@ -37,9 +49,10 @@ struct RawBatch {
 /// CPU of a bulk file's run went to parsing (issue 16). The messages are serde's own.
 #[derive(Debug)]
 enum RawOp {
+    /// `record` already canonical.
     Create {
         shard: String,
-        record: Map<String, Value>,
+        record: Vec<u8>,
     },
     Delete {
         shard: String,
@@ -50,11 +63,10 @@ enum RawOp {
 /// One op of a parsed, well-formed batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchOp {
-    /// `record` is the canonical JSON (keys sorted, no whitespace).
+    /// `record` is the canonical JSON (an object, keys sorted, no whitespace).
     Create {
         shard: String,
         record: Vec<u8>,
-        fields: Vec<String>,
     },
     Delete {
         shard: String,
@@ -68,6 +80,19 @@ impl BatchOp {
             BatchOp::Create { shard, .. } | BatchOp::Delete { shard, .. } => shard,
         }
     }
+}
+
+/// The first of `names` that is not a top-level key of `record`, a canonical record (a
+/// shard's `required_fields`: the record's keys are read only when there are some).
+pub fn missing_field<'n>(record: &[u8], names: &'n [String]) -> Option<&'n str> {
+    if names.is_empty() {
+        return None;
+    }
+    let keys = canon::top_level_keys(record);
+    names
+        .iter()
+        .map(String::as_str)
+        .find(|n| !keys.iter().any(|k| k == n))
 }
 
 /// A well-formed batch.
@@ -89,58 +114,6 @@ fn invalid(key: Option<&str>, error: impl Into<String>) -> Invalid {
         request_key: key.map(str::to_owned),
         error: error.into(),
     }
-}
-
-/// Rejects duplicate keys in any object, at any depth, without building the value twice.
-fn check_no_duplicate_keys(bytes: &[u8]) -> Result<(), serde_json::Error> {
-    struct Dedup;
-    impl<'de> serde::de::DeserializeSeed<'de> for Dedup {
-        type Value = ();
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> serde::de::Visitor<'de> for Dedup {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-            while a.next_element_seed(Dedup)?.is_some() {}
-            Ok(())
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-            let mut seen = raw_op::Seen::default();
-            while let Some(k) = a.next_key_seed(raw_op::KeyStr)? {
-                if !seen.insert(k.clone()) {
-                    return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
-                }
-                a.next_value_seed(Dedup)?;
-            }
-            Ok(())
-        }
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde::de::DeserializeSeed::deserialize(Dedup, &mut de)?;
-    de.end()
 }
 
 /// A JSON error's text with its position counted from `first_line`, the line of the file
@@ -165,43 +138,53 @@ pub fn parse(bytes: &[u8], batch_ops_max: u32) -> Result<Batch, Invalid> {
 }
 
 /// [`parse`] for bytes that start at line `first_line` of their file (a bulk file's line):
-/// JSON errors name the file's line and the column in it.
+/// JSON errors name the file's line and the column in it. `Ok` only if `bytes` are UTF-8.
 pub fn parse_at(bytes: &[u8], batch_ops_max: u32, first_line: u64) -> Result<Batch, Invalid> {
     if bytes.is_empty() {
         return Err(invalid(None, "empty file"));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        invalid(
-            None,
-            format!("not UTF-8: invalid byte at offset {}", e.valid_up_to()),
-        )
-    })?;
-    check_no_duplicate_keys(text.as_bytes())
-        .map_err(|e| invalid(None, format!("invalid JSON: {}", located(&e, first_line))))?;
-    let raw: RawBatch = serde_json::from_str(text).map_err(|e| {
-        // Salvage the key, when there is one, so the client can match the result.
-        let key = serde_json::from_str::<Value>(text).ok().and_then(|v| {
-            v.get("request_key")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        });
-        invalid(
-            key.as_deref(),
-            format!("invalid batch: {}", located(&e, first_line)),
-        )
-    })?;
+    let raw = raw_op::read(bytes).map_err(|e| why_not(bytes, &e, first_line))?;
+    checked(raw, batch_ops_max)
+}
+
+/// The batch read, if the rules of its key, its size and its ops' shard names hold.
+fn checked(raw: RawBatch, batch_ops_max: u32) -> Result<Batch, Invalid> {
     check_key_and_size(&raw, batch_ops_max)?;
-    let key = raw.request_key.as_str();
-    let ops = raw
-        .ops
-        .iter()
+    let RawBatch { request_key, ops } = raw;
+    let ops = ops
+        .into_iter()
         .enumerate()
-        .map(|(i, op)| canonical_op(key, i, op))
+        .map(|(i, op)| checked_op(&request_key, i, op))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Batch {
-        request_key: raw.request_key,
-        ops,
-    })
+    Ok(Batch { request_key, ops })
+}
+
+/// Why `bytes` are not a batch, `e` the error of the one pass. The checks the pass folds
+/// together answer in the order they had when they were passes of their own, so a client
+/// sees the same error as before: bytes that are not UTF-8 anywhere, else the first JSON
+/// error (syntax, or a duplicate key) anywhere, else `e`, the batch's own (a cold path: the
+/// bytes are read again).
+fn why_not(bytes: &[u8], e: &serde_json::Error, first_line: u64) -> Invalid {
+    if let Err(u) = std::str::from_utf8(bytes) {
+        let at = u.valid_up_to();
+        return invalid(None, format!("not UTF-8: invalid byte at offset {at}"));
+    }
+    if let Some(json) = canon::first_json_error(bytes) {
+        return invalid(
+            None,
+            format!("invalid JSON: {}", located(&json, first_line)),
+        );
+    }
+    // Salvage the key, when there is one, so the client can match the result.
+    let key = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
+        v.get("request_key")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    invalid(
+        key.as_deref(),
+        format!("invalid batch: {}", located(e, first_line)),
+    )
 }
 
 /// The request key's rules and the op count, before any op is looked at.
@@ -233,30 +216,20 @@ fn check_key_and_size(raw: &RawBatch, batch_ops_max: u32) -> Result<(), Invalid>
     Ok(())
 }
 
-/// Op `i` checked (its shard name) and in canonical form (the record's keys in order).
-fn canonical_op(key: &str, i: usize, op: &RawOp) -> Result<BatchOp, Invalid> {
-    let shard = match op {
-        RawOp::Create { shard, .. } | RawOp::Delete { shard, .. } => shard.clone(),
+/// Op `i` checked (its shard name; its record is canonical already).
+fn checked_op(key: &str, i: usize, op: RawOp) -> Result<BatchOp, Invalid> {
+    let shard = match &op {
+        RawOp::Create { shard, .. } | RawOp::Delete { shard, .. } => shard,
     };
-    if !valid_shard_name(&shard) {
+    if !valid_shard_name(shard) {
         return Err(invalid(
             Some(key),
             format!("op {i}: shard name {shard:?} must match [a-z0-9][a-z0-9_-]{{0,63}}"),
         ));
     }
     Ok(match op {
-        RawOp::Create { record, .. } => {
-            let fields = record.keys().cloned().collect();
-            // serde_json's Map is ordered by key: this is the canonical form.
-            let record = serde_json::to_vec(record)
-                .map_err(|e| invalid(Some(key), format!("op {i}: record: {e}")))?;
-            BatchOp::Create {
-                shard,
-                record,
-                fields,
-            }
-        }
-        RawOp::Delete { id, .. } => BatchOp::Delete { shard, id: *id },
+        RawOp::Create { shard, record } => BatchOp::Create { shard, record },
+        RawOp::Delete { shard, id } => BatchOp::Delete { shard, id },
     })
 }
 

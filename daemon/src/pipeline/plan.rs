@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
 use super::{io_err, lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
-use crate::batch::{fingerprint, Batch, BatchOp, BatchResult};
+use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
 
@@ -134,7 +134,7 @@ impl Engine {
                 );
                 return Some((i, reason));
             };
-            if let BatchOp::Create { record, fields, .. } = op {
+            if let BatchOp::Create { record, .. } = op {
                 if record.len() > sc.record_bytes_max as usize {
                     let reason = format!(
                         "record is {} bytes, over record_bytes_max {}",
@@ -143,7 +143,7 @@ impl Engine {
                     );
                     return Some((i, reason));
                 }
-                if let Some(f) = sc.required_fields.iter().find(|f| !fields.contains(f)) {
+                if let Some(f) = missing_field(record, &sc.required_fields) {
                     return Some((i, format!("record lacks required field {f:?}")));
                 }
             }

@@ -174,28 +174,32 @@ impl Engine {
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
     ) -> Result<Option<Lsn>, EngineError> {
-        let mut rows = Vec::with_capacity(claim.ops.len());
-        for (i, op) in claim.ops.iter().enumerate() {
-            if audited.contains(&(i as u32)) {
-                continue;
-            }
-            let row = AuditRecord {
-                claim_lsn: lsn,
-                request_key: claim.request_key.clone(),
-                op_index: i as u32,
-                op: op.kind(),
-                shard: op.shard().to_owned(),
-                id: op.id(),
-            };
-            let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
-            rows.push((i, payload));
+        let rows = audit_rows(lsn, claim, audited)?;
+        self.append_audit_rows(&rows)
+    }
+
+    /// Every audit row of a group's claims (none written before: they are live), in one
+    /// write; returns the last row's lsn in the audit log.
+    pub(super) fn write_group_audit_rows(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+    ) -> Result<Option<Lsn>, EngineError> {
+        let mut rows = Vec::with_capacity(claims.iter().map(|(_, c)| c.ops.len()).sum());
+        for (lsn, c) in claims {
+            rows.extend(audit_rows(*lsn, c, &HashSet::new())?);
         }
+        self.append_audit_rows(&rows)
+    }
+
+    /// Appends encoded rows (op index, payload) in one write, then passes each row's crash
+    /// point in order.
+    fn append_audit_rows(&self, rows: &[(usize, Vec<u8>)]) -> Result<Option<Lsn>, EngineError> {
         let frames: Vec<(u8, &[u8])> = rows
             .iter()
             .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
             .collect();
         let lsns = self.audit.append_many_nowait(&frames)?;
-        for (i, _) in &rows {
+        for (i, _) in rows {
             self.hit(Step::AfterAudit.nth(*i))?;
         }
         Ok(lsns.last().copied())
@@ -395,6 +399,31 @@ pub(super) fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
         by_shard.entry(op.shard()).or_default().push(t);
     }
     by_shard
+}
+
+/// The claim's audit rows (op index, encoded row), one per op not in `audited`.
+fn audit_rows(
+    lsn: Lsn,
+    claim: &ClaimRecord,
+    audited: &HashSet<u32>,
+) -> Result<Vec<(usize, Vec<u8>)>, EngineError> {
+    let mut rows = Vec::with_capacity(claim.ops.len());
+    for (i, op) in claim.ops.iter().enumerate() {
+        if audited.contains(&(i as u32)) {
+            continue;
+        }
+        let row = AuditRecord {
+            claim_lsn: lsn,
+            request_key: claim.request_key.clone(),
+            op_index: i as u32,
+            op: op.kind(),
+            shard: op.shard().to_owned(),
+            id: op.id(),
+        };
+        let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
+        rows.push((i, payload));
+    }
+    Ok(rows)
 }
 
 /// The ids a shard transaction creates (true) or deletes (false).

@@ -263,10 +263,7 @@ impl Engine {
         let t_commit = Instant::now();
         tail.touched = self.commit_group(claims)?;
         self.stats.latency.commit.record(t_commit.elapsed());
-        for (lsn, c) in claims {
-            let row = self.write_audit_rows(*lsn, c, &HashSet::new())?;
-            tail.last_row = tail.last_row.max(row);
-        }
+        tail.last_row = self.write_group_audit_rows(claims)?;
         Ok((self.answer_group(claims, t0)?, tail))
     }
 

@@ -12,6 +12,8 @@
 //! at; the byte limit and the parse are per line, so a bad line answers `invalid` for itself
 //! and the others go on.
 
+use std::borrow::Cow;
+
 use crate::batch::{self, Batch, BatchResult, Invalid, ResultFile};
 use crate::config::Config;
 
@@ -135,15 +137,33 @@ pub fn same_key_before(lines: &[Line<'_>], limits: &Limits) -> Vec<Option<usize>
     struct KeyOnly {
         request_key: String,
     }
-    let mut last: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut last: std::collections::HashMap<Cow<'_, str>, usize> = std::collections::HashMap::new();
     let mut before = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
         let key = (line.bytes.len() as u64 <= limits.line_bytes_max)
-            .then(|| serde_json::from_slice::<KeyOnly>(line.bytes).ok())
+            .then(|| {
+                leading_key(line.bytes).map(Cow::Borrowed).or_else(|| {
+                    let k = serde_json::from_slice::<KeyOnly>(line.bytes).ok()?;
+                    Some(Cow::Owned(k.request_key))
+                })
+            })
             .flatten();
-        before.push(key.and_then(|k| last.insert(k.request_key, i)));
+        before.push(key.and_then(|k| last.insert(k, i)));
     }
     before
+}
+
+/// The request key of a line that starts `{"request_key":"KEY"` with no escape in KEY (as
+/// most writers put it), read without parsing the rest: the key serde would read there. A
+/// line that goes wrong later (a duplicate key, bad JSON) is invalid whatever it waits for.
+fn leading_key(line: &[u8]) -> Option<&str> {
+    const HEAD: &[u8] = br#"{"request_key":""#;
+    let rest = line.strip_prefix(HEAD)?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    std::str::from_utf8(&rest[..end]).ok()
 }
 
 /// The claim source of line `number` of bulk file `name` (what the WAL and the logs show).
@@ -252,6 +272,22 @@ mod tests {
             same_key_before(&got, &LIMITS),
             [None, None, None, Some(0), Some(3)]
         );
+        // The key first (read without a parse), elsewhere, escaped: the same dependencies.
+        let text = [
+            r#"{"request_key":"a","ops":[]}"#,
+            r#"{"ops":[],"request_key":"a"}"#,
+            r#"{"request_key":"\u0061","ops":[]}"#,
+            r#"{"request_key":"a\"b","ops":[]}"#,
+            r#"{"ops":[],"request_key":"a\"b"}"#,
+        ]
+        .join("\n");
+        let got = lines(text.as_bytes(), &LIMITS).expect("lines");
+        let before = same_key_before(&got, &LIMITS);
+        assert_eq!(before, [None, Some(0), Some(1), None, Some(3)]);
+        assert_eq!(leading_key(br#"{"request_key":"k7","ops":[]}"#), Some("k7"));
+        assert_eq!(leading_key(br#"{"request_key":"k\7"}"#), None);
+        assert_eq!(leading_key(br#"{"ops":[],"request_key":"k"}"#), None);
+        assert_eq!(leading_key(br#"{"request_key":"unterminated"#), None);
     }
 
     #[test]

@@ -525,6 +525,18 @@ mod tests {
     }
 
     #[test]
+    fn streamed_batches_running_follow_batches_in_flight_unless_set() {
+        assert_eq!(Config::default().stream_batches_running(), 256);
+        let small: Config = toml::from_str("batches_in_flight_max = 8").expect("small");
+        assert_eq!(small.stream_batches_running(), 32);
+        let set: Config = toml::from_str("stream_batches_running_max = 5").expect("set");
+        assert_eq!(set.stream_batches_running(), 5);
+        let zero: Config = toml::from_str("stream_batches_running_max = 0").expect("zero");
+        let e = zero.validate().expect_err("0 is refused").to_string();
+        assert!(e.contains("stream_batches_running_max"), "{e}");
+    }
+
+    #[test]
     fn the_commented_example_loads_and_result_sync_parses() {
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/roost.toml");
         let cfg = Config::load(&example).expect("examples/roost.toml is a valid config");

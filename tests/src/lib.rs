@@ -93,6 +93,17 @@ pub fn run_batch(
     e.submit(batch, name)
 }
 
+/// A batch under `key` that creates one record on each of `shards`, `{"key":..,"shard":..}`.
+pub fn create_on(key: &str, shards: &[&str]) -> serde_json::Value {
+    let ops: Vec<serde_json::Value> = shards
+        .iter()
+        .map(
+            |s| serde_json::json!({"op": "create", "shard": s, "record": {"key": key, "shard": s}}),
+        )
+        .collect();
+    serde_json::json!({"request_key": key, "ops": ops})
+}
+
 pub fn parse(v: &serde_json::Value) -> Batch {
     batch::parse(&serde_json::to_vec(v).expect("json"), 100).expect("valid batch")
 }

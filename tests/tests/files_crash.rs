@@ -25,21 +25,13 @@ use serde_json::{json, Value};
 
 const SHARDS: &[&str] = &["s1", "s2"];
 
-fn create(key: &str, shards: &[&str]) -> Value {
-    let ops: Vec<Value> = shards
-        .iter()
-        .map(|s| json!({"op": "create", "shard": s, "record": {"key": key, "shard": s}}))
-        .collect();
-    json!({"request_key": key, "ops": ops})
-}
-
 /// The group, in order: creates over both shards, a delete of a record made before, a
 /// rejected delete, the first file's batch again under another name (a duplicate), a
 /// conflict, and one more create.
 fn files() -> Vec<(&'static str, Value)> {
     vec![
-        ("a.json", create("a", &["s1", "s2"])),
-        ("b.json", create("b", &["s2"])),
+        ("a.json", create_on("a", &["s1", "s2"])),
+        ("b.json", create_on("b", &["s2"])),
         (
             "del.json",
             json!({"request_key": "del", "ops": [{"op": "delete", "shard": "s1", "id": 1}]}),
@@ -48,9 +40,9 @@ fn files() -> Vec<(&'static str, Value)> {
             "rej.json",
             json!({"request_key": "rej", "ops": [{"op": "delete", "shard": "s2", "id": 999}]}),
         ),
-        ("a-again.json", create("a", &["s1", "s2"])),
-        ("b-other.json", create("b", &["s1"])),
-        ("c.json", create("c", &["s1"])),
+        ("a-again.json", create_on("a", &["s1", "s2"])),
+        ("b-other.json", create_on("b", &["s1"])),
+        ("c.json", create_on("c", &["s1"])),
     ]
 }
 

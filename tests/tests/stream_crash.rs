@@ -26,14 +26,6 @@ use serde_json::{json, Value};
 
 const SHARDS: &[&str] = &["s1", "s2"];
 
-fn create(key: &str, shards: &[&str]) -> Value {
-    let ops: Vec<Value> = shards
-        .iter()
-        .map(|s| json!({"op": "create", "shard": s, "record": {"key": key, "shard": s}}))
-        .collect();
-    json!({"request_key": key, "ops": ops})
-}
-
 /// A group to send and the records its run leaves on the shards.
 #[derive(Clone, Copy)]
 struct Group {
@@ -47,13 +39,13 @@ struct Group {
 const MIXED: Group = Group {
     lines: || {
         vec![
-            create("a", &["s1", "s2"]),
-            create("b", &["s2"]),
+            create_on("a", &["s1", "s2"]),
+            create_on("b", &["s2"]),
             json!({"request_key": "del", "ops": [{"op": "delete", "shard": "s1", "id": 1}]}),
             json!({"request_key": "rej", "ops": [{"op": "delete", "shard": "s2", "id": 999}]}),
-            create("a", &["s1", "s2"]),
-            create("b", &["s1"]),
-            create("c", &["s1"]),
+            create_on("a", &["s1", "s2"]),
+            create_on("b", &["s1"]),
+            create_on("c", &["s1"]),
         ]
     },
     records: 4,
@@ -64,9 +56,9 @@ const MIXED: Group = Group {
 const CREATES: Group = Group {
     lines: || {
         vec![
-            create("a", &["s1", "s2"]),
-            create("b", &["s2"]),
-            create("c", &["s1"]),
+            create_on("a", &["s1", "s2"]),
+            create_on("b", &["s2"]),
+            create_on("c", &["s1"]),
         ]
     },
     records: 5,

@@ -8,8 +8,9 @@
 //! crash-free run does (equal but for lsns), with every key claimed once and every create
 //! on its shard once.
 //!
-//! Method: the real engine over the simulated disk, one thread, so a crash-free run is
-//! deterministic. For every point the clean run reaches, a process crash, a power loss and
+//! Method: the real engine over the simulated disk, one group on one thread (the shard
+//! owners apply concurrently, so the order of two shards' points may vary; their count does
+//! not). For every point the clean run reaches, a process crash, a power loss and
 //! two torn power losses there.
 #![forbid(unsafe_code)]
 

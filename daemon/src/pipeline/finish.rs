@@ -158,10 +158,7 @@ impl Engine {
                 continue;
             };
             for &(id, created) in &t.ids {
-                match created {
-                    true => o.created.remove(&id),
-                    false => o.deleted.remove(&id),
-                };
+                o.applied(id, created);
             }
         }
     }

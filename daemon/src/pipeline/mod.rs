@@ -121,6 +121,19 @@ struct Overlay {
     deleted: HashSet<u64>,
 }
 
+impl Overlay {
+    /// The shard applied a create (`created`) or a delete of `id`: the shard says from now
+    /// on. A delete also takes the id out of `created`, where an earlier create's batch may
+    /// still have left it (waiting on another of its shards): otherwise a later delete of
+    /// the same id would plan as if it still existed. Ids are never reused.
+    fn applied(&mut self, id: u64, created: bool) {
+        if !created {
+            self.deleted.remove(&id);
+        }
+        self.created.remove(&id);
+    }
+}
+
 /// What the planner lock guards: the request keys, the id counter, the overlays.
 struct Planner {
     keys: HashMap<String, KeyState>,
@@ -524,5 +537,29 @@ pub fn lock_data_dir(
         Ok(l) => Ok(Some(l)),
         Err(LockError::Held { path }) => Err(EngineError::Locked { path }),
         Err(LockError::Io { op, path, source }) => Err(EngineError::Io { op, path, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Overlay;
+
+    #[test]
+    fn an_applied_delete_takes_the_id_out_of_a_create_still_in_the_overlay() {
+        // Batch 1 created 100 (applied on this shard, its overlay kept while it waits on
+        // another shard); batch 2 deleted 100 and was applied here: 100 exists no more.
+        let mut o = Overlay::default();
+        o.created.insert(100);
+        o.deleted.insert(100);
+        o.applied(100, false);
+        assert!(!o.created.contains(&100) && !o.deleted.contains(&100));
+        // Batch 1's own clearing afterwards changes nothing.
+        o.applied(100, true);
+        assert!(o.created.is_empty() && o.deleted.is_empty());
+        // A delete planned but not applied yet still hides a create already applied.
+        o.created.insert(7);
+        o.deleted.insert(7);
+        o.applied(7, true);
+        assert!(o.deleted.contains(&7) && !o.created.contains(&7));
     }
 }

@@ -77,11 +77,9 @@ pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
 /// [`serve`], also stopping (the same graceful way) when `stop` is notified: for embedding
 /// the daemon in another program, such as the benchmark.
 pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
-    let workers = engine.config().batches_in_flight_max;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        // The spool's workers and as many streamed batches (`serve/stream.rs`).
-        .max_blocking_threads(2 * workers + 4)
+        .max_blocking_threads(blocking_threads(engine.config()))
         .enable_all()
         .build()
         .map_err(|source| EngineError::Io {
@@ -90,6 +88,23 @@ pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineE
             source,
         })?;
     rt.block_on(serve_async(engine, stop))
+}
+
+/// Blocking threads beyond the bounded intake: a standby's fetches and acknowledgements
+/// (`replication`), checkpoints, resume, promotion. They must never queue behind intake: under
+/// `ack = "standby"` every intake thread may be waiting for the very acknowledgement that
+/// would come on one of these.
+const BLOCKING_SLACK: usize = 16;
+
+/// The runtime's blocking pool: a thread for every spool worker and bulk file
+/// (`batches_in_flight_max`, `bulk_files_in_flight_max`), for every streamed group
+/// (`stream_batches_running_max`: a group of one line takes a thread), and the slack.
+/// Threads are made on demand.
+fn blocking_threads(cfg: &crate::config::Config) -> usize {
+    cfg.batches_in_flight_max
+        .saturating_add(cfg.bulk_files_in_flight_max)
+        .saturating_add(cfg.stream_batches_running())
+        .saturating_add(BLOCKING_SLACK)
 }
 
 impl Shared {
@@ -476,6 +491,30 @@ mod tests {
     use notify::Event;
     use std::path::PathBuf;
     use std::time::Duration;
+
+    #[test]
+    fn the_blocking_pool_holds_every_intake_thread_and_room_beside_them() {
+        // Every bounded intake thread may wait for a standby's acknowledgement (ack =
+        // "standby"), which is answered on a blocking thread too: room must remain.
+        for toml in [
+            "",
+            "batches_in_flight_max = 8",
+            "stream_batches_running_max = 1000",
+        ] {
+            let cfg: crate::config::Config = toml::from_str(toml).expect("config");
+            let intake = cfg.batches_in_flight_max
+                + cfg.bulk_files_in_flight_max
+                + cfg.stream_batches_running();
+            assert!(
+                blocking_threads(&cfg) >= intake + BLOCKING_SLACK,
+                "{toml:?}"
+            );
+        }
+        assert_eq!(
+            blocking_threads(&crate::config::Config::default()),
+            64 + 4 + 256 + 16
+        );
+    }
 
     fn ev(kind: EventKind, paths: &[&str]) -> notify::Result<Event> {
         let mut e = Event::new(kind);

@@ -96,6 +96,16 @@ impl Node {
         }
     }
 
+    /// `kill -SIG` to the running daemon.
+    fn signal(&self, sig: &str) {
+        let c = self.child.as_ref().expect("a running daemon to signal");
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &c.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -{sig} {} failed", self.name);
+    }
+
     fn roost(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
             .arg("--data-dir")
@@ -846,4 +856,55 @@ fn a_standby_behind_the_retained_wal_reseeds_itself_from_a_live_primary() {
     same_logs(&a, &b);
     b.verify();
     a.verify();
+}
+
+/// Goal: under `ack = "standby"` a streamed batch waits for the standby on a thread of the
+/// daemon's blocking pool, and the standby's fetches and acknowledgements are answered on
+/// threads of that pool too: they must never queue behind the batches waiting for them.
+/// With the standby frozen, 64 connections send one line at a time (each a group of its own)
+/// until every streamed place (`stream_batches_running_max`, 256) holds a waiting thread;
+/// once the standby runs again every batch is answered. (With a pool sized for 64 streamed
+/// batches, 132 threads, the fetches queued behind 132 waiting groups for ever.)
+#[test]
+fn streamed_batches_waiting_for_a_frozen_standby_leave_it_threads_to_catch_up() {
+    use std::io::{BufReader, Write};
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    drop_in(&a.spool(), "w.json", &batch("w", "s", 1));
+    wait_for("the first result, the standby in sync", LIMIT, || {
+        a.result("w.json").is_some()
+    });
+    b.signal("STOP");
+    let (conns, rounds) = (64, 5);
+    let mut socks: Vec<_> = (0..conns)
+        .map(|_| common::stream::connect(&a.data, LIMIT))
+        .collect();
+    for r in 0..rounds {
+        for (c, s) in socks.iter_mut().enumerate() {
+            let line = common::stream::batch_line(&format!("c{c}-{r}"), "s", 1);
+            s.write_all(line.as_bytes()).expect("send a line");
+        }
+        // Each connection's next line arrives after its reader took this one alone.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let waiting = a.status()["in_flight"].as_u64().unwrap_or(0);
+    b.signal("CONT");
+    for (c, s) in socks.into_iter().enumerate() {
+        let mut r = BufReader::new(s);
+        for round in 0..rounds {
+            let v = common::stream::read_answer(&mut r);
+            assert_eq!(
+                v["status"], "committed",
+                "connection {c}, line {round}: {v}"
+            );
+        }
+    }
+    assert!(
+        waiting > 132,
+        "only {waiting} streamed batches were waiting: the test proves nothing"
+    );
+    b.stop();
+    a.stop();
 }

@@ -133,6 +133,7 @@ pub struct Config {
     /// Batches one stream connection may have between its request line and its answer
     /// line; at that many the daemon stops reading the connection until an answer is
     /// written (back-pressure: a client that does not read its answers stalls only itself).
+    /// Two full groups of 64: one is claimed while the other's syncs run.
     pub stream_in_flight_max: usize,
     /// Stream connections open at once; one more is answered `unavailable` and closed.
     pub stream_connections_max: usize,
@@ -304,7 +305,7 @@ impl Default for Config {
             shard_compact_bytes_per_sec: 64 << 20,
             replication: ReplicationConfig::default(),
             stream_socket: None,
-            stream_in_flight_max: 64,
+            stream_in_flight_max: 128,
             stream_connections_max: 64,
             stream_line_bytes_max: None,
             stream_batches_running_max: None,

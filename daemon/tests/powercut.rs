@@ -148,11 +148,7 @@ impl Daemon {
     }
 
     fn signal(&self, sig: &str) {
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(st.success(), "kill -{sig} failed");
+        common::signal(self.child.id(), sig);
     }
 
     fn kill9(mut self) {

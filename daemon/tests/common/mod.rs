@@ -34,6 +34,15 @@ pub fn drop_in(spool: &Path, name: &str, body: &[u8]) {
         .unwrap_or_else(|e| panic!("delivering {name}: {e}"));
 }
 
+/// `kill -SIG PID` (SIGSTOP freezes a daemon for a power cut or a partition, SIGCONT thaws it).
+pub fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid} failed");
+}
+
 /// `roost ARGS... --data-dir DATA`, its output.
 pub fn roost_at(data: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(BIN)

@@ -111,11 +111,7 @@ impl Node {
     /// `kill -SIG` to the running daemon.
     pub fn signal(&self, sig: &str) {
         let c = self.child.as_ref().expect("a running daemon to signal");
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &c.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(st.success(), "kill -{sig} {} failed", self.name);
+        crate::common::signal(c.id(), sig);
     }
 
     /// SIGKILL (also ends a stopped process) and reap.

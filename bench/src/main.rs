@@ -260,6 +260,8 @@ fn bench_dir() -> PathBuf {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the `roost` binary does: roost runs in this process.
+    roost::no_transparent_huge_pages();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("--restart-probe") => {

@@ -43,6 +43,7 @@ fn main() {
     } else {
         builder.init();
     }
+    roost::no_transparent_huge_pages();
     let code = match roost::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

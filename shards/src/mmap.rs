@@ -54,6 +54,14 @@ impl MappedSegment {
                 format!("segment is {actual} bytes, expected at least {len}: refusing to map"),
             ));
         }
+        // A zero-length pwrite is refused (EBADF) on a file not open for writing: the writes
+        // would fail, and worse, `msync` of its map would sync nothing without an error.
+        file.write_at(&[], 0).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("segment is not open for writing ({e}): refusing to map"),
+            )
+        })?;
         let len = usize::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large to map"))?;
         let map = MmapOptions::new().len(len).map_raw_read_only(&file)?;
@@ -149,6 +157,15 @@ mod tests {
         let on_disk = std::fs::read(dir.path().join("000.seg")).expect("read back");
         assert_eq!(&on_disk[4090..4108], b"across a page edge");
         assert_eq!(on_disk[150_099], 7);
+    }
+
+    #[test]
+    fn a_segment_not_open_for_writing_is_refused() {
+        let (dir, seg) = segment(8192);
+        drop(seg);
+        let ro = std::fs::File::open(dir.path().join("000.seg")).expect("open read-only");
+        let e = MappedSegment::map(ro, 8192).expect_err("a read-only file must not be mapped");
+        assert!(e.to_string().contains("not open for writing"), "{e}");
     }
 
     #[test]

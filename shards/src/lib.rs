@@ -537,7 +537,7 @@ fn scan_frames(
     Ok(SegmentEnd { pos, torn: None })
 }
 
-/// Maps a segment file read-write over `[0, len)`.
+/// Maps a segment file over `[0, len)` for reading (`MappedSegment` writes by `pwrite`).
 fn map_segment(file: &dyn StorageFile, len: u64) -> io::Result<MappedSegment> {
     let std_file = file
         .as_std_file()
@@ -1051,8 +1051,9 @@ impl Shard {
             .unwrap_or(true)
     }
 
-    /// Makes everything applied so far durable: `msync(MS_SYNC)` of the written range and
-    /// `fdatasync` of the file. A failure poisons the shard (never retried).
+    /// Makes everything applied so far durable: `msync(MS_SYNC)` of the written range of a
+    /// mapped segment (on Linux the same as `fdatasync` of the file), `fdatasync` of a plain
+    /// one. A failure poisons the shard (never retried).
     pub fn flush(&mut self) -> Result<(), ShardError> {
         self.check_writable()?;
         let Some(from) = self.dirty_from else {

@@ -1141,6 +1141,11 @@ impl Shard {
     pub fn truncate_from(&mut self, lsn: u64) -> Result<usize, ShardError> {
         self.check_writable()?;
         self.before_truncate(lsn)?;
+        // What was applied and not yet flushed, first: the rebuild below forgets the dirty
+        // range, and the zeros' own msync covers only their range of a mapped segment, so the
+        // kept frames before them would stay unsynced while `flush` answered Ok. (The
+        // simulated disk's flush syncs the whole file, so no sim test sees the difference.)
+        self.flush()?;
         let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
             return Ok(0);
         };

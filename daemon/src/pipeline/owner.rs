@@ -285,11 +285,10 @@ impl Owner {
     /// Queues an apply or a flush; answers a read at once.
     fn take(&mut self, m: ShardMsg) {
         match m {
-            ShardMsg::Apply { txns, reply } => {
+            ShardMsg::Apply { mut txns, reply } => {
                 // Applied in lsn order: the largest lsn is the message's last, and a failure
                 // before it leaves it pending, refused with the failure (`refuse_all`).
                 let mut reply = Some(reply);
-                let mut txns = txns;
                 txns.sort_unstable_by_key(|t| t.lsn);
                 for t in txns.into_iter().rev() {
                     self.pending.insert(t.lsn, (t.k, t.ops, reply.take()));
@@ -513,17 +512,27 @@ mod tests {
 
     const PATIENCE: Duration = Duration::from_secs(5);
 
+    /// The one answer to a message, within [`PATIENCE`] (`what` names it when none comes).
+    fn answer(rx: &Receiver<Result<(), EngineError>>, what: &str) -> Result<(), EngineError> {
+        rx.recv_timeout(PATIENCE)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    fn crashed(r: &Result<(), EngineError>) -> bool {
+        matches!(r, Err(EngineError::Crashed(_)))
+    }
+
     #[test]
     fn one_message_applies_every_turn_in_lsn_order_and_answers_once() {
         let s = slot(None);
         let rx = s.send_apply(creates(&[3, 1, 2])).expect("send");
-        let r = rx.recv_timeout(PATIENCE).expect("an answer");
+        let r = answer(&rx, "an answer");
         assert!(r.is_ok(), "{r:?}");
         for id in 1..=3 {
             assert!(s.contains(id).expect("contains"), "id {id}");
         }
         let rx = s.send_apply(Vec::new()).expect("send nothing");
-        assert!(rx.recv_timeout(PATIENCE).expect("answer").is_ok());
+        assert!(answer(&rx, "an answer to nothing").is_ok());
     }
 
     #[test]
@@ -532,20 +541,18 @@ mod tests {
         // one reply (held by the third) carries the failure rather than never coming.
         let s = slot(Some(2));
         let rx = s.send_apply(creates(&[1, 2, 3])).expect("send");
-        let r = rx.recv_timeout(PATIENCE).expect("an answer, not a hang");
-        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+        let r = answer(&rx, "an answer, not a hang");
+        assert!(crashed(&r), "{r:?}");
         assert!(
             !s.contains(3).expect("contains"),
             "applied after the failure"
         );
         let rx = s.send_apply(creates(&[4])).expect("send after");
-        let r = rx.recv_timeout(PATIENCE).expect("a dead owner answers");
-        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+        let r = answer(&rx, "a dead owner answers");
+        assert!(crashed(&r), "{r:?}");
         let rx = s.send_apply(Vec::new()).expect("send nothing after");
-        let r = rx
-            .recv_timeout(PATIENCE)
-            .expect("a dead owner answers nothing too");
-        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+        let r = answer(&rx, "a dead owner answers nothing too");
+        assert!(crashed(&r), "{r:?}");
     }
 
     #[test]
@@ -554,8 +561,8 @@ mod tests {
         // the success of whichever came last in the message.
         let s = slot(Some(3));
         let rx = s.send_apply(creates(&[3, 1, 2])).expect("send");
-        let r = rx.recv_timeout(PATIENCE).expect("an answer");
-        assert!(matches!(r, Err(EngineError::Crashed(_))), "{r:?}");
+        let r = answer(&rx, "an answer");
+        assert!(crashed(&r), "{r:?}");
         assert!(
             s.contains(2).expect("contains"),
             "lsn 2 applied before the failure"

@@ -113,6 +113,11 @@ pub struct Config {
     /// same key gets the original answer; after it, the same key is a new batch. A client
     /// that retries later than this must use a new key.
     pub request_key_window_secs: u64,
+    /// What roost may hold in memory for what grows with use (issue 25): the request-key
+    /// index's filters get half, the cache of keys not yet checkpointed a quarter (past it a
+    /// checkpoint moves them to disk). Shard indexes and buffers are outside it (see
+    /// docs/memory.md).
+    pub memory_budget_bytes: u64,
     /// Keep at most this many bytes of audit log segments (the oldest go first, only below
     /// the last checkpoint); unset keeps everything.
     pub audit_retain_bytes: Option<u64>,
@@ -299,6 +304,7 @@ impl Default for Config {
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
+            memory_budget_bytes: 256 << 20,
             audit_retain_bytes: None,
             audit_retain_secs: None,
             shard_compact_dead_fraction: 0.5,
@@ -337,7 +343,22 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// What one key of the in-memory cache costs, measured (docs/memory.md): the map's slot,
+/// the key's heap copy and the allocator's rounding, for keys of up to about 40 bytes.
+pub const KEY_CACHE_BYTES_PER_KEY: u64 = 160;
+
 impl Config {
+    /// The key index's filters' share of `memory_budget_bytes`: half.
+    pub fn key_filter_bytes_max(&self) -> u64 {
+        self.memory_budget_bytes / 2
+    }
+
+    /// Keys not yet checkpointed that the cache may hold before a checkpoint is due: a
+    /// quarter of `memory_budget_bytes`, at [`KEY_CACHE_BYTES_PER_KEY`] each.
+    pub fn key_cache_keys_max(&self) -> u64 {
+        (self.memory_budget_bytes / 4 / KEY_CACHE_BYTES_PER_KEY).max(1024)
+    }
+
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
@@ -379,6 +400,12 @@ impl Config {
             ));
         }
         self.validate_bulk()?;
+        if self.memory_budget_bytes < 16 << 20 {
+            return Err(ConfigError::Invalid(format!(
+                "memory_budget_bytes = {} is below the 16 MiB roost needs to run",
+                self.memory_budget_bytes
+            )));
+        }
         if self.stream_in_flight_max == 0
             || self.stream_connections_max == 0
             || self.stream_line_bytes_max == Some(0)

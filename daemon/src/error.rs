@@ -109,6 +109,8 @@ impl CommandError {
 pub enum EngineError {
     #[error(transparent)]
     Wal(#[from] WalError),
+    #[error(transparent)]
+    KeyIndex(#[from] roost_keyindex::IndexError),
     #[error("shard {shard}: {source}")]
     Shard { shard: String, source: ShardError },
     #[error("{op} {}: {source}", path.display())]
@@ -181,6 +183,8 @@ impl EngineError {
     pub fn class(&self) -> ErrorClass {
         match self {
             EngineError::Wal(e) => wal_class(e),
+            EngineError::KeyIndex(e) if e.is_corruption() => ErrorClass::Corruption,
+            EngineError::KeyIndex(_) => ErrorClass::Io,
             EngineError::Shard { source, .. } => shard_class(source),
             EngineError::Codec { .. } | EngineError::Inconsistent { .. } => ErrorClass::Corruption,
             EngineError::Locked { .. } => ErrorClass::Locked,

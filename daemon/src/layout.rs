@@ -8,6 +8,7 @@
 //! <data-dir>/audit/          the audit log (one row per committed op), same frame format
 //! <data-dir>/shards/<name>/  one shard's segments
 //! <data-dir>/keys/           the request-key table (answers of checkpointed batches)
+//! <data-dir>/keyindex/       the key table's index on disk (roost_keyindex: runs, SEED)
 //! <data-dir>/CHECKPOINT      the last checkpoint (recovery starts from it)
 //! <data-dir>/LEADER_EPOCHS   epoch -> first lsn of the WAL's records (replication)
 //! <data-dir>/EPOCH           the highest leader epoch this node has known (replication)
@@ -19,6 +20,7 @@ pub const WAL_DIR: &str = "wal";
 pub const AUDIT_DIR: &str = "audit";
 pub const SHARDS_DIR: &str = "shards";
 pub const KEYS_DIR: &str = "keys";
+pub const KEY_INDEX_DIR: &str = "keyindex";
 pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 pub const LEADER_EPOCHS_FILE: &str = "LEADER_EPOCHS";
 pub const EPOCH_FILE: &str = "EPOCH";
@@ -58,6 +60,10 @@ impl Layout {
 
     pub fn keys(&self) -> PathBuf {
         self.data_dir.join(KEYS_DIR)
+    }
+
+    pub fn key_index(&self) -> PathBuf {
+        self.data_dir.join(KEY_INDEX_DIR)
     }
 
     pub fn leader_epochs(&self) -> PathBuf {

@@ -156,7 +156,7 @@ pub struct Run {
     file: Box<dyn StorageFile>,
     filter: Filter,
     /// Per block: (first hash, CRC-32 of the block).
-    fences: Vec<(u64, u32)>,
+    fences: Vec<Fence>,
 }
 
 impl Run {
@@ -264,11 +264,14 @@ impl Run {
     }
 }
 
+/// A block's first hash and the CRC-32 of its bytes.
+type Fence = (u64, u32);
+
 /// The filter and fences, checked against the trailing CRC. Errors carry (offset, reason).
 fn read_tail(
     file: &dyn StorageFile,
     h: &Header,
-) -> Result<(Filter, Vec<(u64, u32)>), (u64, String)> {
+) -> Result<(Filter, Vec<Fence>), (u64, String)> {
     let off = h.filter_off();
     let filter_len = (h.filter_blocks * FILTER_BLOCK_BYTES as u64) as usize;
     let tail_len = filter_len + h.blocks() as usize * FENCE_LEN;
@@ -293,7 +296,7 @@ pub struct RunWriter {
     file: Box<dyn StorageFile>,
     header: Header,
     filter: Filter,
-    fences: Vec<(u64, u32)>,
+    fences: Vec<Fence>,
     block: Vec<u8>,
     written: u64,
     last: Option<Entry>,

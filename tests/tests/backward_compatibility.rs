@@ -95,13 +95,18 @@ fn write_fixture(data: &Path) {
     assert_eq!(r.status(), Status::Rejected, "{r:?}");
 }
 
-/// Every regular file under `dir`, by relative path, with its bytes.
+/// Every regular file under `dir`, by relative path, with its bytes. The key index
+/// (`keyindex/`) is left out: it is derived from the key table, which open catches it up
+/// from, and its seed is random.
 fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
+            if p.is_dir() && p.file_name().is_some_and(|n| n == roost::layout::KEY_INDEX_DIR) {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else {

@@ -144,6 +144,7 @@ fn recovers(disk: &SimStorage, answers: &BTreeMap<u64, BatchResult>, what: &str)
 fn a_crash_at_every_step_of_a_checkpoint_recovers_the_same_answers() {
     let steps = [
         Step::AfterKeysSync,
+        Step::AfterKeyIndex,
         Step::AfterCheckpoint,
         Step::AfterWalRetired,
     ];

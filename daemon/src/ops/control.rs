@@ -94,6 +94,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
         "checkpoint": checkpoint_json(engine),
         "live_keys": engine.live_keys(),
+        "memory": memory_json(engine),
+        "key_index": key_index_json(engine),
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
             "compactions": c.compactions,
             "reclaimed_bytes": c.reclaimed_bytes,
@@ -111,6 +113,35 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
             "batches_finished": rec.batches_finished,
             "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
         },
+    })
+}
+
+/// Memory by part (issue 25): the budget, the key index's filters and fences, the key
+/// cache, the shard indexes, the resident set and the rest.
+fn memory_json(engine: &Engine) -> serde_json::Value {
+    let m = engine.memory();
+    json!({
+        "budget_bytes": m.budget_bytes,
+        "key_filter_bytes": m.key_filter_bytes,
+        "key_fence_bytes": m.key_fence_bytes,
+        "key_cache_keys": m.key_cache_keys,
+        "key_cache_bytes": m.key_cache_bytes,
+        "shard_index_records": m.shard_index_records,
+        "shard_index_bytes": m.shard_index_bytes,
+        "rss_bytes": m.rss_bytes,
+        "other_bytes": m.other_bytes,
+    })
+}
+
+/// The request-key index on disk: runs, keys they hold, bytes, merges, keys read through it.
+fn key_index_json(engine: &Engine) -> serde_json::Value {
+    let ix = engine.key_index_stats();
+    json!({
+        "runs": ix.runs,
+        "keys": ix.entries,
+        "disk_bytes": ix.disk_bytes,
+        "merges": ix.merges,
+        "reads": engine.stats.key_index_reads.load(Ordering::Relaxed),
     })
 }
 
@@ -404,12 +435,13 @@ fn write_compaction(out: &mut String, engine: &Engine) {
 }
 
 /// One sample per metric without labels: (name, type, help, value).
-fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 15] {
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 20] {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
     let (_, audit_syncs) = engine.audit_stats();
     let paused = engine.paused();
+    let mem = engine.memory();
     [
         (
             "roost_batches_in_flight",
@@ -482,6 +514,36 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
             "gauge",
             "Request keys remembered now (inside the window or not yet checkpointed).",
             engine.live_keys() as u64,
+        ),
+        (
+            "roost_memory_key_filter_bytes",
+            "gauge",
+            "Bytes of the request-key index's filters in memory (within memory_budget_bytes).",
+            mem.key_filter_bytes,
+        ),
+        (
+            "roost_memory_key_cache_bytes",
+            "gauge",
+            "Estimated bytes of the keys not yet checkpointed, held in memory.",
+            mem.key_cache_bytes,
+        ),
+        (
+            "roost_memory_shard_index_bytes",
+            "gauge",
+            "Estimated bytes of the shards' in-memory indexes (20 per record).",
+            mem.shard_index_bytes,
+        ),
+        (
+            "roost_memory_resident_bytes",
+            "gauge",
+            "The daemon's resident set size.",
+            mem.rss_bytes,
+        ),
+        (
+            "roost_key_index_runs",
+            "gauge",
+            "Sorted runs of the request-key index on disk.",
+            engine.key_index_stats().runs,
         ),
         (
             "roost_checkpoint_wal_from",

@@ -8,13 +8,15 @@
 //!    or rejection in `[keys_through + 1, X)`, then is synced (`after_keys_sync`). A crash
 //!    here: the old checkpoint still rules; its replay sees those keys again in the WAL, and
 //!    the next checkpoint starts after the table's last key (no key is copied twice).
+//!    Then one key index run for those keys, synced and renamed (`after_key_index`). A
+//!    crash between the table's sync and the run: open indexes the table's tail.
 //! 2. `CHECKPOINT.tmp` written and fdatasynced, renamed over `CHECKPOINT`, the data
 //!    directory fsynced (`after_checkpoint`): recovery starts from X from now on.
-//! 3. In memory, every key below X now answers from the table; then the WAL segments wholly
-//!    below X are removed and the WAL directory synced (`after_wal_retired`). A crash before
-//!    the removal leaves segments recovery skips (it replays from X).
-//! 4. Keys that left the window are forgotten and the key table's segments below the oldest
-//!    remembered key removed; audit segments wholly below the checkpoint's audit mark go if
+//! 3. Every key below X leaves the in-memory map (the index answers it from now on); then
+//!    the WAL segments wholly below X are removed and the WAL directory synced
+//!    (`after_wal_retired`). A crash before the removal leaves segments recovery skips.
+//! 4. Index runs whose newest key left the window are removed, then the key table's
+//!    segments below the oldest run left; audit segments wholly below the checkpoint's audit mark go if
 //!    `audit_retain_bytes` / `audit_retain_secs` say so (by default the audit log is kept).
 
 use std::collections::BTreeMap;
@@ -25,9 +27,9 @@ use roost_wal::Lsn;
 use tracing::{debug, info};
 
 use super::crash::Step;
-use super::keys::{self, Reaped, REAP_SLICE};
+use super::keys::{self, Moved};
 use super::records::{self, read_wal_frames, Checkpoint, KEY_RECORD_TYPE};
-use super::{lock, Engine, KeyAt};
+use super::{lock, Engine};
 use crate::error::EngineError;
 
 /// What the engine remembers of checkpoints.
@@ -47,9 +49,6 @@ pub(super) struct CheckpointState {
     /// The last `at_ms` stamped in the key table (stamps never decrease along it).
     pub last_at_ms: u64,
 }
-
-/// A key copied into the table at this checkpoint: (key, batch lsn, table lsn, offset, at).
-type Moved = (String, Lsn, Lsn, u64, u64);
 
 impl Engine {
     /// Takes a checkpoint now if anything was finished since the last one. Returns it, or
@@ -84,6 +83,8 @@ impl Engine {
             self.wal.sync_to(end).inspect_err(|_| self.fail())?;
         }
         let moved = self.copy_keys(keys_through + 1, c.wal_from, now)?;
+        self.index_keys(&moved).inspect_err(|_| self.fail())?;
+        self.hit(Step::AfterKeyIndex.at())?;
         c.keys_through = c.wal_from.saturating_sub(1);
         c.at_ms = now;
         self.write_checkpoint(&c)?;
@@ -91,7 +92,7 @@ impl Engine {
             c.wal_from.saturating_sub(1),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.point_keys_at_table(&moved);
+        self.forget_checkpointed(&moved);
         // A standby just re-seeded starts its log at a pinned lsn (`backup.rs`).
         let keep = c
             .wal_from
@@ -124,8 +125,11 @@ impl Engine {
     }
 
     /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or
-    /// `checkpoint_interval_ms` passed with something appended.
+    /// `checkpoint_interval_ms` passed with something appended, or the key cache full.
     pub fn checkpoint_due(&self) -> bool {
+        if self.cached_keys() as u64 >= self.config.key_cache_keys_max() {
+            return true; // the key cache is full: move its keys to the index on disk
+        }
         let st = lock(&self.checkpoints);
         let grown =
             (self.wal.append_bytes() + st.found_at_open).saturating_sub(st.wal_bytes_at_last);
@@ -254,49 +258,42 @@ impl Engine {
         self.hit(Step::AfterCheckpoint.at())
     }
 
-    /// Step 3: keys below the checkpoint answer from the table from now on (unless a newer
-    /// batch took the key meanwhile), and enter the reaper's queue.
-    fn point_keys_at_table(&self, moved: &[Moved]) {
+    /// Step 3: keys below the checkpoint leave the map (unless a newer batch took the key
+    /// meanwhile): the index answers them from now on.
+    fn forget_checkpointed(&self, moved: &[Moved]) {
         let mut p = lock(&self.planner);
-        for (key, lsn, at, offset, at_ms) in moved {
-            let Some(k) = p.keys.get_mut(key) else {
-                continue;
-            };
-            if k.lsn != *lsn {
-                continue;
+        for (key, lsn, ..) in moved {
+            if p.keys.get(key).is_some_and(|k| k.lsn == *lsn) {
+                p.keys.remove(key);
             }
-            k.at = KeyAt::Keys {
-                lsn: *at,
-                offset: *offset,
-            };
-            let r: Reaped = (*at_ms, key.clone(), *lsn, *at);
-            p.reaper.push_back(r);
+        }
+        if p.keys.capacity() > 4 * p.keys.len().max(1024) {
+            p.keys.shrink_to_fit(); // give back what a burst between checkpoints took
         }
     }
 
-    /// Step 4: expired keys forgotten (a slice at a time, the planner lock released between
-    /// slices), the key table and the audit log trimmed. Returns (keys forgotten, audit
-    /// segments removed).
+    /// Step 4: index runs wholly out of the window removed, the key table trimmed below the
+    /// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments
+    /// removed).
     fn retire_tables(&self, now: u64, c: &Checkpoint) -> Result<(usize, usize), EngineError> {
-        let mut forgot = 0;
-        let oldest = loop {
-            let (n, oldest) = self.reap_keys(now, REAP_SLICE);
-            forgot += n;
-            if n < REAP_SLICE {
-                break oldest;
-            }
-        };
-        let keep_from = oldest.unwrap_or_else(|| self.keys.next_lsn());
+        let (_, forgot) = self
+            .index
+            .expire(self.key_cutoff_ms(now))
+            .inspect_err(|_| self.fail())?;
+        let keep_from = self
+            .index
+            .first_table_lsn()
+            .unwrap_or_else(|| self.keys.next_lsn());
         let removed = self
             .keys
             .retire_below(keep_from)
             .inspect_err(|_| self.fail())?;
         debug!(
             removed,
-            keep_from, "key table: segments below the oldest live key removed"
+            keep_from, "key table: segments below the oldest index run removed"
         );
         let audit = self.retire_audit(c).inspect_err(|_| self.fail())?;
-        Ok((forgot, audit))
+        Ok((forgot as usize, audit))
     }
 
     /// The audit log's oldest segments, wholly below the checkpoint's audit mark, while it is

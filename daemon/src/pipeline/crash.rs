@@ -34,6 +34,8 @@ pub enum Step {
     AfterDone,
     /// A checkpoint (`checkpoint.rs`): the key table's new records synced ...
     AfterKeysSync,
+    /// After the checkpoint's keys were written as a key index run (synced, renamed).
+    AfterKeyIndex,
     /// ... the `CHECKPOINT` file renamed into place and its directory synced ...
     AfterCheckpoint,
     /// ... the WAL segments below it removed.
@@ -42,7 +44,7 @@ pub enum Step {
 
 impl Step {
     /// Every step, in pipeline order.
-    pub const ALL: [Step; 13] = [
+    pub const ALL: [Step; 14] = [
         Step::AfterPlan,
         Step::AfterClaimAppend,
         Step::AfterClaimSync,
@@ -54,6 +56,7 @@ impl Step {
         Step::AfterAuditSync,
         Step::AfterDone,
         Step::AfterKeysSync,
+        Step::AfterKeyIndex,
         Step::AfterCheckpoint,
         Step::AfterWalRetired,
     ];
@@ -71,6 +74,7 @@ impl Step {
             Step::AfterAuditSync => "after_audit_sync",
             Step::AfterDone => "after_done",
             Step::AfterKeysSync => "after_keys_sync",
+            Step::AfterKeyIndex => "after_key_index",
             Step::AfterCheckpoint => "after_checkpoint",
             Step::AfterWalRetired => "after_wal_retired",
         }
@@ -119,7 +123,7 @@ impl fmt::Display for CrashPoint {
 
 /// A name that is not a crash point.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done, after_keys_sync, after_checkpoint, after_wal_retired)")]
+#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done, after_keys_sync, after_key_index, after_checkpoint, after_wal_retired)")]
 pub struct UnknownPoint(pub String);
 
 impl FromStr for CrashPoint {

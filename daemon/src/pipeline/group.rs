@@ -228,7 +228,7 @@ impl Engine {
         self.check()?;
         // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
         self.gate_wal()?;
-        match p.keys.get(&b.request_key).map(|k| k.check(fp)) {
+        match self.key_state(p, &b.request_key)?.map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),
             None | Some(KeyFound::Free) => {}

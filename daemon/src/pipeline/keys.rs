@@ -1,24 +1,35 @@
-//! The request-key table (issue 14): where a key's answer lives once its batch is below a
-//! checkpoint and the WAL records that held it may be gone. A log in `<data-dir>/keys` (the
-//! WAL's frame format), appended at each checkpoint with one [`KeyRecord`] per claim or
-//! rejection the checkpoint passed, in lsn order, stamped with the time it entered (never
-//! decreasing along the table). A key is remembered for `request_key_window_secs` from then
-//! (Stripe's 24-hour idempotency window); after it, the same key is a new batch. Memory holds
-//! each live key once (`KeyState`, the record's position, so a duplicate answer reads one
-//! record); the reaper forgets expired keys a slice at a time, and whole table segments
-//! below the oldest live record are removed.
+//! The request-key table (issue 14) and its index (issue 25): where a key's answer lives
+//! once its batch is below a checkpoint and the WAL records that held it may be gone. A log
+//! in `<data-dir>/keys` (the WAL's frame format), appended at each checkpoint with one
+//! [`KeyRecord`] per claim or rejection the checkpoint passed, in lsn order, stamped with the
+//! time it entered (never decreasing along the table). A key is remembered for
+//! `request_key_window_secs` from then (Stripe's 24-hour idempotency window); after it, the
+//! same key is a new batch.
+//!
+//! Memory holds only the keys the WAL still answers (the planner's map, at most
+//! `key_cache_keys_max` before a checkpoint is due); a checkpointed key is found through the
+//! index on disk (`roost_keyindex`, `<data-dir>/keyindex`): its filters rule a new key out
+//! without a read, and a key seen before costs one index block and one table record. The
+//! index holds what the table holds: each checkpoint adds a run for the keys it copied, and
+//! open indexes any table records a crash left without one. Expiry removes whole runs and
+//! the table segments below the oldest run left; a key is checked against the window when
+//! its record is read.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use roost_wal::Lsn;
 
+use roost_keyindex::{Entry, RunMeta};
+use roost_wal::WalError;
+
 use super::records::{self, KeyAnswer, KeyRecord, OpKind, WalEntry};
-use super::{lock, Engine, KeyAt, KeyState};
+use super::{Engine, KeyAt, KeyState, Planner};
 use crate::batch::{BatchResult, OpResult};
 use crate::error::EngineError;
 
-/// Keys the reaper forgets per call at most (its work is spread, never one long pause).
-pub(super) const REAP_SLICE: usize = 4096;
+/// Table records indexed per run when open catches the index up (a data directory from
+/// before the index, or a crash between the table's sync and the run's).
+const CATCH_UP_RUN_KEYS: usize = 1 << 20;
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {
@@ -79,8 +90,8 @@ pub(super) fn record_of(lsn: Lsn, entry: &WalEntry, at_ms: u64) -> Option<KeyRec
     })
 }
 
-/// A key the table holds, for the reaper: (entered at, key, claim lsn, table lsn).
-pub(super) type Reaped = (u64, String, Lsn, Lsn);
+/// A key copied into the table at a checkpoint: (key, batch lsn, table lsn, offset, at).
+pub(super) type Moved = (String, Lsn, Lsn, u64, u64);
 
 impl Engine {
     /// The oldest moment a remembered key may have entered the table.
@@ -88,60 +99,108 @@ impl Engine {
         now.saturating_sub(self.config.request_key_window_secs.saturating_mul(1000))
     }
 
-    /// At open: every key of the table still inside the window, into the planner. Returns
-    /// the largest batch lsn the table holds (0 when empty).
-    pub(super) fn load_keys(&self, now: u64) -> Result<Lsn, EngineError> {
-        let cutoff = self.key_cutoff_ms(now);
-        let mut through = 0;
-        let mut p = lock(&self.planner);
-        for rec in self.keys.replay(1) {
+    /// At open: indexes the table records no run holds yet, so the index holds the whole
+    /// table. Returns the largest batch lsn the table holds (0 when empty).
+    pub(super) fn catch_up_key_index(&self) -> Result<Lsn, EngineError> {
+        let table_next = self.keys.next_lsn();
+        if let Some(last) = self.index.last_table_lsn().filter(|l| *l >= table_next) {
+            return Err(EngineError::Inconsistent {
+                lsn: last,
+                detail: format!(
+                    "the key index holds table lsn {last}, the key table ends before {table_next}"
+                ),
+            });
+        }
+        let from = self.index.last_table_lsn().map_or(1, |l| l + 1);
+        let mut batch: Vec<Moved> = Vec::new();
+        for rec in self.keys.replay(from) {
             let rec = rec?;
             let k = records::decode_key(&rec)?;
-            through = through.max(k.lsn);
-            if k.at_ms < cutoff {
-                continue;
+            batch.push((k.request_key, k.lsn, rec.lsn, rec.offset, k.at_ms));
+            if batch.len() == CATCH_UP_RUN_KEYS {
+                self.index_keys(&std::mem::take(&mut batch))?;
             }
-            let state = KeyState {
+        }
+        self.index_keys(&batch)?;
+        Ok(self.index.max_batch_lsn())
+    }
+
+    /// One index run for keys just copied into the table (in table order), durable when this
+    /// returns.
+    pub(super) fn index_keys(&self, moved: &[Moved]) -> Result<(), EngineError> {
+        let (Some(first), Some(last)) = (moved.first(), moved.last()) else {
+            return Ok(());
+        };
+        let entries = moved
+            .iter()
+            .map(|(key, _, lsn, offset, _)| Entry {
+                hash: self.index.hash(key.as_bytes()),
+                table_lsn: *lsn,
+                offset: *offset,
+            })
+            .collect();
+        let meta = RunMeta {
+            first_table_lsn: first.2,
+            last_table_lsn: last.2,
+            min_at_ms: moved.iter().map(|m| m.4).min().unwrap_or(0),
+            max_at_ms: moved.iter().map(|m| m.4).max().unwrap_or(0),
+            max_batch_lsn: moved.iter().map(|m| m.1).max().unwrap_or(0),
+        };
+        self.index.add_run(entries, meta).map_err(EngineError::from)
+    }
+
+    /// What the planner knows of `key`: the map (keys the WAL still answers), else the
+    /// index on disk. Called under the planner lock: a checkpoint adds a key's run before
+    /// it takes the key out of the map, so a key is always in one or the other.
+    pub(super) fn key_state(&self, p: &Planner, key: &str) -> Result<Option<KeyState>, EngineError> {
+        match p.keys.get(key) {
+            Some(k) => Ok(Some(*k)),
+            None => self.indexed_key(key),
+        }
+    }
+
+    /// A checkpointed key still inside the window: its newest table record, found through
+    /// the index and read to compare the key (the index holds only hashes).
+    fn indexed_key(&self, key: &str) -> Result<Option<KeyState>, EngineError> {
+        let cutoff = self.key_cutoff_ms(now_ms());
+        for (lsn, offset) in self.index.candidates(key.as_bytes())? {
+            let rec = match self.keys.read_record(lsn, offset) {
+                // Expired and retired since the lookup: older than the window.
+                Err(WalError::Missing { .. }) if lsn < self.keys.first_lsn() => return Ok(None),
+                r => r?,
+            };
+            let k = records::decode_key(&rec)?;
+            if k.request_key != key {
+                continue; // another key with the same hash
+            }
+            if k.at_ms < cutoff {
+                return Ok(None); // the newest record of the key left the window
+            }
+            self.stats.key_index_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(Some(KeyState {
                 lsn: k.lsn,
                 fingerprint: k.fingerprint,
                 done: true,
                 rejected: matches!(k.answer, KeyAnswer::Rejected { .. }),
-                at: KeyAt::Keys {
-                    lsn: rec.lsn,
-                    offset: rec.offset,
-                },
-            };
-            p.reaper
-                .push_back((k.at_ms, k.request_key.clone(), k.lsn, rec.lsn));
-            p.keys.insert(k.request_key, state);
+                at: KeyAt::Keys { lsn, offset },
+            }));
         }
-        Ok(through)
+        Ok(None)
     }
 
-    /// Forgets at most `max` keys that left the window (a key answered by a newer batch stays).
-    /// Returns how many were forgotten and the table lsn of the oldest key still held.
-    pub(super) fn reap_keys(&self, now: u64, max: usize) -> (usize, Option<Lsn>) {
-        let cutoff = self.key_cutoff_ms(now);
-        let mut p = lock(&self.planner);
-        let mut forgot = 0;
-        for _ in 0..max {
-            match p.reaper.front() {
-                Some((at, ..)) if *at < cutoff => {}
-                _ => break,
-            }
-            let Some((_, key, lsn, _)) = p.reaper.pop_front() else {
-                break;
-            };
-            if p.keys.get(&key).is_some_and(|k| k.lsn == lsn) {
-                p.keys.remove(&key);
-                forgot += 1;
-            }
-        }
-        (forgot, p.reaper.front().map(|r| r.3))
-    }
-
-    /// Live request keys remembered now.
+    /// Keys remembered now: those the WAL answers plus those the index holds (a run's keys
+    /// count until the run expires whole).
     pub fn live_keys(&self) -> usize {
-        lock(&self.planner).keys.len()
+        let hot = super::lock(&self.planner).keys.len();
+        hot + self.index.stats().entries as usize
+    }
+
+    /// Keys in the in-memory map (not yet checkpointed, or in flight).
+    pub fn cached_keys(&self) -> usize {
+        super::lock(&self.planner).keys.len()
+    }
+
+    pub fn key_index_stats(&self) -> roost_keyindex::IndexStats {
+        self.index.stats()
     }
 }

@@ -13,6 +13,8 @@ pub struct Stats {
     pub invalid: AtomicU64,
     pub conflict: AtomicU64,
     pub duplicate: AtomicU64,
+    /// Keys answered through the key index on disk (a table record read).
+    pub key_index_reads: AtomicU64,
     pub in_flight: AtomicU64,
     pub latency: PhaseLatency,
     /// Shard transactions applied, and the flushes that made them durable: owners flush once

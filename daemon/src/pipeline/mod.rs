@@ -27,6 +27,7 @@ pub mod crash;
 mod finish;
 mod group;
 mod keys;
+mod memory;
 pub mod metrics;
 mod names;
 mod owner;
@@ -43,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use roost_keyindex::{IndexOptions, KeyIndex};
 use roost_shards::{Shard, ShardOptions};
 use roost_storage::{DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
@@ -61,6 +63,7 @@ pub use plan::is_detached;
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
 pub use replicate::{FollowLink, Role, StandbyState};
+pub use memory::MemoryReport;
 pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
@@ -146,8 +149,6 @@ struct Planner {
     open: BTreeMap<Lsn, Lsn>,
     /// Per shard, the largest claim lsn with a `done` record: every frame up to it flushed.
     vouched: HashMap<String, Lsn>,
-    /// Keys in the key table, oldest first: the window's reaper (`keys.rs`).
-    reaper: std::collections::VecDeque<keys::Reaped>,
 }
 
 pub struct Engine {
@@ -161,6 +162,8 @@ pub struct Engine {
     audit: Wal,
     /// The request-key table (`keys.rs`).
     keys: Wal,
+    /// The key table's index on disk (`keys.rs`, `roost_keyindex`).
+    index: KeyIndex,
     /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
     checkpoints: Mutex<checkpoint::CheckpointState>,
     /// Held while a checkpoint runs: one at a time.
@@ -238,6 +241,7 @@ impl Engine {
         let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
         let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
         let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(&config))?;
+        let index = KeyIndex::open(storage.clone(), &layout.key_index(), key_index_options(&config))?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
@@ -252,6 +256,7 @@ impl Engine {
             wal,
             audit,
             keys,
+            index,
             checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
@@ -266,7 +271,6 @@ impl Engine {
                 tails: names::Tails::default(),
                 open: BTreeMap::new(),
                 vouched: HashMap::new(),
-                reaper: Default::default(),
             }),
             finished_cv: Condvar::new(),
             failed: AtomicBool::new(false),
@@ -485,6 +489,18 @@ pub fn wal_options(config: &Config) -> WalOptions {
 
 /// The key table's options: a record holds a key and, per op, its kind, shard and id; its
 /// segments are the WAL's size.
+/// Runs are not merged past this many keys: expiry removes whole runs, so at most this many
+/// keys' index entries and table records outlive the window (384 MiB of index at 24 bytes a
+/// key); a lookup probes one filter per this many live keys plus a few small runs.
+const KEY_RUN_ENTRIES_MAX: u64 = 16 << 20;
+
+fn key_index_options(config: &Config) -> IndexOptions {
+    IndexOptions {
+        filter_bytes_max: config.key_filter_bytes_max(),
+        run_entries_max: KEY_RUN_ENTRIES_MAX,
+    }
+}
+
 fn key_table_options(config: &Config) -> WalOptions {
     let payload_bytes_max = (2048 + 128 * u64::from(config.batch_ops_max)).clamp(4 << 10, 64 << 20);
     WalOptions {

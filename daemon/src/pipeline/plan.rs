@@ -161,7 +161,7 @@ impl Engine {
     /// The answer for a key already seen, if it has one: a conflict (another fingerprint) or
     /// the original result (finished). An unfinished claim of the same batch has none yet.
     pub(super) fn check_key(&self, key: &str, fp: u64) -> Result<Option<BatchResult>, EngineError> {
-        let k = lock(&self.planner).keys.get(key).copied();
+        let k = self.key_state(&lock(&self.planner), key)?;
         self.answer_for(key, fp, k)
     }
 
@@ -199,7 +199,7 @@ impl Engine {
     ) -> Result<(MutexGuard<'a, Planner>, KeyCheck), EngineError> {
         loop {
             self.check()?;
-            match p.keys.get(key).map(|k| k.check(fp)) {
+            match self.key_state(&p, key)?.map(|k| k.check(fp)) {
                 None | Some(KeyFound::Free) => return Ok((p, KeyCheck::New)),
                 Some(KeyFound::Answered(k)) => return Ok((p, KeyCheck::Known(k))),
                 // The batch in flight gave up its answer (a stop, a step down): so does this.
@@ -440,7 +440,7 @@ impl Engine {
                     // A checkpoint moved the key to the table and retired the segment since
                     // `k` was read: read where the key points now.
                     Err(WalError::Missing { .. }) => {
-                        let now = lock(&self.planner).keys.get(key).copied();
+                        let now = self.key_state(&lock(&self.planner), key)?;
                         return match now {
                             Some(n) if matches!(n.at, KeyAt::Keys { .. }) => self.duplicate(key, n),
                             _ => Err(inconsistent("its record left the wal")),

@@ -97,7 +97,7 @@ impl Engine {
             .remove(&self.layout.checkpoint().with_extension("tmp"));
         let c = read_checkpoint(self.storage.as_ref(), &self.layout)?;
         let now = keys::now_ms();
-        let table_through = self.load_keys(now)?;
+        let table_through = self.catch_up_key_index()?;
         let mut p = lock(&self.planner);
         p.next_id = p.next_id.max(c.next_id);
         p.vouched = c.shards.iter().cloned().collect();

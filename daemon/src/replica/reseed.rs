@@ -9,7 +9,8 @@
 //!    backup is the node's state.
 //! 3. For each part (`wal`, `audit`, `shards`, `keys`, `CHECKPOINT`, `LEADER_EPOCHS`) still in
 //!    `reseed.tmp/`: the old one is removed and the new one renamed into place. Then both
-//!    directories are synced, `COMPLETE` removed, `reseed.tmp/` removed.
+//!    directories are synced, `COMPLETE` removed, `reseed.tmp/` removed. The key index
+//!    (`keyindex/`) is removed first: the next open rebuilds it from the new key table.
 //!
 //! A crash before step 2 leaves the old state and a `reseed.tmp/` without `COMPLETE`, which
 //! the next start removes ([`resume`]); a crash after it leaves `COMPLETE`, and the next
@@ -165,6 +166,9 @@ pub fn resume(cfg: &Config) -> Result<(), EngineError> {
 fn install(layout: &Layout) -> Result<(), EngineError> {
     let data = layout.data_dir();
     let tmp = data.join(RESEED_DIR);
+    // The key index files the old key table's positions: it goes, and open rebuilds it
+    // from the table installed here.
+    remove_any(&layout.key_index())?;
     for part in PARTS {
         let new = tmp.join(part);
         if !new.exists() {

@@ -47,7 +47,7 @@ pub struct DrillOptions {
 
 pub(super) const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
 /// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
-pub(super) const CRASH_POINTS: [CrashPoint; 13] = [
+pub(super) const CRASH_POINTS: [CrashPoint; 14] = [
     Step::AfterPlan.at(),
     Step::AfterClaimAppend.at(),
     Step::AfterClaimSync.at(),
@@ -59,6 +59,7 @@ pub(super) const CRASH_POINTS: [CrashPoint; 13] = [
     Step::AfterAuditSync.at(),
     Step::AfterDone.at(),
     Step::AfterKeysSync.at(),
+    Step::AfterKeyIndex.at(),
     Step::AfterCheckpoint.at(),
     Step::AfterWalRetired.at(),
 ];
@@ -376,7 +377,7 @@ pub(super) fn pick_crash(rng: &mut roost_storage::SplitMix) -> CrashTarget {
     // A round sees few checkpoints: die at its first.
     let checkpoint = matches!(
         point.step,
-        Step::AfterKeysSync | Step::AfterCheckpoint | Step::AfterWalRetired
+        Step::AfterKeysSync | Step::AfterKeyIndex | Step::AfterCheckpoint | Step::AfterWalRetired
     );
     CrashTarget {
         point,

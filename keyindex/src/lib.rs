@@ -169,6 +169,44 @@ impl KeyIndex {
         })
     }
 
+    /// Opens an index for reading only (`roost verify`, a running daemon's files): creates,
+    /// removes and repairs nothing; runs a wider run covers are skipped, not removed.
+    /// `None` when there is no index (no seed file).
+    pub fn open_read_only(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+    ) -> Result<Option<KeyIndex>, IndexError> {
+        let Ok(names) = storage.list(dir) else {
+            return Ok(None);
+        };
+        if !names.iter().any(|n| n == SEED_FILE) {
+            return Ok(None);
+        }
+        let seed = open_seed(storage.as_ref(), dir, &names)?;
+        let mut ranges: Vec<(u64, u64, String)> =
+            names.iter().filter_map(|n| parse_name(n)).collect();
+        ranges.sort_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
+        let mut runs: Vec<Arc<Run>> = Vec::new();
+        for (first, _, name) in ranges {
+            if runs.last().is_some_and(|r| r.meta().last_table_lsn >= first) {
+                continue;
+            }
+            let path = dir.join(&name);
+            runs.push(Arc::new(Run::open(storage.as_ref(), &path, seed_check(seed))?));
+        }
+        Ok(Some(KeyIndex {
+            storage,
+            dir: dir.to_path_buf(),
+            seed,
+            opts: IndexOptions {
+                filter_bytes_max: 0,
+                run_entries_max: 0,
+            },
+            runs: RwLock::new(runs),
+            writing: Mutex::new(0),
+        }))
+    }
+
     /// The hash this index files `key` under.
     pub fn hash(&self, key: &[u8]) -> u64 {
         key_hash(self.seed, key)

@@ -447,9 +447,7 @@ fn drop_caches() -> Result<(), String> {
 /// `n` random lines of the sample sent again one at a time over the stream socket: each
 /// answer must be the first one; the latencies in ms, sorted.
 fn duplicates(d: &Daemon, feed: &mut Feed, n: usize) -> anyhow::Result<Vec<f64>> {
-    let sock = d.dir.join("stream.sock");
-    let stream =
-        UnixStream::connect(&sock).with_context(|| format!("connect to {}", sock.display()))?;
+    let stream = connect_stream(&d.dir.join("stream.sock"))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut w = stream.try_clone().context("clone the stream socket")?;
     let mut r = BufReader::new(stream);
@@ -477,6 +475,21 @@ fn duplicates(d: &Daemon, feed: &mut Feed, n: usize) -> anyhow::Result<Vec<f64>>
     }
     lat.sort_by(f64::total_cmp);
     Ok(lat)
+}
+
+/// Connects to the stream socket, retrying for a while: it is bound a moment after the
+/// control socket.
+fn connect_stream(sock: &Path) -> anyhow::Result<UnixStream> {
+    let t = Instant::now();
+    loop {
+        match UnixStream::connect(sock) {
+            Ok(s) => return Ok(s),
+            Err(e) if t.elapsed() > Duration::from_secs(30) => {
+                return Err(e).with_context(|| format!("connect to {}", sock.display()))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {

@@ -505,7 +505,14 @@ fn milestone(d: &mut Daemon, feed: &mut Feed, sz: &Sizes, t0: Instant) -> anyhow
         .context("status without live_keys")?;
     let keys_bytes = st["disk_bytes"]["keys"].as_u64().unwrap_or(0);
     let (rss, anon) = rss_kib(d.child.id())?;
-    let rate = stretch_rate(&feed.done, 0, RATE_FILES);
+    // The first stretch's first DEPTH files delete nothing: left out, as from the baseline.
+    let first = feed.next_file + 1 == feed.done.len();
+    let skip = if first && feed.done.len() > DEPTH + 1 {
+        DEPTH
+    } else {
+        0
+    };
+    let rate = stretch_rate(&feed.done, skip, RATE_FILES);
     let disk = crate::soak::allocated_bytes(&d.dir);
     let (kill, replayed) = d.kill_restart()?;
     let (stop, graceful) = d.graceful_restart()?;

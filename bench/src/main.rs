@@ -10,13 +10,17 @@
 //! `roost-bench --soak` is the soak benchmark of issue 14 instead (`soak.rs`): retention
 //! against no retention over a long steady state of creates and deletes; `--replication` is
 //! issue 15's (`replication.rs`): `ack = "local"` against `ack = "standby"` on real `roost
-//! serve` processes on loopback.
+//! serve` processes on loopback; `--keys` is issue 25's (`keys.rs`): a real `roost serve`
+//! fed bulk files until its request-key window holds 100M live keys, with its memory,
+//! restart times, duplicate latency and throughput at milestones on the way.
 #![forbid(unsafe_code)]
 
 mod ceiling;
 mod compaction;
 mod intake;
 mod intake_plot;
+mod keys;
+mod keys_plot;
 mod loopfs;
 mod null;
 mod peer;
@@ -282,6 +286,7 @@ fn main() -> anyhow::Result<()> {
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
         Some("--intake") => return intake::run(),
+        Some("--keys") => return keys::run(),
         Some("--soak-run") => {
             // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
             let name = args.get(2).context("--soak-run NAME DIR")?;
@@ -310,7 +315,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --intake | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --intake | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

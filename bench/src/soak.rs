@@ -465,7 +465,7 @@ fn measure(engine: &Engine, dir: &Path) -> Row {
 
 /// Bytes of the blocks every file under `dir` holds (what `du` counts; unreadable entries
 /// count as nothing).
-fn allocated_bytes(dir: &Path) -> u64 {
+pub(crate) fn allocated_bytes(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
@@ -729,7 +729,7 @@ fn print_table(runs: &[(String, Vec<Row>)]) {
     }
 }
 
-fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
+pub(crate) fn append_line(path: &Path, line: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .append(true)

@@ -259,6 +259,41 @@ fn checkpointed_keys_leave_memory_and_answer_through_the_index() {
     verified(&disk, "after the index answered");
 }
 
+/// Goal: damage to the key index is found, never read past: `verify` names a run whose
+/// entry block fails its checksum, and an open of a run whose header is damaged fails as
+/// corruption (exit 65). Method: 30 batches, a checkpoint, one byte flipped in the run's
+/// first entry block, then in its header.
+#[test]
+fn a_damaged_key_index_is_corruption() {
+    let disk = SimStorage::new();
+    let e = open_engine(&disk, no_crash()).expect("open");
+    submit_all(&e, 0, 30);
+    e.checkpoint().expect("checkpoint").expect("taken");
+    drop(e);
+    let disk = disk.crash(CrashMode::Process);
+    verified(&disk, "before the damage");
+    let run = disk
+        .paths()
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|x| x == "run"))
+        .expect("a key index run");
+    let good = disk.file_bytes(&run).expect("run bytes");
+    let mut bad = good.clone();
+    bad[roost_keyindex::HEADER_LEN + 5] ^= 0x40;
+    disk.put_file_bytes(&run, bad);
+    let report = roost::ops::verify::verify(Arc::new(disk.clone()), &data_dir());
+    assert!(
+        report.violations.iter().any(|v| v.contains("checksum")),
+        "verify missed a damaged entry block: {:?}",
+        report.violations
+    );
+    let mut bad = good;
+    bad[20] ^= 0x01;
+    disk.put_file_bytes(&run, bad);
+    let err = open_engine(&disk, no_crash()).err().expect("open refuses the run");
+    assert!(err.is_corruption(), "{err}");
+}
+
 /// Goal (the window, documented in README): a request key is remembered for
 /// `request_key_window_secs` after its batch was checkpointed; after that the same key is a
 /// new batch (new lsn, new ids), live and after a restart. Method: a 1 s window.

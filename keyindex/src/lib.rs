@@ -188,11 +188,18 @@ impl KeyIndex {
         ranges.sort_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
         let mut runs: Vec<Arc<Run>> = Vec::new();
         for (first, _, name) in ranges {
-            if runs.last().is_some_and(|r| r.meta().last_table_lsn >= first) {
+            if runs
+                .last()
+                .is_some_and(|r| r.meta().last_table_lsn >= first)
+            {
                 continue;
             }
             let path = dir.join(&name);
-            runs.push(Arc::new(Run::open(storage.as_ref(), &path, seed_check(seed))?));
+            runs.push(Arc::new(Run::open(
+                storage.as_ref(),
+                &path,
+                seed_check(seed),
+            )?));
         }
         Ok(Some(KeyIndex {
             storage,

@@ -268,10 +268,7 @@ impl Run {
 type Fence = (u64, u32);
 
 /// The filter and fences, checked against the trailing CRC. Errors carry (offset, reason).
-fn read_tail(
-    file: &dyn StorageFile,
-    h: &Header,
-) -> Result<(Filter, Vec<Fence>), (u64, String)> {
+fn read_tail(file: &dyn StorageFile, h: &Header) -> Result<(Filter, Vec<Fence>), (u64, String)> {
     let off = h.filter_off();
     let filter_len = (h.filter_blocks * FILTER_BLOCK_BYTES as u64) as usize;
     let tail_len = filter_len + h.blocks() as usize * FENCE_LEN;

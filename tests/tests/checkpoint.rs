@@ -209,7 +209,11 @@ fn a_power_loss_at_every_sync_of_a_checkpoint_recovers_the_same_answers() {
         let _ = e.checkpoint();
         drop(e);
         let after = disk.crash(CrashMode::Process);
-        recovers(&after, &answers, &format!("process crash at sync {k} of {total}"));
+        recovers(
+            &after,
+            &answers,
+            &format!("process crash at sync {k} of {total}"),
+        );
         for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: k + 3 }] {
             let disk = SimStorage::new();
             let (e, answers) = prepare(&disk);
@@ -243,10 +247,18 @@ fn checkpointed_keys_leave_memory_and_answer_through_the_index() {
     let answers = submit_all(&e, 0, 60);
     assert_eq!(e.cached_keys(), 60, "the WAL answers them: in memory");
     e.checkpoint().expect("checkpoint").expect("taken");
-    assert_eq!(e.cached_keys(), 0, "checkpointed keys are not held in memory");
+    assert_eq!(
+        e.cached_keys(),
+        0,
+        "checkpointed keys are not held in memory"
+    );
     assert_eq!(e.live_keys(), 60);
     assert_eq!(e.key_index_stats().entries, 60);
-    let reads = |e: &Engine| e.stats.key_index_reads.load(std::sync::atomic::Ordering::Relaxed);
+    let reads = |e: &Engine| {
+        e.stats
+            .key_index_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
     same_answers(&e, &answers, "through the index");
     assert_eq!(reads(&e), 60, "one index read per duplicate");
     fresh_id(&e, &answers, "a new key");
@@ -290,7 +302,9 @@ fn a_damaged_key_index_is_corruption() {
     let mut bad = good;
     bad[20] ^= 0x01;
     disk.put_file_bytes(&run, bad);
-    let err = open_engine(&disk, no_crash()).err().expect("open refuses the run");
+    let err = open_engine(&disk, no_crash())
+        .err()
+        .expect("open refuses the run");
     assert!(err.is_corruption(), "{err}");
 }
 

@@ -192,9 +192,10 @@ fn key_index_holds_the_table(storage: &Arc<dyn Storage>, data_dir: &Path, r: &mu
     );
     let (mut found, mut pending, mut bad) = (0u64, 0u64, 0usize);
     for rec in table.replay(1) {
-        let k = match rec.map_err(EngineError::from).and_then(|rec| {
-            decode_key(&rec).map(|k| (rec.lsn, rec.offset, k.request_key))
-        }) {
+        let k = match rec
+            .map_err(EngineError::from)
+            .and_then(|rec| decode_key(&rec).map(|k| (rec.lsn, rec.offset, k.request_key)))
+        {
             Ok(k) => k,
             Err(e) => return r.violation(format!("key table: {e}")),
         };

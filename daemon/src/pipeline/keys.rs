@@ -152,7 +152,11 @@ impl Engine {
     /// What the planner knows of `key`: the map (keys the WAL still answers), else the
     /// index on disk. Called under the planner lock: a checkpoint adds a key's run before
     /// it takes the key out of the map, so a key is always in one or the other.
-    pub(super) fn key_state(&self, p: &Planner, key: &str) -> Result<Option<KeyState>, EngineError> {
+    pub(super) fn key_state(
+        &self,
+        p: &Planner,
+        key: &str,
+    ) -> Result<Option<KeyState>, EngineError> {
         match p.keys.get(key) {
             Some(k) => Ok(Some(*k)),
             None => self.indexed_key(key),
@@ -176,7 +180,9 @@ impl Engine {
             if k.at_ms < cutoff {
                 return Ok(None); // the newest record of the key left the window
             }
-            self.stats.key_index_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.stats
+                .key_index_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(Some(KeyState {
                 lsn: k.lsn,
                 fingerprint: k.fingerprint,

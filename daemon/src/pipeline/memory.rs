@@ -43,7 +43,8 @@ impl Engine {
             rss_bytes: rss_bytes(),
             other_bytes: 0,
         };
-        let parts = m.key_filter_bytes + m.key_fence_bytes + m.key_cache_bytes + m.shard_index_bytes;
+        let parts =
+            m.key_filter_bytes + m.key_fence_bytes + m.key_cache_bytes + m.shard_index_bytes;
         m.other_bytes = m.rss_bytes.saturating_sub(parts);
         m
     }

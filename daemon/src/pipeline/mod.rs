@@ -59,11 +59,11 @@ use owner::{OwnerContext, ShardSlot};
 
 pub use finish::committed_result;
 pub use keys::now_ms;
+pub use memory::MemoryReport;
 pub use plan::is_detached;
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
 pub use replicate::{FollowLink, Role, StandbyState};
-pub use memory::MemoryReport;
 pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
@@ -241,7 +241,11 @@ impl Engine {
         let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
         let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
         let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(&config))?;
-        let index = KeyIndex::open(storage.clone(), &layout.key_index(), key_index_options(&config))?;
+        let index = KeyIndex::open(
+            storage.clone(),
+            &layout.key_index(),
+            key_index_options(&config),
+        )?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;

@@ -104,6 +104,14 @@ pub struct Config {
     pub result_sync: ResultSync,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
+    /// Shards that may exist at most (on disk, and created by batches planned so far); a
+    /// batch that would create one more is rejected, naming this limit, and writes nothing.
+    /// Each shard costs a directory, two small files (its first segment and its spare grow
+    /// from 64 KiB) and its owner's turns on the shard pool: 1024 of them take about 200 MiB
+    /// of disk and 2048 file descriptors, far from what exhausts a machine, and far more
+    /// than a configuration that declares its shards names (declared shards may not
+    /// outnumber it).
+    pub shards_max: usize,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,
     /// ... or this long after the last one (if anything was appended), and at a graceful
@@ -296,6 +304,7 @@ impl Default for Config {
             metrics_listen: None,
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
+            shards_max: 1024,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
@@ -366,6 +375,7 @@ impl Config {
                 }
             }
         }
+        self.validate_shards_max()?;
         if self.umask > 0o777 {
             return Err(ConfigError::Invalid(format!(
                 "umask {:o} is not a file mode mask",
@@ -389,6 +399,22 @@ impl Config {
             ));
         }
         self.validate_replication()
+    }
+
+    fn validate_shards_max(&self) -> Result<(), ConfigError> {
+        if self.shards_max == 0 {
+            return Err(ConfigError::Invalid(
+                "shards_max must be > 0 (no shard could ever be created)".into(),
+            ));
+        }
+        if self.shards.len() > self.shards_max {
+            return Err(ConfigError::Invalid(format!(
+                "{} shards are declared, more than shards_max = {}",
+                self.shards.len(),
+                self.shards_max
+            )));
+        }
+        Ok(())
     }
 
     fn validate_bulk(&self) -> Result<(), ConfigError> {
@@ -523,6 +549,18 @@ mod tests {
             100,
             "follows the file limit by default"
         );
+    }
+
+    /// Goal: `shards_max` is positive and at least the number of declared shards.
+    #[test]
+    fn shards_max_is_positive_and_covers_the_declared_shards() {
+        let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+        assert_eq!(Config::default().shards_max, 1024);
+        let e = load("shards_max = 0").expect_err("0 is refused");
+        assert!(e.to_string().contains("shards_max"), "{e}");
+        assert!(load("shards_max = 2\n[shards.a]\n[shards.b]\n").is_ok());
+        let e = load("shards_max = 1\n[shards.a]\n[shards.b]\n").expect_err("2 over 1");
+        assert!(e.to_string().contains("shards_max = 1"), "{e}");
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod records;
 mod recover;
 pub mod replicate;
 mod room;
+mod shard_limit;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -173,6 +174,9 @@ pub struct Engine {
     /// WAL lsns kept for standbys that were just re-seeded (`backup.rs`).
     backup_pins: Arc<backup::Pins>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
+    /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `shards`
+    /// when both are held, never before.
+    known_shards: Mutex<shard_limit::KnownShards>,
     /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
     /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
@@ -258,6 +262,7 @@ impl Engine {
             backup_gate: Arc::default(),
             backup_pins: Arc::default(),
             shards: Mutex::new(HashMap::new()),
+            known_shards: Mutex::default(),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
                 keys: HashMap::new(),
@@ -277,7 +282,20 @@ impl Engine {
             recovery: RecoveryReport::default(),
             _lock: lock_file,
         };
-        engine.recover(started, progress)
+        let engine = engine.recover(started, progress)?;
+        engine.fill_known_shards();
+        Ok(engine)
+    }
+
+    /// Starts the count of shards for `shards_max` once recovery has opened what it needed:
+    /// the directories on disk, the shards recovery knows of, and the shards open now.
+    fn fill_known_shards(&self) {
+        let mut names: Vec<String> = lock(&self.shards).keys().cloned().collect();
+        names.extend(self.synced_through.keys().cloned());
+        if self.storage.is_real() {
+            names.extend(shard_limit::listed_shard_dirs(&self.layout.shards()));
+        }
+        lock(&self.known_shards).fill(names);
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -352,6 +370,7 @@ impl Engine {
         let slot = ShardSlot::spawn(name, shard, ctx).map_err(io_err("start shard owner", &dir))?;
         let slot = Arc::new(slot);
         shards.insert(name.to_owned(), slot.clone());
+        lock(&self.known_shards).note(name);
         Ok(slot)
     }
 

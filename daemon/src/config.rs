@@ -79,6 +79,8 @@ pub struct Config {
     /// Full rescan of `new/` this often; file-system events are only hints.
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
+    /// A shard's segments are at most this size; a new shard's first segment and its spare
+    /// are 64 KiB, and each next segment twice the last (`ShardOptions::first_segment_bytes`).
     pub shard_segment_bytes: u64,
     /// Zeros written ahead of each log's and shard's end, this many bytes at a time (0:
     /// none): the preallocated space the next appends land in becomes written extents, so

@@ -349,6 +349,7 @@ impl Engine {
             read_only: false,
             synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
             zero_ahead_bytes: self.config.zero_ahead_bytes,
+            ..ShardOptions::default()
         };
         let dir = self.layout.shard(name);
         let shard =

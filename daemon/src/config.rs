@@ -114,6 +114,10 @@ pub struct Config {
     /// than a configuration that declares its shards names (declared shards may not
     /// outnumber it).
     pub shards_max: usize,
+    /// Threads shard owners run on, however many shards there are: each shard is still a
+    /// single writer (one of these runs its round at a time), and a round never waits for
+    /// another shard, so a few threads keep every shard's flushes going.
+    pub shard_threads: usize,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,
     /// ... or this long after the last one (if anything was appended), and at a graceful
@@ -307,6 +311,7 @@ impl Default for Config {
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
             shards_max: 1024,
+            shard_threads: 4,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
@@ -404,9 +409,9 @@ impl Config {
     }
 
     fn validate_shards_max(&self) -> Result<(), ConfigError> {
-        if self.shards_max == 0 {
+        if self.shards_max == 0 || self.shard_threads == 0 {
             return Err(ConfigError::Invalid(
-                "shards_max must be > 0 (no shard could ever be created)".into(),
+                "shards_max and shard_threads must be > 0 (no shard could ever be written)".into(),
             ));
         }
         if self.shards.len() > self.shards_max {
@@ -560,6 +565,7 @@ mod tests {
         assert_eq!(Config::default().shards_max, 1024);
         let e = load("shards_max = 0").expect_err("0 is refused");
         assert!(e.to_string().contains("shards_max"), "{e}");
+        assert!(load("shard_threads = 0").is_err());
         assert!(load("shards_max = 2\n[shards.a]\n[shards.b]\n").is_ok());
         let e = load("shards_max = 1\n[shards.a]\n[shards.b]\n").expect_err("2 over 1");
         assert!(e.to_string().contains("shards_max = 1"), "{e}");

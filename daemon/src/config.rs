@@ -79,6 +79,8 @@ pub struct Config {
     /// Full rescan of `new/` this often; file-system events are only hints.
     pub rescan_interval_ms: u64,
     pub wal_segment_bytes: u64,
+    /// A shard's segments are at most this size; a new shard's first segment and its spare
+    /// are 64 KiB, and each next segment twice the last (`ShardOptions::first_segment_bytes`).
     pub shard_segment_bytes: u64,
     /// Zeros written ahead of each log's and shard's end, this many bytes at a time (0:
     /// none): the preallocated space the next appends land in becomes written extents, so
@@ -104,6 +106,18 @@ pub struct Config {
     pub result_sync: ResultSync,
     /// Declared shards; when empty, any valid shard name is created on first use.
     pub shards: BTreeMap<String, ShardConfig>,
+    /// Shards that may exist at most (on disk, and created by batches planned so far); a
+    /// batch that would create one more is rejected, naming this limit, and writes nothing.
+    /// Each shard costs a directory, two small files (its first segment and its spare grow
+    /// from 64 KiB) and its owner's turns on the shard pool: 1024 of them take about 200 MiB
+    /// of disk and 2048 file descriptors, far from what exhausts a machine, and far more
+    /// than a configuration that declares its shards names (declared shards may not
+    /// outnumber it).
+    pub shards_max: usize,
+    /// Threads shard owners run on, however many shards there are: each shard is still a
+    /// single writer (one of these runs its round at a time), and a round never waits for
+    /// another shard, so a few threads keep every shard's flushes going.
+    pub shard_threads: usize,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,
     /// ... or this long after the last one (if anything was appended), and at a graceful
@@ -301,6 +315,8 @@ impl Default for Config {
             metrics_listen: None,
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
+            shards_max: 1024,
+            shard_threads: 4,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
@@ -388,6 +404,7 @@ impl Config {
                 }
             }
         }
+        self.validate_shards_max()?;
         if self.umask > 0o777 {
             return Err(ConfigError::Invalid(format!(
                 "umask {:o} is not a file mode mask",
@@ -417,6 +434,22 @@ impl Config {
             ));
         }
         self.validate_replication()
+    }
+
+    fn validate_shards_max(&self) -> Result<(), ConfigError> {
+        if self.shards_max == 0 || self.shard_threads == 0 {
+            return Err(ConfigError::Invalid(
+                "shards_max and shard_threads must be > 0 (no shard could ever be written)".into(),
+            ));
+        }
+        if self.shards.len() > self.shards_max {
+            return Err(ConfigError::Invalid(format!(
+                "{} shards are declared, more than shards_max = {}",
+                self.shards.len(),
+                self.shards_max
+            )));
+        }
+        Ok(())
     }
 
     fn validate_bulk(&self) -> Result<(), ConfigError> {
@@ -551,6 +584,19 @@ mod tests {
             100,
             "follows the file limit by default"
         );
+    }
+
+    /// Goal: `shards_max` is positive and at least the number of declared shards.
+    #[test]
+    fn shards_max_is_positive_and_covers_the_declared_shards() {
+        let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+        assert_eq!(Config::default().shards_max, 1024);
+        let e = load("shards_max = 0").expect_err("0 is refused");
+        assert!(e.to_string().contains("shards_max"), "{e}");
+        assert!(load("shard_threads = 0").is_err());
+        assert!(load("shards_max = 2\n[shards.a]\n[shards.b]\n").is_ok());
+        let e = load("shards_max = 1\n[shards.a]\n[shards.b]\n").expect_err("2 over 1");
+        assert!(e.to_string().contains("shards_max = 1"), "{e}");
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn main() {
     std::process::exit(code);
 }
 
-/// A panic anywhere (a shard owner thread, a worker on tokio's blocking pool, the serve loop)
+/// A panic anywhere (a shard pool thread, a worker on tokio's blocking pool, the serve loop)
 /// is a bug: the whole process stops with `EXIT_SOFTWARE` (70) at once, instead of tokio
 /// swallowing the task's panic and the daemon running on without that part. Recovery on
 /// restart finishes whatever was claimed, as after any crash. Writing the message may fail;

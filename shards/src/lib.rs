@@ -28,13 +28,23 @@ use frame::{FRAME_ALIGN, OP_CREATE, OP_HEADER_LEN};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
+/// The default [`ShardOptions::first_segment_bytes`]: a new shard's first segment and its
+/// spare take 64 KiB each.
+pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
 pub use roost_storage::LOCK_FILE;
 
 /// Tunables of one shard.
 #[derive(Clone, Debug)]
 pub struct ShardOptions {
-    /// Each segment is preallocated to this size; a frame that does not fit rolls to a new one.
+    /// Segments are preallocated to at most this size; a frame that does not fit rolls to a
+    /// new one.
     pub segment_bytes: u64,
+    /// A new shard's first segment (and its spare) is preallocated to this size, and each
+    /// next segment to twice the last one's, up to `segment_bytes` (and at least the frame
+    /// that rolls to it): a shard that holds little takes little disk. Each segment is used
+    /// up to its own length, so segments of any size, older ones of a full `segment_bytes`
+    /// among them, open and mix.
+    pub first_segment_bytes: u64,
     /// Open with plain reads, repair nothing, write nothing, take no lock (for `roost get`
     /// while the daemon runs, and `roost verify`).
     pub read_only: bool,
@@ -58,6 +68,7 @@ impl Default for ShardOptions {
     fn default() -> Self {
         ShardOptions {
             segment_bytes: 16 << 20,
+            first_segment_bytes: FIRST_SEGMENT_BYTES,
             read_only: false,
             synced_through_lsn: None,
             zero_ahead_bytes: 1 << 20,
@@ -669,7 +680,8 @@ impl Shard {
         };
         shard.rebuild()?;
         if !shard.opts.read_only {
-            let spare = Spare::open(shard.storage.as_ref(), &shard.dir, shard.opts.segment_bytes);
+            let bytes = shard.next_segment_bytes(0);
+            let spare = Spare::open(shard.storage.as_ref(), &shard.dir, bytes);
             shard.spare = Some(spare.map_err(|source| ShardError::Io {
                 op: "make spare segment",
                 path: shard.dir.join(roost_storage::SPARE_FILE),
@@ -946,7 +958,7 @@ impl Shard {
             self.write_offset as u64 + len <= room
         });
         if !fits {
-            self.roll()?;
+            self.roll(len)?;
         }
         let si = self.segs.len() - 1;
         let at = self.write_offset;
@@ -1076,7 +1088,11 @@ impl Shard {
     /// makes the next spare. ENOSPC for the new segment is an error that leaves the shard as
     /// it was (readable, and writable once space returns); no room for the next spare only
     /// shows in [`Shard::spare_missing`].
-    fn roll(&mut self) -> Result<(), ShardError> {
+    /// The new segment is [`Shard::next_segment_bytes`] long (at least `frame_len`); a spare
+    /// made smaller is allocated further first, and the next spare is made at the size of
+    /// the segment after this one. The segment is mapped at its file's length (a spare left
+    /// by an older binary may be larger).
+    fn roll(&mut self, frame_len: u64) -> Result<(), ShardError> {
         self.flush()?;
         let seq = self.next_seq();
         let path = self.dir.join(seg_name(seq));
@@ -1084,13 +1100,17 @@ impl Shard {
             let path = path.clone();
             move |source| ShardError::Io { op, path, source }
         };
+        let bytes = self.next_segment_bytes(frame_len);
         let storage = self.storage.as_ref();
         let took = match self.spare.as_mut() {
-            Some(spare) => spare.take(storage, &path).map_err(io("take spare"))?,
+            Some(spare) => {
+                spare.grow(storage, bytes).map_err(io("grow spare"))?;
+                spare.take(storage, &path).map_err(io("take spare"))?
+            }
             None => false,
         };
         if !took {
-            preallocate(storage, &path, self.opts.segment_bytes, false).map_err(io("allocate"))?;
+            preallocate(storage, &path, bytes, false).map_err(io("allocate"))?;
             self.sync_dir()?;
         }
         let file = self
@@ -1098,16 +1118,42 @@ impl Shard {
             .open(&path, OpenMode::ReadWrite)
             .map_err(io("open"))?;
         let data = if self.storage.is_real() {
-            SegData::Mapped(map_segment(file.as_ref(), self.opts.segment_bytes).map_err(io("map"))?)
+            let len = file.len().map_err(io("stat"))?;
+            SegData::Mapped(map_segment(file.as_ref(), len).map_err(io("map"))?)
         } else {
             SegData::Plain(file)
         };
-        debug!(shard = %self.name, segment = %path.display(), "shard: rolled to new segment");
-        self.segs.push(Seg { path, data });
+        debug!(shard = %self.name, segment = %path.display(), bytes, "shard: rolled to new segment");
+        self.segs.push(Seg {
+            path: path.clone(),
+            data,
+        });
         self.write_offset = 0;
         self.zeroed_to = 0;
+        let next = self.next_segment_bytes(0);
+        if let Some(spare) = self.spare.as_mut() {
+            spare.grow(storage, next).map_err(io("grow spare"))?;
+        }
         self.refill_spare()?;
         Ok(())
+    }
+
+    /// The size of the segment after the last one: `first_segment_bytes` for a shard
+    /// without segments, else twice the last segment's length, never more than
+    /// `segment_bytes`, and at least `frame_len` (which `apply` keeps within
+    /// `segment_bytes`). Rounded up to 4 KiB pages below `segment_bytes`.
+    fn next_segment_bytes(&self, frame_len: u64) -> u64 {
+        let max = self.opts.segment_bytes;
+        let first = self.opts.first_segment_bytes.clamp(1, max);
+        let doubled = self
+            .segs
+            .last()
+            .map_or(first, |s| (s.len() as u64).saturating_mul(2));
+        doubled
+            .max(first)
+            .max(frame_len)
+            .next_multiple_of(4096)
+            .min(max)
     }
 
     /// Why the shard has no spare segment (its next roll needs room the disk may not have):

@@ -588,3 +588,99 @@ fn segment_size_may_change_between_runs() {
         assert_eq!(contents(&s), ids);
     }
 }
+
+/// Allocated bytes (`st_blocks` × 512) and lengths of the files in `dir`, by name.
+fn files_in(dir: &std::path::Path) -> BTreeMap<String, (u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| {
+            let e = e.expect("entry");
+            let m = e.metadata().expect("stat");
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, (m.blocks() * 512, m.len()))
+        })
+        .collect()
+}
+
+/// A transaction creating `id` with a record of about 60 KiB.
+fn big_txn(lsn: u64) -> Txn {
+    let record = format!("{{\"b\":\"{}\"}}", "x".repeat(60_000 + lsn as usize % 7));
+    Txn {
+        lsn,
+        ops: vec![TxnOp::Create {
+            id: lsn,
+            record: record.into_bytes(),
+        }],
+    }
+}
+
+/// The live ids of the shard in `dir`, opened again with `o`.
+fn ids_after_reopen(dir: &std::path::Path, o: ShardOptions) -> Vec<u64> {
+    let s = Shard::open(dir, o).expect("reopen");
+    s.scan()
+        .expect("scan")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// Goal (issue 25, item 3): a new shard takes little disk. With the default 16 MiB segments
+/// a shard holding one record allocates well under 1 MiB (a 64 KiB first segment and a
+/// 128 KiB spare, not 16 MiB each); as it fills, each segment is twice the last, up to
+/// `segment_bytes`; it reopens with every record; and a shard whose segments are all full
+/// size (as an older binary made them) goes on with full-size segments.
+#[test]
+fn a_new_shard_starts_small_and_its_segments_double() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("s");
+    let mut s = Shard::open(&dir, ShardOptions::default()).expect("open");
+    s.apply(&create_txn(1, &[1])).expect("apply");
+    s.flush().expect("flush");
+    let total: u64 = files_in(&dir).values().map(|(b, _)| b).sum();
+    assert!(
+        total < 1 << 20,
+        "a one-record shard allocates {total} bytes"
+    );
+    for lsn in 2..40 {
+        s.apply(&big_txn(lsn)).expect("apply");
+    }
+    s.flush().expect("flush");
+    drop(s);
+    let lens: Vec<u64> = files_in(&dir)
+        .iter()
+        .filter(|(n, _)| n.ends_with(".seg"))
+        .map(|(_, (_, len))| *len)
+        .collect();
+    let doubling = [64 << 10, 128 << 10, 256 << 10, 512 << 10];
+    assert_eq!(&lens[..4], &doubling, "{lens:?}");
+    let ids = ids_after_reopen(&dir, ShardOptions::default());
+    assert_eq!(ids, (1..40).collect::<Vec<_>>());
+    let old = tmp.path().join("old");
+    let full = |first_segment_bytes| ShardOptions {
+        segment_bytes: 256 << 10,
+        first_segment_bytes,
+        ..ShardOptions::default()
+    };
+    let mut s = Shard::open(&old, full(256 << 10)).expect("open old");
+    for lsn in 1..8 {
+        s.apply(&big_txn(lsn)).expect("apply");
+    }
+    drop(s);
+    let mut s = Shard::open(&old, full(64 << 10)).expect("reopen old");
+    for lsn in 8..16 {
+        s.apply(&big_txn(lsn)).expect("apply");
+    }
+    drop(s);
+    let files = files_in(&old);
+    let seg_lens: Vec<u64> = files
+        .iter()
+        .filter(|(n, _)| n.ends_with(".seg"))
+        .map(|(_, (_, len))| *len)
+        .collect();
+    assert!(seg_lens.iter().all(|l| *l == 256 << 10), "{seg_lens:?}");
+    assert_eq!(
+        ids_after_reopen(&old, full(64 << 10)),
+        (1..16).collect::<Vec<_>>()
+    );
+}

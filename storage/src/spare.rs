@@ -81,6 +81,30 @@ impl Spare {
         Ok(spare)
     }
 
+    /// The size the spare is made at (an existing spare file may be larger: allocation
+    /// never shrinks a file).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Makes the spare at least `bytes` long: later refills make it that size, and an
+    /// existing spare is allocated further now (a log whose segments grow, as a new shard's
+    /// do, needs a larger spare for its next roll). A full disk leaves it missing, as in
+    /// [`Spare::refill`]; any other failure is an error.
+    pub fn grow(&mut self, storage: &dyn Storage, bytes: u64) -> io::Result<()> {
+        if bytes <= self.bytes {
+            return Ok(());
+        }
+        self.bytes = bytes;
+        match self.missing {
+            None => self.make(storage),
+            Some(ref mut why) => {
+                why.needed_bytes = bytes;
+                Ok(())
+            }
+        }
+    }
+
     /// `Some` while there is no spare: intake must wait.
     pub fn missing(&self) -> Option<&NoRoom> {
         self.missing.as_ref()
@@ -268,6 +292,31 @@ mod tests {
         disk.set_faults(SimFaults::default());
         assert_eq!(spare.refill(&disk).expect("refill"), Refilled::Ready);
         assert!(spare.missing().is_none());
+    }
+
+    /// Goal: a spare grows to a larger size in place (and is made at it once taken), never
+    /// shrinks, and a full disk while growing leaves it missing with the size it needs.
+    #[test]
+    fn a_spare_grows_in_place_and_refills_at_its_new_size() {
+        let disk = sim_with_room(Some(1000));
+        let dir = Path::new("/d");
+        let len = |disk: &SimStorage, name: &str| {
+            let f = disk.open(&dir.join(name), OpenMode::Read).expect("file");
+            f.len().expect("len")
+        };
+        let mut spare = Spare::open(&disk, dir, 100).expect("open");
+        spare.grow(&disk, 50).expect("no shrink");
+        assert_eq!((spare.bytes(), len(&disk, SPARE_FILE)), (100, 100));
+        spare.grow(&disk, 200).expect("grow");
+        assert_eq!((spare.bytes(), len(&disk, SPARE_FILE)), (200, 200));
+        assert!(spare.take(&disk, &dir.join("1.seg")).expect("take"));
+        assert_eq!(len(&disk, "1.seg"), 200);
+        spare.grow(&disk, 400).expect("grow while missing");
+        assert_eq!(spare.refill(&disk).expect("refill"), Refilled::Ready);
+        assert_eq!(len(&disk, SPARE_FILE), 400);
+        spare.grow(&disk, 900).expect("a full disk is no error");
+        let why = spare.missing().expect("no room for 900 more");
+        assert_eq!(why.needed_bytes, 900);
     }
 
     /// Goal: an existing spare is kept at open (not an error that it exists).

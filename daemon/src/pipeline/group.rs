@@ -234,7 +234,7 @@ impl Engine {
             None | Some(KeyFound::Free) => {}
         }
         let limit = static_reject.as_ref().map_or(b.ops.len(), |(i, _)| *i);
-        if let Some(why) = self.plan_deletes(p, b, limit)?.or(static_reject) {
+        if let Some(why) = self.plan_state(p, b, limit)?.or(static_reject) {
             let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
             let r = self.rejected(&rec.request_key, rec.op_index as usize, rec.reason);
             return Ok(Slot::Rejected(lsn, r));

@@ -1,21 +1,21 @@
 //! The batch pipeline of `RoostApplyBatch.tla` on real files: Plan -> Claim -> Commit ->
 //! Finish, and the recovery that finishes every claimed batch after a crash.
 //!
-//! This module is synchronous and owns no threads but the shard owners: the serve loop calls
+//! This module is synchronous and owns no threads but the shard pool's: the serve loop calls
 //! [`Engine::submit`] from a bounded pool of blocking workers, and crash tests call it
 //! directly over a simulated disk. Many batches may be in the pipeline at once:
 //! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
 //!   order and ids are minted in lsn order, unique across all shards and never reused
 //!   (`plan.rs`).
 //! - Claim syncs are group-committed by the WAL: waiting workers share fdatasyncs.
-//! - Each shard has one owner thread (`owner.rs`) that applies transactions strictly in lsn
-//!   order (the turns registered at claim time) and flushes once per round for all of them,
+//! - Each shard has one owner (`owner.rs`), run on a bounded pool of threads, that applies
+//!   transactions strictly in lsn order (the turns registered at claim time) and flushes once per round for all of them,
 //!   so overlapping batches never reorder and share shard flushes (`finish.rs`).
 //! - A failure of any write or sync latches the engine (`failed`): the daemon exits non-zero
 //!   and recovery on restart repairs (`recover.rs`).
 //!
 //! Files: `plan` (Plan and Claim), `finish` (Commit and Finish), `recover` (open-time
-//! replay), `records` (the WAL and audit payloads), `owner` (shard owner threads), `crash`
+//! replay), `records` (the WAL and audit payloads), `owner` (shard owners on a thread pool), `crash`
 //! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
 //! `names` (spool names reused during a tail), `room` (intake pauses on a full disk), `group`
 //! (many detached batches under one planner pass and one sync).
@@ -36,6 +36,7 @@ pub mod records;
 mod recover;
 pub mod replicate;
 mod room;
+mod shard_limit;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -176,6 +177,12 @@ pub struct Engine {
     /// WAL lsns kept for standbys that were just re-seeded (`backup.rs`).
     backup_pins: Arc<backup::Pins>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
+    /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `shards`
+    /// when both are held, never before.
+    known_shards: Mutex<shard_limit::KnownShards>,
+    /// The threads shard owners run on (`shard_threads`); declared after `shards`, so the
+    /// owners are closed before the threads stop.
+    pool: owner::PoolHandle,
     /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
     /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
@@ -250,6 +257,8 @@ impl Engine {
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
         let repl = open_replication(&storage, &layout, &config, &wal)?;
+        let pool = owner::ShardPool::start(config.shard_threads)
+            .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
             storage,
             layout,
@@ -267,6 +276,8 @@ impl Engine {
             backup_gate: Arc::default(),
             backup_pins: Arc::default(),
             shards: Mutex::new(HashMap::new()),
+            known_shards: Mutex::default(),
+            pool: owner::PoolHandle(pool),
             synced_through: HashMap::new(),
             planner: Mutex::new(Planner {
                 keys: HashMap::new(),
@@ -285,7 +296,20 @@ impl Engine {
             recovery: RecoveryReport::default(),
             _lock: lock_file,
         };
-        engine.recover(started, progress)
+        let engine = engine.recover(started, progress)?;
+        engine.fill_known_shards();
+        Ok(engine)
+    }
+
+    /// Starts the count of shards for `shards_max` once recovery has opened what it needed:
+    /// the directories on disk, the shards recovery knows of, and the shards open now.
+    fn fill_known_shards(&self) {
+        let mut names: Vec<String> = lock(&self.shards).keys().cloned().collect();
+        names.extend(self.synced_through.keys().cloned());
+        if self.storage.is_real() {
+            names.extend(shard_limit::listed_shard_dirs(&self.layout.shards()));
+        }
+        lock(&self.known_shards).fill(names);
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -339,6 +363,7 @@ impl Engine {
             read_only: false,
             synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
             zero_ahead_bytes: self.config.zero_ahead_bytes,
+            ..ShardOptions::default()
         };
         let dir = self.layout.shard(name);
         let shard =
@@ -349,6 +374,7 @@ impl Engine {
                 }
             })?;
         let ctx = OwnerContext {
+            pool: self.pool.0.clone(),
             crash: self.crash.clone(),
             stats: self.stats.clone(),
             opened: self.opened,
@@ -357,9 +383,9 @@ impl Engine {
             compact_rate: self.config.shard_compact_bytes_per_sec,
             compact_dead: self.config.shard_compact_dead_fraction,
         };
-        let slot = ShardSlot::spawn(name, shard, ctx).map_err(io_err("start shard owner", &dir))?;
-        let slot = Arc::new(slot);
+        let slot = Arc::new(ShardSlot::spawn(name, shard, ctx));
         shards.insert(name.to_owned(), slot.clone());
+        lock(&self.known_shards).note(name);
         Ok(slot)
     }
 

@@ -1,16 +1,23 @@
-//! One owner thread per shard: the only code that touches a shard's mmap and files. Workers
-//! talk to it by message. It applies transactions strictly in lsn order (the turns the planner
-//! registered at claim time) and answers each once it is applied (readable, not yet durable).
-//! Durability is a separate request: a worker asks for a flush once its result is published,
-//! and the owner flushes once for every request of a round, so concurrent batches on one shard
-//! share an msync + fdatasync (group flush) the way claims share WAL syncs. A batch's `done`
-//! record is appended only after its flushes: until then recovery applies it again from its
-//! claim (a held lsn is a no-op).
+//! Shard owners on a bounded pool of threads (issue 25, item 3: a client that names many
+//! shards must not get a thread each). Each shard's `Owner` is the only code that touches its
+//! mmap and files; workers talk to it by message, into the shard's mailbox, and a shard with
+//! mail is queued once on the pool (`shard_threads` threads): one pool thread at a time runs
+//! its round (every message in arrival order, then the applies whose turn it is, then one
+//! flush), so each shard is still a single writer and its messages keep their order. It
+//! applies transactions strictly in lsn order (the turns the planner registered at claim
+//! time) and answers each once it is applied (readable, not yet durable). Durability is a
+//! separate request: a worker asks for a flush once its result is published, and the owner
+//! flushes once for every request of a round, so concurrent batches on one shard share an
+//! msync + fdatasync (group flush) the way claims share WAL syncs. A batch's `done` record is
+//! appended only after its flushes: until then recovery applies it again from its claim (a
+//! held lsn is a no-op). No round ever waits for another shard, so a few threads serve any
+//! number of shards; a shard waiting for an earlier turn, or compacting, is also run on the
+//! pool's tick (every [`TICK`]), as the thread per shard woke every 200 ms.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -70,22 +77,24 @@ type Room = Arc<Mutex<Option<NoRoom>>>;
 /// What the engine keeps per shard.
 pub struct ShardSlot {
     name: String,
-    tx: Option<SyncSender<ShardMsg>>,
+    /// The shard's mailbox and its owner, run on the pool.
+    cell: Arc<Cell>,
     /// Claimed lsns touching this shard, not yet applied; the smallest goes next. The planner
     /// inserts under its lock (so in lsn order); the owner removes each once it is applied.
     pub turns: Turns,
     /// Why the shard has no spare segment (`None`: it has one), kept current by the owner.
     pub room: Room,
-    thread: Option<JoinHandle<()>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What the owner needs from the engine: the crash hook and the progress clock.
+/// What the owner needs from the engine: the crash hook, the progress clock and the pool.
 #[derive(Clone)]
 pub struct OwnerContext {
+    /// The threads the owner's rounds run on.
+    pub pool: Arc<ShardPool>,
     pub crash: Arc<dyn CrashHook>,
     pub stats: Arc<Stats>,
     pub opened: Instant,
@@ -113,30 +122,43 @@ const QUEUE_MAX: usize = 1024;
 const COMPACT_STEP_MAX: u64 = 1 << 20;
 
 impl ShardSlot {
-    pub fn spawn(name: &str, shard: Shard, ctx: OwnerContext) -> std::io::Result<ShardSlot> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
+    /// Hands `shard` to a new owner whose rounds run on `ctx.pool`.
+    pub fn spawn(name: &str, shard: Shard, ctx: OwnerContext) -> ShardSlot {
         let turns = Arc::new(Mutex::new(BTreeSet::new()));
         let room = Arc::new(Mutex::new(shard.spare_missing()));
-        let shared = (turns.clone(), room.clone());
-        let n = name.to_owned();
-        let thread = std::thread::Builder::new()
-            .name(format!("shard-{name}"))
-            .spawn(move || owner(n, shard, rx, shared, ctx))?;
-        Ok(ShardSlot {
+        let pool = Arc::downgrade(&ctx.pool);
+        let owner = Owner {
             name: name.to_owned(),
-            tx: Some(tx),
+            shard,
+            turns: turns.clone(),
+            room: room.clone(),
+            ctx,
+            pending: BTreeMap::new(),
+            flushes: Vec::new(),
+            dead: None,
+            compacted_at: Instant::now(),
+        };
+        let cell = Arc::new(Cell {
+            name: name.to_owned(),
+            mailbox: Mutex::new(Mailbox::default()),
+            space: Condvar::new(),
+            owner: Mutex::new(Some(owner)),
+            pool,
+            tick: AtomicBool::new(true),
+        });
+        if let Some(p) = cell.pool.upgrade() {
+            lock(&p.cells).push(Arc::downgrade(&cell));
+        }
+        ShardSlot {
+            name: name.to_owned(),
+            cell,
             turns,
             room,
-            thread: Some(thread),
-        })
+        }
     }
 
     fn send(&self, msg: ShardMsg) -> Result<(), EngineError> {
-        self.tx
-            .as_ref()
-            .ok_or(EngineError::Failed)?
-            .send(msg)
-            .map_err(|_| EngineError::Failed)
+        self.cell.send(msg)
     }
 
     /// Hands transactions to the owner, each to be applied in its turn; one answer, once
@@ -206,14 +228,229 @@ impl ShardSlot {
 }
 
 impl Drop for ShardSlot {
-    /// Closing the channel stops the owner; joining it releases the shard (its maps and its
-    /// directory lock) before the engine is gone.
+    /// Closes the mailbox and drops the owner once no pool thread runs it: the shard (its
+    /// maps and its directory lock) is released before the engine is gone. Requests still
+    /// queued are dropped, so their askers see `Failed`.
     fn drop(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                tracing::error!(shard = %self.name, "shard owner thread panicked");
+        tracing::trace!(shard = %self.name, "shard owner closed");
+        self.cell.close();
+    }
+}
+
+/// How often the pool runs the shards that asked for it (an owner waiting for an earlier
+/// turn, or compacting) with no message for them; every [`FULL_TICK_EVERY`] ticks it runs
+/// every shard once (a checkpoint may have made compaction possible).
+pub const TICK: Duration = Duration::from_millis(200);
+const FULL_TICK_EVERY: u64 = 25;
+
+/// A shard's mail, and whether the shard is queued on (or running on) the pool.
+#[derive(Default)]
+struct Mailbox {
+    msgs: VecDeque<ShardMsg>,
+    /// Queued or running: a sender does not queue it again, so at most one pool thread runs
+    /// it at a time (the single writer).
+    scheduled: bool,
+    /// The slot was dropped (or its owner panicked): nothing more is taken.
+    closed: bool,
+}
+
+/// One shard on the pool: its mailbox and its owner.
+struct Cell {
+    name: String,
+    mailbox: Mutex<Mailbox>,
+    /// Signalled when the mailbox has room again (a full one blocks its senders: bounded).
+    space: Condvar,
+    /// `None` once closed.
+    owner: Mutex<Option<Owner>>,
+    pool: Weak<ShardPool>,
+    /// Run this shard on the next tick (it waits for a turn, or compaction has work).
+    tick: AtomicBool,
+}
+
+impl Cell {
+    /// Queues `msg` (blocking while the mailbox is full) and the shard on the pool if it is
+    /// not queued already.
+    fn send(self: &Arc<Self>, msg: ShardMsg) -> Result<(), EngineError> {
+        let mut mb = lock(&self.mailbox);
+        while mb.msgs.len() >= QUEUE_MAX && !mb.closed {
+            mb = self.space.wait(mb).unwrap_or_else(|p| p.into_inner());
+        }
+        if mb.closed {
+            return Err(EngineError::Failed);
+        }
+        mb.msgs.push_back(msg);
+        let queue = !std::mem::replace(&mut mb.scheduled, true);
+        drop(mb);
+        if queue {
+            self.queue()?;
+        }
+        Ok(())
+    }
+
+    fn queue(self: &Arc<Self>) -> Result<(), EngineError> {
+        let pool = self.pool.upgrade().ok_or(EngineError::Failed)?;
+        pool.push(self.clone());
+        Ok(())
+    }
+
+    /// On a tick: queues the shard unless it is queued already or closed.
+    fn poke(self: &Arc<Self>) {
+        let mut mb = lock(&self.mailbox);
+        if mb.scheduled || mb.closed {
+            return;
+        }
+        mb.scheduled = true;
+        drop(mb);
+        let _ = self.queue();
+    }
+
+    /// One round on a pool thread: the mail so far, then the owner's round; queued again if
+    /// more mail came meanwhile.
+    fn run(self: Arc<Self>) {
+        let msgs: Vec<ShardMsg> = lock(&self.mailbox).msgs.drain(..).collect();
+        self.space.notify_all();
+        if let Some(owner) = lock(&self.owner).as_mut() {
+            let again = owner.round(msgs);
+            self.tick.store(again, Ordering::Relaxed);
+        }
+        let mut mb = lock(&self.mailbox);
+        if mb.msgs.is_empty() || mb.closed {
+            mb.scheduled = false;
+            return;
+        }
+        drop(mb);
+        let _ = self.queue();
+    }
+
+    /// Takes nothing more and drops the owner (waiting for a round that runs now).
+    fn close(&self) {
+        let left = {
+            let mut mb = lock(&self.mailbox);
+            mb.closed = true;
+            std::mem::take(&mut mb.msgs)
+        };
+        self.space.notify_all();
+        drop(left);
+        drop(lock(&self.owner).take());
+    }
+}
+
+/// The threads every shard's rounds run on (`shard_threads`), and the shards to tick.
+pub struct ShardPool {
+    queue: Mutex<VecDeque<Arc<Cell>>>,
+    ready: Condvar,
+    stop: AtomicBool,
+    /// Every shard owner started on this pool (dropped ones are pruned on a tick).
+    cells: Mutex<Vec<Weak<Cell>>>,
+    /// When the last tick ran, and how many ran.
+    ticked: Mutex<(Instant, u64)>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ShardPool {
+    /// Starts `threads` pool threads (at least one).
+    pub fn start(threads: usize) -> std::io::Result<Arc<ShardPool>> {
+        let pool = Arc::new(ShardPool {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            stop: AtomicBool::new(false),
+            cells: Mutex::new(Vec::new()),
+            ticked: Mutex::new((Instant::now(), 0)),
+            threads: Mutex::new(Vec::new()),
+        });
+        for i in 0..threads.max(1) {
+            let p = Arc::downgrade(&pool);
+            let t = std::thread::Builder::new()
+                .name(format!("shards-{i}"))
+                .spawn(move || work(p))?;
+            lock(&pool.threads).push(t);
+        }
+        Ok(pool)
+    }
+
+    fn push(&self, cell: Arc<Cell>) {
+        lock(&self.queue).push_back(cell);
+        self.ready.notify_one();
+    }
+
+    /// The next shard to run, waiting up to a tick for one.
+    fn next(&self) -> Option<Arc<Cell>> {
+        let mut q = lock(&self.queue);
+        if q.is_empty() && !self.stop.load(Ordering::Relaxed) {
+            q = self
+                .ready
+                .wait_timeout(q, TICK)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        q.pop_front()
+    }
+
+    /// Once per [`TICK`] (one thread does it): queues the shards that asked for a tick, and
+    /// every shard every [`FULL_TICK_EVERY`] ticks.
+    fn tick_if_due(&self) {
+        let n = {
+            let Ok(mut t) = self.ticked.try_lock() else {
+                return;
+            };
+            if t.0.elapsed() < TICK {
+                return;
             }
+            *t = (Instant::now(), t.1 + 1);
+            t.1
+        };
+        let cells: Vec<Arc<Cell>> = {
+            let mut reg = lock(&self.cells);
+            reg.retain(|w| w.strong_count() > 0);
+            reg.iter().filter_map(Weak::upgrade).collect()
+        };
+        let all = n % FULL_TICK_EVERY == 0;
+        for c in cells {
+            if all || c.tick.load(Ordering::Relaxed) {
+                c.poke();
+            }
+        }
+    }
+
+    /// Stops the threads (each finishes its round) and waits for them.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.ready.notify_all();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            if t.join().is_err() {
+                tracing::error!("shard pool thread panicked");
+            }
+        }
+    }
+}
+
+/// The engine's hold on its pool: dropping it stops the threads (after the shards, which
+/// the engine drops first).
+pub struct PoolHandle(pub Arc<ShardPool>);
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// A pool thread: runs queued shards' rounds, and the tick. A panic in a round closes that
+/// shard (its askers see `Failed`) and the thread goes on; in the daemon the panic hook has
+/// stopped the process with 70 before that.
+fn work(pool: Weak<ShardPool>) {
+    loop {
+        let Some(p) = pool.upgrade() else { return };
+        if p.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        p.tick_if_due();
+        let Some(cell) = p.next() else { continue };
+        drop(p);
+        let c = cell.clone();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())).is_err() {
+            tracing::error!(shard = %cell.name, "shard owner panicked");
+            cell.close();
         }
     }
 }
@@ -221,7 +458,7 @@ impl Drop for ShardSlot {
 /// Where a worker waits for its shard transaction to be applied, or flushed.
 type Reply = Sender<Result<(), EngineError>>;
 
-/// The owner thread's state: the only holder of its `Shard`.
+/// A shard owner's state: the only holder of its `Shard`, run by one pool thread at a time.
 struct Owner {
     name: String,
     shard: Shard,
@@ -240,44 +477,29 @@ struct Owner {
     compacted_at: Instant,
 }
 
-fn owner(
-    name: String,
-    shard: Shard,
-    rx: Receiver<ShardMsg>,
-    (turns, room): (Turns, Room),
-    ctx: OwnerContext,
-) {
-    let mut o = Owner {
-        name,
-        shard,
-        turns,
-        room,
-        ctx,
-        pending: BTreeMap::new(),
-        flushes: Vec::new(),
-        dead: None,
-        compacted_at: Instant::now(),
-    };
-    loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(m) => o.take(m),
-            Err(RecvTimeoutError::Timeout) => o.compact_idle(),
-            Err(RecvTimeoutError::Disconnected) => return,
+impl Owner {
+    /// One round: `msgs` in order, then (unless dead) every apply whose turn it is, one
+    /// flush for the round's flush requests, and a compaction step. Returns whether the
+    /// shard wants the pool's next tick (a transaction waits for an earlier turn, or
+    /// compaction has work).
+    fn round(&mut self, msgs: Vec<ShardMsg>) -> bool {
+        for m in msgs {
+            self.take(m);
         }
-        while let Ok(m) = rx.try_recv() {
-            o.take(m);
+        if self.dead.is_none() {
+            let mut failure = self.apply_turns();
+            self.flush_round(&mut failure);
+            if let Some(e) = failure {
+                tracing::warn!(shard = %self.name, error = %e, "shard owner stopped");
+                self.dead = Some(e);
+            }
         }
-        if o.dead.is_some() {
-            o.refuse_all();
-            continue;
+        if self.dead.is_some() {
+            self.refuse_all();
+            return false;
         }
-        let mut failure = o.apply_turns();
-        o.flush_round(&mut failure);
-        if let Some(e) = failure {
-            tracing::warn!(shard = %o.name, error = %e, "shard owner stopped");
-            o.dead = Some(e);
-        }
-        o.compact_idle();
+        let compacting = self.compact_idle();
+        !self.pending.is_empty() || compacting
     }
 }
 
@@ -337,15 +559,16 @@ impl Owner {
     /// the time since the last, at most [`COMPACT_STEP_MAX`] (a step holds the owner, so a
     /// small one keeps a batch's wait short). A failure stops the owner like any write
     /// failure.
-    fn compact_idle(&mut self) {
+    /// Returns whether compaction may have more to do (a step that did something, or one
+    /// not due yet).
+    fn compact_idle(&mut self) -> bool {
         let rate = self.ctx.compact_rate;
         let elapsed = self.compacted_at.elapsed();
-        if rate == 0
-            || self.dead.is_some()
-            || !self.pending.is_empty()
-            || elapsed < Duration::from_millis(10)
-        {
-            return;
+        if rate == 0 || self.dead.is_some() || !self.pending.is_empty() {
+            return false;
+        }
+        if elapsed < Duration::from_millis(10) {
+            return true;
         }
         self.compacted_at = Instant::now();
         let budget = (rate as f64 * elapsed.as_secs_f64()) as u64;
@@ -355,7 +578,7 @@ impl Owner {
             dead_fraction_min: self.ctx.compact_dead,
         };
         if !self.ctx.gate.try_compact() {
-            return;
+            return true;
         }
         let step = self.shard.compact_step(&o);
         self.ctx.gate.compaction_done();
@@ -364,8 +587,10 @@ impl Owner {
                 reclaimed_bytes, ..
             }) => {
                 tracing::info!(shard = %self.name, reclaimed_bytes, "shard: compacted");
+                true
             }
-            Ok(_) => {}
+            Ok(CompactProgress::Working { .. }) => true,
+            Ok(CompactProgress::Idle) => false,
             Err(source) => {
                 let e = EngineError::Shard {
                     shard: self.name.clone(),
@@ -373,6 +598,7 @@ impl Owner {
                 };
                 tracing::warn!(shard = %self.name, error = %e, "shard owner stopped");
                 self.dead = Some(e);
+                false
             }
         }
     }
@@ -485,6 +711,7 @@ mod tests {
         let disk = Arc::new(SimStorage::new());
         let shard = Shard::open_with(disk, "/sim/s", ShardOptions::default()).expect("open");
         let ctx = OwnerContext {
+            pool: ShardPool::start(2).expect("pool"),
             crash: Arc::new(NthCrash::new(crash_at)),
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
@@ -493,7 +720,7 @@ mod tests {
             compact_rate: 0,
             compact_dead: 0.5,
         };
-        ShardSlot::spawn("s", shard, ctx).expect("spawn")
+        ShardSlot::spawn("s", shard, ctx)
     }
 
     /// One create per lsn, of id = lsn.
@@ -513,7 +740,7 @@ mod tests {
     const PATIENCE: Duration = Duration::from_secs(5);
 
     /// The one answer to a message, within [`PATIENCE`] (`what` names it when none comes).
-    fn answer(rx: &Receiver<Result<(), EngineError>>, what: &str) -> Result<(), EngineError> {
+    fn answer(rx: &mpsc::Receiver<Result<(), EngineError>>, what: &str) -> Result<(), EngineError> {
         rx.recv_timeout(PATIENCE)
             .unwrap_or_else(|e| panic!("{what}: {e}"))
     }

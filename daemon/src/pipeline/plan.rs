@@ -106,7 +106,7 @@ impl Engine {
                 });
             }
         };
-        if let Some((i, reason)) = self.plan_deletes(&p, batch, limit)?.or(static_reject) {
+        if let Some((i, reason)) = self.plan_state(&p, batch, limit)?.or(static_reject) {
             let r = self.record_rejection(p, batch, source, fp, (i, reason))?;
             return self.reply(source, r);
         }
@@ -213,9 +213,23 @@ impl Engine {
         }
     }
 
+    /// The checks that depend on state, under the planner lock, up to `limit`: the first op
+    /// that would create a shard past `shards_max` (`shard_limit.rs`), else the first delete
+    /// of an id that does not exist before it.
+    pub(super) fn plan_state(
+        &self,
+        p: &Planner,
+        batch: &Batch,
+        limit: usize,
+    ) -> Result<Option<(usize, String)>, EngineError> {
+        let over = lock(&self.known_shards).first_over(batch, limit, self.config.shards_max);
+        let limit = over.as_ref().map_or(limit, |(i, _)| *i);
+        Ok(self.plan_deletes(p, batch, limit)?.or(over))
+    }
+
     /// Walks the deletes up to `limit` in order against committed state plus planned
     /// overlays: the first that names an id that does not exist, and why.
-    pub(super) fn plan_deletes(
+    fn plan_deletes(
         &self,
         p: &Planner,
         batch: &Batch,

@@ -106,6 +106,7 @@ impl Cutter {
                 read_only: false,
                 synced_through_lsn: Some(vouched),
                 zero_ahead_bytes: self.config.zero_ahead_bytes,
+                ..ShardOptions::default()
             };
             let name = dir.display().to_string();
             let shard_err = |source| EngineError::Shard {

@@ -1,0 +1,119 @@
+//! Shards a client cannot multiply without limit (issue 25, item 3), black-box on the real
+//! binary with the default configuration: 10,000 batches each naming a new shard leave the
+//! daemon serving, within a bounded number of threads and a bounded disk.
+#![forbid(unsafe_code)]
+
+mod common;
+use common::*;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Threads of process `pid` now.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// Bytes allocated (`st_blocks` × 512) under `dir`, every file and directory.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                return 0;
+            };
+            m.blocks() * 512 + if m.is_dir() { allocated(&e.path()) } else { 0 }
+        })
+        .sum()
+}
+
+/// A bulk file of `n` lines from `first`, each a batch creating a record on a shard of its
+/// own (`new-N`).
+fn new_shard_lines(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| {
+            format!(
+                "{{\"request_key\":\"k{i}\",\"ops\":[{{\"op\":\"create\",\"shard\":\"new-{i}\",\"record\":{{}}}}]}}\n"
+            )
+        })
+        .collect()
+}
+
+/// The result lines of `out/NAME`, once it is there.
+fn result_lines(spool: &Path, name: &str) -> Option<Vec<Value>> {
+    let text = std::fs::read_to_string(spool.join("out").join(name)).ok()?;
+    text.lines().map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Goal: the issue's "done when". Method: `roost serve` on the default configuration; one
+/// batch makes shard `s`; then 10 bulk files of 1,000 lines, each line a batch creating on a
+/// new shard, are dropped at once. While they run, the daemon's threads are sampled; once
+/// every line is answered: at most 64 threads more than at start, at most 2 GiB allocated
+/// in the data directory, every line committed (the first `shards_max` shards) or rejected
+/// naming `shards_max`, and a normal batch on shard `s` still commits.
+#[test]
+fn ten_thousand_new_shard_names_leave_the_daemon_serving_within_its_bounds() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let mut d = serve_ready(&data, &tmp.path().join("log"), &[]);
+    let spool = data.join("spool");
+    let pid = d.id();
+    drop_and_wait(&spool, "first", Duration::from_secs(20));
+    let at_start = threads(pid);
+    let t0 = Instant::now();
+    for f in 0..10 {
+        let body = new_shard_lines(f * 1000, 1000);
+        drop_in(&spool, &format!("b{f}.jsonl"), body.as_bytes());
+    }
+    let mut most = at_start;
+    let mut answers = Vec::new();
+    for f in 0..10 {
+        let name = format!("b{f}.jsonl");
+        let until = Instant::now() + Duration::from_secs(120);
+        let lines = loop {
+            most = most.max(threads(pid));
+            if let Some(l) = result_lines(&spool, &name) {
+                break l;
+            }
+            assert!(Instant::now() < until, "no result for {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        answers.extend(lines);
+    }
+    let took = t0.elapsed();
+    let bytes = allocated(&data);
+    let committed = answers
+        .iter()
+        .filter(|r| r["status"] == "committed")
+        .count();
+    let limited = answers
+        .iter()
+        .filter(|r| r["status"] == "rejected")
+        .filter(|r| {
+            r["reason"]
+                .as_str()
+                .is_some_and(|s| s.contains("shards_max = 1024"))
+        })
+        .count();
+    println!(
+        "10,000 new shard names: {took:?}, threads {at_start} at start, {most} at most, \
+         {bytes} bytes allocated, {committed} committed, {limited} rejected by shards_max"
+    );
+    assert_eq!(answers.len(), 10_000);
+    assert_eq!(
+        (committed, limited),
+        (1023, 10_000 - 1023),
+        "shard s and 1023 new ones"
+    );
+    assert!(most <= at_start + 64, "{most} threads, {at_start} at start");
+    assert!(bytes <= 2 << 30, "{bytes} bytes allocated");
+    drop_and_wait(&spool, "after", Duration::from_secs(20));
+    let after = std::fs::read_to_string(spool.join("out/after.json")).expect("result");
+    assert!(after.contains("\"committed\""), "{after}");
+    assert_eq!(stop_code(&mut d), Some(0));
+}

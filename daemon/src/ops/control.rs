@@ -96,6 +96,11 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "live_keys": engine.live_keys(),
         "memory": memory_json(engine),
         "key_index": key_index_json(engine),
+        "shard_limit": {
+            "shards": engine.shards_known(),
+            "shards_max": engine.config().shards_max,
+            "shard_threads": engine.config().shard_threads,
+        },
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
             "compactions": c.compactions,
             "reclaimed_bytes": c.reclaimed_bytes,

@@ -28,6 +28,11 @@ pub struct MemoryReport {
 }
 
 impl Engine {
+    /// Shards that exist, against `shards_max` (issue 25, item 3).
+    pub fn shards_known(&self) -> usize {
+        super::lock(&self.known_shards).count()
+    }
+
     pub fn memory(&self) -> MemoryReport {
         let ix = self.index.stats();
         let cache_keys = self.cached_keys() as u64;

@@ -29,6 +29,11 @@ impl KnownShards {
         names.extend(listed);
     }
 
+    /// How many shards exist (0 before recovery filled the set).
+    pub fn count(&self) -> usize {
+        self.names.as_ref().map_or(0, HashSet::len)
+    }
+
     /// A shard was opened (created, if it was new).
     pub fn note(&mut self, name: &str) {
         if let Some(names) = &mut self.names {

@@ -464,7 +464,10 @@ fn duplicates(d: &Daemon, feed: &mut Feed, n: usize) -> anyhow::Result<Vec<f64>>
         w.write_all(format!("{line}\n").as_bytes())
             .context("send a warm-up batch")?;
         answer.clear();
-        ensure!(r.read_line(&mut answer)? > 0, "the stream closed before a warm-up answer");
+        ensure!(
+            r.read_line(&mut answer)? > 0,
+            "the stream closed before a warm-up answer"
+        );
     }
     for _ in 0..n.min(feed.reservoir.len()) {
         let i = (feed.next_rand() % feed.reservoir.len() as u64) as usize;

@@ -234,6 +234,60 @@ fn damage_in_sealed_segment_is_corruption() {
     );
 }
 
+/// Goal (issue 25): with `scan_sealed = false` open reads only the newest segment, so it
+/// costs the same however many sealed segments there are; it still knows where the log
+/// ends and appends after it; a damaged sealed record is found when it is read (and by a
+/// scanning open). Method: 20 records over many 256-byte segments, a damaged record in the
+/// first segment, opened both ways.
+#[test]
+fn an_open_that_skips_sealed_segments_scans_only_the_newest() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(256)).unwrap();
+    for i in 1..=20u64 {
+        wal.append(1, &payload(i)).unwrap();
+    }
+    let segments = wal.segments().len();
+    drop(wal);
+    let whole = open(&disk, opts(256))
+        .unwrap()
+        .recovery_report()
+        .bytes_scanned;
+    let trusting = WalOptions {
+        scan_sealed: false,
+        ..opts(256)
+    };
+    let wal = open(&disk, trusting.clone()).unwrap();
+    assert!(segments > 3, "{segments} segments");
+    assert_eq!(wal.next_lsn(), 21, "the log's end is known");
+    assert!(
+        wal.recovery_report().bytes_scanned <= 256,
+        "scanned only the newest segment"
+    );
+    assert!(
+        whole > 3 * 256,
+        "a scanning open reads every segment: {whole}"
+    );
+    wal.append(1, &payload(21)).unwrap();
+    assert_eq!(all(&wal).len(), 21);
+    drop(wal);
+    let mut segs: Vec<PathBuf> = disk.paths();
+    segs.sort();
+    let mut bytes = disk.file_bytes(&segs[0]).unwrap();
+    bytes[5] ^= 0xff; // the first record
+    disk.put_file_bytes(&segs[0], bytes);
+    let wal = open(&disk, trusting).expect("the damage is not read at open");
+    let err = wal
+        .replay(1)
+        .find_map(|r| r.err())
+        .expect("a read finds the damage");
+    assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
+    drop(wal);
+    assert!(matches!(
+        open(&disk, opts(256)),
+        Err(WalError::Corrupt { .. })
+    ));
+}
+
 /// Goal: a header that claims a 4 GiB payload is corruption (or a torn tail when last and
 /// nothing follows), never an allocation of 4 GiB.
 #[test]

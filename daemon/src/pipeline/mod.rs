@@ -246,7 +246,13 @@ impl Engine {
             .map_err(io_err("create", &spool.root))?;
         let wal_opts = wal_options(&config);
         let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
-        let audit = Wal::open_with(storage.clone(), layout.audit(), wal_opts)?;
+        // The audit log grows with history (kept unless `audit_retain_*`): open scans only
+        // its newest segment, so restart time does not follow its size.
+        let audit_opts = WalOptions {
+            scan_sealed: false,
+            ..wal_opts
+        };
+        let audit = Wal::open_with(storage.clone(), layout.audit(), audit_opts)?;
         let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(&config))?;
         let index = KeyIndex::open(
             storage.clone(),
@@ -537,6 +543,8 @@ fn key_table_options(config: &Config) -> WalOptions {
         segment_bytes: config.wal_segment_bytes.max(2 * payload_bytes_max),
         payload_bytes_max: payload_bytes_max as u32,
         zero_ahead_bytes: config.zero_ahead_bytes,
+        // Holds a whole window of keys: open scans only its newest segment.
+        scan_sealed: false,
         ..WalOptions::default()
     }
 }

@@ -634,7 +634,10 @@ fn after_a_partition_the_former_primary_steps_down_and_never_answers() {
     a.stop();
     b.stop();
     same_logs(&a, &b);
-    assert_eq!(a.wal().len(), b.wal().len());
+    // A holds nothing B does not: B's last `done` is made durable only by B's next sync or
+    // its graceful stop, which comes after A stopped, so A may lack that one record.
+    let (la, lb) = (a.wal().len(), b.wal().len());
+    assert!(la <= lb && la + 1 >= lb, "A holds {la} records, B {lb}");
 }
 
 /// Goal: with `when_standby_lost = "alone"` a partition does not stop answers: after

@@ -181,8 +181,11 @@ fn assert_made_like_the_control_socket(sock: &Path, data: &Path, pid: u32) {
         .expect("proc")
         .gid();
     for s in [sock, &data.join("roost.sock")] {
-        // The control socket is bound by a task beside the serve loop, maybe a moment late.
-        wait_for("the socket", Duration::from_secs(10), || s.exists());
+        // The control socket is bound by a task beside the serve loop, maybe a moment late,
+        // and its mode is set right after the bind: wait for both.
+        wait_for("the socket and its mode", Duration::from_secs(10), || {
+            std::fs::metadata(s).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o660)
+        });
         let m = std::fs::metadata(s).expect("socket");
         assert_eq!(m.permissions().mode() & 0o777, 0o660, "{}", s.display());
         assert_eq!(m.gid(), gid, "{} has not the daemon's group", s.display());

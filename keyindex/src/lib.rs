@@ -24,6 +24,7 @@ mod hash;
 mod run;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use roost_storage::{OpenMode, Storage};
@@ -116,8 +117,11 @@ pub struct KeyIndex {
     /// Oldest first; readers hold the read lock for a whole lookup, so a run replaced under
     /// the write lock has no reader left when its file is removed.
     runs: RwLock<Vec<Arc<Run>>>,
-    /// One writer at a time (add, merge, expire).
-    writing: Mutex<u64>,
+    /// One writer at a time (add, merge, expire). Never taken while `runs` is held: a
+    /// writer takes it first and the runs' write lock inside it.
+    writing: Mutex<()>,
+    /// Merges since open (for status: read without any lock).
+    merges: AtomicU64,
 }
 
 impl KeyIndex {
@@ -144,11 +148,15 @@ impl KeyIndex {
         let mut runs: Vec<Arc<Run>> = Vec::new();
         for (first, last, name) in ranges {
             let path = dir.join(&name);
-            if runs
-                .last()
-                .is_some_and(|r| r.meta().last_table_lsn >= first)
-            {
-                let _ = last; // inside a wider run: the input of a finished merge
+            if let Some(prev) = runs.last().filter(|r| r.meta().last_table_lsn >= first) {
+                if prev.meta().last_table_lsn < last {
+                    return Err(IndexError::Corrupt {
+                        path,
+                        offset: 0,
+                        reason: format!("overlaps {} without being inside it", prev.path.display()),
+                    });
+                }
+                // Inside a wider run: the input of a merge a crash interrupted.
                 storage
                     .remove(&path)
                     .map_err(IndexError::io("remove", &path))?;
@@ -165,7 +173,8 @@ impl KeyIndex {
             seed,
             opts,
             runs: RwLock::new(runs),
-            writing: Mutex::new(0),
+            writing: Mutex::new(()),
+            merges: AtomicU64::new(0),
         })
     }
 
@@ -210,7 +219,8 @@ impl KeyIndex {
                 run_entries_max: 0,
             },
             runs: RwLock::new(runs),
-            writing: Mutex::new(0),
+            writing: Mutex::new(()),
+            merges: AtomicU64::new(0),
         }))
     }
 
@@ -246,6 +256,15 @@ impl KeyIndex {
         self.read().first().map(|r| r.meta().first_table_lsn)
     }
 
+    /// The newest stamp any run holds (0 when empty): stamps after it must not be older.
+    pub fn max_at_ms(&self) -> u64 {
+        self.read()
+            .iter()
+            .map(|r| r.meta().max_at_ms)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The largest batch lsn any run holds (0 when empty).
     pub fn max_batch_lsn(&self) -> u64 {
         self.read()
@@ -259,7 +278,7 @@ impl KeyIndex {
         let runs = self.read();
         let mut s = IndexStats {
             runs: runs.len() as u64,
-            merges: *self.writing.lock().unwrap_or_else(|p| p.into_inner()),
+            merges: self.merges.load(Ordering::Relaxed),
             ..IndexStats::default()
         };
         for r in runs.iter() {
@@ -286,7 +305,7 @@ impl KeyIndex {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut merges = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let _w = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         if self
             .last_table_lsn()
             .is_some_and(|l| l >= meta.first_table_lsn)
@@ -305,7 +324,7 @@ impl KeyIndex {
             .unwrap_or_else(|p| p.into_inner())
             .push(run);
         while self.merge_newest()? {
-            *merges += 1;
+            self.merges.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -388,7 +407,13 @@ impl KeyIndex {
         let _w = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         let gone: Vec<Arc<Run>> = {
             let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
-            let k = runs.partition_point(|r| r.meta().max_at_ms < cutoff_ms);
+            // A prefix, found by walking (not a binary search): were a stamp ever to go back
+            // (a clock stepped back across a crash), a later run still in the window stops
+            // the walk instead of being skipped over.
+            let k = runs
+                .iter()
+                .take_while(|r| r.meta().max_at_ms < cutoff_ms)
+                .count();
             runs.drain(..k).collect()
         };
         self.remove_runs(&gone)?;

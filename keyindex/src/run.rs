@@ -172,8 +172,10 @@ impl Run {
             reason,
         };
         let mut hb = [0u8; HEADER_LEN];
-        file.read_at(&mut hb, 0)
-            .map_err(|e| corrupt(0, format!("short header: {e}")))?;
+        file.read_at(&mut hb, 0).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => corrupt(0, format!("short header: {e}")),
+            _ => IndexError::io("read", path)(e),
+        })?;
         let header = Header::decode(&hb).map_err(|r| corrupt(0, r))?;
         let len = file.len().map_err(IndexError::io("stat", path))?;
         if len != header.file_len() {

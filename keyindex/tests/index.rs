@@ -230,3 +230,45 @@ fn run_plan(disk: &SimStorage, plan: &[usize], model: &mut Model, freeze: Option
     }
     durable
 }
+
+/// Goal: expiry removes only the oldest runs that left the window, stopping at the first
+/// run still inside it, even if stamps went back later (a clock stepped back across a
+/// crash). Method: runs stamped 5, 100, 3; expire at 50.
+#[test]
+fn expiry_stops_at_the_first_run_inside_the_window() {
+    let storage: Arc<dyn Storage> = Arc::new(SimStorage::new());
+    let idx = KeyIndex::open(storage, Path::new(DIR), opts(1 << 20, 1)).unwrap();
+    let mut model = Model::default();
+    for (r, at) in [5u64, 100, 3].into_iter().enumerate() {
+        let (e, m) = model.run(&idx, &keys(r, 3, 0), at);
+        idx.add_run(e, m).unwrap();
+    }
+    assert_eq!(idx.runs().len(), 3, "run_entries_max = 1: no merges");
+    assert_eq!(idx.expire(50).unwrap(), (1, 3));
+    let left: Vec<u64> = idx.runs().iter().map(|r| r.meta().max_at_ms).collect();
+    assert_eq!(left, vec![100, 3]);
+}
+
+/// Goal: a run that overlaps another without being inside it (not the trace of a merge) is
+/// corruption at open, never silently removed. Method: a run file copied under a name that
+/// straddles the next run's range.
+#[test]
+fn a_run_overlapping_another_is_corruption() {
+    let disk = SimStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let idx = KeyIndex::open(storage.clone(), Path::new(DIR), opts(1 << 20, 1)).unwrap();
+    let mut model = Model::default();
+    for r in 0..2 {
+        let (e, m) = model.run(&idx, &keys(r, 3, 0), 10);
+        idx.add_run(e, m).unwrap();
+    }
+    let first = idx.runs()[0].path.clone();
+    drop(idx);
+    let bytes = disk.file_bytes(&first).unwrap();
+    disk.put_file_bytes(
+        &Path::new(DIR).join(format!("{:020}-{:020}.run", 2, 5)),
+        bytes,
+    );
+    let err = KeyIndex::open(storage, Path::new(DIR), opts(1 << 20, 1)).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+}

@@ -561,14 +561,20 @@ impl Wal {
                 _ => return Err(WalError::Missing { lsn }),
             }
         };
-        let file = self
-            .storage
-            .open(&seg.path, OpenMode::Read)
-            .map_err(|source| WalError::Io {
-                op: "open",
-                path: seg.path.clone(),
-                source,
-            })?;
+        let file = match self.storage.open(&seg.path, OpenMode::Read) {
+            Ok(f) => f,
+            // Retired between the look-up and the open: the record is gone, not unreadable.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && lsn < self.first_lsn() => {
+                return Err(WalError::Missing { lsn });
+            }
+            Err(source) => {
+                return Err(WalError::Io {
+                    op: "open",
+                    path: seg.path.clone(),
+                    source,
+                })
+            }
+        };
         read_frame(
             file.as_ref(),
             &seg.path,

@@ -32,6 +32,11 @@ use super::records::{self, read_wal_frames, Checkpoint, KEY_RECORD_TYPE};
 use super::{lock, Engine};
 use crate::error::EngineError;
 
+/// A full key cache makes a checkpoint due at most this often: when the checkpoint cannot
+/// move (an open claim at its point, or `ack = "standby"` waiting for a standby), the cache
+/// keeps its keys and each pass would otherwise repeat at once.
+const KEY_CACHE_RETRY: Duration = Duration::from_secs(1);
+
 /// What the engine remembers of checkpoints.
 #[derive(Debug, Default)]
 pub(super) struct CheckpointState {
@@ -92,7 +97,7 @@ impl Engine {
             c.wal_from.saturating_sub(1),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.forget_checkpointed(&moved);
+        self.forget_checkpointed(&moved, c.wal_from);
         // A standby just re-seeded starts its log at a pinned lsn (`backup.rs`).
         let keep = c
             .wal_from
@@ -127,13 +132,14 @@ impl Engine {
     /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or
     /// `checkpoint_interval_ms` passed with something appended, or the key cache full.
     pub fn checkpoint_due(&self) -> bool {
-        if self.cached_keys() as u64 >= self.config.key_cache_keys_max() {
+        let full = self.cached_keys() as u64 >= self.config.key_cache_keys_max();
+        let st = lock(&self.checkpoints);
+        let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
+        if full && since >= KEY_CACHE_RETRY {
             return true; // the key cache is full: move its keys to the index on disk
         }
-        let st = lock(&self.checkpoints);
         let grown =
             (self.wal.append_bytes() + st.found_at_open).saturating_sub(st.wal_bytes_at_last);
-        let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
         grown >= self.config.checkpoint_wal_bytes
             || (grown > 0 && since >= Duration::from_millis(self.config.checkpoint_interval_ms))
     }
@@ -259,14 +265,18 @@ impl Engine {
     }
 
     /// Step 3: keys below the checkpoint leave the map (unless a newer batch took the key
-    /// meanwhile): the index answers them from now on.
-    fn forget_checkpointed(&self, moved: &[Moved]) {
+    /// meanwhile): the index answers them from now on. Not only the keys this checkpoint
+    /// moved: every key of a batch below `wal_from` is in the table and its index, including
+    /// those an earlier checkpoint copied and indexed before a crash kept its `CHECKPOINT`
+    /// from being written (the replay put them back in the map; their WAL goes next).
+    fn forget_checkpointed(&self, moved: &[Moved], wal_from: Lsn) {
         let mut p = lock(&self.planner);
         for (key, lsn, ..) in moved {
             if p.keys.get(key).is_some_and(|k| k.lsn == *lsn) {
                 p.keys.remove(key);
             }
         }
+        p.keys.retain(|_, k| !(k.done && k.lsn < wal_from));
         if p.keys.capacity() > 4 * p.keys.len().max(1024) {
             p.keys.shrink_to_fit(); // give back what a burst between checkpoints took
         }

@@ -108,7 +108,9 @@ impl Engine {
         );
         let mut st = lock(&self.checkpoints);
         st.keys_through = table_through.max(c.keys_through);
-        st.last_at_ms = c.at_ms;
+        // Stamps never go back along the table, even if the clock did: a run written after
+        // the last CHECKPOINT (a crash between them) may hold a newer one.
+        st.last_at_ms = c.at_ms.max(self.index.max_at_ms());
         // The interval counts from the checkpoint itself, not from this start; the WAL found
         // here counts towards the next checkpoint's bytes.
         let interval = Duration::from_millis(self.config.checkpoint_interval_ms);

@@ -36,7 +36,13 @@ impl Engine {
     pub fn memory(&self) -> MemoryReport {
         let ix = self.index.stats();
         let cache_keys = self.cached_keys() as u64;
-        let records: u64 = self.shard_counts().values().map(|n| *n as u64).sum();
+        // A closed shard's index is not in memory.
+        let records: u64 = self
+            .shard_figures()
+            .values()
+            .filter(|f| f.open)
+            .map(|f| f.records as u64)
+            .sum();
         let mut m = MemoryReport {
             budget_bytes: self.config.memory_budget_bytes,
             key_filter_bytes: ix.filter_bytes,

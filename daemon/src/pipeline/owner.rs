@@ -913,16 +913,30 @@ impl Owner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorClass;
     use crate::pipeline::backup::BackupGate;
     use crate::pipeline::crash::NthCrash;
     use roost_storage::SimStorage;
 
     /// An owner over a simulated disk whose crash hook fails at its `crash_at`th point.
     fn slot(crash_at: Option<u64>) -> ShardSlot {
+        slot_on(&SimStorage::new(), crash_at, None)
+    }
+
+    /// [`slot`] on `disk`, its shard closed after `idle_close` idle.
+    fn slot_on(
+        disk: &SimStorage,
+        crash_at: Option<u64>,
+        idle_close: Option<Duration>,
+    ) -> ShardSlot {
         let opener = ShardOpener {
-            storage: Arc::new(SimStorage::new()),
+            storage: Arc::new(disk.clone()),
             dir: PathBuf::from("/sim/s"),
-            opts: ShardOptions::default(),
+            // As `Engine::slot` opens a shard recovery found nothing flushed on.
+            opts: ShardOptions {
+                synced_through_lsn: Some(0),
+                ..ShardOptions::default()
+            },
         };
         let shard = opener.open("s").expect("open");
         let ctx = OwnerContext {
@@ -934,7 +948,7 @@ mod tests {
             gate: Arc::new(BackupGate::default()),
             compact_rate: 0,
             compact_dead: 0.5,
-            idle_close: None,
+            idle_close,
         };
         ShardSlot::spawn("s", shard, opener, ctx)
     }
@@ -1009,6 +1023,53 @@ mod tests {
         assert!(
             s.contains(2).expect("contains"),
             "lsn 2 applied before the failure"
+        );
+    }
+
+    /// Waits until the owner says its shard is closed.
+    fn wait_closed(s: &ShardSlot) {
+        let until = Instant::now() + PATIENCE;
+        while s.stats().expect("stats").open {
+            assert!(Instant::now() < until, "never closed while idle");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_shard_closed_while_idle_reopens_and_a_failed_reopen_keeps_its_class() {
+        // Two frames applied and flushed, then the shard closes while idle, keeping its
+        // figures; a read reopens it. Closed again, its first frame is damaged on disk: the
+        // reopen finds damage below the lsn it closed at (corruption, not a torn tail), and
+        // every asker gets it with class Corruption (exit 65), the apply and the read alike.
+        let disk = SimStorage::new();
+        let s = slot_on(&disk, None, Some(Duration::from_millis(20)));
+        let rx = s.send_apply(creates(&[1, 2])).expect("send");
+        assert!(answer(&rx, "applied").is_ok());
+        let rx = s.send_flush(0).expect("flush");
+        assert!(answer(&rx, "flushed").is_ok());
+        wait_closed(&s);
+        let kept = s.stats().expect("stats");
+        assert_eq!((kept.records, kept.max_id, kept.open), (2, 2, false));
+        assert!(s.contains(2).expect("reopened"), "answers as before");
+        assert!(s.stats().expect("stats").open);
+        wait_closed(&s);
+        let seg = PathBuf::from("/sim/s/0000000001.seg");
+        let mut bytes = disk.file_bytes(&seg).expect("segment");
+        let at = bytes.windows(2).position(|w| w == b"{}").expect("frame 1");
+        bytes[at] = b'[';
+        disk.put_file_bytes(&seg, bytes);
+        let rx = s.send_apply(creates(&[3])).expect("send after");
+        let r = answer(&rx, "a failed reopen answers");
+        assert!(
+            r.as_ref()
+                .is_err_and(|e| e.class() == ErrorClass::Corruption),
+            "{r:?}"
+        );
+        let c = s.contains(1);
+        assert!(
+            c.as_ref()
+                .is_err_and(|e| e.class() == ErrorClass::Corruption),
+            "{c:?}"
         );
     }
 }

@@ -375,6 +375,8 @@ impl Engine {
     }
 
     /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
+    /// The owner keeps the `ShardOpener` to reopen the shard after an idle close, the same
+    /// way, vouched through the lsn it closed at.
     fn slot(&self, name: &str) -> Result<Arc<ShardSlot>, EngineError> {
         let mut shards = lock(&self.shards);
         if let Some(s) = shards.get(name) {

@@ -19,6 +19,7 @@ pub struct MemoryReport {
     pub key_fence_bytes: u64,
     pub key_cache_keys: u64,
     pub key_cache_bytes: u64,
+    /// Live records of the open shards (a shard closed while idle holds no index).
     pub shard_index_records: u64,
     pub shard_index_bytes: u64,
     /// The process's resident set (0 where /proc is not there).

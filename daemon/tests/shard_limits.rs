@@ -17,6 +17,13 @@ fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
+/// Memory maps of process `pid` now of files under `dir`.
+fn maps_under(pid: u32, dir: &Path) -> usize {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let dir = dir.to_string_lossy();
+    text.lines().filter(|l| l.contains(dir.as_ref())).count()
+}
+
 /// Threads of process `pid` now.
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
@@ -151,8 +158,10 @@ fn idle_shards_give_their_file_descriptors_back() {
     let at_start = fds(pid);
     drop_in(&spool, "many.jsonl", new_shard_lines(0, 300).as_bytes());
     let (mut most, until) = (at_start, Instant::now() + Duration::from_secs(120));
+    let mut most_maps = 0;
     let lines = loop {
         most = most.max(fds(pid));
+        most_maps = most_maps.max(maps_under(pid, &data.join("shards")));
         if let Some(l) = result_lines(&spool, "many.jsonl") {
             break l;
         }
@@ -171,12 +180,14 @@ fn idle_shards_give_their_file_descriptors_back() {
     };
     settled("descriptors back after 300 new shards");
     let after = fds(pid);
+    let maps = maps_under(pid, &data.join("shards"));
     let v = status(&data).expect("status");
     println!(
         "300 new shards: {at_start} descriptors at start, {most} at most, {after} once idle; \
-         shard_limit {}",
+         segment maps {most_maps} at most, {maps} once idle; shard_limit {}",
         v["shard_limit"]
     );
+    assert!(maps <= 2, "{maps} segment maps left of {most_maps}");
     assert!(
         most >= at_start + 300,
         "the shards were open: {most} at most"

@@ -110,7 +110,8 @@ pub struct Config {
     /// batch that would create one more is rejected, naming this limit, and writes nothing.
     /// Each shard costs a directory, two small files (its first segment and its spare grow
     /// from 64 KiB) and its owner's turns on the shard pool: 1024 of them take about 200 MiB
-    /// of disk and 2048 file descriptors, far from what exhausts a machine, and far more
+    /// of disk and, while in use, 2048 file descriptors (idle ones close:
+    /// `shard_idle_close_ms`), far from what exhausts a machine, and far more
     /// than a configuration that declares its shards names (declared shards may not
     /// outnumber it).
     pub shards_max: usize,
@@ -118,6 +119,12 @@ pub struct Config {
     /// single writer (one of these runs its round at a time), and a round never waits for
     /// another shard, so a few threads keep every shard's flushes going.
     pub shard_threads: usize,
+    /// A shard idle this long (no message for it, nothing applied and not flushed, no turn
+    /// waiting, no compaction under way) is closed by its owner: its maps, segment file
+    /// descriptors and directory lock are released until the next message for it reopens it
+    /// (recovering its segments, as a first open does). 0: never closed. Checked on the shard
+    /// pool's ticks, so a shard closes up to 5 s past it.
+    pub shard_idle_close_ms: u64,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,
     /// ... or this long after the last one (if anything was appended), and at a graceful
@@ -317,6 +324,7 @@ impl Default for Config {
             shards: BTreeMap::new(),
             shards_max: 1024,
             shard_threads: 4,
+            shard_idle_close_ms: 60_000,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
@@ -362,6 +370,10 @@ pub enum ConfigError {
 /// What one key of the in-memory cache costs, measured (docs/memory.md): the map's slot,
 /// the key's heap copy and the allocator's rounding, for keys of up to about 40 bytes.
 pub const KEY_CACHE_BYTES_PER_KEY: u64 = 160;
+
+/// The shortest `shard_idle_close_ms` other than 0: a shorter one would close and reopen a
+/// shard between two batches of a steady trickle, each reopen a scan of its segments.
+pub const SHARD_IDLE_CLOSE_MS_MIN: u64 = 100;
 
 impl Config {
     /// The key index's filters' share of `memory_budget_bytes`: half.
@@ -447,6 +459,12 @@ impl Config {
                 "{} shards are declared, more than shards_max = {}",
                 self.shards.len(),
                 self.shards_max
+            )));
+        }
+        if (1..SHARD_IDLE_CLOSE_MS_MIN).contains(&self.shard_idle_close_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "shard_idle_close_ms = {} is below {SHARD_IDLE_CLOSE_MS_MIN} (0 never closes an idle shard)",
+                self.shard_idle_close_ms
             )));
         }
         Ok(())
@@ -595,6 +613,11 @@ mod tests {
         assert!(e.to_string().contains("shards_max"), "{e}");
         assert!(load("shard_threads = 0").is_err());
         assert!(load("shards_max = 2\n[shards.a]\n[shards.b]\n").is_ok());
+        assert_eq!(Config::default().shard_idle_close_ms, 60_000);
+        assert!(load("shard_idle_close_ms = 0").is_ok(), "0: never closed");
+        assert!(load("shard_idle_close_ms = 100").is_ok());
+        let e = load("shard_idle_close_ms = 99").expect_err("below the minimum");
+        assert!(e.to_string().contains("shard_idle_close_ms = 99"), "{e}");
         let e = load("shards_max = 1\n[shards.a]\n[shards.b]\n").expect_err("2 over 1");
         assert!(e.to_string().contains("shards_max = 1"), "{e}");
     }

@@ -1063,6 +1063,13 @@ impl Shard {
             .unwrap_or(true)
     }
 
+    /// Whether frames (or zeros ahead of them) were written since the last [`Shard::flush`]:
+    /// until it runs, they are not durable. An owner closes an idle shard only when this is
+    /// false, so a reopen may vouch for every frame it held.
+    pub fn unflushed(&self) -> bool {
+        self.dirty_from.is_some()
+    }
+
     /// Makes everything applied so far durable: `msync(MS_SYNC)` of the written range of a
     /// mapped segment (on Linux the same as `fdatasync` of the file), `fdatasync` of a plain
     /// one. A failure poisons the shard (never retried).

@@ -98,8 +98,12 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "key_index": key_index_json(engine),
         "shard_limit": {
             "shards": engine.shards_known(),
+            "open": engine.shards_open(),
             "shards_max": engine.config().shards_max,
             "shard_threads": engine.config().shard_threads,
+            "shard_idle_close_ms": engine.config().shard_idle_close_ms,
+            "idle_closes": engine.stats.shard_idle_closes.load(Ordering::Relaxed),
+            "reopens": engine.stats.shard_reopens.load(Ordering::Relaxed),
         },
         "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
             "compactions": c.compactions,
@@ -440,7 +444,7 @@ fn write_compaction(out: &mut String, engine: &Engine) {
 }
 
 /// One sample per metric without labels: (name, type, help, value).
-fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 20] {
+fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64); 23] {
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
@@ -483,6 +487,24 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
             "counter",
             "Shard flushes (one msync each, grouped per owner round) since start.",
             s.shard_flushes.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_shards_open",
+            "gauge",
+            "Shards open now (maps, file descriptors, lock held); the others are closed.",
+            s.shards_open.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_shard_idle_closes_total",
+            "counter",
+            "Shards closed after shard_idle_close_ms idle since start.",
+            s.shard_idle_closes.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_shard_reopens_total",
+            "counter",
+            "Closed shards opened again by a message since start.",
+            s.shard_reopens.load(Ordering::Relaxed),
         ),
         (
             "roost_result_rounds_total",

@@ -19,6 +19,7 @@ pub struct MemoryReport {
     pub key_fence_bytes: u64,
     pub key_cache_keys: u64,
     pub key_cache_bytes: u64,
+    /// Live records of the open shards (a shard closed while idle holds no index).
     pub shard_index_records: u64,
     pub shard_index_bytes: u64,
     /// The process's resident set (0 where /proc is not there).
@@ -36,7 +37,13 @@ impl Engine {
     pub fn memory(&self) -> MemoryReport {
         let ix = self.index.stats();
         let cache_keys = self.cached_keys() as u64;
-        let records: u64 = self.shard_counts().values().map(|n| *n as u64).sum();
+        // A closed shard's index is not in memory.
+        let records: u64 = self
+            .shard_figures()
+            .values()
+            .filter(|f| f.open)
+            .map(|f| f.records as u64)
+            .sum();
         let mut m = MemoryReport {
             budget_bytes: self.config.memory_budget_bytes,
             key_filter_bytes: ix.filter_bytes,

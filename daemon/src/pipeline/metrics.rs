@@ -21,6 +21,13 @@ pub struct Stats {
     /// per round, so under load flushes < transactions.
     pub shard_txns: AtomicU64,
     pub shard_flushes: AtomicU64,
+    /// Shards whose `Shard` is open now (maps, file descriptors, directory lock held); the
+    /// others that exist are closed: never opened since start, or closed after
+    /// `shard_idle_close_ms` idle (`owner.rs`).
+    pub shards_open: AtomicU64,
+    /// Idle shards closed, and closed shards opened again by a message, since start.
+    pub shard_idle_closes: AtomicU64,
+    pub shard_reopens: AtomicU64,
     /// Milliseconds since the engine opened at which a batch last moved through a step; the
     /// watchdog stops pinging when batches are in flight and this stops advancing.
     pub last_progress_ms: AtomicU64,

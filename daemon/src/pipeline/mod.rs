@@ -46,7 +46,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
-use roost_shards::{Shard, ShardOptions};
+use roost_shards::ShardOptions;
 use roost_storage::{DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
@@ -56,11 +56,12 @@ use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::{CrashHook, CrashPoint};
 use metrics::Stats;
-use owner::{OwnerContext, ShardSlot};
+use owner::{OwnerContext, ShardOpener, ShardSlot};
 
 pub use finish::committed_result;
 pub use keys::now_ms;
 pub use memory::MemoryReport;
+pub use owner::ShardFigures;
 pub use plan::is_detached;
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
@@ -346,39 +347,54 @@ impl Engine {
         self.failed.load(Ordering::SeqCst)
     }
 
-    /// Record counts per open shard.
+    /// Record counts per shard opened since start (a shard closed while idle answers with
+    /// the count it closed with).
     pub fn shard_counts(&self) -> BTreeMap<String, usize> {
+        self.shard_figures()
+            .into_iter()
+            .map(|(k, f)| (k, f.records))
+            .collect()
+    }
+
+    /// Each shard opened since start: its records, largest id, and whether it is open now.
+    pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
         let slots: Vec<(String, Arc<ShardSlot>)> = lock(&self.shards)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         slots
             .into_iter()
-            .filter_map(|(k, s)| s.stats().ok().map(|(n, _)| (k, n)))
+            .filter_map(|(k, s)| s.stats().ok().map(|f| (k, f)))
             .collect()
     }
 
+    /// Shards whose `Shard` is open now (maps, file descriptors and lock held); those that
+    /// exist beyond it are closed (`shard_idle_close_ms`, or not used since start).
+    pub fn shards_open(&self) -> u64 {
+        self.stats.shards_open.load(Ordering::Relaxed)
+    }
+
     /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
+    /// The owner keeps the `ShardOpener` to reopen the shard after an idle close, the same
+    /// way, vouched through the lsn it closed at.
     fn slot(&self, name: &str) -> Result<Arc<ShardSlot>, EngineError> {
         let mut shards = lock(&self.shards);
         if let Some(s) = shards.get(name) {
             return Ok(s.clone());
         }
-        let opts = ShardOptions {
-            segment_bytes: self.config.shard_segment_bytes,
-            read_only: false,
-            synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
-            zero_ahead_bytes: self.config.zero_ahead_bytes,
-            ..ShardOptions::default()
+        let opener = ShardOpener {
+            storage: self.storage.clone(),
+            dir: self.layout.shard(name),
+            opts: ShardOptions {
+                segment_bytes: self.config.shard_segment_bytes,
+                read_only: false,
+                synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
+                zero_ahead_bytes: self.config.zero_ahead_bytes,
+                ..ShardOptions::default()
+            },
         };
-        let dir = self.layout.shard(name);
-        let shard =
-            Shard::open_with(self.storage.clone(), dir.clone(), opts).map_err(|source| {
-                EngineError::Shard {
-                    shard: name.to_owned(),
-                    source,
-                }
-            })?;
+        let shard = opener.open(name)?;
+        let idle_close_ms = self.config.shard_idle_close_ms;
         let ctx = OwnerContext {
             pool: self.pool.0.clone(),
             crash: self.crash.clone(),
@@ -388,8 +404,9 @@ impl Engine {
             gate: self.backup_gate.clone(),
             compact_rate: self.config.shard_compact_bytes_per_sec,
             compact_dead: self.config.shard_compact_dead_fraction,
+            idle_close: (idle_close_ms > 0).then(|| Duration::from_millis(idle_close_ms)),
         };
-        let slot = Arc::new(ShardSlot::spawn(name, shard, ctx));
+        let slot = Arc::new(ShardSlot::spawn(name, shard, opener, ctx));
         shards.insert(name.to_owned(), slot.clone());
         lock(&self.known_shards).note(name);
         Ok(slot)

@@ -13,16 +13,27 @@
 //! held lsn is a no-op). No round ever waits for another shard, so a few threads serve any
 //! number of shards; a shard waiting for an earlier turn, or compacting, is also run on the
 //! pool's tick (every [`TICK`]), as the thread per shard woke every 200 ms.
+//!
+//! An owner whose shard has been idle for `shard_idle_close_ms`, with nothing pending (no
+//! message, no turn, nothing applied and not flushed, no compaction under way), closes it:
+//! the `Shard` is dropped (maps, segment file descriptors, directory lock), and only its
+//! figures are kept ([`Held`]). The next message that needs the shard reopens it through the
+//! same [`ShardOpener`] the first use took, recovering its segments, before it is handled; a
+//! failure to reopen stops the owner like a failed write, and its askers get the failure
+//! with its class.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use roost_shards::{CompactOptions, CompactProgress, CompactionStats, Shard, Txn, TxnOp};
-use roost_storage::NoRoom;
+use roost_shards::{
+    CompactOptions, CompactProgress, CompactionStats, Shard, ShardOptions, Txn, TxnOp,
+};
+use roost_storage::{NoRoom, Storage};
 use roost_wal::Lsn;
 
 use super::crash::{CrashHook, CrashPoint, Step};
@@ -44,13 +55,15 @@ pub enum ShardMsg {
         k: usize,
         reply: Sender<Result<(), EngineError>>,
     },
+    /// Whether the shard holds `id` (the planner's check for a delete): reopens a closed
+    /// shard, so it can fail.
     Contains {
         id: u64,
-        reply: Sender<bool>,
+        reply: Sender<Result<bool, EngineError>>,
     },
-    /// (live records, largest id ever created)
+    /// The shard's figures; a closed shard answers from those kept when it closed.
     Stats {
-        reply: Sender<(usize, u64)>,
+        reply: Sender<ShardFigures>,
     },
     Compaction {
         reply: Sender<CompactionStats>,
@@ -59,6 +72,38 @@ pub enum ShardMsg {
     Refill {
         reply: Sender<Result<bool, EngineError>>,
     },
+}
+
+/// What `Stats` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardFigures {
+    /// Live records.
+    pub records: usize,
+    /// The largest id ever created on the shard.
+    pub max_id: u64,
+    /// Whether the `Shard` is open (false: closed while idle; its index is not in memory).
+    pub open: bool,
+}
+
+/// How a shard is opened: at its first use (`Engine::slot`) and, after an idle close, by its
+/// owner again, the same way (its segments recovered, its directory created and locked).
+pub struct ShardOpener {
+    pub storage: Arc<dyn Storage>,
+    pub dir: PathBuf,
+    /// `synced_through_lsn` is recovery's figure for this shard at first; an idle close
+    /// raises it to the shard's last lsn, every frame of which was flushed before it closed.
+    pub opts: ShardOptions,
+}
+
+impl ShardOpener {
+    pub fn open(&self, name: &str) -> Result<Shard, EngineError> {
+        Shard::open_with(self.storage.clone(), self.dir.clone(), self.opts.clone()).map_err(
+            |source| EngineError::Shard {
+                shard: name.to_owned(),
+                source,
+            },
+        )
+    }
 }
 
 /// One shard transaction to apply in its turn. `k` is the shard's position in its batch
@@ -105,6 +150,8 @@ pub struct OwnerContext {
     /// Compaction: bytes per second (0: off) and the dead fraction that triggers it.
     pub compact_rate: u64,
     pub compact_dead: f64,
+    /// Close the shard after this long idle (`shard_idle_close_ms`; `None`: never).
+    pub idle_close: Option<Duration>,
 }
 
 impl OwnerContext {
@@ -122,14 +169,16 @@ const QUEUE_MAX: usize = 1024;
 const COMPACT_STEP_MAX: u64 = 1 << 20;
 
 impl ShardSlot {
-    /// Hands `shard` to a new owner whose rounds run on `ctx.pool`.
-    pub fn spawn(name: &str, shard: Shard, ctx: OwnerContext) -> ShardSlot {
+    /// Hands `shard` (just opened by `opener`, which reopens it after an idle close) to a
+    /// new owner whose rounds run on `ctx.pool`.
+    pub fn spawn(name: &str, shard: Shard, opener: ShardOpener, ctx: OwnerContext) -> ShardSlot {
         let turns = Arc::new(Mutex::new(BTreeSet::new()));
         let room = Arc::new(Mutex::new(shard.spare_missing()));
         let pool = Arc::downgrade(&ctx.pool);
         let owner = Owner {
             name: name.to_owned(),
-            shard,
+            held: Held::new(shard, opener, ctx.stats.clone()),
+            used_at: Instant::now(),
             turns: turns.clone(),
             room: room.clone(),
             ctx,
@@ -204,10 +253,10 @@ impl ShardSlot {
     pub fn contains(&self, id: u64) -> Result<bool, EngineError> {
         let (reply, rx) = mpsc::channel();
         self.send(ShardMsg::Contains { id, reply })?;
-        rx.recv().map_err(|_| EngineError::Failed)
+        rx.recv().map_err(|_| EngineError::Failed)?
     }
 
-    pub fn stats(&self) -> Result<(usize, u64), EngineError> {
+    pub fn stats(&self) -> Result<ShardFigures, EngineError> {
         let (reply, rx) = mpsc::channel();
         self.send(ShardMsg::Stats { reply })?;
         rx.recv().map_err(|_| EngineError::Failed)
@@ -461,7 +510,11 @@ type Reply = Sender<Result<(), EngineError>>;
 /// A shard owner's state: the only holder of its `Shard`, run by one pool thread at a time.
 struct Owner {
     name: String,
-    shard: Shard,
+    /// The shard, open or closed while idle.
+    held: Held,
+    /// When a message last needed the shard (an apply, a flush, a read, a refill; not a
+    /// status poll): the idle close counts from here.
+    used_at: Instant,
     turns: Turns,
     room: Room,
     ctx: OwnerContext,
@@ -499,7 +552,149 @@ impl Owner {
             return false;
         }
         let compacting = self.compact_idle();
-        !self.pending.is_empty() || compacting
+        if !compacting {
+            self.close_if_idle();
+        }
+        !self.pending.is_empty() || compacting || self.close_soon()
+    }
+
+    /// Closes the shard once it has been idle for `idle_close` with nothing pending: no
+    /// transaction or flush queued, no claimed turn not yet applied, nothing applied and not
+    /// flushed (so every frame it holds is durable, and the reopen may vouch for them), no
+    /// compaction under way, its spare segment made (a refill never needs to reopen it).
+    /// Messages that came after this round's started reopen it in the next round.
+    fn close_if_idle(&mut self) {
+        let Some(after) = self.ctx.idle_close else {
+            return;
+        };
+        let Some(shard) = self.held.shard.as_ref() else {
+            return;
+        };
+        let busy = self.dead.is_some()
+            || !self.pending.is_empty()
+            || !self.flushes.is_empty()
+            || !lock(&self.turns).is_empty()
+            || shard.unflushed()
+            || shard.compaction_stats().in_progress
+            || shard.spare_missing().is_some();
+        if busy || self.used_at.elapsed() < after {
+            return;
+        }
+        self.held.close();
+        tracing::debug!(shard = %self.name, idle_ms = self.used_at.elapsed().as_millis() as u64, "shard closed while idle");
+    }
+
+    /// An open shard whose idle close comes sooner than the pool's full tick asks for every
+    /// tick, so it closes within a tick of it (a short `shard_idle_close_ms`, as in tests).
+    fn close_soon(&self) -> bool {
+        let full = TICK * FULL_TICK_EVERY as u32;
+        self.held.shard.is_some() && self.ctx.idle_close.is_some_and(|d| d < full)
+    }
+
+    /// Whether the shard holds `id`, reopening it if it was closed. A failure to reopen stops
+    /// the owner (a dead owner reopens nothing).
+    fn contains(&mut self, id: u64) -> Result<bool, EngineError> {
+        if let (Some(why), None) = (&self.dead, &self.held.shard) {
+            return Err(why.clone_for_reply());
+        }
+        match self.held.open(&self.name) {
+            Ok(shard) => Ok(shard.contains(id)),
+            Err(e) => {
+                tracing::warn!(shard = %self.name, error = %e, "shard owner stopped: reopen failed");
+                let r = Err(e.clone_for_reply());
+                self.dead = Some(e);
+                r
+            }
+        }
+    }
+}
+
+/// An owner's hold on its shard: open, or closed after `shard_idle_close_ms` idle, keeping
+/// what the engine asks of a shard without needing it (`Stats` and `Compaction` answer from
+/// it: status and memory polls neither reopen a shard nor keep it open).
+struct Held {
+    /// `None` while closed: no map, no file descriptor, no directory lock.
+    shard: Option<Shard>,
+    /// The figures of the shard when it closed.
+    records: usize,
+    max_id: u64,
+    compaction: CompactionStats,
+    opener: ShardOpener,
+    /// Counts open shards (`shards_open`), closes and reopens.
+    stats: Arc<Stats>,
+}
+
+impl Held {
+    fn new(shard: Shard, opener: ShardOpener, stats: Arc<Stats>) -> Held {
+        stats.shards_open.fetch_add(1, Ordering::Relaxed);
+        Held {
+            shard: Some(shard),
+            records: 0,
+            max_id: 0,
+            compaction: CompactionStats::default(),
+            opener,
+            stats,
+        }
+    }
+
+    /// The shard, reopened first if it was closed (the open a first use takes: its segments
+    /// recovered, its directory locked).
+    fn open(&mut self, name: &str) -> Result<&mut Shard, EngineError> {
+        if self.shard.is_none() {
+            let shard = self.opener.open(name)?;
+            self.stats.shards_open.fetch_add(1, Ordering::Relaxed);
+            self.stats.shard_reopens.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(shard = name, "shard reopened");
+            self.shard = Some(shard);
+        }
+        self.shard.as_mut().ok_or(EngineError::Failed)
+    }
+
+    /// Drops the shard (unmapping its segments, closing its files, releasing its lock),
+    /// keeping its figures. The caller saw it flushed: every frame up to its last lsn is
+    /// durable, so the reopen vouches for them (`synced_through_lsn`), and damage below it
+    /// found then is corruption, not a torn tail.
+    fn close(&mut self) {
+        let Some(shard) = self.shard.take() else {
+            return;
+        };
+        self.records = shard.len();
+        self.max_id = shard.max_id();
+        self.compaction = shard.compaction_stats();
+        let opts = &mut self.opener.opts;
+        opts.synced_through_lsn = Some(opts.synced_through_lsn.unwrap_or(0).max(shard.max_lsn()));
+        drop(shard);
+        self.stats.shards_open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.shard_idle_closes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn figures(&self) -> ShardFigures {
+        match &self.shard {
+            Some(s) => ShardFigures {
+                records: s.len(),
+                max_id: s.max_id(),
+                open: true,
+            },
+            None => ShardFigures {
+                records: self.records,
+                max_id: self.max_id,
+                open: false,
+            },
+        }
+    }
+
+    fn compaction(&self) -> CompactionStats {
+        self.shard
+            .as_ref()
+            .map_or_else(|| self.compaction.clone(), Shard::compaction_stats)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.shard.is_some() {
+            self.stats.shards_open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -508,6 +703,7 @@ impl Owner {
     fn take(&mut self, m: ShardMsg) {
         match m {
             ShardMsg::Apply { mut txns, reply } => {
+                self.used_at = Instant::now();
                 // Applied in lsn order: the largest lsn is the message's last, and a failure
                 // before it leaves it pending, refused with the failure (`refuse_all`).
                 let mut reply = Some(reply);
@@ -523,17 +719,22 @@ impl Owner {
                     );
                 }
             }
-            ShardMsg::Flush { k, reply } => self.flushes.push((k, reply)),
+            ShardMsg::Flush { k, reply } => {
+                self.used_at = Instant::now();
+                self.flushes.push((k, reply));
+            }
             ShardMsg::Contains { id, reply } => {
-                let _ = reply.send(self.shard.contains(id));
+                self.used_at = Instant::now();
+                let _ = reply.send(self.contains(id));
             }
             ShardMsg::Stats { reply } => {
-                let _ = reply.send((self.shard.len(), self.shard.max_id()));
+                let _ = reply.send(self.held.figures());
             }
             ShardMsg::Compaction { reply } => {
-                let _ = reply.send(self.shard.compaction_stats());
+                let _ = reply.send(self.held.compaction());
             }
             ShardMsg::Refill { reply } => {
+                self.used_at = Instant::now();
                 let _ = reply.send(self.refill());
             }
         }
@@ -544,14 +745,15 @@ impl Owner {
         if let Some(why) = &self.dead {
             return Err(why.clone_for_reply());
         }
-        let r = self
-            .shard
-            .refill_spare()
-            .map_err(|source| EngineError::Shard {
-                shard: self.name.clone(),
-                source,
-            });
-        *lock(&self.room) = self.shard.spare_missing();
+        // A shard closes only with its spare made: nothing to refill.
+        let Some(shard) = self.held.shard.as_mut() else {
+            return Ok(true);
+        };
+        let r = shard.refill_spare().map_err(|source| EngineError::Shard {
+            shard: self.name.clone(),
+            source,
+        });
+        *lock(&self.room) = shard.spare_missing();
         r
     }
 
@@ -564,6 +766,10 @@ impl Owner {
     fn compact_idle(&mut self) -> bool {
         let rate = self.ctx.compact_rate;
         let elapsed = self.compacted_at.elapsed();
+        // A closed shard is not reopened to compact: it compacts once a message reopens it.
+        let Some(shard) = self.held.shard.as_mut() else {
+            return false;
+        };
         if rate == 0 || self.dead.is_some() || !self.pending.is_empty() {
             return false;
         }
@@ -580,7 +786,7 @@ impl Owner {
         if !self.ctx.gate.try_compact() {
             return true;
         }
-        let step = self.shard.compact_step(&o);
+        let step = shard.compact_step(&o);
         self.ctx.gate.compaction_done();
         match step {
             Ok(CompactProgress::Finished {
@@ -634,11 +840,15 @@ impl Owner {
                 break;
             };
             let r = self
-                .shard
-                .apply(&Txn { lsn, ops })
-                .map_err(|source| EngineError::Shard {
-                    shard: self.name.clone(),
-                    source,
+                .held
+                .open(&self.name)
+                .and_then(|shard| {
+                    shard
+                        .apply(&Txn { lsn, ops })
+                        .map_err(|source| EngineError::Shard {
+                            shard: self.name.clone(),
+                            source,
+                        })
                 })
                 .and_then(|_| self.ctx.hit(Step::AfterCommit.nth(k)));
             match r {
@@ -660,7 +870,7 @@ impl Owner {
         }
         if applied > 0 {
             // A roll may have taken the spare without room for the next one.
-            *lock(&self.room) = self.shard.spare_missing();
+            *lock(&self.room) = self.held.shard.as_ref().and_then(Shard::spare_missing);
             tracing::debug!(shard = %self.name, applied, "owner round");
             self.ctx
                 .stats
@@ -676,8 +886,10 @@ impl Owner {
         if self.flushes.is_empty() {
             return;
         }
-        if failure.is_none() {
-            if let Err(source) = self.shard.flush() {
+        // A closed shard was flushed before it closed, and nothing was applied since (an
+        // apply reopens it): nothing to flush.
+        if let (None, Some(shard)) = (failure.as_ref(), self.held.shard.as_mut()) {
+            if let Err(source) = shard.flush() {
                 *failure = Some(EngineError::Shard {
                     shard: self.name.clone(),
                     source,
@@ -701,15 +913,32 @@ impl Owner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorClass;
     use crate::pipeline::backup::BackupGate;
     use crate::pipeline::crash::NthCrash;
-    use roost_shards::ShardOptions;
     use roost_storage::SimStorage;
 
     /// An owner over a simulated disk whose crash hook fails at its `crash_at`th point.
     fn slot(crash_at: Option<u64>) -> ShardSlot {
-        let disk = Arc::new(SimStorage::new());
-        let shard = Shard::open_with(disk, "/sim/s", ShardOptions::default()).expect("open");
+        slot_on(&SimStorage::new(), crash_at, None)
+    }
+
+    /// [`slot`] on `disk`, its shard closed after `idle_close` idle.
+    fn slot_on(
+        disk: &SimStorage,
+        crash_at: Option<u64>,
+        idle_close: Option<Duration>,
+    ) -> ShardSlot {
+        let opener = ShardOpener {
+            storage: Arc::new(disk.clone()),
+            dir: PathBuf::from("/sim/s"),
+            // As `Engine::slot` opens a shard recovery found nothing flushed on.
+            opts: ShardOptions {
+                synced_through_lsn: Some(0),
+                ..ShardOptions::default()
+            },
+        };
+        let shard = opener.open("s").expect("open");
         let ctx = OwnerContext {
             pool: ShardPool::start(2).expect("pool"),
             crash: Arc::new(NthCrash::new(crash_at)),
@@ -719,8 +948,9 @@ mod tests {
             gate: Arc::new(BackupGate::default()),
             compact_rate: 0,
             compact_dead: 0.5,
+            idle_close,
         };
-        ShardSlot::spawn("s", shard, ctx)
+        ShardSlot::spawn("s", shard, opener, ctx)
     }
 
     /// One create per lsn, of id = lsn.
@@ -793,6 +1023,53 @@ mod tests {
         assert!(
             s.contains(2).expect("contains"),
             "lsn 2 applied before the failure"
+        );
+    }
+
+    /// Waits until the owner says its shard is closed.
+    fn wait_closed(s: &ShardSlot) {
+        let until = Instant::now() + PATIENCE;
+        while s.stats().expect("stats").open {
+            assert!(Instant::now() < until, "never closed while idle");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_shard_closed_while_idle_reopens_and_a_failed_reopen_keeps_its_class() {
+        // Two frames applied and flushed, then the shard closes while idle, keeping its
+        // figures; a read reopens it. Closed again, its first frame is damaged on disk: the
+        // reopen finds damage below the lsn it closed at (corruption, not a torn tail), and
+        // every asker gets it with class Corruption (exit 65), the apply and the read alike.
+        let disk = SimStorage::new();
+        let s = slot_on(&disk, None, Some(Duration::from_millis(20)));
+        let rx = s.send_apply(creates(&[1, 2])).expect("send");
+        assert!(answer(&rx, "applied").is_ok());
+        let rx = s.send_flush(0).expect("flush");
+        assert!(answer(&rx, "flushed").is_ok());
+        wait_closed(&s);
+        let kept = s.stats().expect("stats");
+        assert_eq!((kept.records, kept.max_id, kept.open), (2, 2, false));
+        assert!(s.contains(2).expect("reopened"), "answers as before");
+        assert!(s.stats().expect("stats").open);
+        wait_closed(&s);
+        let seg = PathBuf::from("/sim/s/0000000001.seg");
+        let mut bytes = disk.file_bytes(&seg).expect("segment");
+        let at = bytes.windows(2).position(|w| w == b"{}").expect("frame 1");
+        bytes[at] = b'[';
+        disk.put_file_bytes(&seg, bytes);
+        let rx = s.send_apply(creates(&[3])).expect("send after");
+        let r = answer(&rx, "a failed reopen answers");
+        assert!(
+            r.as_ref()
+                .is_err_and(|e| e.class() == ErrorClass::Corruption),
+            "{r:?}"
+        );
+        let c = s.contains(1);
+        assert!(
+            c.as_ref()
+                .is_err_and(|e| e.class() == ErrorClass::Corruption),
+            "{c:?}"
         );
     }
 }

@@ -160,7 +160,7 @@ impl Engine {
     fn open_named_shards(&self, names: &BTreeSet<String>) -> Result<(), EngineError> {
         for name in names {
             let slot = self.slot(name)?;
-            let (_, max_id) = slot.stats()?;
+            let max_id = slot.stats()?.max_id;
             let mut p = lock(&self.planner);
             p.next_id = p.next_id.max(max_id + 1);
         }

@@ -80,6 +80,40 @@ impl Row {
         )
     }
 
+    /// A row from its CSV line (as [`Row::to_csv`] wrote it).
+    pub fn from_csv(line: &str) -> anyhow::Result<Row> {
+        let f: Vec<&str> = line.trim().split(',').collect();
+        if f.len() != 18 {
+            return Err(anyhow!("{} fields, not 18: {line}", f.len()));
+        }
+        let u = |i: usize| -> anyhow::Result<u64> {
+            f[i].parse().map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
+        };
+        let x = |i: usize| -> anyhow::Result<f64> {
+            f[i].parse().map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
+        };
+        Ok(Row {
+            keys: u(0)?,
+            live_keys: u(1)?,
+            rss_kib: u(2)?,
+            rss_anon_kib: u(3)?,
+            fresh_rss_kib: u(4)?,
+            fresh_rss_anon_kib: u(5)?,
+            rate: x(6)?,
+            baseline: x(7)?,
+            dup_p50_ms: x(8)?,
+            dup_p99_ms: x(9)?,
+            cold: u(10)? == 1,
+            kill_restart_ms: x(11)?,
+            replayed: u(12)?,
+            stop_ms: x(13)?,
+            graceful_restart_ms: x(14)?,
+            disk_bytes: u(15)?,
+            keys_bytes: u(16)?,
+            secs: x(17)?,
+        })
+    }
+
     pub fn summary(&self) -> String {
         format!(
             "{} keys ({} live): RSS {:.0} MiB, {:.0} batches/s, restart {:.0} ms after kill -9 ({} replayed) / {:.0} ms after a graceful stop ({:.0} ms), duplicates p50 {:.2} / p99 {:.2} ms{}, disk {:.0} MiB, {:.0} s",
@@ -161,6 +195,20 @@ pub fn print_table(rows: &[Row]) {
 type Series<'a> = (&'a str, &'a dyn Fn(&Row) -> f64, RGBColor);
 
 /// Four panels against live keys (log scale), each with its goal as a dashed line.
+/// `roost-bench --keys-plot CSV`: the table and the plot (beside the CSV) of rows already
+/// measured, e.g. after a row measured by hand was added.
+pub fn replot(csv: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(csv).map_err(|e| anyhow!("{}: {e}", csv.display()))?;
+    let rows = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(Row::from_csv)
+        .collect::<anyhow::Result<Vec<Row>>>()?;
+    print_table(&rows);
+    plot(&csv.with_extension("svg"), &rows)
+}
+
 pub fn plot(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (960, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;

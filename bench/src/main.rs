@@ -287,6 +287,10 @@ fn main() -> anyhow::Result<()> {
         Some("--replication") => return replication::run(),
         Some("--intake") => return intake::run(),
         Some("--keys") => return keys::run(),
+        Some("--keys-plot") => {
+            let csv = Path::new(args.get(2).context("--keys-plot CSV")?);
+            return keys_plot::replot(csv);
+        }
         Some("--soak-run") => {
             // One run of the soak, in its own process (`soak.rs`): `--soak-run NAME DIR`.
             let name = args.get(2).context("--soak-run NAME DIR")?;

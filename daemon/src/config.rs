@@ -135,7 +135,7 @@ pub struct Config {
     /// that retries later than this must use a new key.
     pub request_key_window_secs: u64,
     /// What roost may hold in memory for what grows with use (issue 25): the request-key
-    /// index's filters get half, the cache of keys not yet checkpointed an eighth (past it a
+    /// index's filters get half, the cache of keys not yet checkpointed a sixteenth (past it a
     /// checkpoint moves them to disk). Shard indexes and buffers are outside it (see
     /// docs/memory.md).
     pub memory_budget_bytes: u64,
@@ -382,10 +382,10 @@ impl Config {
     }
 
     /// Keys not yet checkpointed that the cache may hold before a checkpoint is due: a
-    /// an eighth of `memory_budget_bytes`, at [`KEY_CACHE_BYTES_PER_KEY`] each: it also
+    /// sixteenth of `memory_budget_bytes`, at [`KEY_CACHE_BYTES_PER_KEY`] each: it also
     /// bounds the WAL a restart after a crash replays (about 0.5 s at the default).
     pub fn key_cache_keys_max(&self) -> u64 {
-        (self.memory_budget_bytes / 8 / KEY_CACHE_BYTES_PER_KEY).max(1024)
+        (self.memory_budget_bytes / 16 / KEY_CACHE_BYTES_PER_KEY).max(1024)
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

@@ -87,10 +87,12 @@ impl Row {
             return Err(anyhow!("{} fields, not 18: {line}", f.len()));
         }
         let u = |i: usize| -> anyhow::Result<u64> {
-            f[i].parse().map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
+            f[i].parse()
+                .map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
         };
         let x = |i: usize| -> anyhow::Result<f64> {
-            f[i].parse().map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
+            f[i].parse()
+                .map_err(|e| anyhow!("field {i} {:?}: {e}", f[i]))
         };
         Ok(Row {
             keys: u(0)?,

@@ -97,7 +97,7 @@ impl Engine {
             c.wal_from.saturating_sub(1),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.forget_checkpointed(&moved, c.wal_from);
+        self.forget_checkpointed(c.wal_from);
         // A standby just re-seeded starts its log at a pinned lsn (`backup.rs`).
         let keep = c
             .wal_from
@@ -264,19 +264,15 @@ impl Engine {
         self.hit(Step::AfterCheckpoint.at())
     }
 
-    /// Step 3: keys below the checkpoint leave the map (unless a newer batch took the key
-    /// meanwhile): the index answers them from now on. Not only the keys this checkpoint
-    /// moved: every key of a batch below `wal_from` is in the table and its index, including
-    /// those an earlier checkpoint copied and indexed before a crash kept its `CHECKPOINT`
-    /// from being written (the replay put them back in the map; their WAL goes next).
-    fn forget_checkpointed(&self, moved: &[Moved], wal_from: Lsn) {
+    /// Step 3: keys whose batch is below the checkpoint leave the map (a key a newer batch
+    /// took stays): the index answers them from now on. Every batch below `wal_from` is
+    /// finished and its key is in the table and its index: the keys this checkpoint moved,
+    /// and those an earlier checkpoint copied and indexed before a crash kept its
+    /// `CHECKPOINT` from being written (the replay put them back in the map; their WAL goes
+    /// next).
+    fn forget_checkpointed(&self, wal_from: Lsn) {
         let mut p = lock(&self.planner);
-        for (key, lsn, ..) in moved {
-            if p.keys.get(key).is_some_and(|k| k.lsn == *lsn) {
-                p.keys.remove(key);
-            }
-        }
-        p.keys.retain(|_, k| !(k.done && k.lsn < wal_from));
+        p.keys.retain(|_, k| k.lsn >= wal_from);
         if p.keys.capacity() > 4 * p.keys.len().max(1024) {
             p.keys.shrink_to_fit(); // give back what a burst between checkpoints took
         }

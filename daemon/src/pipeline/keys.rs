@@ -17,10 +17,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use roost_wal::Lsn;
-
 use roost_keyindex::{Entry, RunMeta};
-use roost_wal::WalError;
+use roost_wal::{Lsn, WalError};
 
 use super::records::{self, KeyAnswer, KeyRecord, OpKind, WalEntry};
 use super::{Engine, KeyAt, KeyState, Planner};
@@ -197,8 +195,7 @@ impl Engine {
     /// Keys remembered now: those the WAL answers plus those the index holds (a run's keys
     /// count until the run expires whole).
     pub fn live_keys(&self) -> usize {
-        let hot = super::lock(&self.planner).keys.len();
-        hot + self.index.stats().entries as usize
+        self.cached_keys() + self.index.stats().entries as usize
     }
 
     /// Keys in the in-memory map (not yet checkpointed, or in flight).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_roost");
 
 /// Polls `f` until it holds; fails the test naming `what` after `limit`.
-pub fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, f: F) {
+pub fn wait_for<F: FnMut() -> bool>(what: &str, limit: Duration, mut f: F) {
     let until = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < until, "timed out waiting for {what}");

@@ -201,6 +201,34 @@ pub struct ReplicationConfig {
     /// backup of the primary's last checkpoint at start-up and follows from there (what it
     /// held is replaced); `manual` stops with exit 78 and the manual procedure.
     pub reseed: Reseed,
+    /// This node's certificate chain (PEM, leaf first): mutual TLS on every replication
+    /// connection when `tls_cert`, `tls_key` and `tls_ca` are set (all three or none).
+    pub tls_cert: Option<PathBuf>,
+    /// The leaf's private key (PEM: PKCS#8, SEC1 or PKCS#1).
+    pub tls_key: Option<PathBuf>,
+    /// The cluster CA (PEM): a peer's certificate must chain to it.
+    pub tls_ca: Option<PathBuf>,
+    /// The nodes that may speak replication (each a DNS name its certificate carries as a
+    /// SAN): a fetch's replica name must be one, and under TLS the peer's certificate must
+    /// be valid for it. Required with TLS; must hold `name` when set.
+    pub members: Vec<String>,
+    /// Plain TCP, nothing authenticated: needed for `listen` or `follow` on an address that
+    /// is not loopback without TLS. Logged at every start and shown in `status`.
+    pub insecure: bool,
+    /// How long a TLS handshake may take before the connection is closed.
+    pub handshake_timeout_ms: u64,
+    /// Replication connections from one IP address at once (the rest are closed at accept).
+    pub connections_per_address_max: usize,
+}
+
+/// Whether HOST:PORT names a loopback address: an IP literal that is loopback, or
+/// `localhost`. Any other name counts as reachable from elsewhere.
+fn is_loopback(addr: &str) -> bool {
+    if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
+        return sa.ip().is_loopback();
+    }
+    addr.rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
 }
 
 /// See [`ReplicationConfig::reseed`].
@@ -223,6 +251,13 @@ impl Default for ReplicationConfig {
             name: None,
             node_id: None,
             reseed: Reseed::Auto,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            members: Vec::new(),
+            insecure: false,
+            handshake_timeout_ms: 5_000,
+            connections_per_address_max: 8,
         }
     }
 }
@@ -266,6 +301,65 @@ impl ReplicationConfig {
             Some(id) => u32::from(id),
             None => crc32fast::hash(self.node_name().as_bytes()) % 255 + 1,
         }
+    }
+
+    /// Whether replication runs over mutual TLS (all three files set).
+    pub fn tls(&self) -> bool {
+        self.tls_cert.is_some()
+    }
+
+    /// TLS all or nothing; members with TLS, holding this node's name; plain TCP on a
+    /// non-loopback address only with `insecure`.
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let set = [&self.tls_cert, &self.tls_key, &self.tls_ca];
+        let n = set.iter().filter(|p| p.is_some()).count();
+        if n != 0 && n != 3 {
+            return Err(ConfigError::Invalid(
+                "replication.tls_cert, tls_key and tls_ca go together: set all three or none"
+                    .into(),
+            ));
+        }
+        if self.tls() && self.members.is_empty() {
+            return Err(ConfigError::Invalid(
+                "replication with TLS needs replication.members (the names a peer's certificate may carry)".into(),
+            ));
+        }
+        let name = self.node_name();
+        if !self.members.is_empty() && self.enabled() && !self.members.contains(&name) {
+            return Err(ConfigError::Invalid(format!(
+                "replication.members {:?} does not hold this node's name {name:?} (replication.name)",
+                self.members
+            )));
+        }
+        if self.handshake_timeout_ms == 0 || self.connections_per_address_max == 0 {
+            return Err(ConfigError::Invalid(
+                "replication.handshake_timeout_ms and connections_per_address_max must be above 0"
+                    .into(),
+            ));
+        }
+        self.validate_plain()
+    }
+
+    fn validate_plain(&self) -> Result<(), ConfigError> {
+        if self.tls() || self.insecure {
+            return Ok(());
+        }
+        for (key, addr) in [("listen", &self.listen), ("follow", &self.follow)] {
+            match addr {
+                Some(a) if !is_loopback(a) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "replication.{key} = {a:?} is not a loopback address and replication has no TLS: anyone who reaches it could acknowledge, fence or read; set tls_cert, tls_key, tls_ca and members (roost certs makes them), or insecure = true to accept that"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this node runs replication without authentication (no TLS).
+    pub fn unauthenticated(&self) -> bool {
+        self.enabled() && !self.tls()
     }
 
     /// The name this node gives itself when it fetches.
@@ -522,7 +616,7 @@ impl Config {
                 "replication.ack = \"standby\" needs replication.listen (a primary's standbys connect there)".into(),
             ));
         }
-        Ok(())
+        r.validate_security()
     }
 
     pub fn spool_dir(&self) -> PathBuf {

@@ -164,6 +164,10 @@ pub enum EngineError {
     /// (`--follow` names a former primary): an operator must point it at the primary.
     #[error("replication: {0}; point --follow (or [replication] follow) at the current primary")]
     StaleLeader(String),
+    /// The replication credentials (`tls_cert`, `tls_key`, `tls_ca`) cannot be read or do
+    /// not make a TLS setup: nothing replication-related starts.
+    #[error("replication TLS: {0}")]
+    Credentials(String),
 }
 
 impl EngineError {
@@ -196,7 +200,9 @@ impl EngineError {
             | EngineError::Failed
             | EngineError::Replication(_) => ErrorClass::Io,
             EngineError::NotPrimary { .. } | EngineError::Unreplicated { .. } => ErrorClass::Locked,
-            EngineError::NeedsReseed(_) | EngineError::StaleLeader(_) => ErrorClass::Config,
+            EngineError::NeedsReseed(_)
+            | EngineError::StaleLeader(_)
+            | EngineError::Credentials(_) => ErrorClass::Config,
         }
     }
 

@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use tokio::net::TcpStream;
-
 use crate::log::Epoch;
+use crate::transport::Transport;
 use crate::wire::{read_frame, write_frame, Message, DEFAULT_FRAME_BYTES_MAX};
 
 /// What the former leader answered.
@@ -24,13 +23,15 @@ pub enum Announced {
 /// Errors (unreachable, timeout, garbage) are returned as text for the caller's log; the
 /// caller retries.
 pub async fn announce_epoch(
+    transport: &Transport,
     addr: &str,
     replica: &str,
     epoch: Epoch,
     timeout: Duration,
 ) -> Result<Announced, String> {
     let attempt = async {
-        let mut s = TcpStream::connect(addr)
+        let mut s = transport
+            .connect(addr, timeout)
             .await
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         let fetch = Message::Fetch {

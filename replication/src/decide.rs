@@ -61,6 +61,9 @@ pub enum Answer {
     NotLeader { epoch: Epoch },
     /// The fetch knows a newer epoch: the caller must call `saw_higher_epoch(current_epoch)`.
     UnknownEpoch { leader_epoch: Epoch },
+    /// The fetch claims a newer epoch no epoch source could have minted yet
+    /// (`plausible_epoch`): refused, and nothing changes on the leader.
+    ImplausibleEpoch { leader_epoch: Epoch },
     /// The fetch's epoch is older than the leader's.
     FencedEpoch { leader_epoch: Epoch },
     /// The follower's log diverges from the leader's at or before `fetch_lsn`.
@@ -79,7 +82,8 @@ pub enum Answer {
 /// fence, then `Partition.readRecords` for the diverging check):
 ///
 /// 1. not the leader -> `NotLeader`;
-/// 2. the fetch's `current_epoch` newer -> `UnknownEpoch`, older -> `FencedEpoch`;
+/// 2. the fetch's `current_epoch` newer -> `UnknownEpoch` when `plausible_epoch`, else
+///    `ImplausibleEpoch`; older -> `FencedEpoch`;
 /// 3. the fetch carries a `last_epoch` (> 0: the follower holds records): the leader's
 ///    `end_offset_for(last_epoch)` = (E, end). E < last_epoch or end < fetch_lsn ->
 ///    `Diverging { E, end }`. None (the leader holds no epoch that old): `Diverging { 0,
@@ -100,6 +104,9 @@ pub fn leader_answer<V: LeaderView + ?Sized>(view: &V, fetch: &FetchView) -> Ans
         return Answer::NotLeader { epoch };
     };
     if fetch.current_epoch > leader_epoch {
+        if !plausible_epoch(leader_epoch, fetch.current_epoch) {
+            return Answer::ImplausibleEpoch { leader_epoch };
+        }
         return Answer::UnknownEpoch { leader_epoch };
     }
     if fetch.current_epoch < leader_epoch {
@@ -141,6 +148,28 @@ pub fn leader_answer<V: LeaderView + ?Sized>(view: &V, fetch: &FetchView) -> Ans
         };
     }
     Answer::Read { leader_epoch }
+}
+
+/// Epochs at or above this are never adopted nor minted: an epoch near the top of `u32`
+/// could only come from a forger or a bug, and adopting one would leave no room above it.
+/// 2^31 is 8 million promotions of one node (epochs are `generation << 8 | node_id`).
+pub const EPOCH_CEILING: Epoch = 1 << 31;
+
+/// How many generations (promotions, the epoch's high 24 bits) a newer epoch may be ahead
+/// of the one a node holds: every promotion mints one generation above the highest epoch
+/// the promoted node knows, so a node that missed more than this many promotions in a row
+/// is told so by its operator (a restart as a standby), not by one message.
+pub const EPOCH_GENERATIONS_AHEAD_MAX: Epoch = 1 << 10;
+
+/// Whether `claimed`, an epoch above `own`, could have been minted by the cluster without
+/// etcd (docs/replication.md, "Who may say what"): below `EPOCH_CEILING`, and at most
+/// `EPOCH_GENERATIONS_AHEAD_MAX` generations above `own`. An epoch at or below `own` is
+/// plausible (it is not news).
+pub fn plausible_epoch(own: Epoch, claimed: Epoch) -> bool {
+    if claimed <= own {
+        return true;
+    }
+    claimed < EPOCH_CEILING && (claimed >> 8) <= (own >> 8) + EPOCH_GENERATIONS_AHEAD_MAX
 }
 
 /// Where a follower truncates on `Diverging { epoch, end_lsn }`.
@@ -295,6 +324,21 @@ mod tests {
                 UnknownEpoch { leader_epoch: 5 },
             ),
             (
+                "newer epoch, the most generations ahead",
+                fetch((EPOCH_GENERATIONS_AHEAD_MAX << 8) | 0xff, 9, 5),
+                UnknownEpoch { leader_epoch: 5 },
+            ),
+            (
+                "newer epoch, too many generations ahead",
+                fetch((EPOCH_GENERATIONS_AHEAD_MAX + 1) << 8, 9, 5),
+                ImplausibleEpoch { leader_epoch: 5 },
+            ),
+            (
+                "an epoch near the top of u32",
+                fetch(4_294_967_280, 9, 5),
+                ImplausibleEpoch { leader_epoch: 5 },
+            ),
+            (
                 "older epoch",
                 fetch(4, 9, 5),
                 FencedEpoch { leader_epoch: 5 },
@@ -330,6 +374,15 @@ mod tests {
         for (name, f, want) in cases {
             assert_eq!(leader_answer(&leader(), &f), want, "{name}");
         }
+    }
+
+    #[test]
+    fn plausible_epochs_stop_below_the_ceiling_whatever_the_own_epoch() {
+        assert!(plausible_epoch(5, 5) && plausible_epoch(5, 1));
+        assert!(plausible_epoch(0x300, 0x401));
+        assert!(!plausible_epoch(EPOCH_CEILING - 1, EPOCH_CEILING));
+        assert!(plausible_epoch(EPOCH_CEILING - 0x200, EPOCH_CEILING - 1));
+        assert!(!plausible_epoch(0, u32::MAX));
     }
 
     #[test]

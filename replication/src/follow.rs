@@ -9,15 +9,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::timeout;
 use tracing::{error, info, warn};
 
-use crate::decide::{follower_truncation, Truncation};
+use crate::decide::{follower_truncation, plausible_epoch, Truncation};
 use crate::log::{Entry, Epoch, FollowerLog, Lsn};
 use crate::status::FollowerStatus;
 use crate::task::{blocking, shutdown_requested, wait_shutdown, Cancelled};
+use crate::transport::{Stream, Transport};
 use crate::wire::{self, read_frame, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
 
 /// The follower's identity and limits.
@@ -42,6 +42,8 @@ pub struct FollowerOptions {
     /// False: a diverging answer stops `follow` with `FollowError::Diverged` instead of
     /// truncating (the daemon truncates only at start-up, through `reconcile`).
     pub truncate_allowed: bool,
+    /// How the leader is reached (mutual TLS or plain TCP).
+    pub transport: Transport,
 }
 
 impl FollowerOptions {
@@ -60,6 +62,7 @@ impl FollowerOptions {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             truncate_allowed: true,
+            transport: Transport::plain(Vec::new()),
         }
     }
 }
@@ -295,29 +298,22 @@ impl<F: FollowerLog> Session<'_, F> {
         }
     }
 
-    async fn connect(
-        &self,
-        shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<TcpStream, End<F::Error>> {
-        let attempt = timeout(self.opts.connect_timeout, TcpStream::connect(self.leader));
+    async fn connect(&self, shutdown: &mut watch::Receiver<bool>) -> Result<Stream, End<F::Error>> {
+        let attempt = self
+            .opts
+            .transport
+            .connect(self.leader, self.opts.connect_timeout);
         let leader = self.leader.to_string();
         tokio::select! {
             _ = wait_shutdown(shutdown) => Err(End::Done(FollowEnd::Shutdown)),
-            r = attempt => match r {
-                Err(_) => Err(End::Retry(RetryError::Timeout { leader, what: "connecting" })),
-                Ok(Err(source)) => Err(End::Retry(RetryError::Connect { leader, source })),
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    Ok(stream)
-                }
-            },
+            r = attempt => r.map_err(|source| End::Retry(RetryError::Connect { leader, source })),
         }
     }
 
     /// Sends one fetch and reads its answer, within the timeouts and watching shutdown.
     async fn exchange(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         sent: Sent,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Message, End<F::Error>> {
@@ -537,6 +533,12 @@ impl<F: FollowerLog> Session<'_, F> {
         if leader_epoch <= sent.current_epoch {
             return Err(self.protocol(format!(
                 "FencedEpoch {leader_epoch} is not newer than the fetch's epoch {}",
+                sent.current_epoch
+            )));
+        }
+        if !plausible_epoch(sent.current_epoch, leader_epoch) {
+            return Err(self.protocol(format!(
+                "FencedEpoch {leader_epoch} is implausible beside this follower's epoch {}",
                 sent.current_epoch
             )));
         }

@@ -17,10 +17,14 @@ mod snapshot;
 mod status;
 mod task;
 pub mod testing;
+pub mod transport;
 pub mod wire;
 
 pub use announce::{announce_epoch, Announced};
-pub use decide::{follower_truncation, leader_answer, Answer, FetchView, Truncation};
+pub use decide::{
+    follower_truncation, leader_answer, plausible_epoch, Answer, FetchView, Truncation,
+    EPOCH_CEILING, EPOCH_GENERATIONS_AHEAD_MAX,
+};
 pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
 pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
 pub use serve::{serve_followers, LeaderOptions};
@@ -29,4 +33,5 @@ pub use snapshot::{
     SnapshotSource, SNAPSHOT_CHUNK_BYTES,
 };
 pub use status::{FollowerStatus, StatusSnapshot};
+pub use transport::{Peer, Stream, TlsIdentity, Transport, TransportError, HANDSHAKE_TIMEOUT};
 pub use wire::{Message, WireError, PROTOCOL_VERSION};

@@ -4,8 +4,9 @@
 //! never touches the log except through `LeaderLog`, whose every call runs on the blocking
 //! pool. A bad peer (garbage, a timeout, a closed socket) ends only its own connection.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -17,6 +18,7 @@ use tracing::{debug, info, warn};
 use crate::decide::{leader_answer, Answer, FetchView};
 use crate::log::{Entry, Epoch, LeaderLog, Lsn};
 use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
+use crate::transport::{Peer, Stream, Transport};
 use crate::wire::{
     self, read_frame, write_encoded, Message, WireError, DEFAULT_FRAME_BYTES_MAX,
     ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES, RECORDS_HEADER_BYTES,
@@ -35,6 +37,11 @@ pub struct LeaderOptions {
     pub wait_max: Duration,
     /// Connections served at once; more are closed at accept.
     pub connections_max: usize,
+    /// Connections from one IP address at once (handshaking or served); more are closed at
+    /// accept, so one address cannot take every place.
+    pub connections_per_address_max: usize,
+    /// How connections are accepted and who may speak (mutual TLS, or plain TCP).
+    pub transport: Transport,
 }
 
 impl Default for LeaderOptions {
@@ -45,6 +52,8 @@ impl Default for LeaderOptions {
             write_timeout: Duration::from_secs(10),
             wait_max: Duration::from_secs(10),
             connections_max: 64,
+            connections_per_address_max: 8,
+            transport: Transport::plain(Vec::new()),
         }
     }
 }
@@ -75,6 +84,12 @@ enum ConnError {
         was: String,
         now: String,
     },
+    #[error("follower {peer}: refused replica {replica:?}: {why}")]
+    NotPermitted {
+        peer: SocketAddr,
+        replica: String,
+        why: String,
+    },
     #[error("follower {peer}: the runtime is shutting down")]
     Cancelled { peer: SocketAddr },
 }
@@ -89,17 +104,20 @@ pub async fn serve_followers<L: LeaderLog>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    let per_address = PerAddress::default();
     while !shutdown_requested(&shutdown) {
         tokio::select! {
             _ = wait_shutdown(&mut shutdown) => break,
             Some(done) = conns.join_next(), if !conns.is_empty() => check_join(done),
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) if conns.len() < opts.connections_max => {
-                    debug!(%peer, "follower connected");
+                Ok((stream, peer)) => {
+                    let Some(place) = admit(&conns, &per_address, peer, &opts) else { continue };
                     let conn = serve_connection(stream, peer, Arc::clone(&log), opts.clone(), shutdown.clone());
-                    conns.spawn(conn);
+                    conns.spawn(async move {
+                        let _place = place;
+                        conn.await
+                    });
                 }
-                Ok((_, peer)) => warn!(%peer, max = opts.connections_max, "too many follower connections: closed"),
                 Err(e) => {
                     // Out of descriptors and the like: not this server's end, so wait and go on.
                     warn!(error = %e, "accepting a follower connection failed");
@@ -113,18 +131,80 @@ pub async fn serve_followers<L: LeaderLog>(
     }
 }
 
-async fn serve_connection<L: LeaderLog>(
-    mut stream: TcpStream,
+/// Connections open per IP address (handshaking or served).
+#[derive(Clone, Default)]
+struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection's place in `PerAddress`, given back when the connection ends.
+struct Place {
+    per_address: PerAddress,
+    ip: IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.per_address.0.lock() {
+            if let Some(n) = m.get_mut(&self.ip) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.ip);
+                }
+            }
+        }
+    }
+}
+
+/// A place for a connection from `peer` within both limits, or `None` (logged: the
+/// connection is closed at once, before any handshake).
+fn admit(
+    conns: &JoinSet<()>,
+    per_address: &PerAddress,
     peer: SocketAddr,
+    opts: &LeaderOptions,
+) -> Option<Place> {
+    if conns.len() >= opts.connections_max {
+        warn!(%peer, max = opts.connections_max, "too many replication connections: closed");
+        return None;
+    }
+    let ip = peer.ip();
+    let mut m = per_address.0.lock().ok()?;
+    let n = m.entry(ip).or_insert(0);
+    if *n >= opts.connections_per_address_max {
+        let max = opts.connections_per_address_max;
+        warn!(%peer, max, "too many replication connections from this address: closed");
+        return None;
+    }
+    *n += 1;
+    Some(Place {
+        per_address: per_address.clone(),
+        ip,
+    })
+}
+
+async fn serve_connection<L: LeaderLog>(
+    tcp: TcpStream,
+    addr: SocketAddr,
     log: Arc<L>,
     opts: LeaderOptions,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
+    let accepted = tokio::select! {
+        _ = wait_shutdown(&mut shutdown) => return,
+        a = opts.transport.accept(tcp, addr) => a,
+    };
+    let (mut stream, peer) = match accepted {
+        Ok(a) => a,
+        Err(e) => {
+            warn!(peer = %addr, error = %e, "a replication peer failed the TLS handshake: closed");
+            return;
+        }
+    };
+    debug!(peer = %addr, authenticated = peer.authenticated(), "follower connected");
     let mut replica = None;
-    let result = connection_loop(&mut stream, peer, &log, &opts, &mut shutdown, &mut replica).await;
+    let result =
+        connection_loop(&mut stream, &peer, &log, &opts, &mut shutdown, &mut replica).await;
     match &result {
-        Ok(()) => debug!(%peer, ?replica, "follower connection closed"),
+        Ok(()) => debug!(peer = %addr, ?replica, "follower connection closed"),
         Err(e) => warn!(error = %e, "follower connection ended"),
     }
     if let Some(name) = replica {
@@ -133,23 +213,28 @@ async fn serve_connection<L: LeaderLog>(
 }
 
 async fn connection_loop<L: LeaderLog>(
-    stream: &mut TcpStream,
-    peer: SocketAddr,
+    stream: &mut Stream,
+    peer: &Peer,
     log: &Arc<L>,
     opts: &LeaderOptions,
     shutdown: &mut watch::Receiver<bool>,
     replica: &mut Option<String>,
 ) -> Result<(), ConnError> {
     loop {
-        let fetch = match next_request(stream, peer, opts, shutdown).await? {
+        let request = match next_request(stream, peer.addr, opts, shutdown).await? {
             None => return Ok(()),
-            Some(Request::Fetch(f)) => f,
-            Some(Request::Snapshot {
+            Some(r) => r,
+        };
+        permitted(stream, peer, opts, request.replica()).await?;
+        let fetch = match request {
+            Request::Fetch(f) => f,
+            Request::Snapshot {
                 replica,
                 current_epoch,
-            }) => {
+            } => {
                 let limits = (opts.frame_bytes_max, opts.write_timeout);
-                crate::snapshot::serve_snapshot(stream, peer, log, limits, replica, current_epoch)
+                let addr = peer.addr;
+                crate::snapshot::serve_snapshot(stream, addr, log, limits, replica, current_epoch)
                     .await;
                 return Ok(());
             }
@@ -157,7 +242,7 @@ async fn connection_loop<L: LeaderLog>(
         match replica {
             Some(was) if *was != fetch.replica => {
                 return Err(ConnError::RenamedReplica {
-                    peer,
+                    peer: peer.addr,
                     was: was.clone(),
                     now: fetch.replica,
                 })
@@ -167,12 +252,33 @@ async fn connection_loop<L: LeaderLog>(
         }
         let Some(answer) = answer_fetch(log, &fetch, shutdown)
             .await
-            .map_err(|_| ConnError::Cancelled { peer })?
+            .map_err(|_| ConnError::Cancelled { peer: peer.addr })?
         else {
             return Ok(());
         };
-        send(stream, peer, &answer, opts).await?;
+        send(stream, peer.addr, &answer, opts).await?;
     }
+}
+
+/// A request naming a replica this connection may not speak as (`Peer::may_speak_as`) is
+/// answered with an `Error` and ends the connection: nothing is read, acknowledged or
+/// decided for it.
+async fn permitted(
+    stream: &mut Stream,
+    peer: &Peer,
+    opts: &LeaderOptions,
+    replica: &str,
+) -> Result<(), ConnError> {
+    let Err(why) = peer.may_speak_as(replica) else {
+        return Ok(());
+    };
+    let message = format!("this connection may not speak as replica {replica:?}: {why}");
+    let _ = send(stream, peer.addr, &Message::Error { message }, opts).await;
+    Err(ConnError::NotPermitted {
+        peer: peer.addr,
+        replica: replica.to_owned(),
+        why,
+    })
 }
 
 /// What a follower may send.
@@ -185,11 +291,21 @@ enum Request {
     },
 }
 
+impl Request {
+    /// The replica the request speaks as.
+    fn replica(&self) -> &str {
+        match self {
+            Request::Fetch(f) => &f.replica,
+            Request::Snapshot { replica, .. } => replica,
+        }
+    }
+}
+
 /// Reads the next `Fetch` (or `Snapshot`) within the idle timeout. `None`: the peer closed
 /// the connection or shutdown came. A bad frame or another message is answered with an
 /// `Error` (best effort) and ends the connection.
 async fn next_request(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     peer: SocketAddr,
     opts: &LeaderOptions,
     shutdown: &mut watch::Receiver<bool>,
@@ -311,6 +427,20 @@ async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Me
             l.saw_higher_epoch(view.current_epoch);
             Message::UnknownEpoch { leader_epoch }
         }
+        Answer::ImplausibleEpoch { leader_epoch } => {
+            warn!(
+                replica,
+                epoch = view.current_epoch,
+                leader_epoch,
+                "a follower claims an epoch no promotion could have minted yet: refused"
+            );
+            Message::Error {
+                message: format!(
+                    "epoch {} is implausible beside this leader's {leader_epoch}: refused",
+                    view.current_epoch
+                ),
+            }
+        }
         Answer::FencedEpoch { leader_epoch } => Message::FencedEpoch { leader_epoch },
         Answer::Diverging {
             leader_epoch,
@@ -392,7 +522,7 @@ fn fit(entries: &mut Vec<Entry>, max_bytes: usize) {
 /// Writes one answer within the write timeout. An answer too large for a frame is replaced
 /// by an `Error` naming it.
 async fn send(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     peer: SocketAddr,
     msg: &Message,
     opts: &LeaderOptions,

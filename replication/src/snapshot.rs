@@ -18,11 +18,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tracing::{info, warn};
 
+use crate::decide::plausible_epoch;
 use crate::log::{Epoch, LeaderLog, Lsn};
+use crate::transport::{Stream, Transport};
 use crate::wire::{read_frame, write_frame, Message};
 
 /// Bytes of file content per `SnapshotData` frame.
@@ -98,6 +99,8 @@ pub struct SnapshotOptions {
     pub connect_timeout: Duration,
     /// The longest silence between two frames (the leader may take a checkpoint first).
     pub read_timeout: Duration,
+    /// How the leader is reached (mutual TLS or plain TCP).
+    pub transport: Transport,
 }
 
 impl SnapshotOptions {
@@ -107,6 +110,7 @@ impl SnapshotOptions {
             frame_bytes_max: crate::wire::DEFAULT_FRAME_BYTES_MAX,
             connect_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(60),
+            transport: Transport::plain(Vec::new()),
         }
     }
 }
@@ -123,12 +127,10 @@ pub async fn fetch_snapshot(
         leader: leader.to_owned(),
         what,
     };
-    let mut stream = match timeout(opts.connect_timeout, TcpStream::connect(leader)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(failed(format!("connecting: {e}"))),
-        Err(_) => return Err(failed("connecting: timed out".into())),
+    let mut stream = match opts.transport.connect(leader, opts.connect_timeout).await {
+        Ok(s) => s,
+        Err(e) => return Err(failed(format!("connecting: {e}"))),
     };
-    let _ = stream.set_nodelay(true);
     let ask = Message::Snapshot {
         replica: opts.replica.clone(),
         current_epoch,
@@ -297,7 +299,7 @@ impl<'a> Receiving<'a> {
 /// The leader's answer to a `Snapshot` request on `stream`: checks leadership and epochs,
 /// then streams the log's files. Errors are logged; the connection ends either way.
 pub(crate) async fn serve_snapshot<L: LeaderLog>(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     peer: SocketAddr,
     log: &Arc<L>,
     limits: (u32, Duration),
@@ -328,7 +330,7 @@ pub(crate) async fn serve_snapshot<L: LeaderLog>(
 /// The leader's side of one backup connection: every frame written within the write
 /// timeout, so a follower that stops reading ends the copy (and its hold on the log) soon.
 struct Out<'a> {
-    stream: &'a mut TcpStream,
+    stream: &'a mut Stream,
     frame_bytes_max: u32,
     write_timeout: Duration,
 }
@@ -360,6 +362,19 @@ async fn send_snapshot<L: LeaderLog>(
 ) -> Result<Option<Message>, String> {
     let refusal = match log.leader_epoch() {
         None => Some(Message::NotLeader { epoch: 0 }),
+        Some(e) if !plausible_epoch(e, current_epoch) => {
+            warn!(
+                replica,
+                epoch = current_epoch,
+                leader_epoch = e,
+                "a base backup request claims an epoch no promotion could have minted yet: refused"
+            );
+            Some(Message::Error {
+                message: format!(
+                    "epoch {current_epoch} is implausible beside this leader's {e}: refused"
+                ),
+            })
+        }
         Some(e) if current_epoch > e => {
             log.saw_higher_epoch(current_epoch);
             Some(Message::UnknownEpoch { leader_epoch: e })

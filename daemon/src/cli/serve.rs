@@ -142,7 +142,10 @@ fn reconcile_with(
         .enable_all()
         .build()
         .context("starting the reconcile runtime")?;
-    let opts = FollowerOptions::new(cfg.replication.node_name());
+    let opts = FollowerOptions {
+        transport: crate::replica::transport::transport(&cfg.replication)?,
+        ..FollowerOptions::new(cfg.replication.node_name())
+    };
     let status = Arc::new(FollowerStatus::new());
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     Ok(rt.block_on(async {

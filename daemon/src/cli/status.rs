@@ -153,6 +153,12 @@ fn replication_text(out: &mut String, r: &serde_json::Value) {
         r["hw"],
         r["ack"].as_str().unwrap_or("?")
     );
+    if r["insecure"] == true {
+        let _ = writeln!(
+            out,
+            "  INSECURE: replication over plain TCP, no peer authenticated"
+        );
+    }
     if r["waiting_for_standby"] == true {
         let _ = writeln!(
             out,

@@ -264,6 +264,12 @@ impl Engine {
         // The next epoch with this node's id in its low byte: above every epoch known, and
         // never the same as one another node mints.
         let epoch = (((known >> 8) + 1) << 8) | self.config.replication.node_id();
+        if epoch >= roost_replication::EPOCH_CEILING {
+            return Err(EngineError::Replication(format!(
+                "cannot take epoch {epoch}: at or above the ceiling {} (the highest known is {known})",
+                roost_replication::EPOCH_CEILING
+            )));
+        }
         self.write_epochs(EpochFile {
             known: epoch,
             led: epoch,

@@ -10,6 +10,7 @@
 pub mod backup;
 pub mod cut;
 pub mod reseed;
+pub mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;

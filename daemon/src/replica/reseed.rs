@@ -66,7 +66,10 @@ pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError
         .enable_all()
         .build()
         .map_err(io("start a runtime for", &tmp))?;
-    let opts = SnapshotOptions::new(cfg.replication.node_name());
+    let opts = SnapshotOptions {
+        transport: crate::replica::transport::transport(&cfg.replication)?,
+        ..SnapshotOptions::new(cfg.replication.node_name())
+    };
     warn!(
         primary = leader,
         "standby: behind what the primary retains; fetching a base backup"

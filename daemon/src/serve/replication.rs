@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use roost_replication::{Announced, FollowError, FollowerOptions, FollowerStatus, LeaderOptions};
+use roost_replication::{
+    Announced, FollowError, FollowerOptions, FollowerStatus, LeaderOptions, Transport,
+};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::Shared;
 use crate::error::EngineError;
@@ -25,6 +27,8 @@ pub(super) struct ReplTasks {
     follower: Option<JoinHandle<()>>,
     /// The follower's own view (connection, leader epoch), copied into the engine's status.
     pub status: Arc<FollowerStatus>,
+    /// How every replication connection is made (mutual TLS or plain TCP).
+    transport: Transport,
 }
 
 impl ReplTasks {
@@ -34,6 +38,8 @@ impl ReplTasks {
         let (stop, stop_rx) = watch::channel(false);
         let (stop_follower, follower_rx) = watch::channel(false);
         let cfg = shared.engine.config().replication.clone();
+        let transport = crate::replica::transport::transport(&cfg)?;
+        say_security(&cfg, &transport);
         let status = Arc::new(FollowerStatus::default());
         let listener = match &cfg.listen {
             None => None,
@@ -47,7 +53,11 @@ impl ReplTasks {
                     })?;
                 info!(listen = %addr, "replication: accepting standbys");
                 let log = Arc::new(LeaderSide(shared.engine.clone()));
-                let opts = LeaderOptions::default();
+                let opts = LeaderOptions {
+                    connections_per_address_max: cfg.connections_per_address_max,
+                    transport: transport.clone(),
+                    ..LeaderOptions::default()
+                };
                 Some(tokio::spawn(roost_replication::serve_followers(
                     l, log, opts, stop_rx,
                 )))
@@ -56,7 +66,7 @@ impl ReplTasks {
         let follower = match (&cfg.follow, shared.engine.role()) {
             (Some(addr), Role::Standby) => Some(tokio::spawn(run_follower(
                 shared.clone(),
-                addr.clone(),
+                (addr.clone(), transport.clone()),
                 status.clone(),
                 follower_rx,
             ))),
@@ -68,6 +78,7 @@ impl ReplTasks {
             listener,
             follower,
             status,
+            transport,
         })
     }
 
@@ -79,7 +90,8 @@ impl ReplTasks {
         let cfg = &shared.engine.config().replication;
         if let Some(addr) = cfg.follow.clone() {
             let (name, epoch) = (cfg.node_name(), shared.engine.epoch());
-            tokio::spawn(announce(addr, name, epoch, self.stop.subscribe()));
+            let to = (self.transport.clone(), addr);
+            tokio::spawn(announce(to, name, epoch, self.stop.subscribe()));
         }
     }
 
@@ -92,6 +104,24 @@ impl ReplTasks {
     }
 }
 
+/// Says at every start how replication connections are secured; plain TCP loudly, since
+/// then anyone who reaches the port may acknowledge, fence and read.
+fn say_security(cfg: &crate::config::ReplicationConfig, transport: &Transport) {
+    if !cfg.enabled() {
+        return;
+    }
+    if transport.is_tls() {
+        info!(members = ?cfg.members, "replication: mutual TLS; only members' certificates are accepted");
+        return;
+    }
+    warn!(
+        insecure = cfg.insecure,
+        listen = ?cfg.listen,
+        follow = ?cfg.follow,
+        "REPLICATION IS NOT AUTHENTICATED: plain TCP; anyone who can reach the replication port can acknowledge batches for a standby, make this node step down, and read every record (set tls_cert, tls_key, tls_ca and members; docs/replication.md)"
+    );
+}
+
 /// How often, and how many times, a promoted node tells its former primary.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 const ANNOUNCE_TRIES: u32 = 600;
@@ -99,11 +129,18 @@ const ANNOUNCE_LATER: Duration = Duration::from_secs(30);
 
 /// Tells the former primary at `addr` about `epoch` until it answers (or the daemon stops,
 /// or [`ANNOUNCE_TRIES`] attempts failed: then nobody is listening there).
-async fn announce(addr: String, name: String, epoch: u32, mut stop: watch::Receiver<bool>) {
+async fn announce(
+    (transport, addr): (Transport, String),
+    name: String,
+    epoch: u32,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut attempt = 0u32;
     loop {
         attempt = attempt.saturating_add(1);
-        match roost_replication::announce_epoch(&addr, &name, epoch, ANNOUNCE_EVERY).await {
+        let said =
+            roost_replication::announce_epoch(&transport, &addr, &name, epoch, ANNOUNCE_EVERY);
+        match said.await {
             Ok(Announced::SteppedDown { its_epoch }) => {
                 info!(former_primary = %addr, its_epoch, epoch, "the former primary stepped down");
                 return;
@@ -134,7 +171,7 @@ async fn announce(addr: String, name: String, epoch: u32, mut stop: watch::Recei
 /// Follows until stopped or promoted; any other end stops the daemon.
 async fn run_follower(
     shared: Arc<Shared>,
-    addr: String,
+    (addr, transport): (String, Transport),
     status: Arc<FollowerStatus>,
     stop: watch::Receiver<bool>,
 ) {
@@ -143,6 +180,7 @@ async fn run_follower(
     let log = Arc::new(FollowerSide(engine.clone()));
     let opts = FollowerOptions {
         truncate_allowed: false,
+        transport,
         ..FollowerOptions::new(engine.config().replication.node_name())
     };
     let r = roost_replication::follow(addr.clone(), log, opts, stop, status).await;

@@ -7,6 +7,7 @@
 //! `status` (the control socket), `check` (`verify`, `drill`). This module only parses and
 //! dispatches; it never touches the data directory itself.
 
+mod certs;
 mod check;
 mod read;
 mod serve;
@@ -134,10 +135,45 @@ pub enum Command {
         #[arg(long)]
         replicated: bool,
     },
+    /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
     /// Inspect the write-ahead log.
     Wal {
         #[command(subcommand)]
         command: WalCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Make a CA: DIR/ca.pem and DIR/ca.key (0600). Keep ca.key off the nodes.
+    Init {
+        /// Where the files go (created 0700 if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Days the CA is valid.
+        #[arg(long, default_value_t = certs::CA_DAYS)]
+        days: u32,
+        /// Replace an existing CA (every certificate it issued stops being trusted).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Make member NAME's certificate (SAN NAME, serverAuth and clientAuth) and key (0600),
+    /// DIR/NAME.pem and DIR/NAME.key, signed by the CA in DIR.
+    Issue {
+        /// The member's name: a DNS name, as in `[replication] members` and `name`.
+        name: String,
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Days the certificate is valid.
+        #[arg(long, default_value_t = certs::MEMBER_DAYS)]
+        days: u32,
+        /// Replace an existing certificate and key for NAME.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -253,6 +289,18 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             command: WalCommand::Dump { from, json },
         } => read::wal_dump(&cfg, *from, *json),
         Command::Verify => check::verify(&cfg),
+        Command::Certs {
+            command: CertsCommand::Init { dir, days, force },
+        } => certs::init(dir, *days, *force),
+        Command::Certs {
+            command:
+                CertsCommand::Issue {
+                    name,
+                    dir,
+                    days,
+                    force,
+                },
+        } => certs::issue(dir, name, *days, *force),
         Command::Drill {
             batches,
             kills,

@@ -1,0 +1,366 @@
+//! The nodes of the replication tests (`replication.rs`, `replication_security.rs`): one
+//! `roost serve` process each on loopback, its configuration, and what the tests read of
+//! it; an in-test TCP proxy for partitions. Every wait is bounded.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{wait_for, BIN};
+use roost::ops::child::ServeChild;
+use roost_storage::RealStorage;
+use serde_json::Value;
+
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// One node: a data directory, a config file, a log, maybe a running daemon.
+pub struct Node {
+    pub name: &'static str,
+    pub data: PathBuf,
+    pub config: PathBuf,
+    pub port: u16,
+    pub child: Option<ServeChild>,
+    starts: usize,
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl Node {
+    /// A node of the cluster {a, b, c} over mutual TLS, with certificates `roost certs`
+    /// made in `<root>/certs` (`tls_lines`).
+    pub fn new(root: &Path, name: &'static str, extra: &str) -> Node {
+        let tls = tls_lines(root, name);
+        Node::with_security(root, name, &format!("{tls}{extra}"))
+    }
+
+    /// A node with only `extra` as its security settings (plain TCP on loopback when it
+    /// sets none).
+    pub fn with_security(root: &Path, name: &'static str, extra: &str) -> Node {
+        let data = root.join(name);
+        std::fs::create_dir_all(&data).expect("mkdir");
+        let port = free_port();
+        let config = root.join(format!("{name}.toml"));
+        let text = format!(
+            "rescan_interval_ms = 100\ncheckpoint_wal_bytes = 65536\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nstandby_timeout_ms = 2000\n{extra}\n"
+        );
+        std::fs::write(&config, text).expect("config");
+        Node {
+            name,
+            data,
+            config,
+            port,
+            child: None,
+            starts: 0,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn spool(&self) -> PathBuf {
+        self.data.join("spool")
+    }
+
+    /// Starts `roost serve` (following `follow` if given) and waits for "serving".
+    pub fn start(&mut self, follow: Option<&str>) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        self.starts += 1;
+        let log = self.data.with_extension(format!("log{}", self.starts));
+        let (config, follow) = (self.config.clone(), follow.map(str::to_owned));
+        let mut c = ServeChild::spawn(Path::new(BIN), &self.data, &log, |c| {
+            c.arg("--config").arg(&config);
+            if let Some(f) = follow {
+                c.arg("--follow").arg(f);
+            }
+        })
+        .expect("spawn");
+        c.ready(LIMIT)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
+        self.child = Some(c);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill();
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let st = c.stop(LIMIT).expect("stop");
+            assert!(st.success(), "{} stopped with {st}", self.name);
+        }
+    }
+
+    /// `kill -SIG` to the running daemon.
+    pub fn signal(&self, sig: &str) {
+        let c = self.child.as_ref().expect("a running daemon to signal");
+        crate::common::signal(c.id(), sig);
+    }
+
+    pub fn roost(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .expect("run roost")
+    }
+
+    pub fn status(&self) -> Value {
+        let out = self.roost(&["status", "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    pub fn promote(&self) -> Value {
+        // The control socket may be bound a moment after "serving" is logged.
+        let mut out = self.roost(&["promote"]);
+        let until = Instant::now() + LIMIT;
+        while out.stdout.is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+            out = self.roost(&["promote"]);
+        }
+        assert!(
+            out.status.success(),
+            "promote {}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        serde_json::from_slice(&out.stdout).expect("promote answer")
+    }
+
+    pub fn last_lsn(&self) -> u64 {
+        self.status()["last_lsn"].as_u64().unwrap_or(0)
+    }
+
+    pub fn result(&self, name: &str) -> Option<Value> {
+        let b = std::fs::read(self.spool().join("out").join(name)).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// Every WAL record as `roost wal dump --json` prints it (lsn, epoch, type, content).
+    pub fn wal(&self) -> Vec<Value> {
+        let out = self.roost(&["wal", "dump", "--json"]);
+        assert!(out.status.success(), "wal dump {}", self.name);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("dump line"))
+            .collect()
+    }
+
+    pub fn scan(&self, shard: &str) -> String {
+        let out = self.roost(&["scan", shard]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `roost verify`'s invariants on this node's files (the daemon stopped).
+    pub fn verify(&self) {
+        let r = roost::ops::verify::verify(RealStorage::shared(), &self.data);
+        assert!(r.violations.is_empty(), "{}: {:?}", self.name, r.violations);
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn batch(key: &str, shard: &str, n: usize) -> Vec<u8> {
+    let ops: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"op":"create","shard":"{shard}","record":{{"k":"{key}","i":{i}}}}}"#))
+        .collect();
+    format!(r#"{{"request_key":"{key}","ops":[{}]}}"#, ops.join(",")).into_bytes()
+}
+
+/// Waits until `standby` holds all `primary` has written and will write without new input:
+/// the primary is quiet (`quiet_end`, the same end on two reads in a row) and the standby
+/// has reached that end. Two nodes stopped after it hold equal logs, whichever stops first.
+pub fn caught_up(primary: &Node, standby: &Node) {
+    let mut last = None;
+    wait_for(
+        &format!("{} to hold all of {}'s log", standby.name, primary.name),
+        LIMIT,
+        || {
+            let end = quiet_end(primary);
+            let steady = end.is_some() && end == last;
+            last = end;
+            steady && end.is_some_and(|end| standby.last_lsn() >= end)
+        },
+    );
+}
+
+/// The primary's last lsn once it is quiet: no batch in flight (a batch's `done` record is
+/// appended after its answer is published, before it leaves the count) and its whole log
+/// durable (the idle tail sync has made that `done` record durable, so a standby is sent
+/// it). `None` while either is not so. A caller wants it twice in a row: status reads its
+/// fields one after another, and a `done` appended between them could pass for quiet once.
+pub fn quiet_end(primary: &Node) -> Option<u64> {
+    let st = primary.status();
+    let last = st["last_lsn"].as_u64()?;
+    let quiet = st["in_flight"] == 0 && st["replication"]["durable_lsn"].as_u64() == Some(last);
+    (quiet && last > 0).then_some(last)
+}
+
+/// The records both logs hold must be equal (lsn, epoch, type, content), neither may hold a
+/// record the other has a different one for, and both end at the same lsn (a standby's log
+/// may start later, at the checkpoint of the snapshot it was seeded from). Called on stopped
+/// nodes after `caught_up`.
+pub fn same_logs(a: &Node, b: &Node) {
+    let (wa, wb) = (a.wal(), b.wal());
+    let n = wa.len().min(wb.len());
+    assert!(n > 0, "empty logs");
+    let by_lsn = |w: &[Value]| -> BTreeMap<u64, Value> {
+        w.iter()
+            .map(|r| (r["lsn"].as_u64().expect("lsn"), r.clone()))
+            .collect()
+    };
+    let (ma, mb) = (by_lsn(&wa), by_lsn(&wb));
+    let end = |m: &BTreeMap<u64, Value>| m.keys().next_back().copied();
+    assert_eq!(
+        end(&ma),
+        end(&mb),
+        "the logs of {} and {} end at different lsns",
+        a.name,
+        b.name
+    );
+    for (lsn, ra) in &ma {
+        if let Some(rb) = mb.get(lsn) {
+            assert_eq!(
+                ra, rb,
+                "lsn {lsn} differs between {} and {}",
+                a.name, b.name
+            );
+        }
+    }
+}
+
+/// The members of every test cluster.
+pub const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// Runs `roost certs ARGS` and asserts it succeeded.
+pub fn certs(args: &[&str]) {
+    let out = Command::new(BIN)
+        .arg("certs")
+        .args(args)
+        .output()
+        .expect("run roost certs");
+    assert!(
+        out.status.success(),
+        "roost certs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `[replication]` lines for member `name` of the cluster whose CA `roost certs init`
+/// makes in `<root>/certs` (once), with `name`'s certificate from `roost certs issue`.
+pub fn tls_lines(root: &Path, name: &str) -> String {
+    let dir = root.join("certs");
+    let d = dir.to_str().expect("utf-8 path");
+    if !dir.join("ca.pem").exists() {
+        certs(&["init", "--dir", d]);
+    }
+    if !dir.join(format!("{name}.pem")).exists() {
+        certs(&["issue", name, "--dir", d]);
+    }
+    format!(
+        "tls_cert = \"{d}/{name}.pem\"\ntls_key = \"{d}/{name}.key\"\ntls_ca = \"{d}/ca.pem\"\nmembers = {MEMBERS:?}\n"
+    )
+}
+
+pub fn two_nodes(root: &Path, extra: &str) -> (Node, Node) {
+    (Node::new(root, "a", extra), Node::new(root, "b", extra))
+}
+
+/// An in-test TCP proxy on loopback: forwards connections to `target` until `cut`, which
+/// closes every connection and refuses new ones (a partition) until `heal`.
+pub struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(target: String) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let port = l.local_addr().expect("addr").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, k, s) = (cut.clone(), conns.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((down, _)) if !c.load(Ordering::SeqCst) => forward(down, &target, &k),
+                    Ok(_) => {} // partitioned: dropped at once
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            conns,
+            stop,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().expect("conns").drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+}
+
+/// Connects `down` to `target` with two copying threads (each ends with its sockets).
+pub fn forward(down: TcpStream, target: &str, conns: &Mutex<Vec<TcpStream>>) {
+    let Ok(up) = TcpStream::connect(target) else {
+        return;
+    };
+    let _ = down.set_nonblocking(false);
+    let pairs = [
+        (down.try_clone(), up.try_clone()),
+        (up.try_clone(), down.try_clone()),
+    ];
+    if let Ok(mut k) = conns.lock() {
+        k.extend([down, up]);
+    }
+    for (r, w) in pairs {
+        if let (Ok(mut r), Ok(mut w)) = (r, w) {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut r, &mut w);
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    }
+}
+

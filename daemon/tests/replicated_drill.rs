@@ -71,7 +71,9 @@ impl Node {
             .expect("free port")
             .port();
         let (data, config) = (root.join(name), root.join(format!("{name}.toml")));
-        let text = format!("rescan_interval_ms = 100\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n");
+        let tls = roost::ops::certs::member_config(&root.join("certs"), name, &["a", "b"])
+            .expect("certificates");
+        let text = format!("rescan_interval_ms = 100\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}");
         std::fs::write(&config, text).expect("config");
         Node {
             data,

@@ -65,7 +65,10 @@ fn exchange(transport: &Transport, addr: &str, msgs: &[Message]) -> Vec<Message>
 
 async fn ask(s: &mut Stream, msg: &Message) -> Option<Message> {
     write_frame(s, msg, DEFAULT_FRAME_BYTES_MAX).await.ok()?;
-    let read = tokio::time::timeout(Duration::from_secs(5), read_frame(s, DEFAULT_FRAME_BYTES_MAX));
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        read_frame(s, DEFAULT_FRAME_BYTES_MAX),
+    );
     read.await.ok()?.ok()?
 }
 
@@ -147,7 +150,10 @@ fn a_forged_acknowledgement_does_not_answer_a_waiting_batch() {
     wait_for("the real standby's acknowledgement", LIMIT, || {
         a.result("waiting.json").is_some()
     });
-    assert_eq!(a.result("waiting.json").expect("result")["status"], "committed");
+    assert_eq!(
+        a.result("waiting.json").expect("result")["status"],
+        "committed"
+    );
 }
 
 /// Goal: a fetch with the epoch does not stop the primary, over TLS from a member
@@ -202,9 +208,15 @@ fn a_stranger_reads_no_records_and_no_base_backup() {
     }
     // The control: member b gets records and a backup's first file.
     let got = exchange(&member(t.path(), "b"), &a.addr(), &[fetch("b", e, 1)]);
-    assert!(matches!(got.as_slice(), [Message::Records { entries, .. }] if !entries.is_empty()), "{got:?}");
+    assert!(
+        matches!(got.as_slice(), [Message::Records { entries, .. }] if !entries.is_empty()),
+        "{got:?}"
+    );
     let got = exchange(&member(t.path(), "b"), &a.addr(), &[snapshot]);
-    assert!(matches!(got.as_slice(), [Message::SnapshotFile { .. }]), "{got:?}");
+    assert!(
+        matches!(got.as_slice(), [Message::SnapshotFile { .. }]),
+        "{got:?}"
+    );
 }
 
 /// Goal: a standby whose certificate comes from another CA cannot follow: the primary's
@@ -221,7 +233,10 @@ fn a_standby_with_a_certificate_from_another_ca_cannot_follow() {
     b.start(Some(&a.addr()));
     drop_in(&a.spool(), "one.json", &batch("one", "s", 1));
     std::thread::sleep(QUIET);
-    assert!(a.result("one.json").is_none(), "answered through a foreign standby");
+    assert!(
+        a.result("one.json").is_none(),
+        "answered through a foreign standby"
+    );
     assert_eq!(b.status()["replication"]["follow"]["connected"], false);
     assert_eq!(b.last_lsn(), 0, "the foreign standby holds records");
     let log = a.child.as_ref().expect("running").log_text();
@@ -247,7 +262,10 @@ fn plain_replication_on_a_public_address_needs_insecure() {
         .expect("run roost serve");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
-    assert!(err.contains("insecure = true") && err.contains("tls_cert"), "{err}");
+    assert!(
+        err.contains("insecure = true") && err.contains("tls_cert"),
+        "{err}"
+    );
     let mut n = Node::with_security(t.path(), "a", "insecure = true");
     n.start(None);
     let st = n.status();

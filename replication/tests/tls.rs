@@ -318,9 +318,15 @@ async fn one_address_is_capped() {
     let mut extra = TcpStream::connect(&leader.addr).await.expect("connect");
     let mut buf = [0u8; 1];
     let n = within("the fifth connection is closed", extra.read(&mut buf)).await;
-    assert!(matches!(n, Ok(0) | Err(_)), "the fifth connection was kept: {n:?}");
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "the fifth connection was kept: {n:?}"
+    );
     let still = tokio::time::timeout(Duration::from_millis(300), silent[0].read(&mut buf)).await;
-    assert!(still.is_err(), "a handshaking connection was closed: {still:?}");
+    assert!(
+        still.is_err(),
+        "a handshaking connection was closed: {still:?}"
+    );
     drop(silent);
     let t = ca.transport("b");
     let served = async {

@@ -1,157 +1,23 @@
-//! `roost certs init|issue` (issue 26): a CA and member certificates for a test cluster's
-//! mutual TLS (docs/replication.md, "Who may say what"), with rcgen. `init` makes
-//! `DIR/ca.pem` and `DIR/ca.key`; `issue NAME` makes `DIR/NAME.pem` and `DIR/NAME.key`,
-//! signed by that CA: ECDSA P-256, SAN dNSName NAME (what the daemon matches against
-//! `members`), serverAuth and clientAuth (a node is both). Keys are created 0600 and every
-//! file is written to a temporary, fsynced, renamed and its directory fsynced. An existing
-//! file is never replaced without `--force`. Exit codes: a bad NAME, `--days 0` or a file
-//! that exists 2 (usage), an unreadable or unparsable CA 78 (configuration), I/O 74.
+//! `roost certs init|issue` (issue 26): prints what `ops::certs` made, one JSON line.
 
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::Context as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use serde_json::json;
 
-use crate::error::{CommandError, ErrorClass};
-
-/// Validity of a CA made by `init` unless `--days` says otherwise.
-pub const CA_DAYS: u32 = 3650;
-/// Validity of a member certificate made by `issue` unless `--days` says otherwise.
-pub const MEMBER_DAYS: u32 = 825;
+use crate::ops::certs::{make_ca, make_member};
+pub use crate::ops::certs::{CA_DAYS, MEMBER_DAYS};
 
 /// `roost certs init`: a new CA in `dir`.
 pub fn init(dir: &Path, days: u32, force: bool) -> anyhow::Result<i32> {
-    let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
-    make_dir(dir)?;
-    refuse_existing(&[&cert_path, &key_path], force)?;
-    let key = KeyPair::generate().context("generating the CA key")?;
-    let mut p = CertificateParams::new(Vec::<String>::new()).context("CA parameters")?;
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let id = format!("{:08x}", rand_id(&key));
-    p.distinguished_name
-        .push(DnType::CommonName, format!("roost cluster CA {id}"));
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let not_after = validity(&mut p, days)?;
-    let cert = p.self_signed(&key).context("signing the CA certificate")?;
-    write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
-    write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
-    say(json!({"ca": cert_path, "key": key_path, "not_after": not_after}))
+    let (cert, key, not_after) = make_ca(dir, days, force)?;
+    say(json!({"ca": cert, "key": key, "not_after": not_after}))
 }
 
 /// `roost certs issue NAME`: a member certificate signed by the CA in `dir`.
 pub fn issue(dir: &Path, name: &str, days: u32, force: bool) -> anyhow::Result<i32> {
-    check_name(name)?;
-    let (cert_path, key_path) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
-    let issuer = load_ca(dir)?;
-    refuse_existing(&[&cert_path, &key_path], force)?;
-    let key = KeyPair::generate().context("generating the member key")?;
-    let mut p = CertificateParams::new(vec![name.to_owned()]).context("member parameters")?;
-    p.distinguished_name.push(DnType::CommonName, name);
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let not_after = validity(&mut p, days)?;
-    let cert = p
-        .signed_by(&key, &issuer)
-        .context("signing the member certificate")?;
-    write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
-    write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
+    let (cert, key, not_after) = make_member(dir, name, days, force)?;
     let ca = dir.join("ca.pem");
-    say(json!({"cert": cert_path, "key": key_path, "ca": ca, "name": name, "not_after": not_after}))
-}
-
-/// A member name must be a DNS name: the daemon matches it as a certificate's SAN dNSName.
-fn check_name(name: &str) -> anyhow::Result<()> {
-    match rustls_pki_types::ServerName::try_from(name) {
-        Ok(rustls_pki_types::ServerName::DnsName(_)) => Ok(()),
-        _ => Err(CommandError::usage(format!(
-            "member name {name:?} is not a DNS name (letters, digits, '-' and '.'): certificates name members in a SAN dNSName"
-        ))
-        .into()),
-    }
-}
-
-/// The CA in `dir`, as an issuer (its certificate and key).
-fn load_ca(dir: &Path) -> anyhow::Result<Issuer<'static, KeyPair>> {
-    let read = |p: PathBuf| {
-        std::fs::read_to_string(&p).map_err(|e| CommandError {
-            class: ErrorClass::Config,
-            message: format!("cannot read {} (roost certs init makes it): {e}", p.display()),
-        })
-    };
-    let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let bad = |p: &Path, e: rcgen::Error| CommandError {
-        class: ErrorClass::Config,
-        message: format!("{}: not a usable CA file: {e}", p.display()),
-    };
-    let key = KeyPair::from_pem(&read(key_path.clone())?).map_err(|e| bad(&key_path, e))?;
-    Ok(Issuer::from_ca_cert_pem(&read(cert_path.clone())?, key).map_err(|e| bad(&cert_path, e))?)
-}
-
-/// Valid from now for `days` days; the end as RFC 3339 text.
-fn validity(p: &mut CertificateParams, days: u32) -> anyhow::Result<String> {
-    if days == 0 {
-        return Err(CommandError::usage("--days must be at least 1").into());
-    }
-    let now = time::OffsetDateTime::now_utc();
-    p.not_before = now - time::Duration::minutes(5);
-    p.not_after = now + time::Duration::days(i64::from(days));
-    p.not_after
-        .format(&time::format_description::well_known::Rfc3339)
-        .context("formatting the end of validity")
-}
-
-/// Some bits of the new key's public part: distinct CA names for distinct CAs.
-fn rand_id(key: &KeyPair) -> u32 {
-    crc32fast::hash(key.public_key_raw())
-}
-
-fn make_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))
-}
-
-fn refuse_existing(paths: &[&Path], force: bool) -> anyhow::Result<()> {
-    match paths.iter().find(|p| p.exists()) {
-        Some(p) if !force => Err(CommandError::usage(format!(
-            "{} exists: not replaced (use --force)",
-            p.display()
-        ))
-        .into()),
-        _ => Ok(()),
-    }
-}
-
-/// Writes `bytes` to `path` durably: a temporary created with `mode` (a key is never
-/// readable by others, not even for a moment), fsync, rename, fsync of the directory.
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let ctx = |what: &str, p: &Path| format!("{what} {}", p.display());
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .with_context(|| ctx("creating", &tmp))?;
-    f.write_all(bytes).with_context(|| ctx("writing", &tmp))?;
-    f.sync_all().with_context(|| ctx("syncing", &tmp))?;
-    std::fs::rename(&tmp, path).with_context(|| ctx("renaming into", path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| ctx("syncing", dir))
+    say(json!({"cert": cert, "key": key, "ca": ca, "name": name, "not_after": not_after}))
 }
 
 fn say(v: serde_json::Value) -> anyhow::Result<i32> {

@@ -48,14 +48,17 @@ fn free_port() -> u16 {
 
 impl Node {
     /// A node whose config, control socket and logs live in `logs` (the host's file system),
-    /// with `[replication] ack = "standby"` (the default `when_standby_lost = "wait"`).
+    /// with `[replication] ack = "standby"` (the default `when_standby_lost = "wait"`) over
+    /// mutual TLS (certificates in `logs/certs`).
     pub fn new(logs: &Path, name: &'static str, data: PathBuf, spool: PathBuf) -> Node {
         let port = free_port();
         let config = logs.join(format!("{name}.toml"));
         let sock = logs.join(format!("{name}.sock"));
+        let tls = roost::ops::certs::member_config(&logs.join("certs"), name, &["a", "b"])
+            .expect("certificates");
         let text = format!(
             "control_socket = {:?}\n{CONFIG}[replication]\nlisten = \"127.0.0.1:{port}\"\n\
-             name = \"{name}\"\nstandby_timeout_ms = 2000\nack = \"standby\"\n",
+             name = \"{name}\"\nstandby_timeout_ms = 2000\nack = \"standby\"\n{tls}",
             sock.display().to_string()
         );
         std::fs::write(&config, text).expect("writing a config");

@@ -363,4 +363,3 @@ pub fn forward(down: TcpStream, target: &str, conns: &Mutex<Vec<TcpStream>>) {
         }
     }
 }
-

@@ -1,6 +1,7 @@
 //! One node of the replicated drill: a data directory `<root>/NAME`, its configuration file
 //! (the drill's small segments and frequent checkpoints, `[replication]` with a loopback port
-//! picked free, `ack = "standby"`), its control socket, and at most one running `roost serve`
+//! picked free, `ack = "standby"`, mutual TLS with certificates made in `<root>/certs`), its
+//! control socket, and at most one running `roost serve`
 //! (a [`ServeChild`], killed when dropped). Everything it asks a running daemon goes through
 //! the control socket, every wait is bounded, and nothing it reads from disk or from the
 //! daemon is trusted to parse.
@@ -46,8 +47,9 @@ impl Node {
         let port = free_port()?;
         let socket = data.join("roost.sock");
         let config = root.join(format!("{name}.toml"));
+        let tls = crate::ops::certs::member_config(&root.join("certs"), name, &["a", "b"])?;
         let text = format!(
-            "{DRILL_CONFIG}rescan_interval_ms = 100\ncontrol_socket = {socket:?}\n\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n",
+            "{DRILL_CONFIG}rescan_interval_ms = 100\ncontrol_socket = {socket:?}\n\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}",
             socket = socket.display().to_string()
         );
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;

@@ -2,8 +2,9 @@
 //! `roost serve` processes (the `roost` binary beside this one: `target/release/roost` in a
 //! release run; `ROOST_BIN` overrides) on loopback, in three modes: a primary alone without
 //! replication (the reference), a primary with `ack = "local"` and a standby connected (the
-//! same replication traffic, results not waiting), and `ack = "standby"` with a standby
-//! (results wait until the standby holds the claim durably). Every round starts each mode on
+//! same replication traffic, results not waiting), `ack = "standby"` with a standby
+//! (results wait until the standby holds the claim durably), and that over mutual TLS
+//! (issue 26; `tls/plain` is the TLS column over the plain one). Every round starts each mode on
 //! fresh directories, in turn (the order reversed every other round: the machine's speed
 //! drifts), and runs the same batches (10 creates of ~100 B, as the end-to-end bench): a
 //! burst of N files, then closed-loop cells. The median over rounds is reported, the cells
@@ -81,9 +82,11 @@ enum Mode {
     Local,
     /// `ack = "standby"`, a standby connected.
     Standby,
+    /// `ack = "standby"` over mutual TLS (issue 26: at least 0.9 of plain TCP).
+    StandbyTls,
 }
 
-const MODES: [Mode; 3] = [Mode::Alone, Mode::Local, Mode::Standby];
+const MODES: [Mode; 4] = [Mode::Alone, Mode::Local, Mode::Standby, Mode::StandbyTls];
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -91,6 +94,7 @@ impl Mode {
             Mode::Alone => "alone",
             Mode::Local => "ack=local",
             Mode::Standby => "ack=standby",
+            Mode::StandbyTls => "standby+tls",
         }
     }
 }
@@ -189,15 +193,22 @@ fn free_port() -> anyhow::Result<u16> {
 impl Pair {
     fn start(bin: &Path, root: &Path, mode: Mode) -> anyhow::Result<Pair> {
         let port = free_port()?;
-        let ack = if mode == Mode::Standby {
+        let ack = if matches!(mode, Mode::Standby | Mode::StandbyTls) {
             "standby"
         } else {
             "local"
         };
+        let tls = |name: &str| -> anyhow::Result<String> {
+            if mode != Mode::StandbyTls {
+                return Ok(String::new());
+            }
+            roost::ops::certs::member_config(&root.join("certs"), name, &["primary", "standby"])
+        };
         let section = match mode {
             Mode::Alone => String::new(),
             _ => format!(
-                "[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"primary\"\nack = \"{ack}\"\n"
+                "[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"primary\"\nack = \"{ack}\"\n{}",
+                tls("primary")?
             ),
         };
         let primary = Node::start(bin, &root.join("primary"), &section)?;
@@ -207,7 +218,10 @@ impl Pair {
                 standby: None,
             });
         }
-        let follow = format!("[replication]\nfollow = \"127.0.0.1:{port}\"\nname = \"standby\"\n");
+        let follow = format!(
+            "[replication]\nfollow = \"127.0.0.1:{port}\"\nname = \"standby\"\n{}",
+            tls("standby")?
+        );
         let standby = Node::start(bin, &root.join("standby"), &follow)?;
         let until = Instant::now() + LIMIT;
         while !primary.status()?["replication"]["standby_connected"]
@@ -496,9 +510,9 @@ fn print_table(rounds: &[Vec<(Mode, Round)>], sz: &RepSizes, sync: f64) {
             })
             .collect();
         let r = if ratio {
-            format!("{:.2}", v[2] / v[1])
+            format!("{:.2} | {:.2}", v[2] / v[1], v[3] / v[2])
         } else {
-            String::new()
+            " | ".to_owned()
         };
         println!("| {label} | {} | {r} | {raw} |", cells.join(" | "));
     };
@@ -507,8 +521,8 @@ fn print_table(rounds: &[Vec<(Mode, Round)>], sz: &RepSizes, sync: f64) {
         "medians of {} rounds (each round's figure in brackets)",
         sz.rounds
     );
-    println!("| measure | alone | ack=local | ack=standby | standby/local | raw disk |");
-    println!("|---|---|---|---|---|---|");
+    println!("| measure | alone | ack=local | ack=standby | standby+tls | standby/local | tls/plain | raw disk |");
+    println!("|---|---|---|---|---|---|---|---|");
     let raw = format!("{sync:.0} fdatasync/s");
     row(
         &format!("burst of {} files, batches/s", sz.burst),

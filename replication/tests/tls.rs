@@ -88,9 +88,7 @@ async fn tls_leader_with(ca: &Ca, handshake: Duration) -> (Arc<MemLog>, Leader) 
     a.become_leader(0x105, &["b"]);
     a.write_durable(1, b"one");
     let opts = LeaderOptions {
-        transport: ca
-            .transport("a")
-            .handshake_timeout(Duration::from_millis(500)),
+        transport: ca.transport("a").handshake_timeout(handshake),
         connections_per_address_max: 4,
         ..LeaderOptions::default()
     };

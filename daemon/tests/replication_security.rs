@@ -273,9 +273,20 @@ fn plain_replication_on_a_public_address_needs_insecure() {
     assert_eq!(st["replication"]["security"], "plain", "{st}");
     let log = n.child.as_ref().expect("running").log_text();
     assert!(log.contains("REPLICATION IS NOT AUTHENTICATED"), "{log}");
+    let metrics = String::from_utf8_lossy(&n.roost(&["status", "--metrics"]).stdout).into_owned();
+    assert!(
+        metrics.contains("roost_replication_insecure 1"),
+        "{metrics}"
+    );
     let mut secure = Node::new(t.path(), "b", "");
     secure.start(None);
     let st = secure.status();
     assert_eq!(st["replication"]["insecure"], false, "{st}");
     assert_eq!(st["replication"]["security"], "mutual_tls", "{st}");
+    let metrics =
+        String::from_utf8_lossy(&secure.roost(&["status", "--metrics"]).stdout).into_owned();
+    assert!(
+        metrics.contains("roost_replication_insecure 0"),
+        "{metrics}"
+    );
 }

@@ -392,6 +392,12 @@ fn write_replication(out: &mut String, engine: &Engine) {
             "1 while results wait for a standby (ack = standby, none in sync).",
             u64::from(engine.waiting_for_standby()),
         ),
+        (
+            "roost_replication_insecure",
+            "gauge",
+            "1 when replication runs over plain TCP, no peer authenticated (no TLS).",
+            u64::from(engine.config().replication.unauthenticated()),
+        ),
     ];
     write_unlabelled(out, figures);
     let _ = writeln!(out, "# HELP roost_replication_role 1 for this node's role.");

@@ -156,6 +156,16 @@ impl Node {
         self.status()?["replication"]["durable_lsn"].as_u64()
     }
 
+    /// The last lsn once this primary is quiet: no batch in flight (a batch's `done` record
+    /// is appended after its answer) and its whole log durable (the idle tail sync sends a
+    /// standby that record too). `None` while not, or when the daemon does not answer.
+    pub fn quiet_end(&self) -> Option<u64> {
+        let st = self.status()?;
+        let last = st["last_lsn"].as_u64()?;
+        let quiet = st["in_flight"] == 0 && st["replication"]["durable_lsn"].as_u64() == Some(last);
+        quiet.then_some(last)
+    }
+
     /// `promote` over the control socket, asked again until it is promoted (the socket may
     /// be bound a moment after "serving"); its epoch.
     pub fn promote(&self) -> anyhow::Result<u64> {

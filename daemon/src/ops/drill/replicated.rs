@@ -472,9 +472,32 @@ impl<'a> Replicated<'a> {
         }
     }
 
-    /// Both nodes stopped gracefully; their WAL records equal at every lsn both hold, their
-    /// shards equal, `verify` clean on both, every answer as expected.
+    /// Waits until the primary is quiet (`Node::quiet_end`, the same end twice) and the
+    /// standby holds that end: then both logs end at the same lsn whichever stops first.
+    /// `false` (a violation recorded) if that does not come within `CATCH_UP_LIMIT`.
+    fn settle(&mut self) -> bool {
+        let (p, s) = (self.primary, 1 - self.primary);
+        let until = Instant::now() + CATCH_UP_LIMIT;
+        let mut last = None;
+        while Instant::now() < until {
+            let end = self.nodes[p].quiet_end();
+            if end.is_some() && end == last && self.nodes[s].last_lsn() >= end {
+                return true;
+            }
+            last = end;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.violations.push(format!(
+            "the standby did not reach the quiet primary's end ({last:?}) in {CATCH_UP_LIMIT:?}"
+        ));
+        false
+    }
+
+    /// Both nodes stopped gracefully once settled; their WAL records equal at every lsn both
+    /// hold and ending at the same lsn, their shards equal, `verify` clean on both, every
+    /// answer as expected.
     fn finish(&mut self) -> anyhow::Result<()> {
+        let settled = self.settle();
         let s = 1 - self.primary;
         for n in [s, self.primary] {
             if let Err(e) = self.nodes[n].stop() {
@@ -486,6 +509,12 @@ impl<'a> Replicated<'a> {
         let wb = self.nodes[1].wal(&self.bin)?;
         let (common, diff) = verdict::wal_divergences(&wa, &wb);
         self.counts.common_lsns = common;
+        let ends = (wa.keys().next_back(), wb.keys().next_back());
+        if settled && ends.0 != ends.1 {
+            self.counts.divergences += 1;
+            self.violations
+                .push(format!("stopped, the logs end at different lsns: {ends:?}"));
+        }
         self.counts.divergences += diff.len();
         self.violations
             .extend(diff.into_iter().map(|d| format!("wal: {d}")));

@@ -1,5 +1,6 @@
 //! The invariants: the four `KafkaReplication.tla` defines (`TypeOk`, `WeakIsr`, `StrongIsr`,
-//! `LeaderInIsr`), one reading of `LeaderInIsr` that tolerates "no leader", and log matching.
+//! `LeaderInIsr`), one reading of `LeaderInIsr` that tolerates "no leader", log matching, and
+//! `EpochMinted` (no replica holds an epoch the controller never minted).
 
 use crate::base::presumes_leadership;
 use crate::types::{Config, Log, QuorumState, Record, ReplicaSet, State, MAX_LOG_SIZE, NIL};
@@ -14,7 +15,7 @@ pub struct Invariant {
 }
 
 /// Every invariant, in report order.
-pub const INVARIANTS: [Invariant; 6] = [
+pub const INVARIANTS: [Invariant; 7] = [
     Invariant {
         name: "TypeOk",
         source: "KafkaReplication.tla",
@@ -44,6 +45,11 @@ pub const INVARIANTS: [Invariant; 6] = [
         name: "LogMatching",
         source: "issue 15",
         check: log_matching,
+    },
+    Invariant {
+        name: "EpochMinted",
+        source: "issue 26",
+        check: epoch_minted,
     },
 ];
 
@@ -168,5 +174,18 @@ pub fn logs_match(a: &Log, b: &Log) -> bool {
     (0..common).all(|offset| {
         let same_here = a.entry_at(offset).is_some() && a.entry_at(offset) == b.entry_at(offset);
         !same_here || (0..offset).all(|below| a.entry_at(below) == b.entry_at(below))
+    })
+}
+
+/// `EpochMinted`: every replica's leader epoch is `Nil` or one `LeaderEpochSeq` has handed out
+/// (`< nextLeaderEpoch`). A replica holding an epoch the controller has not reached refuses
+/// every LeaderAndIsr request up to it (`BecomeLeader` and the followers' truncations need a
+/// request epoch above the replica's): it is lost to the partition until the controller
+/// catches up, and forever if the epoch is the last one. Holds in every variant (epochs come
+/// only from requests); `outsider.rs` shows what breaks it.
+pub fn epoch_minted(cfg: &Config, s: &State) -> bool {
+    cfg.all().all(|r| {
+        let epoch = s.rs(r).leader_epoch;
+        epoch == NIL || i16::from(epoch) < i16::from(s.next_leader_epoch)
     })
 }

@@ -9,7 +9,8 @@
 //! | `log.rs` | `FiniteReplicatedLog.tla` (`ReplicaLog!...`) |
 //! | `base.rs` | `KafkaReplication.tla`: `Init` and the shared actions |
 //! | `variants/` | `KafkaTruncateToHighWatermark.tla`, `Kip101.tla`, `Kip279.tla`, `Kip320.tla` |
-//! | `invariants.rs` | `TypeOk`, `WeakIsr`, `StrongIsr`, `LeaderInIsr`, and log matching |
+//! | `invariants.rs` | `TypeOk`, `WeakIsr`, `StrongIsr`, `LeaderInIsr`, log matching, `EpochMinted` |
+//! | `outsider.rs` | not in the spec: an unauthenticated peer sending fetches to `Kip320`'s leaders (issue 26) |
 //! | `encode.rs`, `explorer.rs`, `print.rs` | the model checker: state keys, BFS, traces |
 //!
 //! `docs/replication-model.md` lists every place where the transcription had to interpret
@@ -21,6 +22,7 @@ pub mod encode;
 pub mod explorer;
 pub mod invariants;
 pub mod log;
+pub mod outsider;
 pub mod print;
 pub mod step;
 pub mod types;

@@ -5,8 +5,8 @@
 use roost_repmodel::base::init;
 use roost_repmodel::encode::{decode, encode};
 use roost_repmodel::invariants::{
-    leader_in_isr, leader_in_isr_unless_none, log_matching, logs_match, strong_isr, type_ok,
-    weak_isr,
+    epoch_minted, leader_in_isr, leader_in_isr_unless_none, log_matching, logs_match, strong_isr,
+    type_ok, weak_isr,
 };
 use roost_repmodel::types::{Log, Record, ReplicaSet, ReplicaState};
 use roost_repmodel::{Config, State};
@@ -146,6 +146,26 @@ fn leader_in_isr_literal_and_unless_none() {
     assert!(leader_in_isr(&c, &elected) && leader_in_isr_unless_none(&c, &elected));
     let outside = leader_state(&c, 0, &[0], &[1], &[]);
     assert!(!leader_in_isr(&c, &outside) && !leader_in_isr_unless_none(&c, &outside));
+}
+
+#[test]
+fn epoch_minted_needs_every_replicas_epoch_below_next_leader_epoch() {
+    let c = cfg(2);
+    assert!(
+        epoch_minted(&c, &init(&c)),
+        "Init: no replica holds an epoch"
+    );
+    let mut s = leader_state(&c, 0, &[0], &[0, 1], &[]);
+    assert!(
+        !epoch_minted(&c, &s),
+        "r1 leads epoch 0, which nextLeaderEpoch 0 says was never minted"
+    );
+    s.next_leader_epoch = 1;
+    assert!(epoch_minted(&c, &s));
+    s.rs_mut(1).leader_epoch = 1;
+    assert!(!epoch_minted(&c, &s), "r2 holds epoch 1, not minted yet");
+    s.next_leader_epoch = 2;
+    assert!(epoch_minted(&c, &s));
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn hw_two_replicas() {
         distinct: 10131,
         generated: 24459,
         depth: 20,
-        cex: [HOLDS, fails(9), fails(10), fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, fails(9), fails(10), fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -39,7 +39,7 @@ fn hw_three_replicas() {
         distinct: 1988158,
         generated: 7491589,
         depth: 28,
-        cex: [HOLDS, fails(9), fails(9), fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, fails(9), fails(9), fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -52,7 +52,7 @@ fn kip101_two_replicas() {
         distinct: 9045,
         generated: 21447,
         depth: 18,
-        cex: [HOLDS, fails(12), fails(12), fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, fails(12), fails(12), fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -65,7 +65,7 @@ fn kip101_three_replicas() {
         distinct: 1613089,
         generated: 5796838,
         depth: 26,
-        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -78,7 +78,7 @@ fn kip279_two_replicas() {
         distinct: 9027,
         generated: 23425,
         depth: 18,
-        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -91,7 +91,7 @@ fn kip279_three_replicas() {
         distinct: 1616461,
         generated: 6718690,
         depth: 26,
-        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, fails(11), fails(11), fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -104,7 +104,7 @@ fn kip320_two_replicas() {
         distinct: 5973,
         generated: 11733,
         depth: 18,
-        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -117,7 +117,7 @@ fn kip320_three_replicas() {
         distinct: 737794,
         generated: 1929154,
         depth: 26,
-        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+        cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
     });
 }
 
@@ -129,28 +129,44 @@ fn three_records_two_replicas() {
             16949,
             39227,
             21,
-            [HOLDS, fails(9), fails(10), fails(1), HOLDS, fails(13)],
+            [
+                HOLDS,
+                fails(9),
+                fails(10),
+                fails(1),
+                HOLDS,
+                fails(13),
+                HOLDS,
+            ],
         ),
         (
             Kip101,
             15055,
             34265,
             19,
-            [HOLDS, fails(12), fails(12), fails(1), HOLDS, fails(12)],
+            [
+                HOLDS,
+                fails(12),
+                fails(12),
+                fails(1),
+                HOLDS,
+                fails(12),
+                HOLDS,
+            ],
         ),
         (
             Kip279,
             14915,
             36369,
             19,
-            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
         ),
         (
             Kip320,
             10595,
             20435,
             19,
-            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
         ),
     ];
     for (variant, distinct, generated, depth, cex) in rows {
@@ -172,25 +188,41 @@ fn three_records_three_replicas(variant: Variant) {
             4078546,
             14773327,
             30,
-            [HOLDS, fails(9), fails(9), fails(1), HOLDS, fails(13)],
+            [HOLDS, fails(9), fails(9), fails(1), HOLDS, fails(13), HOLDS],
         ),
         Kip101 => (
             3386155,
             11722588,
             28,
-            [HOLDS, fails(11), fails(11), fails(1), HOLDS, fails(12)],
+            [
+                HOLDS,
+                fails(11),
+                fails(11),
+                fails(1),
+                HOLDS,
+                fails(12),
+                HOLDS,
+            ],
         ),
         Kip279 => (
             3310783,
             12998290,
             27,
-            [HOLDS, fails(11), fails(11), fails(1), HOLDS, fails(13)],
+            [
+                HOLDS,
+                fails(11),
+                fails(11),
+                fails(1),
+                HOLDS,
+                fails(13),
+                HOLDS,
+            ],
         ),
         Kip320 => (
             1694476,
             4527658,
             27,
-            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS],
+            [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
         ),
     };
     assert_pinned(&Expect {

@@ -16,18 +16,19 @@ pub struct Expect {
     pub distinct: u64,
     pub generated: u64,
     pub depth: u32,
-    pub cex: [Option<usize>; 6],
+    pub cex: [Option<usize>; 7],
 }
 
 /// Invariant order of `cex`: TypeOk, WeakIsr, StrongIsr, LeaderInIsr, LeaderInIsrUnlessNone,
-/// LogMatching.
-pub const NAMES: [&str; 6] = [
+/// LogMatching, EpochMinted.
+pub const NAMES: [&str; 7] = [
     "TypeOk",
     "WeakIsr",
     "StrongIsr",
     "LeaderInIsr",
     "LeaderInIsrUnlessNone",
     "LogMatching",
+    "EpochMinted",
 ];
 
 fn slot(variant: Variant, replicas: u8, max_records: u8) -> usize {

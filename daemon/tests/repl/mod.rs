@@ -172,8 +172,24 @@ impl Node {
 }
 
 impl Drop for Node {
+    /// Kills the daemon; when the test is failing, prints the tail of each of this node's
+    /// logs first (the temporary directory goes with the test).
     fn drop(&mut self) {
         self.kill();
+        if !std::thread::panicking() {
+            return;
+        }
+        for n in 1..=self.starts {
+            let path = self.data.with_extension(format!("log{n}"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            eprintln!(
+                "--- {} start {n} ({}), last 40 lines:\n{tail}",
+                self.name,
+                path.display()
+            );
+        }
     }
 }
 

@@ -675,6 +675,49 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// Goal: plain TCP only on loopback unless `insecure`; TLS all three files or none,
+    /// with members holding this node's name (issue 26).
+    #[test]
+    fn replication_security_is_validated() {
+        let load = |text: &str| {
+            let text = format!("[replication]\nname = \"a\"\n{text}");
+            toml::from_str::<Config>(&text).expect("toml").validate()
+        };
+        for ok in [
+            "127.0.0.1:7400",
+            "127.9.9.9:1",
+            "[::1]:7400",
+            "localhost:7400",
+            "LOCALHOST:1",
+        ] {
+            assert!(load(&format!("listen = \"{ok}\"")).is_ok(), "{ok}");
+        }
+        for public in [
+            "0.0.0.0:7400",
+            "[::]:7400",
+            "10.0.0.1:7400",
+            "localhost.example.com:1",
+            "db1:7400",
+        ] {
+            let e = load(&format!("listen = \"{public}\"")).expect_err(public);
+            assert!(e.to_string().contains("insecure = true"), "{e}");
+            let e = load(&format!("follow = \"{public}\"")).expect_err(public);
+            assert!(e.to_string().contains("replication.follow"), "{e}");
+            assert!(load(&format!("listen = \"{public}\"\ninsecure = true")).is_ok());
+        }
+        let tls = "listen = \"0.0.0.0:1\"\ntls_cert = \"a.pem\"\ntls_key = \"a.key\"\ntls_ca = \"ca.pem\"";
+        assert!(load(&format!("{tls}\nmembers = [\"a\", \"b\"]")).is_ok());
+        let e = load(tls).expect_err("TLS without members");
+        assert!(e.to_string().contains("members"), "{e}");
+        let e = load(&format!("{tls}\nmembers = [\"b\"]")).expect_err("name not a member");
+        assert!(
+            e.to_string().contains("does not hold this node's name"),
+            "{e}"
+        );
+        let e = load("listen = \"0.0.0.0:1\"\ntls_cert = \"a.pem\"").expect_err("one of three");
+        assert!(e.to_string().contains("go together"), "{e}");
+    }
+
     /// Goal: a bulk line may not be longer than a batch file (the WAL's claim size bound
     /// rests on it), and the bulk counts must be positive.
     #[test]

@@ -40,6 +40,7 @@ fn member(root: &Path, name: &str) -> Transport {
         tls_key: Some(d.join(format!("{name}.key"))),
         tls_ca: Some(d.join("ca.pem")),
         members: MEMBERS.iter().map(|m| m.to_string()).collect(),
+        name: Some(name.to_owned()),
         ..ReplicationConfig::default()
     };
     roost::replica::transport::transport(&cfg).expect("member transport")
@@ -143,8 +144,9 @@ fn a_forged_acknowledgement_does_not_answer_a_waiting_batch() {
     );
     let log = a.child.as_ref().expect("running").log_text();
     assert!(
-        log.contains("failed the TLS handshake") && log.contains("127.0.0.1"),
-        "{log}"
+        log.lines()
+            .any(|l| l.contains("failed the TLS handshake") && l.contains("peer=127.0.0.1:")),
+        "no handshake failure logged with the stranger's address:\n{log}"
     );
     b.start(Some(&a.addr()));
     wait_for("the real standby's acknowledgement", LIMIT, || {
@@ -243,6 +245,34 @@ fn a_standby_with_a_certificate_from_another_ca_cannot_follow() {
     assert!(log.contains("failed the TLS handshake"), "{log}");
 }
 
+/// Goal: a node whose own certificate does not name it refuses to start (exit 78 naming
+/// the file), instead of having every request refused by its peers.
+#[test]
+fn a_certificate_that_does_not_name_this_node_stops_the_start() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let b_lines = tls_lines(t.path(), "b");
+    let config = t.path().join("a.toml");
+    let text = format!(
+        "[replication]\nlisten = \"127.0.0.1:{}\"\nname = \"a\"\n{b_lines}",
+        free_port()
+    );
+    std::fs::write(&config, text).expect("config");
+    let out = std::process::Command::new(BIN)
+        .arg("--data-dir")
+        .arg(t.path().join("a"))
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .output()
+        .expect("run roost serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("b.pem") && err.contains("does not name this node"),
+        "{err}"
+    );
+}
+
 /// Goal: plain TCP on an address that is not loopback refuses to start (exit 78, naming the
 /// way out); with `insecure = true` it starts, says so in its log and in `status`.
 #[test]
@@ -266,6 +296,24 @@ fn plain_replication_on_a_public_address_needs_insecure() {
         err.contains("insecure = true") && err.contains("tls_cert"),
         "{err}"
     );
+    let public = format!("{listen}insecure = true\n");
+    std::fs::write(&config, public).expect("config");
+    let mut started = roost::ops::child::ServeChild::spawn(
+        Path::new(BIN),
+        &t.path().join("public"),
+        &t.path().join("public.log"),
+        |c| {
+            c.arg("--config").arg(&config);
+        },
+    )
+    .expect("spawn");
+    started
+        .ready(LIMIT)
+        .expect("an insecure node on 0.0.0.0 starts");
+    assert!(started
+        .log_text()
+        .contains("REPLICATION IS NOT AUTHENTICATED"));
+    started.kill();
     let mut n = Node::with_security(t.path(), "a", "insecure = true");
     n.start(None);
     let st = n.status();

@@ -49,6 +49,9 @@ pub async fn announce_epoch(
             Ok(Some(Message::UnknownEpoch { leader_epoch })) => Ok(Announced::SteppedDown {
                 its_epoch: leader_epoch,
             }),
+            // A refusal (this node may not speak as `replica`, an implausible epoch) is no
+            // answer: the caller keeps trying and logs it.
+            Ok(Some(Message::Error { message })) => Err(format!("{addr} refused: {message}")),
             Ok(Some(_)) => Ok(Announced::NotLeading),
             Ok(None) => Err(format!("{addr} closed the connection")),
             Err(e) => Err(format!("reading {addr}'s answer: {e}")),

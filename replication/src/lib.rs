@@ -8,6 +8,7 @@
 //! `LeaderLog`/`FollowerLog` do.
 #![forbid(unsafe_code)]
 
+mod admit;
 mod announce;
 pub mod decide;
 mod follow;

@@ -4,9 +4,8 @@
 //! never touches the log except through `LeaderLog`, whose every call runs on the blocking
 //! pool. A bad peer (garbage, a timeout, a closed socket) ends only its own connection.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -15,6 +14,7 @@ use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 use tracing::{debug, info, warn};
 
+use crate::admit::{Admission, Place};
 use crate::decide::{leader_answer, Answer, FetchView};
 use crate::log::{Entry, Epoch, LeaderLog, Lsn};
 use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
@@ -37,9 +37,12 @@ pub struct LeaderOptions {
     pub wait_max: Duration,
     /// Connections served at once; more are closed at accept.
     pub connections_max: usize,
-    /// Connections from one IP address at once (handshaking or served); more are closed at
-    /// accept, so one address cannot take every place.
+    /// Connections from one IP address (an IPv6 /64) at once, handshaking or served; more
+    /// are closed at accept, so one host cannot take every place.
     pub connections_per_address_max: usize,
+    /// Connections in their TLS handshake at once (not yet authenticated); more are closed
+    /// at accept, so strangers leave the other places to members.
+    pub handshakes_max: usize,
     /// How connections are accepted and who may speak (mutual TLS, or plain TCP).
     pub transport: Transport,
 }
@@ -53,6 +56,7 @@ impl Default for LeaderOptions {
             wait_max: Duration::from_secs(10),
             connections_max: 64,
             connections_per_address_max: 8,
+            handshakes_max: 16,
             transport: Transport::plain(Vec::new()),
         }
     }
@@ -104,19 +108,16 @@ pub async fn serve_followers<L: LeaderLog>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
-    let per_address = PerAddress::default();
+    let admission = Admission::new();
     while !shutdown_requested(&shutdown) {
         tokio::select! {
             _ = wait_shutdown(&mut shutdown) => break,
             Some(done) = conns.join_next(), if !conns.is_empty() => check_join(done),
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Some(place) = admit(&conns, &per_address, peer, &opts) else { continue };
-                    let conn = serve_connection(stream, peer, Arc::clone(&log), opts.clone(), shutdown.clone());
-                    conns.spawn(async move {
-                        let _place = place;
-                        conn.await
-                    });
+                    let Some(place) = admission.admit(conns.len(), peer, &opts) else { continue };
+                    let conn = serve_connection((stream, place), peer, Arc::clone(&log), opts.clone(), shutdown.clone());
+                    conns.spawn(conn);
                 }
                 Err(e) => {
                     // Out of descriptors and the like: not this server's end, so wait and go on.
@@ -131,58 +132,8 @@ pub async fn serve_followers<L: LeaderLog>(
     }
 }
 
-/// Connections open per IP address (handshaking or served).
-#[derive(Clone, Default)]
-struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
-
-/// One connection's place in `PerAddress`, given back when the connection ends.
-struct Place {
-    per_address: PerAddress,
-    ip: IpAddr,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.per_address.0.lock() {
-            if let Some(n) = m.get_mut(&self.ip) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&self.ip);
-                }
-            }
-        }
-    }
-}
-
-/// A place for a connection from `peer` within both limits, or `None` (logged: the
-/// connection is closed at once, before any handshake).
-fn admit(
-    conns: &JoinSet<()>,
-    per_address: &PerAddress,
-    peer: SocketAddr,
-    opts: &LeaderOptions,
-) -> Option<Place> {
-    if conns.len() >= opts.connections_max {
-        warn!(%peer, max = opts.connections_max, "too many replication connections: closed");
-        return None;
-    }
-    let ip = peer.ip();
-    let mut m = per_address.0.lock().ok()?;
-    let n = m.entry(ip).or_insert(0);
-    if *n >= opts.connections_per_address_max {
-        let max = opts.connections_per_address_max;
-        warn!(%peer, max, "too many replication connections from this address: closed");
-        return None;
-    }
-    *n += 1;
-    Some(Place {
-        per_address: per_address.clone(),
-        ip,
-    })
-}
-
 async fn serve_connection<L: LeaderLog>(
-    tcp: TcpStream,
+    (tcp, mut place): (TcpStream, Place),
     addr: SocketAddr,
     log: Arc<L>,
     opts: LeaderOptions,
@@ -192,10 +143,12 @@ async fn serve_connection<L: LeaderLog>(
         _ = wait_shutdown(&mut shutdown) => return,
         a = opts.transport.accept(tcp, addr) => a,
     };
+    place.handshake_done();
     let (mut stream, peer) = match accepted {
         Ok(a) => a,
         Err(e) => {
-            warn!(peer = %addr, error = %e, "a replication peer failed the TLS handshake: closed");
+            let admission = place.admission();
+            admission.log(|n| warn!(peer = %addr, error = %e, also_failed = n, "a replication peer failed the TLS handshake: closed"));
             return;
         }
     };
@@ -220,12 +173,16 @@ async fn connection_loop<L: LeaderLog>(
     shutdown: &mut watch::Receiver<bool>,
     replica: &mut Option<String>,
 ) -> Result<(), ConnError> {
+    // The name this connection speaks as (any request); `replica` is set by fetches only:
+    // the standby whose connection state `disconnected` clears at the end.
+    let mut bound: Option<String> = None;
     loop {
         let request = match next_request(stream, peer.addr, opts, shutdown).await? {
             None => return Ok(()),
             Some(r) => r,
         };
         permitted(stream, peer, opts, request.replica()).await?;
+        same_replica(&mut bound, peer, request.replica())?;
         let fetch = match request {
             Request::Fetch(f) => f,
             Request::Snapshot {
@@ -239,17 +196,7 @@ async fn connection_loop<L: LeaderLog>(
                 return Ok(());
             }
         };
-        match replica {
-            Some(was) if *was != fetch.replica => {
-                return Err(ConnError::RenamedReplica {
-                    peer: peer.addr,
-                    was: was.clone(),
-                    now: fetch.replica,
-                })
-            }
-            Some(_) => {}
-            None => *replica = Some(fetch.replica.clone()),
-        }
+        replica.get_or_insert_with(|| fetch.replica.clone());
         let Some(answer) = answer_fetch(log, &fetch, shutdown)
             .await
             .map_err(|_| ConnError::Cancelled { peer: peer.addr })?
@@ -257,6 +204,23 @@ async fn connection_loop<L: LeaderLog>(
             return Ok(());
         };
         send(stream, peer.addr, &answer, opts).await?;
+    }
+}
+
+/// One connection speaks as one replica: the first request's name, fetch or base backup,
+/// is the connection's; another name later ends it.
+fn same_replica(replica: &mut Option<String>, peer: &Peer, now: &str) -> Result<(), ConnError> {
+    match replica {
+        Some(was) if was != now => Err(ConnError::RenamedReplica {
+            peer: peer.addr,
+            was: was.clone(),
+            now: now.to_owned(),
+        }),
+        Some(_) => Ok(()),
+        None => {
+            *replica = Some(now.to_owned());
+            Ok(())
+        }
     }
 }
 

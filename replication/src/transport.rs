@@ -38,6 +38,17 @@ pub struct TlsIdentity {
     pub ca: Vec<CertificateDer<'static>>,
 }
 
+impl TlsIdentity {
+    /// Whether this node's own certificate (the chain's leaf) is valid for `name`: a node
+    /// whose certificate does not name it would have every request refused by its peers.
+    pub fn valid_for(&self, name: &str) -> bool {
+        let Some(leaf) = self.chain.first() else {
+            return false;
+        };
+        cert_valid_for(leaf, name).is_ok()
+    }
+}
+
 /// Why a `Transport` cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -203,16 +214,21 @@ impl Peer {
         if !self.members.is_empty() && !self.members.iter().any(|m| m == name) {
             return Err(format!("{name:?} is not a member ({:?})", self.members));
         }
-        let Some(cert) = &self.cert else {
-            return Ok(());
-        };
-        let server_name = ServerName::try_from(name.to_owned())
-            .map_err(|_| format!("{name:?} is not a DNS name"))?;
-        let ee = webpki::EndEntityCert::try_from(cert)
-            .map_err(|e| format!("the peer's certificate does not parse: {e}"))?;
-        ee.verify_is_valid_for_subject_name(&server_name)
-            .map_err(|_| format!("the peer's certificate is not valid for {name:?}"))
+        match &self.cert {
+            None => Ok(()),
+            Some(cert) => cert_valid_for(cert, name),
+        }
     }
+}
+
+/// Whether `cert` names `name` (a SAN dNSName, webpki's server-name check).
+fn cert_valid_for(cert: &CertificateDer<'_>, name: &str) -> Result<(), String> {
+    let server_name =
+        ServerName::try_from(name.to_owned()).map_err(|_| format!("{name:?} is not a DNS name"))?;
+    let ee = webpki::EndEntityCert::try_from(cert)
+        .map_err(|e| format!("the certificate does not parse: {e}"))?;
+    ee.verify_is_valid_for_subject_name(&server_name)
+        .map_err(|_| format!("the certificate is not valid for {name:?}"))
 }
 
 fn member_names(members: &[String]) -> Result<Vec<ServerName<'static>>, TransportError> {
@@ -234,12 +250,18 @@ fn server_config(
         .build()
         .map_err(|e| TransportError::Ca(e.to_string()))?;
     let key = identity.key.clone_key();
-    ServerConfig::builder_with_provider(provider.clone())
+    let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TransportError::Identity(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(identity.chain.clone(), key)
-        .map_err(|e| TransportError::Identity(e.to_string()))
+        .map_err(|e| TransportError::Identity(e.to_string()))?;
+    // No resumption: a resumed session would carry the peer's certificate forward without
+    // checking it again (one that expired or whose CA was replaced would keep working).
+    // Replication connections are long-lived; a full handshake per connection costs little.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
+    Ok(config)
 }
 
 fn client_config(
@@ -260,6 +282,7 @@ fn client_config(
         .with_client_auth_cert(identity.chain, identity.key)
         .map_err(|e| TransportError::Identity(e.to_string()))?;
     config.enable_sni = false;
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(config)
 }
 

@@ -451,7 +451,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Reads one frame. `Ok(None)`: the peer closed the connection cleanly between frames.
+/// Reads one frame. `Ok(None)`: the peer closed the connection between frames (for TLS,
+/// with or without a close_notify).
 /// The length is checked against `frame_bytes_max` before the frame is allocated.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -460,7 +461,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut len_buf = [0u8; LEN_PREFIX_BYTES];
     let mut got = 0;
     while got < LEN_PREFIX_BYTES {
-        let n = r.read(&mut len_buf[got..]).await?;
+        let n = match r.read(&mut len_buf[got..]).await {
+            // A TLS peer that closed its socket between frames without a close_notify: a
+            // close like any other there (nothing of a frame was cut).
+            Err(e) if got == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            r => r?,
+        };
         if n == 0 {
             return if got == 0 {
                 Ok(None)

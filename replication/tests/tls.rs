@@ -84,12 +84,18 @@ async fn tls_leader(ca: &Ca) -> (Arc<MemLog>, Leader) {
 
 /// `tls_leader` with another handshake limit.
 async fn tls_leader_with(ca: &Ca, handshake: Duration) -> (Arc<MemLog>, Leader) {
+    tls_leader_opts(ca, handshake, 16).await
+}
+
+/// `tls_leader_with` with at most `handshakes` connections in their handshake.
+async fn tls_leader_opts(ca: &Ca, handshake: Duration, handshakes: usize) -> (Arc<MemLog>, Leader) {
     let a = Arc::new(MemLog::new("a"));
     a.become_leader(0x105, &["b"]);
     a.write_durable(1, b"one");
     let opts = LeaderOptions {
         transport: ca.transport("a").handshake_timeout(handshake),
         connections_per_address_max: 4,
+        handshakes_max: handshakes,
         ..LeaderOptions::default()
     };
     let leader = Leader::start_with(Arc::clone(&a), opts).await;
@@ -338,5 +344,33 @@ async fn one_address_is_capped() {
         }
     };
     within("a member is served once the places are free", served).await;
+    leader.stop().await;
+}
+
+/// Goal: connections still in their handshake are capped apart from the rest: with two
+/// silent ones handshaking (limit 2, a 60 s handshake limit), a third is closed at accept;
+/// a member's connection, once authenticated, no longer counts among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshaking_connections_are_capped() {
+    let ca = Ca::new("cluster");
+    let (_a, leader) = tls_leader_opts(&ca, Duration::from_secs(60), 2).await;
+    let mut member = connect_as(&ca, "b", &leader.addr).await;
+    assert!(ask(&mut member, &fetch("b", 0x105, 2)).await.is_some());
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(TcpStream::connect(&leader.addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = TcpStream::connect(&leader.addr).await.expect("connect");
+    let mut buf = [0u8; 1];
+    let n = within("the third handshake is closed", third.read(&mut buf)).await;
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "the third handshake was kept: {n:?}"
+    );
+    assert!(
+        ask(&mut member, &fetch("b", 0x105, 2)).await.is_some(),
+        "the member lost its place"
+    );
     leader.stop().await;
 }

@@ -99,6 +99,12 @@ pub fn make_member(
 
 /// A member name must be a DNS name: the daemon matches it as a certificate's SAN dNSName.
 fn check_name(name: &str) -> anyhow::Result<()> {
+    if name == "ca" {
+        return Err(CommandError::usage(
+            "\"ca\" names the CA's own files: pick another member name",
+        )
+        .into());
+    }
     match rustls_pki_types::ServerName::try_from(name) {
         Ok(rustls_pki_types::ServerName::DnsName(_)) => Ok(()),
         _ => Err(CommandError::usage(format!(

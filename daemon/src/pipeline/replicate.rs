@@ -263,13 +263,12 @@ impl Engine {
             .max(self.epoch());
         // The next epoch with this node's id in its low byte: above every epoch known, and
         // never the same as one another node mints.
-        let epoch = (((known >> 8) + 1) << 8) | self.config.replication.node_id();
-        if epoch >= roost_replication::EPOCH_CEILING {
+        let Some(epoch) = next_epoch(known, self.config.replication.node_id()) else {
             return Err(EngineError::Replication(format!(
-                "cannot take epoch {epoch}: at or above the ceiling {} (the highest known is {known})",
+                "cannot take an epoch above {known}: the next would reach the ceiling {}",
                 roost_replication::EPOCH_CEILING
             )));
-        }
+        };
         self.write_epochs(EpochFile {
             known: epoch,
             led: epoch,
@@ -536,5 +535,39 @@ pub fn last_epoch_of(wal: &roost_wal::Wal, epochs: &roost_wal::LeaderEpochs) -> 
     match wal.last_record_epoch() {
         0 => epochs.latest().map_or(0, |(e, _)| e),
         e => e,
+    }
+}
+
+/// The next epoch above `known` with `node_id` in its low byte, or `None` when it would
+/// reach `EPOCH_CEILING` (computed in 64 bits: an epoch near the top of `u32` must not wrap
+/// to a small one).
+fn next_epoch(known: u32, node_id: u32) -> Option<u32> {
+    let next = ((u64::from(known >> 8) + 1) << 8) | u64::from(node_id & 0xff);
+    u32::try_from(next)
+        .ok()
+        .filter(|e| *e < roost_replication::EPOCH_CEILING)
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::next_epoch;
+
+    #[test]
+    fn the_next_epoch_is_one_generation_up_and_never_wraps_past_the_ceiling() {
+        assert_eq!(next_epoch(0, 5), Some(0x105));
+        assert_eq!(next_epoch(0x105, 7), Some(0x207));
+        assert_eq!(
+            next_epoch(4_294_967_280, 5),
+            None,
+            "wrapped to a small epoch"
+        );
+        assert_eq!(
+            next_epoch(roost_replication::EPOCH_CEILING - 0x100, 1),
+            None
+        );
+        assert_eq!(
+            next_epoch(roost_replication::EPOCH_CEILING - 0x200, 1),
+            Some(roost_replication::EPOCH_CEILING - 0xff)
+        );
     }
 }

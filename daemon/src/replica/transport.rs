@@ -25,6 +25,14 @@ pub fn transport(cfg: &ReplicationConfig) -> Result<Transport, EngineError> {
         key: PrivateKeyDer::from_pem_file(key).map_err(|e| bad("tls_key", key, &e.to_string()))?,
         ca: certs(ca, "tls_ca")?,
     };
+    let name = cfg.node_name();
+    if !identity.valid_for(&name) {
+        return Err(bad(
+            "tls_cert",
+            cert,
+            &format!("the certificate does not name this node {name:?} (replication.name) in a SAN dNSName"),
+        ));
+    }
     Transport::tls(identity, members)
         .map(|t| t.handshake_timeout(limit))
         .map_err(|e| EngineError::Credentials(e.to_string()))

@@ -54,7 +54,8 @@ pub fn make_ca(dir: &Path, days: u32, force: bool) -> anyhow::Result<(PathBuf, P
     refuse_existing(&[&cert_path, &key_path], force)?;
     let key = KeyPair::generate().context("generating the CA key")?;
     let mut p = CertificateParams::new(Vec::<String>::new()).context("CA parameters")?;
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Path length 0: it signs member certificates, never another CA.
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     let id = format!("{:08x}", rand_id(&key));
     p.distinguished_name
         .push(DnType::CommonName, format!("roost cluster CA {id}"));

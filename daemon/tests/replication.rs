@@ -43,6 +43,9 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     let st = b.status();
     assert_eq!(st["replication"]["role"], "standby", "{st}");
     assert_eq!(st["replication"]["follow"]["connected"], true, "{st}");
+    let leader_epoch = &st["replication"]["follow"]["leader_epoch"];
+    assert_eq!(leader_epoch, &a.status()["replication"]["epoch"], "{st}");
+    assert!(leader_epoch.as_u64() > Some(0), "{st}");
     let sa = a.status();
     assert_eq!(sa["replication"]["standbys"][0]["name"], "b", "{sa}");
     wait_for("the standby's lag in bytes to reach 0", LIMIT, || {
@@ -351,6 +354,31 @@ fn after_a_partition_the_former_primary_steps_down_and_never_answers() {
     assert_eq!(a.wal().len(), b.wal().len());
 }
 
+/// Goal (issue 27): an idle standby in a long-poll (5 s) longer than `standby_timeout_ms`
+/// (2 s here) stays in sync: the high watermark does not fall back while it waits, and the
+/// first batch after a pause is not published alone.
+#[test]
+fn an_idle_standby_in_a_long_poll_stays_in_sync() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let extra = "ack = \"standby\"\nwhen_standby_lost = \"alone\"";
+    let (mut a, mut b) = two_nodes(t.path(), extra);
+    a.start(None);
+    b.start(Some(&a.addr()));
+    drop_in(&a.spool(), "one.json", &batch("one", "s", 1));
+    wait_for("one", LIMIT, || a.result("one.json").is_some());
+    caught_up(&a, &b);
+    let until = Instant::now() + Duration::from_millis(4500);
+    while Instant::now() < until {
+        let st = a.status();
+        let hw = st["replication"]["hw"].as_u64().unwrap_or(0);
+        assert!(hw > 0, "the idle standby looked lost: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop_in(&a.spool(), "two.json", &batch("two", "s", 1));
+    wait_for("two", LIMIT, || a.result("two.json").is_some());
+    assert_eq!(a.status()["replication"]["published_alone"], 0);
+}
+
 /// Goal: with `when_standby_lost = "alone"` a partition does not stop answers: after
 /// `standby_timeout_ms` they go out on local durability (counted); when the partition heals
 /// the standby catches up and the logs end equal.
@@ -378,6 +406,11 @@ fn alone_answers_through_a_partition_and_the_standby_catches_up() {
         "no lag in bytes while cut off: {lag}"
     );
     assert!(lag["lag_lsns"].as_u64() > Some(0), "{lag}");
+    let log = a.child.as_ref().expect("running").log_text();
+    assert!(
+        log.contains("publishing on local durability alone"),
+        "not logged:\n{log}"
+    );
     proxy.heal();
     caught_up(&a, &b);
     assert_eq!(a.scan("s"), b.scan("s"));

@@ -361,9 +361,10 @@ async fn answer_fetch<L: LeaderLog>(
             break;
         }
         let slice = left.min(WAIT_SLICE);
+        let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
         let durable = tokio::select! {
             _ = wait_shutdown(shutdown) => return Ok(None),
-            d = blocking(log, move |l| l.wait_durable(after, slice)) => d?,
+            d = blocking(log, move |l| waited(l, (&replica, epoch), after, slice)) => d?,
         };
         if durable > after {
             break;
@@ -371,6 +372,23 @@ async fn answer_fetch<L: LeaderLog>(
     }
     // Decide again: leadership, the hw and the log may all have moved during the wait.
     decide_and_read(log, fetch).await.map(Some)
+}
+
+/// One slice of a long-poll: waits for the durable end to pass `after`; while it has not,
+/// the follower is still caught up at `after` and still fetching, so its acknowledgement is
+/// renewed (as long as this node still leads the fetch's epoch). Without it a standby idle
+/// in a long-poll longer than `standby_timeout_ms` looked lost (issue 27).
+fn waited<L: LeaderLog>(
+    l: &L,
+    (replica, epoch): (&str, Epoch),
+    after: Lsn,
+    slice: Duration,
+) -> Lsn {
+    let durable = l.wait_durable(after, slice);
+    if durable <= after && l.leader_epoch() == Some(epoch) {
+        l.acknowledged(replica, after);
+    }
+    durable
 }
 
 /// `leader_answer`, and for `Read` the acknowledgement and the records, in one trip to the

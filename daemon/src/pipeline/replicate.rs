@@ -110,6 +110,8 @@ pub(super) struct Replication {
     pub(super) deferred: Mutex<Vec<(Lsn, ClaimRecord)>>,
     /// Results published while no standby was in sync (`when_standby_lost = "alone"`).
     pub alone: std::sync::atomic::AtomicU64,
+    /// Publishing alone was logged since a standby was last in sync (logged once a loss).
+    alone_logged: std::sync::atomic::AtomicBool,
     /// A standby's view of its primary.
     follow: Mutex<Option<FollowLink>>,
 }
@@ -137,6 +139,7 @@ impl Replication {
             ledger: Mutex::new(ClaimLedger::default()),
             deferred: Mutex::new(Vec::new()),
             alone: Default::default(),
+            alone_logged: Default::default(),
             follow: Mutex::new(None),
         }
     }
@@ -332,6 +335,12 @@ impl Engine {
         e.last_fetch = Instant::now();
         e.connected = true;
         drop(s);
+        if self.repl.alone_logged.swap(false, Ordering::Relaxed) {
+            info!(
+                standby = name,
+                fetch_lsn, "a standby is in sync again: results wait for it"
+            );
+        }
         self.backup_pins.fetched(name, fetch_lsn);
         self.note_position();
         self.repl.acked_cv.notify_all();
@@ -455,6 +464,9 @@ impl Engine {
             let lost = self.standby_lost();
             if lost && cfg.when_standby_lost == StandbyLost::Alone {
                 self.repl.alone.fetch_add(1, Ordering::Relaxed);
+                if !self.repl.alone_logged.swap(true, Ordering::Relaxed) {
+                    warn!(lsn, "no standby in sync: publishing on local durability alone (when_standby_lost = \"alone\"); these batches are lost if this node is lost before a standby has them");
+                }
                 return Ok(());
             }
             if lost && !warned && t0.elapsed() > cfg.standby_timeout() {

@@ -205,10 +205,11 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             repl.promoted(&shared);
             hints.rescan_needed.store(true, Ordering::SeqCst);
         }
-        let connected = repl.status.connected();
-        shared
-            .engine
-            .update_follow_status(|f| f.connected = connected);
+        let seen = repl.status.snapshot();
+        shared.engine.update_follow_status(|f| {
+            f.connected = seen.connected;
+            f.leader_epoch = seen.leader_epoch;
+        });
         maybe_finish_claims(&shared);
         maybe_sync_tail(&shared);
         if let Ok(mut q) = shared.requeue.lock() {

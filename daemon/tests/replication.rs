@@ -354,6 +354,29 @@ fn after_a_partition_the_former_primary_steps_down_and_never_answers() {
     assert_eq!(a.wal().len(), b.wal().len());
 }
 
+/// Goal (issue 27): a node that starts as a standby with files waiting in its `new/` (a
+/// demoted primary's leftovers) says so at start, naming how many and the first; the files
+/// stay (they are applied only if this node is promoted).
+#[test]
+fn a_standby_starting_with_files_in_new_says_so() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    b.stop();
+    drop_in(&b.spool(), "left-1.json", &batch("left-1", "s", 1));
+    drop_in(&b.spool(), "left-2.json", &batch("left-2", "s", 1));
+    b.start(Some(&a.addr()));
+    let log = b.child.as_ref().expect("running").log_text();
+    let line = log.lines().find(|l| l.contains("files wait in new/"));
+    let line = line.unwrap_or_else(|| panic!("not said:\n{log}"));
+    assert!(
+        line.contains("files=2") && line.contains("left-1.json"),
+        "{line}"
+    );
+    assert!(b.spool().join("new/left-1.json").exists());
+}
+
 /// Goal (issue 27): an idle standby in a long-poll (5 s) longer than `standby_timeout_ms`
 /// (2 s here) stays in sync: the high watermark does not fall back while it waits, and the
 /// first batch after a pause is not published alone.

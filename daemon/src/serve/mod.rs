@@ -162,6 +162,29 @@ impl Signals {
     }
 }
 
+/// A standby's `new/` is closed: files there wait, and are applied if this node is
+/// promoted. Files a node kept from before it was demoted may have been sent again to the
+/// new primary meanwhile; past `request_key_window_secs` such a file would become a second
+/// batch (issue 27), so the operator is told how many wait and which is the oldest.
+fn warn_waiting_files(new_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(new_dir) else {
+        return;
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| spool::valid_spool_name(n))
+        .collect();
+    if let Some(first) = names.iter().min() {
+        warn!(
+            files = names.len(),
+            first = %first,
+            spool = %new_dir.display(),
+            "standby: files wait in new/ and will be applied if this node is promoted; remove any already sent to the primary (past request_key_window_secs a file sent twice is two batches)"
+        );
+    }
+}
+
 async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
     let cfg = engine.config().clone();
     let workers = cfg.batches_in_flight_max;
@@ -183,6 +206,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     let stream = stream::Stream::start(&shared);
     let role = shared.engine.role();
     info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.engine.epoch(), "serving");
+    if role == crate::pipeline::Role::Standby {
+        warn_waiting_files(&new_dir);
+    }
     let mut was_standby = role == crate::pipeline::Role::Standby;
     let mut resume_tried = Instant::now();
     loop {

@@ -90,7 +90,12 @@ fn a_stop_while_answers_wait_for_a_standby_ends_and_loses_nothing() {
     );
     assert!(a.result("x.json").is_none() && a.result("y.json").is_none());
     a.start(None);
+    // Its claim waits for a standby before intake opens: status says so (it said "open").
+    let intake = &a.status()["intake"];
+    assert_eq!(intake["state"], "finishing_claims", "{intake}");
+    assert_eq!(intake["claims"], 1, "{intake}");
     b.start(Some(&a.addr()));
+    assert_eq!(b.status()["intake"]["state"], "closed");
     wait_for("x and y answered", LIMIT, || {
         a.result("x.json").is_some() && a.result("y.json").is_some()
     });
@@ -100,6 +105,9 @@ fn a_stop_while_answers_wait_for_a_standby_ends_and_loses_nothing() {
     );
     assert_eq!(x["ops"], y["ops"], "{x} {y}");
     assert_eq!(x["status"], "committed");
+    wait_for("intake open", LIMIT, || {
+        a.status()["intake"]["state"] == "open"
+    });
     b.stop();
     a.stop();
 }

@@ -157,10 +157,19 @@ fn key_index_json(engine: &Engine) -> serde_json::Value {
 /// `{"state": "open"}`, or `"paused"` with why: the part without room for its next segment,
 /// the file, the bytes it needs, the error and how long intake has waited.
 fn intake_json(engine: &Engine) -> serde_json::Value {
+    let pauses = engine.stats.intake_pauses.load(Ordering::Relaxed);
+    let role = engine.role();
+    if role != crate::pipeline::Role::Primary {
+        let reason = format!("this node is the {}: its spool is closed", role.name());
+        return json!({"state": "closed", "reason": reason, "pauses": pauses});
+    }
+    let claims = engine.deferred_claims();
+    if claims > 0 {
+        let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
+        return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
+    }
     match engine.paused() {
-        None => {
-            json!({"state": "open", "pauses": engine.stats.intake_pauses.load(Ordering::Relaxed)})
-        }
+        None => json!({"state": "open", "pauses": pauses}),
         Some(p) => json!({
             "state": "paused",
             "reason": "no room for the next segment",
@@ -169,7 +178,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
             "needed_bytes": p.why.needed_bytes,
             "error": p.why.error,
             "paused_ms": p.since.elapsed().as_millis() as u64,
-            "pauses": engine.stats.intake_pauses.load(Ordering::Relaxed),
+            "pauses": pauses,
         }),
     }
 }

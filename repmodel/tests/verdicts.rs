@@ -316,3 +316,26 @@ fn fenced_leader_shrink_isr_yields_one_successor_per_true_disjunct() {
     s.set_log(1, log);
     assert_eq!(count(&s), 0);
 }
+
+/// A larger model than the spec's: LogSize 3, MaxRecords 3 and MaxLeaderEpoch 4 (five epochs,
+/// past the four the state arrays once held) at 2 replicas. KIP-320 still keeps every
+/// invariant (bar the literal `LeaderInIsr`, note 2). Every counterexample is replayed.
+#[test]
+fn kip320_two_replicas_five_epochs() {
+    use roost_repmodel::explorer::replay;
+    use roost_repmodel::{check, Config};
+
+    let cfg = Config::new(2, 3, 3, 4).expect("five epochs fit");
+    let r = check(Kip320, &cfg);
+    assert_eq!((r.distinct, r.generated, r.depth), (561287, 1246115, 30));
+    let found: Vec<Option<usize>> = r.verdicts.iter().map(|v| v.counterexample_len()).collect();
+    assert_eq!(
+        found,
+        [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
+        "{:?}",
+        common::NAMES
+    );
+    for trace in r.verdicts.iter().filter_map(|v| v.counterexample.as_ref()) {
+        replay(&Kip320, &cfg, trace).expect("a behaviour of Kip320");
+    }
+}

@@ -10,8 +10,9 @@ use std::fmt;
 pub const MAX_REPLICAS: usize = 4;
 /// Capacity of a log's record array (`LogSize` is at most this).
 pub const MAX_LOG_SIZE: usize = 4;
-/// Capacity of the request map: one slot per epoch `0..=MaxLeaderEpoch`.
-pub const MAX_EPOCHS: usize = 4;
+/// Capacity of the request map: one slot per epoch `0..=MaxLeaderEpoch` (so MaxLeaderEpoch is
+/// at most 7; 4 slots refused MaxLeaderEpoch 4, whose states need only 74 bits at 2 replicas).
+pub const MAX_EPOCHS: usize = 8;
 
 /// An element of `Replicas`: `r1` is 0, `r2` is 1, ...
 pub type Replica = u8;

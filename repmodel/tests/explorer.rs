@@ -45,3 +45,15 @@ fn keyed_search_agrees_with_a_search_over_whole_states() {
         }
     }
 }
+
+/// The same with five epochs (MaxLeaderEpoch 4), LogSize 3 and MaxRecords 3: the keys of the
+/// wider radices lose nothing either.
+#[test]
+fn keyed_search_agrees_with_five_epochs() {
+    let cfg = Config::new(2, 3, 3, 4).expect("fits");
+    let r = check(Variant::Kip320, &cfg);
+    assert_eq!(
+        (r.distinct, r.generated, r.depth),
+        naive(Variant::Kip320, &cfg)
+    );
+}

@@ -212,7 +212,11 @@ fn state_keys_round_trip_and_refuse_ill_typed_states() {
 #[test]
 fn constants_that_do_not_fit_are_refused() {
     assert!(Config::new(5, 2, 2, 2).is_err());
-    assert!(Config::new(3, 2, 2, 4).is_err());
+    assert!(Config::new(3, 2, 2, 8).is_err(), "epochs 0..=7");
     assert!(Config::new(4, 4, 16, 3).is_err(), "more than 128 bits");
+    assert!(Config::new(3, 3, 3, 7).is_err(), "132 bits");
     assert!(Config::small(3).is_ok());
+    assert!(Config::new(2, 3, 3, 4).is_ok(), "74 bits, 5 epochs");
+    assert!(Config::new(3, 3, 3, 4).is_ok(), "109 bits, 5 epochs");
+    assert!(Config::new(2, 2, 2, 7).is_ok(), "the top epoch");
 }

@@ -102,7 +102,7 @@ fn kip320_two_replicas() {
         replicas: 2,
         max_records: 2,
         distinct: 5973,
-        generated: 11733,
+        generated: 11839,
         depth: 18,
         cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
     });
@@ -115,7 +115,7 @@ fn kip320_three_replicas() {
         replicas: 3,
         max_records: 2,
         distinct: 737794,
-        generated: 1929154,
+        generated: 1967560,
         depth: 26,
         cex: [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
     });
@@ -164,7 +164,7 @@ fn three_records_two_replicas() {
         (
             Kip320,
             10595,
-            20435,
+            20601,
             19,
             [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
         ),
@@ -220,7 +220,7 @@ fn three_records_three_replicas(variant: Variant) {
         ),
         Kip320 => (
             1694476,
-            4527658,
+            4617910,
             27,
             [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
         ),
@@ -271,4 +271,71 @@ fn only_kip320_keeps_every_invariant_at_three_replicas() {
     };
     let safe: Vec<Variant> = Variant::ALL.into_iter().filter(|&v| keeps_all(v)).collect();
     assert_eq!(safe, vec![Kip320]);
+}
+
+/// `FencedLeaderShrinkIsr`'s condition is a disjunction in the action: with both disjuncts
+/// true (the follower is off the leader's epoch and behind it) TLC generates the successor
+/// once per disjunct, with one true disjunct once.
+#[test]
+fn fenced_leader_shrink_isr_yields_one_successor_per_true_disjunct() {
+    use roost_repmodel::base;
+    use roost_repmodel::types::{QuorumState, Record, ReplicaSet};
+    use roost_repmodel::variants::kip320::fenced_leader_shrink_isr;
+    use roost_repmodel::{Config, State, Successors};
+
+    let cfg = Config::small(2).expect("fits");
+    let both = ReplicaSet::EMPTY.with(0).with(1);
+    let mut s = base::init(&cfg);
+    let q = QuorumState {
+        leader_epoch: 0,
+        leader: Some(0),
+        isr: both,
+    };
+    s.quorum_state = q;
+    s.leader_and_isr_requests.insert(q);
+    s.next_leader_epoch = 1;
+    let r1 = s.rs_mut(0);
+    (r1.leader_epoch, r1.leader, r1.isr) = (0, Some(0), both);
+    let m0 = Record { id: 0, epoch: 0 };
+    let log = s.log(0).append(&cfg, m0, 0).expect("room for m0");
+    s.set_log(0, log);
+    s.next_record_id = 1;
+    let count = |s: &State| {
+        let mut out = Successors::default();
+        fenced_leader_shrink_isr(&cfg, s, &mut out);
+        assert!(out.items.windows(2).all(|w| w[0] == w[1]), "one state");
+        out.items.len()
+    };
+    // r2 follows no one and holds nothing: both disjuncts.
+    assert_eq!(count(&s), 2);
+    // r2 follows r1 in epoch 0 but lacks m0: only "behind".
+    let r2 = s.rs_mut(1);
+    (r2.leader_epoch, r2.leader, r2.isr) = (0, Some(0), both);
+    assert_eq!(count(&s), 1);
+    // r2 holds m0 too: neither.
+    s.set_log(1, log);
+    assert_eq!(count(&s), 0);
+}
+
+/// A larger model than the spec's: LogSize 3, MaxRecords 3 and MaxLeaderEpoch 4 (five epochs,
+/// past the four the state arrays once held) at 2 replicas. KIP-320 still keeps every
+/// invariant (bar the literal `LeaderInIsr`, note 2). Every counterexample is replayed.
+#[test]
+fn kip320_two_replicas_five_epochs() {
+    use roost_repmodel::explorer::replay;
+    use roost_repmodel::{check, Config};
+
+    let cfg = Config::new(2, 3, 3, 4).expect("five epochs fit");
+    let r = check(Kip320, &cfg);
+    assert_eq!((r.distinct, r.generated, r.depth), (561287, 1246115, 30));
+    let found: Vec<Option<usize>> = r.verdicts.iter().map(|v| v.counterexample_len()).collect();
+    assert_eq!(
+        found,
+        [HOLDS, HOLDS, HOLDS, fails(1), HOLDS, HOLDS, HOLDS],
+        "{:?}",
+        common::NAMES
+    );
+    for trace in r.verdicts.iter().filter_map(|v| v.counterexample.as_ref()) {
+        replay(&Kip320, &cfg, trace).expect("a behaviour of Kip320");
+    }
 }

@@ -58,21 +58,28 @@ pub fn fenced_leader_inc_high_watermark(cfg: &Config, s: &State, out: &mut Succe
     }
 }
 
-/// `FencedLeaderShrinkIsr`.
+/// `FencedLeaderShrinkIsr`. The condition is a disjunction (`~IsFollowingLeaderEpoch \/
+/// end offset lagging`) in the action, so, as TLC does, each true disjunct yields its own
+/// successor: a follower that is both off the epoch and behind gives the same state twice (both
+/// count in *generated*, note 9).
 pub fn fenced_leader_shrink_isr(cfg: &Config, s: &State, out: &mut Successors) {
     for leader in cfg.all() {
         let isr = s.rs(leader).isr;
         let leader_end_offset = s.log(leader).end_offset();
         for follower in isr.without(leader).iter() {
-            let lagging = !is_following_leader_epoch(s, leader, follower)
-                || s.log(follower).end_offset() < leader_end_offset;
-            if !lagging {
+            let enabled_disjuncts = [
+                !is_following_leader_epoch(s, leader, follower),
+                s.log(follower).end_offset() < leader_end_offset,
+            ];
+            let copies = enabled_disjuncts.iter().filter(|&&d| d).count();
+            if copies == 0 {
                 continue;
             }
             if let Some(next) = base::quorum_update_leader_and_isr(s, leader, isr.without(follower))
             {
                 let label = Label::new("FencedLeaderShrinkIsr").replica("leader", leader);
-                out.push(label.replica("follower", follower), next);
+                let label = label.replica("follower", follower);
+                (0..copies).for_each(|_| out.push(label, next));
             }
         }
     }

@@ -43,9 +43,12 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     let st = b.status();
     assert_eq!(st["replication"]["role"], "standby", "{st}");
     assert_eq!(st["replication"]["follow"]["connected"], true, "{st}");
-    let leader_epoch = &st["replication"]["follow"]["leader_epoch"];
-    assert_eq!(leader_epoch, &a.status()["replication"]["epoch"], "{st}");
-    assert!(leader_epoch.as_u64() > Some(0), "{st}");
+    // The serve loop copies the follower's view into status on its next pass.
+    let epoch = a.status()["replication"]["epoch"].clone();
+    assert!(epoch.as_u64() > Some(0), "{epoch}");
+    wait_for("the standby to show its primary's epoch", LIMIT, || {
+        b.status()["replication"]["follow"]["leader_epoch"] == epoch
+    });
     let sa = a.status();
     assert_eq!(sa["replication"]["standbys"][0]["name"], "b", "{sa}");
     wait_for("the standby's lag in bytes to reach 0", LIMIT, || {
@@ -70,6 +73,17 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     b.verify();
 }
 
+/// `status.intake` of a node just started (its control socket may be bound a moment after
+/// "serving" is logged: until then `status` answers nothing).
+fn intake(n: &Node) -> serde_json::Value {
+    let mut seen = Value::Null;
+    wait_for(&format!("{}'s status", n.name), LIMIT, || {
+        seen = n.status()["intake"].clone();
+        !seen.is_null()
+    });
+    seen
+}
+
 /// Goal: a graceful stop while answers wait for a standby that is gone (and a duplicate of
 /// one of them waits on it) ends within `standby_timeout_ms`, with exit 0 and nothing
 /// answered; the next start, with a standby back, gives both files the same answer.
@@ -91,11 +105,11 @@ fn a_stop_while_answers_wait_for_a_standby_ends_and_loses_nothing() {
     assert!(a.result("x.json").is_none() && a.result("y.json").is_none());
     a.start(None);
     // Its claim waits for a standby before intake opens: status says so (it said "open").
-    let intake = &a.status()["intake"];
-    assert_eq!(intake["state"], "finishing_claims", "{intake}");
-    assert_eq!(intake["claims"], 1, "{intake}");
+    let at_start = intake(&a);
+    assert_eq!(at_start["state"], "finishing_claims", "{at_start}");
+    assert_eq!(at_start["claims"], 1, "{at_start}");
     b.start(Some(&a.addr()));
-    assert_eq!(b.status()["intake"]["state"], "closed");
+    assert_eq!(intake(&b)["state"], "closed");
     wait_for("x and y answered", LIMIT, || {
         a.result("x.json").is_some() && a.result("y.json").is_some()
     });
@@ -375,9 +389,14 @@ fn a_standby_starting_with_files_in_new_says_so() {
     drop_in(&b.spool(), "left-1.json", &batch("left-1", "s", 1));
     drop_in(&b.spool(), "left-2.json", &batch("left-2", "s", 1));
     b.start(Some(&a.addr()));
-    let log = b.child.as_ref().expect("running").log_text();
-    let line = log.lines().find(|l| l.contains("files wait in new/"));
-    let line = line.unwrap_or_else(|| panic!("not said:\n{log}"));
+    // Said right after "serving", which `start` waited for.
+    let said = |l: &&str| l.contains("files wait in new/");
+    let running = b.child.as_ref().expect("running");
+    wait_for("the warning", LIMIT, || {
+        running.log_text().lines().any(|l| said(&l))
+    });
+    let log = running.log_text();
+    let line = log.lines().find(said).unwrap_or_default();
     assert!(
         line.contains("files=2") && line.contains("left-1.json"),
         "{line}"

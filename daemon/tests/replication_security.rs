@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::{drop_in, wait_for, BIN};
 use repl::*;
 use roost::config::ReplicationConfig;
-use roost_replication::wire::{read_frame, write_frame, DEFAULT_FRAME_BYTES_MAX};
+use roost_replication::testing::fetch;
 use roost_replication::{Message, Stream, Transport};
 
 /// The forged epoch: near the top of `u32`.
@@ -65,23 +65,7 @@ fn exchange(transport: &Transport, addr: &str, msgs: &[Message]) -> Vec<Message>
 }
 
 async fn ask(s: &mut Stream, msg: &Message) -> Option<Message> {
-    write_frame(s, msg, DEFAULT_FRAME_BYTES_MAX).await.ok()?;
-    let read = tokio::time::timeout(
-        Duration::from_secs(5),
-        read_frame(s, DEFAULT_FRAME_BYTES_MAX),
-    );
-    read.await.ok()?.ok()?
-}
-
-fn fetch(replica: &str, current_epoch: u32, fetch_lsn: u64) -> Message {
-    Message::Fetch {
-        replica: replica.into(),
-        current_epoch,
-        fetch_lsn,
-        last_epoch: 0,
-        max_bytes: 1 << 20,
-        wait_ms: 0,
-    }
+    roost_replication::testing::ask(s, msg, Duration::from_secs(5)).await
 }
 
 fn stranger() -> Transport {
@@ -245,6 +229,22 @@ fn a_standby_with_a_certificate_from_another_ca_cannot_follow() {
     assert!(log.contains("failed the TLS handshake"), "{log}");
 }
 
+/// Runs `roost serve` on `data` with `config`, which must refuse to start with exit 78 (a
+/// configuration error); its stderr.
+fn refused_start(data: &Path, config: &Path) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .output()
+        .expect("run roost serve");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    err
+}
+
 /// Goal: a node whose own certificate does not name it refuses to start (exit 78 naming
 /// the file), instead of having every request refused by its peers.
 #[test]
@@ -257,16 +257,7 @@ fn a_certificate_that_does_not_name_this_node_stops_the_start() {
         free_port()
     );
     std::fs::write(&config, text).expect("config");
-    let out = std::process::Command::new(BIN)
-        .arg("--data-dir")
-        .arg(t.path().join("a"))
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .output()
-        .expect("run roost serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let err = refused_start(&t.path().join("a"), &config);
     assert!(
         err.contains("b.pem") && err.contains("does not name this node"),
         "{err}"
@@ -282,16 +273,7 @@ fn plain_replication_on_a_public_address_needs_insecure() {
     let config = t.path().join("public.toml");
     let listen = format!("[replication]\nlisten = \"0.0.0.0:{port}\"\nname = \"a\"\n");
     std::fs::write(&config, &listen).expect("config");
-    let out = std::process::Command::new(BIN)
-        .arg("--data-dir")
-        .arg(t.path().join("public"))
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .output()
-        .expect("run roost serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let err = refused_start(&t.path().join("public"), &config);
     assert!(
         err.contains("insecure = true") && err.contains("tls_cert"),
         "{err}"

@@ -78,6 +78,32 @@ impl State {
     }
 }
 
+/// A `Fetch` as `replica` in `current_epoch` from `fetch_lsn`, claiming no records (last
+/// epoch 0), up to 1 MiB, no long-poll: what the tests and drills of hostile peers send.
+pub fn fetch(replica: &str, current_epoch: Epoch, fetch_lsn: Lsn) -> crate::wire::Message {
+    crate::wire::Message::Fetch {
+        replica: replica.into(),
+        current_epoch,
+        fetch_lsn,
+        last_epoch: 0,
+        max_bytes: 1 << 20,
+        wait_ms: 0,
+    }
+}
+
+/// Sends `msg` on `s` and reads one answer within `limit`. `None`: no answer (the leader
+/// closed the connection, refused the frame, or stayed silent past `limit`).
+pub async fn ask(
+    s: &mut crate::transport::Stream,
+    msg: &crate::wire::Message,
+    limit: Duration,
+) -> Option<crate::wire::Message> {
+    use crate::wire::{read_frame, write_frame, DEFAULT_FRAME_BYTES_MAX};
+    write_frame(s, msg, DEFAULT_FRAME_BYTES_MAX).await.ok()?;
+    let read = tokio::time::timeout(limit, read_frame(s, DEFAULT_FRAME_BYTES_MAX));
+    read.await.ok()?.ok()?
+}
+
 /// An in-memory replicated log (see the module doc).
 pub struct MemLog {
     name: String,

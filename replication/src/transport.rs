@@ -71,7 +71,8 @@ pub struct Transport {
 
 struct Inner {
     tls: Option<Tls>,
-    members: Vec<String>,
+    /// Shared with every `Peer` (no copy per connection).
+    members: Arc<[String]>,
 }
 
 struct Tls {
@@ -124,7 +125,10 @@ impl Transport {
 
     fn with(tls: Option<Tls>, members: Vec<String>) -> Transport {
         Transport {
-            inner: Arc::new(Inner { tls, members }),
+            inner: Arc::new(Inner {
+                tls,
+                members: members.into(),
+            }),
             handshake_timeout: HANDSHAKE_TIMEOUT,
         }
     }
@@ -187,7 +191,7 @@ impl Transport {
         Peer {
             addr,
             cert,
-            members: self.inner.members.clone(),
+            members: Arc::clone(&self.inner.members),
         }
     }
 }
@@ -198,7 +202,7 @@ pub struct Peer {
     pub addr: SocketAddr,
     /// The leaf certificate the peer proved it holds the key of (TLS only).
     cert: Option<CertificateDer<'static>>,
-    members: Vec<String>,
+    members: Arc<[String]>,
 }
 
 impl Peer {

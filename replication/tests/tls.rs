@@ -15,8 +15,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use roost_replication::testing::MemLog;
-use roost_replication::wire::{read_frame, write_frame, DEFAULT_FRAME_BYTES_MAX};
+use roost_replication::testing::{fetch, MemLog};
 use roost_replication::{LeaderOptions, Message, Stream, TlsIdentity, Transport};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::AsyncReadExt;
@@ -102,24 +101,9 @@ async fn tls_leader_opts(ca: &Ca, handshake: Duration, handshakes: usize) -> (Ar
     (a, leader)
 }
 
-fn fetch(replica: &str, current_epoch: u32, fetch_lsn: u64) -> Message {
-    Message::Fetch {
-        replica: replica.into(),
-        current_epoch,
-        fetch_lsn,
-        last_epoch: 0,
-        max_bytes: 1 << 20,
-        wait_ms: 0,
-    }
-}
-
 /// Sends `msg` on `s` and reads one answer (`None`: the leader closed the connection).
 async fn ask(s: &mut Stream, msg: &Message) -> Option<Message> {
-    write_frame(s, msg, DEFAULT_FRAME_BYTES_MAX).await.ok()?;
-    within("an answer", read_frame(s, DEFAULT_FRAME_BYTES_MAX))
-        .await
-        .ok()
-        .flatten()
+    roost_replication::testing::ask(s, msg, common::LIMIT).await
 }
 
 /// Goal: a member follows over mutual TLS: it catches up and its acknowledgement counts.

@@ -335,7 +335,10 @@ impl Engine {
         e.last_fetch = Instant::now();
         e.connected = true;
         drop(s);
-        if self.repl.alone_logged.swap(false, Ordering::Relaxed) {
+        // A load first: no write to a shared line on every fetch, only after a loss.
+        if self.repl.alone_logged.load(Ordering::Relaxed)
+            && self.repl.alone_logged.swap(false, Ordering::Relaxed)
+        {
             info!(
                 standby = name,
                 fetch_lsn, "a standby is in sync again: results wait for it"

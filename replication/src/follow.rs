@@ -404,7 +404,10 @@ impl<F: FollowerLog> Session<'_, F> {
             | Message::Snapshot { .. }
             | Message::SnapshotFile { .. }
             | Message::SnapshotData { .. }
-            | Message::SnapshotEnd { .. }) => Err(self.protocol(format!(
+            | Message::SnapshotEnd { .. }
+            | Message::Forward { .. }
+            | Message::ForwardAnswer { .. }
+            | Message::ForwardRefused { .. }) => Err(self.protocol(format!(
                 "answered a Fetch at lsn {} with a {}",
                 sent.fetch_lsn,
                 other.name()

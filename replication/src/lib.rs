@@ -12,6 +12,7 @@ mod admit;
 mod announce;
 pub mod decide;
 mod follow;
+pub mod forward;
 mod log;
 mod serve;
 mod snapshot;
@@ -27,6 +28,7 @@ pub use decide::{
     EPOCH_CEILING, EPOCH_GENERATIONS_AHEAD_MAX,
 };
 pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
+pub use forward::{ForwardError, ForwardReply, Forwarded, Forwarder};
 pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
 pub use serve::{serve_followers, LeaderOptions};
 pub use snapshot::{

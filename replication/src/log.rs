@@ -52,6 +52,15 @@ pub trait LeaderLog: Send + Sync + 'static {
             "this leader serves no base backup (asked by {replica})"
         ))
     }
+    /// Member `replica` forwarded a client's batch (`forward.rs`): run it as this leader's
+    /// own and answer once the answer is as durable as its own answers. By default a leader
+    /// takes none.
+    fn forward(&self, replica: &str, batch: &[u8]) -> crate::forward::Forwarded {
+        let _ = batch;
+        crate::forward::Forwarded::Refused(format!(
+            "this leader takes no forwarded batches (from {replica})"
+        ))
+    }
 }
 
 /// The follower's side.

@@ -156,14 +156,24 @@ async fn serve_connection<L: LeaderLog>(
     let mut replica = None;
     let result =
         connection_loop(&mut stream, &peer, &log, &opts, &mut shutdown, &mut replica).await;
-    match &result {
-        Ok(()) => debug!(peer = %addr, ?replica, "follower connection closed"),
+    match result {
+        Ok(None) => debug!(peer = %addr, ?replica, "follower connection closed"),
+        Ok(Some((name, first))) => {
+            let limits = (opts.frame_bytes_max, opts.write_timeout);
+            crate::forward::serve_forwards(stream, (addr, name), log, limits, shutdown, first)
+                .await;
+            return;
+        }
         Err(e) => warn!(error = %e, "follower connection ended"),
     }
     if let Some(name) = replica {
         let _ = blocking(&log, move |l| l.disconnected(&name)).await;
     }
 }
+
+/// A connection whose first request was a `Forward`: `(replica, (id, batch))`, handed to
+/// `forward::serve_forwards` with the stream.
+type FirstForward = (String, (u64, Vec<u8>));
 
 async fn connection_loop<L: LeaderLog>(
     stream: &mut Stream,
@@ -172,13 +182,13 @@ async fn connection_loop<L: LeaderLog>(
     opts: &LeaderOptions,
     shutdown: &mut watch::Receiver<bool>,
     replica: &mut Option<String>,
-) -> Result<(), ConnError> {
+) -> Result<Option<FirstForward>, ConnError> {
     // The name this connection speaks as (any request); `replica` is set by fetches only:
     // the standby whose connection state `disconnected` clears at the end.
     let mut bound: Option<String> = None;
     loop {
         let request = match next_request(stream, peer.addr, opts, shutdown).await? {
-            None => return Ok(()),
+            None => return Ok(None),
             Some(r) => r,
         };
         permitted(stream, peer, opts, request.replica()).await?;
@@ -193,7 +203,22 @@ async fn connection_loop<L: LeaderLog>(
                 let addr = peer.addr;
                 crate::snapshot::serve_snapshot(stream, addr, log, limits, replica, current_epoch)
                     .await;
-                return Ok(());
+                return Ok(None);
+            }
+            // Only as a connection's first request: a fetching connection stays one.
+            Request::Forward {
+                replica: r,
+                id,
+                batch,
+            } if replica.is_none() => {
+                return Ok(Some((r, (id, batch))));
+            }
+            Request::Forward { .. } => {
+                let got = "Forward";
+                return Err(ConnError::Unexpected {
+                    peer: peer.addr,
+                    got,
+                });
             }
         };
         replica.get_or_insert_with(|| fetch.replica.clone());
@@ -201,7 +226,7 @@ async fn connection_loop<L: LeaderLog>(
             .await
             .map_err(|_| ConnError::Cancelled { peer: peer.addr })?
         else {
-            return Ok(());
+            return Ok(None);
         };
         send(stream, peer.addr, &answer, opts).await?;
     }
@@ -253,6 +278,12 @@ enum Request {
         replica: String,
         current_epoch: Epoch,
     },
+    /// A forwarded batch (`forward.rs`); the connection carries only forwards after it.
+    Forward {
+        replica: String,
+        id: u64,
+        batch: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -260,7 +291,7 @@ impl Request {
     fn replica(&self) -> &str {
         match self {
             Request::Fetch(f) => &f.replica,
-            Request::Snapshot { replica, .. } => replica,
+            Request::Snapshot { replica, .. } | Request::Forward { replica, .. } => replica,
         }
     }
 }
@@ -301,6 +332,9 @@ async fn next_request(
             replica,
             current_epoch,
         }));
+    }
+    if let Message::Forward { replica, id, batch } = msg {
+        return Ok(Some(Request::Forward { replica, id, batch }));
     }
     let Message::Fetch {
         replica,

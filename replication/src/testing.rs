@@ -55,6 +55,7 @@ struct State {
     snapshot: Option<(Lsn, Vec<MemFile>)>,
     /// Base backups handed out.
     snapshots_taken: u32,
+    forwarded: u64,
 }
 
 impl State {
@@ -135,6 +136,11 @@ impl MemLog {
     /// `wal_from`.
     pub fn set_snapshot(&self, wal_from: Lsn, files: Vec<MemFile>) {
         self.lock().snapshot = Some((wal_from, files));
+    }
+
+    /// How many forwarded batches this leader answered.
+    pub fn forwarded(&self) -> u64 {
+        self.lock().forwarded
     }
 
     /// How many base backups were handed out.
@@ -359,6 +365,21 @@ impl LeaderLog for MemLog {
         s.current_epoch = s.current_epoch.max(epoch);
         s.higher_epoch_seen = Some(epoch);
     }
+    /// Answers `fwd:REPLICA:BATCH` while leading (counting it), else refuses.
+    fn forward(&self, replica: &str, batch: &[u8]) -> crate::forward::Forwarded {
+        let mut s = self.lock();
+        if s.leader.is_none() {
+            return crate::forward::Forwarded::Refused("not the leader".into());
+        }
+        s.forwarded += 1;
+        let mut answer = format!("fwd:{replica}:").into_bytes();
+        answer.extend_from_slice(batch);
+        crate::forward::Forwarded::Answer {
+            answer,
+            durable_lsn: s.durable_end,
+        }
+    }
+
     fn snapshot(&self, replica: &str) -> Result<Box<dyn SnapshotSource>, String> {
         let mut s = self.lock();
         let (wal_from, files) = s

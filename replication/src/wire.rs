@@ -45,6 +45,9 @@ pub mod kind {
     pub const SNAPSHOT_FILE: u8 = 10;
     pub const SNAPSHOT_DATA: u8 = 11;
     pub const SNAPSHOT_END: u8 = 12;
+    pub const FORWARD: u8 = 13;
+    pub const FORWARD_ANSWER: u8 = 14;
+    pub const FORWARD_REFUSED: u8 = 15;
 }
 
 /// Every message of the protocol. The follower sends `Fetch`, and the leader answers each
@@ -106,6 +109,29 @@ pub enum Message {
         files: u32,
         bytes: u64,
     },
+    /// A standby hands the leader a client's batch (`forward.rs`), on a connection that
+    /// carries only forwards: `id` pairs the answer with it (answers may come in any order).
+    Forward {
+        replica: String,
+        id: u64,
+        batch: Vec<u8>,
+    },
+    /// The leader's answer to `Forward` `id`: the batch's result JSON, given once it is as
+    /// durable as the leader's own answers; `durable_lsn` is the leader's durable log end
+    /// then (the forwarding standby answers its client once its own log holds as much).
+    ForwardAnswer {
+        id: u64,
+        leader_epoch: Epoch,
+        durable_lsn: Lsn,
+        answer: Vec<u8>,
+    },
+    /// `Forward` `id` was not taken (not the leader, stepping down, intake paused): nothing
+    /// is decided for it; send it again later, to whoever leads then.
+    ForwardRefused {
+        id: u64,
+        leader_epoch: Epoch,
+        reason: String,
+    },
 }
 
 impl Message {
@@ -124,6 +150,9 @@ impl Message {
             Message::SnapshotFile { .. } => kind::SNAPSHOT_FILE,
             Message::SnapshotData { .. } => kind::SNAPSHOT_DATA,
             Message::SnapshotEnd { .. } => kind::SNAPSHOT_END,
+            Message::Forward { .. } => kind::FORWARD,
+            Message::ForwardAnswer { .. } => kind::FORWARD_ANSWER,
+            Message::ForwardRefused { .. } => kind::FORWARD_REFUSED,
         }
     }
 
@@ -148,6 +177,9 @@ pub fn kind_name(kind: u8) -> &'static str {
         kind::SNAPSHOT_FILE => "SnapshotFile",
         kind::SNAPSHOT_DATA => "SnapshotData",
         kind::SNAPSHOT_END => "SnapshotEnd",
+        kind::FORWARD => "Forward",
+        kind::FORWARD_ANSWER => "ForwardAnswer",
+        kind::FORWARD_REFUSED => "ForwardRefused",
         _ => "unknown",
     }
 }
@@ -284,6 +316,31 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             out.extend_from_slice(&files.to_le_bytes());
             out.extend_from_slice(&bytes.to_le_bytes());
         }
+        Message::Forward { replica, id, batch } => {
+            put_bytes(out, replica.as_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            put_bytes(out, batch);
+        }
+        Message::ForwardAnswer {
+            id,
+            leader_epoch,
+            durable_lsn,
+            answer,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&leader_epoch.to_le_bytes());
+            out.extend_from_slice(&durable_lsn.to_le_bytes());
+            put_bytes(out, answer);
+        }
+        Message::ForwardRefused {
+            id,
+            leader_epoch,
+            reason,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&leader_epoch.to_le_bytes());
+            put_bytes(out, reason.as_bytes());
+        }
     }
 }
 
@@ -375,6 +432,22 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Message, WireError> {
             wal_from: r.u64("wal_from")?,
             files: r.u32("files")?,
             bytes: r.u64("bytes")?,
+        },
+        kind::FORWARD => Message::Forward {
+            replica: r.string("replica")?,
+            id: r.u64("id")?,
+            batch: r.bytes("batch")?.to_vec(),
+        },
+        kind::FORWARD_ANSWER => Message::ForwardAnswer {
+            id: r.u64("id")?,
+            leader_epoch: r.u32("leader_epoch")?,
+            durable_lsn: r.u64("durable_lsn")?,
+            answer: r.bytes("answer")?.to_vec(),
+        },
+        kind::FORWARD_REFUSED => Message::ForwardRefused {
+            id: r.u64("id")?,
+            leader_epoch: r.u32("leader_epoch")?,
+            reason: r.string("reason")?,
         },
         other => return Err(WireError::UnknownKind(other)),
     })
@@ -598,6 +671,37 @@ mod tests {
                     bytes
                 }
             ),
+            (
+                ".{0,20}",
+                any::<u64>(),
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(replica, id, batch)| Message::Forward {
+                    replica,
+                    id,
+                    batch
+                }),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                any::<u64>(),
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(id, leader_epoch, durable_lsn, answer)| {
+                    Message::ForwardAnswer {
+                        id,
+                        leader_epoch,
+                        durable_lsn,
+                        answer,
+                    }
+                }),
+            (any::<u64>(), any::<u32>(), ".{0,40}").prop_map(|(id, leader_epoch, reason)| {
+                Message::ForwardRefused {
+                    id,
+                    leader_epoch,
+                    reason,
+                }
+            }),
         ]
     }
 

@@ -358,3 +358,64 @@ async fn handshaking_connections_are_capped() {
     );
     leader.stop().await;
 }
+
+/// Goal: a member's forwarded batches (issue 27) reach the leader over mutual TLS, many in
+/// flight on one connection, each answer paired with its own batch; a member cannot
+/// forward under another member's name, and a plain client forwards nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_forwards_batches_and_only_as_itself() {
+    use roost_replication::{Forwarded, Forwarder};
+    let ca = Ca::new("cluster");
+    let (a, leader) = tls_leader(&ca).await;
+    let fwd = Arc::new(Forwarder::new(ca.transport("b"), "b", 1 << 20));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40u32 {
+        let (fwd, addr) = (fwd.clone(), leader.addr.clone());
+        tasks.spawn(async move {
+            let batch = format!("batch-{i}").into_bytes();
+            let r = fwd.forward(&addr, batch, Duration::from_secs(5)).await;
+            (i, r)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (i, r) = done.expect("forward task");
+        let reply = r.unwrap_or_else(|e| panic!("forward {i}: {e}"));
+        assert_eq!(reply.leader_epoch, 0x105);
+        let want = format!("fwd:b:batch-{i}").into_bytes();
+        assert_eq!(
+            reply.outcome,
+            Forwarded::Answer {
+                answer: want,
+                durable_lsn: 2
+            },
+            "forward {i} got another batch's answer"
+        );
+    }
+    assert_eq!(a.forwarded(), 40);
+    // `c` speaking as `b`: an error, the connection closed, nothing run.
+    let mut s = connect_as(&ca, "c", &leader.addr).await;
+    let forged = Message::Forward {
+        replica: "b".into(),
+        id: 1,
+        batch: b"forged".to_vec(),
+    };
+    assert!(matches!(
+        ask(&mut s, &forged).await,
+        Some(Message::Error { .. })
+    ));
+    // A plain client: the TLS leader never reads its frame.
+    let plain = Forwarder::new(Transport::plain(vec!["b".into()]), "b", 1 << 20);
+    let r = plain
+        .forward(&leader.addr, b"plain".to_vec(), Duration::from_secs(2))
+        .await;
+    assert!(r.is_err(), "a plain client forwarded: {r:?}");
+    assert_eq!(a.forwarded(), 40, "a forged or plain forward was run");
+    // A leader that no longer leads refuses (nothing decided), and says so.
+    a.resign();
+    let r = fwd
+        .forward(&leader.addr, b"late".to_vec(), Duration::from_secs(5))
+        .await;
+    let reply = r.expect("a reply from a node that leads nothing");
+    assert!(matches!(reply.outcome, Forwarded::Refused(_)), "{reply:?}");
+    leader.stop().await;
+}

@@ -1,0 +1,394 @@
+//! Forwarded batches (issue 27): a standby that a client handed a batch passes it to the
+//! leader over an authenticated replication connection; the leader runs it as its own
+//! (one planner: request keys dedupe across nodes) and answers with the result, which the
+//! standby gives its client once its own log holds the leader's durable end at that answer.
+//!
+//! A connection that starts with `Forward` carries only forwards, many at once: each has an
+//! `id`, and its `ForwardAnswer` or `ForwardRefused` carries it back, in any order. The
+//! leader runs at most [`FORWARDS_PER_CONNECTION`] of one connection's at once (more wait
+//! unread in the socket: back-pressure), each on the blocking pool.
+//!
+//! ```text
+//!  standby                                leader
+//!    Forward{replica, id, batch}  ----->  LeaderLog::forward (planned, claimed, answered)
+//!    <-----  ForwardAnswer{id, leader_epoch, durable_lsn, answer}  (or ForwardRefused)
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::time::timeout;
+use tracing::{debug, warn};
+
+use crate::log::{Epoch, LeaderLog, Lsn};
+use crate::task::{blocking, wait_shutdown};
+use crate::transport::{Stream, Transport};
+use crate::wire::{read_frame, write_encoded, Message};
+
+/// Forwards of one connection the leader runs at once.
+pub const FORWARDS_PER_CONNECTION: usize = 64;
+
+/// What the leader's log made of a forwarded batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Forwarded {
+    /// The batch's result (a result file's JSON), as durable as the leader's own answers;
+    /// `durable_lsn` is the leader's durable log end when it was given.
+    Answer { answer: Vec<u8>, durable_lsn: Lsn },
+    /// Not taken now (not the leader, stepping down, intake paused): nothing was decided.
+    Refused(String),
+}
+
+/// The leader's side of a forwarding connection, from its first `Forward` (already read
+/// and permitted) until the peer closes it, a frame is bad, or shutdown comes.
+pub(crate) async fn serve_forwards<L: LeaderLog>(
+    stream: Stream,
+    peer: (SocketAddr, String),
+    log: Arc<L>,
+    (frame_bytes_max, write_timeout): (u32, Duration),
+    mut shutdown: watch::Receiver<bool>,
+    first: (u64, Vec<u8>),
+) {
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (tx, rx) = mpsc::channel::<Message>(FORWARDS_PER_CONNECTION);
+    let writing = tokio::spawn(write_answers(writer, rx, frame_bytes_max, write_timeout));
+    let slots = Arc::new(Semaphore::new(FORWARDS_PER_CONNECTION));
+    let mut next = Some(first);
+    loop {
+        let (id, batch) = match next.take() {
+            Some(f) => f,
+            None => match next_forward(&mut reader, &peer, frame_bytes_max, &mut shutdown).await {
+                Some(f) => f,
+                None => break,
+            },
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (log, tx, replica) = (log.clone(), tx.clone(), peer.1.clone());
+        tokio::spawn(async move {
+            let msg = run_one(&log, replica, id, batch).await;
+            let _ = tx.send(msg).await;
+            drop(slot);
+        });
+    }
+    drop(tx);
+    let _ = writing.await;
+}
+
+/// The next `Forward` on the connection; `None` at its end (closed, shutdown, a bad frame
+/// or another message, logged).
+async fn next_forward(
+    reader: &mut ReadHalf<Stream>,
+    (addr, replica): &(SocketAddr, String),
+    frame_bytes_max: u32,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(u64, Vec<u8>)> {
+    let read = tokio::select! {
+        _ = wait_shutdown(shutdown) => return None,
+        r = read_frame(reader, frame_bytes_max) => r,
+    };
+    match read {
+        Ok(Some(Message::Forward {
+            replica: r,
+            id,
+            batch,
+        })) if &r == replica => Some((id, batch)),
+        Ok(None) => None,
+        Ok(Some(other)) => {
+            warn!(peer = %addr, replica, got = other.name(), "a forwarding connection sent something else (or spoke as another replica): closed");
+            None
+        }
+        Err(e) => {
+            warn!(peer = %addr, replica, error = %e, "a forwarding connection sent a bad frame: closed");
+            None
+        }
+    }
+}
+
+/// One forwarded batch through the leader's log, as the message that answers it.
+async fn run_one<L: LeaderLog>(log: &Arc<L>, replica: String, id: u64, batch: Vec<u8>) -> Message {
+    let r = blocking(log, move |l| {
+        (l.forward(&replica, &batch), l.leader_epoch())
+    });
+    let (done, epoch) = match r.await {
+        Ok(v) => v,
+        Err(_) => (
+            Forwarded::Refused("the leader is shutting down".into()),
+            None,
+        ),
+    };
+    let leader_epoch = epoch.unwrap_or(0);
+    match done {
+        Forwarded::Answer {
+            answer,
+            durable_lsn,
+        } => Message::ForwardAnswer {
+            id,
+            leader_epoch,
+            durable_lsn,
+            answer,
+        },
+        Forwarded::Refused(reason) => Message::ForwardRefused {
+            id,
+            leader_epoch,
+            reason,
+        },
+    }
+}
+
+/// Writes answers as they come, each within `write_timeout`; stops at the first failure
+/// (the reader then sees the connection end) or when every sender is gone.
+async fn write_answers(
+    mut writer: WriteHalf<Stream>,
+    mut rx: mpsc::Receiver<Message>,
+    frame_bytes_max: u32,
+    write_timeout: Duration,
+) {
+    while let Some(msg) = rx.recv().await {
+        let frame = match crate::wire::encode(&msg, frame_bytes_max) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(error = %e, "a forwarded batch's answer does not fit a frame");
+                continue;
+            }
+        };
+        match timeout(write_timeout, write_encoded(&mut writer, &frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return debug!(error = %e, "forwarding connection: write failed"),
+            Err(_) => return debug!("forwarding connection: write timed out"),
+        }
+    }
+}
+
+/// Why a forward got no answer from the leader.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("cannot reach the leader at {addr}: {detail}")]
+    Unreachable { addr: String, detail: String },
+    #[error("the connection to the leader at {addr} ended before it answered: {detail}")]
+    Lost { addr: String, detail: String },
+    #[error("the leader at {addr} did not answer within {after:?}")]
+    Timeout { addr: String, after: Duration },
+}
+
+/// The leader's reply to one forward.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardReply {
+    pub leader_epoch: Epoch,
+    pub outcome: Forwarded,
+}
+
+/// The forwards waiting for a reply on one connection; `None` once the connection ended
+/// (nothing more may wait on it).
+type Pending = Arc<Mutex<Option<HashMap<u64, Waiter>>>>;
+type Waiter = oneshot::Sender<Result<ForwardReply, String>>;
+
+/// One open forwarding connection: requests go to its writer; the reader completes them.
+struct Conn {
+    addr: String,
+    requests: mpsc::Sender<(u64, Vec<u8>)>,
+    pending: Pending,
+}
+
+impl Conn {
+    fn alive(&self) -> bool {
+        !self.requests.is_closed() && self.pending.lock().is_ok_and(|p| p.is_some())
+    }
+}
+
+/// A standby's side: forwards batches to the leader over one connection per leader address
+/// (made on first use, made again after it fails), many in flight at once.
+pub struct Forwarder {
+    transport: Transport,
+    replica: String,
+    frame_bytes_max: u32,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    next_id: AtomicU64,
+}
+
+impl Forwarder {
+    pub fn new(transport: Transport, replica: impl Into<String>, frame_bytes_max: u32) -> Self {
+        Forwarder {
+            transport,
+            replica: replica.into(),
+            frame_bytes_max,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Forwards `batch` to the leader at `addr` and waits (at most `limit`) for its reply.
+    /// An error means no reply came: the batch may or may not have been claimed there, and
+    /// sending it again (same request key) gets the original answer if it was.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        batch: Vec<u8>,
+        limit: Duration,
+    ) -> Result<ForwardReply, ForwardError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (done_tx, done_rx) = oneshot::channel();
+        let requests = self.connection(addr, limit, id, done_tx).await?;
+        let lost = |detail: &str| ForwardError::Lost {
+            addr: addr.to_owned(),
+            detail: detail.to_owned(),
+        };
+        if requests.send((id, batch)).await.is_err() {
+            return Err(lost("the connection closed"));
+        }
+        match timeout(limit, done_rx).await {
+            Ok(Ok(Ok(reply))) => Ok(reply),
+            Ok(Ok(Err(detail))) => Err(lost(&detail)),
+            Ok(Err(_)) => Err(lost("the connection closed")),
+            Err(_) => Err(ForwardError::Timeout {
+                addr: addr.to_owned(),
+                after: limit,
+            }),
+        }
+    }
+
+    /// The open connection to `addr` (made now if there is none, or it is to another
+    /// address, or it ended), with `id`'s reply registered on it.
+    async fn connection(
+        &self,
+        addr: &str,
+        limit: Duration,
+        id: u64,
+        done: oneshot::Sender<Result<ForwardReply, String>>,
+    ) -> Result<mpsc::Sender<(u64, Vec<u8>)>, ForwardError> {
+        let mut conn = self.conn.lock().await;
+        let usable = conn.as_ref().is_some_and(|c| c.addr == addr && c.alive());
+        if !usable {
+            *conn = Some(self.open(addr, limit).await?);
+        }
+        let registered = conn.as_ref().and_then(|c| {
+            let mut p = c.pending.lock().ok()?;
+            p.as_mut()?.insert(id, done);
+            Some(c.requests.clone())
+        });
+        registered.ok_or_else(|| ForwardError::Lost {
+            addr: addr.to_owned(),
+            detail: "the connection ended as it was opened".into(),
+        })
+    }
+
+    async fn open(&self, addr: &str, limit: Duration) -> Result<Conn, ForwardError> {
+        let stream =
+            self.transport
+                .connect(addr, limit)
+                .await
+                .map_err(|e| ForwardError::Unreachable {
+                    addr: addr.to_owned(),
+                    detail: e.to_string(),
+                })?;
+        let (reader, writer) = tokio::io::split(stream);
+        let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
+        let (tx, rx) = mpsc::channel(FORWARDS_PER_CONNECTION);
+        let limits = (self.replica.clone(), self.frame_bytes_max);
+        tokio::spawn(write_requests(writer, rx, limits, pending.clone()));
+        tokio::spawn(read_replies(reader, self.frame_bytes_max, pending.clone()));
+        Ok(Conn {
+            addr: addr.to_owned(),
+            requests: tx,
+            pending,
+        })
+    }
+}
+
+/// Writes each request as a `Forward`; at the first failure every pending forward fails.
+async fn write_requests(
+    mut writer: WriteHalf<Stream>,
+    mut rx: mpsc::Receiver<(u64, Vec<u8>)>,
+    (replica, frame_bytes_max): (String, u32),
+    pending: Pending,
+) {
+    while let Some((id, batch)) = rx.recv().await {
+        let msg = Message::Forward {
+            replica: replica.clone(),
+            id,
+            batch,
+        };
+        let sent = match crate::wire::encode(&msg, frame_bytes_max) {
+            Ok(frame) => write_encoded(&mut writer, &frame)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(detail) = sent {
+            fail_all(&pending, &detail);
+            return;
+        }
+    }
+}
+
+/// Completes pending forwards from the leader's replies; at the connection's end (or a
+/// bad frame) every pending forward fails.
+async fn read_replies(mut reader: ReadHalf<Stream>, frame_bytes_max: u32, pending: Pending) {
+    let detail = loop {
+        let (id, reply) = match read_frame(&mut reader, frame_bytes_max).await {
+            Ok(Some(msg)) => match reply_of(msg) {
+                Ok(r) => r,
+                Err(detail) => break detail,
+            },
+            Ok(None) => break "the leader closed the connection".to_owned(),
+            Err(e) => break e.to_string(),
+        };
+        let waiter = pending
+            .lock()
+            .ok()
+            .and_then(|mut p| p.as_mut().and_then(|m| m.remove(&id)));
+        if let Some(w) = waiter {
+            let _ = w.send(Ok(reply));
+        }
+    };
+    fail_all(&pending, &detail);
+}
+
+/// `(id, reply)` of a leader's answer to a forward; anything else ends the connection.
+fn reply_of(msg: Message) -> Result<(u64, ForwardReply), String> {
+    match msg {
+        Message::ForwardAnswer {
+            id,
+            leader_epoch,
+            durable_lsn,
+            answer,
+        } => Ok((
+            id,
+            ForwardReply {
+                leader_epoch,
+                outcome: Forwarded::Answer {
+                    answer,
+                    durable_lsn,
+                },
+            },
+        )),
+        Message::ForwardRefused {
+            id,
+            leader_epoch,
+            reason,
+        } => Ok((
+            id,
+            ForwardReply {
+                leader_epoch,
+                outcome: Forwarded::Refused(reason),
+            },
+        )),
+        Message::Error { message } => Err(format!("the leader refused: {message}")),
+        other => Err(format!("the leader sent a {} to a forward", other.name())),
+    }
+}
+
+fn fail_all(pending: &Pending, detail: &str) {
+    let waiters: Vec<Waiter> = match pending.lock() {
+        Ok(mut p) => p.take().into_iter().flatten().map(|(_, w)| w).collect(),
+        Err(_) => return,
+    };
+    for w in waiters {
+        let _ = w.send(Err(detail.to_owned()));
+    }
+}

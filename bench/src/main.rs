@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod ceiling;
+mod cluster;
 mod compaction;
 mod intake;
 mod intake_plot;
@@ -285,6 +286,7 @@ fn main() -> anyhow::Result<()> {
         Some("--ceiling-profile") => return profile::run(&args[2..]),
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
+        Some("--cluster") => return cluster::run(),
         Some("--intake") => return intake::run(),
         Some("--keys") => return keys::run(),
         Some("--keys-plot") => {
@@ -319,7 +321,7 @@ fn main() -> anyhow::Result<()> {
             return closed_loop_probe(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --intake | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --intake | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -102,6 +102,37 @@ pub struct Batch {
     pub ops: Vec<BatchOp>,
 }
 
+impl Batch {
+    /// The batch as a batch file's JSON (records in their canonical bytes): what a standby
+    /// forwards to the leader, which parses it into this same batch (same fingerprint).
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.ops.len() * 64);
+        out.extend_from_slice(b"{\"request_key\":");
+        out.extend_from_slice(&serde_json::to_vec(&self.request_key).unwrap_or_default());
+        out.extend_from_slice(b",\"ops\":[");
+        for (i, op) in self.ops.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let shard = serde_json::to_vec(op.shard()).unwrap_or_default();
+            out.extend_from_slice(b"{\"shard\":");
+            out.extend_from_slice(&shard);
+            match op {
+                BatchOp::Create { record, .. } => {
+                    out.extend_from_slice(b",\"op\":\"create\",\"record\":");
+                    out.extend_from_slice(record);
+                }
+                BatchOp::Delete { id, .. } => {
+                    out.extend_from_slice(format!(",\"op\":\"delete\",\"id\":{id}").as_bytes());
+                }
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+}
+
 /// Why a file is not a valid batch. `request_key` when it could be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invalid {
@@ -528,6 +559,17 @@ mod tests {
                 id: 17
             }
         );
+    }
+
+    #[test]
+    fn a_batch_forwarded_as_json_parses_into_itself() {
+        let text = br#"{"request_key": "k\u00e9-1", "ops": [
+            {"op": "create", "shard": "users", "record": {"b": [1, 2.5, "x\n"], "a": {"z": null}}},
+            {"op": "delete", "shard": "orders", "id": 42}]}"#;
+        let b = parse(text, 100).expect("valid");
+        let again = parse(&b.to_json(), 100).expect("its JSON parses");
+        assert_eq!(again, b);
+        assert_eq!(fingerprint(&again), fingerprint(&b));
     }
 
     #[test]

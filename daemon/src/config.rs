@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod cluster;
+pub use cluster::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
+
 /// Limits and policies for one shard, from `[shards.NAME]`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -153,6 +156,8 @@ pub struct Config {
     pub shard_compact_bytes_per_sec: u64,
     /// Replication (`docs/replication.md`): off unless `listen` or `follow` is set.
     pub replication: ReplicationConfig,
+    /// Automatic failover through etcd (`docs/cluster.md`): off unless set.
+    pub cluster: Option<ClusterConfig>,
     /// The streaming intake's socket (README "Streaming intake") [default:
     /// $RUNTIME_DIRECTORY/stream.sock, else <data_dir>/stream.sock].
     pub stream_socket: Option<PathBuf>,
@@ -428,6 +433,7 @@ impl Default for Config {
             shard_compact_dead_fraction: 0.5,
             shard_compact_bytes_per_sec: 64 << 20,
             replication: ReplicationConfig::default(),
+            cluster: None,
             stream_socket: None,
             stream_in_flight_max: 128,
             stream_connections_max: 64,
@@ -491,6 +497,8 @@ impl Config {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })?;
+        let mut cfg = cfg;
+        cfg.name_from_cluster();
         cfg.validate()?;
         Ok(cfg)
     }
@@ -595,7 +603,45 @@ impl Config {
             .min(self.spool_file_bytes_max)
     }
 
+    /// `[cluster] name` is the replication name when `[replication] name` is not set.
+    pub fn name_from_cluster(&mut self) {
+        if let Some(c) = &self.cluster {
+            if self.replication.name.is_none() {
+                self.replication.name = c.name.clone();
+            }
+        }
+    }
+
+    /// Whether this node is a member of an etcd-led cluster.
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// A cluster node serves its peers (`listen`), follows whom etcd names (no `follow`),
+    /// and has one name in both sections.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let Some(c) = &self.cluster else {
+            return Ok(());
+        };
+        c.validate()?;
+        let r = &self.replication;
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if r.listen.is_none() {
+            return bad("[cluster] needs replication.listen: the other nodes fetch from and forward batches to this node there while it leads");
+        }
+        if r.follow.is_some() {
+            return bad("[cluster] and replication.follow (or serve --follow) exclude each other: etcd says whom to follow");
+        }
+        match (&c.name, &r.name) {
+            (Some(a), Some(b)) if a != b => {
+                bad("cluster.name and replication.name differ: set one")
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn validate_replication(&self) -> Result<(), ConfigError> {
+        self.validate_cluster()?;
         let r = &self.replication;
         for (key, addr) in [("listen", &r.listen), ("follow", &r.follow)] {
             if let Some(a) = addr {

@@ -7,6 +7,8 @@
 //! - `spool`: the spool directory (intake, result publishing, quarantine).
 //! - `pipeline`: the engine (Plan -> Claim -> Commit -> Finish, recovery), synchronous and
 //!   testable over a simulated disk.
+//! - `replica`: the engine joined to the replication protocol; `cluster`: leadership and
+//!   epochs from etcd, a standby's forwarding (issue 27).
 //! - `ops`: what operators use besides the pipeline: the control socket and metrics, the
 //!   systemd notify protocol, the offline `verify`, the crash `drill`.
 //! - `serve`: the async shell around the engine (spool watching, workers, signals).
@@ -15,6 +17,7 @@
 
 pub mod batch;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod layout;

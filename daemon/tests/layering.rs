@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["spool"],
     &["pipeline"],
     &["replica"],
+    &["cluster"],
     &["ops"],
     &["serve"],
     &["cli"],

@@ -1,7 +1,7 @@
 //! `roost-etcd`: an async etcd v3 client that speaks etcd's JSON gateway (`POST /v3/kv/range`,
 //! `/v3/kv/put`, `/v3/kv/txn`, `/v3/kv/deleterange`, `/v3/lease/*`) instead of gRPC, because
 //! the `etcd-client` crate needs `protoc` at build time and the default build must not. roost
-//! elects its cluster leader through it (docs/cluster-design.md). It owns only what an
+//! elects its cluster leader through it (docs/cluster.md). It owns only what an
 //! election needs: single-key reads and writes, a bounded prefix read, transactions with
 //! compares, and leases; no watches (a watch is a long-lived stream; the daemon polls).
 //!

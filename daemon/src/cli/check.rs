@@ -29,19 +29,26 @@ pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
 
 /// The drill on `data_dir` (its daemon gets `<dir>/data`; the replicated drill's nodes
 /// `<dir>/a` and `<dir>/b`), else on a fresh scratch directory.
+/// Which drill `roost drill` runs.
+pub(super) enum DrillKind {
+    One,
+    Replicated,
+    Cluster { lease_ms: u64 },
+}
+
 pub(super) fn drill(
     data_dir: Option<&Path>,
     mut opts: crate::ops::drill::DrillOptions,
-    replicated: bool,
+    kind: DrillKind,
 ) -> anyhow::Result<i32> {
     opts.data_dir = match data_dir {
         Some(d) => d.to_path_buf(),
         None => scratch_dir()?,
     };
-    let violations = if replicated {
-        crate::ops::drill::run_replicated(&opts)?
-    } else {
-        crate::ops::drill::run(&opts)?
+    let violations = match kind {
+        DrillKind::One => crate::ops::drill::run(&opts)?,
+        DrillKind::Replicated => crate::ops::drill::run_replicated(&opts)?,
+        DrillKind::Cluster { lease_ms } => crate::ops::drill::run_cluster(&opts, lease_ms)?,
     };
     super::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {

@@ -134,6 +134,15 @@ pub enum Command {
         /// acknowledged batch is lost and that the nodes do not diverge.
         #[arg(long)]
         replicated: bool,
+        /// Three nodes and etcd (docs/cluster.md): each kill is a strike on the leader
+        /// (SIGKILL, SIGSTOP past its lease, or its connections cut); the cluster fails over
+        /// by itself; every acknowledged batch must survive, no two nodes lead one epoch.
+        /// Needs Debian's etcd-server (/usr/bin/etcd, or ROOST_ETCD_BIN).
+        #[arg(long, conflicts_with = "replicated")]
+        cluster: bool,
+        /// With --cluster: the nodes' `[cluster] lease_ms`.
+        #[arg(long, default_value_t = 3000, requires = "cluster")]
+        lease_ms: u64,
     },
     /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
     Certs {
@@ -306,6 +315,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             kills,
             seed,
             replicated,
+            cluster,
+            lease_ms,
         } => check::drill(
             cli.data_dir.as_deref(),
             crate::ops::drill::DrillOptions {
@@ -314,7 +325,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 kills: *kills,
                 seed: *seed,
             },
-            *replicated,
+            match (*replicated, *cluster) {
+                (_, true) => check::DrillKind::Cluster {
+                    lease_ms: *lease_ms,
+                },
+                (true, false) => check::DrillKind::Replicated,
+                (false, false) => check::DrillKind::One,
+            },
         ),
     }
 }

@@ -19,12 +19,15 @@ use crate::pipeline::{Engine, EngineOptions};
 pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(cfg.umask));
     check_permissions(&cfg.data_dir)?;
-    let data_dir = cfg.data_dir.clone();
     let crash = crate::pipeline::crash::EnvCrash::from_env()
         .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
     // A re-seed a stop interrupted is finished (or its partial download removed) before
     // anything opens the data directory, whatever the role now.
     crate::replica::reseed::resume(&cfg)?;
+    let crash = Arc::new(crash);
+    if cfg.clustered() {
+        return serve_cluster(cfg, crash);
+    }
     if cfg.replication.is_standby() {
         notify::status("standby: reconciling with the primary");
         standby_start(&cfg)?;
@@ -37,21 +40,67 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
             cutter.cut_past_end()?;
         }
     }
+    let engine = open(cfg, crash)?;
+    crate::serve::serve(Arc::new(engine)).context("serving")?;
+    Ok(EXIT_OK)
+}
+
+/// Recovery with a progress bar and STATUS= for systemd.
+fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<Engine> {
+    let data_dir = cfg.data_dir.clone();
     notify::status("recovering: opening the data directory");
     let progress = RecoveryProgress::new();
     let engine = Engine::open_with_progress(
         EngineOptions {
             storage: RealStorage::shared(),
             config: Arc::new(cfg),
-            crash: Arc::new(crash),
+            crash,
         },
         &|phase: &str, done: u64, total: u64| progress.report(phase, done, total),
     )
     .inspect_err(|e| notify::status(&format!("failed: {e}")))
     .with_context(|| format!("opening data directory {}", data_dir.display()))?;
     progress.finish();
-    crate::serve::serve(Arc::new(engine)).context("serving")?;
-    Ok(EXIT_OK)
+    Ok(engine)
+}
+
+/// A cluster node (issue 27, docs/cluster.md): each life starts as a follower of whoever
+/// etcd names (reconciled with it, cut or re-seeded as a standby started by hand is), and
+/// ends when the node stops (exit) or must start again as a follower (fenced, or its log
+/// must be cut first): then the data directory is opened again, in the same process.
+fn serve_cluster(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<i32> {
+    use crate::serve::Ended;
+    loop {
+        notify::status("cluster: joining as a follower");
+        join_cluster(&cfg)?;
+        let engine = Arc::new(open(cfg.clone(), crash.clone())?);
+        let stop = Arc::new(tokio::sync::Notify::new());
+        match crate::serve::serve_until(engine, stop).context("serving")? {
+            Ended::Stopped => return Ok(EXIT_OK),
+            Ended::Rejoin => {
+                tracing::info!("cluster: opening the data directory again as a follower");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Before the engine opens: the leader etcd names (if any, and not this node) is the
+/// primary this node reconciles with, as `serve --follow` would; with none, what a crash
+/// left past the WAL's end is cut, as at any former standby's start.
+fn join_cluster(cfg: &Config) -> anyhow::Result<()> {
+    match crate::cluster::find_leader(cfg)? {
+        Some(addr) => {
+            let mut follower = cfg.clone();
+            follower.replication.follow = Some(addr);
+            standby_start(&follower)
+        }
+        None => {
+            let cutter = crate::replica::cut::Cutter::open(cfg)?;
+            cutter.cut_past_end()?;
+            Ok(())
+        }
+    }
 }
 
 /// How long a starting standby waits for its primary to answer before it serves what it

@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tracing::{debug, warn};
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::pipeline::{now_ms, Engine};
 
@@ -47,6 +48,87 @@ pub fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     let listener = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
     Ok(listener)
+}
+
+/// [`status_json`] with the `cluster` object of a cluster node.
+pub fn status_with(engine: &Engine, cluster: Option<&Cluster>) -> serde_json::Value {
+    let mut v = status_json(engine);
+    if let (Some(c), Some(obj)) = (cluster, v.as_object_mut()) {
+        obj.insert("cluster".into(), c.status_json(engine));
+    }
+    v
+}
+
+/// [`metrics_text`] with a cluster node's figures.
+pub fn metrics_with(engine: &Engine, cluster: Option<&Cluster>) -> String {
+    let mut out = metrics_text(engine);
+    if let Some(c) = cluster {
+        write_unlabelled(&mut out, cluster_samples(engine, c));
+    }
+    out
+}
+
+/// A cluster node's figures (issue 27).
+fn cluster_samples(
+    engine: &Engine,
+    c: &Cluster,
+) -> [(&'static str, &'static str, &'static str, u64); 8] {
+    let v = c.view();
+    let left_ms = v.fence_at.map_or(0, |t| {
+        let left = t.saturating_duration_since(std::time::Instant::now());
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+    });
+    let s = &engine.stats;
+    [
+        (
+            "roost_cluster_leading",
+            "gauge",
+            "1 while this node leads the cluster (etcd names it and its lease is renewed).",
+            u64::from(v.leading_rev.is_some() && left_ms > 0),
+        ),
+        (
+            "roost_cluster_epoch",
+            "gauge",
+            "The highest leader epoch this node knows.",
+            u64::from(engine.epoch()),
+        ),
+        (
+            "roost_cluster_lease_left_milliseconds",
+            "gauge",
+            "While leading: how long this node may still answer without renewing its lease.",
+            left_ms,
+        ),
+        (
+            "roost_cluster_isr_members",
+            "gauge",
+            "Nodes in the in-sync set etcd holds (they alone may be elected).",
+            v.isr.as_ref().map_or(0, |i| i.members.len() as u64),
+        ),
+        (
+            "roost_cluster_forwarded_in_total",
+            "counter",
+            "Batches other members forwarded to this leader, answered.",
+            s.forwarded_in.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_cluster_forwarded_out_total",
+            "counter",
+            "Batches this standby forwarded to the leader and answered.",
+            s.forwarded_out.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_cluster_elections_won_total",
+            "counter",
+            "Elections this node won since start.",
+            c.elections_won.load(Ordering::Relaxed),
+        ),
+        (
+            "roost_cluster_fenced_total",
+            "counter",
+            "Times this leader fenced itself since start.",
+            c.fenced.load(Ordering::Relaxed),
+        ),
+    ]
 }
 
 /// Everything `roost status --json` shows.
@@ -612,11 +694,15 @@ fn samples(engine: &Engine) -> [(&'static str, &'static str, &'static str, u64);
 
 /// Binds the control socket ([`bind_socket`]) and answers requests until the task is
 /// dropped.
-pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result<()> {
+pub async fn serve_socket(
+    path: PathBuf,
+    engine: Arc<Engine>,
+    cluster: Option<Arc<Cluster>>,
+) -> std::io::Result<()> {
     let listener = bind_socket(&path)?;
     loop {
         let (stream, _) = listener.accept().await?;
-        let engine = engine.clone();
+        let (engine, cluster) = (engine.clone(), cluster.clone());
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
@@ -628,8 +714,12 @@ pub async fn serve_socket(path: PathBuf, engine: Arc<Engine>) -> std::io::Result
             .await
             {
                 Ok(Ok(_)) => match line.trim() {
-                    "status" => format!("{}\n", status_json(&engine)),
-                    "metrics" => metrics_text(&engine),
+                    "status" => format!("{}\n", status_with(&engine, cluster.as_deref())),
+                    "metrics" => metrics_with(&engine, cluster.as_deref()),
+                    "promote" if cluster.is_some() => format!(
+                        "{}\n",
+                        json!({"promoted": false, "error": "this node is in a [cluster]: etcd elects the leader (stop the leader, or let its lease run out)"})
+                    ),
                     "promote" => format!("{}\n", promote(&engine).await),
                     other => format!(
                         "{}\n",
@@ -713,6 +803,7 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
 pub async fn serve_metrics_tcp(
     addr: std::net::SocketAddr,
     engine: Arc<Engine>,
+    cluster: Option<Arc<Cluster>>,
 ) -> std::io::Result<()> {
     if !addr.ip().is_loopback() {
         warn!(%addr, "metrics_listen is not a loopback address; refusing to expose metrics");
@@ -721,7 +812,7 @@ pub async fn serve_metrics_tcp(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     loop {
         let (stream, _) = listener.accept().await?;
-        let engine = engine.clone();
+        let (engine, cluster) = (engine.clone(), cluster.clone());
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();
             let mut reader = BufReader::new(tokio::io::AsyncReadExt::take(r, 8192));
@@ -736,7 +827,7 @@ pub async fn serve_metrics_tcp(
                     _ => break,
                 }
             }
-            let body = metrics_text(&engine);
+            let body = metrics_with(&engine, cluster.as_deref());
             let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
             let _ = w.write_all(resp.as_bytes()).await;
         });

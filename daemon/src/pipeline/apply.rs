@@ -158,6 +158,14 @@ impl Engine {
     /// claims it holds without a `done` are finished (with their claimed ids) before intake
     /// opens ([`Engine::finish_deferred`]).
     pub fn promote(&self) -> Result<u32, EngineError> {
+        self.promote_with(|| self.take_new_epoch())
+    }
+
+    /// [`Engine::promote`] into the epoch `take` leads (minted here, or won in etcd).
+    pub(super) fn promote_with(
+        &self,
+        take: impl FnOnce() -> Result<u32, EngineError>,
+    ) -> Result<u32, EngineError> {
         let _one = lock(&self.repl.apply_lock);
         if self.role() != Role::Standby {
             return Err(EngineError::Replication(format!(
@@ -166,7 +174,7 @@ impl Engine {
             )));
         }
         self.check()?;
-        let epoch = self.take_new_epoch()?;
+        let epoch = take()?;
         let unfinished = std::mem::take(&mut lock(&self.repl.ledger).unfinished);
         let n = unfinished.len();
         lock(&self.repl.deferred).extend(unfinished);

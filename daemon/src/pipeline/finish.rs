@@ -373,6 +373,18 @@ impl Engine {
             .map_err(io_err("sync", &self.spool.new))
     }
 
+    /// A cluster standby's answer to spool file `name`, whose batch the leader ran
+    /// (`cluster/forward.rs`): `out/NAME` published, then `new/NAME` removed and `new/`
+    /// synced (the claim is the leader's and ours, under its own detached source: nothing
+    /// here would finish it again, so the removal is made durable at once).
+    pub fn answer_forwarded(&self, name: &str, r: &BatchResult) -> Result<(), EngineError> {
+        self.publish(name, r)?;
+        self.remove_input(name)?;
+        self.storage
+            .sync_dir(&self.spool.new)
+            .map_err(io_err("sync", &self.spool.new))
+    }
+
     /// [`Engine::publish`] once the name is settled.
     fn publish_settled(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
         self.publisher

@@ -33,6 +33,10 @@ pub struct Stats {
     pub last_progress_ms: AtomicU64,
     /// Times intake paused because a log had no room for its next segment.
     pub intake_pauses: AtomicU64,
+    /// Batches other members forwarded to this leader and it answered, and batches this
+    /// standby forwarded and answered (issue 27).
+    pub forwarded_in: AtomicU64,
+    pub forwarded_out: AtomicU64,
     /// The streaming intake's figures (kept by `serve/stream.rs`).
     pub stream: StreamStats,
     /// Bulk files' figures (kept by `serve/bulk.rs`).

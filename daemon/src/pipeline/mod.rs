@@ -23,6 +23,7 @@
 mod apply;
 pub mod backup;
 mod checkpoint;
+mod cluster;
 pub mod crash;
 mod finish;
 mod group;
@@ -506,7 +507,9 @@ fn open_replication(
     let last = epochs.latest().map_or(0, |(e, _)| e);
     file.known = file.known.max(last).max(wal.last_record_epoch());
     wal.set_epoch(file.known.max(1))?;
-    let role = if config.replication.is_standby() {
+    // A cluster node starts as a follower whatever it led before: only etcd makes it lead
+    // (issue 27: a restarted old primary must not resume its old epoch).
+    let role = if config.replication.is_standby() || config.clustered() {
         replicate::Role::Standby
     } else {
         replicate::Role::Primary

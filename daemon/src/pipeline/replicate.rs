@@ -12,7 +12,7 @@
 //! restart must never reuse an epoch the old primary wrote under.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ const POSITIONS_KEPT: usize = 4096;
 
 /// The replication state the engine keeps.
 pub(super) struct Replication {
-    role: Mutex<Role>,
+    pub(super) role: Mutex<Role>,
     /// The highest leader epoch known (this node's own while primary).
     epoch: AtomicU32,
     /// The epoch this node last led (0: never); `EPOCH` holds it with `epoch`.
@@ -114,6 +114,13 @@ pub(super) struct Replication {
     alone_logged: std::sync::atomic::AtomicBool,
     /// A standby's view of its primary.
     follow: Mutex<Option<FollowLink>>,
+    /// A cluster leader's in-sync standbys (`cluster.rs`): every answer waits until each of
+    /// them holds its record. `None` outside a cluster (any one standby suffices then).
+    pub(super) isr: Mutex<Option<std::collections::BTreeSet<String>>>,
+    /// A cluster leader's lease deadline, in ms after `opened` (0: none): past it, no batch
+    /// is taken and no answer given (`cluster.rs`), even before the agent notices.
+    pub(super) lease_until_ms: AtomicU64,
+    pub(super) opened: Instant,
 }
 
 impl Replication {
@@ -141,6 +148,9 @@ impl Replication {
             alone: Default::default(),
             alone_logged: Default::default(),
             follow: Mutex::new(None),
+            isr: Mutex::new(None),
+            lease_until_ms: AtomicU64::new(0),
+            opened: Instant::now(),
         }
     }
 }
@@ -257,13 +267,7 @@ impl Engine {
     /// byte) from the WAL's next lsn: the
     /// epoch is durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it.
     pub(super) fn take_new_epoch(&self) -> Result<u32, EngineError> {
-        let next = self.wal.next_lsn();
-        let mut epochs = lock(&self.repl.epochs);
-        let known = epochs
-            .latest()
-            .map_or(0, |(e, _)| e)
-            .max(self.wal.last_record_epoch())
-            .max(self.epoch());
+        let known = self.highest_epoch_known();
         // The next epoch with this node's id in its low byte: above every epoch known, and
         // never the same as one another node mints.
         let Some(epoch) = next_epoch(known, self.config.replication.node_id()) else {
@@ -272,6 +276,23 @@ impl Engine {
                 roost_replication::EPOCH_CEILING
             )));
         };
+        self.take_epoch(epoch)
+    }
+
+    /// The highest epoch in `LEADER_EPOCHS`, the WAL and `EPOCH`.
+    pub fn highest_epoch_known(&self) -> u32 {
+        lock(&self.repl.epochs)
+            .latest()
+            .map_or(0, |(e, _)| e)
+            .max(self.wal.last_record_epoch())
+            .max(self.epoch())
+    }
+
+    /// Leads `epoch` (above every epoch known: the caller checked) from the WAL's next lsn,
+    /// durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it.
+    pub(super) fn take_epoch(&self, epoch: u32) -> Result<u32, EngineError> {
+        let next = self.wal.next_lsn();
+        let mut epochs = lock(&self.repl.epochs);
         self.write_epochs(EpochFile {
             known: epoch,
             led: epoch,
@@ -308,6 +329,7 @@ impl Engine {
 
     /// `Ok` while this node may take batches (the primary).
     pub(super) fn check_primary(&self) -> Result<(), EngineError> {
+        self.fence_if_lapsed();
         match self.role() {
             Role::Primary => Ok(()),
             role => Err(EngineError::NotPrimary { role: role.name() }),
@@ -384,6 +406,19 @@ impl Engine {
         self.repl.acked_cv.notify_all();
     }
 
+    /// Each standby's acknowledged lsn (what it holds below).
+    pub(super) fn standby_acks(&self) -> Vec<(String, Lsn)> {
+        lock(&self.repl.standbys)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.acked))
+            .collect()
+    }
+
+    /// Wakes answers waiting for a standby to look at the high watermark again.
+    pub(super) fn repl_acked_notify(&self) {
+        self.repl.acked_cv.notify_all();
+    }
+
     /// The standbys as this primary last saw them.
     pub fn standbys(&self) -> Vec<(String, StandbyState)> {
         let mut v: Vec<_> = lock(&self.repl.standbys)
@@ -397,6 +432,9 @@ impl Engine {
     /// Below it every record is durable here and on at least one standby in sync (without
     /// replication, or before any standby: what is durable here).
     pub fn high_watermark(&self) -> Lsn {
+        if let Some(hw) = self.isr_high_watermark() {
+            return hw;
+        }
         let timeout = self.config.replication.standby_timeout();
         let best = lock(&self.repl.standbys)
             .values()
@@ -433,6 +471,9 @@ impl Engine {
 
     /// Whether some standby is in sync (fetched within `standby_timeout_ms`).
     fn standby_in_sync(&self) -> bool {
+        if let Some(in_sync) = self.isr_in_sync() {
+            return in_sync;
+        }
         let timeout = self.config.replication.standby_timeout();
         lock(&self.repl.standbys)
             .values()
@@ -445,6 +486,9 @@ impl Engine {
     /// the batch stays claimed for recovery (or for the new primary).
     pub(super) fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
         let cfg = &self.config.replication;
+        if self.fence_if_lapsed() {
+            return Err(EngineError::Unreplicated { lsn });
+        }
         if cfg.ack == Ack::Local {
             return Ok(());
         }

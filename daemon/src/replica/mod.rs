@@ -15,7 +15,7 @@ pub mod transport;
 use std::sync::Arc;
 use std::time::Duration;
 
-use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
+use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLog, Lsn};
 
 use crate::error::EngineError;
 use crate::pipeline::Engine;
@@ -103,6 +103,54 @@ impl LeaderLog for LeaderSide {
     ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
         let hold = self.0.begin_backup(replica).map_err(|e| e.to_string())?;
         Ok(Box::new(backup::EngineBackup::new(hold)))
+    }
+
+    fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {
+        forward_here(&self.0, replica, batch)
+    }
+}
+
+/// Forwarded batches run here so far, for their sources' names.
+static FORWARDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A batch member `replica` forwarded (issue 27): run as a detached batch of this leader's
+/// (source `fwd/REPLICA/N`), answered once as durable as this leader's own answers. The
+/// standby parsed it already; an invalid one is answered as such all the same.
+fn forward_here(engine: &Engine, replica: &str, batch: &[u8]) -> Forwarded {
+    use std::sync::atomic::Ordering;
+    let cfg = engine.config();
+    let parsed = match crate::batch::parse(batch, cfg.batch_ops_max) {
+        Ok(b) => b,
+        Err(inv) => {
+            let r = crate::batch::BatchResult::invalid(&inv);
+            return answer(engine, &r);
+        }
+    };
+    let n = FORWARDED.fetch_add(1, Ordering::Relaxed);
+    let source = format!("fwd/{replica}/{n}");
+    match engine.submit_detached(&parsed, &source) {
+        Ok(r) => {
+            engine.stats.forwarded_in.fetch_add(1, Ordering::Relaxed);
+            answer(engine, &r)
+        }
+        Err(e) if e.latches_nothing() => Forwarded::Refused(e.to_string()),
+        Err(e) => {
+            tracing::error!(replica, request_key = %parsed.request_key, error = %e, "a forwarded batch failed");
+            Forwarded::Refused(format!("the leader failed: {e}"))
+        }
+    }
+}
+
+/// A forwarded batch's answer: its result line, and the log end the standby must hold
+/// before it gives it (the claim's, for a committed batch; else all that is durable here).
+fn answer(engine: &Engine, r: &crate::batch::BatchResult) -> Forwarded {
+    let durable_lsn = match r {
+        crate::batch::BatchResult::Committed { lsn, .. } => lsn + 1,
+        _ => engine.durable_end(),
+    };
+    Forwarded::Answer {
+        answer: r.to_json_line(),
+        durable_lsn,
     }
 }
 

@@ -58,6 +58,11 @@ struct Shared {
     bulk_files: AtomicUsize,
     /// Bulk files that found no place, requeued when one frees (`bulk.rs`).
     bulk_waiting: Mutex<Vec<String>>,
+    /// `[cluster]`: etcd, the leader, forwarding (`crate::cluster`).
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// This life of a cluster node ends to start again as a follower (fenced, or its
+    /// follower must cut its log first): see [`Ended`].
+    rejoin: AtomicBool,
 }
 
 /// Clears its flag when dropped (a task's "running" mark, also on an early return).
@@ -69,14 +74,24 @@ impl Drop for ClearOnDrop<'_> {
     }
 }
 
+/// How a serve ended without a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop (SIGTERM, SIGINT, the embedding program).
+    Stopped,
+    /// A cluster node's life ended: it was fenced, or its follower must cut its log
+    /// before following again. The caller opens the data directory again as a follower.
+    Rejoin,
+}
+
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
 pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
-    serve_until(engine, Arc::new(Notify::new()))
+    serve_until(engine, Arc::new(Notify::new())).map(|_| ())
 }
 
 /// [`serve`], also stopping (the same graceful way) when `stop` is notified: for embedding
 /// the daemon in another program, such as the benchmark.
-pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
+pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, EngineError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(blocking_threads(engine.config()))
@@ -108,9 +123,10 @@ fn blocking_threads(cfg: &crate::config::Config) -> usize {
 }
 
 impl Shared {
-    fn new(engine: Arc<Engine>) -> Arc<Shared> {
+    fn new(engine: Arc<Engine>) -> Result<Arc<Shared>, EngineError> {
         let failed = FailedDir::load(&engine.spool().failed, &engine.spool().out);
-        Arc::new(Shared {
+        let cluster = crate::cluster::Cluster::new(engine.config())?;
+        Ok(Arc::new(Shared {
             engine,
             in_progress: Mutex::new(HashSet::new()),
             again: Mutex::new(HashSet::new()),
@@ -125,7 +141,15 @@ impl Shared {
             syncing_tail: AtomicBool::new(false),
             bulk_files: AtomicUsize::new(0),
             bulk_waiting: Mutex::new(Vec::new()),
-        })
+            cluster,
+            rejoin: AtomicBool::new(false),
+        }))
+    }
+
+    /// The cluster, while this node is a cluster standby (its intake forwards).
+    fn forwarding(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        let standby = self.engine.role() == crate::pipeline::Role::Standby;
+        self.cluster.as_ref().filter(|_| standby)
     }
 
     fn stopping(&self) -> bool {
@@ -185,17 +209,17 @@ fn warn_waiting_files(new_dir: &Path) {
     }
 }
 
-async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), EngineError> {
+async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, EngineError> {
     let cfg = engine.config().clone();
     let workers = cfg.batches_in_flight_max;
     let new_dir = engine.spool().new.clone();
-    let shared = Shared::new(engine);
+    let shared = Shared::new(engine)?;
     let mut hints = Hints::watch(&new_dir);
     let mut signals = Signals::install(&new_dir)?;
     let mut tick = tokio::time::interval(cfg.rescan_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
-    let sidecars = Sidecars::start(&cfg, &shared.engine);
+    let sidecars = Sidecars::start(&cfg, &shared.engine, shared.cluster.clone());
     let mut repl = match replication::ReplTasks::start(&shared).await {
         Ok(r) => r,
         Err(e) => {
@@ -206,9 +230,14 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
     let stream = stream::Stream::start(&shared);
     let role = shared.engine.role();
     info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.engine.epoch(), "serving");
-    if role == crate::pipeline::Role::Standby {
+    if role == crate::pipeline::Role::Standby && shared.cluster.is_none() {
         warn_waiting_files(&new_dir);
     }
+    let agent = shared
+        .cluster
+        .as_ref()
+        .map(|c| c.start(shared.engine.clone()));
+    let mut following: Option<String> = None;
     let mut was_standby = role == crate::pipeline::Role::Standby;
     let mut resume_tried = Instant::now();
     loop {
@@ -218,6 +247,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             _ = signals.term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = signals.int.recv() => { info!("SIGINT: stopping"); break; }
             _ = shared.wake.notified() => {}
+            _ = cluster_changed(&shared) => {}
             _ = hints.lost_events.notified() => {}
             Some(name) = hints.events.recv() => names.push(name),
             _ = tick.tick() => hints.rescan_needed.store(true, Ordering::SeqCst),
@@ -230,6 +260,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             was_standby = false;
             repl.promoted(&shared);
             hints.rescan_needed.store(true, Ordering::SeqCst);
+        }
+        if !follow_the_cluster(&shared, &mut repl, &mut following).await {
+            break;
         }
         let seen = repl.status.snapshot();
         shared.engine.update_follow_status(|f| {
@@ -255,7 +288,54 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
             break;
         }
     }
-    shutdown(&shared, &sem, workers, (sidecars, repl, stream)).await
+    if let (Some(c), Some(task)) = (&shared.cluster, agent) {
+        c.stop();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    shutdown(&shared, &sem, workers, (sidecars, repl, stream)).await?;
+    Ok(match shared.rejoin.load(Ordering::SeqCst) {
+        true => Ended::Rejoin,
+        false => Ended::Stopped,
+    })
+}
+
+/// Resolves when the cluster agent has news for the loop (never without a cluster).
+async fn cluster_changed(shared: &Shared) {
+    match &shared.cluster {
+        Some(c) => c.changed().notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A cluster node's part of each pass: a standby follows whom etcd names (re-pointing its
+/// follower when that changes); a fenced leader ends this life to rejoin as a follower
+/// (`false`: the loop stops, and `serve_until` returns [`Ended::Rejoin`]).
+async fn follow_the_cluster(
+    shared: &Arc<Shared>,
+    repl: &mut replication::ReplTasks,
+    following: &mut Option<String>,
+) -> bool {
+    let Some(cl) = &shared.cluster else {
+        return true;
+    };
+    match shared.engine.role() {
+        crate::pipeline::Role::SteppedDown { .. } => {
+            info!("cluster: this node no longer leads; rejoining as a follower");
+            shared.rejoin.store(true, Ordering::SeqCst);
+            false
+        }
+        crate::pipeline::Role::Standby => {
+            let leader = cl.leader_addr();
+            if leader.is_some() && leader != *following {
+                if let Some(addr) = &leader {
+                    repl.follow_at(shared, addr.clone()).await;
+                }
+                *following = leader;
+            }
+            !shared.rejoin.load(Ordering::SeqCst)
+        }
+        crate::pipeline::Role::Primary => true,
+    }
 }
 
 /// Whether intake is open. While it is paused for want of disk space (`pipeline/room.rs`),
@@ -263,6 +343,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<(), Engin
 /// that is not a full disk stops the daemon like any I/O failure.
 async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     let e = &shared.engine;
+    if let Some(cl) = shared.forwarding() {
+        return cl.leader_addr().is_some(); // a cluster standby forwards to the leader
+    }
     if e.role() != crate::pipeline::Role::Primary || e.deferred_claims() > 0 {
         return false; // a standby's spool is closed; claims left over are finished first
     }
@@ -580,7 +663,7 @@ mod tests {
         fn start(engine: Arc<Engine>) -> Serving {
             let stop = Arc::new(Notify::new());
             let s = stop.clone();
-            let thread = std::thread::spawn(move || serve_until(engine, s));
+            let thread = std::thread::spawn(move || serve_until(engine, s).map(|_| ()));
             Serving { stop, thread }
         }
 

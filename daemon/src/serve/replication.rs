@@ -82,6 +82,20 @@ impl ReplTasks {
         })
     }
 
+    /// A cluster standby follows `addr` (etcd named it the leader): the follower of the
+    /// previous leader stops first (at most 5 s), so one follower appends at a time.
+    pub async fn follow_at(&mut self, shared: &Arc<Shared>, addr: String) {
+        let _ = self.stop_follower.send(true);
+        if let Some(h) = self.follower.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+        }
+        let (tx, rx) = watch::channel(false);
+        self.stop_follower = tx;
+        let to = (addr, self.transport.clone());
+        let status = self.status.clone();
+        self.follower = Some(tokio::spawn(run_follower(shared.clone(), to, status, rx)));
+    }
+
     /// The node was promoted: it follows no one from now on, and tells its former primary
     /// (if that one still runs, it steps down: `roost_replication::announce_epoch`).
     pub fn promoted(&mut self, shared: &Arc<Shared>) {
@@ -183,9 +197,23 @@ async fn run_follower(
         transport,
         ..FollowerOptions::new(engine.config().replication.node_name())
     };
+    let repointed = stop.clone();
     let r = roost_replication::follow(addr.clone(), log, opts, stop, status).await;
     if engine.role() != Role::Standby {
         return; // promoted: the follower's end is expected
+    }
+    if shared.cluster.is_some() && !matches!(r, Ok(_) | Err(FollowError::Log { .. })) {
+        // A cluster standby cuts, re-seeds or adopts what it must at a new start as a
+        // follower of whoever leads then: this life ends, the process goes on.
+        if *repointed.borrow() {
+            return; // re-pointed to another leader meanwhile
+        }
+        if let Err(e) = &r {
+            warn!(leader = %addr, error = %e, "cluster: the follower must start again; rejoining");
+        }
+        shared.rejoin.store(true, Ordering::SeqCst);
+        shared.wake.notify_one();
+        return;
     }
     let e = match r {
         Ok(_) => return,

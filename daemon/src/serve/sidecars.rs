@@ -23,20 +23,24 @@ pub(super) struct Sidecars {
 impl Sidecars {
     /// Starts the control socket and metrics endpoint, says READY=1, then starts the ticker
     /// (READY=1 first: the ticker's first WATCHDOG=1 must not overtake it).
-    pub fn start(cfg: &Config, engine: &Arc<Engine>) -> Sidecars {
+    pub fn start(
+        cfg: &Config,
+        engine: &Arc<Engine>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Sidecars {
         let socket = control::socket_path(cfg);
         let control = tokio::spawn({
-            let (sock, engine) = (socket.clone(), engine.clone());
+            let (sock, engine, cluster) = (socket.clone(), engine.clone(), cluster.clone());
             async move {
-                if let Err(e) = control::serve_socket(sock.clone(), engine).await {
+                if let Err(e) = control::serve_socket(sock.clone(), engine, cluster).await {
                     warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
                 }
             }
         });
         let metrics = cfg.metrics_listen.map(|addr| {
-            let engine = engine.clone();
+            let (engine, cluster) = (engine.clone(), cluster.clone());
             tokio::spawn(async move {
-                if let Err(e) = control::serve_metrics_tcp(addr, engine).await {
+                if let Err(e) = control::serve_metrics_tcp(addr, engine, cluster).await {
                     warn!(%addr, error = %e, "metrics endpoint unavailable");
                 }
             })

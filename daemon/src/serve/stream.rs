@@ -409,6 +409,9 @@ async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receive
 /// worker's does), its batches answered `unavailable` too (they may be claimed: recovery
 /// finishes them and the same keys then get their answers).
 fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer>>) {
+    if let Some(cl) = sh.forwarding() {
+        return forward(sh, cl, batches, txs);
+    }
     let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, s)| (b, s.as_str())).collect();
     let source = items.first().map_or("", |(_, s)| *s);
     let mut txs: Vec<Option<oneshot::Sender<Answer>>> = txs.into_iter().map(Some).collect();
@@ -440,6 +443,24 @@ fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer
     };
     for (i, (b, _)) in items.iter().enumerate() {
         send(i, Answer::unavailable(Some(&b.request_key), why.clone()));
+    }
+}
+
+/// A cluster standby's streamed batches: each forwarded to the leader and answered once
+/// this node holds its claim (`cluster/forward.rs`), or answered `unavailable`.
+fn forward(
+    sh: &Shared,
+    cl: &crate::cluster::Cluster,
+    batches: &[(Batch, String)],
+    txs: Vec<oneshot::Sender<Answer>>,
+) {
+    let rt = tokio::runtime::Handle::current();
+    for ((b, _), tx) in batches.iter().zip(txs) {
+        let a = match crate::cluster::forward::forward(cl, &sh.engine, &rt, b) {
+            Ok(r) => Answer::Result(r),
+            Err(e) => Answer::unavailable(Some(&b.request_key), e.to_string()),
+        };
+        let _ = tx.send(a);
     }
 }
 

@@ -97,17 +97,50 @@ fn read(sh: &Shared, name: &str) -> Read {
 /// One file from `new/` to its result (a bulk file's: `bulk.rs`).
 fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     if crate::spool::bulk::is_bulk_name(name) {
+        if sh.forwarding().is_some() {
+            // Taken by the leader only (docs/cluster.md): it waits, applied if this leads.
+            debug!(file = name, "bulk file on a cluster standby: waits in new/");
+            return Ok(());
+        }
         return super::bulk::process(sh, name);
     }
     match read(sh, name) {
         Read::Gone => Ok(()),
         Read::Invalid(inv) => quarantine(sh, name, &inv),
-        Read::Batch(b) => settled(name, sh.engine.submit(&b, name).map(|r| vec![r])),
+        Read::Batch(b) => match sh.forwarding() {
+            Some(cl) => forward(sh, cl, name, &b),
+            None => settled(name, sh.engine.submit(&b, name).map(|r| vec![r])),
+        },
+    }
+}
+
+/// A cluster standby's file: forwarded to the leader, answered here once this node holds
+/// the claim (`cluster/forward.rs`); not now (no leader, a failover): left in `new/` for the
+/// next rescan, to be sent again under its key.
+fn forward(
+    sh: &Shared,
+    cl: &crate::cluster::Cluster,
+    name: &str,
+    b: &batch::Batch,
+) -> Result<(), EngineError> {
+    let rt = tokio::runtime::Handle::current();
+    match crate::cluster::forward::forward(cl, &sh.engine, &rt, b) {
+        Ok(r) => {
+            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
+            sh.engine.answer_forwarded(name, &r)
+        }
+        Err(e) => {
+            debug!(file = name, error = %e, "forwarded batch not answered now; left in new/");
+            Ok(())
+        }
     }
 }
 
 /// Spool files to their results as one group; invalid ones quarantined first, one by one.
 fn process_group(sh: &Shared, names: &[String]) -> Result<(), EngineError> {
+    if sh.forwarding().is_some() {
+        return names.iter().try_for_each(|n| process(sh, n));
+    }
     let mut batches = Vec::with_capacity(names.len());
     for name in names {
         match read(sh, name) {

@@ -24,11 +24,14 @@ use serde_json::Value;
 mod batches;
 mod bulk;
 mod claims;
+mod cluster;
 mod node;
+mod proxy;
 mod replicated;
 mod stream;
 mod verdict;
 
+pub use cluster::run_cluster;
 pub use replicated::run_replicated;
 
 use self::batches::{Batches, Sent};

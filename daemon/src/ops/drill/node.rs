@@ -42,12 +42,17 @@ fn free_port() -> anyhow::Result<u16> {
 impl Node {
     /// Creates `<root>/NAME` and its configuration `<root>/NAME.toml`.
     pub fn new(root: &Path, name: &'static str) -> anyhow::Result<Node> {
+        Node::member(root, name, &["a", "b"])
+    }
+
+    /// A node of the cluster whose members are `members` (`<root>/NAME`, `<root>/NAME.toml`).
+    pub fn member(root: &Path, name: &'static str, members: &[&str]) -> anyhow::Result<Node> {
         let data = root.join(name);
         std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
         let port = free_port()?;
         let socket = data.join("roost.sock");
         let config = root.join(format!("{name}.toml"));
-        let tls = crate::ops::certs::member_config(&root.join("certs"), name, &["a", "b"])?;
+        let tls = crate::ops::certs::member_config(&root.join("certs"), name, members)?;
         let text = format!(
             "{DRILL_CONFIG}rescan_interval_ms = 100\ncontrol_socket = {socket:?}\n\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}",
             socket = socket.display().to_string()
@@ -67,6 +72,26 @@ impl Node {
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Appends `text` to the configuration (before the next start).
+    pub fn append_config(&self, text: &str) -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.config)
+            .with_context(|| format!("opening {}", self.config.display()))?;
+        f.write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", self.config.display()))
+    }
+
+    /// SIGSTOP or SIGCONT to the running daemon (nothing if not running).
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(c) = &self.child {
+            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
     }
 
     pub fn spool(&self) -> SpoolPaths {

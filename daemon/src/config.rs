@@ -721,6 +721,59 @@ impl Config {
 mod tests {
     use super::*;
 
+    fn parsed(text: &str) -> Result<Config, ConfigError> {
+        let mut c: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        c.name_from_cluster();
+        c.validate().map(|()| c)
+    }
+
+    /// Goal: `[cluster]` is checked whole (issue 27): etcd URLs, TLS files all or none and
+    /// matching the scheme, the lease's range, `advertise`, the prefix; it needs `listen`,
+    /// excludes `follow`, and its name is the replication name.
+    #[test]
+    fn cluster_settings_are_validated() {
+        let good = "[replication]\nlisten = \"127.0.0.1:7400\"\n[cluster]\netcd = [\"http://127.0.0.1:2379\"]\nname = \"a\"\nadvertise = \"127.0.0.1:7400\"\n";
+        let c = parsed(good).expect("a valid cluster");
+        assert_eq!(
+            c.replication.node_name(),
+            "a",
+            "the cluster name is the replication name"
+        );
+        let cl = c.cluster.as_ref().expect("cluster");
+        assert_eq!((cl.lease_ms, cl.prefix.as_str()), (3000, "/roost/default"));
+        assert_eq!(cl.margin(), Duration::from_millis(750));
+        let bad = [
+            (good.replace("listen = \"127.0.0.1:7400\"\n", ""), "listen"),
+            (format!("{good}lease_ms = 500\n"), "lease_ms"),
+            (good.replace("http://", "ftp://"), "http"),
+            (good.replace("http://", "https://"), "etcd_ca"),
+            (format!("{good}etcd_cert = \"c.pem\"\n"), "together"),
+            (
+                good.replace("advertise = \"127.0.0.1:7400\"", "advertise = \"nowhere\""),
+                "HOST:PORT",
+            ),
+            (format!("{good}prefix = \"roost/\"\n"), "prefix"),
+            (
+                good.replace(
+                    "[replication]\n",
+                    "[replication]\nfollow = \"127.0.0.1:1\"\nname = \"b\"\n",
+                ),
+                "follow",
+            ),
+            (
+                good.replace("[replication]\n", "[replication]\nname = \"b\"\n"),
+                "differ",
+            ),
+        ];
+        for (text, needle) in bad {
+            match parsed(&text) {
+                Err(e) => assert!(e.to_string().contains(needle), "{needle}: {e}"),
+                Ok(_) => panic!("accepted ({needle}): {text}"),
+            }
+        }
+    }
+
     /// Goal: plain TCP only on loopback unless `insecure`; TLS all three files or none,
     /// with members holding this node's name (issue 26).
     #[test]

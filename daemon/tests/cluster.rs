@@ -139,6 +139,14 @@ fn three_nodes_elect_one_leader_and_every_spool_takes_batches() {
     let lead = cluster(&nodes[l]);
     assert!(lead["forwarded_in"].as_u64() >= Some(12), "{lead}");
     assert_eq!(lead["isr"].as_array().map(Vec::len), Some(3), "{lead}");
+    let metrics =
+        |n: &Node| String::from_utf8_lossy(&n.roost(&["status", "--metrics"]).stdout).into_owned();
+    let m = metrics(&nodes[l]);
+    assert!(m.contains("roost_cluster_leading 1\n"), "{m}");
+    assert!(m.contains("roost_cluster_isr_members 3\n"), "{m}");
+    let m = metrics(others[0]);
+    assert!(m.contains("roost_cluster_leading 0\n"), "{m}");
+    assert!(!m.contains("roost_cluster_forwarded_out_total 0\n"), "{m}");
     for n in nodes.iter_mut() {
         n.stop();
     }

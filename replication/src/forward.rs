@@ -30,6 +30,9 @@ use crate::task::{blocking, wait_shutdown};
 use crate::transport::{Stream, Transport};
 use crate::wire::{read_frame, write_encoded, Message};
 
+/// The longest a member's write of one forward may take (a leader that stops reading).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Forwards of one connection the leader runs at once.
 pub const FORWARDS_PER_CONNECTION: usize = 64;
 
@@ -238,8 +241,17 @@ impl Forwarder {
             addr: addr.to_owned(),
             detail: detail.to_owned(),
         };
-        if requests.send((id, batch)).await.is_err() {
-            return Err(lost("the connection closed"));
+        // Bounded like the answer: a leader that stopped reading fills the channel.
+        match timeout(limit, requests.send((id, batch))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(lost("the connection closed")),
+            Err(_) => {
+                let after = limit;
+                return Err(ForwardError::Timeout {
+                    addr: addr.to_owned(),
+                    after,
+                });
+            }
         }
         match timeout(limit, done_rx).await {
             Ok(Ok(Ok(reply))) => Ok(reply),
@@ -314,9 +326,10 @@ async fn write_requests(
             batch,
         };
         let sent = match crate::wire::encode(&msg, frame_bytes_max) {
-            Ok(frame) => write_encoded(&mut writer, &frame)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(frame) => match timeout(WRITE_TIMEOUT, write_encoded(&mut writer, &frame)).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("writing a forward took over {WRITE_TIMEOUT:?}")),
+            },
             Err(e) => Err(e.to_string()),
         };
         if let Err(detail) = sent {

@@ -378,7 +378,12 @@ impl Engine {
     /// synced (the claim is the leader's and ours, under its own detached source: nothing
     /// here would finish it again, so the removal is made durable at once).
     pub fn answer_forwarded(&self, name: &str, r: &BatchResult) -> Result<(), EngineError> {
-        self.publish(name, r)?;
+        // Not `publish`: the name is not settled against this node's own claims. A claim it
+        // made under the name while it led (and was fenced before finishing) is never
+        // finished here while it follows, so waiting for it would wait forever; if this node
+        // leads again, recovery's answer for it touches no other request's input or answer
+        // (`names.rs`).
+        self.publish_settled(name, r)?;
         self.remove_input(name)?;
         self.storage
             .sync_dir(&self.spool.new)

@@ -5,15 +5,28 @@
 use crate::types::{Config, Log, QuorumState, Record, ReplicaSet, ReplicaState, Requests, State};
 
 /// Appends digits, least significant first. `None` once a digit is out of its range or the
-/// number overflows.
-struct Packer {
+/// number overflows. The election model (`election/encode.rs`) packs its states with it too.
+pub(crate) struct Packer {
     key: u128,
     weight: u128,
     ok: bool,
 }
 
 impl Packer {
-    fn push(&mut self, digit: u32, radix: u32) {
+    pub(crate) fn new() -> Packer {
+        Packer {
+            key: 0,
+            weight: 1,
+            ok: true,
+        }
+    }
+
+    /// The key, if every digit was in range and the number fits.
+    pub(crate) fn key(&self) -> Option<u128> {
+        self.ok.then_some(self.key)
+    }
+
+    pub(crate) fn push(&mut self, digit: u32, radix: u32) {
         if !self.ok || digit >= radix {
             self.ok = false;
             return;
@@ -35,10 +48,10 @@ impl Packer {
 }
 
 /// Reads digits back in the order they were pushed.
-struct Unpacker(u128);
+pub(crate) struct Unpacker(pub(crate) u128);
 
 impl Unpacker {
-    fn pop(&mut self, radix: u32) -> u32 {
+    pub(crate) fn pop(&mut self, radix: u32) -> u32 {
         let digit = self.0 % u128::from(radix);
         self.0 /= u128::from(radix);
         digit as u32
@@ -105,11 +118,7 @@ fn push_quorum(p: &mut Packer, cfg: &Config, x: &Radix, q: &QuorumState) {
 /// The key of a state, or `None` if a variable is outside its type (then `TypeOk` is false).
 pub fn encode(cfg: &Config, s: &State) -> Option<u128> {
     let x = Radix::of(cfg);
-    let mut p = Packer {
-        key: 0,
-        weight: 1,
-        ok: true,
-    };
+    let mut p = Packer::new();
     for r in cfg.all() {
         let log = s.log(r);
         p.push(u32::from(log.end_offset), x.offset);
@@ -134,7 +143,7 @@ pub fn encode(cfg: &Config, s: &State) -> Option<u128> {
         p.push(digit, x.request);
     }
     push_quorum(&mut p, cfg, &x, &s.quorum_state);
-    p.ok.then_some(p.key)
+    p.key()
 }
 
 fn pop_quorum(u: &mut Unpacker, cfg: &Config, x: &Radix) -> QuorumState {
@@ -186,11 +195,7 @@ pub fn decode(cfg: &Config, key: u128) -> State {
 /// Whether the largest state of these constants packs into 128 bits.
 pub fn fits(cfg: &Config) -> bool {
     let x = Radix::of(cfg);
-    let mut p = Packer {
-        key: 0,
-        weight: 1,
-        ok: true,
-    };
+    let mut p = Packer::new();
     let per_replica = [x.offset, x.offset, x.epoch_opt, x.replica_opt, x.set];
     for _ in cfg.all() {
         per_replica
@@ -204,5 +209,5 @@ pub fn fits(cfg: &Config) -> bool {
     [x.epoch_opt, x.replica_opt, x.set]
         .iter()
         .for_each(|&radix| p.push(radix - 1, radix));
-    p.ok
+    p.key().is_some()
 }

@@ -5,14 +5,21 @@
 use crate::base::presumes_leadership;
 use crate::types::{Config, Log, QuorumState, Record, ReplicaSet, State, MAX_LOG_SIZE, NIL};
 
-/// A named state predicate.
-#[derive(Clone, Copy)]
-pub struct Invariant {
+/// A named state predicate (of the Kafka family's states unless told otherwise).
+pub struct Invariant<C = Config, S = State> {
     pub name: &'static str,
     /// Where it is defined.
     pub source: &'static str,
-    pub check: fn(&Config, &State) -> bool,
+    pub check: fn(&C, &S) -> bool,
 }
+
+impl<C, S> Clone for Invariant<C, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C, S> Copy for Invariant<C, S> {}
 
 /// Every invariant, in report order.
 pub const INVARIANTS: [Invariant; 7] = [

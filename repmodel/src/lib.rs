@@ -11,6 +11,7 @@
 //! | `variants/` | `KafkaTruncateToHighWatermark.tla`, `Kip101.tla`, `Kip279.tla`, `Kip320.tla` |
 //! | `invariants.rs` | `TypeOk`, `WeakIsr`, `StrongIsr`, `LeaderInIsr`, log matching, `EpochMinted` |
 //! | `outsider.rs` | not in the spec: an unauthenticated peer sending fetches to `Kip320`'s leaders (issue 26) |
+//! | `election.rs`, `election/` | not in the specs: the cluster's election through an etcd-like lease store, with fencing by lease and by epoch (issue 27) |
 //! | `encode.rs`, `explorer.rs`, `print.rs` | the model checker: state keys, BFS, traces |
 //!
 //! `docs/replication-model.md` lists every place where the transcription had to interpret
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod base;
+pub mod election;
 pub mod encode;
 pub mod explorer;
 pub mod invariants;
@@ -28,7 +30,7 @@ pub mod step;
 pub mod types;
 pub mod variants;
 
-pub use explorer::{explore, Report, Trace, Verdict};
+pub use explorer::{explore, search, Model, Report, Trace, Verdict};
 pub use invariants::INVARIANTS;
 pub use step::{Label, Spec, Successors};
 pub use types::{Config, State};

@@ -66,6 +66,11 @@ pub fn state(cfg: &Config, s: &State) -> String {
 
 /// A trace: `State 1: <Init>`, then `State k: <Action(args)>` and the state.
 pub fn trace(cfg: &Config, t: &Trace) -> String {
+    trace_with(t, |s| state(cfg, s))
+}
+
+/// A trace of any model, each state printed by `state`.
+pub fn trace_with<S>(t: &Trace<S>, state: impl Fn(&S) -> String) -> String {
     let mut text = String::new();
     for (i, step) in t.steps.iter().enumerate() {
         let action = match step.action {
@@ -74,7 +79,7 @@ pub fn trace(cfg: &Config, t: &Trace) -> String {
             None => "no action of Next leads here (transcription bug)".to_string(),
         };
         let _ = writeln!(text, "  State {}: <{}>", i + 1, action);
-        text.push_str(&state(cfg, &step.state));
+        text.push_str(&state(&step.state));
     }
     text
 }

@@ -71,13 +71,18 @@ impl fmt::Display for Label {
 
 /// The successors of one state, with the action instance that produced each. Duplicates are
 /// kept: they count as generated states, as in TLC.
-#[derive(Default)]
-pub struct Successors {
-    pub items: Vec<(Label, State)>,
+pub struct Successors<S = State> {
+    pub items: Vec<(Label, S)>,
 }
 
-impl Successors {
-    pub fn push(&mut self, label: Label, state: State) {
+impl<S> Default for Successors<S> {
+    fn default() -> Self {
+        Successors { items: Vec::new() }
+    }
+}
+
+impl<S> Successors<S> {
+    pub fn push(&mut self, label: Label, state: S) {
         self.items.push((label, state));
     }
 

@@ -46,3 +46,33 @@ fn usage_errors_exit_64() {
         assert_eq!(run(args).0, Some(64), "{args:?}");
     }
 }
+
+#[test]
+fn runs_the_election_and_prints_its_counterexamples() {
+    let args = [
+        "election",
+        "--ack",
+        "local",
+        "--no-gap",
+        "--batches",
+        "1",
+        "--flaw",
+        "no-margin",
+    ];
+    let (code, out) = run(&args);
+    assert_eq!(code, Some(0));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("ack=local no-gap flaw=no-margin "))
+        .expect("a row for the configuration");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[3..7], ["2", "3", "1", "122286"]);
+    assert!(out.contains(
+        "Election (ack=local no-gap flaw=no-margin) with 2 nodes: AnswersWithinLease is \
+         violated; shortest counterexample, 7 states:"
+    ));
+    assert!(out.contains("  State 7: <Answer(leader=r1, batch=0)>"));
+    for args in [&["election", "--flaw", "bogus"][..], &["election", "--ack"]] {
+        assert_eq!(run(args).0, Some(64), "{args:?}");
+    }
+}

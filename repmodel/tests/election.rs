@@ -1,0 +1,353 @@
+//! The election through a lease store (issue 27, `src/election.rs`), explored exhaustively:
+//! every row of its results table pinned (distinct and generated states, depth, and per
+//! invariant "holds" or the length of its shortest counterexample), every counterexample
+//! replayed against the model, ending in the one state that breaks it. The design as built
+//! keeps `NoAckLost`, `NoTwoAnswerInOneEpoch` and `OneLeaderKey` with leaders paused anywhere;
+//! `AnswersWithinLease` holds when no pause falls between a leader's deadline check and its
+//! act; each flaw breaks the invariant its rule keeps. `docs/replication-model.md` explains
+//! the rows.
+#![forbid(unsafe_code)]
+
+use roost_repmodel::election::invariants::by_name;
+use roost_repmodel::election::{self, print, Ack, Config, Election, Flaw, State};
+use roost_repmodel::explorer::replay;
+use roost_repmodel::{Model, Report, Successors};
+
+type ElectionReport = Report<State, Config>;
+
+/// One pinned row. `cex[i]` is the length (states, initial included) of the shortest
+/// counterexample to `INVARIANTS[i]`, or `None` if it holds.
+struct Pin {
+    cfg: Config,
+    distinct: u64,
+    generated: u64,
+    depth: u32,
+    cex: [Option<usize>; 4],
+}
+
+/// Invariant order of `cex`.
+const NAMES: [&str; 4] = [
+    "NoTwoAnswerInOneEpoch",
+    "AnswersWithinLease",
+    "NoAckLost",
+    "OneLeaderKey",
+];
+
+const OK: Option<usize> = None;
+
+const fn fails(states: usize) -> Option<usize> {
+    Some(states)
+}
+
+const STANDBY2: Config = Config::two_nodes(Ack::Standby);
+const LOCAL2: Config = Config::two_nodes(Ack::Local).with_batches(1);
+const LOCAL2_TWO_ANSWERS: Config = Config::two_nodes(Ack::Local)
+    .with_max_epoch(2)
+    .without_gap();
+const STANDBY3: Config = Config::three_nodes(Ack::Standby);
+const STANDBY3_THREE_ELECTIONS: Config = STANDBY3.without_gap().with_max_epoch(3);
+
+/// The rows of `election::rows()`, in order, with what the explorer found.
+fn pins() -> Vec<Pin> {
+    let pin = |cfg, (distinct, generated, depth), cex| Pin {
+        cfg,
+        distinct,
+        generated,
+        depth,
+        cex,
+    };
+    vec![
+        pin(STANDBY2, (454717, 2039548, 34), [OK, fails(11), OK, OK]),
+        pin(STANDBY2.without_gap(), (123826, 539803, 29), [OK; 4]),
+        pin(LOCAL2, (237102, 1424997, 28), [OK, fails(9), fails(10), OK]),
+        pin(
+            LOCAL2.without_gap(),
+            (62346, 370991, 24),
+            [OK, OK, fails(8), OK],
+        ),
+        pin(
+            LOCAL2_TWO_ANSWERS,
+            (154514, 910909, 24),
+            [OK, OK, fails(8), OK],
+        ),
+        pin(STANDBY3, (848620, 5794685, 29), [OK, fails(13), OK, OK]),
+        pin(STANDBY3.without_gap(), (242737, 1647545, 25), [OK; 4]),
+        pin(STANDBY3_THREE_ELECTIONS, (2636628, 22345903, 31), [OK; 4]),
+        pin(
+            LOCAL2.without_gap().with(Flaw::NoMargin),
+            (122286, 711455, 26),
+            [OK, fails(7), fails(8), fails(4)],
+        ),
+        pin(
+            STANDBY3.without_gap().with(Flaw::CampaignOutsideIsr),
+            (569425, 4036460, 26),
+            [OK, OK, fails(12), OK],
+        ),
+        pin(
+            STANDBY3.without_gap().with(Flaw::IsrGrowStoreFirst),
+            (511417, 3619805, 27),
+            [OK, OK, fails(14), OK],
+        ),
+        pin(
+            STANDBY3.without_gap().with(Flaw::IsrShrinkMemoryFirst),
+            (482773, 3364013, 25),
+            [OK, OK, fails(11), OK],
+        ),
+        pin(
+            STANDBY2.without_gap().with(Flaw::AcksAcrossEpochs),
+            (144686, 638379, 29),
+            [OK, OK, fails(13), OK],
+        ),
+        pin(
+            LOCAL2_TWO_ANSWERS.with(Flaw::EpochFromNode),
+            (500681, 3054442, 30),
+            [fails(11), OK, fails(8), OK],
+        ),
+        pin(
+            STANDBY3_THREE_ELECTIONS.with(Flaw::IsrGrowAtHw),
+            (2862474, 24279469, 31),
+            [OK, OK, fails(18), OK],
+        ),
+    ]
+}
+
+/// Explores `cfg` and checks it against its pinned row, and every counterexample against the
+/// model: a behaviour from `Init` whose last state, and no earlier one, breaks the invariant.
+fn assert_pinned(cfg: Config) -> ElectionReport {
+    let pins = pins();
+    let e = pins
+        .iter()
+        .find(|p| p.cfg == cfg)
+        .unwrap_or_else(|| panic!("no pinned row for {cfg:?}"));
+    let r = election::check(&cfg).expect("the model's constants fit");
+    let row = format!("{} with {} nodes", print::describe(&cfg), cfg.nodes);
+    println!("{}", print::table(std::slice::from_ref(&r)));
+    let found: Vec<Option<usize>> = r.verdicts.iter().map(|v| v.counterexample_len()).collect();
+    assert_eq!(found, e.cex.to_vec(), "{row}: verdicts for {NAMES:?}");
+    assert_eq!(
+        (r.distinct, r.generated, r.depth),
+        (e.distinct, e.generated, e.depth),
+        "{row}: counts"
+    );
+    for v in &r.verdicts {
+        let Some(trace) = &v.counterexample else {
+            continue;
+        };
+        replay(&Election, &cfg, trace).unwrap_or_else(|err| panic!("{row}: {err}"));
+        let check = by_name(v.invariant).expect("a known invariant").check;
+        let (last, before) = trace.steps.split_last().expect("a trace has a state");
+        assert!(!check(&cfg, &last.state), "{row}: the last state breaks it");
+        assert!(
+            before.iter().all(|step| check(&cfg, &step.state)),
+            "{row}: an earlier state breaks {}",
+            v.invariant
+        );
+    }
+    r
+}
+
+/// The counterexample to `invariant`, printed, with its last action checked.
+fn counterexample(r: &ElectionReport, invariant: &str, last_action: &str) -> Vec<State> {
+    let trace = r
+        .verdict(invariant)
+        .and_then(|v| v.counterexample.as_ref())
+        .unwrap_or_else(|| panic!("{invariant} holds"));
+    println!(
+        "{invariant}, {} states:\n{}",
+        trace.steps.len(),
+        print::trace(&r.cfg, trace)
+    );
+    let last = trace.steps.last().and_then(|s| s.action).map(|l| l.action);
+    assert_eq!(last, Some(last_action), "{invariant}: the last action");
+    trace.steps.iter().map(|s| s.state).collect()
+}
+
+/// The table `election::rows()` (the command line's and the doc's) is the pinned one.
+#[test]
+fn every_row_of_the_table_is_pinned() {
+    let pinned: Vec<Config> = pins().iter().map(|p| p.cfg).collect();
+    assert_eq!(election::rows(), pinned);
+    assert_eq!(election::INVARIANTS.map(|i| i.name), NAMES);
+}
+
+/// The design as built, leaders paused anywhere, two and three nodes: no acknowledged batch
+/// is lost, no epoch has two answerers, no two nodes believe they hold the key. A leader
+/// paused between its check and its act does answer after its lease (`AnswersWithinLease`,
+/// 11 and 13 states), but only a batch a standby acknowledged in its epoch, so the batch is on
+/// the next leader: safety there rests on epochs, not time.
+#[test]
+fn the_built_design_loses_no_acknowledged_batch_with_leaders_paused_anywhere() {
+    for cfg in [STANDBY2, STANDBY3] {
+        let r = assert_pinned(cfg);
+        let states = counterexample(&r, "AnswersWithinLease", "Answer");
+        let last = states.last().expect("a state");
+        assert!(last.store.holder.is_none(), "the lease has expired");
+        let answerer = (0..cfg.nodes)
+            .find(|&n| last.node(n).is_leader())
+            .expect("the old leader");
+        assert!(
+            (0..cfg.nodes).any(|n| n != answerer && last.node(n).log.offset_of(0).is_some()),
+            "a standby holds the answered batch"
+        );
+    }
+}
+
+/// With the check and the act one step, the margin keeps every answer inside the store's
+/// lease, under both acks, at two and three nodes (three elections too): every invariant
+/// holds under ack=standby. Under ack=local the same pause that breaks it above breaks it
+/// here (9 states): the documented cost of `local`.
+#[test]
+fn without_a_pause_between_check_and_act_every_answer_is_within_the_lease() {
+    for cfg in [
+        STANDBY2.without_gap(),
+        STANDBY3.without_gap(),
+        STANDBY3_THREE_ELECTIONS,
+    ] {
+        assert_pinned(cfg);
+    }
+    assert_pinned(LOCAL2.without_gap());
+    let r = assert_pinned(LOCAL2);
+    counterexample(&r, "AnswersWithinLease", "Answer");
+}
+
+/// ack=local answers once the leader's own claim is durable, so a failover to a standby that
+/// never fetched the batch loses it (8 states): `NoAckLost` is what ack=standby buys.
+#[test]
+fn ack_local_loses_an_acknowledged_batch_at_failover() {
+    let r = assert_pinned(LOCAL2_TWO_ANSWERS);
+    let states = counterexample(&r, "NoAckLost", "Campaign");
+    let last = states.last().expect("a state");
+    assert_eq!(last.batches[0].answer.map(|a| a.epoch), Some(1));
+}
+
+/// Mutant (a): a node believes its lease valid until send + TTL. Its clock lags the store's
+/// by a tick, so its view outlasts the store's lease: two ticks after winning, the key is gone
+/// (another node may win now) and it still believes it leads (`OneLeaderKey`, 4 states), and
+/// it answers a batch under ack=local (`AnswersWithinLease`, 7 states).
+#[test]
+fn without_the_margin_a_lagging_clock_answers_after_the_store_expired() {
+    let r = assert_pinned(LOCAL2.without_gap().with(Flaw::NoMargin));
+    let states = counterexample(&r, "AnswersWithinLease", "Answer");
+    let last = states.last().expect("a state");
+    assert!(last.store.holder.is_none() && last.node(0).deadline > 0);
+    counterexample(&r, "OneLeaderKey", "Tick");
+}
+
+/// Mutant (b): a node outside the store's ISR campaigns. The leader shrank the ISR to the
+/// standby that fetched b0 and answered it; its lease runs out and the other standby, without
+/// b0, wins (12 states).
+#[test]
+fn campaigning_outside_the_isr_loses_an_acknowledged_batch() {
+    let r = assert_pinned(STANDBY3.without_gap().with(Flaw::CampaignOutsideIsr));
+    counterexample(&r, "NoAckLost", "Campaign");
+}
+
+/// Mutant (c): the ISR grows in the store before the leader's memory. A standby is electable
+/// while the hw does not wait for it: the leader answers b0 that it never fetched, and it wins
+/// (14 states).
+#[test]
+fn growing_the_isr_in_the_store_first_loses_an_acknowledged_batch() {
+    let r = assert_pinned(STANDBY3.without_gap().with(Flaw::IsrGrowStoreFirst));
+    counterexample(&r, "NoAckLost", "Campaign");
+}
+
+/// Mutant (c'): the ISR shrinks in the leader's memory before the store. The hw stops
+/// waiting for a standby that is still electable (11 states).
+#[test]
+fn shrinking_the_isr_in_memory_first_loses_an_acknowledged_batch() {
+    let r = assert_pinned(STANDBY3.without_gap().with(Flaw::IsrShrinkMemoryFirst));
+    counterexample(&r, "NoAckLost", "Campaign");
+}
+
+/// Mutant (d): the leader counts a fetch from a standby in an older epoch. r1 fenced with
+/// b0@e1 at offset 0; r2 leads epoch 2, writes b1 at offset 0 and counts r1's offset 0 as b1:
+/// it answers b1, and r1 wins epoch 3 without it (13 states). The epoch on acks is what keeps
+/// a stale suffix from passing for the leader's.
+#[test]
+fn counting_acks_across_epochs_loses_an_acknowledged_batch() {
+    let r = assert_pinned(STANDBY2.without_gap().with(Flaw::AcksAcrossEpochs));
+    counterexample(&r, "NoAckLost", "Campaign");
+}
+
+/// Mutant (e): the winner takes its own last epoch + 1 (what a node-local generation does).
+/// r1 wins epoch 1 and answers; its lease runs out; r2, which never saw epoch 1, wins epoch 1
+/// too and answers (11 states). Epochs minted by the store's transaction are what keep one
+/// answerer per epoch.
+#[test]
+fn epochs_the_nodes_pick_let_two_nodes_answer_in_one_epoch() {
+    let r = assert_pinned(LOCAL2_TWO_ANSWERS.with(Flaw::EpochFromNode));
+    counterexample(&r, "NoTwoAnswerInOneEpoch", "Answer");
+}
+
+/// Mutant (f), found by the model: a standby that reached the leader's hw counts as caught
+/// up. r1 answers b0 with r2 in its ISR and r3 out; r2 wins epoch 2 with its hw at 0 (a new
+/// leader counts again), takes r3 into the ISR at that hw although r3 lacks b0, and r3 wins
+/// epoch 3 (18 states). Caught up means holding the leader's whole log.
+#[test]
+fn a_standby_that_reached_a_new_leaders_hw_is_not_caught_up() {
+    let r = assert_pinned(STANDBY3_THREE_ELECTIONS.with(Flaw::IsrGrowAtHw));
+    let states = counterexample(&r, "NoAckLost", "Campaign");
+    let grown = states
+        .iter()
+        .any(|s| s.store.epoch == 2 && s.store.isr == roost_repmodel::types::ReplicaSet(0b111));
+    assert!(grown, "r3 rejoins the ISR in epoch 2");
+}
+
+/// Constants the arrays or the key cannot hold are refused, as is a margin as long as the
+/// lease.
+#[test]
+fn constants_the_model_cannot_hold_are_refused() {
+    let bad = [
+        Config {
+            nodes: 5,
+            ..STANDBY2
+        },
+        Config {
+            batches: 4,
+            ..STANDBY2
+        },
+        Config {
+            margin: 2,
+            ..STANDBY2
+        },
+        Config {
+            max_epoch: 7,
+            ..STANDBY2
+        },
+    ];
+    for cfg in bad {
+        assert!(election::check(&cfg).is_err(), "{cfg:?}");
+    }
+    let big = Config {
+        nodes: 4,
+        batches: 3,
+        max_epoch: 6,
+        ttl: 8,
+        ..STANDBY2
+    };
+    assert!(big.validate().is_err(), "does not pack into 128 bits");
+}
+
+/// A state outside its type has no key, and `Init` round-trips.
+#[test]
+fn state_keys_round_trip_and_refuse_ill_typed_states() {
+    let cfg = STANDBY3;
+    let init = Election.init(&cfg);
+    let key = Election.encode(&cfg, &init).expect("Init is well typed");
+    assert_eq!(Election.decode(&cfg, key), init);
+    let mut bad = init;
+    bad.store.lease = cfg.ttl + 1;
+    assert_eq!(Election.encode(&cfg, &bad), None);
+    let mut out = Successors::default();
+    Election.next(&cfg, &init, &mut out);
+    let actions: Vec<String> = out.items.iter().map(|(l, _)| l.to_string()).collect();
+    assert_eq!(
+        actions,
+        [
+            "Tick()",
+            "Campaign(node=r1)",
+            "Campaign(node=r2)",
+            "Campaign(node=r3)"
+        ]
+    );
+}

@@ -154,6 +154,10 @@ struct Round {
     burst: f64,
     leader: Vec<f64>,
     forwarded: f64,
+    /// The leader's wait for its standbys, p50/p99 (ms, bucket bounds), and its batches per
+    /// WAL sync, over the whole round.
+    replicate: Value,
+    per_sync: f64,
 }
 
 fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<Round> {
@@ -173,8 +177,13 @@ fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<R
     let standby = &c.nodes[(c.leader + 1) % 3].spool;
     let most = sz.clients.last().copied().unwrap_or(4);
     let forwarded = closed_loop(standby, most, sz.cell, &w)?.0;
+    let st = c.nodes[c.leader].status().unwrap_or(Value::Null);
+    let replicate = st["latency_ms"]["replicate"].clone();
+    let per_sync = st["wal_batches_per_sync"].as_f64().unwrap_or(f64::NAN);
     c.stop()?;
     Ok(Round {
+        replicate,
+        per_sync,
         burst,
         leader,
         forwarded,
@@ -216,8 +225,8 @@ pub fn run() -> anyhow::Result<()> {
         for ack in order {
             let x = run_round(&bin, &root.join(format!("r{r}-{ack}")), ack, &sz)?;
             println!(
-                "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s",
-                x.burst, sz.clients, x.leader.iter().map(|v| v.round()).collect::<Vec<_>>(), x.forwarded.round()
+                "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s; the leader's wait for standbys (ms) {}, {:.1} batches per WAL sync",
+                x.burst, sz.clients, x.leader.iter().map(|v| v.round()).collect::<Vec<_>>(), x.forwarded.round(), x.replicate, x.per_sync
             );
             all.push((ack, x));
         }

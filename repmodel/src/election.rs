@@ -1,4 +1,4 @@
-//! The cluster's election through an external lease store (issue 27, `docs/cluster-design.md`),
+//! The cluster's election through an external lease store (issue 27, `docs/cluster.md`),
 //! modelled before it is built: nodes win leadership with one etcd-like transaction, hold it
 //! with a lease they renew, fence themselves by their own view of that lease, and replicate
 //! and answer batches fenced by epoch. Not in the TLA+ specs: it has its own state, actions,

@@ -406,9 +406,14 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
     Ok(Step::Leading)
 }
 
-/// `(join, leave)`: standbys caught up with the slowest in-sync one (or with the log's
-/// durable end when none is in sync), and in-sync ones silent for `standby_timeout_ms`
-/// (after this node has led that long), never the last under `ack = "standby"`/`wait`.
+/// `(join, leave)`: standbys that hold every acknowledged batch, and in-sync ones silent for
+/// `standby_timeout_ms` (after this node has led that long), never the last under
+/// `ack = "standby"`/`wait`. A standby holds every acknowledged batch once it acknowledged
+/// both this epoch's start (everything earlier leaders acknowledged is below it: this node
+/// held it to be elected) and this leader's high watermark (everything it acknowledged).
+/// The slowest in-sync standby's position is not enough: a new leader's in-sync standbys
+/// may not have fetched from it yet (the election model's flaw (f),
+/// docs/replication-model.md).
 fn isr_changes(
     cl: &Cluster,
     engine: &Engine,
@@ -419,17 +424,7 @@ fn isr_changes(
     let fresh = |s: &crate::pipeline::replicate::StandbyState| {
         s.connected && s.last_fetch.elapsed() < cl.standby_timeout
     };
-    let acked = |n: &str| {
-        standbys
-            .iter()
-            .find(|(s, _)| s == n)
-            .map_or(0, |(_, s)| s.acked)
-    };
-    let floor = now
-        .iter()
-        .map(|n| acked(n))
-        .min()
-        .unwrap_or_else(|| engine.durable_end());
+    let floor = engine.epoch_start().max(engine.high_watermark());
     let add: BTreeSet<String> = standbys
         .iter()
         .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= floor && s.acked > 0)

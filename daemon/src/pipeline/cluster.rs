@@ -4,13 +4,13 @@
 //! member of it (the only nodes etcd lets campaign) holds every acknowledged batch.
 //! The etcd side is the `cluster` folder (above this one).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
 use roost_wal::Lsn;
 use tracing::{info, warn};
 
-use super::replicate::Role;
+use super::replicate::{Role, StandbyState};
 use super::{lock, Engine};
 use crate::config::Ack;
 use crate::error::EngineError;
@@ -74,6 +74,14 @@ impl Engine {
         false
     }
 
+    /// The first lsn of the epoch this node leads (or last led): every batch an earlier
+    /// leader acknowledged is below it.
+    pub fn epoch_start(&self) -> Lsn {
+        lock(&self.repl.epochs)
+            .latest()
+            .map_or(1, |(_, start)| start)
+    }
+
     /// The in-sync standbys of this cluster leader (`None` outside a cluster or not leading).
     pub fn isr(&self) -> Option<BTreeSet<String>> {
         lock(&self.repl.isr).clone()
@@ -102,7 +110,11 @@ impl Engine {
     /// The high watermark of a cluster leader: the lowest acknowledgement among its in-sync
     /// standbys (one that has not fetched yet counts as holding nothing); with none in sync,
     /// nothing is replicated under `ack = "standby"`.
-    pub(super) fn isr_high_watermark(&self) -> Option<Lsn> {
+    /// `standbys` is locked by the caller (lock order: standbys, then the ISR).
+    pub(super) fn isr_high_watermark(
+        &self,
+        standbys: &HashMap<String, StandbyState>,
+    ) -> Option<Lsn> {
         let isr = lock(&self.repl.isr);
         let set = isr.as_ref()?;
         let end = self.durable_end();
@@ -110,10 +122,9 @@ impl Engine {
             let local = self.config.replication.ack == Ack::Local;
             return Some(if local { end } else { 1 });
         }
-        let acked = self.standby_acks();
         let low = set
             .iter()
-            .map(|n| acked.iter().find(|(s, _)| s == n).map_or(1, |(_, a)| *a))
+            .map(|n| standbys.get(n).map_or(1, |s| s.acked))
             .min()
             .unwrap_or(1);
         Some(low.clamp(1, end))

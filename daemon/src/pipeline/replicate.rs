@@ -406,14 +406,6 @@ impl Engine {
         self.repl.acked_cv.notify_all();
     }
 
-    /// Each standby's acknowledged lsn (what it holds below).
-    pub(super) fn standby_acks(&self) -> Vec<(String, Lsn)> {
-        lock(&self.repl.standbys)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.acked))
-            .collect()
-    }
-
     /// Wakes answers waiting for a standby to look at the high watermark again.
     pub(super) fn repl_acked_notify(&self) {
         self.repl.acked_cv.notify_all();
@@ -432,11 +424,17 @@ impl Engine {
     /// Below it every record is durable here and on at least one standby in sync (without
     /// replication, or before any standby: what is durable here).
     pub fn high_watermark(&self) -> Lsn {
-        if let Some(hw) = self.isr_high_watermark() {
+        self.high_watermark_with(&lock(&self.repl.standbys))
+    }
+
+    /// [`Engine::high_watermark`] from `standbys`, locked by the caller (so that an answer
+    /// can check it and wait for the next acknowledgement without missing one between).
+    fn high_watermark_with(&self, standbys: &HashMap<String, StandbyState>) -> Lsn {
+        if let Some(hw) = self.isr_high_watermark(standbys) {
             return hw;
         }
         let timeout = self.config.replication.standby_timeout();
-        let best = lock(&self.repl.standbys)
+        let best = standbys
             .values()
             .filter(|s| s.connected && s.last_fetch.elapsed() < timeout)
             .map(|s| s.acked)
@@ -498,9 +496,7 @@ impl Engine {
         }
         let t0 = Instant::now();
         let mut warned = false;
-        let mut standbys = lock(&self.repl.standbys);
         loop {
-            drop(standbys);
             if self.high_watermark() > lsn {
                 self.stats.latency.replicate.record(t0.elapsed());
                 return Ok(());
@@ -523,14 +519,24 @@ impl Engine {
                     "no standby in sync: results wait for one (when_standby_lost = \"wait\")"
                 );
             }
-            standbys = lock(&self.repl.standbys);
-            standbys = self
-                .repl
-                .acked_cv
-                .wait_timeout(standbys, Duration::from_millis(50))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            self.wait_for_acknowledgement(lsn);
         }
+    }
+
+    /// Waits (at most 50 ms) for the next acknowledgement, unless the high watermark is past
+    /// `lsn` already: checked under the lock an acknowledgement takes, so none is missed
+    /// between the check and the wait (a missed one cost the full 50 ms).
+    fn wait_for_acknowledgement(&self, lsn: Lsn) {
+        let standbys = lock(&self.repl.standbys);
+        if self.high_watermark_with(&standbys) > lsn {
+            return;
+        }
+        let _woken = self
+            .repl
+            .acked_cv
+            .wait_timeout(standbys, Duration::from_millis(50))
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
     }
 
     /// Where the last checkpoint starts (1 before the first).

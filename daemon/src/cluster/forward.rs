@@ -28,10 +28,13 @@ pub struct NotNow(pub String);
 /// the blocking pool (it blocks on the runtime `rt`).
 pub fn forward(
     cl: &Cluster,
-    engine: &Engine,
+    (engine, stopping): (&Engine, &dyn Fn() -> bool),
     rt: &Handle,
     batch: &Batch,
 ) -> Result<BatchResult, NotNow> {
+    if stopping() {
+        return Err(NotNow("this node is stopping (or rejoining)".into()));
+    }
     let addr = cl
         .leader_addr()
         .ok_or_else(|| NotNow("no leader is known yet (cluster election in progress)".into()))?;
@@ -51,14 +54,19 @@ pub fn forward(
             batch.request_key
         ))
     })?;
-    hold(engine, durable_lsn, &batch.request_key)?;
+    hold((engine, stopping), durable_lsn, &batch.request_key)?;
     engine.stats.forwarded_out.fetch_add(1, Ordering::Relaxed);
     Ok(result)
 }
 
 /// Waits until this node's log holds every record below `durable_lsn` durably (fetched
-/// from the leader), at most [`FORWARD_WAIT`], and while it is still a standby.
-fn hold(engine: &Engine, durable_lsn: u64, key: &str) -> Result<(), NotNow> {
+/// from the leader), at most [`FORWARD_WAIT`], while it is still a standby and not stopping
+/// (a node that stops or rejoins has stopped following: its log will not move).
+fn hold(
+    (engine, stopping): (&Engine, &dyn Fn() -> bool),
+    durable_lsn: u64,
+    key: &str,
+) -> Result<(), NotNow> {
     let need = durable_lsn.saturating_sub(1);
     let until = Instant::now() + FORWARD_WAIT;
     loop {
@@ -68,7 +76,7 @@ fn hold(engine: &Engine, durable_lsn: u64, key: &str) -> Result<(), NotNow> {
         if synced >= need {
             return Ok(());
         }
-        if engine.role() != Role::Standby || Instant::now() >= until {
+        if engine.role() != Role::Standby || stopping() || Instant::now() >= until {
             return Err(NotNow(format!(
                 "request key {key:?}: this node does not hold the leader's answer yet (its log is durable to lsn {synced}, the answer cites {need})"
             )));

@@ -124,7 +124,8 @@ fn forward(
     b: &batch::Batch,
 ) -> Result<(), EngineError> {
     let rt = tokio::runtime::Handle::current();
-    match crate::cluster::forward::forward(cl, &sh.engine, &rt, b) {
+    let stopping = || sh.stopping() || sh.rejoin.load(Ordering::SeqCst);
+    match crate::cluster::forward::forward(cl, (&sh.engine, &stopping), &rt, b) {
         Ok(r) => {
             debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
             sh.engine.answer_forwarded(name, &r)

@@ -96,6 +96,8 @@ struct Cluster<'a> {
     log: Vec<String>,
     per_round: usize,
     next: usize,
+    /// Streamed batches made so far (each one's key is unique).
+    streamed: usize,
     unavailable: usize,
 }
 
@@ -136,6 +138,7 @@ impl<'a> Cluster<'a> {
             log: Vec::new(),
             per_round: opts.batches.div_ceil(opts.kills + 1),
             next: 0,
+            streamed: 0,
             unavailable: 0,
         })
     }
@@ -266,8 +269,11 @@ impl<'a> Cluster<'a> {
     /// each answered one is acknowledged, an `unavailable` one kept for the next time.
     fn stream_all(&mut self) {
         for (i, n) in NAMES.iter().enumerate() {
-            for k in 0..STREAMED {
-                if let Ok((key, body, _)) = self.b.fresh(&format!("s{}-{n}-{k}", self.next)) {
+            for _ in 0..STREAMED {
+                // A tag of its own for every streamed batch: a key sent again with other
+                // content would be a conflict, not a retry.
+                self.streamed += 1;
+                if let Ok((key, body, _)) = self.b.fresh(&format!("s{}-{n}", self.streamed)) {
                     self.stream_bodies.insert(key.clone(), body.clone());
                     self.stream_pending.push((key, body));
                 }

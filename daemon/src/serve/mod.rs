@@ -237,8 +237,10 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
         .cluster
         .as_ref()
         .map(|c| c.start(shared.engine.clone()));
-    let mut following: Option<String> = None;
-    let mut was_standby = role == crate::pipeline::Role::Standby;
+    let mut track = Track {
+        was_standby: role == crate::pipeline::Role::Standby,
+        following: None,
+    };
     let mut resume_tried = Instant::now();
     loop {
         let mut names: Vec<String> = Vec::new();
@@ -255,22 +257,9 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
         if shared.stopping() {
             break;
         }
-        maybe_checkpoint(&shared);
-        if was_standby && shared.engine.role() == crate::pipeline::Role::Primary {
-            was_standby = false;
-            repl.promoted(&shared);
-            hints.rescan_needed.store(true, Ordering::SeqCst);
-        }
-        if !follow_the_cluster(&shared, &mut repl, &mut following).await {
+        if !between_passes(&shared, &mut repl, &mut track, &hints).await {
             break;
         }
-        let seen = repl.status.snapshot();
-        shared.engine.update_follow_status(|f| {
-            f.connected = seen.connected;
-            f.leader_epoch = seen.leader_epoch;
-        });
-        maybe_finish_claims(&shared);
-        maybe_sync_tail(&shared);
         if let Ok(mut q) = shared.requeue.lock() {
             names.append(&mut q);
         }
@@ -297,6 +286,42 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
         true => Ended::Rejoin,
         false => Ended::Stopped,
     })
+}
+
+/// What the loop remembers of the node's role between passes.
+struct Track {
+    /// A standby at the last pass (a promotion is acted on once).
+    was_standby: bool,
+    /// The leader a cluster standby's follower follows now.
+    following: Option<String>,
+}
+
+/// Between waking and taking files: a checkpoint when due, a promotion's follow-up, the
+/// cluster's leader, the follower's figures for status, claims left for intake's opening,
+/// an idle WAL tail. `false`: this life ends (a cluster node rejoins as a follower).
+async fn between_passes(
+    shared: &Arc<Shared>,
+    repl: &mut replication::ReplTasks,
+    track: &mut Track,
+    hints: &Hints,
+) -> bool {
+    maybe_checkpoint(shared);
+    if track.was_standby && shared.engine.role() == crate::pipeline::Role::Primary {
+        track.was_standby = false;
+        repl.promoted(shared);
+        hints.rescan_needed.store(true, Ordering::SeqCst);
+    }
+    if !follow_the_cluster(shared, repl, &mut track.following).await {
+        return false;
+    }
+    let seen = repl.status.snapshot();
+    shared.engine.update_follow_status(|f| {
+        f.connected = seen.connected;
+        f.leader_epoch = seen.leader_epoch;
+    });
+    maybe_finish_claims(shared);
+    maybe_sync_tail(shared);
+    true
 }
 
 /// Resolves when the cluster agent has news for the loop (never without a cluster).

@@ -2,7 +2,7 @@
 //! listed before it (no module cycles):
 //!
 //! - `error` (the error type and the class -> exit code mapping) and `layout` (the data
-//!   directory's names): leaves.
+//!   directory's names), `logging` (the `ROOST_LOG` filter, stderr or the journal): leaves.
 //! - `config`, `batch` (parsing, fingerprint, result JSON).
 //! - `spool`: the spool directory (intake, result publishing, quarantine).
 //! - `pipeline`: the engine (Plan -> Claim -> Commit -> Finish, recovery), synchronous and
@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod layout;
+pub mod logging;
 pub mod ops;
 pub mod pipeline;
 pub mod replica;

@@ -3,7 +3,8 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
+use tracing::level_filters::LevelFilter;
 
 /// mimalloc instead of glibc's malloc: allocation and freeing were a quarter of the bulk
 /// path's samples (many small, short-lived buffers per batch across threads), and 20 bulk
@@ -15,34 +16,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     stop_on_any_panic();
     let cli = roost::cli::Cli::parse();
-    // Plain, colourless lines when not on a terminal (systemd's journal captures stderr).
     // The daemon logs at info; one-shot commands only say something when it matters.
+    // ROOST_LOG, ROOST_LOG_FORMAT and the journal: daemon/src/logging.rs.
     let default = match cli.command {
-        roost::cli::Command::Serve { .. } => tracing::Level::INFO,
-        _ => tracing::Level::WARN,
+        roost::cli::Command::Serve { .. } => LevelFilter::INFO,
+        _ => LevelFilter::WARN,
     };
-    let level = std::env::var("ROOST_LOG")
-        .ok()
-        .and_then(|l| l.parse::<tracing::Level>().ok())
-        .unwrap_or(default);
-    // ROOST_LOG_FORMAT=json: one JSON object per line. Under systemd (JOURNAL_STREAM set) the
-    // journal adds timestamps, so plain lines carry none; never colour unless on a terminal.
-    let json = std::env::var("ROOST_LOG_FORMAT").is_ok_and(|f| f == "json");
-    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal() && !journal)
-        .with_max_level(level)
-        // A log line that cannot be written (stderr gone, EIO, a full disk under the journal)
-        // is dropped: it must not panic the daemon or decide its exit code.
-        .log_internal_errors(false);
-    if json {
-        builder.json().init();
-    } else if journal {
-        builder.without_time().init();
-    } else {
-        builder.init();
-    }
+    roost::logging::init(default);
     roost::no_transparent_huge_pages();
     let code = match roost::cli::run(cli) {
         Ok(code) => code,

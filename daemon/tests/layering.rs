@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The parts, lowest first. A part may refer to itself and to any part before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "layout"],
+    &["error", "layout", "logging"],
     &["batch"],
     &["config"],
     &["spool"],

@@ -319,7 +319,7 @@ fn a_leader_cut_off_from_etcd_fences_itself() {
     for name in ["a", "b", "c"] {
         let mine: Vec<Proxy> = urls
             .iter()
-            .map(|u| Proxy::start(u.trim_start_matches("http://").to_owned()))
+            .map(|u| Proxy::start(u.trim_start_matches("http://").to_owned()).expect("proxy"))
             .collect();
         let via: Vec<String> = mine
             .iter()

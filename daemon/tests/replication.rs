@@ -332,7 +332,7 @@ fn after_a_partition_the_former_primary_steps_down_and_never_answers() {
     let t = tempfile::tempdir().expect("tempdir");
     let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
     a.start(None);
-    let proxy = Proxy::start(a.addr());
+    let proxy = Proxy::start(a.addr()).expect("proxy");
     b.start(Some(&proxy.addr()));
     drop_in(&a.spool(), "before.json", &batch("before", "s", 1));
     wait_for("before", LIMIT, || a.result("before.json").is_some());
@@ -438,7 +438,7 @@ fn alone_answers_through_a_partition_and_the_standby_catches_up() {
     let extra = "ack = \"standby\"\nwhen_standby_lost = \"alone\"";
     let (mut a, mut b) = two_nodes(t.path(), extra);
     a.start(None);
-    let proxy = Proxy::start(a.addr());
+    let proxy = Proxy::start(a.addr()).expect("proxy");
     b.start(Some(&proxy.addr()));
     drop_in(&a.spool(), "before.json", &batch("before", "s", 1));
     wait_for("before", LIMIT, || a.result("before.json").is_some());

@@ -45,6 +45,22 @@ pub struct View {
     pub etcd_error: Option<String>,
 }
 
+impl View {
+    /// While leading: how long this node may still answer without renewing (ms).
+    pub fn lease_left_ms(&self) -> Option<u64> {
+        self.fence_at.map(|t| {
+            let left = t.saturating_duration_since(Instant::now());
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        })
+    }
+
+    /// Leading: etcd named this node at the last renewal and the deadline has not passed
+    /// (false at once after it, whether or not the agent has run since).
+    pub fn leading(&self) -> bool {
+        self.leading_rev.is_some() && self.lease_left_ms().is_some_and(|ms| ms > 0)
+    }
+}
+
 /// The cluster side of one serving node.
 pub struct Cluster {
     cfg: ClusterConfig,
@@ -131,10 +147,6 @@ impl Cluster {
     /// The `cluster` object of `roost status`.
     pub fn status_json(&self, engine: &Engine) -> serde_json::Value {
         let v = self.view();
-        let lease_left_ms = v.fence_at.map(|t| {
-            let left = t.saturating_duration_since(Instant::now());
-            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-        });
         let leader = match (&v.leader, v.leading_rev) {
             (_, Some(_)) => Some(self.name.clone()),
             (Some(l), None) => Some(l.name.clone()),
@@ -149,9 +161,8 @@ impl Cluster {
             "leader": leader,
             "leader_advertise": v.leader.as_ref().map(|l| l.advertise.clone()),
             "epoch": engine.epoch(),
-            // Leading while etcd named it at the last renewal and the deadline has not passed.
-            "leading": v.leading_rev.is_some() && lease_left_ms.is_some_and(|ms| ms > 0),
-            "lease_left_ms": lease_left_ms,
+            "leading": v.leading(),
+            "lease_left_ms": v.lease_left_ms(),
             "isr": v.isr.as_ref().map(|i| i.members.clone()),
             "members": v.members.iter().map(|m| serde_json::json!({"name": m.name, "advertise": m.advertise, "role": m.role})).collect::<Vec<_>>(),
             "forwarded_in": engine.stats.forwarded_in.load(Ordering::Relaxed),

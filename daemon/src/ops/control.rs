@@ -74,17 +74,13 @@ fn cluster_samples(
     c: &Cluster,
 ) -> [(&'static str, &'static str, &'static str, u64); 8] {
     let v = c.view();
-    let left_ms = v.fence_at.map_or(0, |t| {
-        let left = t.saturating_duration_since(std::time::Instant::now());
-        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-    });
     let s = &engine.stats;
     [
         (
             "roost_cluster_leading",
             "gauge",
             "1 while this node leads the cluster (etcd names it and its lease is renewed).",
-            u64::from(v.leading_rev.is_some() && left_ms > 0),
+            u64::from(v.leading()),
         ),
         (
             "roost_cluster_epoch",
@@ -96,7 +92,7 @@ fn cluster_samples(
             "roost_cluster_lease_left_milliseconds",
             "gauge",
             "While leading: how long this node may still answer without renewing its lease.",
-            left_ms,
+            v.lease_left_ms().unwrap_or(0),
         ),
         (
             "roost_cluster_isr_members",

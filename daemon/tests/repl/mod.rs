@@ -4,11 +4,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{wait_for, BIN};
@@ -299,83 +296,7 @@ pub fn two_nodes(root: &Path, extra: &str) -> (Node, Node) {
     (Node::new(root, "a", extra), Node::new(root, "b", extra))
 }
 
-/// An in-test TCP proxy on loopback: forwards connections to `target` until `cut`, which
-/// closes every connection and refuses new ones (a partition) until `heal`.
-pub struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Proxy {
-    pub fn start(target: String) -> Proxy {
-        let l = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        let port = l.local_addr().expect("addr").port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (c, k, s) = (cut.clone(), conns.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                match l.accept() {
-                    Ok((down, _)) if !c.load(Ordering::SeqCst) => forward(down, &target, &k),
-                    Ok(_) => {} // partitioned: dropped at once
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Proxy {
-            port,
-            cut,
-            conns,
-            stop,
-        }
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for c in self.conns.lock().expect("conns").drain(..) {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    pub fn heal(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.cut();
-    }
-}
-
-/// Connects `down` to `target` with two copying threads (each ends with its sockets).
-pub fn forward(down: TcpStream, target: &str, conns: &Mutex<Vec<TcpStream>>) {
-    let Ok(up) = TcpStream::connect(target) else {
-        return;
-    };
-    let _ = down.set_nonblocking(false);
-    let pairs = [
-        (down.try_clone(), up.try_clone()),
-        (up.try_clone(), down.try_clone()),
-    ];
-    if let Ok(mut k) = conns.lock() {
-        k.extend([down, up]);
-    }
-    for (r, w) in pairs {
-        if let (Ok(mut r), Ok(mut w)) = (r, w) {
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut r, &mut w);
-                let _ = w.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    }
-}
+/// The in-test TCP proxy for partitions is the cluster drill's (`ops/drill/proxy.rs`):
+/// `cut` closes every connection and refuses new ones until `heal`.
+#[allow(unused_imports)] // not every test binary that includes this module cuts connections
+pub use roost::ops::drill::proxy::Proxy;

@@ -26,7 +26,7 @@ mod bulk;
 mod claims;
 mod cluster;
 mod node;
-mod proxy;
+pub mod proxy;
 mod replicated;
 mod stream;
 mod verdict;

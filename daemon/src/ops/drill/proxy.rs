@@ -1,4 +1,4 @@
-//! The cluster drill's partitions: a TCP proxy on loopback in front of a node's replication
+//! The cluster drill's partitions (and the replication tests'): a TCP proxy on loopback in front of a node's replication
 //! port (what the other nodes reach it by) or in front of etcd (what one node reaches etcd
 //! by). `cut` closes every connection through it and refuses new ones until `heal`.
 //! Each connection's sockets are dropped when both directions end, so a long drill (etcd
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 type Open = Arc<Mutex<HashMap<u64, [TcpStream; 2]>>>;
 
-pub(super) struct Proxy {
+pub struct Proxy {
     port: u16,
     cut: Arc<AtomicBool>,
     open: Open,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use roost_benchkit::{bench_base, raw_fdatasync, SyncFile};
 use roost_etcd::testing::EtcdServer;
 use serde_json::Value;
@@ -88,7 +88,7 @@ impl Cluster {
             let dir = root.join(name);
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("roost.sock");
-            let tls = roost::ops::certs::member_config(&root.join("certs"), name, &NAMES)?;
+            let tls = roost::ops::tls_certs::member_config(&root.join("certs"), name, &NAMES)?;
             let text = format!(
                 "control_socket = {:?}\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"{ack}\"\n{tls}\n[cluster]\netcd = [\"{}\"]\nadvertise = \"127.0.0.1:{port}\"\n",
                 socket.display().to_string(),

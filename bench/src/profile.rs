@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use roost_benchkit::bench_base;
 use serde_json::Value;
 

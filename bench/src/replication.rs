@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use roost_benchkit::{bench_base, raw_fdatasync, SyncFile};
 use serde_json::Value;
 
@@ -202,7 +202,7 @@ impl Pair {
             if mode != Mode::StandbyTls {
                 return Ok(String::new());
             }
-            roost::ops::certs::member_config(&root.join("certs"), name, &["primary", "standby"])
+            roost::ops::tls_certs::member_config(&root.join("certs"), name, &["primary", "standby"])
         };
         let section = match mode {
             Mode::Alone => String::new(),

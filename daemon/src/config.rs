@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-mod cluster;
-pub use cluster::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
+mod cluster_section;
+pub use cluster_section::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
 
 /// Limits and policies for one shard, from `[shards.NAME]`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]

@@ -10,8 +10,10 @@
 //! - `replica`: the engine joined to the replication protocol; `cluster`: leadership and
 //!   epochs from etcd, a standby's forwarding (issue 27).
 //! - `ops`: what operators use besides the pipeline: the control socket and metrics, the
-//!   systemd notify protocol, the offline `verify`, the crash `drill`.
+//!   systemd notify protocol, the offline `verify`, the test cluster's certificates.
 //! - `serve`: the async shell around the engine (spool watching, workers, signals).
+//! - `drill`: `roost drill`, the crash and failover drills, which run `roost serve` as child
+//!   processes (`drill::child`, public so black-box tests start the daemon the same way).
 //! - `cli`: the command line. `main.rs` only sets up logging and calls `cli::run`.
 #![forbid(unsafe_code)]
 
@@ -19,6 +21,7 @@ pub mod batch;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod drill;
 pub mod error;
 pub mod layout;
 pub mod logging;

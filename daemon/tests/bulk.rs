@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use serde_json::{json, Value};
 
 fn roost(data: &Path, args: &[&str]) -> std::process::Output {

@@ -4,7 +4,7 @@
 
 mod common;
 use common::BIN;
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;

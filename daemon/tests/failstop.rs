@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{drop_in, wait_for, BIN};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use serde_json::{json, Value};
 
 const BATCH: &[u8] = br#"{"request_key":"k1","ops":[{"op":"create","shard":"users","record":{"n":1}},{"op":"create","shard":"orders","record":{"n":2}}]}"#;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::strace::{can_inject, max_calls_per_thread, Call, Trace, TracedServe};
 use common::{drop_in, BIN};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use serde_json::Value;
 
 /// The most calls of one syscall per thread the walk fails, one run each.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn serve(dir: &Path, args: &[&str]) -> roost::ops::child::ServeChild {
+fn serve(dir: &Path, args: &[&str]) -> roost::drill::child::ServeChild {
     serve_ready(&dir.join("data"), &dir.join("serve.log"), args)
 }
 

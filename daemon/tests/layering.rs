@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["ops"],
     &["serve"],
+    &["drill"],
     &["cli"],
 ];
 

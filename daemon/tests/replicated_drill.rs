@@ -1,7 +1,7 @@
 //! `roost drill --replicated` as an operator runs it (issue 15's failover drill "for long
 //! runs"), small: two nodes on loopback, two failovers (one at a random moment, one at a named
 //! crash point), about 60 batches. It must find no violation on a correct build and say what it
-//! checked. That its checks can fail is shown by the unit tests of `ops::drill::verdict`, fed
+//! checked. That its checks can fail is shown by the unit tests of `drill::verdict`, fed
 //! a fabricated lost batch, a missing create and diverging logs.
 
 use std::process::Command;
@@ -60,7 +60,7 @@ struct Node {
     data: std::path::PathBuf,
     config: std::path::PathBuf,
     port: u16,
-    child: Option<roost::ops::child::ServeChild>,
+    child: Option<roost::drill::child::ServeChild>,
     starts: usize,
 }
 
@@ -71,7 +71,7 @@ impl Node {
             .expect("free port")
             .port();
         let (data, config) = (root.join(name), root.join(format!("{name}.toml")));
-        let tls = roost::ops::certs::member_config(&root.join("certs"), name, &["a", "b"])
+        let tls = roost::ops::tls_certs::member_config(&root.join("certs"), name, &["a", "b"])
             .expect("certificates");
         let text = format!("rescan_interval_ms = 100\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}");
         std::fs::write(&config, text).expect("config");
@@ -90,7 +90,7 @@ impl Node {
         std::fs::create_dir_all(&self.data).expect("mkdir");
         let config = self.config.clone();
         let bin = std::path::Path::new(BIN);
-        let mut c = roost::ops::child::ServeChild::spawn(bin, &self.data, &log, |c| {
+        let mut c = roost::drill::child::ServeChild::spawn(bin, &self.data, &log, |c| {
             c.arg("--config").arg(&config);
             if let Some(p) = follow {
                 c.arg("--follow").arg(format!("127.0.0.1:{p}"));

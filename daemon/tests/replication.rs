@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{drop_in, wait_for, BIN};
 use repl::*;
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use serde_json::Value;
 
 /// Goal: a standby follows the primary: the same records (lsn, epoch, type, content), the

@@ -280,7 +280,7 @@ fn plain_replication_on_a_public_address_needs_insecure() {
     );
     let public = format!("{listen}insecure = true\n");
     std::fs::write(&config, public).expect("config");
-    let mut started = roost::ops::child::ServeChild::spawn(
+    let mut started = roost::drill::child::ServeChild::spawn(
         Path::new(BIN),
         &t.path().join("public"),
         &t.path().join("public.log"),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn serve(dir: &Path, args: &[&str]) -> roost::ops::child::ServeChild {
+fn serve(dir: &Path, args: &[&str]) -> roost::drill::child::ServeChild {
     serve_ready(
         &dir.join("data"),
         &dir.join(format!("serve-{}.log", std::process::id())),
@@ -339,7 +339,7 @@ fn stream_kill_round(label: &str, seed: u64, kill: Kill) -> bool {
         Kill::At(point) => &[("ROOST_CRASH_AT", point)],
         Kill::After(_) | Kill::Term(_) => &[],
     };
-    let mut d = roost::ops::child::ServeChild::spawn(
+    let mut d = roost::drill::child::ServeChild::spawn(
         Path::new(BIN),
         &data,
         &t.path().join("killed.log"),
@@ -379,7 +379,7 @@ fn stream_kill_round(label: &str, seed: u64, kill: Kill) -> bool {
 /// returns the answers the client printed by then, by key (it exits 75: the connection
 /// closed; 0 if everything was answered first).
 fn kill_mid_stream(
-    mut d: roost::ops::child::ServeChild,
+    mut d: roost::drill::child::ServeChild,
     data: &Path,
     input: Vec<u8>,
     kill: Kill,

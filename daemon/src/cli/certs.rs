@@ -1,11 +1,11 @@
-//! `roost certs init|issue` (issue 26): prints what `ops::certs` made, one JSON line.
+//! `roost certs init|issue` (issue 26): prints what `ops::tls_certs` made, one JSON line.
 
 use std::path::Path;
 
 use serde_json::json;
 
-use crate::ops::certs::{make_ca, make_member};
-pub use crate::ops::certs::{CA_DAYS, MEMBER_DAYS};
+use crate::ops::tls_certs::{make_ca, make_member};
+pub use crate::ops::tls_certs::{CA_DAYS, MEMBER_DAYS};
 
 /// `roost certs init`: a new CA in `dir`.
 pub fn init(dir: &Path, days: u32, force: bool) -> anyhow::Result<i32> {

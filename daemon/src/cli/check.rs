@@ -38,7 +38,7 @@ pub(super) enum DrillKind {
 
 pub(super) fn drill(
     data_dir: Option<&Path>,
-    mut opts: crate::ops::drill::DrillOptions,
+    mut opts: crate::drill::DrillOptions,
     kind: DrillKind,
 ) -> anyhow::Result<i32> {
     opts.data_dir = match data_dir {
@@ -46,9 +46,9 @@ pub(super) fn drill(
         None => scratch_dir()?,
     };
     let violations = match kind {
-        DrillKind::One => crate::ops::drill::run(&opts)?,
-        DrillKind::Replicated => crate::ops::drill::run_replicated(&opts)?,
-        DrillKind::Cluster { lease_ms } => crate::ops::drill::run_cluster(&opts, lease_ms)?,
+        DrillKind::One => crate::drill::run(&opts)?,
+        DrillKind::Replicated => crate::drill::run_replicated(&opts)?,
+        DrillKind::Cluster { lease_ms } => crate::drill::run_cluster(&opts, lease_ms)?,
     };
     super::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {

@@ -12,8 +12,8 @@ mod check;
 mod read;
 mod serve;
 mod status;
-mod stream;
 mod submit;
+mod submit_stream;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -283,7 +283,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             socket,
             timeout,
             ..
-        } => stream::submit_stream(&cfg, socket.as_deref(), Duration::from_secs(*timeout)),
+        } => submit_stream::submit_stream(&cfg, socket.as_deref(), Duration::from_secs(*timeout)),
         Command::Submit {
             wait,
             timeout,
@@ -319,7 +319,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             lease_ms,
         } => check::drill(
             cli.data_dir.as_deref(),
-            crate::ops::drill::DrillOptions {
+            crate::drill::DrillOptions {
                 data_dir: PathBuf::new(),
                 batches: *batches,
                 kills: *kills,

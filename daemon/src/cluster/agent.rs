@@ -24,7 +24,7 @@ use roost_etcd::{CmpOp, Compare, Op, Txn};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::keys::{self, IsrValue, LeaderValue, MemberValue};
+use super::etcd_keys::{self as keys, IsrValue, LeaderValue, MemberValue};
 use super::Cluster;
 use crate::config::{Ack, StandbyLost};
 use crate::pipeline::{Engine, Role};

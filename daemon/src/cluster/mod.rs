@@ -12,8 +12,8 @@
 //! in-sync standby) is `pipeline/cluster.rs`.
 
 mod agent;
+pub mod etcd_keys;
 pub mod forward;
-pub mod keys;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,7 @@ use tokio::sync::{watch, Notify};
 use crate::config::{ClusterConfig, Config};
 use crate::error::EngineError;
 use crate::pipeline::Engine;
-use keys::{IsrValue, Keys, LeaderValue, MemberValue};
+use etcd_keys::{IsrValue, Keys, LeaderValue, MemberValue};
 
 /// What this node knows of the cluster now (for the serve loop, forwarding and status).
 #[derive(Clone, Debug, Default)]
@@ -196,7 +196,7 @@ pub fn find_leader(cfg: &Config) -> Result<Option<String>, EngineError> {
     match found {
         Ok((Some(kv), _)) => {
             let l: LeaderValue =
-                keys::decode(&kv.key, &kv.value).map_err(EngineError::Replication)?;
+                etcd_keys::decode(&kv.key, &kv.value).map_err(EngineError::Replication)?;
             Ok((l.name != me).then_some(l.advertise))
         }
         Ok((None, _)) => Ok(None),

@@ -67,8 +67,8 @@ pub fn drop_and_wait(spool: &Path, key: &str, limit: Duration) {
 
 /// Starts `roost serve --data-dir DATA ARGS...` logging to `log`, and returns once it logs
 /// "serving" (recovery done); the daemon is killed when the returned child is dropped.
-pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::ops::child::ServeChild {
-    let mut d = roost::ops::child::ServeChild::spawn(Path::new(BIN), data, log, |c| {
+pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::drill::child::ServeChild {
+    let mut d = roost::drill::child::ServeChild::spawn(Path::new(BIN), data, log, |c| {
         c.args(args);
     })
     .unwrap_or_else(|e| panic!("spawning roost serve: {e:#}"));
@@ -78,7 +78,7 @@ pub fn serve_ready(data: &Path, log: &Path, args: &[&str]) -> roost::ops::child:
 }
 
 /// SIGTERM to a daemon under test and its exit code (bounded wait).
-pub fn stop_code(d: &mut roost::ops::child::ServeChild) -> Option<i32> {
+pub fn stop_code(d: &mut roost::drill::child::ServeChild) -> Option<i32> {
     d.stop(Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("{e:#}"))
         .code()

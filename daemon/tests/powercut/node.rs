@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use roost_storage::RealStorage;
 use serde_json::Value;
 
@@ -54,7 +54,7 @@ impl Node {
         let port = free_port();
         let config = logs.join(format!("{name}.toml"));
         let sock = logs.join(format!("{name}.sock"));
-        let tls = roost::ops::certs::member_config(&logs.join("certs"), name, &["a", "b"])
+        let tls = roost::ops::tls_certs::member_config(&logs.join("certs"), name, &["a", "b"])
             .expect("certificates");
         let text = format!(
             "control_socket = {:?}\n{CONFIG}[replication]\nlisten = \"127.0.0.1:{port}\"\n\

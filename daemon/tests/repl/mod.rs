@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::{wait_for, BIN};
-use roost::ops::child::ServeChild;
+use roost::drill::child::ServeChild;
 use roost_storage::RealStorage;
 use serde_json::Value;
 
@@ -296,7 +296,7 @@ pub fn two_nodes(root: &Path, extra: &str) -> (Node, Node) {
     (Node::new(root, "a", extra), Node::new(root, "b", extra))
 }
 
-/// The in-test TCP proxy for partitions is the cluster drill's (`ops/drill/proxy.rs`):
+/// The in-test TCP proxy for partitions is the cluster drill's (`drill/proxy.rs`):
 /// `cut` closes every connection and refuses new ones until `heal`.
 #[allow(unused_imports)] // not every test binary that includes this module cuts connections
-pub use roost::ops::drill::proxy::Proxy;
+pub use roost::drill::proxy::Proxy;

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::{read_result, read_shards, DRILL_CONFIG, READY_LIMIT};
 use crate::batch::BatchResult;
-use crate::ops::child::ServeChild;
+use crate::drill::child::ServeChild;
 use crate::pipeline::crash::CrashTarget;
 use crate::spool::SpoolPaths;
 
@@ -52,7 +52,7 @@ impl Node {
         let port = free_port()?;
         let socket = data.join("roost.sock");
         let config = root.join(format!("{name}.toml"));
-        let tls = crate::ops::certs::member_config(&root.join("certs"), name, members)?;
+        let tls = crate::ops::tls_certs::member_config(&root.join("certs"), name, members)?;
         let text = format!(
             "{DRILL_CONFIG}rescan_interval_ms = 100\ncontrol_socket = {socket:?}\n\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}",
             socket = socket.display().to_string()

@@ -7,8 +7,8 @@
 //! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
 //! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
 //! Beside the spool files, each round of the one-node drill sends a quarter as many batches
-//! over the stream socket (`stream`) and drops bulk files (`NAME.jsonl`, one batch per line,
-//! at least a quarter as many lines, 50 to 200 a file: `bulk`); all are judged together,
+//! over the stream socket (`stream_client`) and drops bulk files (`NAME.jsonl`, one batch per line,
+//! at least a quarter as many lines, 50 to 200 a file: `bulk_files`); all are judged together,
 //! and every answer still claimed in the WAL is compared with its claim (`claims`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,22 +22,23 @@ use roost_storage::RealStorage;
 use serde_json::Value;
 
 mod batches;
-mod bulk;
+mod bulk_files;
+pub mod child;
 mod claims;
-mod cluster;
+mod cluster_strikes;
 mod node;
 pub mod proxy;
 mod replicated;
-mod stream;
+mod stream_client;
 mod verdict;
 
-pub use cluster::run_cluster;
+pub use cluster_strikes::run_cluster;
 pub use replicated::run_replicated;
 
 use self::batches::{Batches, Sent};
 use crate::batch::{BatchResult, Status};
+use crate::drill::child::ServeChild;
 use crate::layout::SHARDS_DIR;
-use crate::ops::child::ServeChild;
 use crate::pipeline::crash::{CrashPoint, CrashTarget, Step};
 use crate::spool::SpoolPaths;
 
@@ -112,9 +113,9 @@ struct Drill<'a> {
     next_batch: usize,
     per_round: usize,
     /// The streamed batches and their answers.
-    stream: stream::Streamed,
+    stream: stream_client::Streamed,
     /// The bulk files and what the restarts saw of them.
-    bulk: bulk::Bulk,
+    bulk: bulk_files::Bulk,
     /// Claims compared with their answers (`claims`), over every check.
     claims_compared: usize,
 }
@@ -135,8 +136,8 @@ impl<'a> Drill<'a> {
             kill_log: Vec::new(),
             next_batch: 0,
             per_round: opts.batches.div_ceil(opts.kills + 1),
-            stream: stream::Streamed::new(&opts.data_dir.join("data")),
-            bulk: bulk::Bulk::default(),
+            stream: stream_client::Streamed::new(&opts.data_dir.join("data")),
+            bulk: bulk_files::Bulk::default(),
             claims_compared: 0,
         })
     }
@@ -388,7 +389,7 @@ pub(super) fn pick_crash(rng: &mut roost_storage::SplitMix) -> CrashTarget {
     }
 }
 
-fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk::Bulk) -> anyhow::Result<()> {
+fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk_files::Bulk) -> anyhow::Result<()> {
     let until = Instant::now() + READY_LIMIT;
     loop {
         let missing = sent
@@ -431,7 +432,7 @@ fn check(
     live: &mut BTreeMap<u64, &'static str>,
 ) -> anyhow::Result<Vec<String>> {
     let data = dir.join("data");
-    let report = super::verify::verify(RealStorage::shared(), &data);
+    let report = crate::ops::verify::verify(RealStorage::shared(), &data);
     let mut violations: Vec<String> = report
         .violations
         .iter()

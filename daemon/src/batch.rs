@@ -17,9 +17,11 @@ use serde_json::Value;
 #[cfg(test)]
 mod bench;
 mod canon;
+mod object_keys;
 #[cfg(test)]
 mod oracle;
 mod raw_op;
+use raw_op::{RawBatch, RawOp};
 
 pub const REQUEST_KEY_BYTES_MAX: usize = 255;
 pub const SHARD_NAME_BYTES_MAX: usize = 64;
@@ -32,32 +34,6 @@ pub fn valid_shard_name(name: &str) -> bool {
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
-}
-
-/// A batch as written: `{"request_key":..,"ops":[..]}`, nothing else. Read by hand
-/// (`raw_op.rs`), with the messages serde's derive (`deny_unknown_fields`) gave.
-#[derive(Debug)]
-struct RawBatch {
-    request_key: String,
-    ops: Vec<RawOp>,
-}
-
-/// One op as written: `{"op":"create","shard":..,"record":{..}}` or
-/// `{"op":"delete","shard":..,"id":N}`, fields in any order, nothing else. Deserialized by
-/// hand (`raw_op.rs`) rather than as serde's internally tagged enum, which buffers every op
-/// (its record included) into an intermediate tree before reading it again: a fifth of the
-/// CPU of a bulk file's run went to parsing (issue 16). The messages are serde's own.
-#[derive(Debug)]
-enum RawOp {
-    /// `record` already canonical.
-    Create {
-        shard: String,
-        record: Vec<u8>,
-    },
-    Delete {
-        shard: String,
-        id: u64,
-    },
 }
 
 /// One op of a parsed, well-formed batch.

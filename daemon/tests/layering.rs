@@ -100,3 +100,66 @@ fn an_upward_reference_is_seen() {
     assert_eq!(refs, ["serve", "error"]);
     assert!(rank("serve") > rank("pipeline"));
 }
+
+#[path = "layering/files.rs"]
+mod files;
+
+/// Goal: no two files of the daemon refer to each other in a circle (issue 30): each file
+/// can be read knowing only the files below it.
+/// Method: build the file graph from every path each file names (`layering/files.rs`) and
+/// report every strongly connected component of more than one file.
+#[test]
+fn no_circle_between_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut list = Vec::new();
+    rust_files(&src, &mut list);
+    let g = files::graph(&src, &list);
+    assert!(
+        g.values().map(|t| t.len()).sum::<usize>() > 100,
+        "too few edges: {g:?}"
+    );
+    let found = files::circles(&g);
+    let text: Vec<String> = found.iter().map(|c| c.join(", ")).collect();
+    assert!(
+        found.is_empty(),
+        "files in one circle, each line:\n{}",
+        text.join("\n")
+    );
+}
+
+/// Goal: the circle finder can fail: a circle of three files through a `use` tree, a
+/// `super::` path and an inline `crate::` call is reported; a re-export and a unit test's
+/// `use` are not edges (else `a/mod.rs` would be in it).
+#[test]
+fn a_circle_is_seen() {
+    let dir = tempfile_dir();
+    let write = |p: &str, t: &str| {
+        let p = dir.join(p);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, t).expect("write");
+    };
+    write("lib.rs", "pub mod a;\npub mod b;\n");
+    write(
+        "a/mod.rs",
+        "mod x;\nmod y;\npub use x::X;\nuse crate::b::B;\n",
+    );
+    write(
+        "a/x.rs",
+        "use super::y::Y;\n#[cfg(test)]\nmod t {\n    use crate::a::*;\n}\n",
+    );
+    write("a/y.rs", "pub fn f() { crate::b::g(); }\n");
+    write("b.rs", "use crate::a::{\n    x::X,\n};\n");
+    let mut list = Vec::new();
+    rust_files(&dir, &mut list);
+    let g = files::graph(&dir, &list);
+    let mut found = files::circles(&g);
+    found.iter_mut().for_each(|c| c.sort());
+    assert_eq!(found, [["a/x.rs", "a/y.rs", "b.rs"]], "{g:?}");
+    std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+fn tempfile_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("roost-layering-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}

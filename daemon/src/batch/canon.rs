@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::raw_op::{KeyStr, Seen};
+use super::object_keys::{KeyStr, Seen};
 
 /// What one parse shares across its values: the canonical bytes being written, the entries
 /// of the objects open at the moment (a stack: an object's above its parent's), and room to

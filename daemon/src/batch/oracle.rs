@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::raw_op::{KeyStr, Seen};
+use super::object_keys::{KeyStr, Seen};
 use super::{checked, invalid, located, Batch, Invalid, RawOp};
 
 #[derive(Debug, Deserialize)]

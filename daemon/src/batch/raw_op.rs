@@ -5,14 +5,39 @@
 //! sequence, a `u64` and of a map), with no intermediate tree.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::canon::{Canon, Scratch, Shape};
-use super::{RawBatch, RawOp};
+use super::object_keys::{KeyStr, Seen};
+
+/// A batch as written: `{"request_key":..,"ops":[..]}`, nothing else. Read by hand
+/// (below), with the messages serde's derive (`deny_unknown_fields`) gave.
+#[derive(Debug)]
+pub(super) struct RawBatch {
+    pub(super) request_key: String,
+    pub(super) ops: Vec<RawOp>,
+}
+
+/// One op as written: `{"op":"create","shard":..,"record":{..}}` or
+/// `{"op":"delete","shard":..,"id":N}`, fields in any order, nothing else. Deserialized by
+/// hand (below) rather than as serde's internally tagged enum, which buffers every op
+/// (its record included) into an intermediate tree before reading it again: a fifth of the
+/// CPU of a bulk file's run went to parsing (issue 16). The messages are serde's own.
+#[derive(Debug)]
+pub(super) enum RawOp {
+    /// `record` already canonical.
+    Create {
+        shard: String,
+        record: Vec<u8>,
+    },
+    Delete {
+        shard: String,
+        id: u64,
+    },
+}
 
 const BATCH_FIELDS: &[&str] = &["request_key", "ops"];
 const VARIANTS: &[&str] = &["create", "delete"];
@@ -189,74 +214,5 @@ impl Fields<'_> {
         let id = self.id.ok_or_else(|| E::missing_field("id"))?;
         let id = u64::deserialize(id).map_err(E::custom)?;
         Ok(RawOp::Delete { shard, id })
-    }
-}
-
-/// An object key, borrowed from the input when it has no escapes (no allocation per key).
-/// Also an op's `op`, with the message of a `String` that is not one.
-pub(super) struct KeyStr;
-
-impl<'de> DeserializeSeed<'de> for KeyStr {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyStr {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(v.to_owned()))
-    }
-}
-
-/// The keys of one object seen so far: a short list while the object is small (no hashing,
-/// no allocation beyond the list), a set once it is not (a hostile object of many keys must
-/// not cost a quadratic scan).
-#[derive(Default)]
-pub(super) struct Seen<'de> {
-    few: Vec<Cow<'de, str>>,
-    many: HashSet<Cow<'de, str>>,
-}
-
-/// Past this many keys, [`Seen`] hashes.
-const FEW_KEYS: usize = 16;
-
-impl<'de> Seen<'de> {
-    /// The keys `keys`, all distinct, seen.
-    pub(super) fn of<'k>(keys: impl Iterator<Item = &'k Cow<'de, str>>) -> Seen<'de>
-    where
-        'de: 'k,
-    {
-        let mut seen = Seen::default();
-        for k in keys {
-            seen.insert(k.clone());
-        }
-        seen
-    }
-
-    /// False when `k` was seen before.
-    pub(super) fn insert(&mut self, k: Cow<'de, str>) -> bool {
-        if !self.many.is_empty() {
-            return self.many.insert(k);
-        }
-        if self.few.contains(&k) {
-            return false;
-        }
-        self.few.push(k);
-        if self.few.len() > FEW_KEYS {
-            self.many.extend(self.few.drain(..));
-        }
-        true
     }
 }

@@ -21,6 +21,6 @@ pub fn issue(dir: &Path, name: &str, days: u32, force: bool) -> anyhow::Result<i
 }
 
 fn say(v: serde_json::Value) -> anyhow::Result<i32> {
-    super::out(&format!("{v}\n"))?;
+    super::output::out(&format!("{v}\n"))?;
     Ok(crate::error::EXIT_OK)
 }

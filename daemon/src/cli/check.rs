@@ -23,7 +23,7 @@ pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
     } else {
         "FAILED\n"
     };
-    super::out(&text)?;
+    super::output::out(&text)?;
     Ok(if report.ok() { EXIT_OK } else { EXIT_FAILED })
 }
 
@@ -50,7 +50,7 @@ pub(super) fn drill(
         DrillKind::Replicated => crate::drill::run_replicated(&opts)?,
         DrillKind::Cluster { lease_ms } => crate::drill::run_cluster(&opts, lease_ms)?,
     };
-    super::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
+    super::output::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {
         EXIT_OK
     } else {

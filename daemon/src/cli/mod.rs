@@ -9,6 +9,7 @@
 
 mod certs;
 mod check;
+mod output;
 mod read;
 mod serve;
 mod status;
@@ -226,16 +227,6 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
         .map(|c| c.class)
         .or_else(|| e.chain().find_map(class_of))
         .map_or(EXIT_FAILED, ErrorClass::exit_code)
-}
-
-/// Writes a command's answer to stdout. A reader that went away (`roost scan | head`) is not
-/// a failure of roost: that error is `BrokenPipe`, which [`exit_code`] maps to 0 (and `main`
-/// does not report); a print that panicked on it would have exited 70.
-pub(super) fn out(text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut o = std::io::stdout().lock();
-    o.write_all(text.as_bytes())?;
-    o.flush()
 }
 
 /// True when the failure is only that stdout's reader went away.

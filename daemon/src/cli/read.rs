@@ -26,7 +26,7 @@ pub(super) fn get(cfg: &Config, shard: &str, id: u64) -> anyhow::Result<i32> {
         .with_context(|| format!("reading id {id} of shard {shard}"))?
     {
         Some(rec) => {
-            super::out(&format!("{}\n", record_line(shard, id, &rec)))?;
+            super::output::out(&format!("{}\n", record_line(shard, id, &rec)))?;
             Ok(EXIT_OK)
         }
         None => {

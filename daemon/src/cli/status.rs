@@ -19,11 +19,11 @@ pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<
         ))
     })?;
     if json || metrics {
-        super::out(&text)?;
+        super::output::out(&text)?;
     } else {
         let v: serde_json::Value =
             serde_json::from_str(&text).context("reading the status answer")?;
-        super::out(&status_text(&v))?;
+        super::output::out(&status_text(&v))?;
     }
     Ok(EXIT_OK)
 }
@@ -38,7 +38,7 @@ pub(super) fn promote(cfg: &Config) -> anyhow::Result<i32> {
             path.display()
         ))
     })?;
-    super::out(&text)?;
+    super::output::out(&text)?;
     let v: serde_json::Value = serde_json::from_str(&text).context("reading the answer")?;
     if v["promoted"] == true {
         Ok(EXIT_OK)

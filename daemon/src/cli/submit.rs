@@ -38,7 +38,7 @@ pub(super) fn submit(
             code = EXIT_INVALID;
             continue;
         };
-        super::out(&text)?;
+        super::output::out(&text)?;
         code = code.max(exit_for(&text));
     }
     Ok(code)

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::etcd_keys::{self as keys, IsrValue, LeaderValue, MemberValue};
-use super::Cluster;
+use super::handle::Cluster;
 use crate::config::{Ack, StandbyLost};
 use crate::pipeline::{Engine, Role};
 

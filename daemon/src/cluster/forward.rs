@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use roost_replication::Forwarded;
 use tokio::runtime::Handle;
 
-use super::Cluster;
+use super::handle::Cluster;
 use crate::batch::{Batch, BatchResult};
 use crate::pipeline::{Engine, Role};
 

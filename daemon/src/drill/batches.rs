@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use roost_storage::SplitMix;
 use serde_json::{json, Value};
 
-use super::SHARDS;
+use super::setup::SHARDS;
 use crate::spool::SpoolPaths;
 
 /// One submitted batch (a file, a streamed batch or a bulk-file line) and what the drill

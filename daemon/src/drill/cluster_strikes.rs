@@ -30,8 +30,8 @@ use serde_json::Value;
 use super::batches::Batches;
 use super::node::Node;
 use super::proxy::Proxy;
+use super::setup::DrillOptions;
 use super::verdict;
-use super::DrillOptions;
 use crate::batch::BatchResult;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -353,7 +353,7 @@ impl<'a> Cluster<'a> {
         };
         if let BatchResult::Committed { ops, .. } = &r {
             for o in ops.iter().filter(|o| o.op == "create") {
-                if let Some(s) = super::SHARDS.iter().find(|s| **s == o.shard) {
+                if let Some(s) = super::setup::SHARDS.iter().find(|s| **s == o.shard) {
                     self.b.live.insert(o.id, s);
                 }
             }

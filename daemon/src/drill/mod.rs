@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use roost_shards::{Shard, ShardOptions};
 use roost_storage::RealStorage;
 use serde_json::Value;
 
@@ -29,6 +28,7 @@ mod cluster_strikes;
 mod node;
 pub mod proxy;
 mod replicated;
+pub mod setup;
 mod stream_client;
 mod verdict;
 
@@ -36,54 +36,12 @@ pub use cluster_strikes::run_cluster;
 pub use replicated::run_replicated;
 
 use self::batches::{Batches, Sent};
+pub use self::setup::DrillOptions;
+use self::setup::{pick_crash, read_result, read_shards, DRILL_CONFIG, READY_LIMIT, SHARDS};
 use crate::batch::{BatchResult, Status};
 use crate::drill::child::ServeChild;
-use crate::layout::SHARDS_DIR;
-use crate::pipeline::crash::{CrashPoint, CrashTarget, Step};
+use crate::pipeline::crash::CrashTarget;
 use crate::spool::SpoolPaths;
-
-pub struct DrillOptions {
-    pub data_dir: PathBuf,
-    pub batches: usize,
-    pub kills: usize,
-    pub seed: u64,
-}
-
-pub(super) const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
-/// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
-pub(super) const CRASH_POINTS: [CrashPoint; 14] = [
-    Step::AfterPlan.at(),
-    Step::AfterClaimAppend.at(),
-    Step::AfterClaimSync.at(),
-    Step::AfterCommit.nth(0),
-    Step::AfterCommit.nth(1),
-    Step::AfterAudit.nth(0),
-    Step::AfterResult.at(),
-    Step::AfterFlush.nth(0),
-    Step::AfterAuditSync.at(),
-    Step::AfterDone.at(),
-    Step::AfterKeysSync.at(),
-    Step::AfterKeyIndex.at(),
-    Step::AfterCheckpoint.at(),
-    Step::AfterWalRetired.at(),
-];
-
-/// The drilled daemon's configuration: small WAL segments and checkpoints every 64 KiB of WAL
-/// or 200 ms, so kills also land in checkpoints and WAL retirement.
-pub(super) const DRILL_CONFIG: &str = "wal_segment_bytes = 1048576
-spool_file_bytes_max = 65536
-batch_ops_max = 64
-checkpoint_wal_bytes = 65536
-checkpoint_interval_ms = 200
-";
-/// How long a daemon may take to recover, and the spool to drain, before the drill fails.
-pub(super) const READY_LIMIT: Duration = Duration::from_secs(120);
-
-pub(super) fn read_result(sp: &SpoolPaths, name: &str) -> Option<BatchResult> {
-    std::fs::read(sp.out.join(name))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-}
 
 /// Runs the drill; prints the report; returns the number of violations.
 pub fn run(opts: &DrillOptions) -> anyhow::Result<usize> {
@@ -374,21 +332,6 @@ impl<'a> Drill<'a> {
     }
 }
 
-/// A crash point from [`CRASH_POINTS`] and the N-th time to die there.
-pub(super) fn pick_crash(rng: &mut roost_storage::SplitMix) -> CrashTarget {
-    let point = CRASH_POINTS[rng.below(CRASH_POINTS.len() as u64) as usize];
-    let nth = 1 + rng.below(4);
-    // A round sees few checkpoints: die at its first.
-    let checkpoint = matches!(
-        point.step,
-        Step::AfterKeysSync | Step::AfterKeyIndex | Step::AfterCheckpoint | Step::AfterWalRetired
-    );
-    CrashTarget {
-        point,
-        nth: if checkpoint { 1 } else { nth },
-    }
-}
-
 fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk_files::Bulk) -> anyhow::Result<()> {
     let until = Instant::now() + READY_LIMIT;
     loop {
@@ -456,31 +399,6 @@ fn check(
         check_result(s, r, &results, &deleted, &records, live, &mut violations);
     }
     Ok(violations)
-}
-
-/// Every record of every drill shard by id, and how many records hold each content (every
-/// create's record is unique, so a count above one is a create applied twice).
-pub(super) type ShardRecords = (HashMap<u64, (&'static str, Value)>, HashMap<String, usize>);
-
-pub(super) fn read_shards(data: &Path) -> anyhow::Result<ShardRecords> {
-    let mut records = HashMap::new();
-    let mut tags: HashMap<String, usize> = HashMap::new();
-    for s in SHARDS {
-        let sdir = data.join(SHARDS_DIR).join(s);
-        if !sdir.is_dir() {
-            continue;
-        }
-        let opts = ShardOptions {
-            read_only: true,
-            ..ShardOptions::default()
-        };
-        for (id, rec) in Shard::open(&sdir, opts)?.scan()? {
-            let v: Value = serde_json::from_slice(&rec)?;
-            *tags.entry(v.to_string()).or_default() += 1;
-            records.insert(id, (*s, v));
-        }
-    }
-    Ok((records, tags))
 }
 
 /// One batch's answer: a rejection where one was meant, a retry's answer equal to its

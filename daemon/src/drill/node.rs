@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use super::{read_result, read_shards, DRILL_CONFIG, READY_LIMIT};
+use super::setup::{read_result, read_shards, DRILL_CONFIG, READY_LIMIT};
 use crate::batch::BatchResult;
 use crate::drill::child::ServeChild;
 use crate::pipeline::crash::CrashTarget;

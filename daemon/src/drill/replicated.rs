@@ -20,8 +20,8 @@ use roost_storage::RealStorage;
 
 use super::batches::Batches;
 use super::node::Node;
+use super::setup::{pick_crash, DrillOptions, SHARDS};
 use super::verdict;
-use super::{pick_crash, DrillOptions, SHARDS};
 use crate::batch::BatchResult;
 use crate::pipeline::crash::CrashTarget;
 

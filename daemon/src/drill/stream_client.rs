@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use anyhow::Context;
 
 use super::batches::Sent;
-use super::READY_LIMIT;
+use super::setup::READY_LIMIT;
 use crate::batch::BatchResult;
 use crate::config::Config;
 

@@ -2,7 +2,7 @@
 //! Prometheus metrics (`control`), the systemd notify protocol (`notify`), the offline
 //! invariant check (`verify`), the streaming intake's protocol (`stream`: socket, line
 //! framing, answer shapes), and the certificates of a test cluster's mutual TLS
-//! (`tls_certs`, behind `roost certs`). The crash drill is its own folder (`crate::drill`).
+//! (`tls_certs`, behind `roost certs`). The crash drill is its own folder, `drill/`.
 
 pub mod control;
 pub mod notify;

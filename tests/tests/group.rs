@@ -1,4 +1,4 @@
-//! `Engine::submit_group` (a bulk file's lines, a stream's buffered lines): each batch gets
+//! `Engine::submit` of detached batches (a bulk file's lines, a stream's buffered lines): each batch gets
 //! the answer it would get alone, in item order, even when a key comes twice in one group.
 #![forbid(unsafe_code)]
 
@@ -8,7 +8,7 @@ use roost_tests::*;
 use serde_json::json;
 
 fn group(e: &roost::pipeline::Engine, items: &[(&Batch, &str)]) -> Vec<Status> {
-    e.submit_group(items)
+    e.submit(items, Deliver::Returned)
         .expect("group")
         .iter()
         .map(|r| r.status())
@@ -28,19 +28,19 @@ fn a_key_met_twice_in_a_group_is_decided_in_item_order() {
     let y = parse(
         &json!({"request_key": "k", "ops": [{"op": "create", "shard": "s1", "record": {"y": 1}}]}),
     );
-    let first = e.submit_detached(&x, "bulk/f/1").expect("x alone");
+    let first = e.one_detached(&x, "bulk/f/1").expect("x alone");
     assert_eq!(first.status(), Status::Rejected);
     let items = [(&y, "bulk/g/1"), (&x, "bulk/g/2")];
     assert_eq!(group(&e, &items), [Status::Committed, Status::Conflict]);
     assert_eq!(group(&e, &items), [Status::Committed, Status::Conflict]);
-    let again = e.submit_detached(&x, "bulk/h/1").expect("x again");
+    let again = e.one_detached(&x, "bulk/h/1").expect("x again");
     assert_eq!(again.status(), Status::Conflict, "{again:?}");
     // The same batch twice in one group: one claim, then its duplicate.
     let z = parse(
         &json!({"request_key": "z", "ops": [{"op": "create", "shard": "s1", "record": {"z": 1}}]}),
     );
     let rs = e
-        .submit_group(&[(&z, "bulk/i/1"), (&z, "bulk/i/2")])
+        .submit(&[(&z, "bulk/i/1"), (&z, "bulk/i/2")], Deliver::Returned)
         .expect("z twice");
     assert_eq!(rs[0], rs[1], "the duplicate answers with the claim's ids");
     let records: usize = contents(&disk, &["s1"]).values().map(|m| m.len()).sum();

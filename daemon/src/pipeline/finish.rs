@@ -43,6 +43,8 @@ pub(super) struct Touched<'a> {
 pub(super) struct Tail<'c> {
     touched: Vec<Vec<Touched<'c>>>,
     last_row: Option<Lsn>,
+    /// When the commit step ended: the finish phase's start, for its latency.
+    committed: Instant,
 }
 
 impl Engine {
@@ -74,16 +76,20 @@ impl Engine {
         audited: &[&HashSet<u32>],
         started: Option<Instant>,
     ) -> Result<(Vec<BatchResult>, Tail<'c>), EngineError> {
+        let t_commit = Instant::now();
         let mut tail = Tail {
             touched: Vec::new(),
             last_row: None,
+            committed: t_commit,
         };
         if claims.is_empty() {
             return Ok((Vec::new(), tail));
         }
-        let t_commit = Instant::now();
         tail.touched = self.commit_claims(claims)?;
-        self.stats.latency.commit.record(t_commit.elapsed());
+        tail.committed = Instant::now();
+        for _ in claims {
+            self.stats.latency.commit.record(tail.committed - t_commit);
+        }
         tail.last_row = self.write_group_audit_rows(claims, audited)?;
         Ok((self.answer_claims(claims, started)?, tail))
     }
@@ -115,6 +121,7 @@ impl Engine {
         let dones = self.append_dones(&lsns)?;
         for (((lsn, c), t), done) in claims.iter().zip(&tail.touched).zip(dones) {
             self.close_claim(*lsn, c, t, done);
+            self.stats.latency.finish.record(tail.committed.elapsed());
         }
         Ok(())
     }
@@ -369,10 +376,7 @@ impl Engine {
             return Ok(r);
         }
         self.publish(source, &r)?;
-        self.remove_input(source)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))?;
+        self.remove_input_synced(source)?;
         Ok(r)
     }
 
@@ -431,34 +435,30 @@ impl Engine {
         self.publish_settled(source, r)
     }
 
-    /// A bulk file's answer (`serve/bulk.rs`), once every line is answered durably: its
-    /// result lines published as `out/NAME` (after any earlier claim under the name settles),
-    /// then `new/NAME` removed and `new/` synced at once. The lines' claims are detached:
-    /// recovery never touches `new/NAME` or `out/NAME` for them, so until the removal is
-    /// durable the file is simply processed again, and each line's key gives its original
-    /// answer: the same bytes.
-    pub fn answer_bulk(&self, name: &str, result_lines: &[u8]) -> Result<(), EngineError> {
-        self.settle_name(name, None)?;
+    /// An answer to spool file `name` that no claim of this node finishes, once it is
+    /// durable: `out/NAME` published (after any earlier claim under the name settles, if
+    /// `settle`), then `new/NAME` removed and `new/` synced at once. Two intakes answer so:
+    /// - A bulk file, once every line is answered (`serve/bulk.rs`, settled): its result
+    ///   lines. The lines' claims are detached: recovery never touches `new/NAME` or
+    ///   `out/NAME` for them, so until the removal is durable the file is simply processed
+    ///   again, and each line's key gives its original answer: the same bytes.
+    /// - A cluster standby's file whose batch the leader ran (`cluster/forward.rs`), not
+    ///   settled against this node's own claims: one it made under the name while it led (and
+    ///   was fenced before finishing) is never finished here while it follows, so waiting for
+    ///   it would wait forever; if this node leads again, recovery's answer for it touches no
+    ///   other request's input or answer (`names.rs`).
+    pub fn answer_file(&self, name: &str, bytes: &[u8], settle: bool) -> Result<(), EngineError> {
+        if settle {
+            self.settle_name(name, None)?;
+        }
         self.publisher
-            .publish_bytes(name, result_lines)
+            .publish_bytes(name, bytes)
             .map_err(io_err("write result", &self.spool.out.join(name)))?;
-        self.remove_input(name)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))
+        self.remove_input_synced(name)
     }
 
-    /// A cluster standby's answer to spool file `name`, whose batch the leader ran
-    /// (`cluster/forward.rs`): `out/NAME` published, then `new/NAME` removed and `new/`
-    /// synced (the claim is the leader's and ours, under its own detached source: nothing
-    /// here would finish it again, so the removal is made durable at once).
-    pub fn answer_forwarded(&self, name: &str, r: &BatchResult) -> Result<(), EngineError> {
-        // Not `publish`: the name is not settled against this node's own claims. A claim it
-        // made under the name while it led (and was fenced before finishing) is never
-        // finished here while it follows, so waiting for it would wait forever; if this node
-        // leads again, recovery's answer for it touches no other request's input or answer
-        // (`names.rs`).
-        self.publish_settled(name, r)?;
+    /// Removes `new/NAME` and syncs `new/` at once.
+    fn remove_input_synced(&self, name: &str) -> Result<(), EngineError> {
         self.remove_input(name)?;
         self.storage
             .sync_dir(&self.spool.new)

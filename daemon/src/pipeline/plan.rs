@@ -162,7 +162,7 @@ impl Engine {
             slots.push(self.before_lock(b, first)?);
         }
         let halt = self.plan_group(items, &mut slots)?;
-        self.stats.latency.plan.record(t0.elapsed());
+        let planned = Instant::now();
         let claims: Vec<(Lsn, &ClaimRecord)> = slots
             .iter()
             .filter_map(|s| match s {
@@ -174,10 +174,10 @@ impl Engine {
             self.wal.sync_to(last)?;
             for _ in &claims {
                 self.hit(Step::AfterClaimSync.at())?;
-                self.stats.latency.claim.record(t0.elapsed());
+                self.stats.latency.plan.record(planned - t0);
+                self.stats.latency.claim.record(planned.elapsed());
             }
         }
-        let t_finish = Instant::now();
         let (committed, tail) = self.commit_and_answer(&claims, &[], Some(t0))?;
         // Answers before the tail: on a pause none is given (the caller sends the group
         // again and the keys answer again), so only a group that ran whole answers early.
@@ -186,7 +186,6 @@ impl Engine {
             Some(_) => Ok(Vec::new()),
         };
         self.run_tail(&claims, tail)?;
-        self.stats.latency.finish.record(t_finish.elapsed());
         match halt {
             Some(e) => Err(e),
             None => answers,

@@ -4,7 +4,7 @@
 //! [`Engine::submit`], answers returned (one planner pass, one WAL fdatasync, one flush per shard and one
 //! audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
-//! removed ([`Engine::answer_bulk`]).
+//! removed ([`Engine::answer_file`]).
 //!
 //! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
 //! one more waits in `new/` and is handed back to the loop as soon as a place frees.
@@ -72,7 +72,7 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         );
         return Ok(());
     };
-    engine.answer_bulk(name, &answers)?;
+    engine.answer_file(name, &answers, true)?;
     let bulk = &engine.stats.bulk;
     bulk.files.fetch_add(1, Ordering::Relaxed);
     bulk.lines
@@ -132,7 +132,7 @@ impl Drop for Slot<'_> {
 /// Answers every line of bulk file `name` (`bulk_in_flight` at once) and returns the result
 /// lines in line order, or `None` when the file must wait: the engine cannot take a line now
 /// or `stop()` said so (the lines in flight finish first). The caller publishes them
-/// ([`Engine::answer_bulk`]); public for the crash tests, which drive it over the simulated
+/// ([`Engine::answer_file`]); public for the crash tests, which drive it over the simulated
 /// disk.
 pub fn answer_lines(
     engine: &Engine,

@@ -129,7 +129,7 @@ fn forward(
     match crate::cluster::forward::forward(cl, (&sh.engine, &stopping), &rt, b) {
         Ok(r) => {
             debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
-            sh.engine.answer_forwarded(name, &r)
+            sh.engine.answer_file(name, &r.to_json_line(), false)
         }
         Err(e) => {
             debug!(file = name, error = %e, "forwarded batch not answered now; left in new/");

@@ -1,5 +1,6 @@
-//! `Engine::submit` of detached batches (a bulk file's lines, a stream's buffered lines): each batch gets
-//! the answer it would get alone, in item order, even when a key comes twice in one group.
+//! `Engine::submit` of detached batches (a bulk file's lines, a stream's buffered lines):
+//! each batch gets the answer it would get alone, in item order, even when a key comes twice
+//! in one group.
 #![forbid(unsafe_code)]
 
 use roost::batch::{Batch, Status};

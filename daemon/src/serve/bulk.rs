@@ -1,8 +1,8 @@
 //! A bulk file (`new/NAME.jsonl`, `spool/bulk.rs`) to its result: read whole with the same
 //! safe reader as a batch file (under `bulk_file_bytes_max`), the line limit checked before
 //! any line is planned, then the lines in groups of `bulk_group_lines` through
-//! [`Engine::submit`], answers returned (one planner pass, one WAL fdatasync, one flush per shard and one
-//! audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
+//! [`Engine::submit`], answers returned (one planner pass, one WAL fdatasync, one flush per
+//! shard and one audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
 //! removed ([`Engine::answer_file`]).
 //!

@@ -3,8 +3,8 @@
 //! answer line per request, in request order, each written only once its batch is as
 //! durable as a published result file (the protocol itself is `ops::stream`). Per connection
 //! a reader parses lines and starts batches on the blocking pool (the lines already
-//! buffered, up to `GROUP_MAX`, as one `Engine::submit` with `Deliver::Early`, which hands each answer
-//! over where a spool file's result would be published, before the group's durability
+//! buffered, up to `GROUP_MAX`, as one `Engine::submit` with `Deliver::Early`, which hands
+//! each answer over where a spool file's result would be published, before the group's durability
 //! tail), and a writer writes the answers in order. A batch's place in its connection's
 //! window frees once its answer is written; its place among the running batches once its
 //! group's tail is done.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use roost::batch::{self, Batch};
 use roost::config::Config;
+use roost::pipeline::{one_answer, Deliver};
 use roost_benchkit::bench_base;
 
 use crate::open_engine;
@@ -47,10 +48,8 @@ fn populate(dir: &Path, n: u64) -> anyhow::Result<()> {
         let ops: Vec<_> = (0..100)
             .map(|i| serde_json::json!({"op": "create", "shard": "s", "record": {"i": b * 100 + i, "pad": pad}}))
             .collect();
-        let r = e.submit(
-            &parse(serde_json::json!({"request_key": format!("p{b}"), "ops": ops}))?,
-            "p.json",
-        )?;
+        let b = parse(serde_json::json!({"request_key": format!("p{b}"), "ops": ops}))?;
+        let r = one_answer(e.submit(&[(&b, "p.json")], Deliver::Files)?)?;
         ids.extend(r.ops().iter().map(|o| o.id));
     }
     let dead: Vec<u64> = ids.iter().copied().filter(|id| id % 20 != 0).collect();
@@ -59,10 +58,8 @@ fn populate(dir: &Path, n: u64) -> anyhow::Result<()> {
             .iter()
             .map(|id| serde_json::json!({"op": "delete", "shard": "s", "id": id}))
             .collect();
-        e.submit(
-            &parse(serde_json::json!({"request_key": format!("d{k}"), "ops": ops}))?,
-            "d.json",
-        )?;
+        let b = parse(serde_json::json!({"request_key": format!("d{k}"), "ops": ops}))?;
+        e.submit(&[(&b, "d.json")], Deliver::Files)?;
     }
     // Live filler after the deletes: the segment holding them is sealed, and compaction
     // counts a delete as final only once its whole segment is below the checkpoint.
@@ -70,10 +67,8 @@ fn populate(dir: &Path, n: u64) -> anyhow::Result<()> {
         let ops: Vec<_> = (0..100)
             .map(|i| serde_json::json!({"op": "create", "shard": "s", "record": {"f": b * 100 + i, "pad": pad}}))
             .collect();
-        e.submit(
-            &parse(serde_json::json!({"request_key": format!("f{b}"), "ops": ops}))?,
-            "f.json",
-        )?;
+        let b = parse(serde_json::json!({"request_key": format!("f{b}"), "ops": ops}))?;
+        e.submit(&[(&b, "f.json")], Deliver::Files)?;
     }
     e.checkpoint()?;
     Ok(())
@@ -88,7 +83,7 @@ fn stream(dir: &Path, rate: u64, count: usize, tag: &str) -> anyhow::Result<(Vec
             serde_json::json!({"request_key": format!("{tag}{i}"), "ops": [{"op": "create", "shard": "s", "record": {"i": i}}]}),
         )?;
         let t = Instant::now();
-        e.submit(&b, "s.json")?;
+        e.submit(&[(&b, "s.json")], Deliver::Files)?;
         lat.push(t.elapsed());
     }
     let figures = e.shard_compaction().remove("s").unwrap_or_default();

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, ensure, Context};
 use roost::batch::{Batch, BatchResult};
 use roost::config::Config;
-use roost::pipeline::Engine;
+use roost::pipeline::{one_answer, Deliver, Engine};
 use roost_benchkit::{bench_base, rss_anon_kib};
 
 use crate::loopfs::LoopMount;
@@ -482,7 +482,8 @@ pub(crate) fn allocated_bytes(dir: &Path) -> u64 {
 /// Submits `batch` as `name`, then deletes its result file as a client that read it would.
 fn submit(engine: &Engine, batch: &Batch, name: &str) -> anyhow::Result<BatchResult> {
     let r = engine
-        .submit(batch, name)
+        .submit(&[(batch, name)], Deliver::Files)
+        .and_then(one_answer)
         .with_context(|| format!("submit {name}"))?;
     let out = engine.spool().out.join(name);
     std::fs::remove_file(&out).with_context(|| format!("remove {}", out.display()))?;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use notify::Watcher;
+use roost::pipeline::Deliver;
 
 pub struct Workload {
     pub ops: usize,
@@ -362,7 +363,8 @@ pub fn populate(dir: &Path, records: u64, shards: usize) -> anyhow::Result<()> {
                     let ops: Vec<String> = (0..per_batch).map(|i| format!(r#"{{"op":"create","shard":"r{}","record":{{"b":{b},"i":{i},"name":"user-{b}-{i}","plan":"basic"}}}}"#, (b * per_batch + i) % shards as u64)).collect();
                     let text = format!(r#"{{"request_key":"fill-{b}","ops":[{}]}}"#, ops.join(","));
                     let batch = roost::batch::parse(text.as_bytes(), 1000).map_err(|e| anyhow::anyhow!(e.error))?;
-                    engine.submit(&batch, &format!("fill-{b}.json"))?;
+                    let name = format!("fill-{b}.json");
+                    engine.submit(&[(&batch, name.as_str())], Deliver::Files)?;
                 }
             })
         })

@@ -60,7 +60,7 @@ pub struct Config {
     pub batches_in_flight_max: usize,
     /// Spool files found waiting together are run as groups of at most this many (one
     /// planner pass, one WAL fdatasync, their results published in one round:
-    /// `Engine::submit_files`); a file that arrives alone runs alone.
+    /// `Engine::submit`); a file that arrives alone is a group of one.
     pub spool_group_files: usize,
     /// A bulk file (`NAME.jsonl`, one batch per line) larger than this is refused by its size
     /// before it is read (it is read whole: this bounds its worker's memory).
@@ -74,7 +74,7 @@ pub struct Config {
     /// per group).
     pub bulk_in_flight: usize,
     /// Lines planned and claimed as one group: one planner pass, one WAL fdatasync, one
-    /// flush per touched shard and one audit sync for all of them (`pipeline/group.rs`).
+    /// flush per touched shard and one audit sync for all of them (`pipeline/plan.rs`).
     pub bulk_group_lines: usize,
     /// Bulk files worked on at once (each read whole, with `bulk_in_flight` threads); one
     /// more waits in `new/` for the next rescan.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use roost::batch::{self, Status};
 use roost::config::Config;
 use roost::pipeline::crash::NoCrash;
-use roost::pipeline::{Engine, EngineOptions};
+use roost::pipeline::{one_answer, Deliver, Engine, EngineOptions};
 use roost_storage::SimStorage;
 use serde_json::Value;
 
@@ -70,7 +70,10 @@ fn corpus_table() {
         let (got_status, got_err) = match batch::parse(&bytes, cfg.batch_ops_max) {
             Err(inv) => ("invalid".to_owned(), inv.error),
             Ok(b) => {
-                let r = engine.submit(&b, file).unwrap();
+                let r = engine
+                    .submit(&[(&b, file.as_str())], Deliver::Files)
+                    .unwrap();
+                let r = one_answer(r).unwrap();
                 let s = serde_json::to_value(r.status())
                     .unwrap()
                     .as_str()

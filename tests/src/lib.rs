@@ -16,12 +16,32 @@ use roost::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
 use roost::ops::verify::offline_wal_options;
 use roost::pipeline::crash::{CrashHook, NoCrash, NthCrash};
 use roost::pipeline::records::{read_audit, read_wal, AuditRecord, WalEntry};
-use roost::pipeline::{Engine, EngineOptions};
+pub use roost::pipeline::Deliver;
+use roost::pipeline::{one_answer, Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_storage::{SimStorage, Storage};
 use roost_wal::{Lsn, Wal};
 
 pub const DATA: &str = "/sim/data";
+
+/// One batch alone through the one way in (`Engine::submit`, a group of one): most tests
+/// drive a batch at a time.
+pub trait SubmitOne {
+    /// As spool file `new/NAME`: its result published as `out/NAME`, the input removed.
+    fn one_file(&self, batch: &Batch, name: &str) -> Result<BatchResult, EngineError>;
+    /// As a detached batch (`bulk/NAME/LINE`, `stream/CONN/N`): the answer only returned.
+    fn one_detached(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError>;
+}
+
+impl SubmitOne for Engine {
+    fn one_file(&self, batch: &Batch, name: &str) -> Result<BatchResult, EngineError> {
+        one_answer(self.submit(&[(batch, name)], Deliver::Files)?)
+    }
+
+    fn one_detached(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
+        one_answer(self.submit(&[(batch, source)], Deliver::Returned)?)
+    }
+}
 
 pub fn data_dir() -> PathBuf {
     PathBuf::from(DATA)
@@ -90,7 +110,7 @@ pub fn run_batch(
     name: &str,
 ) -> Result<BatchResult, EngineError> {
     let e = open_engine(disk, crash)?;
-    e.submit(batch, name)
+    e.one_file(batch, name)
 }
 
 /// A batch under `key` that creates one record on each of `shards`, `{"key":..,"shard":..}`.

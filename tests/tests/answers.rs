@@ -31,21 +31,25 @@ fn is_rejected_at(r: &BatchResult, op: u32) -> bool {
 fn a_rejection_stays_the_answer_when_the_state_changes_and_after_a_power_loss() {
     let disk = SimStorage::new();
     let e = open_engine(&disk, no_crash()).expect("open");
-    let first = e.submit(&parse(&delete_one()), "r.json").expect("r");
+    let first = e.one_file(&parse(&delete_one()), "r.json").expect("r");
     assert!(is_rejected_at(&first, 0), "{first:?}");
-    let c = e.submit(&parse(&create()), "c.json").expect("c");
+    let c = e.one_file(&parse(&create()), "c.json").expect("c");
     assert_eq!(c.status(), Status::Committed);
     assert_eq!(
         c.ops()[0].id,
         1,
         "the id the rejected delete named now exists"
     );
-    let again = e.submit(&parse(&delete_one()), "r.json").expect("r again");
+    let again = e
+        .one_file(&parse(&delete_one()), "r.json")
+        .expect("r again");
     assert_eq!(again, first, "the same batch got another answer");
     drop(e);
     let disk = disk.crash(CrashMode::PowerDrop);
     let e = open_engine(&disk, no_crash()).expect("reopen");
-    let after = e.submit(&parse(&delete_one()), "r.json").expect("r after");
+    let after = e
+        .one_file(&parse(&delete_one()), "r.json")
+        .expect("r after");
     assert_eq!(after, first, "the answer changed after a power loss");
     assert_eq!(
         visible_result(&disk, "r.json").expect("whole"),
@@ -64,21 +68,21 @@ fn a_rejection_stays_the_answer_when_the_state_changes_and_after_a_power_loss() 
 fn a_fixed_batch_under_a_rejected_key_is_planned_as_new() {
     let disk = SimStorage::new();
     let e = open_engine(&disk, no_crash()).expect("open");
-    let first = e.submit(&parse(&delete_one()), "r.json").expect("r");
+    let first = e.one_file(&parse(&delete_one()), "r.json").expect("r");
     assert!(is_rejected_at(&first, 0), "{first:?}");
     let fixed =
         json!({"request_key": "r", "ops": [{"op": "create", "shard": "s1", "record": {"n": 2}}]});
-    let r = e.submit(&parse(&fixed), "r.json").expect("fixed");
+    let r = e.one_file(&parse(&fixed), "r.json").expect("fixed");
     assert_eq!(r.status(), Status::Committed, "{r:?}");
     drop(e);
     // After a restart (the WAL replayed), the same holds.
     let disk = disk.crash(CrashMode::Process);
     let e = open_engine(&disk, no_crash()).expect("reopen");
     let old = e
-        .submit(&parse(&delete_one()), "r2.json")
+        .one_file(&parse(&delete_one()), "r2.json")
         .expect("old content");
     assert_eq!(old.status(), Status::Conflict, "{old:?}");
-    let dup = e.submit(&parse(&fixed), "r3.json").expect("fixed again");
+    let dup = e.one_file(&parse(&fixed), "r3.json").expect("fixed again");
     assert_eq!(dup, r, "the fixed batch's original answer");
     drop(e);
     check_disk(&disk);

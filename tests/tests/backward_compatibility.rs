@@ -33,7 +33,7 @@ use roost::pipeline::records::{
 use roost::pipeline::{Engine, EngineOptions};
 use roost_shards::{Shard, ShardOptions};
 use roost_storage::RealStorage;
-use roost_tests::{audit_rows, no_crash, wal_entries};
+use roost_tests::{audit_rows, no_crash, wal_entries, SubmitOne};
 use serde_json::json;
 
 /// Every committed fixture: v1 (WAL frames without the synced mark), v2 (with it) and v3
@@ -119,10 +119,10 @@ fn batches() -> Vec<Batch> {
 fn write_fixture(data: &Path) {
     let engine = open(data);
     for (i, b) in batches().iter().enumerate() {
-        let r = engine.submit(b, &format!("b{}.json", i + 1)).unwrap();
+        let r = engine.one_file(b, &format!("b{}.json", i + 1)).unwrap();
         assert_eq!(r.status(), Status::Committed, "{r:?}");
     }
-    let r = engine.submit(&rejected_batch(), "b4.json").unwrap();
+    let r = engine.one_file(&rejected_batch(), "b4.json").unwrap();
     assert_eq!(r.status(), Status::Rejected, "{r:?}");
 }
 
@@ -432,14 +432,14 @@ fn data_dir_opens_and_carries_on(version: u8) {
     let records = 6 + u64::from(version >= REJECTION_RECORDED);
     assert_eq!((rec.wal_records, rec.batches_finished), (records, 0));
     if version >= REJECTION_RECORDED {
-        let r = engine.submit(&rejected_batch(), "again4.json").unwrap();
+        let r = engine.one_file(&rejected_batch(), "again4.json").unwrap();
         assert_eq!(
             r.status(),
             Status::Rejected,
             "the recorded answer again: {r:?}"
         );
     }
-    let again = engine.submit(&batches()[1], "again.json").unwrap();
+    let again = engine.one_file(&batches()[1], "again.json").unwrap();
     let ids: Vec<u64> = again.ops().iter().map(|o| o.id).collect();
     assert_eq!(
         (again.status(), again.lsn(), ids),
@@ -450,7 +450,7 @@ fn data_dir_opens_and_carries_on(version: u8) {
         100,
     )
     .unwrap();
-    let r = engine.submit(&b, "new.json").unwrap();
+    let r = engine.one_file(&b, "new.json").unwrap();
     assert_eq!((r.status(), r.ops()[0].id), (Status::Committed, 6));
     drop(engine);
     let report = roost::ops::verify::verify(RealStorage::shared(), &data);
@@ -501,7 +501,9 @@ fn original_answers() -> Vec<BatchResult> {
 fn answers_again(engine: &Engine, round: &str) {
     let all: Vec<Batch> = batches().into_iter().chain([rejected_batch()]).collect();
     for ((k, b), want) in all.iter().enumerate().zip(original_answers()) {
-        let got = engine.submit(b, &format!("{round}{}.json", k + 1)).unwrap();
+        let got = engine
+            .one_file(b, &format!("{round}{}.json", k + 1))
+            .unwrap();
         assert_eq!(got, want, "{round}: {} again", b.request_key);
     }
 }
@@ -560,7 +562,7 @@ fn key_table_without_index_opens_and_answers_its_keys() {
         100,
     )
     .unwrap();
-    let r = engine.submit(&b, "new.json").unwrap();
+    let r = engine.one_file(&b, "new.json").unwrap();
     assert_eq!(
         (r.status(), r.lsn(), r.ops()[0].id),
         (Status::Committed, Some(8), 6)
@@ -574,7 +576,7 @@ fn key_table_without_index_opens_and_answers_its_keys() {
         "a reopen indexes nothing twice"
     );
     answers_again(&engine, "reopened");
-    let again = engine.submit(&b, "new-again.json").unwrap();
+    let again = engine.one_file(&b, "new-again.json").unwrap();
     assert_eq!((again.lsn(), again.ops()[0].id), (Some(8), 6));
     drop(engine);
     let report = roost::ops::verify::verify(RealStorage::shared(), &data);

@@ -83,7 +83,8 @@ fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>, group: usize) -> Result<Vec
     let never = || false;
     let answers = answer_lines(&e, NAME, &lines, &never).map_err(|e| e.to_string())?;
     let answers = answers.ok_or("the file was left for later")?;
-    e.answer_bulk(NAME, &answers).map_err(|e| e.to_string())?;
+    e.answer_file(NAME, &answers, true)
+        .map_err(|e| e.to_string())?;
     Ok(answers)
 }
 

@@ -32,7 +32,7 @@ fn submit_all(e: &Engine, from: u64, to: u64) -> BTreeMap<u64, BatchResult> {
     (from..to)
         .map(|i| {
             let r = e
-                .submit(&parse(&batch(i)), &format!("b{i}.json"))
+                .one_file(&parse(&batch(i)), &format!("b{i}.json"))
                 .unwrap_or_else(|err| panic!("batch {i}: {err}"));
             (i, r)
         })
@@ -43,7 +43,7 @@ fn submit_all(e: &Engine, from: u64, to: u64) -> BTreeMap<u64, BatchResult> {
 fn same_answers(e: &Engine, answers: &BTreeMap<u64, BatchResult>, what: &str) {
     for (i, want) in answers {
         let got = e
-            .submit(&parse(&batch(*i)), &format!("again{i}.json"))
+            .one_file(&parse(&batch(*i)), &format!("again{i}.json"))
             .unwrap_or_else(|err| panic!("{what}: again {i}: {err}"));
         assert_eq!(&got, want, "{what}: batch {i} answered differently");
     }
@@ -62,7 +62,7 @@ fn fresh_id(e: &Engine, answers: &BTreeMap<u64, BatchResult>, what: &str) {
         .max()
         .unwrap_or(0);
     let b = json!({"request_key": format!("fresh-{what}"), "ops": [{"op": "create", "shard": "s1", "record": {}}]});
-    let r = e.submit(&parse(&b), "fresh.json").expect("fresh batch");
+    let r = e.one_file(&parse(&b), "fresh.json").expect("fresh batch");
     assert_eq!(r.status(), Status::Committed, "{what}: {r:?}");
     assert!(
         r.ops()[0].id > max,
@@ -331,7 +331,7 @@ fn a_key_older_than_the_window_is_a_new_batch() {
     e.checkpoint().expect("checkpoint after the window");
     assert_eq!(e.live_keys(), 0, "both keys forgotten");
     let again = e
-        .submit(&parse(&batch(0)), "late.json")
+        .one_file(&parse(&batch(0)), "late.json")
         .expect("late retry");
     assert_eq!(again.status(), Status::Committed);
     assert_ne!(
@@ -343,7 +343,7 @@ fn a_key_older_than_the_window_is_a_new_batch() {
     drop(e);
     let e = open_engine_with(&disk.crash(CrashMode::Process), no_crash(), tune).expect("reopen");
     let r = e
-        .submit(&parse(&batch(1)), "late1.json")
+        .one_file(&parse(&batch(1)), "late1.json")
         .expect("late retry of k1");
     assert_ne!(r, first[&1], "k1 left the window before the restart");
     drop(e);
@@ -364,13 +364,17 @@ fn idle_owners_compact_below_the_checkpoint_and_nothing_changes() {
     let mut ids = Vec::new();
     for i in 0..40u64 {
         let b = json!({"request_key": format!("c{i}"), "ops": [{"op": "create", "shard": "s1", "record": {"i": i, "pad": pad}}]});
-        let r = e.submit(&parse(&b), &format!("c{i}.json")).expect("create");
+        let r = e
+            .one_file(&parse(&b), &format!("c{i}.json"))
+            .expect("create");
         ids.push(r.ops()[0].id);
         answers.insert(i, r);
     }
     for (i, id) in ids.iter().take(35).enumerate() {
         let b = json!({"request_key": format!("d{i}"), "ops": [{"op": "delete", "shard": "s1", "id": id}]});
-        let r = e.submit(&parse(&b), &format!("d{i}.json")).expect("delete");
+        let r = e
+            .one_file(&parse(&b), &format!("d{i}.json"))
+            .expect("delete");
         assert_eq!(r.status(), Status::Committed);
     }
     let before = contents(&disk, &["s1"]);
@@ -388,7 +392,7 @@ fn idle_owners_compact_below_the_checkpoint_and_nothing_changes() {
     assert!(stats.reclaimed_bytes > 16 << 10, "{stats:?}");
     for (i, id) in ids.iter().enumerate().skip(35) {
         let b = json!({"request_key": format!("c{i}"), "ops": [{"op": "create", "shard": "s1", "record": {"i": i, "pad": pad}}]});
-        let again = e.submit(&parse(&b), "again.json").expect("again");
+        let again = e.one_file(&parse(&b), "again.json").expect("again");
         assert_eq!(
             again.ops()[0].id,
             *id,

@@ -38,7 +38,7 @@ fn concurrent_batches_share_flushes_and_stay_ordered() {
                         let b = parse(&json!({"request_key": format!("t{t}-{i}"), "ops": [
                             {"op": "create", "shard": "s1", "record": {"t": t, "i": i}},
                             {"op": "create", "shard": "s2", "record": {"t": t, "i": i}}]}));
-                        engine.submit(&b, &format!("t{t}-{i}.json")).unwrap()
+                        engine.one_file(&b, &format!("t{t}-{i}.json")).unwrap()
                     })
                     .collect::<Vec<_>>()
             })

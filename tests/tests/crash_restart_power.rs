@@ -73,7 +73,8 @@ fn second_batches() -> Vec<(Batch, &'static str)> {
 fn second_run(disk: &SimStorage) -> Result<(), String> {
     let e = open_engine(disk, no_crash()).map_err(|e| format!("recovery: {e}"))?;
     for (b, name) in second_batches() {
-        e.submit(&b, name).map_err(|err| format!("{name}: {err}"))?;
+        e.one_file(&b, name)
+            .map_err(|err| format!("{name}: {err}"))?;
     }
     Ok(())
 }
@@ -124,7 +125,7 @@ fn check_after_cut(
     };
     let mut answers = BTreeMap::new();
     for (b, name) in &all {
-        match e.submit(b, name) {
+        match e.one_file(b, name) {
             Ok(r) => {
                 answers.insert(*name, r);
             }

@@ -300,7 +300,7 @@ fn a_gap_among_unflushed_shard_frames_after_a_power_loss_is_recovered() {
     assert!(report.ok(), "{:?}", report.violations);
 }
 
-/// One attempt at `b` as a streamed batch (`Engine::submit_detached`, source
+/// One attempt at `b` as a streamed batch (`Engine::submit`, `Deliver::Returned`, source
 /// `stream/CONN/1`): no input file, no result file; the client sees the answer only if this
 /// returns it.
 fn run_detached(
@@ -309,7 +309,7 @@ fn run_detached(
     b: &Batch,
     conn: u32,
 ) -> Result<roost::batch::BatchResult, roost::error::EngineError> {
-    open_engine(disk, crash)?.submit_detached(b, &format!("stream/{conn}/1"))
+    open_engine(disk, crash)?.one_detached(b, &format!("stream/{conn}/1"))
 }
 
 /// Goal: the schedules above for a streamed batch (issue 16; the seam is shared with bulk
@@ -317,7 +317,7 @@ fn run_detached(
 /// every mode, and the retry under the same key from a new connection; a crash at every
 /// point of the first attempt, in every mode, then recovery and that retry, keeps the
 /// invariants and converges.
-/// Method: as above, with `submit_detached`; the answer the client saw is the one the call
+/// Method: as above, with `Deliver::Returned`; the answer the client saw is the one the call
 /// returned (a crashed call returned none).
 #[test]
 fn every_crash_point_of_a_streamed_batch_keeps_the_invariants() {
@@ -375,14 +375,13 @@ fn every_crash_point_of_a_streamed_batch_keeps_the_invariants() {
 }
 
 /// Goal: a batch without a spool file of its own (a bulk file's line, a streamed batch:
-/// `Engine::submit_detached`) keeps the same invariants through a crash at every point of
+/// `Deliver::Returned`) keeps the same invariants through a crash at every point of
 /// its run, in every crash mode, and neither the run nor recovery ever writes a result file
 /// or touches `new/` for it: its answer goes back to the client, or the client asks again
 /// under its key. The retry answers the same whatever the crash (every later retry too).
 /// Method: the same ten batches as above, under the detached source `stream/1/1`.
 #[test]
 fn a_detached_batch_keeps_the_invariants_through_a_crash_at_every_point() {
-    const SOURCE: &str = "stream/1/1";
     let base_disk = base();
     let base_contents = contents(&base_disk, SHARDS);
     let spool_files = |disk: &SimStorage| -> Vec<std::path::PathBuf> {
@@ -402,7 +401,7 @@ fn a_detached_batch_keeps_the_invariants_through_a_crash_at_every_point() {
     for b in batches() {
         let hook = Arc::new(NthCrash::new(None));
         let clean = base_disk.crash(CrashMode::Process);
-        let want = run_batch(&clean, hook.clone(), &b, SOURCE).expect("clean run");
+        let want = run_detached(&clean, hook.clone(), &b, 1).expect("clean run");
         let n = hook.reached().len() as u64;
         // A rejection has no crash point of its own (its record is synced before the
         // answer, and a detached answer publishes nothing).
@@ -423,7 +422,7 @@ fn a_detached_batch_keeps_the_invariants_through_a_crash_at_every_point() {
             for mode in MODES {
                 seed += 1;
                 let d1 = base_disk.crash(CrashMode::Process);
-                let r1 = run_batch(&d1, Arc::new(NthCrash::new(Some(c1))), &b, SOURCE);
+                let r1 = run_detached(&d1, Arc::new(NthCrash::new(Some(c1))), &b, 1);
                 assert!(r1.is_err(), "crash point {c1} not reached");
                 let after = d1.crash(mode_with_seed(mode, seed));
                 drop(open_engine(&after, no_crash()).unwrap_or_else(|e| {
@@ -432,11 +431,11 @@ fn a_detached_batch_keeps_the_invariants_through_a_crash_at_every_point() {
                 let at = format!("{} crash {c1} {mode:?}", b.request_key);
                 check_invariants(&after, SHARDS, &base_contents, &b, None)
                     .unwrap_or_else(|e| panic!("{at}, after recovery: {e}"));
-                let r = run_batch(&after, no_crash(), &b, SOURCE)
+                let r = run_detached(&after, no_crash(), &b, 1)
                     .unwrap_or_else(|e| panic!("{at}: retry failed: {e}"));
                 check_invariants(&after, SHARDS, &base_contents, &b, Some(&r))
                     .unwrap_or_else(|e| panic!("{at}, retry: {e}"));
-                let again = run_batch(&after, no_crash(), &b, SOURCE).expect("second retry");
+                let again = run_detached(&after, no_crash(), &b, 1).expect("second retry");
                 assert_eq!(again, r, "{at}: the answer changed between retries");
                 assert!(
                     spool_files(&after).is_empty(),

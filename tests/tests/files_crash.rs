@@ -1,4 +1,4 @@
-//! Crash schedules for spool files run as one group (issue 16: `Engine::submit_files`, what
+//! Crash schedules for spool files run as one group (issue 16: `Engine::submit` with `Deliver::Files`, what
 //! the serve loop does with files found waiting together): a kill or a power cut at every
 //! named point of the group's run, then recovery and the retry of whatever is still in
 //! `new/`, must leave every file's result as a crash-free run gives it (same statuses, same
@@ -76,7 +76,8 @@ fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<(), String> {
     }
     let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, n)| (b, *n)).collect();
     if !items.is_empty() {
-        e.submit_files(&items).map_err(|e| e.to_string())?;
+        e.submit(&items, Deliver::Files)
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

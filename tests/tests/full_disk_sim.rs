@@ -41,7 +41,7 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
     let (refused, err) = loop {
         let i = committed.len() as u64;
         assert!(i < 100, "the disk never filled");
-        match e.submit(&parse(&batch(i)), &format!("b{i}.json")) {
+        match e.one_file(&parse(&batch(i)), &format!("b{i}.json")) {
             Ok(r) => {
                 assert_eq!(r.status(), Status::Committed, "{r:?}");
                 committed.push(r);
@@ -59,7 +59,7 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
     assert!(!e.try_resume().expect("no room is no error"));
     assert!(
         matches!(
-            e.submit(&parse(&batch(refused)), "x.json"),
+            e.one_file(&parse(&batch(refused)), "x.json"),
             Err(EngineError::Paused { .. })
         ),
         "still paused"
@@ -77,7 +77,7 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
     assert!(e.try_resume().expect("resume"));
     assert!(e.paused().is_none());
     let r = e
-        .submit(&parse(&batch(refused)), &format!("b{refused}.json"))
+        .one_file(&parse(&batch(refused)), &format!("b{refused}.json"))
         .expect("taken after the resume");
     assert_eq!(r.status(), Status::Committed);
     drop(e);
@@ -85,7 +85,7 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
     assert!(report.ok(), "{:?}", report.violations);
 }
 
-/// Goal: the same for groups of detached batches (`Engine::submit_group`, a bulk file's
+/// Goal: the same for groups of detached batches (`Engine::submit`, `Deliver::Returned`: a bulk file's
 /// lines): a full disk refuses a group with a pause and latches nothing, whatever of the
 /// group was claimed before the pause is finished (a power loss keeps every answered
 /// group), and once there is room the refused group sent again commits, each batch once.
@@ -106,7 +106,7 @@ fn a_full_disk_refuses_a_group_without_a_latch_and_loses_nothing() {
         let items = group(g);
         let refs: Vec<(&roost::batch::Batch, &str)> =
             items.iter().map(|(b, s)| (b, s.as_str())).collect();
-        e.submit_group(&refs)
+        e.submit(&refs, Deliver::Returned)
     };
     let (answered, refused) = until_refused(&e, |g| run(&e, g));
     drop(e);
@@ -174,7 +174,7 @@ fn big_shards(c: &mut roost::config::Config) {
 /// segment and spare (256 KiB each), plus 8 KiB.
 const WAL_FIRST_ROOM: u64 = 5 * (64 << 10) + 2 * (256 << 10) + (8 << 10);
 
-/// Goal: the same for spool files run as a group (`Engine::submit_files`, what the serve
+/// Goal: the same for spool files run as a group (`Engine::submit`, `Deliver::Files`: what the serve
 /// loop does with files found together): a pause in the middle of a group leaves each file
 /// either answered (its result out, its input gone) or untouched in `new/`, never half;
 /// answered files keep their results across a power loss; once there is room the files left
@@ -194,7 +194,7 @@ fn a_full_disk_refuses_a_group_of_files_without_a_latch_and_loses_nothing() {
             .collect();
         let refs: Vec<(&roost::batch::Batch, &str)> =
             items.iter().map(|(b, s)| (b, s.as_str())).collect();
-        e.submit_files(&refs)
+        e.submit(&refs, Deliver::Files)
     };
     let e = open_engine_with(&disk, no_crash(), big_shards).expect("open");
     let (answered, refused) = until_refused(&e, |g| {

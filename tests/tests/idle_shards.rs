@@ -88,7 +88,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     })
     .expect("open");
     let made = ids(&e
-        .submit_detached(&creates("a", "s", 3), "bulk/f/1")
+        .one_detached(&creates("a", "s", 3), "bulk/f/1")
         .expect("a"));
     assert!(fds_under(&shard_dir) >= 2, "segment and lock open in use");
     wait_closed("s", || fds_under(&shard_dir) == 0);
@@ -100,17 +100,17 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     );
     assert_eq!(e.shards_open(), 0);
 
-    let d = e.submit_detached(&delete("b", "s", made[1]), "bulk/f/2");
+    let d = e.one_detached(&delete("b", "s", made[1]), "bulk/f/2");
     assert_eq!(d.expect("b").status(), Status::Committed, "the id exists");
     assert!(is_open(&e, "s") && fds_under(&shard_dir) >= 2, "reopened");
     wait_closed("s again", || fds_under(&shard_dir) == 0);
-    let never = e.submit_detached(&delete("c", "s", 999_999), "bulk/f/3");
+    let never = e.one_detached(&delete("c", "s", 999_999), "bulk/f/3");
     assert!(
         matches!(never.expect("c"), BatchResult::Rejected { op_index: 0, .. }),
         "a delete of an id never created is rejected on a reopened shard"
     );
     let more = ids(&e
-        .submit_detached(&creates("d", "s", 1), "bulk/f/4")
+        .one_detached(&creates("d", "s", 1), "bulk/f/4")
         .expect("d"));
     assert!(more[0] > made[2], "ids go on from the largest");
     wait_closed("s a third time", || !is_open(&e, "s"));
@@ -149,16 +149,16 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
     let disk = SimStorage::new();
     let e = open_engine_with(&disk, no_crash(), idle_config).expect("open");
     let on_a = ids(&e
-        .submit_detached(&creates("a1", "a", 2), "bulk/f/1")
+        .one_detached(&creates("a1", "a", 2), "bulk/f/1")
         .expect("a1"));
     let on_b = ids(&e
-        .submit_detached(&creates("b1", "b", 2), "bulk/f/2")
+        .one_detached(&creates("b1", "b", 2), "bulk/f/2")
         .expect("b1"));
     wait_closed("a and b", || e.shards_open() == 0);
-    let del = e.submit_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
+    let del = e.one_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
     assert_eq!(del.expect("a2").status(), Status::Committed);
     let late = ids(&e
-        .submit_detached(&creates("a3", "a", 1), "bulk/f/4")
+        .one_detached(&creates("a3", "a", 1), "bulk/f/4")
         .expect("a3"));
     assert!(
         is_open(&e, "a") && !is_open(&e, "b"),
@@ -169,9 +169,9 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
         let copy = disk.crash(mode);
         let r = open_engine_with(&copy, no_crash(), idle_config)
             .unwrap_or_else(|err| panic!("{mode:?}: recovery failed: {err}"));
-        let again = r.submit_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
+        let again = r.one_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
         assert_eq!(again.expect("a2 again").status(), Status::Committed);
-        let next = r.submit_detached(&creates("n", "b", 1), "bulk/f/5");
+        let next = r.one_detached(&creates("n", "b", 1), "bulk/f/5");
         assert_eq!(next.expect("n").status(), Status::Committed, "{mode:?}");
         drop(r);
         assert_eq!(ids_on(&copy, "a"), want_a, "{mode:?}");
@@ -181,7 +181,7 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
         assert!(report.ok(), "{mode:?}: {:?}", report.violations);
     }
     wait_closed("a after its reopen", || e.shards_open() == 0);
-    let gone = e.submit_detached(&delete("a4", "a", on_a[0]), "bulk/f/6");
+    let gone = e.one_detached(&delete("a4", "a", on_a[0]), "bulk/f/6");
     assert!(
         matches!(gone.expect("a4"), BatchResult::Rejected { .. }),
         "deleted before the close"

@@ -39,7 +39,9 @@ fn primary() -> (SimStorage, Vec<Entry>) {
                 {"op": "create", "shard": shard, "record": {"i": i}},
                 {"op": "create", "shard": SHARDS[0], "record": {"j": i}}]}),
         };
-        let r = e.submit(&parse(&v), &format!("b{i}.json")).expect("submit");
+        let r = e
+            .one_file(&parse(&v), &format!("b{i}.json"))
+            .expect("submit");
         ids.extend(
             r.ops()
                 .iter()

@@ -42,34 +42,37 @@ fn a_batch_creating_a_shard_past_shards_max_is_rejected_and_writes_nothing() {
     let disk = SimStorage::new();
     let tune = |c: &mut roost::config::Config| c.shards_max = 3;
     let e = open_engine_with(&disk, no_crash(), tune).expect("open");
-    let first = e.submit_detached(&creates("a", &["s1", "s2"]), "bulk/f/1");
+    let first = e.one_detached(&creates("a", &["s1", "s2"]), "bulk/f/1");
     assert_eq!(first.expect("a").status(), Status::Committed);
     let over = creates("b", &["s3", "s4"]);
-    let r = e.submit_detached(&over, "bulk/f/2").expect("b");
+    let r = e.one_detached(&over, "bulk/f/2").expect("b");
     let (op, reason) = rejected_at(&r);
     assert_eq!(op, 1, "{reason}");
     assert_eq!(reason, "shard \"s4\" would be shard 4, past shards_max = 3");
     assert!(no_files_of(&disk, "s3") && no_files_of(&disk, "s4"));
-    let again = e.submit_detached(&over, "bulk/f/3").expect("b again");
+    let again = e.one_detached(&over, "bulk/f/3").expect("b again");
     assert_eq!(again, r, "the recorded rejection answers again");
-    let on_s1 = e.submit_detached(&creates("c", &["s1"]), "bulk/f/4");
+    let on_s1 = e.one_detached(&creates("c", &["s1"]), "bulk/f/4");
     assert_eq!(on_s1.expect("c").status(), Status::Committed);
-    let third = e.submit_detached(&creates("f", &["s3"]), "bulk/f/5");
+    let third = e.one_detached(&creates("f", &["s3"]), "bulk/f/5");
     assert_eq!(third.expect("f").status(), Status::Committed);
     let group = e
-        .submit_group(&[
-            (&creates("d", &["s5"]), "bulk/g/1"),
-            (&creates("e", &["s2", "s1"]), "bulk/g/2"),
-        ])
+        .submit(
+            &[
+                (&creates("d", &["s5"]), "bulk/g/1"),
+                (&creates("e", &["s2", "s1"]), "bulk/g/2"),
+            ],
+            Deliver::Returned,
+        )
         .expect("group");
     assert_eq!(rejected_at(&group[0]).0, 0);
     assert_eq!(group[1].status(), Status::Committed);
     drop(e);
     let e = open_engine_with(&disk, no_crash(), tune).expect("reopen");
-    let r = e.submit_detached(&creates("g", &["s4"]), "bulk/f/6");
+    let r = e.one_detached(&creates("g", &["s4"]), "bulk/f/6");
     let (_, reason) = rejected_at(&r.expect("g"));
     assert!(reason.contains("past shards_max = 3"), "{reason}");
     assert!(no_files_of(&disk, "s4") && no_files_of(&disk, "s5"));
-    let on_s3 = e.submit_detached(&creates("h", &["s3", "s2"]), "bulk/f/7");
+    let on_s3 = e.one_detached(&creates("h", &["s3", "s2"]), "bulk/f/7");
     assert_eq!(on_s3.expect("h").status(), Status::Committed);
 }

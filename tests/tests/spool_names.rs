@@ -65,7 +65,7 @@ fn recovery_leaves_a_reused_names_new_input_alone() {
         None,
         "recovery published x's answer under the name y now uses"
     );
-    let r = e.submit(&parse(&y()), "n.json").expect("y");
+    let r = e.one_file(&parse(&y()), "n.json").expect("y");
     assert_eq!(r.status(), Status::Committed);
     assert_eq!(visible_result(&disk, "n.json").expect("whole"), Some(r));
 }
@@ -80,11 +80,11 @@ fn recovery_leaves_a_reused_names_new_input_alone() {
 fn a_consumed_answer_never_comes_back_after_the_name_was_reused() {
     let disk = SimStorage::new();
     let e = open_engine(&disk, no_crash()).expect("open");
-    let rx = e.submit(&parse(&x()), "n.json").expect("x");
+    let rx = e.one_file(&parse(&x()), "n.json").expect("x");
     assert_eq!(rx.status(), Status::Committed);
     consume(&disk, "n.json");
     let bad = json!({"request_key": "y", "ops": [{"op": "delete", "shard": "s1", "id": 999}]});
-    let ry = e.submit(&parse(&bad), "n.json").expect("y");
+    let ry = e.one_file(&parse(&bad), "n.json").expect("y");
     assert!(matches!(ry, BatchResult::Rejected { .. }), "{ry:?}");
     assert_eq!(visible_result(&disk, "n.json").expect("whole"), Some(ry));
     consume(&disk, "n.json");
@@ -116,14 +116,14 @@ fn a_conflict_answer_survives_a_power_loss() {
     let e = Arc::new(open_engine(&disk, hook).expect("open"));
     let held = {
         let e = e.clone();
-        std::thread::spawn(move || e.submit(&parse(&x()), "x.json"))
+        std::thread::spawn(move || e.one_file(&parse(&x()), "x.json"))
     };
     assert!(
         handle.reached(Duration::from_secs(20)),
         "x reached its claim"
     );
     let other = json!({"request_key": "x", "ops": [{"op": "create", "shard": "s2", "record": {"tag": "other"}}]});
-    let seen = e.submit(&parse(&other), "y.json").expect("y");
+    let seen = e.one_file(&parse(&other), "y.json").expect("y");
     assert_eq!(seen.status(), Status::Conflict, "{seen:?}");
     let after = disk.crash(CrashMode::PowerDrop);
     handle.release();
@@ -151,7 +151,7 @@ fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
     let e = Arc::new(open_engine(&disk, hook).expect("open"));
     let tx = {
         let e = e.clone();
-        std::thread::spawn(move || e.submit(&parse(&x()), "n.json"))
+        std::thread::spawn(move || e.one_file(&parse(&x()), "n.json"))
     };
     assert!(handle.reached(Duration::from_secs(20)), "x answered");
     consume(&disk, "n.json");
@@ -161,7 +161,7 @@ fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
     );
     let ty = {
         let e = e.clone();
-        std::thread::spawn(move || e.submit(&parse(&y()), "n.json"))
+        std::thread::spawn(move || e.one_file(&parse(&y()), "n.json"))
     };
     // Y claims, commits and then waits for X (bounded); the process dies while it waits.
     std::thread::sleep(Duration::from_millis(300));
@@ -172,7 +172,7 @@ fn a_later_batch_under_a_name_keeps_its_answer_after_a_crash() {
     drop(e);
     let e = open_engine(&crashed, no_crash()).expect("recovery");
     if crashed.file_bytes(&spool("new", "n.json")).is_some() {
-        e.submit(&parse(&y()), "n.json").expect("y from new/");
+        e.one_file(&parse(&y()), "n.json").expect("y from new/");
     }
     drop(e);
     let answer = visible_result(&crashed, "n.json")
@@ -200,7 +200,7 @@ fn a_rejected_input_does_not_come_back_after_a_power_loss() {
         serde_json::to_vec(&bad).expect("json"),
     );
     let e = open_engine(&disk, no_crash()).expect("open");
-    let seen = e.submit(&parse(&bad), "r.json").expect("r");
+    let seen = e.one_file(&parse(&bad), "r.json").expect("r");
     assert!(matches!(seen, BatchResult::Rejected { .. }), "{seen:?}");
     drop(e);
     let after = disk.crash(CrashMode::PowerDrop);

@@ -1,4 +1,4 @@
-//! Crash schedules for streamed batches answered early (issue 16: `Engine::submit_group_early`,
+//! Crash schedules for streamed batches answered early (issue 16: `Engine::submit` with `Deliver::Early`,
 //! what a stream connection runs): the engine hands each answer over once the batch is as
 //! durable as a published result file, before the group's durability tail (shard flushes,
 //! audit sync, `done` records). A kill or a power cut at every named point of the group's
@@ -102,12 +102,15 @@ fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>, g: Group) -> Run {
         .map(|(b, s)| (b, s.as_str()))
         .collect();
     let all = e
-        .submit_group_early(&items, &mut |i, r| {
-            assert!(
-                early.insert(i, r.clone()).is_none(),
-                "line {i} handed over twice"
-            );
-        })
+        .submit(
+            &items,
+            Deliver::Early(&mut |i, r| {
+                assert!(
+                    early.insert(i, r.clone()).is_none(),
+                    "line {i} handed over twice"
+                );
+            }),
+        )
         .map_err(|e| e.to_string());
     (early, all)
 }
@@ -150,7 +153,7 @@ fn kept(after: &SimStorage, early: &BTreeMap<usize, BatchResult>, g: Group) -> R
     for (i, r) in early {
         let source = format!("stream/2/{i}");
         let again = e
-            .submit_group(&[(&batches[*i], source.as_str())])
+            .submit(&[(&batches[*i], source.as_str())], Deliver::Returned)
             .map_err(|e| format!("line {i} again: {e}"))?;
         if again.first().map(json) != Some(json(r)) {
             return Err(format!(

@@ -205,7 +205,7 @@ impl Engine {
         let none = HashSet::new();
         for (lsn, claim) in &claims {
             info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
-            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
         }
         // The `done` records durable before intake opens (a reused name must never see
         // these batches finished again: `names.rs`).

@@ -1,9 +1,11 @@
-//! Commit and Finish for a durable claim: one transaction per shard in lsn order, audit rows
-//! (skipping those already written), the input removed, the result file; then the
-//! durability tail: the shards' flushes, the audit log's sync, the `done` record. Every step
+//! Commit, Finish and the durability tail for durable claims, a group of them at once (a
+//! live pass of `plan.rs`; recovery finishes each claim as a group of one): every shard
+//! transaction sent before any is waited for, one transaction per shard in lsn order, audit
+//! rows (skipping those already written), the inputs removed, the results; then the
+//! durability tail: the shards' flushes, the audit log's sync, the `done` records. Every step
 //! is idempotent, so recovery can run it again from any crash point.
 //!
-//! The result is published once every shard transaction is applied (readable) and the audit
+//! A result is published once every shard transaction is applied (readable) and the audit
 //! rows are written, but before the shards and the audit log are synced: the claim, durable
 //! since the claim step, is what the result stands on. A power loss before the `done` record
 //! is durable makes recovery run this again from the claim (a held lsn is a no-op, audit
@@ -13,7 +15,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,13 +23,12 @@ use roost_wal::Lsn;
 
 use super::crash::Step;
 use super::owner::{ShardSlot, Turn};
+use super::plan::{is_detached, Slot};
 use super::records::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
 use super::{io_err, lock, Engine};
-use crate::batch::{BatchResult, OpResult};
+use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
-
-/// A touched shard and where its owner answers the transaction sent to it.
-pub(super) type Sent<'a> = (Touched<'a>, Receiver<Result<(), EngineError>>);
+use crate::spool;
 
 /// One touched shard of a batch: its owner and the ids its transaction creates (true) or
 /// deletes (false), for the planning overlay.
@@ -38,39 +38,98 @@ pub(super) struct Touched<'a> {
     pub ids: Vec<(u64, bool)>,
 }
 
+/// What a group still owes once its answers are made: each claim's touched shards (to
+/// flush, then to close the claim with) and the last audit row written (to sync).
+pub(super) struct Tail<'c> {
+    touched: Vec<Vec<Touched<'c>>>,
+    last_row: Option<Lsn>,
+    /// When the commit step ended: the finish phase's start, for its latency.
+    committed: Instant,
+}
+
 impl Engine {
-    /// Commit and Finish for the durable claim at `lsn` (see the module comment). `audited`
-    /// holds the op indexes whose audit rows exist already (recovery); `started` is when a
-    /// live batch entered the pipeline (for its latency).
+    /// Recovery's finish for the durable claim at `lsn`, as a group of one; `audited` holds
+    /// the op indexes whose audit rows exist already. Its input is removed and its result
+    /// published only where they are still this batch's (`names.rs`).
     pub(super) fn finish(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
-        started: Option<Instant>,
     ) -> Result<BatchResult, EngineError> {
+        let claims = [(lsn, claim)];
+        let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None)?;
+        self.run_tail(&claims, tail)?;
+        r.pop().ok_or(EngineError::Inconsistent {
+            lsn,
+            detail: "its claim has no answer".into(),
+        })
+    }
+
+    /// Commit and Finish up to the answers for durable claims: every transaction, the audit
+    /// rows (`audited[i]`: claim `i`'s rows written already; none past its end), the answers
+    /// in claim order. `started` is when a live group entered the pipeline; `None` in
+    /// recovery. What is left is the [`Tail`], for [`Engine::run_tail`].
+    pub(super) fn commit_and_answer<'c>(
+        &self,
+        claims: &[(Lsn, &'c ClaimRecord)],
+        audited: &[&HashSet<u32>],
+        started: Option<Instant>,
+    ) -> Result<(Vec<BatchResult>, Tail<'c>), EngineError> {
         let t_commit = Instant::now();
-        let touched = self.commit(lsn, claim)?;
-        self.stats.latency.commit.record(t_commit.elapsed());
-        let t_finish = Instant::now();
-        let last_row = self.write_audit_rows(lsn, claim, audited)?;
-        let r = self.answer(lsn, claim, started)?;
-        let done = self.durability_tail(lsn, &touched, last_row)?;
-        self.close_claim(lsn, claim, &touched, done);
-        self.stats.latency.finish.record(t_finish.elapsed());
-        Ok(r)
+        let mut tail = Tail {
+            touched: Vec::new(),
+            last_row: None,
+            committed: t_commit,
+        };
+        if claims.is_empty() {
+            return Ok((Vec::new(), tail));
+        }
+        tail.touched = self.commit_claims(claims)?;
+        tail.committed = Instant::now();
+        for _ in claims {
+            self.stats.latency.commit.record(tail.committed - t_commit);
+        }
+        tail.last_row = self.write_group_audit_rows(claims, audited)?;
+        Ok((self.answer_claims(claims, started)?, tail))
+    }
+
+    /// The tail once the answers are made: one flush per touched shard, one audit sync, then
+    /// each claim's `done` record (not synced on its own: it rides on the next group
+    /// commit), and the claims closed. If a power loss drops a `done`, recovery finishes the
+    /// batch again, and every step of that is idempotent.
+    pub(super) fn run_tail(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+        tail: Tail<'_>,
+    ) -> Result<(), EngineError> {
+        if claims.is_empty() {
+            return Ok(());
+        }
+        let mut by_shard: BTreeMap<&str, &Touched<'_>> = BTreeMap::new();
+        for t in tail.touched.iter().flatten() {
+            by_shard.entry(t.name).or_insert(t);
+        }
+        self.flush_touched(by_shard.into_values())?;
+        if let Some(last) = tail.last_row {
+            self.audit.sync_to(last)?;
+        }
+        for _ in claims {
+            self.hit(Step::AfterAuditSync.at())?;
+        }
+        let lsns: Vec<Lsn> = claims.iter().map(|(l, _)| *l).collect();
+        let dones = self.append_dones(&lsns)?;
+        for (((lsn, c), t), done) in claims.iter().zip(&tail.touched).zip(dones) {
+            self.close_claim(*lsn, c, t, done);
+            self.stats.latency.finish.record(tail.committed.elapsed());
+        }
+        Ok(())
     }
 
     /// The claim at `lsn` is finished and its `done` record appended at `done`: its key
     /// answers from now on, and a checkpoint may pass it. Every frame of the touched shards
     /// up to `lsn` is flushed (they apply in lsn order).
-    pub(super) fn close_claim(
-        &self,
-        lsn: Lsn,
-        claim: &ClaimRecord,
-        touched: &[Touched<'_>],
-        done: Lsn,
-    ) {
+    fn close_claim(&self, lsn: Lsn, claim: &ClaimRecord, touched: &[Touched<'_>], done: Lsn) {
         let mut p = lock(&self.planner);
         if let Some(k) = p.keys.get_mut(&claim.request_key) {
             k.done = true;
@@ -90,68 +149,73 @@ impl Engine {
         self.stats.committed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Sends every touched shard its transaction at once; each owner applies in lsn order.
-    /// All answers are collected (even after a failure) so no owner is still writing when
-    /// this returns. Clears the batch's planning overlays as each shard applies.
+    /// One claim's transactions, applied (a standby's effects, `apply.rs`).
     pub(super) fn commit<'c>(
         &self,
         lsn: Lsn,
         claim: &'c ClaimRecord,
     ) -> Result<Vec<Touched<'c>>, EngineError> {
-        let sent = self.send_commit(lsn, claim)?;
-        self.collect_commit(sent)
+        Ok(self
+            .commit_claims(&[(lsn, claim)])?
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
-    /// Hands every touched shard of the claim at `lsn` its transaction; the owners answer on
-    /// the receivers ([`Engine::collect_commit`]).
-    pub(super) fn send_commit<'c>(
+    /// Every claim's transactions sent, one message per touched shard for the whole group
+    /// (its transactions in lsn order; each owner applies in lsn order), then every shard's
+    /// answer collected (all of them, even after a failure, so no owner is still writing
+    /// when this returns), then the planning overlays cleared under one lock. Returns each
+    /// claim's touched shards.
+    fn commit_claims<'c>(
         &self,
-        lsn: Lsn,
-        claim: &'c ClaimRecord,
-    ) -> Result<Vec<Sent<'c>>, EngineError> {
-        let mut sent = Vec::new();
-        for (k, (name, ops)) in transactions(claim).into_iter().enumerate() {
-            let slot = self.slot(name)?;
-            let ids = touched_ids(&ops);
-            let rx = slot.send_apply(vec![Turn { lsn, k, ops }])?;
-            sent.push((Touched { name, slot, ids }, rx));
+        claims: &[(Lsn, &'c ClaimRecord)],
+    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
+        let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
+        let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
+        for (lsn, c) in claims {
+            let mut mine = Vec::new();
+            for (k, (name, ops)) in transactions(c).into_iter().enumerate() {
+                let slot = match by_shard.get(name) {
+                    Some((slot, _)) => slot.clone(),
+                    None => self.slot(name)?,
+                };
+                let ids = touched_ids(&ops);
+                let turn = Turn { lsn: *lsn, k, ops };
+                by_shard
+                    .entry(name)
+                    .or_insert_with(|| (slot.clone(), Vec::new()))
+                    .1
+                    .push(turn);
+                mine.push(Touched { name, slot, ids });
+            }
+            touched.push(mine);
         }
-        Ok(sent)
-    }
-
-    /// Waits for every answer of [`Engine::send_commit`] (even after a failure, so no owner
-    /// is still writing when this returns), clearing the overlays as each shard applies.
-    pub(super) fn collect_commit<'c>(
-        &self,
-        sent: Vec<Sent<'c>>,
-    ) -> Result<Vec<Touched<'c>>, EngineError> {
+        let mut sent = Vec::with_capacity(by_shard.len());
         let mut first_err = None;
-        let mut touched = Vec::with_capacity(sent.len());
-        for (t, rx) in sent {
-            match t.slot.wait(&rx, &|| self.is_failed()) {
-                Ok(()) => self.clear_overlay(&t),
+        for (slot, turns) in by_shard.into_values() {
+            match slot.send_apply(turns) {
+                Ok(rx) => sent.push((slot, rx)),
                 Err(e) => {
-                    first_err.get_or_insert(e);
+                    first_err = Some(e);
+                    break;
                 }
             }
-            touched.push(t);
         }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(touched),
+        for (slot, rx) in sent {
+            if let Err(e) = slot.wait(&rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
+            }
         }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        self.clear_overlays(touched.iter().flatten());
+        Ok(touched)
     }
 
-    /// The shard holds the batch's ops now: planning no longer needs the overlay.
-    fn clear_overlay(&self, t: &Touched<'_>) {
-        self.clear_overlays(std::iter::once(t));
-    }
-
-    /// [`Engine::clear_overlay`] for many, under one planner lock.
-    pub(super) fn clear_overlays<'t, 'c: 't>(
-        &self,
-        touched: impl Iterator<Item = &'t Touched<'c>>,
-    ) {
+    /// The shards hold the batches' ops now: planning no longer needs their overlays.
+    fn clear_overlays<'t, 'c: 't>(&self, touched: impl Iterator<Item = &'t Touched<'c>>) {
         let mut p = lock(&self.planner);
         for t in touched {
             let Some(o) = p.overlay.get_mut(t.name) else {
@@ -163,94 +227,54 @@ impl Engine {
         }
     }
 
-    /// One audit row per op not already written, in one write; returns the last row's lsn
-    /// in the audit log.
+    /// One claim's audit rows not already in `audited`, in one write (a standby's effects,
+    /// `apply.rs`); returns the last row's lsn in the audit log.
     pub(super) fn write_audit_rows(
         &self,
         lsn: Lsn,
         claim: &ClaimRecord,
         audited: &HashSet<u32>,
     ) -> Result<Option<Lsn>, EngineError> {
-        let rows = audit_rows(lsn, claim, audited)?;
-        self.append_audit_rows(&rows)
+        self.write_group_audit_rows(&[(lsn, claim)], &[audited])
     }
 
-    /// Every audit row of a group's claims (none written before: they are live), in one
-    /// write; returns the last row's lsn in the audit log.
-    pub(super) fn write_group_audit_rows(
+    /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
+    /// write, then each row's crash point in order; returns the last row's lsn.
+    fn write_group_audit_rows(
         &self,
         claims: &[(Lsn, &ClaimRecord)],
+        audited: &[&HashSet<u32>],
     ) -> Result<Option<Lsn>, EngineError> {
         let mut rows = Vec::with_capacity(claims.iter().map(|(_, c)| c.ops.len()).sum());
-        for (lsn, c) in claims {
-            rows.extend(audit_rows(*lsn, c, &HashSet::new())?);
+        for (i, (lsn, c)) in claims.iter().enumerate() {
+            rows.extend(audit_rows(*lsn, c, audited.get(i).copied())?);
         }
-        self.append_audit_rows(&rows)
-    }
-
-    /// Appends encoded rows (op index, payload) in one write, then passes each row's crash
-    /// point in order.
-    fn append_audit_rows(&self, rows: &[(usize, Vec<u8>)]) -> Result<Option<Lsn>, EngineError> {
         let frames: Vec<(u8, &[u8])> = rows
             .iter()
             .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
             .collect();
         let lsns = self.audit.append_many_nowait(&frames)?;
-        for (i, _) in rows {
+        for (i, _) in &rows {
             self.hit(Step::AfterAudit.nth(*i))?;
         }
         Ok(lsns.last().copied())
     }
 
-    /// The input goes, then the answer is published. The input goes first: the claim holds
-    /// the batch from here on, and a client may reuse the name as soon as it sees the answer
-    /// (a removal after it could take the new file). Recovery (`started` is `None`) removes
-    /// and publishes only what is still this batch's (`names.rs`).
-    pub(super) fn answer(
-        &self,
-        lsn: Lsn,
-        claim: &ClaimRecord,
-        started: Option<Instant>,
-    ) -> Result<BatchResult, EngineError> {
-        // Under `ack = "standby"` the claim must be on a standby before anyone sees the result.
-        self.wait_replicated(lsn)?;
-        let r = committed_result(lsn, claim);
-        if super::plan::is_detached(&claim.source) {
-            // Nothing to remove or publish: the caller hands the answer over (or, in
-            // recovery, the client asks again under its key).
-            self.hit(Step::AfterResult.at())?;
-            return Ok(r);
-        }
-        if started.is_none() {
-            self.recovery_answer(claim, &r)?;
-            self.hit(Step::AfterResult.at())?;
-            return Ok(r);
-        }
-        // An earlier batch under this name settles first (its `done` durable), before this
-        // batch's input goes: once the input is gone, recovery must never finish the earlier
-        // one again, or it would publish the earlier answer where this one belongs.
-        self.settle_name(&claim.source, Some(lsn))?;
-        self.remove_input(&claim.source)?;
-        self.hit(Step::AfterInputRemoved.at())?;
-        self.publish_settled(&claim.source, &r)?;
-        if let Some(t0) = started {
-            self.stats.latency.batch.record(t0.elapsed());
-        }
-        self.hit(Step::AfterResult.at())?;
-        Ok(r)
-    }
-
-    /// [`Engine::answer`] for a group's claims, with every result file in one round: each
-    /// attached claim's name settles and its input goes, in claim order, then all their
-    /// results are published at once (`Publisher::publish_many`). A detached claim's
-    /// answer is only handed back, as alone.
-    pub(super) fn answer_group(
+    /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
+    /// "standby"`; a wait that gives up leaves every file in `new/`). A detached claim's
+    /// answer is only handed back. A live file's name settles and its input goes, then every
+    /// live result is published in one round (`Publisher::publish_many`): the input goes
+    /// first, since the claim holds the batch from here on and a client may reuse the name
+    /// as soon as it sees the answer (a removal after it could take the new file). An
+    /// earlier batch under the name settles first (its `done` durable): once the input is
+    /// gone, recovery must never finish the earlier one again, or it would publish the
+    /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
+    /// publishes only what is still this batch's (`names.rs`).
+    fn answer_claims(
         &self,
         claims: &[(Lsn, &ClaimRecord)],
-        started: Instant,
+        started: Option<Instant>,
     ) -> Result<Vec<BatchResult>, EngineError> {
-        // Every claim on a standby (under `ack = "standby"`) before any input goes: a wait
-        // that gives up must leave every file of the group in `new/`, as alone.
         for (lsn, _) in claims {
             self.wait_replicated(*lsn)?;
         }
@@ -258,7 +282,10 @@ impl Engine {
         let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
         for (lsn, c) in claims {
             let r = committed_result(*lsn, c);
-            if super::plan::is_detached(&c.source) {
+            if is_detached(&c.source) {
+                self.hit(Step::AfterResult.at())?;
+            } else if started.is_none() {
+                self.recovery_answer(c, &r)?;
                 self.hit(Step::AfterResult.at())?;
             } else {
                 self.settle_name(&c.source, Some(*lsn))?;
@@ -275,32 +302,93 @@ impl Engine {
                 .map_err(io_err("write result", &self.spool.out.join(first)))?;
         }
         for _ in &many {
-            self.stats.latency.batch.record(started.elapsed());
+            if let Some(t0) = started {
+                self.stats.latency.batch.record(t0.elapsed());
+            }
             self.hit(Step::AfterResult.at())?;
         }
         Ok(answers)
     }
 
-    /// Off the client's wait: every touched shard flushes (grouped per owner), the audit log
-    /// syncs, then the `done` record is appended (its lsn is returned). Not synced on its own: it rides on the next
-    /// group commit. If a power loss drops it, recovery finishes the batch again, and every
-    /// step of that is idempotent (held lsns, audit rows already there, the same result).
-    fn durability_tail(
+    /// Every item's answer that needs no other batch to finish first, handed to `hand` as
+    /// it is made; `None` for an item whose key is in flight ([`Slot::Later`]).
+    /// `committed` holds the claims' answers, in item order.
+    pub(super) fn answers(
         &self,
-        lsn: Lsn,
-        touched: &[Touched<'_>],
-        last_row: Option<Lsn>,
-    ) -> Result<Lsn, EngineError> {
-        self.flush_touched(touched.iter())?;
-        if let Some(last) = last_row {
-            self.audit.sync_to(last)?;
+        items: &[(&Batch, &str)],
+        slots: &[Slot],
+        committed: Vec<BatchResult>,
+        hand: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<Option<BatchResult>>, EngineError> {
+        let mut committed = committed.into_iter();
+        let mut out = Vec::with_capacity(items.len());
+        for (i, ((b, source), slot)) in items.iter().zip(slots).enumerate() {
+            let r = self.item_answer(b, source, slot, &mut committed)?;
+            if let Some(r) = &r {
+                hand(i, r);
+            }
+            out.push(r);
         }
-        self.hit(Step::AfterAuditSync.at())?;
-        self.append_done(lsn)
+        Ok(out)
+    }
+
+    /// One item's answer once the pass's records are durable.
+    fn item_answer(
+        &self,
+        b: &Batch,
+        source: &str,
+        slot: &Slot,
+        committed: &mut impl Iterator<Item = BatchResult>,
+    ) -> Result<Option<BatchResult>, EngineError> {
+        let key = b.request_key.as_str();
+        let r = match slot {
+            Slot::Answered(r) => self.reply(source, r.clone())?,
+            Slot::Rejected(lsn, r) => {
+                self.answer_durable(*lsn)?;
+                self.reply(source, r.clone())?
+            }
+            Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
+                lsn: *lsn,
+                detail: format!("request key {key:?}: its claim has no answer"),
+            })?,
+            Slot::Known { fp, k } => {
+                let r = self
+                    .answer_for(key, *fp, Some(*k))?
+                    .ok_or(EngineError::Inconsistent {
+                        lsn: k.lsn,
+                        detail: format!("request key {key:?} has no answer"),
+                    })?;
+                self.reply(source, r)?
+            }
+            Slot::Later | Slot::Plan { .. } => return Ok(None),
+        };
+        Ok(Some(r))
+    }
+
+    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
+    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
+    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
+    /// against newer state, and the answer the client read could change. What is left is
+    /// the moment between the result's `out/` sync and this one. A detached answer is only
+    /// handed back.
+    fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
+        if is_detached(source) {
+            return Ok(r);
+        }
+        self.publish(source, &r)?;
+        self.remove_input_synced(source)?;
+        Ok(r)
+    }
+
+    /// Removes `new/NAME` (not synced here: for a committed batch the claim holds it, and a
+    /// file that comes back gives the same answer).
+    pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
+        spool::remove_input(self.storage.as_ref(), &self.spool, source)
+            .map_err(io_err("remove input", &self.spool.new.join(source)))
     }
 
     /// Each shard flushes everything applied so far (grouped per owner), and waits for all.
-    pub(super) fn flush_touched<'t, 'c: 't>(
+    fn flush_touched<'t, 'c: 't>(
         &self,
         touched: impl Iterator<Item = &'t Touched<'c>>,
     ) -> Result<(), EngineError> {
@@ -317,18 +405,9 @@ impl Engine {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// The `done` record of the claim at `lsn` (not synced on its own); returns its lsn.
-    pub(super) fn append_done(&self, lsn: Lsn) -> Result<Lsn, EngineError> {
-        let done = self.append_dones(&[lsn])?;
-        done.first().copied().ok_or(EngineError::Inconsistent {
-            lsn,
-            detail: "its done record got no lsn".into(),
-        })
-    }
-
     /// The `done` records of the claims at `claims`, in one write (not synced on their own);
     /// returns their lsns.
-    pub(super) fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
+    fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
         let mut payloads = Vec::with_capacity(claims.len());
         for lsn in claims {
             let done = DoneRecord { claim_lsn: *lsn };
@@ -356,34 +435,30 @@ impl Engine {
         self.publish_settled(source, r)
     }
 
-    /// A bulk file's answer (`serve/bulk.rs`), once every line is answered durably: its
-    /// result lines published as `out/NAME` (after any earlier claim under the name settles),
-    /// then `new/NAME` removed and `new/` synced at once. The lines' claims are detached:
-    /// recovery never touches `new/NAME` or `out/NAME` for them, so until the removal is
-    /// durable the file is simply processed again, and each line's key gives its original
-    /// answer: the same bytes.
-    pub fn answer_bulk(&self, name: &str, result_lines: &[u8]) -> Result<(), EngineError> {
-        self.settle_name(name, None)?;
+    /// An answer to spool file `name` that no claim of this node finishes, once it is
+    /// durable: `out/NAME` published (after any earlier claim under the name settles, if
+    /// `settle`), then `new/NAME` removed and `new/` synced at once. Two intakes answer so:
+    /// - A bulk file, once every line is answered (`serve/bulk.rs`, settled): its result
+    ///   lines. The lines' claims are detached: recovery never touches `new/NAME` or
+    ///   `out/NAME` for them, so until the removal is durable the file is simply processed
+    ///   again, and each line's key gives its original answer: the same bytes.
+    /// - A cluster standby's file whose batch the leader ran (`cluster/forward.rs`), not
+    ///   settled against this node's own claims: one it made under the name while it led (and
+    ///   was fenced before finishing) is never finished here while it follows, so waiting for
+    ///   it would wait forever; if this node leads again, recovery's answer for it touches no
+    ///   other request's input or answer (`names.rs`).
+    pub fn answer_file(&self, name: &str, bytes: &[u8], settle: bool) -> Result<(), EngineError> {
+        if settle {
+            self.settle_name(name, None)?;
+        }
         self.publisher
-            .publish_bytes(name, result_lines)
+            .publish_bytes(name, bytes)
             .map_err(io_err("write result", &self.spool.out.join(name)))?;
-        self.remove_input(name)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))
+        self.remove_input_synced(name)
     }
 
-    /// A cluster standby's answer to spool file `name`, whose batch the leader ran
-    /// (`cluster/forward.rs`): `out/NAME` published, then `new/NAME` removed and `new/`
-    /// synced (the claim is the leader's and ours, under its own detached source: nothing
-    /// here would finish it again, so the removal is made durable at once).
-    pub fn answer_forwarded(&self, name: &str, r: &BatchResult) -> Result<(), EngineError> {
-        // Not `publish`: the name is not settled against this node's own claims. A claim it
-        // made under the name while it led (and was fenced before finishing) is never
-        // finished here while it follows, so waiting for it would wait forever; if this node
-        // leads again, recovery's answer for it touches no other request's input or answer
-        // (`names.rs`).
-        self.publish_settled(name, r)?;
+    /// Removes `new/NAME` and syncs `new/` at once.
+    fn remove_input_synced(&self, name: &str) -> Result<(), EngineError> {
         self.remove_input(name)?;
         self.storage
             .sync_dir(&self.spool.new)
@@ -400,7 +475,7 @@ impl Engine {
 
 /// The claim's ops as one transaction per shard, in shard-name order (the order that names
 /// the crash points `after_commit.K`).
-pub(super) fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
+fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
     let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
     for op in &claim.ops {
         let t = match op {
@@ -419,11 +494,11 @@ pub(super) fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
 fn audit_rows(
     lsn: Lsn,
     claim: &ClaimRecord,
-    audited: &HashSet<u32>,
+    audited: Option<&HashSet<u32>>,
 ) -> Result<Vec<(usize, Vec<u8>)>, EngineError> {
     let mut rows = Vec::with_capacity(claim.ops.len());
     for (i, op) in claim.ops.iter().enumerate() {
-        if audited.contains(&(i as u32)) {
+        if audited.is_some_and(|a| a.contains(&(i as u32))) {
             continue;
         }
         let row = AuditRecord {
@@ -441,7 +516,7 @@ fn audit_rows(
 }
 
 /// The ids a shard transaction creates (true) or deletes (false).
-pub(super) fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
+fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
     ops.iter()
         .map(|op| match op {
             TxnOp::Create { id, .. } => (*id, true),

@@ -41,7 +41,7 @@ pub struct Stats {
     pub stream: StreamStats,
     /// Bulk files' figures (kept by `serve/bulk.rs`).
     pub bulk: BulkStats,
-    /// Groups of spool files run together (`Engine::submit_files`, kept by
+    /// Groups of spool files run together (`Engine::submit`, kept by
     /// `serve/worker.rs`), and the files they answered.
     pub file_groups: AtomicU64,
     pub files_in_groups: AtomicU64,

@@ -1,9 +1,11 @@
 //! The batch pipeline of `RoostApplyBatch.tla` on real files: Plan -> Claim -> Commit ->
 //! Finish, and the recovery that finishes every claimed batch after a crash.
 //!
-//! This module is synchronous and owns no threads but the shard pool's: the serve loop calls
-//! [`Engine::submit`] from a bounded pool of blocking workers, and crash tests call it
-//! directly over a simulated disk. Many batches may be in the pipeline at once:
+//! This module is synchronous and owns no threads but the shard pool's: every intake calls
+//! its one way in, [`Engine::submit`] (a batch alone is a group of one; the intake says only
+//! how the answers are delivered, [`Deliver`]), from a bounded pool of blocking workers, and
+//! crash tests call it directly over a simulated disk. Many batches may be in the pipeline
+//! at once:
 //! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
 //!   order and ids are minted in lsn order, unique across all shards and never reused
 //!   (`plan.rs`).
@@ -14,11 +16,11 @@
 //! - A failure of any write or sync latches the engine (`failed`): the daemon exits non-zero
 //!   and recovery on restart repairs (`recover.rs`).
 //!
-//! Files: `plan` (Plan and Claim), `finish` (Commit and Finish), `recover` (open-time
-//! replay), `records` (the WAL and audit payloads), `owner` (shard owners on a thread pool), `crash`
-//! (named crash points), `trigger` (before-triggers), `metrics` (counters, histograms),
-//! `names` (spool names reused during a tail), `room` (intake pauses on a full disk), `group`
-//! (many detached batches under one planner pass and one sync).
+//! Files: `plan` (the way in, Plan and Claim), `finish` (Commit, Finish and the tail),
+//! `recover` (open-time replay), `records` (the WAL and audit payloads), `owner` (shard owners
+//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `metrics`
+//! (counters, histograms), `names` (spool names reused during a tail), `room` (intake pauses
+//! on a full disk).
 
 mod apply;
 pub mod backup;
@@ -26,7 +28,6 @@ mod checkpoint;
 mod cluster;
 pub mod crash;
 mod finish;
-mod group;
 mod keys;
 mod memory;
 pub mod metrics;
@@ -63,7 +64,7 @@ pub use finish::committed_result;
 pub use keys::now_ms;
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
-pub use plan::is_detached;
+pub use plan::{is_detached, one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
 pub use replicate::{FollowLink, Role, StandbyState};

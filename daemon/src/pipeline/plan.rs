@@ -1,10 +1,24 @@
-//! Plan and Claim: the idempotency check, the static checks and before-triggers, the state
-//! checks under the planner lock, and the claim (ids minted, one WAL record, its sync).
-//! The first rejection ends a batch and nothing but its result is written.
+//! The one way in ([`Engine::submit`]): every batch, whatever its intake (a spool file, a
+//! burst of them, a bulk file's lines, a stream's lines, a forwarded batch), runs as a group,
+//! a batch alone being a group of one. The intake decides only how the answers are delivered
+//! ([`Deliver`]). One pass of a group:
+//! - Plan: the idempotency check and the static checks and before-triggers, without a lock;
+//!   then, under one planner lock in item order (so a key's first batch decides it, as in
+//!   line order), the state checks and a rejection or a claim (ids minted, one WAL record).
+//!   The first rejection ends a batch and nothing but its answer is written.
+//! - Claim: one WAL sync for every claim and rejection of the group.
+//! - Commit, Finish and the durability tail (`finish.rs`): every shard transaction sent
+//!   before any is waited for, the audit rows, the answers, then one flush per touched
+//!   shard, one audit sync and the `done` records.
+//!
+//! A batch whose key is claimed and still in flight (perhaps by an earlier batch of the same
+//! group) waits for it after the pass, then runs again: a duplicate or a conflict. When the
+//! engine cannot take a batch now (a pause), the batches claimed before it are finished and
+//! the pause is returned: the caller gives none of the group's answers and may send the
+//! group again (the keys answer again).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use roost_wal::{Lsn, WalError};
@@ -12,41 +26,71 @@ use tracing::{debug, warn};
 
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{io_err, lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::{lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
 
-/// What the planner lock says about a request key.
-enum KeyCheck {
-    /// Never seen: plan it.
-    New,
-    /// Seen with another fingerprint, or finished: it has an answer (built after the lock
-    /// is dropped: a duplicate's answer reads the WAL).
-    Known(KeyState),
+/// How a group's answers are delivered: the one thing the intake decides.
+pub enum Deliver<'a> {
+    /// Spool files (`(batch, NAME)` for `new/NAME`): when [`Engine::submit`] returns `Ok`,
+    /// each answer is published as `out/NAME` and its input removed; on a pause, the files
+    /// not answered are still in `new/`.
+    Files,
+    /// Detached batches (a bulk file's line `bulk/NAME/LINE`, a streamed one
+    /// `stream/CONN/N`, a forwarded one `fwd/REPLICA/N`: a source with a `/`, which no spool
+    /// name has, so recovery never takes it for a file): the answers are only returned, as
+    /// durable as a published result file would be.
+    Returned,
+    /// [`Deliver::Returned`], each answer also handed to the callback (its index, the answer)
+    /// as soon as it is as durable as a published result file, before the group's durability
+    /// tail, where a spool file's result is published (the stream). An item is handed over
+    /// at most once; a group stopped by a pause hands over nothing early.
+    Early(&'a mut dyn FnMut(usize, &BatchResult)),
+}
+
+/// Where one batch of a pass stands.
+pub(super) enum Slot {
+    /// To be planned: its fingerprint and its static rejection, if any.
+    Plan {
+        fp: u64,
+        static_reject: Option<(usize, String)>,
+    },
+    /// Answered without a record of its own (a duplicate or a conflict seen before the lock).
+    Answered(BatchResult),
+    /// Its key has an answer, found under the lock; built once the lock is dropped.
+    Known { fp: u64, k: KeyState },
+    /// Rejected by this pass: the record's lsn and the answer, given once it is durable.
+    Rejected(Lsn, BatchResult),
+    /// Claimed by this pass.
+    Claimed(Lsn, ClaimRecord),
+    /// The same batch is claimed and in flight: runs again once it is finished.
+    Later,
 }
 
 impl Engine {
-    /// A batch that is not a spool file of its own (a line of a bulk file, a batch on a
-    /// stream): the same pipeline as [`Engine::submit`], but no input is removed and no
-    /// result file is written. When this returns `Ok`, the answer is as durable as a
-    /// published result file would be (the record it cites is synced, and under
-    /// `ack = "standby"` on a standby), so the caller may hand it to the client. `source`
-    /// names where the batch came from, for the WAL and the logs: it must contain a `/`
-    /// (`bulk/NAME/LINE`, `stream/CONN/N`), which no spool name does, so recovery never
-    /// takes it for a file in `new/` or `out/`.
-    pub fn submit_detached(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
-        detached_only(source)?;
-        self.submit(batch, source)
-    }
-
-    /// Runs one batch through the pipeline and returns its result, which is also written to
-    /// `out/<source>` before this returns (and `new/<source>` removed); for a detached source
-    /// (see [`Engine::submit_detached`]) neither.
-    pub fn submit(&self, batch: &Batch, source: &str) -> Result<BatchResult, EngineError> {
-        self.admit(1, (&batch.request_key, source), || {
-            self.submit_inner(batch, source)
-        })
+    /// Runs `items` (batch, source) through the pipeline as one group (see the module
+    /// comment) and returns their answers in item order, delivered as `deliver` says.
+    /// Every source must fit the mode (a spool name for [`Deliver::Files`], a detached
+    /// source otherwise), or nothing is done.
+    pub fn submit(
+        &self,
+        items: &[(&Batch, &str)],
+        deliver: Deliver<'_>,
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        let files = matches!(deliver, Deliver::Files);
+        for (_, s) in items {
+            source_fits(s, files)?;
+        }
+        let mut nothing = |_: usize, _: &BatchResult| {};
+        let hand: &mut dyn FnMut(usize, &BatchResult) = match deliver {
+            Deliver::Early(f) => f,
+            Deliver::Files | Deliver::Returned => &mut nothing,
+        };
+        let (key, source) = items
+            .first()
+            .map_or(("", ""), |(b, s)| (b.request_key.as_str(), *s));
+        self.admit(items.len() as u64, (key, source), || self.run(items, hand))
     }
 
     /// Runs `work` for `n` new batches if the engine takes batches now (not failed, primary,
@@ -77,49 +121,152 @@ impl Engine {
         r
     }
 
-    pub(super) fn submit_inner(
+    /// One pass over `items`, then another over those whose key was in flight, once it is
+    /// finished, until every item has its answer.
+    fn run(
         &self,
-        batch: &Batch,
-        source: &str,
-    ) -> Result<BatchResult, EngineError> {
-        let fp = fingerprint(batch);
-        let key = batch.request_key.as_str();
-        let t0 = Instant::now();
-        // Cheap idempotency check before running any trigger.
-        if let Some(r) = self.check_key(key, fp)? {
-            return self.reply(source, r);
-        }
-        let static_reject = self.precheck(batch);
-        let limit = static_reject.as_ref().map_or(batch.ops.len(), |(i, _)| *i);
-        let mut p = lock(&self.planner);
-        // The key may have been claimed while triggers ran.
-        p = match self.wait_for_key(p, key, fp)? {
-            (p, KeyCheck::New) => p,
-            (p, KeyCheck::Known(k)) => {
-                drop(p);
-                if let Some(r) = self.answer_for(key, fp, Some(k))? {
-                    return self.reply(source, r);
-                }
-                return Err(EngineError::Inconsistent {
-                    lsn: k.lsn,
-                    detail: format!("request key {key:?} has no answer"),
-                });
+        items: &[(&Batch, &str)],
+        hand: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        let mut out = self.pass(items, hand)?;
+        loop {
+            let later: Vec<usize> = (0..out.len()).filter(|i| out[*i].is_none()).collect();
+            if later.is_empty() {
+                return Ok(out.into_iter().flatten().collect());
             }
-        };
-        if let Some((i, reason)) = self.plan_state(&p, batch, limit)?.or(static_reject) {
-            let r = self.record_rejection(p, batch, source, fp, (i, reason))?;
-            return self.reply(source, r);
+            let again: Vec<(&Batch, &str)> = later.iter().map(|i| items[*i]).collect();
+            for (b, _) in &again {
+                self.wait_in_flight(&b.request_key, fingerprint(b))?;
+            }
+            let answers = self.pass(&again, &mut |j, r| hand(later[j], r))?;
+            for (i, r) in later.into_iter().zip(answers) {
+                out[i] = r;
+            }
         }
-        self.stats.latency.plan.record(t0.elapsed());
-        let t1 = Instant::now();
-        self.hit(Step::AfterPlan.at())?;
-        let (lsn, claim) = self.claim(&mut p, batch, source, fp)?;
+    }
+
+    /// Plan, Claim, Commit, Finish and the tail for `items`, once each; `None` for an item
+    /// whose key is in flight.
+    fn pass(
+        &self,
+        items: &[(&Batch, &str)],
+        hand: &mut dyn FnMut(usize, &BatchResult),
+    ) -> Result<Vec<Option<BatchResult>>, EngineError> {
+        let t0 = Instant::now();
+        let mut slots = Vec::with_capacity(items.len());
+        let mut seen = HashSet::with_capacity(items.len());
+        for (b, _) in items {
+            // A key met earlier in the group is looked up only under the lock, after the
+            // earlier item is planned: item order decides what it means.
+            let first = seen.insert(b.request_key.as_str());
+            slots.push(self.before_lock(b, first)?);
+        }
+        let halt = self.plan_group(items, &mut slots)?;
+        let planned = Instant::now();
+        let claims: Vec<(Lsn, &ClaimRecord)> = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Claimed(lsn, c) => Some((*lsn, c)),
+                _ => None,
+            })
+            .collect();
+        if let Some(last) = claims.iter().map(|(l, _)| *l).max() {
+            self.wal.sync_to(last)?;
+            for _ in &claims {
+                self.hit(Step::AfterClaimSync.at())?;
+                self.stats.latency.plan.record(planned - t0);
+                self.stats.latency.claim.record(planned.elapsed());
+            }
+        }
+        let (committed, tail) = self.commit_and_answer(&claims, &[], Some(t0))?;
+        // Answers before the tail: on a pause none is given (the caller sends the group
+        // again and the keys answer again), so only a group that ran whole answers early.
+        let answers = match halt {
+            None => self.answers(items, &slots, committed, hand),
+            Some(_) => Ok(Vec::new()),
+        };
+        self.run_tail(&claims, tail)?;
+        match halt {
+            Some(e) => Err(e),
+            None => answers,
+        }
+    }
+
+    /// Before the planner lock: the cheap idempotency check (for the first item with its
+    /// key), then the static checks and before-triggers.
+    fn before_lock(&self, b: &Batch, first_with_key: bool) -> Result<Slot, EngineError> {
+        let fp = fingerprint(b);
+        if first_with_key {
+            if let Some(r) = self.check_key(&b.request_key, fp)? {
+                return Ok(Slot::Answered(r));
+            }
+        }
+        Ok(Slot::Plan {
+            fp,
+            static_reject: self.precheck(b),
+        })
+    }
+
+    /// Under one planner lock, in item order: every batch still to plan is rejected or
+    /// claimed (records appended, not synced). Returns the pause that stopped the pass, if
+    /// one did (the batches after it stay unplanned). Each claim passes its crash point
+    /// `after_claim_append` once the lock is dropped: a test that holds a batch there lets
+    /// others look at its key meanwhile.
+    fn plan_group(
+        &self,
+        items: &[(&Batch, &str)],
+        slots: &mut [Slot],
+    ) -> Result<Option<EngineError>, EngineError> {
+        let mut p = lock(&self.planner);
+        let mut halt = None;
+        for ((b, source), slot) in items.iter().zip(slots.iter_mut()) {
+            let Slot::Plan { fp, static_reject } = slot else {
+                continue;
+            };
+            match self.plan_one(&mut p, b, source, *fp, static_reject.take()) {
+                Ok(s) => *slot = s,
+                Err(e) if e.latches_nothing() => {
+                    halt = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         drop(p);
-        self.hit(Step::AfterClaimAppend.at())?;
-        self.wal.sync_to(lsn)?;
-        self.hit(Step::AfterClaimSync.at())?;
-        self.stats.latency.claim.record(t1.elapsed());
-        self.finish(lsn, &claim, &HashSet::new(), Some(t0))
+        for s in slots.iter() {
+            if let Slot::Claimed(..) = s {
+                self.hit(Step::AfterClaimAppend.at())?;
+            }
+        }
+        Ok(halt)
+    }
+
+    /// One batch under the planner lock: its key, its deletes, then a rejection or a claim.
+    fn plan_one(
+        &self,
+        p: &mut Planner,
+        b: &Batch,
+        source: &str,
+        fp: u64,
+        static_reject: Option<(usize, String)>,
+    ) -> Result<Slot, EngineError> {
+        self.check()?;
+        // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
+        self.gate_wal()?;
+        match self.key_state(p, &b.request_key)?.map(|k| k.check(fp)) {
+            Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
+            Some(KeyFound::InFlight) => return Ok(Slot::Later),
+            None | Some(KeyFound::Free) => {}
+        }
+        let limit = static_reject.as_ref().map_or(b.ops.len(), |(i, _)| *i);
+        if let Some(why) = self.plan_state(p, b, limit)?.or(static_reject) {
+            let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
+            let r = self.rejected(&rec.request_key, rec.op_index as usize, rec.reason);
+            return Ok(Slot::Rejected(lsn, r));
+        }
+        self.hit(Step::AfterPlan.at())?;
+        let (lsn, claim) = self.claim(p, b, source, fp)?;
+        Ok(Slot::Claimed(lsn, claim))
     }
 
     /// Static checks and before-triggers, in op order, without any lock: the first op that
@@ -189,21 +336,16 @@ impl Engine {
         }
     }
 
-    /// Under the planner lock: waits while the same batch is claimed and in flight (it
-    /// finishes, then its result is the answer).
-    fn wait_for_key<'a>(
-        &'a self,
-        mut p: MutexGuard<'a, Planner>,
-        key: &str,
-        fp: u64,
-    ) -> Result<(MutexGuard<'a, Planner>, KeyCheck), EngineError> {
+    /// Waits while the same batch is claimed and in flight (it finishes, then its answer is
+    /// this one's).
+    fn wait_in_flight(&self, key: &str, fp: u64) -> Result<(), EngineError> {
+        let mut p = lock(&self.planner);
         loop {
             self.check()?;
             match self.key_state(&p, key)?.map(|k| k.check(fp)) {
-                None | Some(KeyFound::Free) => return Ok((p, KeyCheck::New)),
-                Some(KeyFound::Answered(k)) => return Ok((p, KeyCheck::Known(k))),
                 // The batch in flight gave up its answer (a stop, a step down): so does this.
                 Some(KeyFound::InFlight) => self.still_answering(p.keys[key].lsn)?,
+                None | Some(KeyFound::Free | KeyFound::Answered(_)) => return Ok(()),
             }
             p = self
                 .finished_cv
@@ -324,23 +466,6 @@ impl Engine {
         p.tails.claimed(source, lsn);
         p.open.insert(lsn, self.audit.next_lsn());
         Ok((lsn, claim))
-    }
-
-    /// Records a rejection under the planner lock (ordered with any claim of its key), drops
-    /// the lock, and syncs it before it is answered: the same batch sent again, or its input
-    /// back after a power loss, gets this answer whatever changed since (issue 13, item 6).
-    fn record_rejection(
-        &self,
-        mut p: MutexGuard<'_, Planner>,
-        batch: &Batch,
-        source: &str,
-        fp: u64,
-        why: (usize, String),
-    ) -> Result<BatchResult, EngineError> {
-        let (lsn, rec) = self.append_rejection(&mut p, batch, source, fp, why)?;
-        drop(p);
-        self.answer_durable(lsn)?;
-        Ok(self.rejected(&rec.request_key, rec.op_index as usize, rec.reason))
     }
 
     /// Under the planner lock: appends a `rejected` record (not synced) and binds the key
@@ -482,30 +607,6 @@ impl Engine {
             }
         }
     }
-
-    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
-    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
-    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
-    /// against newer state, and the answer the client read could change. What is left is
-    /// the moment between the result's `out/` sync and this one.
-    pub(super) fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
-        if is_detached(source) {
-            return Ok(r);
-        }
-        self.publish(source, &r)?;
-        self.remove_input(source)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))?;
-        Ok(r)
-    }
-
-    /// Removes `new/NAME` (not synced here: for a committed batch the claim holds it, and a
-    /// file that comes back gives the same answer).
-    pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
-        spool::remove_input(self.storage.as_ref(), &self.spool, source)
-            .map_err(io_err("remove input", &self.spool.new.join(source)))
-    }
 }
 
 /// What a before-trigger reads on stdin for op `i`.
@@ -523,26 +624,24 @@ fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
-/// `source` is detached ([`Engine::submit_detached`]), or the call is refused before any work.
-pub(super) fn detached_only(source: &str) -> Result<(), EngineError> {
-    match is_detached(source) {
-        true => Ok(()),
-        false => Err(EngineError::Inconsistent {
-            lsn: 0,
-            detail: format!("detached source {source:?} has no '/'"),
-        }),
-    }
+/// `source` fits the mode: a spool file's name for files, else detached
+/// ([`Deliver::Returned`]); or the call is refused before any work.
+fn source_fits(source: &str, files: bool) -> Result<(), EngineError> {
+    let detail = match (files, is_detached(source)) {
+        (true, false) if spool::valid_spool_name(source) => return Ok(()),
+        (false, true) => return Ok(()),
+        (true, _) => format!("{source:?} is not a spool file's name"),
+        (false, false) => format!("detached source {source:?} has no '/'"),
+    };
+    Err(EngineError::Inconsistent { lsn: 0, detail })
 }
 
-/// `source` is a spool file's name ([`Engine::submit_files`]), or the call is refused.
-pub(super) fn attached_only(source: &str) -> Result<(), EngineError> {
-    match spool::valid_spool_name(source) && !is_detached(source) {
-        true => Ok(()),
-        false => Err(EngineError::Inconsistent {
-            lsn: 0,
-            detail: format!("{source:?} is not a spool file's name"),
-        }),
-    }
+/// The answer of a group of one.
+pub fn one_answer(answers: Vec<BatchResult>) -> Result<BatchResult, EngineError> {
+    answers.into_iter().next().ok_or(EngineError::Inconsistent {
+        lsn: 0,
+        detail: "a batch submitted alone got no answer".into(),
+    })
 }
 
 /// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a

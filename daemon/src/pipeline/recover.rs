@@ -238,7 +238,7 @@ impl Engine {
                 continue;
             }
             info!(lsn, request_key = %claim.request_key, "recovery: finishing claimed batch");
-            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none), None)?;
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
             finished += 1;
         }
         Ok(finished)

@@ -18,7 +18,7 @@ use std::time::Duration;
 use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLog, Lsn};
 
 use crate::error::EngineError;
-use crate::pipeline::Engine;
+use crate::pipeline::{one_answer, Deliver, Engine};
 
 /// The error that tells the operator to re-seed this standby, and how.
 pub fn reseed(detail: String) -> EngineError {
@@ -128,7 +128,11 @@ fn forward_here(engine: &Engine, replica: &str, batch: &[u8]) -> Forwarded {
     };
     let n = FORWARDED.fetch_add(1, Ordering::Relaxed);
     let source = format!("fwd/{replica}/{n}");
-    match engine.submit_detached(&parsed, &source) {
+    let items = [(&parsed, source.as_str())];
+    match engine
+        .submit(&items, Deliver::Returned)
+        .and_then(one_answer)
+    {
         Ok(r) => {
             engine.stats.forwarded_in.fetch_add(1, Ordering::Relaxed);
             answer(engine, &r)

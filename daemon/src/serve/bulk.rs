@@ -1,10 +1,10 @@
 //! A bulk file (`new/NAME.jsonl`, `spool/bulk.rs`) to its result: read whole with the same
 //! safe reader as a batch file (under `bulk_file_bytes_max`), the line limit checked before
 //! any line is planned, then the lines in groups of `bulk_group_lines` through
-//! [`Engine::submit_group`] (one planner pass, one WAL fdatasync, one flush per shard and one
-//! audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
+//! [`Engine::submit`], answers returned (one planner pass, one WAL fdatasync, one flush per
+//! shard and one audit sync per group), `bulk_in_flight` lines at once (a thread per group), then
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
-//! removed ([`Engine::answer_bulk`]).
+//! removed ([`Engine::answer_file`]).
 //!
 //! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
 //! one more waits in `new/` and is handed back to the loop as soon as a place frees.
@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::{worker, Shared};
 use crate::batch::{Batch, BatchResult, Invalid};
 use crate::error::EngineError;
-use crate::pipeline::Engine;
+use crate::pipeline::{Deliver, Engine};
 use crate::spool::bulk::{self as lines, Limits, Line};
 use crate::spool::{read_dropped_as, Intake};
 
@@ -72,7 +72,7 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         );
         return Ok(());
     };
-    engine.answer_bulk(name, &answers)?;
+    engine.answer_file(name, &answers, true)?;
     let bulk = &engine.stats.bulk;
     bulk.files.fetch_add(1, Ordering::Relaxed);
     bulk.lines
@@ -132,7 +132,7 @@ impl Drop for Slot<'_> {
 /// Answers every line of bulk file `name` (`bulk_in_flight` at once) and returns the result
 /// lines in line order, or `None` when the file must wait: the engine cannot take a line now
 /// or `stop()` said so (the lines in flight finish first). The caller publishes them
-/// ([`Engine::answer_bulk`]); public for the crash tests, which drive it over the simulated
+/// ([`Engine::answer_file`]); public for the crash tests, which drive it over the simulated
 /// disk.
 pub fn answer_lines(
     engine: &Engine,
@@ -318,7 +318,7 @@ impl<'a> Lines<'a> {
     }
 
     /// The answers of the lines in `range`, in line order: `invalid` for a line that is not
-    /// a batch, the pipeline's for the others (one group: `Engine::submit_group`).
+    /// a batch, the pipeline's for the others (one group: `Engine::submit`).
     fn answer_group(&self, range: std::ops::Range<usize>) -> Result<Vec<BatchResult>, EngineError> {
         let engine = self.engine;
         let mut parsed = Vec::with_capacity(range.len());
@@ -339,7 +339,7 @@ impl<'a> Lines<'a> {
             .collect();
         let mut answers = match items.is_empty() {
             true => Vec::new().into_iter(),
-            false => engine.submit_group(&items)?.into_iter(),
+            false => engine.submit(&items, Deliver::Returned)?.into_iter(),
         };
         let mut out = Vec::with_capacity(parsed.len());
         for p in parsed {

@@ -3,8 +3,8 @@
 //! answer line per request, in request order, each written only once its batch is as
 //! durable as a published result file (the protocol itself is `ops::stream`). Per connection
 //! a reader parses lines and starts batches on the blocking pool (the lines already
-//! buffered, up to `GROUP_MAX`, as one `Engine::submit_group_early`, which hands each answer
-//! over where a spool file's result would be published, before the group's durability
+//! buffered, up to `GROUP_MAX`, as one `Engine::submit` with `Deliver::Early`, which hands
+//! each answer over where a spool file's result would be published, before the group's durability
 //! tail), and a writer writes the answers in order. A batch's place in its connection's
 //! window frees once its answer is written; its place among the running batches once its
 //! group's tail is done.
@@ -35,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use super::Shared;
 use crate::batch::{Batch, BatchResult};
 use crate::ops::stream::{next_line, parse_line, Answer, Line};
+use crate::pipeline::Deliver;
 
 /// The listener's state, as connections see it: reading, draining (no new line: the
 /// daemon stops), closed (drop the connection now).
@@ -246,7 +247,7 @@ struct Pending {
 }
 
 /// Request lines the reader takes as one group when they are already buffered: their
-/// batches run as one `Engine::submit_group` (one planner pass, one WAL sync, one flush per
+/// batches run as one `Engine::submit` (one planner pass, one WAL sync, one flush per
 /// shard). A client that waits for each answer sends groups of one.
 const GROUP_MAX: usize = 64;
 
@@ -420,9 +421,8 @@ fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer
             let _ = tx.send(a);
         }
     };
-    let result = sh
-        .engine
-        .submit_group_early(&items, &mut |i, r| send(i, Answer::Result(r.clone())));
+    let mut early = |i: usize, r: &BatchResult| send(i, Answer::Result(r.clone()));
+    let result = sh.engine.submit(&items, Deliver::Early(&mut early));
     let why = match result {
         Ok(rs) => {
             for (i, r) in rs.into_iter().enumerate() {

@@ -11,6 +11,7 @@ use tracing::{debug, error, warn};
 use super::Shared;
 use crate::batch::{self, BatchResult};
 use crate::error::EngineError;
+use crate::pipeline::Deliver;
 use crate::spool::{read_dropped, Intake};
 
 /// Runs `name` on the blocking pool, holding `permit` until it is done; then hands a name
@@ -26,7 +27,7 @@ pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit)
 }
 
 /// Runs spool files (no bulk file among them) on the blocking pool as one group
-/// (`Engine::submit_files`: one planner pass, one WAL sync, their results in one round),
+/// (`Engine::submit`: one planner pass, one WAL sync, their results in one round),
 /// holding `permit` (one per file) until all are answered. One file runs as [`spawn`].
 pub(super) fn spawn_group(sh: Arc<Shared>, mut names: Vec<String>, permit: OwnedSemaphorePermit) {
     if names.len() == 1 {
@@ -109,7 +110,7 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         Read::Invalid(inv) => quarantine(sh, name, &inv),
         Read::Batch(b) => match sh.forwarding() {
             Some(cl) => forward(sh, cl, name, &b),
-            None => settled(name, sh.engine.submit(&b, name).map(|r| vec![r])),
+            None => settled(name, sh.engine.submit(&[(&b, name)], Deliver::Files)),
         },
     }
 }
@@ -128,7 +129,7 @@ fn forward(
     match crate::cluster::forward::forward(cl, (&sh.engine, &stopping), &rt, b) {
         Ok(r) => {
             debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
-            sh.engine.answer_forwarded(name, &r)
+            sh.engine.answer_file(name, &r.to_json_line(), false)
         }
         Err(e) => {
             debug!(file = name, error = %e, "forwarded batch not answered now; left in new/");
@@ -151,20 +152,18 @@ fn process_group(sh: &Shared, names: &[String]) -> Result<(), EngineError> {
         }
     }
     let items: Vec<(&batch::Batch, &str)> = batches.iter().map(|(b, n)| (b, *n)).collect();
-    match items.as_slice() {
-        [] => Ok(()),
-        [(b, name)] => settled(name, sh.engine.submit(b, name).map(|r| vec![r])),
-        _ => {
-            let r = sh.engine.submit_files(&items);
-            if r.is_ok() {
-                let stats = &sh.engine.stats;
-                stats.file_groups.fetch_add(1, Ordering::Relaxed);
-                let n = items.len() as u64;
-                stats.files_in_groups.fetch_add(n, Ordering::Relaxed);
-            }
-            settled(&names.join(", "), r)
-        }
+    if items.is_empty() {
+        return Ok(());
     }
+    let r = sh.engine.submit(&items, Deliver::Files);
+    if r.is_ok() && items.len() > 1 {
+        let stats = &sh.engine.stats;
+        stats.file_groups.fetch_add(1, Ordering::Relaxed);
+        stats
+            .files_in_groups
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+    }
+    settled(&names.join(", "), r)
 }
 
 /// The engine's answer for `files`: done, left for later (a pause: the files stay in

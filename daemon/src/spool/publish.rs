@@ -103,7 +103,7 @@ impl Publisher {
         self.publish_many(&[(name, bytes)])
     }
 
-    /// Many results at once (a group of spool files, `pipeline/group.rs`): every temporary
+    /// Many results at once (a group of spool files, `pipeline/finish.rs`): every temporary
     /// written first, its write-back started, then each synced (on ext4 the first sync's
     /// journal commit then carries the others' allocations, so the rest find little to do:
     /// `StorageFile::start_writeback`), then all of them in one round. Returns once every

@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod drill;
 pub mod error;
+pub mod intake;
 pub mod layout;
 pub mod logging;
 pub mod ops;

@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["replica"],
     &["cluster"],
     &["ops"],
+    &["intake"],
     &["serve"],
     &["drill"],
     &["cli"],

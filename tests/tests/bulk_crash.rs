@@ -4,7 +4,7 @@
 //! shard once, and nothing published before the end.
 //!
 //! Method: the real engine over the simulated disk, the bulk worker's own line loop
-//! (`roost::serve::bulk::answer_lines`) with one thread, so a crash-free run is
+//! (`roost::intake::bulk_files::answer_lines`) with one thread, so a crash-free run is
 //! deterministic: once with one line per group, once with every line in one group
 //! (`pipeline/group.rs`: one planner pass, one sync, one flush per shard for all of them). For every point the clean run reaches, a process crash, a power loss and
 //! a torn power loss there; reopen (recovery), run the file again, publish, compare. Last,
@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use roost::config::Config;
+use roost::intake::bulk_files::answer_lines;
+use roost::intake::bulk_lines::{self as bulk, Limits};
 use roost::pipeline::crash::{CrashHook, NthCrash};
 use roost::pipeline::records::WalEntry;
 use roost::pipeline::Engine;
-use roost::serve::bulk::answer_lines;
-use roost::spool::bulk::{self, Limits};
 use roost_storage::{CrashMode, SimStorage};
 use roost_tests::*;
 use serde_json::{json, Value};

@@ -203,14 +203,14 @@ proptest! {
     #[test]
     fn bulk_lines_random_bytes(bytes in proptest::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..2048)) {
         limit_memory();
-        let limits = roost::spool::bulk::Limits { lines_max: 100, line_bytes_max: 512, batch_ops_max: 1000 };
-        if let Ok(lines) = roost::spool::bulk::lines(&bytes, &limits) {
+        let limits = roost::intake::bulk_lines::Limits { lines_max: 100, line_bytes_max: 512, batch_ops_max: 1000 };
+        if let Ok(lines) = roost::intake::bulk_lines::lines(&bytes, &limits) {
             for w in lines.windows(2) {
                 prop_assert!(w[0].number < w[1].number);
             }
             for l in &lines {
                 prop_assert_eq!(&bytes[l.offset as usize..l.offset as usize + l.bytes.len()], l.bytes);
-                if let Err(inv) = roost::spool::bulk::parse_line(l, &limits) {
+                if let Err(inv) = roost::intake::bulk_lines::parse_line(l, &limits) {
                     let named = inv.error.contains(&format!("line {}", l.number))
                         || !inv.error.contains(" at line ");
                     prop_assert!(named, "{}", inv.error);

@@ -15,7 +15,7 @@ use anyhow::Context;
 
 use crate::config::Config;
 use crate::error::{CommandError, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE};
-use crate::ops::stream::ANSWER_BYTES_MAX;
+use crate::intake::stream_protocol::ANSWER_BYTES_MAX;
 
 /// Requests sent and not yet answered, at most (the daemon bounds its own side too:
 /// `stream_in_flight_max`).
@@ -26,7 +26,10 @@ pub(super) fn submit_stream(
     socket: Option<&Path>,
     timeout: Duration,
 ) -> anyhow::Result<i32> {
-    let path = socket.map_or_else(|| crate::ops::stream::socket_path(cfg), Path::to_path_buf);
+    let path = socket.map_or_else(
+        || crate::intake::stream_protocol::socket_path(cfg),
+        Path::to_path_buf,
+    );
     let sock = UnixStream::connect(&path).map_err(|e| {
         CommandError::usage(format!(
             "cannot connect to the stream socket {}: {e} (is `roost serve` running on this data directory?)",
@@ -172,7 +175,7 @@ fn judge(line: &[u8], expected: Option<&str>) -> i32 {
     match h.status.as_str() {
         "committed" => EXIT_OK,
         "rejected" | "conflict" => EXIT_FAILED,
-        crate::ops::stream::UNAVAILABLE => {
+        crate::intake::stream_protocol::UNAVAILABLE => {
             if h.request_key.is_none() {
                 note(h.error.as_deref().unwrap_or("unavailable"));
             }

@@ -266,7 +266,7 @@ mod tests {
                 id: k,
             }],
         };
-        crate::spool::bulk::result_line(k, &r)
+        crate::intake::bulk_lines::result_line(k, &r)
     }
 
     fn sent(key: &str) -> Sent {

@@ -39,7 +39,7 @@ impl Streamed {
             ..Config::default()
         };
         Streamed {
-            socket: crate::ops::stream::socket_path(&cfg),
+            socket: crate::intake::stream_protocol::socket_path(&cfg),
             batches: Vec::new(),
             answered: BTreeMap::new(),
             read_in_rounds: 0,
@@ -57,8 +57,9 @@ impl Streamed {
         let lines = batches.iter().map(|b| b.1.clone()).collect();
         self.batches.extend(batches);
         let socket = self.socket.clone();
-        let h =
-            std::thread::spawn(move || crate::ops::stream::exchange(&socket, lines, READY_LIMIT));
+        let h = std::thread::spawn(move || {
+            crate::intake::stream_protocol::exchange(&socket, lines, READY_LIMIT)
+        });
         (keys, h)
     }
 
@@ -90,7 +91,7 @@ impl Streamed {
         violations: &mut Vec<String>,
     ) -> anyhow::Result<Vec<(Sent, BatchResult)>> {
         let lines = self.batches.iter().map(|b| b.1.clone()).collect();
-        let answers = crate::ops::stream::exchange(&self.socket, lines, READY_LIMIT)
+        let answers = crate::intake::stream_protocol::exchange(&self.socket, lines, READY_LIMIT)
             .context("streaming every batch again")?;
         if answers.len() != self.batches.len() {
             violations.push(format!(

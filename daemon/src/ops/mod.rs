@@ -6,6 +6,5 @@
 
 pub mod control;
 pub mod notify;
-pub mod stream;
 pub mod tls_certs;
 pub mod verify;

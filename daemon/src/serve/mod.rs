@@ -9,17 +9,12 @@
 //! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
 //! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
-pub mod bulk;
-mod events;
 mod replication;
 mod sidecars;
-mod stream;
-mod worker;
 
-use std::collections::HashSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -27,52 +22,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::{error, info, warn};
 
 use crate::error::EngineError;
+use crate::intake::events::Hints;
+use crate::intake::{stream_socket as stream, worker, ClearOnDrop, Shared};
 use crate::pipeline::Engine;
-use crate::spool::{self, FailedDir};
-use events::Hints;
+use crate::spool;
 use sidecars::Sidecars;
-
-/// Shared between the loop and its workers.
-struct Shared {
-    engine: Arc<Engine>,
-    /// Names being processed (a rescan must not start a second worker on one).
-    in_progress: Mutex<HashSet<String>>,
-    /// Names that arrived again while in progress (a client reusing a name right after its
-    /// answer): looked at again as soon as their worker is done, not at the next rescan.
-    again: Mutex<HashSet<String>>,
-    /// Names to look at again, handed back to the loop by finishing workers.
-    requeue: Mutex<Vec<String>>,
-    /// Names that could not even be quarantined (logged once, then left alone).
-    stuck: Mutex<HashSet<String>>,
-    fatal: Mutex<Option<EngineError>>,
-    failed: Mutex<FailedDir>,
-    stop: AtomicBool,
-    wake: Notify,
-    /// A checkpoint runs on the blocking pool now.
-    checkpointing: AtomicBool,
-    /// The claims left for intake's opening are being finished now.
-    finishing: AtomicBool,
-    /// An idle primary's WAL tail is being synced now (`maybe_sync_tail`).
-    syncing_tail: AtomicBool,
-    /// Bulk files being worked on now (`bulk.rs`, at most `bulk_files_in_flight_max`).
-    bulk_files: AtomicUsize,
-    /// Bulk files that found no place, requeued when one frees (`bulk.rs`).
-    bulk_waiting: Mutex<Vec<String>>,
-    /// `[cluster]`: etcd, the leader, forwarding (`crate::cluster`).
-    cluster: Option<Arc<crate::cluster::Cluster>>,
-    /// This life of a cluster node ends to start again as a follower (fenced, or its
-    /// follower must cut its log first): see [`Ended`].
-    rejoin: AtomicBool,
-}
-
-/// Clears its flag when dropped (a task's "running" mark, also on an early return).
-struct ClearOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for ClearOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
 
 /// How a serve ended without a failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,50 +74,6 @@ fn blocking_threads(cfg: &crate::config::Config) -> usize {
         .saturating_add(cfg.bulk_files_in_flight_max)
         .saturating_add(cfg.stream_batches_running())
         .saturating_add(BLOCKING_SLACK)
-}
-
-impl Shared {
-    fn new(engine: Arc<Engine>) -> Result<Arc<Shared>, EngineError> {
-        let failed = FailedDir::load(&engine.spool().failed, &engine.spool().out);
-        let cluster = crate::cluster::Cluster::new(engine.config())?;
-        Ok(Arc::new(Shared {
-            engine,
-            in_progress: Mutex::new(HashSet::new()),
-            again: Mutex::new(HashSet::new()),
-            requeue: Mutex::new(Vec::new()),
-            stuck: Mutex::new(HashSet::new()),
-            fatal: Mutex::new(None),
-            failed: Mutex::new(failed),
-            stop: AtomicBool::new(false),
-            wake: Notify::new(),
-            checkpointing: AtomicBool::new(false),
-            finishing: AtomicBool::new(false),
-            syncing_tail: AtomicBool::new(false),
-            bulk_files: AtomicUsize::new(0),
-            bulk_waiting: Mutex::new(Vec::new()),
-            cluster,
-            rejoin: AtomicBool::new(false),
-        }))
-    }
-
-    /// The cluster, while this node is a cluster standby (its intake forwards).
-    fn forwarding(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        let standby = self.engine.role() == crate::pipeline::Role::Standby;
-        self.cluster.as_ref().filter(|_| standby)
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// A pipeline failure: kept for the exit code (the first one wins); the loop stops.
-    fn stop_on(&self, e: EngineError) {
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.notify_one();
-    }
 }
 
 /// SIGTERM and SIGINT.
@@ -513,7 +423,7 @@ async fn dispatch(
             shared.again.lock().map(|mut s| s.insert(name)).ok();
             continue;
         }
-        if !spool::bulk::is_bulk_name(&name) {
+        if !crate::intake::bulk_lines::is_bulk_name(&name) {
             files.push(name);
             continue;
         }
@@ -618,8 +528,8 @@ async fn shutdown(
 
 #[cfg(test)]
 mod tests {
-    use super::events::arrivals;
     use super::*;
+    use crate::intake::events::arrivals;
     use notify::event::{
         CreateKind, DataChange, EventKind, Flag, ModifyKind, RemoveKind, RenameMode,
     };

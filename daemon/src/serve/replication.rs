@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use super::Shared;
 use crate::error::EngineError;
+use crate::intake::Shared;
 use crate::pipeline::Role;
 use crate::replica::{FollowerSide, LeaderSide};
 

@@ -12,13 +12,12 @@
 //! files go through the storage seam so crash tests see them, and are published in rounds
 //! ([`Publisher`]).
 //!
-//! Files: `deliver` (the client's side: tmp/, fsync, rename into new/), `intake` (reading a
+//! Files: `deliver` (the client's side: tmp/, fsync, rename into new/), `dropped` (reading a
 //! dropped file safely), `publish` (result files in rounds), `quarantine` (the bounded
-//! `failed/` folder), `bulk` (bulk files, `NAME.jsonl`: their lines, limits and result).
+//! `failed/` folder). What arrives, and how, is the `intake/` folder.
 
-pub mod bulk;
 mod deliver;
-mod intake;
+mod dropped;
 mod publish;
 mod quarantine;
 
@@ -28,7 +27,7 @@ use std::path::{Path, PathBuf};
 use roost_storage::Storage;
 
 pub use deliver::deliver;
-pub use intake::{read_dropped, read_dropped_as, Intake};
+pub use dropped::{read_dropped, read_dropped_as, Intake};
 pub use publish::Publisher;
 pub use quarantine::FailedDir;
 

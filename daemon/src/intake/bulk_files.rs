@@ -23,15 +23,16 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use super::{worker, Shared};
+use super::invalid_files::quarantine;
+use super::Shared;
 use crate::batch::{Batch, BatchResult, Invalid};
 use crate::error::EngineError;
+use crate::intake::bulk_lines::{self as lines, Limits, Line};
 use crate::pipeline::{Deliver, Engine};
-use crate::spool::bulk::{self as lines, Limits, Line};
 use crate::spool::{read_dropped_as, Intake};
 
 /// One bulk file from `new/` to its result (see the module comment).
-pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
+pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     let engine = &sh.engine;
     let cfg = engine.config();
     let Some(_slot) = Slot::take(sh, cfg.bulk_files_in_flight_max) else {
@@ -51,17 +52,17 @@ pub(super) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     };
     let bytes = match read_dropped_as(&path, cfg.bulk_file_bytes_max, "bulk_file_bytes_max") {
         Ok(Intake::Gone) => return Ok(()),
-        Ok(Intake::Refused(reason)) => return worker::quarantine(sh, name, &whole(reason)),
+        Ok(Intake::Refused(reason)) => return quarantine(sh, name, &whole(reason)),
         Ok(Intake::Bytes(b)) => b,
         Err(e) => {
             let why = format!("cannot read: {e}");
-            return worker::quarantine(sh, name, &whole(why));
+            return quarantine(sh, name, &whole(why));
         }
     };
     let limits = Limits::of(cfg);
     let batches = match lines::lines(&bytes, &limits) {
         Ok(l) => l,
-        Err(why) => return worker::quarantine(sh, name, &whole(why)),
+        Err(why) => return quarantine(sh, name, &whole(why)),
     };
     let t0 = Instant::now();
     let Some(answers) = answer_lines(engine, name, &batches, &|| sh.stopping())? else {

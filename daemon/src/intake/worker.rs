@@ -1,13 +1,14 @@
 //! A worker: one file from `new/` to its result, or a group of them, on the blocking pool
-//! (the engine blocks on fsync); a bulk file (`NAME.jsonl`) goes to `bulk.rs`. An invalid
-//! file is quarantined; a pipeline failure stops the loop.
+//! (the engine blocks on fsync); a bulk file (`NAME.jsonl`) goes to `bulk_files.rs`. An invalid
+//! file is quarantined (`invalid_files.rs`); a pipeline failure stops the loop.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::{debug, error, warn};
+use tracing::{debug, error};
 
+use super::invalid_files::quarantine;
 use super::Shared;
 use crate::batch::{self, BatchResult};
 use crate::error::EngineError;
@@ -16,7 +17,7 @@ use crate::spool::{read_dropped, Intake};
 
 /// Runs `name` on the blocking pool, holding `permit` until it is done; then hands a name
 /// that arrived again meanwhile back to the loop.
-pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit) {
+pub(crate) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit) {
     tokio::task::spawn_blocking(move || {
         if let Err(e) = process(&sh, &name) {
             fail(&sh, &name, e);
@@ -29,7 +30,7 @@ pub(super) fn spawn(sh: Arc<Shared>, name: String, permit: OwnedSemaphorePermit)
 /// Runs spool files (no bulk file among them) on the blocking pool as one group
 /// (`Engine::submit`: one planner pass, one WAL sync, their results in one round),
 /// holding `permit` (one per file) until all are answered. One file runs as [`spawn`].
-pub(super) fn spawn_group(sh: Arc<Shared>, mut names: Vec<String>, permit: OwnedSemaphorePermit) {
+pub(crate) fn spawn_group(sh: Arc<Shared>, mut names: Vec<String>, permit: OwnedSemaphorePermit) {
     if names.len() == 1 {
         if let Some(name) = names.pop() {
             spawn(sh, name, permit);
@@ -95,15 +96,15 @@ fn read(sh: &Shared, name: &str) -> Read {
     }
 }
 
-/// One file from `new/` to its result (a bulk file's: `bulk.rs`).
+/// One file from `new/` to its result (a bulk file's: `bulk_files.rs`).
 fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
-    if crate::spool::bulk::is_bulk_name(name) {
+    if crate::intake::bulk_lines::is_bulk_name(name) {
         if sh.forwarding().is_some() {
             // Taken by the leader only (docs/cluster.md): it waits, applied if this leads.
             debug!(file = name, "bulk file on a cluster standby: waits in new/");
             return Ok(());
         }
-        return super::bulk::process(sh, name);
+        return super::bulk_files::process(sh, name);
     }
     match read(sh, name) {
         Read::Gone => Ok(()),
@@ -181,44 +182,5 @@ fn settled(files: &str, r: Result<Vec<BatchResult>, EngineError>) -> Result<(), 
             Ok(())
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Moves `new/NAME` to `failed/NAME` and writes the `invalid` result. A failed move is not
-/// fatal (the input is still there, nothing is lost): the name is logged and left alone. A
-/// failed publish is: the result round latched (or the WAL did, settling an earlier batch
-/// under the name), and like any write failure it stops the daemon with its class.
-pub(super) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Result<(), EngineError> {
-    let engine = &sh.engine;
-    let sp = engine.spool();
-    warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
-    let moved = std::fs::rename(sp.new.join(name), sp.failed.join(name));
-    if moved.is_ok() {
-        if let Ok(mut f) = sh.failed.lock() {
-            let cfg = engine.config();
-            f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
-        }
-    }
-    engine.note_invalid();
-    let wrote = engine.publish(name, &BatchResult::invalid(inv));
-    match &moved {
-        // The move lasts at once: a file that came back to new/ would be judged again
-        // (under a configuration that may have changed since).
-        Ok(()) if wrote.is_ok() => sync_dirs(&[&sp.new, &sp.failed]),
-        Ok(()) => {}
-        Err(e) => {
-            error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
-            sh.stuck.lock().map(|mut s| s.insert(name.to_owned())).ok();
-        }
-    }
-    wrote
-}
-
-/// Best effort: quarantine is outside what recovery relies on, so a failed sync is logged.
-fn sync_dirs(dirs: &[&std::path::Path]) {
-    for d in dirs {
-        if let Err(e) = std::fs::File::open(d).and_then(|f| f.sync_all()) {
-            warn!(dir = %d.display(), error = %e, "cannot sync a spool folder");
-        }
     }
 }

@@ -34,7 +34,7 @@ use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use crate::batch::{Batch, BatchResult};
-use crate::ops::stream::{next_line, parse_line, Answer, Line};
+use crate::intake::stream_protocol::{next_line, parse_line, Answer, Line};
 use crate::pipeline::Deliver;
 
 /// The listener's state, as connections see it: reading, draining (no new line: the
@@ -62,7 +62,7 @@ struct Ctx {
 }
 
 /// The listener and what the graceful stop needs to wind it down.
-pub(super) struct Stream {
+pub(crate) struct Stream {
     socket: PathBuf,
     accept: Option<JoinHandle<()>>,
     running: Arc<Semaphore>,
@@ -83,7 +83,7 @@ impl Stream {
     /// logged and the daemon serves on without it (like the control socket).
     pub fn start(shared: &Arc<Shared>) -> Stream {
         let cfg = shared.engine.config();
-        let socket = crate::ops::stream::socket_path(cfg);
+        let socket = crate::intake::stream_protocol::socket_path(cfg);
         let (running_max, conns_max) = (
             permits(cfg.stream_batches_running()),
             permits(cfg.stream_connections_max),

@@ -16,7 +16,7 @@ const EVENTS_MAX: usize = 4096;
 /// moved in, `None` when the event may have lost arrivals (the kernel's queue overflowed, an
 /// error, a name that is not UTF-8) and only a rescan can tell. Removals and changes are not
 /// arrivals (the daemon's own removals from `new/` would otherwise wake it once per batch).
-pub(super) fn arrivals(res: notify::Result<notify::Event>) -> Vec<Option<String>> {
+pub(crate) fn arrivals(res: notify::Result<notify::Event>) -> Vec<Option<String>> {
     use notify::event::{EventKind, ModifyKind, RenameMode};
     let Ok(ev) = res else {
         return vec![None];
@@ -42,7 +42,7 @@ pub(super) fn arrivals(res: notify::Result<notify::Event>) -> Vec<Option<String>
 }
 
 /// The watcher on `new/` and what it hands the loop.
-pub(super) struct Hints {
+pub(crate) struct Hints {
     dir: PathBuf,
     /// Names that arrived, in order.
     pub events: mpsc::Receiver<String>,

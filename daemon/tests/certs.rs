@@ -2,6 +2,9 @@
 //! the CA, is valid for its name and no other, for client and server use; keys are 0600; an
 //! existing CA is not replaced without `--force`; a bad name is a usage error; a certificate
 //! from another CA does not verify against this one.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

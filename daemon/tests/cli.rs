@@ -1,6 +1,8 @@
 //! Black-box tests of the real `roost` binary: a daemon on a temporary data directory, batch
 //! files through the spool, and the read commands on the files it leaves.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::BIN;

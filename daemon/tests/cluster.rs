@@ -4,6 +4,9 @@
 //! batches (a standby forwards them); a killed leader is replaced within the lease and the
 //! fencing margin, and rejoins as a follower when it comes back; a paused one fences itself;
 //! a restarted old leader does not resume its epoch. Every wait is bounded.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod repl;

@@ -4,6 +4,9 @@
 //! batch (sent again: the same answer), every committed create on every node and none twice,
 //! the WALs and shards equal, `verify` on every node, and no epoch led by two nodes; this
 //! test requires its exit 0, the counts, and prints the failover times.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! table-driven test in-process, and dropped, mixed with valid batches and with hostile
 //! non-files, into a running daemon.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;

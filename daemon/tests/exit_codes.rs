@@ -6,6 +6,8 @@
 //! (75 for a second `serve` and 78 for a bad config file are asserted in `systemd.rs`,
 //! `bad_config_exit_code`.)
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;

@@ -3,6 +3,8 @@
 //! blocking pool stops the whole process with 70 (EX_SOFTWARE), and recovery then finishes
 //! the batch; a log line that cannot be written changes nothing.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -14,6 +14,8 @@
 //! strace counts `when=N` per syscall and per thread: one run may fail the N-th call in
 //! several threads at once (every run's injected calls are counted and printed).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -8,6 +8,8 @@
 //! Needs root (loop devices, mount); without it the test prints "SKIPPED: ..." and fails,
 //! unless `ROOST_ALLOW_NO_ROOT=1`.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 #[allow(dead_code)] // the power-cut harness uses the rest

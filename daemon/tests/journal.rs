@@ -8,6 +8,8 @@
 //! it with any other copy of this test on the machine, and the socket (and the folders it
 //! made) are removed afterwards.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::os::unix::net::UnixDatagram;

@@ -2,6 +2,8 @@
 //! parts below it, so there is no module cycle. Cargo enforces the crate graph; this test
 //! enforces the module graph inside the `roost` crate.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

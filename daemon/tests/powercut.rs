@@ -9,6 +9,8 @@
 //! `ROOST_POWERCUT_SEED=S` replays a seed (the batches and the schedule; where a cut lands
 //! still depends on timing).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "powercut/client.rs"]
 mod client;

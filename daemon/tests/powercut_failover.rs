@@ -12,6 +12,8 @@
 //! `ROOST_POWERCUT_FAILOVER_SEED=S` replays a seed (the batches and the moments; where a cut
 //! lands in the daemon's work still depends on timing).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)] // the failover test uses part of the client's ledger
 #[path = "powercut/client.rs"]

@@ -3,6 +3,9 @@
 //! crash point), about 60 batches. It must find no violation on a correct build and say what it
 //! checked. That its checks can fail is shown by the unit tests of `drill::verdict`, fed
 //! a fabricated lost batch, a missing create and diverging logs.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

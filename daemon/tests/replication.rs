@@ -4,6 +4,9 @@
 //! batch and the old primary, restarted as a standby, cuts what the new one never had
 //! (KIP-101's scenario 2) and ends byte for byte equal below the high watermark.
 //! Every wait is bounded.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod repl;

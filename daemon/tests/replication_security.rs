@@ -5,6 +5,9 @@
 //! reads nothing, neither records nor a base backup; a standby with a certificate from
 //! another CA cannot follow; plain TCP on a public address needs `insecure = true`, which
 //! the daemon says at start and in `status`. Every wait is bounded.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod repl;

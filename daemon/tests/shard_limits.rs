@@ -3,6 +3,8 @@
 //! number of threads and a bounded disk (the default configuration); shards left idle give
 //! their file descriptors back (`shard_idle_close_ms`).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;

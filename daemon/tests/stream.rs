@@ -2,6 +2,8 @@
 //! through `roost submit --stream`, answers in order and durable, duplicates, rejections
 //! and invalid lines mid-stream, the socket's mode, and kill -9 mid-stream.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::stream::*;

@@ -1,6 +1,8 @@
 //! The service contract: systemd's notify protocol over a real Unix datagram socket, graceful
 //! SIGTERM in the middle of a stream, exit codes, and `roost status`.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;

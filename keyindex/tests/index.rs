@@ -1,5 +1,8 @@
 //! The key index against a plain map (property test), across reopen, and after a crash at
 //! every sync of its writes (process crash, power loss dropped and torn).
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -4,6 +4,9 @@
 //! `sync`, the in-sync set's acknowledgements and the high watermark. A "crash" drops what
 //! was not synced, as a power cut would. Nothing here touches a disk or the network.
 
+// Test support: a misuse here is a bug in the calling test, and a panic says so at once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

@@ -4,6 +4,9 @@
 //! runs twice: under the rule before KIP-101 (`TestFollower::hw_truncation`: truncate to the
 //! high watermark on restart, fetch without epochs), where a test shows the failure, and
 //! under roost's rule (truncate by epoch, never to the hw), where it does not happen.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! and streaming, fencing in both directions, truncation over several rounds, the start-up
 //! `reconcile` and the `truncate_allowed` switch, re-seeding, and bad peers. Every wait is
 //! bounded (`common::LIMIT`).
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! (chunked, with a size larger than the content), is refused by a node that is not the
 //! leader, refuses a leader of an older epoch (which steps down), and rejects a leader that
 //! sends fewer bytes than it announced. Every wait is bounded (`common::LIMIT`).
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -4,6 +4,9 @@
 //! implausible epoch does not step the leader down (a plausible one does); the handshake
 //! has a limit and one address a cap on its connections. Certificates are made here with
 //! rcgen (the crate `roost certs` uses). Every wait is bounded (`common::LIMIT`).
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! The command line: a table row per explored variant, traces, and usage errors.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

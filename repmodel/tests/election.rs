@@ -7,6 +7,8 @@
 //! act; each flaw breaks the invariant its rule keeps. `docs/replication-model.md` explains
 //! the rows.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use roost_repmodel::election::invariants::by_name;
 use roost_repmodel::election::{self, print, Ack, Config, Election, Flaw, State};

@@ -1,6 +1,8 @@
 //! The invariant checkers on hand-built states: each can fail, and fails for the reason it
 //! names. Also the state key: it round-trips, and a state outside its type has none.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use roost_repmodel::base::init;
 use roost_repmodel::encode::{decode, encode};

@@ -6,6 +6,8 @@
 //! leader that believes an outsider's epoch holds one the controller never minted
 //! (`EpochMinted`) and refuses the controller from then on.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashSet, VecDeque};
 

@@ -5,6 +5,8 @@
 //! With MaxRecords 2 log matching cannot fail (a record sits at the offset where it was
 //! written, so breaking it takes three records); the `*_three_records` rows run MaxRecords 3.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

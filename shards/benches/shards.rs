@@ -7,6 +7,8 @@
 //! `cargo bench -p roost-shards` (ROOST_BENCH_DIR, ROOST_BENCH_SECS as for the WAL bench;
 //! ROOST_BENCH_RECORDS to change the 1M).
 #![forbid(unsafe_code)]
+// A benchmark, not production code: a failed step ends the run with its panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 

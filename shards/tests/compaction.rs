@@ -5,6 +5,8 @@
 //! twice, deletes of older segments' records kept, held lsns, truncate), on the simulated disk
 //! and on a real, memory-mapped directory.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{opts, sim_dir};

@@ -1,6 +1,8 @@
 //! Black-box tests of a shard through its public API, on the simulated disk (power loss,
 //! torn frames, ENOSPC) and on real temporary directories (mmap, locking).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{opts, sim_dir};

@@ -11,6 +11,8 @@
 //! the input coming back after its result (a power cut between the result's sync and that of
 //! `new/`) gives the same bytes again.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 //! never reused, and a crash or a power loss at any step of a checkpoint leaves a directory
 //! that recovers to the same answers. A key older than the window is a new batch.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -14,6 +14,8 @@
 //! (exactly once if committed, under the id of its answer), every answer visible after the
 //! cut is the answer of the retry, and `roost verify` holds.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -11,6 +11,8 @@
 //! (`AckedResultKept`: every later retry answers the same status and ids).
 //! The mutant build (`--features roost/mutant-no-claim`) must fail this test.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use roost::batch::Batch;
 use roost::pipeline::crash::NthCrash;

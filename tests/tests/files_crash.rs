@@ -11,6 +11,8 @@
 //! results), run the files still in `new/` again as one group, compare. Last, a file coming
 //! back after its result (its removal never made durable) gives the same result again.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

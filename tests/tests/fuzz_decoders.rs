@@ -4,6 +4,8 @@
 //! a huge allocation: the whole test binary runs under a 1 GiB address-space limit, so an
 //! attempt to allocate what a forged length says (4 GiB, u64::MAX) aborts the run.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Once};

@@ -2,6 +2,8 @@
 //! each batch gets the answer it would get alone, in item order, even when a key comes twice
 //! in one group.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use roost::batch::{Batch, Status};
 use roost_storage::SimStorage;

@@ -7,6 +7,8 @@
 //! row of every claim exactly once, and `verify` clean; a `done` record is never durable
 //! before its claim's effects.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -13,6 +13,8 @@
 //! not). For every point the clean run reaches, a process crash, a power loss and
 //! two torn power losses there.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,6 +7,8 @@
 //! `cargo bench -p roost-wal` (set ROOST_BENCH_DIR to put the files on another disk;
 //! ROOST_BENCH_SECS to change the time per cell, default 2).
 #![forbid(unsafe_code)]
+// A benchmark, not production code: a failed step ends the run with its panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::io::Read;

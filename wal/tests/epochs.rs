@@ -3,6 +3,8 @@
 //! with the WAL, `end_offset_for` answers as Kafka's `endOffsetFor`, and a power loss at any
 //! sync of an `assign` leaves the old list or the new one.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{open, opts};

@@ -5,6 +5,8 @@
 //! durable record vouches was synced is corruption. The images are built by hand from the
 //! simulated disk's durable and live bytes, page by page.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{all, dir, last_segment, open, opts};

@@ -2,6 +2,8 @@
 //! appends, replicated appends, ranged reads for a follower, and truncation of the log's end
 //! (with power losses at every sync of a truncation followed by new appends).
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{all, open, opts};

@@ -1,6 +1,8 @@
 //! Black-box tests of the log through its public API, on the simulated disk and on real
 //! temporary directories.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::{all, last_segment, open, opts};

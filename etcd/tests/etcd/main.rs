@@ -3,6 +3,8 @@
 //! hostile one. One test binary, so that the tests run in parallel: most of the time is
 //! etcd starting and leases expiring.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cluster;
 mod hostile;

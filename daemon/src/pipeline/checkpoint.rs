@@ -208,7 +208,7 @@ impl Engine {
         let r = &self.config.replication;
         let wal_from = if r.ack == crate::config::Ack::Standby
             && r.when_standby_lost == crate::config::StandbyLost::Wait
-            && self.role() == super::replicate::Role::Primary
+            && self.role() == super::log_role::Role::Primary
         {
             wal_from.min(self.high_watermark().max(1))
         } else {

@@ -26,6 +26,7 @@ mod apply;
 pub mod backup;
 mod backup_gate;
 mod checkpoint;
+mod checkpoint_state;
 mod cluster;
 pub mod crash;
 mod disk;
@@ -42,6 +43,7 @@ mod recover;
 mod replicate;
 mod room;
 mod shard_limit;
+mod tails;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -151,7 +153,7 @@ struct Planner {
     next_id: u64,
     overlay: HashMap<String, Overlay>,
     /// Claims whose `done` is not known durable, by spool name (`names.rs`).
-    tails: names::Tails,
+    tails: tails::Tails,
     /// Claims without a `done` record yet, each with the audit log's next lsn when it was
     /// made (its rows come after): the next checkpoint stops below the first.
     open: BTreeMap<Lsn, Lsn>,
@@ -173,7 +175,7 @@ pub struct Engine {
     /// The key table's index on disk (`keys.rs`, `roost_keyindex`).
     index: KeyIndex,
     /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
-    checkpoints: Mutex<checkpoint::CheckpointState>,
+    checkpoints: Mutex<checkpoint_state::CheckpointState>,
     /// Held while a checkpoint runs: one at a time.
     checkpoint_running: Mutex<()>,
     /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
@@ -274,7 +276,7 @@ impl Engine {
             audit,
             keys,
             index,
-            checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
+            checkpoints: Mutex::new(checkpoint_state::CheckpointState::default()),
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             backup_gate: Arc::default(),
@@ -287,7 +289,7 @@ impl Engine {
                 keys: HashMap::new(),
                 next_id: 1,
                 overlay: HashMap::new(),
-                tails: names::Tails::default(),
+                tails: tails::Tails::default(),
                 open: BTreeMap::new(),
                 vouched: HashMap::new(),
             }),

@@ -104,8 +104,8 @@ impl LeaderLog for LeaderSide {
         &self,
         replica: &str,
     ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
-        let hold = self.0.begin_backup(replica).map_err(|e| e.to_string())?;
-        Ok(Box::new(base_backup::EngineBackup::new(hold)))
+        let backup = base_backup::EngineBackup::begin(&self.0, replica);
+        Ok(Box::new(backup.map_err(|e| e.to_string())?))
     }
 
     fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {

@@ -3,7 +3,7 @@
 //! follows from there (Kafka's and PostgreSQL's re-seed from a base backup). The leader's
 //! log hands out the files ([`SnapshotSource`]); this module streams them, and on the
 //! follower's side hands them to a [`SnapshotSink`]. What makes the copy consistent while
-//! the leader keeps running is the log's business (the daemon's `replica/backup.rs`); the
+//! the leader keeps running is the log's business (the daemon's `replica/base_backup.rs`); the
 //! protocol only checks that every file arrives whole and that the counts match.
 //!
 //! ```text

@@ -421,7 +421,7 @@ fn isr_changes(
     led_since: Instant,
 ) -> (BTreeSet<String>, BTreeSet<String>) {
     let standbys = engine.standbys();
-    let fresh = |s: &crate::pipeline::replicate::StandbyState| {
+    let fresh = |s: &crate::pipeline::StandbyState| {
         s.connected && s.last_fetch.elapsed() < cl.standby_timeout
     };
     let floor = engine.epoch_start().max(engine.high_watermark());

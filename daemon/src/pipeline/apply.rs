@@ -23,9 +23,9 @@ use roost_replication::Entry;
 use roost_wal::Lsn;
 use tracing::info;
 
+use super::log_role::Role;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
-use super::replicate::Role;
 use super::{lock, Engine, KeyAt};
 use crate::error::EngineError;
 

@@ -1,6 +1,8 @@
-//! Base backups for a standby too far behind to fetch (issue 15, docs/replication.md,
-//! "Re-seeding a standby"): the files of the last checkpoint, copied while the primary keeps
-//! taking batches. A copy is consistent because, while one runs ([`BackupHold`]):
+//! The engine's side of a base backup for a standby too far behind to fetch (issue 15,
+//! docs/replication.md, "Re-seeding a standby"): the last checkpoint held still, and what
+//! of the engine's logs it covers, while the primary keeps taking batches. The files are
+//! listed and sent by `replica/base_backup.rs`. A copy is consistent because, while one
+//! runs ([`BackupHold`]):
 //!
 //! - no checkpoint runs: `CHECKPOINT`, the key table and the retained WAL stay as they are
 //!   (the key table is appended only by a checkpoint; nothing is retired);
@@ -15,103 +17,34 @@
 //!
 //! After the copy, the standby's log starts at the checkpoint's `wal_from`: that lsn stays
 //! pinned here (no checkpoint retires it) until the standby fetches past it, or
-//! [`PIN_TTL`] passes.
+//! [`PIN_TTL`](super::backup_gate::PIN_TTL) passes.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roost_wal::Lsn;
-use tracing::info;
 
-use super::replicate::Role;
-use super::{io_err, lock, Checkpoint, Engine};
+use super::backup_gate::{BackupGate, Pins};
+use super::log_role::Role;
+use super::{lock, Checkpoint, Engine};
 use crate::error::EngineError;
-use crate::layout::{CHECKPOINT_FILE, LEADER_EPOCHS_FILE};
 
-/// How long a copied checkpoint's lsn stays pinned for a standby that does not fetch.
-pub const PIN_TTL: Duration = Duration::from_secs(600);
 /// How long a backup waits for a running compaction step.
 const COMPACTION_WAIT: Duration = Duration::from_secs(10);
 
-/// Shared with the shard owners: base backups running, and compaction steps running.
-#[derive(Debug, Default)]
-pub struct BackupGate {
-    running: AtomicUsize,
-    compacting: AtomicUsize,
-}
-
-impl BackupGate {
-    /// A compaction step may start (and is counted until `compaction_done`) unless a backup
-    /// runs. Both sides count first and look second (sequentially consistent), so either
-    /// the step sees the backup or the backup sees the step.
-    pub fn try_compact(&self) -> bool {
-        self.compacting.fetch_add(1, Ordering::SeqCst);
-        if self.running.load(Ordering::SeqCst) > 0 {
-            self.compacting.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
-    }
-
-    pub fn compaction_done(&self) {
-        self.compacting.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Whether a backup is running (checkpoints wait).
-    pub fn backup_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst) > 0
-    }
-}
-
-/// Per standby, the lsn its log starts at after a backup, and when it was pinned.
-#[derive(Debug, Default)]
-pub(super) struct Pins(Mutex<HashMap<String, (Lsn, Instant)>>);
-
-impl Pins {
-    /// The lowest pinned lsn still wanted (expired pins go).
-    pub(super) fn lowest(&self) -> Option<Lsn> {
-        let mut p = lock(&self.0);
-        p.retain(|_, (_, at)| at.elapsed() < PIN_TTL);
-        p.values().map(|(l, _)| *l).min()
-    }
-
-    pub(super) fn pin(&self, replica: &str, lsn: Lsn) {
-        lock(&self.0).insert(replica.to_owned(), (lsn, Instant::now()));
-    }
-
-    /// The pin of `replica` lasts [`PIN_TTL`] from now.
-    fn touch(&self, replica: &str) {
-        if let Some(p) = lock(&self.0).get_mut(replica) {
-            p.1 = Instant::now();
-        }
-    }
-
-    /// `replica` fetched at `fetch_lsn`: a pin it passed goes.
-    pub(super) fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
-        let mut p = lock(&self.0);
-        if p.get(replica).is_some_and(|(l, _)| fetch_lsn > *l) {
-            p.remove(replica);
-        }
-    }
-}
-
-/// One file of a backup: its path relative to the data directory, where to read it (or its
-/// bytes), its size on disk and how many leading bytes to send.
+/// What a base backup copies, as the engine holds it still: the checkpoint, the leader
+/// epochs of the records below it, the key table's and the audit log's segments up to their
+/// extents when the copy began (`None`: whole), and where the data directory and the shards
+/// are.
 #[derive(Debug)]
-pub struct BackupFile {
-    pub rel: String,
-    pub source: BackupBytes,
-    pub size: u64,
-    pub len: u64,
-}
-
-#[derive(Debug)]
-pub enum BackupBytes {
-    Path(PathBuf),
-    Bytes(Vec<u8>),
+pub struct BackupSource {
+    pub checkpoint: Checkpoint,
+    pub epochs: Vec<(u32, Lsn)>,
+    pub logs: Vec<(PathBuf, Option<u64>)>,
+    pub data_dir: PathBuf,
+    pub shards_dir: PathBuf,
 }
 
 /// A base backup in progress: holds checkpoints and compaction still until dropped. Its
@@ -121,7 +54,6 @@ pub struct BackupHold {
     pins: Arc<Pins>,
     replica: String,
     pub checkpoint: Checkpoint,
-    pub files: Vec<BackupFile>,
 }
 
 impl Drop for BackupHold {
@@ -133,8 +65,13 @@ impl Drop for BackupHold {
 
 impl Engine {
     /// Starts a base backup for standby `replica`: a fresh checkpoint, then the hold, then
-    /// the list of files (see the module comment).
-    pub fn begin_backup(&self, replica: &str) -> Result<BackupHold, EngineError> {
+    /// `list` makes the list of files from what is held (see the module comment); the
+    /// checkpoint's lsn is pinned once that list is made.
+    pub fn begin_backup<T>(
+        &self,
+        replica: &str,
+        list: impl FnOnce(&BackupSource) -> Result<T, EngineError>,
+    ) -> Result<(BackupHold, T), EngineError> {
         if self.role() != Role::Primary {
             return Err(EngineError::NotPrimary {
                 role: self.role().name(),
@@ -153,7 +90,6 @@ impl Engine {
             pins: self.backup_pins.clone(),
             replica: replica.to_owned(),
             checkpoint: Checkpoint::default(),
-            files: Vec::new(),
         };
         // A checkpoint already running finishes first; later ones see the hold.
         drop(lock(&self.checkpoint_running));
@@ -163,19 +99,10 @@ impl Engine {
                 "no checkpoint to copy yet for {replica}: this primary holds its whole WAL"
             )));
         };
-        let files = self.backup_files(&c)?;
+        let listed = list(&self.backup_source(c.clone()))?;
         self.backup_pins.pin(replica, c.wal_from);
-        let bytes: u64 = files.iter().map(|f| f.len).sum();
-        info!(
-            replica,
-            wal_from = c.wal_from,
-            files = files.len(),
-            bytes,
-            "base backup: started"
-        );
         hold.checkpoint = c;
-        hold.files = files;
-        Ok(hold)
+        Ok((hold, listed))
     }
 
     fn wait_compaction(&self) -> Result<(), EngineError> {
@@ -191,91 +118,23 @@ impl Engine {
         Ok(())
     }
 
-    /// `CHECKPOINT`, `LEADER_EPOCHS` (the epochs of the records below the checkpoint), the
-    /// key table and the audit log up to their extents, every shard segment.
-    fn backup_files(&self, c: &Checkpoint) -> Result<Vec<BackupFile>, EngineError> {
-        let bytes = |rel: &str, b: Vec<u8>| BackupFile {
-            rel: rel.to_owned(),
-            size: b.len() as u64,
-            len: b.len() as u64,
-            source: BackupBytes::Bytes(b),
-        };
-        // What each shard has flushed, as far as the copy goes: frames at or past
-        // `wal_from` are cut at the standby's start and applied again from the WAL, so the
-        // copy must not vouch for them (a later power loss there would read as damage).
-        let mut clamped = c.clone();
-        for (_, v) in clamped.shards.iter_mut() {
-            *v = (*v).min(c.wal_from.saturating_sub(1));
-        }
-        let checkpoint =
-            super::records::encode_checkpoint(&clamped).map_err(EngineError::Encode)?;
+    /// What the copy of checkpoint `c` covers: the epochs below it, the key table and the
+    /// audit log up to their extents.
+    fn backup_source(&self, c: Checkpoint) -> BackupSource {
         let epochs: Vec<(u32, Lsn)> = lock(&self.repl.epochs)
             .entries()
             .iter()
             .copied()
             .filter(|(_, start)| *start < c.wal_from)
             .collect();
-        let mut files = vec![
-            bytes(CHECKPOINT_FILE, checkpoint),
-            bytes(LEADER_EPOCHS_FILE, roost_wal::epochs::encode(&epochs)),
-        ];
-        for log in [&self.keys, &self.audit] {
-            for (path, len) in log.extent() {
-                files.push(self.disk_file(path, len)?);
-            }
+        let mut logs = self.keys.extent();
+        logs.extend(self.audit.extent());
+        BackupSource {
+            checkpoint: c,
+            epochs,
+            logs,
+            data_dir: self.layout.data_dir().to_path_buf(),
+            shards_dir: self.layout.shards(),
         }
-        for path in self.shard_segments()? {
-            files.push(self.disk_file(path, None)?);
-        }
-        Ok(files)
-    }
-
-    /// A file on disk, its first `len` bytes (all of them when `None`).
-    fn disk_file(&self, path: PathBuf, len: Option<u64>) -> Result<BackupFile, EngineError> {
-        let size = std::fs::metadata(&path)
-            .map_err(io_err("stat", &path))?
-            .len();
-        let rel = path
-            .strip_prefix(self.layout.data_dir())
-            .ok()
-            .and_then(|p| p.to_str())
-            .ok_or_else(|| {
-                EngineError::Replication(format!(
-                    "{} is outside the data directory",
-                    path.display()
-                ))
-            })?
-            .to_owned();
-        Ok(BackupFile {
-            rel,
-            size,
-            len: len.unwrap_or(size).min(size),
-            source: BackupBytes::Path(path),
-        })
-    }
-
-    /// Every shard's segment files (`shards/NAME/*.seg`).
-    fn shard_segments(&self) -> Result<Vec<PathBuf>, EngineError> {
-        let root = self.layout.shards();
-        let mut out = Vec::new();
-        let dirs = match std::fs::read_dir(&root) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            r => r.map_err(io_err("list", &root))?,
-        };
-        for d in dirs {
-            let d = d.map_err(io_err("list", &root))?.path();
-            if !d.is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(&d).map_err(io_err("list", &d))? {
-                let f = f.map_err(io_err("list", &d))?.path();
-                let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                if name.ends_with(roost_shards::SEGMENT_SUFFIX) {
-                    out.push(f);
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
     }
 }

@@ -37,24 +37,6 @@ use crate::error::EngineError;
 /// keeps its keys and each pass would otherwise repeat at once.
 const KEY_CACHE_RETRY: Duration = Duration::from_secs(1);
 
-/// What the engine remembers of checkpoints.
-#[derive(Debug, Default)]
-pub(super) struct CheckpointState {
-    /// The last checkpoint written or found at open.
-    pub last: Option<Checkpoint>,
-    /// The key table holds every key of a batch at or below this lsn.
-    pub keys_through: Lsn,
-    /// WAL bytes (found at open plus appended since) when the last checkpoint was taken.
-    pub wal_bytes_at_last: u64,
-    /// WAL bytes recovery found at open: history a restart must not forget to checkpoint
-    /// (a daemon killed before each checkpoint was due would otherwise never take one).
-    pub found_at_open: u64,
-    /// When the last checkpoint was taken (or the engine opened).
-    pub taken: Option<Instant>,
-    /// The last `at_ms` stamped in the key table (stamps never decrease along it).
-    pub last_at_ms: u64,
-}
-
 impl Engine {
     /// Takes a checkpoint now if anything was finished since the last one. Returns it, or
     /// `None` when there was nothing new. One at a time; batches go on meanwhile.
@@ -208,7 +190,7 @@ impl Engine {
         let r = &self.config.replication;
         let wal_from = if r.ack == crate::config::Ack::Standby
             && r.when_standby_lost == crate::config::StandbyLost::Wait
-            && self.role() == super::replicate::Role::Primary
+            && self.role() == super::log_role::Role::Primary
         {
             wal_from.min(self.high_watermark().max(1))
         } else {

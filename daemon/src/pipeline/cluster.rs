@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use roost_wal::Lsn;
 use tracing::{info, warn};
 
-use super::replicate::{Role, StandbyState};
+use super::log_role::{Role, StandbyState};
 use super::{lock, Engine};
 use crate::config::Ack;
 use crate::error::EngineError;

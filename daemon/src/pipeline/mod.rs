@@ -24,11 +24,15 @@
 
 mod apply;
 pub mod backup;
+mod backup_gate;
 mod checkpoint;
+mod checkpoint_state;
 mod cluster;
 pub mod crash;
+mod disk;
 mod finish;
 mod keys;
+pub mod log_role;
 mod memory;
 pub mod metrics;
 mod names;
@@ -36,15 +40,16 @@ mod owner;
 mod plan;
 pub mod records;
 mod recover;
-pub mod replicate;
+mod replicate;
 mod room;
 mod shard_limit;
+mod tails;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
@@ -57,17 +62,18 @@ use crate::error::EngineError;
 use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::{CrashHook, CrashPoint};
+use disk::{io_err, lock, replace_file};
 use metrics::Stats;
 use owner::{OwnerContext, ShardOpener, ShardSlot};
 
 pub use finish::committed_result;
 pub use keys::now_ms;
+pub use log_role::{FollowLink, Role, StandbyState};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
 pub use plan::{is_detached, one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
-pub use replicate::{FollowLink, Role, StandbyState};
 pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
@@ -147,7 +153,7 @@ struct Planner {
     next_id: u64,
     overlay: HashMap<String, Overlay>,
     /// Claims whose `done` is not known durable, by spool name (`names.rs`).
-    tails: names::Tails,
+    tails: tails::Tails,
     /// Claims without a `done` record yet, each with the audit log's next lsn when it was
     /// made (its rows come after): the next checkpoint stops below the first.
     open: BTreeMap<Lsn, Lsn>,
@@ -169,16 +175,16 @@ pub struct Engine {
     /// The key table's index on disk (`keys.rs`, `roost_keyindex`).
     index: KeyIndex,
     /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
-    checkpoints: Mutex<checkpoint::CheckpointState>,
+    checkpoints: Mutex<checkpoint_state::CheckpointState>,
     /// Held while a checkpoint runs: one at a time.
     checkpoint_running: Mutex<()>,
     /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
     /// every batch is finished and never applied again.
     compact_horizon: Arc<std::sync::atomic::AtomicU64>,
-    /// Base backups running and compaction steps running (`backup.rs`).
-    backup_gate: Arc<backup::BackupGate>,
-    /// WAL lsns kept for standbys that were just re-seeded (`backup.rs`).
-    backup_pins: Arc<backup::Pins>,
+    /// Base backups running and compaction steps running (`backup_gate.rs`).
+    backup_gate: Arc<backup_gate::BackupGate>,
+    /// WAL lsns kept for standbys that were just re-seeded (`backup_gate.rs`).
+    backup_pins: Arc<backup_gate::Pins>,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `shards`
     /// when both are held, never before.
@@ -199,22 +205,13 @@ pub struct Engine {
     failed: AtomicBool,
     /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
     pause: Mutex<Option<Pause>>,
-    /// Role, epochs, the standbys and the high watermark (`replicate.rs`).
-    repl: replicate::Replication,
+    /// Role, epochs, the standbys and the high watermark (`log_role.rs`; what the engine
+    /// does with them: `replicate.rs`).
+    repl: log_role::Replication,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
     _lock: Option<DirLock>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `EngineError::Io` for `op` on `path`, as a `map_err` closure.
-fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
-    let path = path.to_path_buf();
-    move |source| EngineError::Io { op, path, source }
 }
 
 impl Engine {
@@ -265,7 +262,7 @@ impl Engine {
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
-        let repl = open_replication(&storage, &layout, &config, &wal)?;
+        let repl = log_role::open_replication(&storage, &layout, &config, &wal)?;
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
@@ -279,7 +276,7 @@ impl Engine {
             audit,
             keys,
             index,
-            checkpoints: Mutex::new(checkpoint::CheckpointState::default()),
+            checkpoints: Mutex::new(checkpoint_state::CheckpointState::default()),
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             backup_gate: Arc::default(),
@@ -292,7 +289,7 @@ impl Engine {
                 keys: HashMap::new(),
                 next_id: 1,
                 overlay: HashMap::new(),
-                tails: names::Tails::default(),
+                tails: tails::Tails::default(),
                 open: BTreeMap::new(),
                 vouched: HashMap::new(),
             }),
@@ -495,45 +492,6 @@ impl Engine {
 
 /// The WAL and audit log options the configuration implies: a segment always holds at least
 /// two of the largest claims.
-/// The role (a standby when `[replication] follow` is set), the leader-epoch file (rebuilt
-/// from the WAL if missing), and the epoch appends carry until a primary takes its own.
-fn open_replication(
-    storage: &Arc<dyn Storage>,
-    layout: &Layout,
-    config: &Config,
-    wal: &Wal,
-) -> Result<replicate::Replication, EngineError> {
-    let epochs = roost_wal::LeaderEpochs::open(storage.clone(), layout.leader_epochs(), wal)?;
-    let mut file = replicate::read_epoch_file(storage.as_ref(), &layout.epoch())?;
-    let last = epochs.latest().map_or(0, |(e, _)| e);
-    file.known = file.known.max(last).max(wal.last_record_epoch());
-    wal.set_epoch(file.known.max(1))?;
-    // A cluster node starts as a follower whatever it led before: only etcd makes it lead
-    // (issue 27: a restarted old primary must not resume its old epoch).
-    let role = if config.replication.is_standby() || config.clustered() {
-        replicate::Role::Standby
-    } else {
-        replicate::Role::Primary
-    };
-    Ok(replicate::Replication::new(role, file, epochs))
-}
-
-/// Replaces `path` with `bytes` atomically: a temporary written and fdatasynced, renamed
-/// over it, the directory fsynced. A crash leaves the old file or the new one.
-fn replace_file(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-    let tmp = path.with_extension("tmp");
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let _ = storage.remove(&tmp);
-    let f = storage
-        .open(&tmp, roost_storage::OpenMode::CreateNew)
-        .map_err(io_err("create", &tmp))?;
-    f.write_at(bytes, 0).map_err(io_err("write", &tmp))?;
-    f.sync_data().map_err(io_err("sync", &tmp))?;
-    drop(f);
-    storage.rename(&tmp, path).map_err(io_err("rename", path))?;
-    storage.sync_dir(dir).map_err(io_err("sync dir", dir))
-}
-
 pub fn wal_options(config: &Config) -> WalOptions {
     let payload_bytes_max = config.claim_bytes_max().clamp(4 << 10, 128 << 20) as u32;
     WalOptions {

@@ -14,7 +14,6 @@
 //!   batch (same request key and fingerprint), and publishes its answer only if neither
 //!   `new/NAME` nor `out/NAME` belongs to another request ([`Engine::recovery_answer`]).
 
-use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use roost_storage::{read_all, OpenMode};
@@ -27,65 +26,6 @@ use super::{io_err, lock, Engine};
 use crate::batch::{self, BatchResult};
 use crate::error::EngineError;
 use crate::spool::{read_dropped, Intake};
-
-/// Claims whose `done` record is not known durable, by spool name.
-#[derive(Debug, Default)]
-pub(super) struct Tails {
-    /// Per name: claim lsn -> its `done` record's lsn once appended.
-    by_name: BTreeMap<String, BTreeMap<Lsn, Option<Lsn>>>,
-    /// (done lsn, name, claim lsn) in append order, to forget entries once synced.
-    appended: VecDeque<(Lsn, String, Lsn)>,
-}
-
-impl Tails {
-    pub(super) fn claimed(&mut self, name: &str, claim: Lsn) {
-        self.by_name
-            .entry(name.to_owned())
-            .or_default()
-            .insert(claim, None);
-    }
-
-    pub(super) fn done(&mut self, name: &str, claim: Lsn, done: Lsn) {
-        if let Some(e) = self.by_name.get_mut(name).and_then(|m| m.get_mut(&claim)) {
-            *e = Some(done);
-            self.appended.push_back((done, name.to_owned(), claim));
-        }
-    }
-
-    /// Forgets every claim whose `done` is at or below `synced`.
-    pub(super) fn forget_synced(&mut self, synced: Lsn) {
-        while let Some((done, _, _)) = self.appended.front() {
-            if *done > synced {
-                break;
-            }
-            let Some((_, name, claim)) = self.appended.pop_front() else {
-                break;
-            };
-            if let Some(m) = self.by_name.get_mut(&name) {
-                m.remove(&claim);
-                if m.is_empty() {
-                    self.by_name.remove(&name);
-                }
-            }
-        }
-    }
-
-    /// Claims under `name` earlier than `own` (all of them without one): `Ok(largest done
-    /// lsn)` when all have one (0 when none is left), `Err(())` while some has not appended
-    /// its `done` yet. Only earlier claims: two batches under one name never wait for each
-    /// other.
-    fn others(&self, name: &str, own: Option<Lsn>) -> Result<Lsn, ()> {
-        let mut max = 0;
-        let before = own.unwrap_or(Lsn::MAX);
-        for (claim, done) in self.by_name.get(name).into_iter().flatten() {
-            if *claim >= before {
-                break;
-            }
-            max = max.max(done.ok_or(())?);
-        }
-        Ok(max)
-    }
-}
 
 /// Whose `new/NAME` or `out/NAME` this is, for recovery.
 #[derive(Debug, PartialEq, Eq)]

@@ -146,7 +146,7 @@ pub struct OwnerContext {
     /// Compaction: only lsns at or below this (the last checkpoint) are compacted.
     pub horizon: Arc<AtomicU64>,
     /// Compaction waits while a base backup copies the segments.
-    pub gate: Arc<super::backup::BackupGate>,
+    pub gate: Arc<super::backup_gate::BackupGate>,
     /// Compaction: bytes per second (0: off) and the dead fraction that triggers it.
     pub compact_rate: u64,
     pub compact_dead: f64,
@@ -914,7 +914,7 @@ impl Owner {
 mod tests {
     use super::*;
     use crate::error::ErrorClass;
-    use crate::pipeline::backup::BackupGate;
+    use crate::pipeline::backup_gate::BackupGate;
     use crate::pipeline::crash::NthCrash;
     use roost_storage::SimStorage;
 

@@ -198,7 +198,7 @@ impl Engine {
         progress: &mut Progress<'_>,
     ) -> Result<u64, EngineError> {
         let r = &self.config.replication;
-        if self.role() == super::replicate::Role::Standby {
+        if self.role() == super::log_role::Role::Standby {
             let claims = ledger.unfinished.clone();
             *lock(&self.repl.ledger) = ledger;
             let audited = self.audited_rows(&claims, ckpt.audit_from)?;

@@ -28,8 +28,8 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
+use crate::pipeline::log_role::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::pipeline::records::{read_audit, read_wal, ClaimLedger, WalEntry};
-use crate::pipeline::replicate::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
 
 /// The data directory of a standby that is not open yet.
@@ -229,7 +229,7 @@ impl FollowerLog for Cutter {
 
     fn last_epoch(&self) -> Epoch {
         let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-        crate::pipeline::replicate::last_epoch_of(&self.wal, &epochs)
+        crate::pipeline::log_role::last_epoch_of(&self.wal, &epochs)
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {

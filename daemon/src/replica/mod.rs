@@ -1,15 +1,18 @@
 //! Joins the engine to the replication protocol (`roost_replication`, docs/replication.md):
 //! the primary's side of a fetch ([`LeaderSide`]), a running standby's ([`FollowerSide`]),
 //! and a standby's start-up ([`cut`]), which removes what this node holds past the point
-//! where its log and the primary's agree, before the engine opens.
+//! where its log and the primary's agree, before the engine opens; the tasks that run them
+//! beside the serve loop ([`serve`]), a base backup sent ([`base_backup`]) and received
+//! ([`reseed`]).
 //!
 //! A running standby never truncates: a fetch the primary answers as diverging stops it
 //! (`FollowError::Diverged`, exit 74), and the next start cuts, with the engine closed, so
 //! no reader or shard owner ever sees records disappear under it.
 
-pub mod backup;
+pub mod base_backup;
 pub mod cut;
 pub mod reseed;
+pub mod serve;
 pub mod transport;
 
 use std::sync::Arc;
@@ -101,8 +104,8 @@ impl LeaderLog for LeaderSide {
         &self,
         replica: &str,
     ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
-        let hold = self.0.begin_backup(replica).map_err(|e| e.to_string())?;
-        Ok(Box::new(backup::EngineBackup::new(hold)))
+        let backup = base_backup::EngineBackup::begin(&self.0, replica);
+        Ok(Box::new(backup.map_err(|e| e.to_string())?))
     }
 
     fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {

@@ -9,7 +9,6 @@
 //! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
 //! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
-mod replication;
 mod sidecars;
 
 use std::path::Path;
@@ -25,6 +24,7 @@ use crate::error::EngineError;
 use crate::intake::events::Hints;
 use crate::intake::{stream_socket as stream, worker, ClearOnDrop, Shared};
 use crate::pipeline::Engine;
+use crate::replica::serve::{FollowerEnd, Host, ReplTasks};
 use crate::spool;
 use sidecars::Sidecars;
 
@@ -130,7 +130,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
     let sidecars = Sidecars::start(&cfg, &shared.engine, shared.cluster.clone());
-    let mut repl = match replication::ReplTasks::start(&shared).await {
+    let mut repl = match ReplTasks::start(repl_host(&shared)).await {
         Ok(r) => r,
         Err(e) => {
             sidecars.stop();
@@ -206,19 +206,42 @@ struct Track {
     following: Option<String>,
 }
 
+/// What the replication tasks (`replica/serve.rs`) need of this loop: the engine, whether
+/// this is a cluster node, and how a follower's end reaches the loop (a rejoin, or a stop
+/// with the error's class).
+fn repl_host(shared: &Arc<Shared>) -> Host {
+    let me = shared.clone();
+    Host {
+        engine: shared.engine.clone(),
+        clustered: shared.cluster.is_some(),
+        ended: Arc::new(move |end| {
+            match end {
+                FollowerEnd::Rejoin => me.rejoin.store(true, Ordering::SeqCst),
+                FollowerEnd::Fatal(e) => {
+                    if let Ok(mut f) = me.fatal.lock() {
+                        f.get_or_insert(e);
+                    }
+                    me.stop.store(true, Ordering::SeqCst);
+                }
+            }
+            me.wake.notify_one();
+        }),
+    }
+}
+
 /// Between waking and taking files: a checkpoint when due, a promotion's follow-up, the
 /// cluster's leader, the follower's figures for status, claims left for intake's opening,
 /// an idle WAL tail. `false`: this life ends (a cluster node rejoins as a follower).
 async fn between_passes(
     shared: &Arc<Shared>,
-    repl: &mut replication::ReplTasks,
+    repl: &mut ReplTasks,
     track: &mut Track,
     hints: &Hints,
 ) -> bool {
     maybe_checkpoint(shared);
     if track.was_standby && shared.engine.role() == crate::pipeline::Role::Primary {
         track.was_standby = false;
-        repl.promoted(shared);
+        repl.promoted();
         hints.rescan_needed.store(true, Ordering::SeqCst);
     }
     if !follow_the_cluster(shared, repl, &mut track.following).await {
@@ -247,7 +270,7 @@ async fn cluster_changed(shared: &Shared) {
 /// (`false`: the loop stops, and `serve_until` returns [`Ended::Rejoin`]).
 async fn follow_the_cluster(
     shared: &Arc<Shared>,
-    repl: &mut replication::ReplTasks,
+    repl: &mut ReplTasks,
     following: &mut Option<String>,
 ) -> bool {
     let Some(cl) = &shared.cluster else {
@@ -263,7 +286,7 @@ async fn follow_the_cluster(
             let leader = cl.leader_addr();
             if leader.is_some() && leader != *following {
                 if let Some(addr) = &leader {
-                    repl.follow_at(shared, addr.clone()).await;
+                    repl.follow_at(addr.clone()).await;
                 }
                 *following = leader;
             }
@@ -467,7 +490,7 @@ async fn shutdown(
     shared: &Arc<Shared>,
     sem: &Arc<Semaphore>,
     workers: usize,
-    (sidecars, repl, stream): (Sidecars, replication::ReplTasks, stream::Stream),
+    (sidecars, repl, stream): (Sidecars, ReplTasks, stream::Stream),
 ) -> Result<(), EngineError> {
     shared.stop.store(true, Ordering::SeqCst);
     stream.stop_reading();

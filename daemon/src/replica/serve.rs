@@ -2,8 +2,8 @@
 //! for standbys (`[replication] listen`, also started on a standby, which answers "not the
 //! leader" until it is promoted), and a standby's follower, which stops when the node is
 //! promoted. A follower failure while still a standby stops the daemon with its class.
+//! The serve loop hands in what they need of it ([`Host`]); they know nothing else of it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -15,12 +15,31 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use super::{FollowerSide, LeaderSide};
 use crate::error::EngineError;
-use crate::intake::Shared;
-use crate::pipeline::Role;
-use crate::replica::{FollowerSide, LeaderSide};
+use crate::pipeline::{Engine, Role};
 
-pub(super) struct ReplTasks {
+/// What the replication tasks need from the serve loop that runs them.
+#[derive(Clone)]
+pub struct Host {
+    pub engine: Arc<Engine>,
+    /// A cluster node: a follower that ends for another reason than its own log rejoins
+    /// (this life ends, the process goes on) rather than stopping the daemon.
+    pub clustered: bool,
+    /// Told once when the follower ends this life: to rejoin, or to stop with the error.
+    pub ended: Arc<dyn Fn(FollowerEnd) + Send + Sync>,
+}
+
+/// How a standby's follower ended this life.
+pub enum FollowerEnd {
+    /// A cluster standby starts again as a follower (it may have to cut or re-seed first).
+    Rejoin,
+    /// The daemon stops with this error's class.
+    Fatal(EngineError),
+}
+
+pub struct ReplTasks {
+    host: Host,
     stop: watch::Sender<bool>,
     stop_follower: watch::Sender<bool>,
     listener: Option<JoinHandle<()>>,
@@ -34,11 +53,11 @@ pub(super) struct ReplTasks {
 impl ReplTasks {
     /// Binds the listener (a bind failure stops the start: the operator named the address)
     /// and starts following when this node is a standby.
-    pub async fn start(shared: &Arc<Shared>) -> Result<ReplTasks, EngineError> {
+    pub async fn start(host: Host) -> Result<ReplTasks, EngineError> {
         let (stop, stop_rx) = watch::channel(false);
         let (stop_follower, follower_rx) = watch::channel(false);
-        let cfg = shared.engine.config().replication.clone();
-        let transport = crate::replica::transport::transport(&cfg)?;
+        let cfg = host.engine.config().replication.clone();
+        let transport = super::transport::transport(&cfg)?;
         say_security(&cfg, &transport);
         let status = Arc::new(FollowerStatus::default());
         let listener = match &cfg.listen {
@@ -52,7 +71,7 @@ impl ReplTasks {
                         source,
                     })?;
                 info!(listen = %addr, "replication: accepting standbys");
-                let log = Arc::new(LeaderSide(shared.engine.clone()));
+                let log = Arc::new(LeaderSide(host.engine.clone()));
                 let opts = LeaderOptions {
                     connections_per_address_max: cfg.connections_per_address_max,
                     transport: transport.clone(),
@@ -63,9 +82,9 @@ impl ReplTasks {
                 )))
             }
         };
-        let follower = match (&cfg.follow, shared.engine.role()) {
+        let follower = match (&cfg.follow, host.engine.role()) {
             (Some(addr), Role::Standby) => Some(tokio::spawn(run_follower(
-                shared.clone(),
+                host.clone(),
                 (addr.clone(), transport.clone()),
                 status.clone(),
                 follower_rx,
@@ -73,6 +92,7 @@ impl ReplTasks {
             _ => None,
         };
         Ok(ReplTasks {
+            host,
             stop,
             stop_follower,
             listener,
@@ -84,7 +104,7 @@ impl ReplTasks {
 
     /// A cluster standby follows `addr` (etcd named it the leader): the follower of the
     /// previous leader stops first (at most 5 s), so one follower appends at a time.
-    pub async fn follow_at(&mut self, shared: &Arc<Shared>, addr: String) {
+    pub async fn follow_at(&mut self, addr: String) {
         let _ = self.stop_follower.send(true);
         if let Some(h) = self.follower.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
@@ -93,17 +113,18 @@ impl ReplTasks {
         self.stop_follower = tx;
         let to = (addr, self.transport.clone());
         let status = self.status.clone();
-        self.follower = Some(tokio::spawn(run_follower(shared.clone(), to, status, rx)));
+        let host = self.host.clone();
+        self.follower = Some(tokio::spawn(run_follower(host, to, status, rx)));
     }
 
     /// The node was promoted: it follows no one from now on, and tells its former primary
     /// (if that one still runs, it steps down: `roost_replication::announce_epoch`).
-    pub fn promoted(&mut self, shared: &Arc<Shared>) {
+    pub fn promoted(&mut self) {
         let _ = self.stop_follower.send(true);
         self.follower = None;
-        let cfg = &shared.engine.config().replication;
+        let cfg = &self.host.engine.config().replication;
         if let Some(addr) = cfg.follow.clone() {
-            let (name, epoch) = (cfg.node_name(), shared.engine.epoch());
+            let (name, epoch) = (cfg.node_name(), self.host.engine.epoch());
             let to = (self.transport.clone(), addr);
             tokio::spawn(announce(to, name, epoch, self.stop.subscribe()));
         }
@@ -184,12 +205,12 @@ async fn announce(
 
 /// Follows until stopped or promoted; any other end stops the daemon.
 async fn run_follower(
-    shared: Arc<Shared>,
+    host: Host,
     (addr, transport): (String, Transport),
     status: Arc<FollowerStatus>,
     stop: watch::Receiver<bool>,
 ) {
-    let engine = shared.engine.clone();
+    let engine = host.engine.clone();
     engine.update_follow_status(|f| f.leader = addr.clone());
     let log = Arc::new(FollowerSide(engine.clone()));
     let opts = FollowerOptions {
@@ -202,7 +223,7 @@ async fn run_follower(
     if engine.role() != Role::Standby {
         return; // promoted: the follower's end is expected
     }
-    if shared.cluster.is_some() && !matches!(r, Ok(_) | Err(FollowError::Log { .. })) {
+    if host.clustered && !matches!(r, Ok(_) | Err(FollowError::Log { .. })) {
         // A cluster standby cuts, re-seeds or adopts what it must at a new start as a
         // follower of whoever leads then: this life ends, the process goes on.
         if *repointed.borrow() {
@@ -211,23 +232,16 @@ async fn run_follower(
         if let Err(e) = &r {
             warn!(leader = %addr, error = %e, "cluster: the follower must start again; rejoining");
         }
-        shared.rejoin.store(true, Ordering::SeqCst);
-        shared.wake.notify_one();
+        (host.ended)(FollowerEnd::Rejoin);
         return;
     }
     let e = match r {
         Ok(_) => return,
         Err(FollowError::Log { source, .. }) => source,
-        Err(e @ FollowError::NeedsReseed { .. }) => {
-            crate::replica::behind(engine.config(), e.to_string())
-        }
+        Err(e @ FollowError::NeedsReseed { .. }) => super::behind(engine.config(), e.to_string()),
         Err(e @ FollowError::StaleLeader { .. }) => EngineError::StaleLeader(e.to_string()),
         Err(other) => EngineError::Replication(format!("following {addr}: {other}")),
     };
     error!(error = %e, "replication: the standby stops");
-    if let Ok(mut f) = shared.fatal.lock() {
-        f.get_or_insert(e);
-    }
-    shared.stop.store(true, Ordering::SeqCst);
-    shared.wake.notify_one();
+    (host.ended)(FollowerEnd::Fatal(e));
 }

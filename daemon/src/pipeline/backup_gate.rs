@@ -1,0 +1,82 @@
+//! What base backups share with the rest of the engine (`backup.rs` copies the files): the
+//! gate that holds shard compaction and checkpoints still while a copy runs, and the WAL
+//! lsns pinned for standbys that were just re-seeded. Shard owners (`owner.rs`) and
+//! checkpoints (`checkpoint.rs`) look at it; it knows nothing of the engine.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use roost_wal::Lsn;
+
+/// How long a copied checkpoint's lsn stays pinned for a standby that does not fetch.
+pub const PIN_TTL: Duration = Duration::from_secs(600);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Shared with the shard owners: base backups running, and compaction steps running.
+#[derive(Debug, Default)]
+pub struct BackupGate {
+    /// Base backups running (one at most: `backup.rs`).
+    pub(super) running: AtomicUsize,
+    /// Compaction steps running.
+    pub(super) compacting: AtomicUsize,
+}
+
+impl BackupGate {
+    /// A compaction step may start (and is counted until `compaction_done`) unless a backup
+    /// runs. Both sides count first and look second (sequentially consistent), so either
+    /// the step sees the backup or the backup sees the step.
+    pub fn try_compact(&self) -> bool {
+        self.compacting.fetch_add(1, Ordering::SeqCst);
+        if self.running.load(Ordering::SeqCst) > 0 {
+            self.compacting.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn compaction_done(&self) {
+        self.compacting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether a backup is running (checkpoints wait).
+    pub fn backup_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// Per standby, the lsn its log starts at after a backup, and when it was pinned.
+#[derive(Debug, Default)]
+pub(super) struct Pins(Mutex<HashMap<String, (Lsn, Instant)>>);
+
+impl Pins {
+    /// The lowest pinned lsn still wanted (expired pins go).
+    pub(super) fn lowest(&self) -> Option<Lsn> {
+        let mut p = lock(&self.0);
+        p.retain(|_, (_, at)| at.elapsed() < PIN_TTL);
+        p.values().map(|(l, _)| *l).min()
+    }
+
+    pub(super) fn pin(&self, replica: &str, lsn: Lsn) {
+        lock(&self.0).insert(replica.to_owned(), (lsn, Instant::now()));
+    }
+
+    /// The pin of `replica` lasts [`PIN_TTL`] from now.
+    pub(super) fn touch(&self, replica: &str) {
+        if let Some(p) = lock(&self.0).get_mut(replica) {
+            p.1 = Instant::now();
+        }
+    }
+
+    /// `replica` fetched at `fetch_lsn`: a pin it passed goes.
+    pub(super) fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
+        let mut p = lock(&self.0);
+        if p.get(replica).is_some_and(|(l, _)| fetch_lsn > *l) {
+            p.remove(replica);
+        }
+    }
+}

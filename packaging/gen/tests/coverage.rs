@@ -131,7 +131,11 @@ fn every_command_and_flag_is_in_the_completions() {
         .collect();
     assert_eq!(
         paths,
-        ["completions/roost", "completions/_roost", "completions/roost.fish"]
+        [
+            "completions/roost",
+            "completions/_roost",
+            "completions/roost.fish"
+        ]
     );
     for script in &scripts {
         let problems = missing_from_completion(&cmd, script);
@@ -147,7 +151,11 @@ fn a_new_command_and_flag_show_up() {
         .subcommand(
             Command::new("compact")
                 .about("Compact the shards.")
-                .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue))
+                .arg(
+                    Arg::new("dry-run")
+                        .long("dry-run")
+                        .action(ArgAction::SetTrue),
+                )
                 .subcommand(Command::new("plan").about("Print the plan.")),
         )
         .mut_subcommand("serve", |s| {
@@ -160,7 +168,10 @@ fn a_new_command_and_flag_show_up() {
     assert_eq!(missing_from_pages(&cmd, &pages), Vec::<String>::new());
     for script in completions(&cmd) {
         let text = String::from_utf8_lossy(&script.bytes).into_owned();
-        assert!(text.contains("dry-run") && text.contains("once"), "{script:?}");
+        assert!(
+            text.contains("dry-run") && text.contains("once"),
+            "{script:?}"
+        );
         assert_eq!(missing_from_completion(&cmd, &script), Vec::<String>::new());
     }
 }
@@ -183,7 +194,10 @@ fn the_checks_can_fail() {
     );
     let mut fewer = pages.clone();
     fewer.retain(|p| p.path.to_string_lossy() != "man/roost-wal-dump.1");
-    assert_eq!(missing_from_pages(&cmd, &fewer), ["roost-wal-dump: no page"]);
+    assert_eq!(
+        missing_from_pages(&cmd, &fewer),
+        ["roost-wal-dump: no page"]
+    );
     let mut more = pages.clone();
     more.push(Generated {
         path: "man/roost-gone.1".into(),

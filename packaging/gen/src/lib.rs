@@ -56,6 +56,8 @@ pub fn man_pages(cmd: &clap::Command) -> anyhow::Result<Vec<Generated>> {
             let mut bytes = Vec::new();
             clap_mangen::Man::new(c)
                 .section(SECTION)
+                .date(release_date())
+                .source(format!("roost {}", env!("CARGO_PKG_VERSION")))
                 .manual("roost manual")
                 .render(&mut bytes)
                 .with_context(|| format!("rendering the man page of {name}"))?;
@@ -68,6 +70,28 @@ pub fn man_pages(cmd: &clap::Command) -> anyhow::Result<Vec<Generated>> {
             })
         })
         .collect()
+}
+
+/// The pages' date: that of the package's latest changelog entry, as `YYYY-MM-DD` (a fixed
+/// date keeps the package reproducible; clap_mangen's empty default shifts `.TH`'s fields).
+/// The trailer line reads ` -- NAME <MAIL>  Fri, 04 Dec 2026 10:45:00 +0000`.
+pub fn release_date() -> String {
+    const CHANGELOG: &str = include_str!("../../debian/changelog");
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let date = CHANGELOG
+        .lines()
+        .find_map(|l| l.strip_prefix(" -- "))
+        .and_then(|l| l.split_once(">  "))
+        .map(|(_, d)| d.split_whitespace().collect::<Vec<_>>());
+    match date.as_deref() {
+        Some([_, day, month, year, ..]) => match MONTHS.iter().position(|m| m == month) {
+            Some(m) => format!("{year}-{:02}-{day}", m + 1),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
 }
 
 /// What `roost.1` says beyond the flags: the exit codes (the numbers from `roost::error`),

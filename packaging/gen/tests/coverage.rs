@@ -213,3 +213,21 @@ fn the_checks_can_fail() {
         ["roost-verify.1 does not show --deep"]
     );
 }
+
+/// Goal: every page's `.TH` line carries the changelog's date, the version and the manual
+/// (an empty date would shift the fields: the header showed "General Commands Manual").
+#[test]
+fn the_title_line_has_date_source_and_manual() {
+    let date = roost_docgen::release_date();
+    assert_eq!(date.len(), 10, "{date:?}");
+    let pages = man_pages(&roost::cli::command()).expect("render");
+    for page in &pages {
+        let text = String::from_utf8_lossy(&page.bytes);
+        let th = text.lines().find(|l| l.starts_with(".TH ")).expect(".TH");
+        let want = format!(
+            " {date} \"roost {}\" \"roost manual\"",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(th.ends_with(&want), "{}: {th}", page.path.display());
+    }
+}

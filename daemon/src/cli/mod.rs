@@ -200,6 +200,12 @@ pub enum WalCommand {
     },
 }
 
+/// The command line as a [`clap::Command`], for what is generated from it rather than parsed
+/// with it: the man pages and shell completions (`packaging/gen`, run by `packaging/deb-check`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// The configuration the flags and file describe.
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut cfg = match &cli.config {

@@ -2,15 +2,17 @@
 //! (what a process sees) and a *durable* image (what survives a power loss) of every file and
 //! directory entry, can freeze durability at the n-th sync, fail the n-th write or sync, run
 //! out of space, and produce the disk a restart would find after a process crash or a power
-//! loss (unsynced writes dropped, or a prefix of them kept with the last one torn). It never
-//! touches the real file system.
+//! loss (unsynced writes dropped, or a prefix of them kept with the last one torn). A mapped
+//! file's `flush_range` makes durable only the writes in its range, as `msync` does: what was
+//! written outside every flushed range is lost to a power loss like any unsynced write. It
+//! never touches the real file system.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::seam::{OpenMode, Storage, StorageFile, StorageFs};
+use crate::seam::{map_range_end, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,6 +333,7 @@ impl Storage for SimStorage {
         Ok(Box::new(SimHandle {
             disk: self.clone(),
             path: path.to_path_buf(),
+            writable: mode != OpenMode::Read,
         }))
     }
 
@@ -416,10 +419,12 @@ impl StorageFs for SimFs {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct SimHandle {
     disk: SimStorage,
     path: PathBuf,
+    /// Opened for writing: only such a handle may be mapped, as on the real disk.
+    writable: bool,
 }
 
 impl SimHandle {
@@ -427,6 +432,68 @@ impl SimHandle {
         let mut st = self.disk.lock();
         f(&mut st, &self.path)
     }
+}
+
+impl SimHandle {
+    /// `fdatasync` (the whole file) or `msync` of a mapped range: counts as one sync, makes
+    /// the pending writes' bytes inside `[from, to)` durable and keeps the rest pending. A
+    /// pending resize is the metadata a read of the data needs, so any sync takes it.
+    fn sync_range(&self, from: u64, to: u64) -> io::Result<()> {
+        let latency = self.disk.lock().faults.sync_latency;
+        if let Some(d) = latency {
+            std::thread::sleep(d);
+        }
+        self.with(|st, p| {
+            let synced = SimStorage::count_sync(st);
+            if let Ok(false) = synced {
+                return Ok(()); // the power went: nothing more becomes durable
+            }
+            let f = file_mut(st, p)?;
+            let (inside, outside) = split_pending(std::mem::take(&mut f.pending), from, to);
+            f.pending = outside;
+            // After a failed writeback the kernel marks the range's pages clean: what they
+            // hold stays readable in the cache but never reaches the disk. Only what is dirty
+            // is written: pages a failed sync marked clean are not.
+            synced?;
+            for w in &inside {
+                apply_write(&mut f.durable, w, w.bytes.len());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Splits pending writes at `[from, to)`: the pieces inside (and every resize), and the
+/// pieces outside, each list in write order.
+fn split_pending(
+    pending: Vec<PendingWrite>,
+    from: u64,
+    to: u64,
+) -> (Vec<PendingWrite>, Vec<PendingWrite>) {
+    let (mut inside, mut outside) = (Vec::new(), Vec::new());
+    for w in pending {
+        let end = w.offset + w.bytes.len() as u64;
+        if w.resize || (w.offset >= from && end <= to) {
+            inside.push(w);
+            continue;
+        }
+        let piece = |a: u64, b: u64| PendingWrite {
+            offset: a,
+            bytes: w.bytes[(a - w.offset) as usize..(b - w.offset) as usize].to_vec(),
+            resize: false,
+        };
+        let (lo, hi) = (w.offset.max(from), end.min(to));
+        if lo < hi {
+            inside.push(piece(lo, hi));
+        }
+        if w.offset < from.min(end) {
+            outside.push(piece(w.offset, from.min(end)));
+        }
+        if to.max(w.offset) < end {
+            outside.push(piece(to.max(w.offset), end));
+        }
+    }
+    (inside, outside)
 }
 
 fn file_mut<'a>(st: &'a mut SimState, path: &Path) -> io::Result<&'a mut SimFile> {
@@ -475,29 +542,7 @@ impl StorageFile for SimHandle {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let latency = self.disk.lock().faults.sync_latency;
-        if let Some(d) = latency {
-            std::thread::sleep(d);
-        }
-        self.with(|st, p| {
-            match SimStorage::count_sync(st) {
-                Ok(true) => {}
-                Ok(false) => return Ok(()),
-                Err(e) => {
-                    // The kernel marks the pages clean after a failed writeback: what they
-                    // hold stays readable in the cache but will never reach the disk.
-                    file_mut(st, p)?.pending.clear();
-                    return Err(e);
-                }
-            }
-            let f = file_mut(st, p)?;
-            // Only what is dirty is written: pages a failed sync marked clean are not.
-            for w in std::mem::take(&mut f.pending) {
-                let n = w.bytes.len();
-                apply_write(&mut f.durable, &w, n);
-            }
-            Ok(())
-        })
+        self.sync_range(0, u64::MAX)
     }
 
     fn drop_cache(&self) -> io::Result<()> {
@@ -539,6 +584,65 @@ impl StorageFile for SimHandle {
             f.allocated = f.allocated.min(len);
             Ok(())
         })
+    }
+
+    fn map(&self, len: u64) -> io::Result<Box<dyn MappedFile>> {
+        let actual = self.len()?;
+        if actual < len {
+            let why = format!("file is {actual} bytes, expected at least {len}: refusing to map");
+            return Err(sim_err(io::ErrorKind::InvalidData, &why));
+        }
+        if !self.writable {
+            let why = "file is not open for writing: refusing to map";
+            return Err(sim_err(io::ErrorKind::PermissionDenied, why));
+        }
+        Ok(Box::new(SimMap {
+            file: self.clone(),
+            len,
+        }))
+    }
+}
+
+/// A simulated map: reads and writes go to the file's live image (counted and failed like any
+/// write), and `flush_range` makes durable only what was written inside its range.
+#[derive(Debug)]
+struct SimMap {
+    file: SimHandle,
+    len: u64,
+}
+
+impl MappedFile for SimMap {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        map_range_end(
+            offset,
+            buf.len(),
+            self.len,
+            io::ErrorKind::UnexpectedEof,
+            "read",
+        )?;
+        self.file.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        map_range_end(
+            offset,
+            buf.len(),
+            self.len,
+            io::ErrorKind::InvalidInput,
+            "write",
+        )?;
+        self.file.write_at(buf, offset)
+    }
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let n = usize::try_from(len)
+            .map_err(|_| sim_err(io::ErrorKind::InvalidInput, "flush range too large"))?;
+        let end = map_range_end(offset, n, self.len, io::ErrorKind::InvalidInput, "flush")?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.file.sync_range(offset, end)
     }
 }
 

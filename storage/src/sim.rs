@@ -726,4 +726,70 @@ mod tests {
             b"one"
         );
     }
+
+    /// A mapped file of `len` zeros, durable (name and size) on `d`, at /d/m.
+    fn durable_map(d: &SimStorage, len: u64) -> (PathBuf, Box<dyn MappedFile>) {
+        let p = Path::new("/d").join("m");
+        let f = d.open(&p, OpenMode::CreateNew).unwrap();
+        f.allocate(len).unwrap();
+        f.sync_data().unwrap();
+        d.sync_dir(Path::new("/d")).unwrap();
+        let m = f.map(len).unwrap();
+        (p, m)
+    }
+
+    /// Goal: `flush_range` makes durable exactly the bytes of its range, as `msync` does: a
+    /// power loss keeps them and loses what was written outside it (one write straddling the
+    /// range included), while a process crash keeps every write.
+    #[test]
+    fn range_flush_keeps_exactly_the_flushed_range_across_a_power_loss() {
+        let d = SimStorage::new();
+        let (p, m) = durable_map(&d, 300);
+        m.write_at(&[b'a'; 300], 0).unwrap();
+        m.flush_range(100, 50).unwrap();
+        m.write_at(b"bbbbbbbbbb", 120).unwrap();
+        assert_eq!(d.sync_count(), 3, "a range flush is one sync");
+        let mut want = vec![0u8; 300];
+        want[100..150].fill(b'a');
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        let mut live = vec![b'a'; 300];
+        live[120..130].fill(b'b');
+        assert_eq!(d.crash(CrashMode::Process).file_bytes(&p).unwrap(), live);
+        // A torn power loss keeps the flushed range whatever prefix of the rest it keeps (the
+        // later write over part of it may or may not have reached the disk).
+        for seed in 0..32 {
+            let torn = d.crash(CrashMode::PowerTear { seed }).file_bytes(&p).unwrap();
+            assert_eq!(torn.len(), 300, "seed {seed}");
+            let kept = |r: std::ops::Range<usize>| torn[r].iter().all(|b| *b == b'a');
+            assert!(kept(100..120) && kept(130..150), "seed {seed}: {torn:?}");
+            assert!(torn[120..130].iter().all(|b| b"ab".contains(b)), "seed {seed}");
+        }
+        // The rest becomes durable with a flush that covers it.
+        m.flush_range(0, 300).unwrap();
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), live);
+    }
+
+    /// Goal: a failed range flush loses its range for good (the kernel marks those pages
+    /// clean) and leaves the writes outside it pending, so a later whole-file sync makes only
+    /// them durable; after the freeze a range flush makes nothing durable.
+    #[test]
+    fn failed_or_frozen_range_flush_makes_nothing_of_its_range_durable() {
+        let d = SimStorage::new();
+        let (p, m) = durable_map(&d, 64);
+        d.set_faults(SimFaults {
+            fail_sync_at: Some(3),
+            freeze_after_syncs: Some(4),
+            ..SimFaults::default()
+        });
+        m.write_at(&[1u8; 64], 0).unwrap();
+        assert!(m.flush_range(0, 32).is_err(), "the third sync fails");
+        d.open(&p, OpenMode::ReadWrite).unwrap().sync_data().unwrap();
+        let mut want = vec![0u8; 64];
+        want[32..].fill(1);
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        m.write_at(&[2u8; 8], 0).unwrap();
+        m.flush_range(0, 8).unwrap(); // the fifth sync: past the freeze
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        assert_eq!(d.file_bytes(&p).unwrap()[..8], [2u8; 8], "still readable");
+    }
 }

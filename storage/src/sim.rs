@@ -758,11 +758,17 @@ mod tests {
         // A torn power loss keeps the flushed range whatever prefix of the rest it keeps (the
         // later write over part of it may or may not have reached the disk).
         for seed in 0..32 {
-            let torn = d.crash(CrashMode::PowerTear { seed }).file_bytes(&p).unwrap();
+            let torn = d
+                .crash(CrashMode::PowerTear { seed })
+                .file_bytes(&p)
+                .unwrap();
             assert_eq!(torn.len(), 300, "seed {seed}");
             let kept = |r: std::ops::Range<usize>| torn[r].iter().all(|b| *b == b'a');
             assert!(kept(100..120) && kept(130..150), "seed {seed}: {torn:?}");
-            assert!(torn[120..130].iter().all(|b| b"ab".contains(b)), "seed {seed}");
+            assert!(
+                torn[120..130].iter().all(|b| b"ab".contains(b)),
+                "seed {seed}"
+            );
         }
         // The rest becomes durable with a flush that covers it.
         m.flush_range(0, 300).unwrap();
@@ -783,7 +789,10 @@ mod tests {
         });
         m.write_at(&[1u8; 64], 0).unwrap();
         assert!(m.flush_range(0, 32).is_err(), "the third sync fails");
-        d.open(&p, OpenMode::ReadWrite).unwrap().sync_data().unwrap();
+        d.open(&p, OpenMode::ReadWrite)
+            .unwrap()
+            .sync_data()
+            .unwrap();
         let mut want = vec![0u8; 64];
         want[32..].fill(1);
         assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);

@@ -231,3 +231,64 @@ impl MappedFile for RealMap {
         Some(&self.map)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimStorage;
+
+    /// A file of `len` zeros at `dir/000.seg`, allocated and mapped.
+    fn mapped(s: &dyn Storage, dir: &Path, len: u64) -> Box<dyn MappedFile> {
+        let f = s.open(&dir.join("000.seg"), OpenMode::CreateNew).unwrap();
+        f.allocate(len).unwrap();
+        f.map(len).unwrap()
+    }
+
+    /// The checks a map must pass on any disk, given a reader of the file's bytes.
+    fn map_contract(s: &dyn Storage, dir: &Path, read: impl Fn() -> Vec<u8>) {
+        let m = mapped(s, dir, 200_000);
+        m.write_at(b"across a page edge", 4090).unwrap();
+        m.write_at(&[7u8; 190_000], 10_000).unwrap();
+        // More than one 1 MiB piece is not needed: 139,800 bytes over the sevens.
+        m.write_zeros(60_100, 199_900).unwrap();
+        m.flush_range(4090, 200_000 - 4090).unwrap();
+        let file = read();
+        assert_eq!(&file[4090..4108], b"across a page edge");
+        assert_eq!((file[60_099], file[150_099], file[199_999]), (7, 0, 7));
+        let mut buf = [0u8; 5];
+        m.read_at(&mut buf, 4090).unwrap();
+        assert_eq!(&buf, b"acros");
+        // Out of bounds: an error, nothing written, never a panic.
+        let e = m.write_at(b"abc", 199_998).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(m.write_at(b"ab", u64::MAX).is_err(), "overflowing range");
+        assert!(m.flush_range(199_999, 2).is_err());
+        assert_eq!(
+            m.read_at(&mut buf, 199_996).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        assert_eq!(read(), file);
+        // A file shorter than the map, or not open for writing, is refused.
+        let path = dir.join("000.seg");
+        let rw = s.open(&path, OpenMode::ReadWrite).unwrap();
+        let e = rw.map(200_001).unwrap_err();
+        assert!(e.to_string().contains("refusing to map"), "{e}");
+        let ro = s.open(&path, OpenMode::Read).unwrap();
+        let e = ro.map(8192).unwrap_err();
+        assert!(e.to_string().contains("not open for writing"), "{e}");
+    }
+
+    /// Goal: the real map and the simulated one keep the same contract (writes seen at once,
+    /// zeros, range flush, bounds, refusals), so shards' calls mean the same on both.
+    #[test]
+    fn real_and_simulated_maps_keep_the_same_contract() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = RealStorage;
+        map_contract(&real, tmp.path(), || {
+            fs::read(tmp.path().join("000.seg")).unwrap()
+        });
+        let sim = SimStorage::new();
+        let dir = Path::new("/d");
+        map_contract(&sim, dir, || sim.file_bytes(&dir.join("000.seg")).unwrap());
+    }
+}

@@ -248,7 +248,7 @@ fn corrupt(seg: &Seg, offset: usize, lsn: u64, reason: String) -> ShardError {
 
 fn file_len(seg: &Seg) -> io::Result<u64> {
     match &seg.data {
-        SegData::Mapped(m) => Ok(m.as_slice().len() as u64),
+        SegData::Mapped(m) => Ok(m.len() as u64),
         SegData::Plain(f) => f.len(),
     }
 }
@@ -261,7 +261,7 @@ pub(crate) fn header_of(seg: &Seg) -> Result<Option<CompactHeader>, ShardError> 
     CompactHeader::decode(&head).map_err(|why| corrupt(seg, 0, 0, why.to_owned()))
 }
 
-/// Opens a segment file the way `open_segments` does: mapped on the real disk when writable.
+/// Opens a segment file the way `open_segments` does: mapped through the seam when writable.
 fn open_seg(storage: &dyn Storage, path: &Path, read_only: bool) -> Result<Seg, ShardError> {
     let mode = if read_only {
         OpenMode::Read
@@ -269,9 +269,8 @@ fn open_seg(storage: &dyn Storage, path: &Path, read_only: bool) -> Result<Seg, 
         OpenMode::ReadWrite
     };
     let file = storage.open(path, mode).map_err(io_at("open", path))?;
-    let data = if storage.is_real() && !read_only {
-        let len = file.len().map_err(io_at("stat", path))?;
-        SegData::Mapped(map_segment(file.as_ref(), len).map_err(io_at("map", path))?)
+    let data = if !read_only {
+        SegData::Mapped(map_segment(file.as_ref()).map_err(io_at("map", path))?)
     } else {
         SegData::Plain(file)
     };

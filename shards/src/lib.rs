@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
 use roost_storage::{
-    preallocate, read_all, write_zeros, zeros_due, DirLock, LockError, NoRoom, OpenMode,
-    RealStorage, Refilled, Spare, Storage, StorageFile,
+    preallocate, read_all, zeros_due, DirLock, LockError, NoRoom, OpenMode, RealStorage, Refilled,
+    Spare, Storage, StorageFile,
 };
 use tracing::{debug, info, warn};
 
@@ -322,6 +322,8 @@ pub struct FrameSummary {
     pub deletes: Vec<u64>,
 }
 
+/// A writable shard maps each segment through the seam (the real disk and the simulator
+/// alike); a read-only one reads it with positioned I/O and never maps it.
 enum SegData {
     Mapped(MappedSegment),
     Plain(Box<dyn StorageFile>),
@@ -332,20 +334,24 @@ struct Seg {
     data: SegData,
 }
 
+/// A read-only shard's segment refuses writes (the shard checks first; this is the backstop).
+fn plain_is_read_only() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "segment opened read-only: writes and flushes go through a mapped segment",
+    )
+}
+
 impl Seg {
     fn bytes(&self) -> io::Result<Cow<'_, [u8]>> {
         match &self.data {
-            SegData::Mapped(m) => Ok(Cow::Borrowed(m.as_slice())),
+            SegData::Mapped(m) => m.bytes(),
             SegData::Plain(f) => Ok(Cow::Owned(read_all(f.as_ref())?)),
         }
     }
     fn read(&self, offset: usize, len: usize) -> io::Result<Vec<u8>> {
         match &self.data {
-            SegData::Mapped(m) => m
-                .as_slice()
-                .get(offset..offset + len)
-                .map(<[u8]>::to_vec)
-                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past segment")),
+            SegData::Mapped(m) => m.read(offset, len),
             SegData::Plain(f) => {
                 let mut buf = vec![0u8; len];
                 f.read_at(&mut buf, offset as u64)?;
@@ -356,26 +362,26 @@ impl Seg {
     fn write(&mut self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         match &mut self.data {
             SegData::Mapped(m) => m.write_at(offset, bytes),
-            SegData::Plain(f) => f.write_at(bytes, offset as u64),
+            SegData::Plain(_) => Err(plain_is_read_only()),
         }
     }
     fn zero(&mut self, from: usize, to: usize) -> io::Result<()> {
         match &mut self.data {
             SegData::Mapped(m) => m.zero(from, to.saturating_sub(from)),
-            SegData::Plain(f) => write_zeros(f.as_ref(), from as u64, to as u64),
+            SegData::Plain(_) => Err(plain_is_read_only()),
         }
     }
     /// The segment's length: mapped, or on disk.
     fn len(&self) -> usize {
         match &self.data {
-            SegData::Mapped(m) => m.as_slice().len(),
+            SegData::Mapped(m) => m.len(),
             SegData::Plain(f) => f.len().map_or(0, |l| l as usize),
         }
     }
     fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         match &self.data {
             SegData::Mapped(m) => m.flush_range(offset, len),
-            SegData::Plain(f) => f.sync_data(),
+            SegData::Plain(_) => Err(plain_is_read_only()),
         }
     }
 }
@@ -548,13 +554,9 @@ fn scan_frames(
     Ok(SegmentEnd { pos, torn: None })
 }
 
-/// Maps a segment file over `[0, len)` for reading (`MappedSegment` writes by `pwrite`).
-fn map_segment(file: &dyn StorageFile, len: u64) -> io::Result<MappedSegment> {
-    let std_file = file
-        .as_std_file()
-        .ok_or_else(|| io::Error::other("not an OS file"))?
-        .try_clone()?;
-    MappedSegment::map(std_file, len)
+/// Maps a writable segment file over its whole length through the seam.
+fn map_segment(file: &dyn StorageFile) -> io::Result<MappedSegment> {
+    MappedSegment::map(file, file.len()?)
 }
 
 /// Creates a writable shard's directory and, on a real disk, locks it for this process.
@@ -584,8 +586,8 @@ fn create_and_lock(storage: &dyn Storage, dir: &Path) -> Result<Option<DirLock>,
     }
 }
 
-/// Opens every segment file in `dir`, oldest first: mapped when the storage is the real disk
-/// and the shard is writable, positioned I/O otherwise. A read-only open of a missing
+/// Opens every segment file in `dir`, oldest first: mapped through the seam when the shard is
+/// writable, positioned I/O otherwise. A read-only open of a missing
 /// directory finds no segments.
 fn open_segments(
     storage: &dyn Storage,
@@ -602,7 +604,6 @@ fn open_segments(
         Err(e) => return Err(io("list", dir)(e)),
     };
     seqs.sort_unstable();
-    let mapped = storage.is_real() && !read_only;
     let mode = if read_only {
         OpenMode::Read
     } else {
@@ -622,9 +623,8 @@ fn open_segments(
             // Pages a failed writeback marked clean may still be cached: read the disk.
             file.drop_cache().map_err(io("drop cache at open", &path))?;
         }
-        let data = if mapped {
-            let len = file.len().map_err(io("stat", &path))?;
-            SegData::Mapped(map_segment(file.as_ref(), len).map_err(io("map", &path))?)
+        let data = if !read_only {
+            SegData::Mapped(map_segment(file.as_ref()).map_err(io("map", &path))?)
         } else {
             SegData::Plain(file)
         };
@@ -634,13 +634,14 @@ fn open_segments(
 }
 
 impl Shard {
-    /// Opens (creating if needed) shard `dir` on the real disk, memory-mapped.
+    /// Opens (creating if needed) shard `dir` on the real disk.
     pub fn open(dir: impl AsRef<Path>, opts: ShardOptions) -> Result<Shard, ShardError> {
         Shard::open_with(RealStorage::shared(), dir, opts)
     }
 
-    /// Opens through a storage seam. Segments are memory-mapped when the storage is the real
-    /// disk and the shard is writable; otherwise read and written with positioned I/O.
+    /// Opens through a storage seam. A writable shard maps its segments through the seam
+    /// ([`roost_storage::MappedFile`]: writes, and `msync` of the flushed range), whatever the
+    /// storage; a read-only one reads them with positioned I/O.
     pub fn open_with(
         storage: Arc<dyn Storage>,
         dir: impl AsRef<Path>,
@@ -1070,9 +1071,9 @@ impl Shard {
         self.dirty_from.is_some()
     }
 
-    /// Makes everything applied so far durable: `msync(MS_SYNC)` of the written range of a
-    /// mapped segment (on Linux the same as `fdatasync` of the file), `fdatasync` of a plain
-    /// one. A failure poisons the shard (never retried).
+    /// Makes everything applied so far durable: `msync(MS_SYNC)` through the seam of the
+    /// range written since the last flush (frames and zeros ahead), and of nothing else. A
+    /// failure poisons the shard (never retried).
     pub fn flush(&mut self) -> Result<(), ShardError> {
         self.check_writable()?;
         let Some(from) = self.dirty_from else {
@@ -1124,12 +1125,7 @@ impl Shard {
             .storage
             .open(&path, OpenMode::ReadWrite)
             .map_err(io("open"))?;
-        let data = if self.storage.is_real() {
-            let len = file.len().map_err(io("stat"))?;
-            SegData::Mapped(map_segment(file.as_ref(), len).map_err(io("map"))?)
-        } else {
-            SegData::Plain(file)
-        };
+        let data = SegData::Mapped(map_segment(file.as_ref()).map_err(io("map"))?);
         debug!(shard = %self.name, segment = %path.display(), bytes, "shard: rolled to new segment");
         self.segs.push(Seg {
             path: path.clone(),
@@ -1197,7 +1193,7 @@ impl Shard {
         // What was applied and not yet flushed, first: the rebuild below forgets the dirty
         // range, and the zeros' own msync covers only their range of a mapped segment, so the
         // kept frames before them would stay unsynced while `flush` answered Ok. (The
-        // simulated disk's flush syncs the whole file, so no sim test sees the difference.)
+        // simulated disk's range flush keeps them unsynced too, so the sim tests see it.)
         self.flush()?;
         let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
             return Ok(0);

@@ -1,13 +1,16 @@
 //! The storage seam itself: the traits every byte of roost's logs, shard segments and result
-//! files goes through ([`Storage`], [`StorageFile`], [`StorageFs`]), the open modes, and
-//! [`read_all`]. This module only declares; the real disk is `real.rs`, the simulated one
+//! files goes through ([`Storage`], [`StorageFile`], [`StorageFs`], and [`MappedFile`] for a
+//! mapped segment's writes and range flushes), the open modes, and [`read_all`]. This module only declares; the real disk is `real.rs`, the simulated one
 //! `sim.rs`. The seam never retries anything and never hides an error: callers latch on the
 //! first one.
 
 use std::fmt;
-use std::fs::File;
 use std::io;
 use std::path::Path;
+
+use memmap2::MmapRaw;
+
+use crate::spare::ZEROS;
 
 /// How to open a file through the seam.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,10 +76,69 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Truncates or extends (sparse) to `len`.
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// The OS file, when there is one (memory mapping needs it).
-    fn as_std_file(&self) -> Option<&File> {
+    /// Maps `[0, len)` of the file, which must be open for writing and already allocated to at
+    /// least `len` bytes (refused otherwise: a map past end-of-file is SIGBUS on touch, and
+    /// `msync` of a map of a read-only file syncs nothing, without an error). The caller must
+    /// never shrink the file while the map lives.
+    fn map(&self, len: u64) -> io::Result<Box<dyn MappedFile>>;
+}
+
+/// A file mapped over `[0, len)` ([`StorageFile::map`]): the one way a mapped shard segment is
+/// written and made durable, on the real disk and in the simulator alike. A write lands in the
+/// page cache (readable at once through the map and the file); [`MappedFile::flush_range`] is
+/// `msync(MS_SYNC)` of a range and makes durable the writes in that range and no others: a
+/// power loss may still take whatever was written outside every flushed range.
+pub trait MappedFile: Send + Sync + fmt::Debug {
+    /// The mapped length.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Fills `buf` from `offset`; past the mapping's end is `UnexpectedEof`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes `buf` at `offset`; past the mapping's end is `InvalidInput` and writes nothing.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// `msync(MS_SYNC)` of `[offset, offset + len)`: the range's dirty pages, the metadata
+    /// needed to read them back and a device flush (on Linux `vfs_fsync_range` of the file,
+    /// the range's part of `fdatasync`). Writes outside the range stay as durable as they
+    /// were. Past the mapping's end is `InvalidInput`; an empty range does nothing.
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// The operating system's mapping (read-only pages of the file), for readers that borrow
+    /// bytes instead of copying them; `None` where there is none (the simulator).
+    fn os_map(&self) -> Option<&MmapRaw> {
         None
     }
+    /// Zeros over `[from, to)`, written a piece of at most 1 MiB at a time (the pieces
+    /// [`crate::write_zeros`] writes to a plain file).
+    fn write_zeros(&self, from: u64, to: u64) -> io::Result<()> {
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(ZEROS.len() as u64);
+            self.write_at(&ZEROS[..n as usize], at)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+/// The end of `[offset, offset + len)` when it lies inside a mapping of `map_len` bytes; an
+/// error of `kind` naming `what` otherwise (an overflowing range included).
+pub(crate) fn map_range_end(
+    offset: u64,
+    len: usize,
+    map_len: u64,
+    kind: io::ErrorKind,
+    what: &str,
+) -> io::Result<u64> {
+    offset
+        .checked_add(len as u64)
+        .filter(|end| *end <= map_len)
+        .ok_or_else(|| {
+            io::Error::new(
+                kind,
+                format!("mapped {what} of {len} bytes at offset {offset} past the mapping's end ({map_len} bytes)"),
+            )
+        })
 }
 
 /// A file system, seen through one of its directories.

@@ -2,15 +2,17 @@
 //! (what a process sees) and a *durable* image (what survives a power loss) of every file and
 //! directory entry, can freeze durability at the n-th sync, fail the n-th write or sync, run
 //! out of space, and produce the disk a restart would find after a process crash or a power
-//! loss (unsynced writes dropped, or a prefix of them kept with the last one torn). It never
-//! touches the real file system.
+//! loss (unsynced writes dropped, or a prefix of them kept with the last one torn). A mapped
+//! file's `flush_range` makes durable only the writes in its range, as `msync` does: what was
+//! written outside every flushed range is lost to a power loss like any unsynced write. It
+//! never touches the real file system.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::seam::{OpenMode, Storage, StorageFile, StorageFs};
+use crate::seam::{map_range_end, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,6 +333,7 @@ impl Storage for SimStorage {
         Ok(Box::new(SimHandle {
             disk: self.clone(),
             path: path.to_path_buf(),
+            writable: mode != OpenMode::Read,
         }))
     }
 
@@ -416,10 +419,12 @@ impl StorageFs for SimFs {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct SimHandle {
     disk: SimStorage,
     path: PathBuf,
+    /// Opened for writing: only such a handle may be mapped, as on the real disk.
+    writable: bool,
 }
 
 impl SimHandle {
@@ -427,6 +432,68 @@ impl SimHandle {
         let mut st = self.disk.lock();
         f(&mut st, &self.path)
     }
+}
+
+impl SimHandle {
+    /// `fdatasync` (the whole file) or `msync` of a mapped range: counts as one sync, makes
+    /// the pending writes' bytes inside `[from, to)` durable and keeps the rest pending. A
+    /// pending resize is the metadata a read of the data needs, so any sync takes it.
+    fn sync_range(&self, from: u64, to: u64) -> io::Result<()> {
+        let latency = self.disk.lock().faults.sync_latency;
+        if let Some(d) = latency {
+            std::thread::sleep(d);
+        }
+        self.with(|st, p| {
+            let synced = SimStorage::count_sync(st);
+            if let Ok(false) = synced {
+                return Ok(()); // the power went: nothing more becomes durable
+            }
+            let f = file_mut(st, p)?;
+            let (inside, outside) = split_pending(std::mem::take(&mut f.pending), from, to);
+            f.pending = outside;
+            // After a failed writeback the kernel marks the range's pages clean: what they
+            // hold stays readable in the cache but never reaches the disk. Only what is dirty
+            // is written: pages a failed sync marked clean are not.
+            synced?;
+            for w in &inside {
+                apply_write(&mut f.durable, w, w.bytes.len());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Splits pending writes at `[from, to)`: the pieces inside (and every resize), and the
+/// pieces outside, each list in write order.
+fn split_pending(
+    pending: Vec<PendingWrite>,
+    from: u64,
+    to: u64,
+) -> (Vec<PendingWrite>, Vec<PendingWrite>) {
+    let (mut inside, mut outside) = (Vec::new(), Vec::new());
+    for w in pending {
+        let end = w.offset + w.bytes.len() as u64;
+        if w.resize || (w.offset >= from && end <= to) {
+            inside.push(w);
+            continue;
+        }
+        let piece = |a: u64, b: u64| PendingWrite {
+            offset: a,
+            bytes: w.bytes[(a - w.offset) as usize..(b - w.offset) as usize].to_vec(),
+            resize: false,
+        };
+        let (lo, hi) = (w.offset.max(from), end.min(to));
+        if lo < hi {
+            inside.push(piece(lo, hi));
+        }
+        if w.offset < from.min(end) {
+            outside.push(piece(w.offset, from.min(end)));
+        }
+        if to.max(w.offset) < end {
+            outside.push(piece(to.max(w.offset), end));
+        }
+    }
+    (inside, outside)
 }
 
 fn file_mut<'a>(st: &'a mut SimState, path: &Path) -> io::Result<&'a mut SimFile> {
@@ -475,29 +542,7 @@ impl StorageFile for SimHandle {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let latency = self.disk.lock().faults.sync_latency;
-        if let Some(d) = latency {
-            std::thread::sleep(d);
-        }
-        self.with(|st, p| {
-            match SimStorage::count_sync(st) {
-                Ok(true) => {}
-                Ok(false) => return Ok(()),
-                Err(e) => {
-                    // The kernel marks the pages clean after a failed writeback: what they
-                    // hold stays readable in the cache but will never reach the disk.
-                    file_mut(st, p)?.pending.clear();
-                    return Err(e);
-                }
-            }
-            let f = file_mut(st, p)?;
-            // Only what is dirty is written: pages a failed sync marked clean are not.
-            for w in std::mem::take(&mut f.pending) {
-                let n = w.bytes.len();
-                apply_write(&mut f.durable, &w, n);
-            }
-            Ok(())
-        })
+        self.sync_range(0, u64::MAX)
     }
 
     fn drop_cache(&self) -> io::Result<()> {
@@ -539,6 +584,65 @@ impl StorageFile for SimHandle {
             f.allocated = f.allocated.min(len);
             Ok(())
         })
+    }
+
+    fn map(&self, len: u64) -> io::Result<Box<dyn MappedFile>> {
+        let actual = self.len()?;
+        if actual < len {
+            let why = format!("file is {actual} bytes, expected at least {len}: refusing to map");
+            return Err(sim_err(io::ErrorKind::InvalidData, &why));
+        }
+        if !self.writable {
+            let why = "file is not open for writing: refusing to map";
+            return Err(sim_err(io::ErrorKind::PermissionDenied, why));
+        }
+        Ok(Box::new(SimMap {
+            file: self.clone(),
+            len,
+        }))
+    }
+}
+
+/// A simulated map: reads and writes go to the file's live image (counted and failed like any
+/// write), and `flush_range` makes durable only what was written inside its range.
+#[derive(Debug)]
+struct SimMap {
+    file: SimHandle,
+    len: u64,
+}
+
+impl MappedFile for SimMap {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        map_range_end(
+            offset,
+            buf.len(),
+            self.len,
+            io::ErrorKind::UnexpectedEof,
+            "read",
+        )?;
+        self.file.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        map_range_end(
+            offset,
+            buf.len(),
+            self.len,
+            io::ErrorKind::InvalidInput,
+            "write",
+        )?;
+        self.file.write_at(buf, offset)
+    }
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let n = usize::try_from(len)
+            .map_err(|_| sim_err(io::ErrorKind::InvalidInput, "flush range too large"))?;
+        let end = map_range_end(offset, n, self.len, io::ErrorKind::InvalidInput, "flush")?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.file.sync_range(offset, end)
     }
 }
 
@@ -621,5 +725,80 @@ mod tests {
             d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(),
             b"one"
         );
+    }
+
+    /// A mapped file of `len` zeros, durable (name and size) on `d`, at /d/m.
+    fn durable_map(d: &SimStorage, len: u64) -> (PathBuf, Box<dyn MappedFile>) {
+        let p = Path::new("/d").join("m");
+        let f = d.open(&p, OpenMode::CreateNew).unwrap();
+        f.allocate(len).unwrap();
+        f.sync_data().unwrap();
+        d.sync_dir(Path::new("/d")).unwrap();
+        let m = f.map(len).unwrap();
+        (p, m)
+    }
+
+    /// Goal: `flush_range` makes durable exactly the bytes of its range, as `msync` does: a
+    /// power loss keeps them and loses what was written outside it (one write straddling the
+    /// range included), while a process crash keeps every write.
+    #[test]
+    fn range_flush_keeps_exactly_the_flushed_range_across_a_power_loss() {
+        let d = SimStorage::new();
+        let (p, m) = durable_map(&d, 300);
+        m.write_at(&[b'a'; 300], 0).unwrap();
+        m.flush_range(100, 50).unwrap();
+        m.write_at(b"bbbbbbbbbb", 120).unwrap();
+        assert_eq!(d.sync_count(), 3, "a range flush is one sync");
+        let mut want = vec![0u8; 300];
+        want[100..150].fill(b'a');
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        let mut live = vec![b'a'; 300];
+        live[120..130].fill(b'b');
+        assert_eq!(d.crash(CrashMode::Process).file_bytes(&p).unwrap(), live);
+        // A torn power loss keeps the flushed range whatever prefix of the rest it keeps (the
+        // later write over part of it may or may not have reached the disk).
+        for seed in 0..32 {
+            let torn = d
+                .crash(CrashMode::PowerTear { seed })
+                .file_bytes(&p)
+                .unwrap();
+            assert_eq!(torn.len(), 300, "seed {seed}");
+            let kept = |r: std::ops::Range<usize>| torn[r].iter().all(|b| *b == b'a');
+            assert!(kept(100..120) && kept(130..150), "seed {seed}: {torn:?}");
+            assert!(
+                torn[120..130].iter().all(|b| b"ab".contains(b)),
+                "seed {seed}"
+            );
+        }
+        // The rest becomes durable with a flush that covers it.
+        m.flush_range(0, 300).unwrap();
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), live);
+    }
+
+    /// Goal: a failed range flush loses its range for good (the kernel marks those pages
+    /// clean) and leaves the writes outside it pending, so a later whole-file sync makes only
+    /// them durable; after the freeze a range flush makes nothing durable.
+    #[test]
+    fn failed_or_frozen_range_flush_makes_nothing_of_its_range_durable() {
+        let d = SimStorage::new();
+        let (p, m) = durable_map(&d, 64);
+        d.set_faults(SimFaults {
+            fail_sync_at: Some(3),
+            freeze_after_syncs: Some(4),
+            ..SimFaults::default()
+        });
+        m.write_at(&[1u8; 64], 0).unwrap();
+        assert!(m.flush_range(0, 32).is_err(), "the third sync fails");
+        d.open(&p, OpenMode::ReadWrite)
+            .unwrap()
+            .sync_data()
+            .unwrap();
+        let mut want = vec![0u8; 64];
+        want[32..].fill(1);
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        m.write_at(&[2u8; 8], 0).unwrap();
+        m.flush_range(0, 8).unwrap(); // the fifth sync: past the freeze
+        assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), want);
+        assert_eq!(d.file_bytes(&p).unwrap()[..8], [2u8; 8], "still readable");
     }
 }

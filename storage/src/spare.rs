@@ -186,7 +186,7 @@ pub fn preallocate(storage: &dyn Storage, path: &Path, bytes: u64, reuse: bool) 
 
 /// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
 /// until read, and never an allocation.
-static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+pub(crate) static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 /// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
 pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {

@@ -18,7 +18,7 @@
 //!
 //! Files: `plan` (the way in, Plan and Claim), `finish` (Commit, Finish and the tail),
 //! `recover` (open-time replay), `records` (the WAL and audit payloads), `owner` (shard owners
-//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `metrics`
+//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
 //! (counters, histograms), `names` (spool names reused during a tail), `room` (intake pauses
 //! on a full disk).
 
@@ -30,7 +30,6 @@ pub mod crash;
 mod finish;
 mod keys;
 mod memory;
-pub mod metrics;
 mod names;
 mod owner;
 mod plan;
@@ -39,6 +38,7 @@ mod recover;
 pub mod replicate;
 mod room;
 mod shard_limit;
+pub mod stats;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -57,8 +57,8 @@ use crate::error::EngineError;
 use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::{CrashHook, CrashPoint};
-use metrics::Stats;
 use owner::{OwnerContext, ShardOpener, ShardSlot};
+use stats::Stats;
 
 pub use finish::committed_result;
 pub use keys::now_ms;

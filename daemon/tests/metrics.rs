@@ -37,7 +37,12 @@ fn exchange(addr: SocketAddr, request: &[u8]) -> String {
         .expect("read timeout");
     s.write_all(request).expect("send the request");
     let mut out = Vec::new();
-    s.read_to_end(&mut out).expect("read the answer");
+    match s.read_to_end(&mut out) {
+        Ok(_) => {}
+        // A server that closes with our request unread resets the connection.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("reading the answer: {e}"),
+    }
     String::from_utf8(out).expect("a UTF-8 answer")
 }
 
@@ -171,7 +176,26 @@ fn a_live_daemons_metrics_pass_promtool() {
         .expect("send a stream batch");
     let answer = read_answer(&mut BufReader::new(conn));
     assert_eq!(answer["status"], "committed", "{answer}");
+    let text = plain_text_passes_promtool(addr);
+    let om = openmetrics_is_well_formed(addr);
+    for (text, line) in [
+        (&text, "roost_stream_connections_open 1\n"),
+        (&text, "# TYPE roost_batch_seconds histogram\n"),
+        (&om, "# TYPE roost_stream_connections counter\n"),
+        (&om, "roost_stream_connections_total 1\n"),
+        (&om, "roost_stream_connections_open 1\n"),
+        (&om, "# UNIT roost_batch_seconds seconds\n"),
+        (&om, "# UNIT roost_disk_bytes bytes\n"),
+        (&om, "roost_phase_seconds_count{phase=\"commit\"} 3\n"),
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+    assert!(!om.contains("roost_batch_seconds_count 0\n"), "{om}");
+    old_names_beside_new(&om);
+}
 
+/// The 0.0.4 text, once it counts the three batches, through promtool.
+fn plain_text_passes_promtool(addr: SocketAddr) -> String {
     // A stream answer is handed over before the batch's tail counts it: wait for the count.
     let plain = Some("text/plain; version=0.0.4");
     let committed = "roost_batches_total{status=\"committed\"} 3\n";
@@ -189,39 +213,28 @@ fn a_live_daemons_metrics_pass_promtool() {
     if let Err(e) = promtool(&text) {
         panic!("{e}\n--- the metrics:\n{text}");
     }
+    text
+}
 
+/// The OpenMetrics text (no `Accept`), checked by [`openmetrics_problems`].
+fn openmetrics_is_well_formed(addr: SocketAddr) -> String {
     let (status, ct, om) = scrape(addr, None);
     assert_eq!(status, "HTTP/1.1 200 OK", "{om}");
-    assert!(
-        ct.starts_with("application/openmetrics-text; version=1.0.0"),
-        "{ct}"
-    );
+    let openmetrics = "application/openmetrics-text; version=1.0.0";
+    assert!(ct.starts_with(openmetrics), "{ct}");
     let problems = openmetrics_problems(&om);
-    assert!(
-        problems.is_empty(),
-        "{}\n--- the metrics:\n{om}",
-        problems.join("\n")
-    );
-    assert!(text.contains("roost_stream_connections_open 1\n"), "{text}");
-    assert!(
-        text.contains("# TYPE roost_batch_seconds histogram\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("roost_phase_seconds_count{phase=\"commit\"} 3\n"),
-        "{text}"
-    );
-    assert!(!text.contains("roost_batch_seconds_count 0\n"), "{text}");
-    for line in [
-        "# TYPE roost_stream_connections counter\n",
-        "roost_stream_connections_total 1\n",
-        "roost_stream_connections_open 1\n",
-        "# UNIT roost_batch_seconds seconds\n",
-        "# UNIT roost_disk_bytes bytes\n",
-        "roost_phase_seconds_count{phase=\"commit\"} 3\n",
-    ] {
-        assert!(om.contains(line), "no {line:?} in\n{om}");
-    }
+    let all = problems.join("\n");
+    assert!(problems.is_empty(), "{all}\n--- the metrics:\n{om}");
+    om
+}
+
+/// Each renamed metric is there under its new name and, with the same value, its old one.
+fn old_names_beside_new(om: &str) {
+    let value = |name: &str| {
+        om.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .map(str::to_owned)
+    };
     for (old, new) in [
         (
             "roost_replication_hw",
@@ -229,11 +242,6 @@ fn a_live_daemons_metrics_pass_promtool() {
         ),
         ("roost_checkpoint_wal_from", "roost_checkpoint_wal_from_lsn"),
     ] {
-        let value = |name: &str| {
-            om.lines()
-                .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                .map(str::to_owned)
-        };
         assert!(value(new).is_some(), "no {new} in\n{om}");
         assert_eq!(value(old), value(new), "{old} is not {new}'s old name");
     }
@@ -267,8 +275,9 @@ fn the_checks_catch_a_collision_and_a_bad_unit() {
 }
 
 /// Goal: the endpoint keeps its bounds: only `GET /metrics` (405, 404 otherwise), a request
-/// head over 8 KiB refused (431), at most 16 connections at once (one more is closed
-/// unanswered), and an idle connection closed after the 5 s head timeout, freeing its place.
+/// head over 8 KiB refused (431, or reset), at most 16 connections at once (one more is
+/// closed unanswered or reset), and an idle connection closed after the 5 s head timeout,
+/// freeing its place.
 #[test]
 fn the_endpoint_is_bounded() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -286,7 +295,8 @@ fn the_endpoint_is_bounded() {
         "a".repeat(10_000)
     );
     let big = exchange(addr, big.as_bytes());
-    assert!(big.starts_with("HTTP/1.1 431"), "{big}");
+    // 431, or a reset that beat it (the rest of the head was left unread): never served.
+    assert!(big.is_empty() || big.starts_with("HTTP/1.1 431"), "{big}");
 
     let idle: Vec<TcpStream> = (0..16)
         .map(|_| TcpStream::connect(addr).expect("an idle connection"))

@@ -65,22 +65,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "live_keys": engine.live_keys(),
         "memory": memory_json(engine),
         "key_index": key_index_json(engine),
-        "shard_limit": {
-            "shards": engine.shards_known(),
-            "open": engine.shards_open(),
-            "shards_max": engine.config().shards_max,
-            "shard_threads": engine.config().shard_threads,
-            "shard_idle_close_ms": engine.config().shard_idle_close_ms,
-            "idle_closes": engine.stats.shard_idle_closes.load(Ordering::Relaxed),
-            "reopens": engine.stats.shard_reopens.load(Ordering::Relaxed),
-        },
-        "shard_compaction": engine.shard_compaction().into_iter().map(|(k, c)| (k, json!({
-            "compactions": c.compactions,
-            "reclaimed_bytes": c.reclaimed_bytes,
-            "dead_bytes": c.dead_bytes,
-            "segments": c.segments,
-            "in_progress": c.in_progress,
-        }))).collect::<serde_json::Map<_, _>>(),
+        "shard_limit": shard_limit_json(engine),
+        "shard_compaction": compaction_json(engine),
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),
@@ -92,6 +78,34 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
             "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
         },
     })
+}
+
+/// The shards that exist and are open, their limits, idle closes and reopens.
+fn shard_limit_json(engine: &Engine) -> serde_json::Value {
+    json!({
+        "shards": engine.shards_known(),
+        "open": engine.shards_open(),
+        "shards_max": engine.config().shards_max,
+        "shard_threads": engine.config().shard_threads,
+        "shard_idle_close_ms": engine.config().shard_idle_close_ms,
+        "idle_closes": engine.stats.shard_idle_closes.load(Ordering::Relaxed),
+        "reopens": engine.stats.shard_reopens.load(Ordering::Relaxed),
+    })
+}
+
+/// Compaction per shard.
+fn compaction_json(engine: &Engine) -> serde_json::Value {
+    let per_shard = engine.shard_compaction().into_iter().map(|(k, c)| {
+        let v = json!({
+            "compactions": c.compactions,
+            "reclaimed_bytes": c.reclaimed_bytes,
+            "dead_bytes": c.dead_bytes,
+            "segments": c.segments,
+            "in_progress": c.in_progress,
+        });
+        (k, v)
+    });
+    serde_json::Value::Object(per_shard.collect())
 }
 
 /// Memory by part (issue 25): the budget, the key index's filters and fences, the key

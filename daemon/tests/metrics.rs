@@ -4,6 +4,8 @@
 //! without it), its OpenMetrics text must have one family per name, samples only with their
 //! family's suffixes, and units at the end of the names; and the endpoint keeps its bounds.
 #![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::stream::{batch_line, connect, read_answer};

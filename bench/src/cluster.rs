@@ -62,7 +62,7 @@ struct Node {
 
 impl Node {
     fn status(&self) -> Option<Value> {
-        let text = roost::ops::control::request(&self.socket, "status").ok()?;
+        let text = roost::control::socket::request(&self.socket, "status").ok()?;
         serde_json::from_str(&text).ok()
     }
 }

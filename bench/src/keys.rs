@@ -129,7 +129,7 @@ impl Daemon {
 
     fn status(&self) -> anyhow::Result<Value> {
         let sock = self.dir.join("roost.sock");
-        let text = roost::ops::control::request(&sock, "status")
+        let text = roost::control::socket::request(&sock, "status")
             .with_context(|| format!("status over {}", sock.display()))?;
         serde_json::from_str(&text).with_context(|| format!("status JSON: {text}"))
     }
@@ -176,7 +176,7 @@ fn spawn_ready(bin: &Path, dir: &Path, log: &Path) -> anyhow::Result<(ServeChild
         c.env_remove("RUNTIME_DIRECTORY");
     })?;
     loop {
-        if roost::ops::control::request(&sock, "status").is_ok() {
+        if roost::control::socket::request(&sock, "status").is_ok() {
             return Ok((child, t.elapsed()));
         }
         if let Some(st) = child.exited()? {

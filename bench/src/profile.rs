@@ -178,7 +178,7 @@ impl Drop for Tracer {
 fn status(socket: &Path) -> anyhow::Result<Value> {
     let until = Instant::now() + LIMIT;
     loop {
-        match roost::ops::control::request(socket, "status") {
+        match roost::control::socket::request(socket, "status") {
             Ok(text) => return serde_json::from_str(&text).context("status JSON"),
             Err(e) if Instant::now() > until => {
                 return Err(e).context(format!("status of {}", socket.display()))

@@ -138,7 +138,7 @@ impl Node {
     fn status(&self) -> anyhow::Result<Value> {
         let until = Instant::now() + LIMIT;
         loop {
-            match roost::ops::control::request(&self.socket, "status") {
+            match roost::control::socket::request(&self.socket, "status") {
                 Ok(text) => return serde_json::from_str(&text).context("status JSON"),
                 Err(e) if Instant::now() > until => {
                     return Err(e).context(format!("status of {}", self.socket.display()))
@@ -283,7 +283,7 @@ fn sampler(
 ) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
     std::thread::spawn(move || {
         let durable = |p: &Path| -> Option<u64> {
-            let text = roost::ops::control::request(p, "status").ok()?;
+            let text = roost::control::socket::request(p, "status").ok()?;
             let v: Value = serde_json::from_str(&text).ok()?;
             v["replication"]["durable_lsn"].as_u64()
         };

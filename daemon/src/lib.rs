@@ -9,8 +9,10 @@
 //!   testable over a simulated disk.
 //! - `replica`: the engine joined to the replication protocol; `cluster`: leadership and
 //!   epochs from etcd, a standby's forwarding (issue 27).
-//! - `ops`: what operators use besides the pipeline: the control socket and metrics, the
-//!   systemd notify protocol, the offline `verify`, the test cluster's certificates.
+//! - `control`: the control socket (`roost status`), the status JSON, the metrics and their
+//!   HTTP endpoint, the systemd notify protocol.
+//! - `ops`: what operators use besides the pipeline: the offline `verify`, the stream
+//!   protocol, the test cluster's certificates.
 //! - `serve`: the async shell around the engine (spool watching, workers, signals).
 //! - `drill`: `roost drill`, the crash and failover drills, which run `roost serve` as child
 //!   processes (`drill::child`, public so black-box tests start the daemon the same way).
@@ -21,6 +23,7 @@ pub mod batch;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod control;
 pub mod drill;
 pub mod error;
 pub mod intake;

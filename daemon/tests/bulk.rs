@@ -101,14 +101,14 @@ fn bulk_file_lines_answer_in_order() {
     let sock = data.join("roost.sock");
     let lines = 2 * got.len() as u64;
     wait_for("bulk figures in status", Duration::from_secs(20), || {
-        let v = roost::ops::control::request(&sock, "status")
+        let v = roost::control::socket::request(&sock, "status")
             .ok()
             .and_then(|t| serde_json::from_str::<Value>(&t).ok());
         v.is_some_and(|v| {
             v["bulk"]["files"] == 2 && v["bulk"]["lines"] == lines && v["bulk"]["in_flight"] == 0
         })
     });
-    let metrics = roost::ops::control::request(&sock, "metrics").expect("metrics");
+    let metrics = roost::control::socket::request(&sock, "metrics").expect("metrics");
     assert!(
         metrics.contains(&format!("roost_bulk_lines_total {lines}")),
         "{metrics}"
@@ -592,7 +592,7 @@ fn files_found_together_run_in_groups() {
         "nothing twice: {users} users, {orders} orders"
     );
     let v: Value = serde_json::from_str(
-        &roost::ops::control::request(&data.join("roost.sock"), "status").expect("status"),
+        &roost::control::socket::request(&data.join("roost.sock"), "status").expect("status"),
     )
     .expect("status json");
     let (groups, grouped) = (&v["file_groups"], &v["files_in_groups"]);

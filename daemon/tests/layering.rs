@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline"],
     &["replica"],
     &["cluster"],
+    &["control"],
     &["ops"],
     &["intake"],
     &["serve"],

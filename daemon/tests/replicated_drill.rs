@@ -109,7 +109,7 @@ impl Node {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             let sock = self.data.join("roost.sock");
-            if let Ok(t) = roost::ops::control::request(&sock, what) {
+            if let Ok(t) = roost::control::socket::request(&sock, what) {
                 return serde_json::from_str(&t).expect("answer");
             }
             assert!(std::time::Instant::now() < until, "no answer to {what}");

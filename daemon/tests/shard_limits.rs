@@ -135,7 +135,7 @@ fn ten_thousand_new_shard_names_leave_the_daemon_serving_within_its_bounds() {
 
 /// `roost status` through the control socket, once it answers.
 fn status(data: &Path) -> Option<Value> {
-    let text = roost::ops::control::request(&data.join("roost.sock"), "status").ok()?;
+    let text = roost::control::socket::request(&data.join("roost.sock"), "status").ok()?;
     serde_json::from_str(&text).ok()
 }
 

@@ -389,7 +389,7 @@ fn kill_mid_stream(
     let rx = start_submit_stream(data, &[], input);
     let answered = |n: u64| {
         wait_for("answers before the kill", Duration::from_secs(60), || {
-            let status = roost::ops::control::request(&data.join("roost.sock"), "status");
+            let status = roost::control::socket::request(&data.join("roost.sock"), "status");
             status
                 .ok()
                 .and_then(|t| serde_json::from_str::<Value>(&t).ok())

@@ -11,9 +11,9 @@ use anyhow::Context;
 use roost_storage::RealStorage;
 
 use crate::config::{Config, ConfigError};
+use crate::control::notify;
 use crate::error::EXIT_OK;
 use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
-use crate::ops::notify;
 use crate::pipeline::{Engine, EngineOptions};
 
 pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {

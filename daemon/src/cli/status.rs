@@ -10,9 +10,9 @@ use crate::config::Config;
 use crate::error::{CommandError, EXIT_OK};
 
 pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<i32> {
-    let path = crate::ops::control::socket_path(cfg);
+    let path = crate::control::socket::socket_path(cfg);
     let what = if metrics { "metrics" } else { "status" };
-    let text = crate::ops::control::request(&path, what).map_err(|e| {
+    let text = crate::control::socket::request(&path, what).map_err(|e| {
         CommandError::failed(format!(
             "roost is not running, or not on this data directory (control socket {}): {e}",
             path.display()
@@ -31,8 +31,8 @@ pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<
 /// `roost promote`: asks the running standby to become the primary; prints the answer.
 /// Exit 0 when promoted, 1 when the node refused (it is not a standby, or failed).
 pub(super) fn promote(cfg: &Config) -> anyhow::Result<i32> {
-    let path = crate::ops::control::socket_path(cfg);
-    let text = crate::ops::control::request(&path, "promote").map_err(|e| {
+    let path = crate::control::socket::socket_path(cfg);
+    let text = crate::control::socket::request(&path, "promote").map_err(|e| {
         CommandError::failed(format!(
             "roost is not running, or not on this data directory (control socket {}): {e}",
             path.display()

@@ -556,7 +556,7 @@ impl<'a> Cluster<'a> {
 
 /// Records the epoch `socket`'s node says it leads; two names for one epoch is a violation.
 fn note_leader(seen: &Mutex<Seen>, name: &str, socket: &std::path::Path) {
-    let Ok(text) = crate::ops::control::request(socket, "status") else {
+    let Ok(text) = crate::control::socket::request(socket, "status") else {
         return;
     };
     let Ok(v) = serde_json::from_str::<Value>(&text) else {

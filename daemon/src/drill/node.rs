@@ -168,7 +168,7 @@ impl Node {
 
     /// `status` over the control socket; `None` while it does not answer.
     pub fn status(&self) -> Option<Value> {
-        let text = crate::ops::control::request(&self.socket, "status").ok()?;
+        let text = crate::control::socket::request(&self.socket, "status").ok()?;
         serde_json::from_str(&text).ok()
     }
 
@@ -197,7 +197,7 @@ impl Node {
         let until = Instant::now() + PROMOTE_LIMIT;
         let mut last = String::new();
         while Instant::now() < until {
-            match crate::ops::control::request(&self.socket, "promote") {
+            match crate::control::socket::request(&self.socket, "promote") {
                 Ok(text) => {
                     let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
                     if v["promoted"] == true {

@@ -23,7 +23,11 @@ pub const UNAVAILABLE: &str = "unavailable";
 /// `stream_socket`, else `$RUNTIME_DIRECTORY/stream.sock`, else `<data-dir>/stream.sock`
 /// (placed like the control socket).
 pub fn socket_path(cfg: &Config) -> PathBuf {
-    crate::ops::control::runtime_socket(cfg.stream_socket.as_deref(), "stream.sock", &cfg.data_dir)
+    crate::control::socket::runtime_socket(
+        cfg.stream_socket.as_deref(),
+        "stream.sock",
+        &cfg.data_dir,
+    )
 }
 
 /// One answer line.

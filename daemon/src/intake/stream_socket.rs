@@ -99,7 +99,7 @@ impl Stream {
             in_flight_max: permits(cfg.stream_in_flight_max) as usize,
             running_max: running_max as usize,
         });
-        let accept = match crate::ops::control::bind_socket(&socket) {
+        let accept = match crate::control::socket::bind_socket(&socket) {
             Ok(l) => {
                 info!(socket = %socket.display(), "stream socket listening");
                 Some(tokio::spawn(accept_loop(ctx, l, conns.clone())))

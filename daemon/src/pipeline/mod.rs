@@ -18,7 +18,7 @@
 //!
 //! Files: `plan` (the way in, Plan and Claim), `finish` (Commit, Finish and the tail),
 //! `recover` (open-time replay), `records` (the WAL and audit payloads), `owner` (shard owners
-//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `metrics`
+//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
 //! (counters, histograms), `names` (spool names reused during a tail), `room` (intake pauses
 //! on a full disk).
 
@@ -34,7 +34,6 @@ mod finish;
 mod keys;
 pub mod log_role;
 mod memory;
-pub mod metrics;
 mod names;
 mod owner;
 mod plan;
@@ -43,6 +42,7 @@ mod recover;
 mod replicate;
 mod room;
 mod shard_limit;
+pub mod stats;
 mod tails;
 pub mod trigger;
 
@@ -63,8 +63,8 @@ use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::{CrashHook, CrashPoint};
 use disk::{io_err, lock, replace_file};
-use metrics::Stats;
 use owner::{OwnerContext, ShardOpener, ShardSlot};
+use stats::Stats;
 
 pub use finish::committed_result;
 pub use keys::now_ms;

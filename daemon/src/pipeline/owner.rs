@@ -37,7 +37,7 @@ use roost_storage::{NoRoom, Storage};
 use roost_wal::Lsn;
 
 use super::crash::{CrashHook, CrashPoint, Step};
-use super::metrics::Stats;
+use super::stats::Stats;
 use crate::error::EngineError;
 
 /// Messages a shard's owner answers. Bounded channel: a worker blocks rather than queue

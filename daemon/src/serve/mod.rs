@@ -495,7 +495,7 @@ async fn shutdown(
     shared.stop.store(true, Ordering::SeqCst);
     stream.stop_reading();
     let in_flight = workers - sem.available_permits() + stream.running();
-    crate::ops::notify::stopping(&format!(
+    crate::control::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
     info!(in_flight, "waiting for in-flight batches");

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::config::Config;
-use crate::ops::{control, notify};
+use crate::control::{http, notify, socket};
 use crate::pipeline::Engine;
 
 pub(super) struct Sidecars {
@@ -28,11 +28,11 @@ impl Sidecars {
         engine: &Arc<Engine>,
         cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Sidecars {
-        let socket = control::socket_path(cfg);
+        let socket = socket::socket_path(cfg);
         let control = tokio::spawn({
             let (sock, engine, cluster) = (socket.clone(), engine.clone(), cluster.clone());
             async move {
-                if let Err(e) = control::serve_socket(sock.clone(), engine, cluster).await {
+                if let Err(e) = socket::serve_socket(sock.clone(), engine, cluster).await {
                     warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
                 }
             }
@@ -40,7 +40,7 @@ impl Sidecars {
         let metrics = cfg.metrics_listen.map(|addr| {
             let (engine, cluster) = (engine.clone(), cluster.clone());
             tokio::spawn(async move {
-                if let Err(e) = control::serve_metrics_tcp(addr, engine, cluster).await {
+                if let Err(e) = http::serve_metrics_tcp(addr, engine, cluster).await {
                     warn!(%addr, error = %e, "metrics endpoint unavailable");
                 }
             })

@@ -1,7 +1,7 @@
-//! Counters and latency histograms for `roost status` and the Prometheus text endpoint.
-//! Lock-free (atomics only): recording happens on the hot path of every batch.
+//! Counters and latency histograms the engine keeps for `roost status` and the metrics
+//! (`control/metrics.rs` renders them; nothing here knows a text format). Lock-free (atomics
+//! only): recording happens on the hot path of every batch.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -125,31 +125,33 @@ impl Histogram {
         Some(u64::MAX)
     }
 
-    /// Appends this histogram in Prometheus text format.
-    pub fn write_prometheus(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cum = 0;
-        for (i, b) in BUCKETS_US.iter().enumerate() {
-            cum += self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}le=\"{}\"}} {cum}",
-                *b as f64 / 1e6
-            );
+    /// The buckets as they stand: per bucket (not cumulative) its upper bound in seconds and
+    /// its count, the last one `+Inf`; the count is their sum, so the two always agree even
+    /// while another thread records.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut buckets: Vec<(f64, u64)> = BUCKETS_US
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, n)| (*b as f64 / 1e6, n.load(Ordering::Relaxed)))
+            .collect();
+        let bounded: u64 = buckets.iter().map(|(_, n)| n).sum();
+        let past_last = self.count().saturating_sub(bounded);
+        buckets.push((f64::INFINITY, past_last));
+        Snapshot {
+            buckets,
+            count: bounded + past_last,
+            sum_seconds: self.sum_us() as f64 / 1e6,
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count());
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(
-            out,
-            "{name}_count{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.count()
-        );
     }
+}
+
+/// A histogram read once (for the metrics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// (upper bound in seconds, count in this bucket alone), `+Inf` last.
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
 }
 
 /// The pipeline's phases, as measured per batch.
@@ -159,7 +161,8 @@ pub struct PhaseLatency {
     pub plan: Histogram,
     /// Claim append and its group-committed sync.
     pub claim: Histogram,
-    /// Every shard transaction applied and flushed.
+    /// Every shard transaction handed to its owner and applied (written to the shard's
+    /// segment, not yet flushed: the flushes belong to `finish`).
     pub commit: Histogram,
     /// Audit rows, result file, then the shards' flushes, the audit sync and the done record.
     pub finish: Histogram,
@@ -182,23 +185,6 @@ impl PhaseLatency {
             ("batch", &self.batch),
         ]
     }
-
-    pub fn write_prometheus(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP roost_phase_seconds Time spent per batch in each pipeline phase."
-        );
-        let _ = writeln!(out, "# TYPE roost_phase_seconds histogram");
-        for (phase, h) in self.phases().into_iter().filter(|(p, _)| *p != "batch") {
-            h.write_prometheus(out, "roost_phase_seconds", &format!("phase=\"{phase}\","));
-        }
-        let _ = writeln!(
-            out,
-            "# HELP roost_batch_seconds Time from planning to the result file."
-        );
-        let _ = writeln!(out, "# TYPE roost_batch_seconds histogram");
-        self.batch.write_prometheus(out, "roost_batch_seconds", "");
-    }
 }
 
 #[cfg(test)]
@@ -206,18 +192,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_buckets_are_cumulative() {
+    fn histogram_snapshot_puts_each_value_in_its_bucket() {
         let h = Histogram::default();
         h.record(Duration::from_micros(50));
         h.record(Duration::from_millis(3));
         h.record(Duration::from_secs(60));
-        let mut s = String::new();
-        h.write_prometheus(&mut s, "x", "");
-        assert!(s.contains("x_bucket{le=\"0.0001\"} 1"), "{s}");
-        assert!(s.contains("x_bucket{le=\"0.005\"} 2"), "{s}");
-        assert!(s.contains("x_bucket{le=\"5\"} 2"), "{s}");
-        assert!(s.contains("x_bucket{le=\"+Inf\"} 3"), "{s}");
-        assert!(s.contains("x_count{} 3"), "{s}");
+        let s = h.snapshot();
+        assert_eq!(s.buckets.len(), BUCKETS_US.len() + 1);
+        assert_eq!(s.buckets[0], (0.0001, 1), "{s:?}");
+        assert_eq!(s.buckets[5], (0.005, 1), "{s:?}");
+        assert_eq!(s.buckets[BUCKETS_US.len()], (f64::INFINITY, 1), "{s:?}");
+        assert_eq!(s.buckets.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        assert_eq!(s.count, 3);
+        assert!((s.sum_seconds - 60.00305).abs() < 1e-9, "{s:?}");
         assert_eq!(h.quantile_us(0.0), Some(100));
         assert_eq!(h.quantile_us(0.5), Some(5_000));
         assert_eq!(

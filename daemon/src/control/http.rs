@@ -1,0 +1,126 @@
+//! The metrics over HTTP on `metrics_listen` (off by default, loopback addresses only):
+//! hyper's HTTP/1 server on tokio, `GET /metrics` (or `/`) answered with `metrics.rs`'s text,
+//! OpenMetrics unless the `Accept` header asks for `text/plain` (then the Prometheus text
+//! 0.0.4). Bounded: [`CONNECTIONS_MAX`] connections at once (more are closed unanswered),
+//! a request head of at most [`REQUEST_HEAD_BYTES_MAX`] read within
+//! [`REQUEST_HEAD_TIMEOUT`], a request body never read, one request per connection, and
+//! [`CONNECTION_TIMEOUT`] for the whole exchange. Serves nothing else.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use super::metrics::{render, Format};
+use crate::cluster::Cluster;
+use crate::pipeline::Engine;
+
+/// Connections served at once; one past it is closed at once (a scraper tries again at its
+/// next interval).
+pub const CONNECTIONS_MAX: usize = 16;
+/// Bytes of a request's head (request line and headers): hyper's smallest read buffer; a
+/// longer head is answered 431 and closed.
+pub const REQUEST_HEAD_BYTES_MAX: usize = 8192;
+/// Time for the request head to arrive; a slower client is dropped.
+pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for the whole exchange, the answer's writing included.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the metrics on `addr` until the task is dropped; a non-loopback address is refused
+/// with a warning (the unit's network sandbox is loopback only).
+pub async fn serve_metrics_tcp(
+    addr: SocketAddr,
+    engine: Arc<Engine>,
+    cluster: Option<Arc<Cluster>>,
+) -> std::io::Result<()> {
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "metrics_listen is not a loopback address; refusing to expose metrics");
+        return Ok(());
+    }
+    let listener = TcpListener::bind(addr).await?;
+    let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            debug!(%peer, "metrics: {CONNECTIONS_MAX} connections open; closing this one");
+            continue;
+        };
+        let (engine, cluster) = (engine.clone(), cluster.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, engine, cluster).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One connection, one request, within the bounds above.
+async fn serve_connection(stream: TcpStream, engine: Arc<Engine>, cluster: Option<Arc<Cluster>>) {
+    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let answer = respond(&req, &engine, cluster.as_ref());
+        async move { Ok::<_, Infallible>(answer) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_HEAD_TIMEOUT)
+        .max_buf_size(REQUEST_HEAD_BYTES_MAX)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(error = %e, "metrics connection ended with an error"),
+        Err(_) => debug!("metrics connection took longer than {CONNECTION_TIMEOUT:?}; closed"),
+    }
+}
+
+/// `GET` or `HEAD` of `/metrics` or `/`: the metrics in the format `Accept` asks for.
+fn respond<B>(
+    req: &Request<B>,
+    engine: &Arc<Engine>,
+    cluster: Option<&Arc<Cluster>>,
+) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n".into());
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    if !matches!(req.uri().path(), "/metrics" | "/") {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "the metrics are at /metrics\n".into(),
+        );
+    }
+    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    match render(engine, cluster, format) {
+        Ok(text) => {
+            let mut r = Response::new(Full::new(Bytes::from(text)));
+            let ct = HeaderValue::from_static(format.content_type());
+            r.headers_mut().insert(CONTENT_TYPE, ct);
+            r
+        }
+        Err(e) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the metrics could not be rendered: {e}\n"),
+        ),
+    }
+}
+
+fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(text)));
+    *r.status_mut() = status;
+    let ct = HeaderValue::from_static("text/plain; charset=utf-8");
+    r.headers_mut().insert(CONTENT_TYPE, ct);
+    r
+}

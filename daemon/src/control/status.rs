@@ -1,0 +1,253 @@
+//! `roost status --json`: the daemon's state as one JSON object, built from the engine's
+//! figures (and a cluster node's view). The shape is a public contract: fields are only
+//! added, never renamed or removed. Never writes anything.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+
+use crate::cluster::Cluster;
+use crate::pipeline::{now_ms, Engine};
+
+/// [`status_json`] with the `cluster` object of a cluster node.
+pub fn status_with(engine: &Engine, cluster: Option<&Cluster>) -> serde_json::Value {
+    let mut v = status_json(engine);
+    if let (Some(c), Some(obj)) = (cluster, v.as_object_mut()) {
+        obj.insert("cluster".into(), c.status_json(engine));
+    }
+    v
+}
+
+/// Everything `roost status --json` shows.
+pub fn status_json(engine: &Engine) -> serde_json::Value {
+    let s = &engine.stats;
+    let (appends, syncs) = engine.wal_stats();
+    let (rounds, published) = engine.publish_stats();
+    let committed = s.committed.load(Ordering::Relaxed);
+    let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+    let rec = engine.recovery_report();
+    let mut latency = serde_json::Map::new();
+    for (phase, h) in s.latency.phases() {
+        // Bucket upper bounds in ms; null before the first batch or past the last bound.
+        let q = |x: f64| {
+            h.quantile_us(x)
+                .filter(|u| *u != u64::MAX)
+                .map(|u| u as f64 / 1e3)
+        };
+        latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
+    }
+    json!({
+        "epoch": engine.epoch().max(1),
+        "replication": replication_json(engine),
+        "last_lsn": engine.last_lsn(),
+        "in_flight": s.in_flight.load(Ordering::Relaxed),
+        "committed": committed,
+        "rejected": s.rejected.load(Ordering::Relaxed),
+        "invalid": s.invalid.load(Ordering::Relaxed),
+        "conflict": s.conflict.load(Ordering::Relaxed),
+        "duplicate": s.duplicate.load(Ordering::Relaxed),
+        "wal_appends": appends,
+        "wal_syncs": syncs,
+        "wal_records_per_sync": per(appends, syncs),
+        "wal_batches_per_sync": per(committed, syncs),
+        "result_rounds": rounds,
+        "results_published": published,
+        "results_per_round": per(published, rounds),
+        "shard_txns": s.shard_txns.load(Ordering::Relaxed),
+        "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
+        "healthy": !engine.is_failed(),
+        "intake": intake_json(engine),
+        "stream": stream_json(engine),
+        "bulk": bulk_json(engine),
+        "file_groups": s.file_groups.load(Ordering::Relaxed),
+        "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
+        "checkpoint": checkpoint_json(engine),
+        "live_keys": engine.live_keys(),
+        "memory": memory_json(engine),
+        "key_index": key_index_json(engine),
+        "shard_limit": shard_limit_json(engine),
+        "shard_compaction": compaction_json(engine),
+        "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "uptime_ms": engine.uptime_ms(),
+        "shards": engine.shard_counts(),
+        "latency_ms": latency,
+        "recovery": {
+            "duration_ms": rec.duration.as_millis() as u64,
+            "records_replayed": rec.wal_records,
+            "batches_finished": rec.batches_finished,
+            "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
+        },
+    })
+}
+
+/// The shards that exist and are open, their limits, idle closes and reopens.
+fn shard_limit_json(engine: &Engine) -> serde_json::Value {
+    json!({
+        "shards": engine.shards_known(),
+        "open": engine.shards_open(),
+        "shards_max": engine.config().shards_max,
+        "shard_threads": engine.config().shard_threads,
+        "shard_idle_close_ms": engine.config().shard_idle_close_ms,
+        "idle_closes": engine.stats.shard_idle_closes.load(Ordering::Relaxed),
+        "reopens": engine.stats.shard_reopens.load(Ordering::Relaxed),
+    })
+}
+
+/// Compaction per shard.
+fn compaction_json(engine: &Engine) -> serde_json::Value {
+    let per_shard = engine.shard_compaction().into_iter().map(|(k, c)| {
+        let v = json!({
+            "compactions": c.compactions,
+            "reclaimed_bytes": c.reclaimed_bytes,
+            "dead_bytes": c.dead_bytes,
+            "segments": c.segments,
+            "in_progress": c.in_progress,
+        });
+        (k, v)
+    });
+    serde_json::Value::Object(per_shard.collect())
+}
+
+/// Memory by part (issue 25): the budget, the key index's filters and fences, the key
+/// cache, the shard indexes, the resident set and the rest.
+fn memory_json(engine: &Engine) -> serde_json::Value {
+    let m = engine.memory();
+    json!({
+        "budget_bytes": m.budget_bytes,
+        "key_filter_bytes": m.key_filter_bytes,
+        "key_fence_bytes": m.key_fence_bytes,
+        "key_cache_keys": m.key_cache_keys,
+        "key_cache_bytes": m.key_cache_bytes,
+        "shard_index_records": m.shard_index_records,
+        "shard_index_bytes": m.shard_index_bytes,
+        "rss_bytes": m.rss_bytes,
+        "other_bytes": m.other_bytes,
+    })
+}
+
+/// The request-key index on disk: runs, keys they hold, bytes, merges, keys read through it.
+fn key_index_json(engine: &Engine) -> serde_json::Value {
+    let ix = engine.key_index_stats();
+    json!({
+        "runs": ix.runs,
+        "keys": ix.entries,
+        "disk_bytes": ix.disk_bytes,
+        "merges": ix.merges,
+        "reads": engine.stats.key_index_reads.load(Ordering::Relaxed),
+    })
+}
+
+/// `{"state": "open"}`, or `"paused"` with why: the part without room for its next segment,
+/// the file, the bytes it needs, the error and how long intake has waited.
+fn intake_json(engine: &Engine) -> serde_json::Value {
+    let pauses = engine.stats.intake_pauses.load(Ordering::Relaxed);
+    let role = engine.role();
+    if role != crate::pipeline::Role::Primary {
+        let reason = format!("this node is the {}: its spool is closed", role.name());
+        return json!({"state": "closed", "reason": reason, "pauses": pauses});
+    }
+    let claims = engine.deferred_claims();
+    if claims > 0 {
+        let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
+        return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
+    }
+    match engine.paused() {
+        None => json!({"state": "open", "pauses": pauses}),
+        Some(p) => json!({
+            "state": "paused",
+            "reason": "no room for the next segment",
+            "part": p.part,
+            "file": p.why.path.display().to_string(),
+            "needed_bytes": p.why.needed_bytes,
+            "error": p.why.error,
+            "paused_ms": p.since.elapsed().as_millis() as u64,
+            "pauses": pauses,
+        }),
+    }
+}
+
+/// The streaming intake: connections open, accepted and refused since start, answer lines
+/// sent (of which `unavailable`).
+fn stream_json(engine: &Engine) -> serde_json::Value {
+    let s = &engine.stats.stream;
+    json!({
+        "connections": s.connections.load(Ordering::Relaxed),
+        "connections_total": s.connections_total.load(Ordering::Relaxed),
+        "refused": s.refused.load(Ordering::Relaxed),
+        "answers": s.answers.load(Ordering::Relaxed),
+        "unavailable": s.unavailable.load(Ordering::Relaxed),
+    })
+}
+
+/// Bulk files: worked on now, answered since start (and their lines), left for later.
+fn bulk_json(engine: &Engine) -> serde_json::Value {
+    let b = &engine.stats.bulk;
+    json!({
+        "in_flight": b.in_flight.load(Ordering::Relaxed),
+        "files": b.files.load(Ordering::Relaxed),
+        "lines": b.lines.load(Ordering::Relaxed),
+        "deferred": b.deferred.load(Ordering::Relaxed),
+    })
+}
+
+/// The last checkpoint: where recovery starts, its age; `null` before the first.
+fn checkpoint_json(engine: &Engine) -> serde_json::Value {
+    match engine.last_checkpoint() {
+        None => serde_json::Value::Null,
+        Some(c) => json!({
+            "wal_from": c.wal_from,
+            "keys_through": c.keys_through,
+            "age_ms": now_ms().saturating_sub(c.at_ms),
+        }),
+    }
+}
+
+/// The replication part of the status: role, epoch, high watermark, the standbys this
+/// primary serves (lag in lsns), or the primary this standby follows.
+fn replication_json(engine: &Engine) -> serde_json::Value {
+    let r = &engine.config().replication;
+    let end = engine.durable_end();
+    let standbys: Vec<serde_json::Value> = engine
+        .standbys()
+        .into_iter()
+        .map(|(name, s)| {
+            json!({
+                "name": name,
+                "acked_lsn": s.acked.saturating_sub(1),
+                "lag_lsns": end.saturating_sub(s.acked),
+                "lag_bytes": engine.standby_lag_bytes(s.acked),
+                "connected": s.connected,
+                "last_fetch_ms": s.last_fetch.elapsed().as_millis() as u64,
+            })
+        })
+        .collect();
+    let follow = engine.follow_status().map(|f| {
+        json!({
+            "leader": f.leader,
+            "connected": f.connected,
+            "leader_epoch": f.leader_epoch,
+            "leader_hw": f.leader_hw,
+            "lag_lsns": f.leader_hw.saturating_sub(end),
+            "records_received": f.records,
+            "bytes_received": f.bytes,
+        })
+    });
+    json!({
+        "role": engine.role().name(),
+        "epoch": engine.epoch(),
+        "hw": engine.high_watermark().saturating_sub(1),
+        "durable_lsn": end.saturating_sub(1),
+        "ack": if r.ack == crate::config::Ack::Standby { "standby" } else { "local" },
+        "when_standby_lost": if r.when_standby_lost == crate::config::StandbyLost::Alone { "alone" } else { "wait" },
+        "listen": r.listen,
+        "security": if r.tls() { "mutual_tls" } else { "plain" },
+        "insecure": r.unauthenticated(),
+        "members": r.members,
+        "standbys": standbys,
+        "standby_connected": engine.standbys().iter().any(|(_, s)| s.connected),
+        "waiting_for_standby": engine.waiting_for_standby(),
+        "published_alone": engine.published_alone(),
+        "claims_to_finish": engine.deferred_claims(),
+        "follow": follow,
+    })
+}

@@ -510,7 +510,10 @@ fn print_run(round: usize, fs: Fs, sys: System, f: &Figures, sz: &Sizes) {
         .map(|(c, r)| format!("{c} clients {r:.0}"))
         .collect();
     let dnull = f.dnull_rounds.map_or(String::new(), |(r, p)| {
-        format!("; burst: {:.1} results per out/ round", p as f64 / r.max(1) as f64)
+        format!(
+            "; burst: {:.1} results per out/ round",
+            p as f64 / r.max(1) as f64
+        )
     });
     let extra = f.counters.map_or(dnull, |c| {
         format!(
@@ -544,7 +547,11 @@ fn ratio(a: &[f64], b: &[f64]) -> String {
 /// Columns: each system run, then these ratios where both systems ran.
 const RATIOS: [(System, System, &str); 6] = [
     (System::Roost, System::DurableNull, "roost / durable-null"),
-    (System::RoostSyncfs, System::DurableNull, "roost syncfs / durable-null"),
+    (
+        System::RoostSyncfs,
+        System::DurableNull,
+        "roost syncfs / durable-null",
+    ),
     (System::Roost, System::Null, "roost / ceiling"),
     (System::DurableNull, System::Null, "durable-null / ceiling"),
     (System::Roost, System::Sqlite, "roost / SQLite"),
@@ -571,7 +578,7 @@ fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
         .filter(|(a, b, _)| ran.contains(a) && ran.contains(b))
         .collect();
     println!();
-    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets; ratios are the median of each round's ratio); null consumer with {null_threads} threads, durable-null with {}", sz.rounds, dnull_threads());
+    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets; ratios are the median of each round's ratio); null consumer with {null_threads} threads (0: not run), durable-null with {}", sz.rounds, dnull_threads());
     let mut head: Vec<&str> = ran.iter().map(|s| heading(*s)).collect();
     head.extend(ratios.iter().map(|r| r.2));
     println!("| measure | {} |", head.join(" | "));

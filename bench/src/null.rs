@@ -389,8 +389,21 @@ mod tests {
         };
         let b = burst_timed(&n.spool, 40, &w).expect("burst");
         check_burst(&n.spool, &b, w.ops).expect("every result");
+        // A result is visible at its rename, before its round: the inputs go after it.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(n.spool.join("new"))
+            .expect("new/")
+            .count()
+            > 0
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let (rounds, joined) = n.round_stats();
-        assert_eq!(joined, 40, "every result joined a round");
+        assert_eq!(
+            joined, 40,
+            "every result joined a round before its input went"
+        );
         assert!((1..=40).contains(&rounds), "{rounds} rounds");
         let hidden = std::fs::read_dir(n.spool.join("out"))
             .expect("out/")

@@ -104,10 +104,9 @@ impl Publisher {
     }
 
     /// Many results at once (a group of spool files, `pipeline/finish.rs`): every temporary
-    /// written first, its write-back started, then each synced (on ext4 the first sync's
-    /// journal commit then carries the others' allocations, so the rest find little to do:
-    /// `StorageFile::start_writeback`), then all of them in one round. Returns once every
-    /// one is in `out/` and durable.
+    /// written first, its write-back started, then all synced at once (`sync_concurrently`:
+    /// the syncs share a journal commit and the device's flushes), then all of them in one
+    /// round. Returns once every one is in `out/` and durable.
     pub fn publish_many(&self, results: &[(&str, &[u8])]) -> io::Result<()> {
         if results.is_empty() {
             return Ok(());

@@ -1,7 +1,10 @@
-//! `roost-bench --ceiling` (issue 16, part 1): how close roost gets to the spool's own
-//! ceiling. Four systems take the same batches (10 creates of ~100 B over 4 shards, one file
+//! `roost-bench --ceiling` (issues 16 and 30): how close roost gets to the spool's own
+//! ceiling. Five systems take the same batches (10 creates of ~100 B over 4 shards, one file
 //! each): the null consumer (`null.rs`: the same file work, nothing stored, nothing synced:
-//! the ceiling), roost (in-process `serve`, default settings), roost with `result_sync =
+//! the ceiling), the durable-null consumer (`null.rs`, issue 30: the same file work and the
+//! least roost's result contract needs, each result fdatasynced before its rename and `out/`
+//! fsynced once per round, on [`DNULL_THREADS`] threads, roost's batches in flight; nothing
+//! stored), roost (in-process `serve`, default settings), roost with `result_sync =
 //! "syncfs"` (one `syncfs` per result round instead of one fdatasync per result file), and the
 //! SQLite peer (`peer.rs`). Each runs on two file systems: a fresh journaled ext4 image made
 //! for it (`loopfs.rs`; one per system per round, what a server has) and a fresh directory on
@@ -9,6 +12,9 @@
 //! files dropped at once (time until the last result), one uncounted second of one client,
 //! then closed-loop cells of 1, 4 and 32 clients. Rounds rotate the order of the systems and
 //! of the file systems; the median over rounds is printed with every round's figure.
+//!
+//! The table gives roost / durable-null per file system and figure, round by round: what
+//! roost's store costs on top of its result contract (issue 30's goal: at least 0.9).
 //!
 //! For roost it also prints its own counters over the burst (after its durability tail has
 //! settled): batches per WAL fdatasync, result files per `out/` round, shard flushes and
@@ -18,8 +24,9 @@
 //! batch is present and a committed result for its request key with one id per op. No timing
 //! is asserted. `ROOST_BENCH_QUICK=1` makes it tiny (CI), `ROOST_BENCH_ROUNDS=N` sets the
 //! rounds (3), `ROOST_BENCH_SECS` the closed-loop cell (2 s), `ROOST_BENCH_NULL_THREADS=N`
-//! skips the null consumer's thread calibration, `ROOST_BENCH_SYSTEMS=roost,sqlite` (any of
-//! null, roost, roost-syncfs, sqlite) and `ROOST_BENCH_FS=journaled` (or plain) run a part
+//! skips the null consumer's thread calibration, `ROOST_BENCH_DNULL_THREADS=N` sets the
+//! durable-null's threads, `ROOST_BENCH_SYSTEMS=roost,sqlite` (any of null, durable-null,
+//! roost, roost-syncfs, sqlite) and `ROOST_BENCH_FS=journaled` (or plain) run a part
 //! only, `ROOST_BENCH_DIR` puts the files elsewhere
 //! (default `target/bench-ceiling`). The journaled runs need root; without it the run fails
 //! unless `ROOST_ALLOW_NO_ROOT=1`, which skips them.
@@ -34,7 +41,7 @@ use roost::config::ResultSync;
 use roost_benchkit::{bench_base, cell_duration};
 
 use crate::loopfs::{clear_stale, is_root, LoopMount};
-use crate::null::NullConsumer;
+use crate::null::{Contract, NullConsumer};
 use crate::peer::Peer;
 use crate::spool::{burst_timed, check_burst, clear_out, closed_loop, closed_loop_checked};
 use crate::spool::{BurstRun, Workload};
@@ -48,6 +55,9 @@ const WORK: Workload = Workload {
 };
 /// Thread counts the null consumer is tried with.
 const NULL_THREADS: [usize; 3] = [1, 2, 4];
+/// The durable-null consumer's threads: as many results in flight as roost's default
+/// `batches_in_flight_max`, so both can group as many syncs.
+const DNULL_THREADS: usize = 64;
 
 pub(crate) struct Sizes {
     quick: bool,
@@ -91,13 +101,15 @@ pub(crate) enum Fs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum System {
     Null,
+    DurableNull,
     Roost,
     RoostSyncfs,
     Sqlite,
 }
 
-const SYSTEMS: [System; 4] = [
+const SYSTEMS: [System; 5] = [
     System::Null,
+    System::DurableNull,
     System::Roost,
     System::RoostSyncfs,
     System::Sqlite,
@@ -107,6 +119,7 @@ impl fmt::Display for System {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             System::Null => "null",
+            System::DurableNull => "durable-null",
             System::Roost => "roost",
             System::RoostSyncfs => "roost-syncfs",
             System::Sqlite => "sqlite",
@@ -133,7 +146,14 @@ enum Running {
 impl Running {
     fn start(sys: System, dir: &Path, null_threads: usize) -> anyhow::Result<Running> {
         Ok(match sys {
-            System::Null => Running::Null(NullConsumer::start(dir, null_threads)?),
+            System::Null => {
+                Running::Null(NullConsumer::start(dir, null_threads, Contract::Nothing)?)
+            }
+            System::DurableNull => Running::Null(NullConsumer::start(
+                dir,
+                dnull_threads(),
+                Contract::Durable,
+            )?),
             System::Roost => Running::Roost(Roost::start_with(dir, ResultSync::Fsync)?),
             System::RoostSyncfs => Running::Roost(Roost::start_with(dir, ResultSync::Syncfs)?),
             System::Sqlite => Running::Sqlite(Peer::start(dir)?),
@@ -218,6 +238,8 @@ struct Figures {
     /// Batches/s per client count, in `Sizes::clients` order.
     clients: Vec<f64>,
     counters: Option<Counters>,
+    /// The durable-null's (`out/` rounds, results) over the burst.
+    dnull_rounds: Option<(u64, u64)>,
 }
 
 /// One system on a started spool: the burst (checked), the uncounted warm-up, the cells.
@@ -227,7 +249,18 @@ fn measure(run: &Running, sz: &Sizes) -> anyhow::Result<Figures> {
         Running::Roost(r) => Some(Counters::read(r)),
         _ => None,
     };
+    let rounds0 = match run {
+        Running::Null(n) => n.round_stats(),
+        _ => (0, 0),
+    };
     let b: BurstRun = burst_timed(spool, sz.burst, &WORK)?;
+    let dnull_rounds = match run {
+        Running::Null(n) if n.round_stats() != (0, 0) => {
+            let (r, p) = n.round_stats();
+            Some((r - rounds0.0, p - rounds0.1))
+        }
+        _ => None,
+    };
     let counters = match (run, before) {
         (Running::Roost(r), Some(c0)) => {
             settle(r);
@@ -249,6 +282,7 @@ fn measure(run: &Running, sz: &Sizes) -> anyhow::Result<Figures> {
         burst: b.rate,
         clients,
         counters,
+        dnull_rounds,
     })
 }
 
@@ -296,6 +330,15 @@ fn run_one(
     figures
 }
 
+/// The durable-null consumer's threads: `ROOST_BENCH_DNULL_THREADS`, else [`DNULL_THREADS`].
+fn dnull_threads() -> usize {
+    std::env::var("ROOST_BENCH_DNULL_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(DNULL_THREADS)
+}
+
 /// The null consumer's thread count: `ROOST_BENCH_NULL_THREADS`, or the best median burst of
 /// [`NULL_THREADS`] on fresh ground (journaled if allowed), printed.
 fn pick_null_threads(base: &Path, fs: Fs, sz: &Sizes) -> anyhow::Result<usize> {
@@ -316,7 +359,7 @@ fn pick_null_threads(base: &Path, fs: Fs, sz: &Sizes) -> anyhow::Result<usize> {
             let dir = base.join(format!("null-threads-{t}"));
             let place = Place::make(fs, &dir, sz)?;
             let rate = {
-                let n = NullConsumer::start(&place.dir, t)?;
+                let n = NullConsumer::start(&place.dir, t, Contract::Nothing)?;
                 let b = burst_timed(&n.spool, sz.burst, &WORK)?;
                 check_burst(&n.spool, &b, WORK.ops).context("null consumer's burst")?;
                 b.rate
@@ -419,7 +462,7 @@ fn systems() -> anyhow::Result<Vec<System>> {
                 .iter()
                 .copied()
                 .find(|s| s.to_string() == name.trim())
-                .with_context(|| format!("ROOST_BENCH_SYSTEMS: no system {name:?} (null, roost, roost-syncfs, sqlite)"))
+                .with_context(|| format!("ROOST_BENCH_SYSTEMS: no system {name:?} (null, durable-null, roost, roost-syncfs, sqlite)"))
         })
         .collect()
 }
@@ -466,7 +509,13 @@ fn print_run(round: usize, fs: Fs, sys: System, f: &Figures, sz: &Sizes) {
         .zip(&f.clients)
         .map(|(c, r)| format!("{c} clients {r:.0}"))
         .collect();
-    let extra = f.counters.map_or(String::new(), |c| {
+    let dnull = f.dnull_rounds.map_or(String::new(), |(r, p)| {
+        format!(
+            "; burst: {:.1} results per out/ round",
+            p as f64 / r.max(1) as f64
+        )
+    });
+    let extra = f.counters.map_or(dnull, |c| {
         format!(
             "; burst: {:.1} batches per WAL sync, {:.1} results per out/ round",
             c.committed as f64 / c.wal_syncs.max(1) as f64,
@@ -496,9 +545,15 @@ fn ratio(a: &[f64], b: &[f64]) -> String {
 }
 
 /// Columns: each system run, then these ratios where both systems ran.
-const RATIOS: [(System, System, &str); 4] = [
+const RATIOS: [(System, System, &str); 6] = [
+    (System::Roost, System::DurableNull, "roost / durable-null"),
+    (
+        System::RoostSyncfs,
+        System::DurableNull,
+        "roost syncfs / durable-null",
+    ),
     (System::Roost, System::Null, "roost / ceiling"),
-    (System::RoostSyncfs, System::Null, "roost syncfs / ceiling"),
+    (System::DurableNull, System::Null, "durable-null / ceiling"),
     (System::Roost, System::Sqlite, "roost / SQLite"),
     (System::RoostSyncfs, System::Roost, "syncfs / fsync"),
 ];
@@ -506,6 +561,7 @@ const RATIOS: [(System, System, &str); 4] = [
 fn heading(sys: System) -> &'static str {
     match sys {
         System::Null => "null (ceiling)",
+        System::DurableNull => "durable-null",
         System::Roost => "roost",
         System::RoostSyncfs => "roost syncfs",
         System::Sqlite => "SQLite peer",
@@ -522,7 +578,7 @@ fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
         .filter(|(a, b, _)| ran.contains(a) && ran.contains(b))
         .collect();
     println!();
-    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets; ratios are the median of each round's ratio); null consumer with {null_threads} threads", sz.rounds);
+    println!("{fs} file system, batches/s, median over {} rounds (each round's figure in brackets; ratios are the median of each round's ratio); null consumer with {null_threads} threads (0: not run), durable-null with {}", sz.rounds, dnull_threads());
     let mut head: Vec<&str> = ran.iter().map(|s| heading(*s)).collect();
     head.extend(ratios.iter().map(|r| r.2));
     println!("| measure | {} |", head.join(" | "));

@@ -1,9 +1,20 @@
-//! The null spool consumer: the ceiling of the spool on a file system. It does the same file
-//! work as roost for every batch (notices `new/NAME`, reads it, parses the JSON batch with
-//! roost's own parser, writes the result as a hidden temporary in `out/` and renames it to
-//! `out/NAME`, removes the input) and nothing else: no store, no log, no sync of any kind, so
-//! nothing it answers survives a power cut. Whatever roost or the SQLite peer do beyond this
-//! is the price of keeping the batch.
+//! The null spool consumers: the ceilings of the spool on a file system. Both do the same file
+//! work as roost for every batch (notice `new/NAME`, read it, parse the JSON batch with
+//! roost's own parser, write the result as a hidden temporary in `out/` and rename it to
+//! `out/NAME`, remove the input) and no store, no log. They differ in what they sync
+//! ([`Contract`]):
+//!
+//! - [`Contract::Nothing`], the null consumer: no sync of any kind, so nothing it answers
+//!   survives a power cut. Whatever roost or the SQLite peer do beyond this is the price of
+//!   keeping the batch.
+//! - [`Contract::Durable`], the durable-null consumer (issue 30): the least roost's result
+//!   contract needs (ARCHITECTURE.md, "What is synced": a result file is fdatasynced as a
+//!   temporary, renamed, and `out/` fsynced once per round before the client may count on
+//!   it, before the input is removed). Each worker fdatasyncs its own temporary (concurrently
+//!   with the others), renames it, then joins a round of `out/` ([`DirRounds`]: one fsync
+//!   covers every rename made before it started); only then is the input removed, and
+//!   `new/` is never synced (as for roost's committed batches). What roost does beyond this
+//!   is the price of its store: the WAL claim, shard commits and audit rows.
 //!
 //! Arrivals are noticed like roost notices them: inotify names from `new/` (through `notify`),
 //! a full listing at start and every [`RESCAN_EVERY`] in case an event was lost. Names go
@@ -14,7 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -32,6 +43,16 @@ const OPS_MAX: u32 = 1_000;
 /// Names handed to a worker and not finished yet: a rescan must not hand them out again.
 type InFlight = Arc<Mutex<HashSet<String>>>;
 
+/// What a null consumer makes durable (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contract {
+    /// Nothing synced.
+    Nothing,
+    /// Each result fdatasynced before its rename, `out/` fsynced per round before the input
+    /// is removed.
+    Durable,
+}
+
 /// A running null consumer on `<dir>/spool`; stopped (threads joined) at drop.
 pub struct NullConsumer {
     pub spool: PathBuf,
@@ -40,6 +61,8 @@ pub struct NullConsumer {
     threads: Vec<JoinHandle<()>>,
     /// Files that failed (read, parse, write, rename): reported at drop, never expected.
     errors: Arc<AtomicU64>,
+    /// `out/`'s rounds, with [`Contract::Durable`].
+    rounds: Option<Arc<DirRounds>>,
 }
 
 /// Sends `name` to the workers unless it is hidden or already in flight. False once the
@@ -56,12 +79,16 @@ fn dispatch(tx: &SyncSender<String>, inflight: &InFlight, name: &str) -> bool {
 }
 
 impl NullConsumer {
-    pub fn start(dir: &Path, threads: usize) -> anyhow::Result<NullConsumer> {
+    pub fn start(dir: &Path, threads: usize, contract: Contract) -> anyhow::Result<NullConsumer> {
         let spool = dir.join("spool");
         for d in ["tmp", "new", "out"] {
             let p = spool.join(d);
             std::fs::create_dir_all(&p).with_context(|| format!("create {}", p.display()))?;
         }
+        let rounds = match contract {
+            Contract::Nothing => None,
+            Contract::Durable => Some(Arc::new(DirRounds::open(&spool.join("out"))?)),
+        };
         let (tx, rx) = mpsc::sync_channel::<String>(QUEUE_MAX);
         let rx = Arc::new(Mutex::new(rx));
         let inflight: InFlight = Arc::default();
@@ -71,9 +98,9 @@ impl NullConsumer {
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
             let (rx, spool, inflight) = (rx.clone(), spool.clone(), inflight.clone());
-            let (errors, ids) = (errors.clone(), ids.clone());
+            let (errors, ids, rounds) = (errors.clone(), ids.clone(), rounds.clone());
             handles.push(std::thread::spawn(move || {
-                worker(&rx, &spool, &inflight, &errors, &ids)
+                worker(&rx, &spool, &inflight, &errors, &ids, rounds.as_deref())
             }));
         }
         let watcher = watch_new(&spool, tx.clone(), inflight.clone())?;
@@ -87,6 +114,17 @@ impl NullConsumer {
             watcher: Some(watcher),
             threads: handles,
             errors,
+            rounds,
+        })
+    }
+
+    /// (`out/` rounds, results published through them) since start; zeros without syncs.
+    pub fn round_stats(&self) -> (u64, u64) {
+        self.rounds.as_ref().map_or((0, 0), |r| {
+            (
+                r.rounds.load(Ordering::Relaxed),
+                r.joined.load(Ordering::Relaxed),
+            )
         })
     }
 }
@@ -159,13 +197,14 @@ fn worker(
     inflight: &InFlight,
     errors: &AtomicU64,
     ids: &AtomicU64,
+    rounds: Option<&DirRounds>,
 ) {
     loop {
         let name = match rx.lock().map(|r| r.recv()) {
             Ok(Ok(n)) => n,
             _ => return,
         };
-        if let Err(e) = process(spool, &name, ids) {
+        if let Err(e) = process(spool, &name, ids, rounds) {
             eprintln!("null consumer: {name}: {e:#}");
             errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -175,15 +214,47 @@ fn worker(
     }
 }
 
-/// One file: read, parse, result written and renamed into `out/`, input removed. A name
-/// already gone (a late duplicate event) is not an error.
-fn process(spool: &Path, name: &str, ids: &AtomicU64) -> anyhow::Result<()> {
+/// One file: read, parse, result written (and, with `rounds`, fdatasynced) and renamed into
+/// `out/` (and, with `rounds`, `out/` fsynced by a round), input removed. A name already gone
+/// (a late duplicate event) is not an error.
+fn process(
+    spool: &Path,
+    name: &str,
+    ids: &AtomicU64,
+    rounds: Option<&DirRounds>,
+) -> anyhow::Result<()> {
     let input = spool.join("new").join(name);
     let bytes = match std::fs::read(&input) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         r => r.with_context(|| format!("read {}", input.display()))?,
     };
-    let result = match roost::batch::parse(&bytes, OPS_MAX) {
+    let result = answer(&bytes, ids);
+    let out = spool.join("out");
+    let tmp = out.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+    f.write_all(&result.to_json_line())
+        .with_context(|| format!("write {}", tmp.display()))?;
+    if rounds.is_some() {
+        f.sync_data()
+            .with_context(|| format!("fdatasync {}", tmp.display()))?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, out.join(name)).with_context(|| format!("rename {}", tmp.display()))?;
+    if let Some(r) = rounds {
+        r.join()
+            .with_context(|| format!("fsync {} after {name}", out.display()))?;
+    }
+    match std::fs::remove_file(&input) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("remove {}", input.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The result roost would give `bytes`: committed with fresh ids, or invalid.
+fn answer(bytes: &[u8], ids: &AtomicU64) -> BatchResult {
+    match roost::batch::parse(bytes, OPS_MAX) {
         Err(inv) => BatchResult::invalid(&inv),
         Ok(b) => {
             let first = ids.fetch_add(b.ops.len() as u64 + 1, Ordering::Relaxed);
@@ -206,19 +277,79 @@ fn process(spool: &Path, name: &str, ids: &AtomicU64) -> anyhow::Result<()> {
                 ops,
             }
         }
-    };
-    let out = spool.join("out");
-    let tmp = out.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
-    f.write_all(&result.to_json_line())
-        .with_context(|| format!("write {}", tmp.display()))?;
-    drop(f);
-    std::fs::rename(&tmp, out.join(name)).with_context(|| format!("rename {}", tmp.display()))?;
-    match std::fs::remove_file(&input) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("remove {}", input.display()))
+    }
+}
+
+/// Group commit of one directory's fsync: a caller that joins after its rename returns once
+/// an fsync that started after it joined has succeeded. The first caller to find none running
+/// runs one for everyone waiting; a failed fsync latches (never retried), as roost's rounds.
+pub(crate) struct DirRounds {
+    dir: std::fs::File,
+    path: PathBuf,
+    st: Mutex<DirState>,
+    done: Condvar,
+    /// fsyncs of the directory that succeeded.
+    pub(crate) rounds: AtomicU64,
+    /// Callers covered by them.
+    pub(crate) joined: AtomicU64,
+}
+
+#[derive(Default)]
+struct DirState {
+    /// Tickets handed out; every ticket up to `synced_through` is covered by an fsync.
+    next: u64,
+    synced_through: u64,
+    running: bool,
+    failed: Option<String>,
+}
+
+impl DirRounds {
+    pub(crate) fn open(dir: &Path) -> anyhow::Result<DirRounds> {
+        let f = std::fs::File::open(dir).with_context(|| format!("open {}", dir.display()))?;
+        Ok(DirRounds {
+            dir: f,
+            path: dir.to_path_buf(),
+            st: Mutex::default(),
+            done: Condvar::new(),
+            rounds: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
+        })
+    }
+
+    /// Returns once the directory has been fsynced after this call began.
+    pub(crate) fn join(&self) -> anyhow::Result<()> {
+        let lock = || self.st.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = lock();
+        g.next += 1;
+        let mine = g.next;
+        loop {
+            if let Some(why) = &g.failed {
+                anyhow::bail!("an earlier fsync of {} failed: {why}", self.path.display());
+            }
+            if g.synced_through >= mine {
+                return Ok(());
+            }
+            if g.running {
+                g = self.done.wait(g).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let upto = g.next;
+            g.running = true;
+            drop(g);
+            let r = self.dir.sync_all();
+            g = lock();
+            g.running = false;
+            match r {
+                Ok(()) => {
+                    let covered = upto - g.synced_through;
+                    g.synced_through = upto;
+                    self.rounds.fetch_add(1, Ordering::Relaxed);
+                    self.joined.fetch_add(covered, Ordering::Relaxed);
+                }
+                Err(e) => g.failed = Some(e.to_string()),
+            }
+            self.done.notify_all();
         }
-        _ => Ok(()),
     }
 }
 
@@ -232,7 +363,7 @@ mod tests {
     #[test]
     fn null_consumer_answers_every_file_of_a_burst() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let n = NullConsumer::start(dir.path(), 2).expect("start");
+        let n = NullConsumer::start(dir.path(), 2, Contract::Nothing).expect("start");
         let w = Workload {
             ops: 3,
             record_bytes: 50,
@@ -243,6 +374,43 @@ mod tests {
             .expect("new/")
             .count();
         assert_eq!(left, 0, "inputs removed");
+        drop(n);
+    }
+
+    /// The durable-null does the same work, and every result went through an `out/` round
+    /// (its fsync) before its input was removed.
+    #[test]
+    fn durable_null_consumer_puts_every_result_through_a_round() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = NullConsumer::start(dir.path(), 8, Contract::Durable).expect("start");
+        let w = Workload {
+            ops: 3,
+            record_bytes: 50,
+        };
+        let b = burst_timed(&n.spool, 40, &w).expect("burst");
+        check_burst(&n.spool, &b, w.ops).expect("every result");
+        // A result is visible at its rename, before its round: the inputs go after it.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(n.spool.join("new"))
+            .expect("new/")
+            .count()
+            > 0
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (rounds, joined) = n.round_stats();
+        assert_eq!(
+            joined, 40,
+            "every result joined a round before its input went"
+        );
+        assert!((1..=40).contains(&rounds), "{rounds} rounds");
+        let hidden = std::fs::read_dir(n.spool.join("out"))
+            .expect("out/")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .count();
+        assert_eq!(hidden, 0, "no temporary left");
         drop(n);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use roost_storage::{OpenMode, Storage, StorageFs};
@@ -36,6 +36,9 @@ pub struct Publisher {
     published: AtomicU64,
     /// Makes every temporary's name unique, so two results for one name never share one.
     tmp_seq: AtomicU64,
+    /// Helper threads syncing temporaries now, across all callers (`sync_concurrently`):
+    /// at most `SYNC_THREADS` for the whole daemon, however many groups publish at once.
+    sync_threads: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -78,6 +81,7 @@ impl Publisher {
             rounds: AtomicU64::new(0),
             published: AtomicU64::new(0),
             tmp_seq: AtomicU64::new(0),
+            sync_threads: AtomicUsize::new(0),
         })
     }
 
@@ -155,7 +159,7 @@ impl Publisher {
                     }
                 }
             }
-            sync_concurrently(written)?;
+            sync_concurrently(written, &self.sync_threads)?;
         }
         Ok(())
     }
@@ -220,39 +224,81 @@ impl Publisher {
     }
 }
 
-/// Temporaries of one group synced at once at most: one thread each.
+/// Helper threads syncing temporaries at once, for the whole daemon: one thread each.
 const SYNC_THREADS: usize = 16;
 
-/// Every temporary's data synced, up to [`SYNC_THREADS`] at once: fdatasyncs that wait
-/// together share the file system's journal commit and the device's cache flush (the block
-/// layer merges flushes queued together), where one after another each pays its own flush
-/// (issue 30: a group's results synced in turn were most of a burst's time on a journaled
-/// ext4). Every one is still synced before the round renames any.
-fn sync_concurrently(files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)]) -> io::Result<()> {
-    if files.len() <= 1 {
-        return files.iter().try_for_each(|(_, f)| f.sync_data());
+/// Up to `want` of the daemon's [`SYNC_THREADS`] helper threads, taken from `in_use` (none
+/// when all are busy: the caller then syncs on its own thread).
+fn take_threads(in_use: &AtomicUsize, want: usize) -> usize {
+    let mut got = 0;
+    let _ = in_use.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+        got = want.min(SYNC_THREADS.saturating_sub(n));
+        Some(n + got)
+    });
+    got
+}
+
+/// Every temporary's data synced, on this thread and up to [`SYNC_THREADS`] helper threads
+/// shared by the whole daemon: fdatasyncs that wait together share the file system's journal
+/// commit and the device's cache flush (the block layer merges flushes queued together),
+/// where one after another each pays its own flush (issue 30: a group's results synced in
+/// turn were most of a burst's time on a journaled ext4). Every one is still synced before
+/// the round renames any.
+fn sync_concurrently(
+    files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)],
+    in_use: &AtomicUsize,
+) -> io::Result<()> {
+    let helpers = take_threads(in_use, files.len().saturating_sub(1));
+    let result = sync_on(files, helpers);
+    in_use.fetch_sub(helpers, Ordering::SeqCst);
+    result
+}
+
+/// `files` synced in `helpers + 1` shares, the last on this thread; every helper joined
+/// before any error is returned, so no sync outlives the call.
+fn sync_on(
+    files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)],
+    helpers: usize,
+) -> io::Result<()> {
+    let sync = |c: &[(PathBuf, Box<dyn roost_storage::StorageFile>)]| {
+        c.iter().try_for_each(|(_, f)| f.sync_data())
+    };
+    if helpers == 0 {
+        return sync(files);
     }
-    let per_thread = files.len().div_ceil(SYNC_THREADS);
+    let per = files.len().div_ceil(helpers + 1);
     std::thread::scope(|s| {
-        let threads: Vec<_> = files
-            .chunks(per_thread)
-            .map(|c| s.spawn(move || c.iter().try_for_each(|(_, f)| f.sync_data())))
-            .collect();
-        // Every thread joined before any error is returned: no sync outlives the call.
-        let results: Vec<io::Result<()>> = threads
+        let mut chunks = files.chunks(per);
+        let mine = chunks.next().unwrap_or(&[]);
+        let threads: Vec<_> = chunks.map(|c| s.spawn(move || sync(c))).collect();
+        let own = sync(mine);
+        let joined: Vec<io::Result<()>> = threads
             .into_iter()
             .map(|t| {
                 t.join()
                     .unwrap_or_else(|_| Err(io::Error::other("a result sync thread panicked")))
             })
             .collect();
-        results.into_iter().collect()
+        own.and(joined.into_iter().collect())
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sync helpers are bounded for the whole daemon, however many groups publish at
+    /// once: a caller gets what is left, none when all are taken, and they come back.
+    #[test]
+    fn sync_helper_threads_are_bounded_across_callers() {
+        let in_use = AtomicUsize::new(0);
+        assert_eq!(take_threads(&in_use, 10), 10);
+        assert_eq!(take_threads(&in_use, 10), SYNC_THREADS - 10);
+        assert_eq!(take_threads(&in_use, 10), 0);
+        assert_eq!(in_use.load(Ordering::SeqCst), SYNC_THREADS);
+        in_use.fetch_sub(10, Ordering::SeqCst);
+        assert_eq!(take_threads(&in_use, 3), 3);
+    }
     use crate::batch::Invalid;
     use roost_storage::{CrashMode, SimFaults, SimStorage};
 

@@ -4,16 +4,18 @@
 //! - `error` (the error type and the class -> exit code mapping) and `layout` (the data
 //!   directory's names), `logging` (the `ROOST_LOG` filter, stderr or the journal): leaves.
 //! - `config`, `batch` (parsing, fingerprint, result JSON).
-//! - `spool`: the spool directory (intake, result publishing, quarantine).
+//! - `spool`: the spool directory (reading a dropped file, result publishing, `failed/`).
 //! - `pipeline`: the engine (Plan -> Claim -> Commit -> Finish, recovery), synchronous and
 //!   testable over a simulated disk.
 //! - `replica`: the engine joined to the replication protocol; `cluster`: leadership and
 //!   epochs from etcd, a standby's forwarding (issue 27).
 //! - `control`: the control socket (`roost status`), the status JSON, the metrics and their
 //!   HTTP endpoint, the systemd notify protocol.
-//! - `ops`: what operators use besides the pipeline: the offline `verify`, the stream
-//!   protocol, the test cluster's certificates.
-//! - `serve`: the async shell around the engine (spool watching, workers, signals).
+//! - `ops`: what operators use besides the pipeline: the offline `verify`, the test
+//!   cluster's certificates.
+//! - `intake`: every way a batch arrives (spool files, bulk files, the stream), each through
+//!   `Engine::submit`.
+//! - `serve`: the async shell around the engine (the loop, dispatch, sidecars, signals).
 //! - `drill`: `roost drill`, the crash and failover drills, which run `roost serve` as child
 //!   processes (`drill::child`, public so black-box tests start the daemon the same way).
 //! - `cli`: the command line. `main.rs` only sets up logging and calls `cli::run`.

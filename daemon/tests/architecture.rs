@@ -18,6 +18,7 @@ const SOURCE_ROOTS: &[&str] = &[
     "bench/src",
     "benchkit/src",
     "tests/src",
+    "packaging/gen/src",
 ];
 
 /// File kinds a path names; a word in backquotes ending in one of these is a path.

@@ -78,7 +78,7 @@ fn bulk_file_lines_answer_in_order() {
     drop_in(&spool, "load.jsonl", body.as_bytes());
     let (bytes, got) = bulk_result(&spool, "load.jsonl", Duration::from_secs(30));
     check_every_kind(&got, &pre[0]);
-    // The input goes a moment after the result (the result first: see serve/bulk.rs).
+    // The input goes a moment after the result (the result first: see intake/bulk_files.rs).
     wait_for("new/load.jsonl removed", Duration::from_secs(20), || {
         !spool.join("new/load.jsonl").exists()
     });

@@ -167,3 +167,28 @@ fn tempfile_dir() -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     d
 }
+
+/// Goal: no two files of the daemon share a name (`mod.rs` aside), so a name says which job
+/// (issue 30 found four `stream.rs`, three `bulk.rs`, two `backup.rs`).
+/// Method: count every file name under `daemon/src`.
+#[test]
+fn no_two_files_share_a_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut list = Vec::new();
+    rust_files(&src, &mut list);
+    let mut seen = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for f in &list {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        let rel = f
+            .strip_prefix(&src)
+            .expect("under src")
+            .display()
+            .to_string();
+        seen.entry(name.unwrap_or_default()).or_default().push(rel);
+    }
+    let twice: Vec<_> = seen
+        .iter()
+        .filter(|(n, paths)| *n != "mod.rs" && paths.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "files that share a name: {twice:?}");
+}

@@ -6,7 +6,7 @@
 //! Method: the real engine over the simulated disk, the bulk worker's own line loop
 //! (`roost::intake::bulk_files::answer_lines`) with one thread, so a crash-free run is
 //! deterministic: once with one line per group, once with every line in one group
-//! (`pipeline/group.rs`: one planner pass, one sync, one flush per shard for all of them). For every point the clean run reaches, a process crash, a power loss and
+//! (`Engine::submit`: one planner pass, one sync, one flush per shard for all of them). For every point the clean run reaches, a process crash, a power loss and
 //! a torn power loss there; reopen (recovery), run the file again, publish, compare. Last,
 //! the input coming back after its result (a power cut between the result's sync and that of
 //! `new/`) gives the same bytes again.

@@ -1,4 +1,4 @@
-//! `roost submit --stream`: the stream socket's client (the protocol is `ops::stream`). A
+//! `roost submit --stream`: the stream socket's client (the protocol is `intake/stream_protocol.rs`). A
 //! sender thread reads batch lines from stdin and writes them to the socket, at most
 //! [`WINDOW`] unanswered at once (never one round trip per batch); this thread reads the
 //! answers, checks each belongs to its request (answers come in request order), prints it,

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tracing::debug;
 
 use super::metrics::{render, Format};
-use super::status::status_with;
+use super::status_json::status_with;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::pipeline::Engine;

@@ -8,7 +8,7 @@
 //! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
 //! Beside the spool files, each round of the one-node drill sends a quarter as many batches
 //! over the stream socket (`stream_client`) and drops bulk files (`NAME.jsonl`, one batch per line,
-//! at least a quarter as many lines, 50 to 200 a file: `bulk_files`); all are judged together,
+//! at least a quarter as many lines, 50 to 200 a file: `bulk_judge`); all are judged together,
 //! and every answer still claimed in the WAL is compared with its claim (`claims`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,7 +21,7 @@ use roost_storage::RealStorage;
 use serde_json::Value;
 
 mod batches;
-mod bulk_files;
+mod bulk_judge;
 pub mod child;
 mod claims;
 mod cluster_strikes;
@@ -73,7 +73,7 @@ struct Drill<'a> {
     /// The streamed batches and their answers.
     stream: stream_client::Streamed,
     /// The bulk files and what the restarts saw of them.
-    bulk: bulk_files::Bulk,
+    bulk: bulk_judge::Bulk,
     /// Claims compared with their answers (`claims`), over every check.
     claims_compared: usize,
 }
@@ -95,7 +95,7 @@ impl<'a> Drill<'a> {
             next_batch: 0,
             per_round: opts.batches.div_ceil(opts.kills + 1),
             stream: stream_client::Streamed::new(&opts.data_dir.join("data")),
-            bulk: bulk_files::Bulk::default(),
+            bulk: bulk_judge::Bulk::default(),
             claims_compared: 0,
         })
     }
@@ -332,7 +332,7 @@ impl<'a> Drill<'a> {
     }
 }
 
-fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk_files::Bulk) -> anyhow::Result<()> {
+fn wait_drained(sp: &SpoolPaths, sent: &[Sent], bulk: &bulk_judge::Bulk) -> anyhow::Result<()> {
     let until = Instant::now() + READY_LIMIT;
     loop {
         let missing = sent

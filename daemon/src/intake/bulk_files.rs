@@ -1,4 +1,4 @@
-//! A bulk file (`new/NAME.jsonl`, `spool/bulk.rs`) to its result: read whole with the same
+//! A bulk file (`new/NAME.jsonl`, `bulk_lines.rs`) to its result: read whole with the same
 //! safe reader as a batch file (under `bulk_file_bytes_max`), the line limit checked before
 //! any line is planned, then the lines in groups of `bulk_group_lines` through
 //! [`Engine::submit`], answers returned (one planner pass, one WAL fdatasync, one flush per

@@ -3,7 +3,7 @@
 //! result `out/NAME.jsonl` holds one result line per batch line, in line order. This module
 //! is the part that needs no engine: which names are bulk files, the file's lines and their
 //! limits, each line's parse, a line's claim source, and a result line's bytes. It never
-//! plans or writes anything; the serve worker (`serve/bulk.rs`) runs the lines through the
+//! plans or writes anything; the serve worker (`intake/bulk_files.rs`) runs the lines through the
 //! engine.
 //!
 //! Lines end at `\n` (a `\r` before it is JSON whitespace). A line of only whitespace is

@@ -1,5 +1,5 @@
 //! The stream protocol (README "Streaming intake"), shared by the daemon's listener
-//! (`serve/stream.rs`) and its client (`roost submit --stream`): where the socket is, how a
+//! (`intake/stream_socket.rs`) and its client (`roost submit --stream`): where the socket is, how a
 //! request line is framed and parsed, and what an answer line looks like. It never touches
 //! the engine.
 //!

@@ -1,7 +1,7 @@
 //! The streaming intake (README "Streaming intake"): a Unix socket, placed, made and
 //! permissioned like the control socket, where a client sends batch JSON lines and reads one
 //! answer line per request, in request order, each written only once its batch is as
-//! durable as a published result file (the protocol itself is `ops::stream`). Per connection
+//! durable as a published result file (the protocol itself is `intake::stream_protocol`). Per connection
 //! a reader parses lines and starts batches on the blocking pool (the lines already
 //! buffered, up to `GROUP_MAX`, as one `Engine::submit` with `Deliver::Early`, which hands
 //! each answer over where a spool file's result would be published, before the group's durability

@@ -438,7 +438,7 @@ impl Engine {
     /// An answer to spool file `name` that no claim of this node finishes, once it is
     /// durable: `out/NAME` published (after any earlier claim under the name settles, if
     /// `settle`), then `new/NAME` removed and `new/` synced at once. Two intakes answer so:
-    /// - A bulk file, once every line is answered (`serve/bulk.rs`, settled): its result
+    /// - A bulk file, once every line is answered (`intake/bulk_files.rs`, settled): its result
     ///   lines. The lines' claims are detached: recovery never touches `new/NAME` or
     ///   `out/NAME` for them, so until the removal is durable the file is simply processed
     ///   again, and each line's key gives its original answer: the same bytes.

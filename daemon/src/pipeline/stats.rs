@@ -37,12 +37,12 @@ pub struct Stats {
     /// standby forwarded and answered (issue 27).
     pub forwarded_in: AtomicU64,
     pub forwarded_out: AtomicU64,
-    /// The streaming intake's figures (kept by `serve/stream.rs`).
+    /// The streaming intake's figures (kept by `intake/stream_socket.rs`).
     pub stream: StreamStats,
-    /// Bulk files' figures (kept by `serve/bulk.rs`).
+    /// Bulk files' figures (kept by `intake/bulk_files.rs`).
     pub bulk: BulkStats,
     /// Groups of spool files run together (`Engine::submit`, kept by
-    /// `serve/worker.rs`), and the files they answered.
+    /// `intake/worker.rs`), and the files they answered.
     pub file_groups: AtomicU64,
     pub files_in_groups: AtomicU64,
 }

@@ -12,7 +12,7 @@
 pub mod base_backup;
 pub mod cut;
 pub mod reseed;
-pub mod serve;
+pub mod tasks;
 pub mod transport;
 
 use std::sync::Arc;

@@ -24,7 +24,7 @@ use crate::error::EngineError;
 use crate::intake::events::Hints;
 use crate::intake::{stream_socket as stream, worker, ClearOnDrop, Shared};
 use crate::pipeline::Engine;
-use crate::replica::serve::{FollowerEnd, Host, ReplTasks};
+use crate::replica::tasks::{FollowerEnd, Host, ReplTasks};
 use crate::spool;
 use sidecars::Sidecars;
 
@@ -206,7 +206,7 @@ struct Track {
     following: Option<String>,
 }
 
-/// What the replication tasks (`replica/serve.rs`) need of this loop: the engine, whether
+/// What the replication tasks (`replica/tasks.rs`) need of this loop: the engine, whether
 /// this is a cluster node, and how a follower's end reaches the loop (a rejoin, or a stop
 /// with the error's class).
 fn repl_host(shared: &Arc<Shared>) -> Host {

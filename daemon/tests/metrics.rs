@@ -218,9 +218,13 @@ fn plain_text_passes_promtool(addr: SocketAddr) -> String {
     text
 }
 
-/// The OpenMetrics text (no `Accept`), checked by [`openmetrics_problems`].
+/// The OpenMetrics text (Prometheus' own `Accept`), checked by [`openmetrics_problems`];
+/// no `Accept` still gets the 0.0.4 text the endpoint always served.
 fn openmetrics_is_well_formed(addr: SocketAddr) -> String {
-    let (status, ct, om) = scrape(addr, None);
+    let (_, ct, _) = scrape(addr, None);
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    let prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    let (status, ct, om) = scrape(addr, Some(prometheus));
     assert_eq!(status, "HTTP/1.1 200 OK", "{om}");
     let openmetrics = "application/openmetrics-text; version=1.0.0";
     assert!(ct.starts_with(openmetrics), "{ct}");
@@ -276,7 +280,7 @@ fn the_checks_catch_a_collision_and_a_bad_unit() {
     );
 }
 
-/// Goal: the endpoint keeps its bounds: only `GET /metrics` (405, 404 otherwise), a request
+/// Goal: the endpoint keeps its bounds: only `GET`/`HEAD` (405 otherwise; any path), a request
 /// head over 8 KiB refused (431, or reset), at most 16 connections at once (one more is
 /// closed unanswered or reset), and an idle connection closed after the 5 s head timeout,
 /// freeing its place.
@@ -290,8 +294,13 @@ fn the_endpoint_is_bounded() {
         b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
     );
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    // Any path answers, as the endpoint always did.
     let other = exchange(addr, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    assert!(
+        other.contains("# TYPE roost_batches_total counter"),
+        "{other}"
+    );
     let big = format!(
         "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(10_000)

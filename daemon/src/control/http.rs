@@ -36,6 +36,8 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 8192;
 pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time for the whole exchange, the answer's writing included.
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed accept (out of descriptors, say) before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Serves the metrics on `addr` until the task is dropped; a non-loopback address is refused
 /// with a warning (the unit's network sandbox is loopback only).
@@ -51,7 +53,16 @@ pub async fn serve_metrics_tcp(
     let listener = TcpListener::bind(addr).await?;
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
-        let (stream, peer) = listener.accept().await?;
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors, a connection reset before it was taken: the endpoint
+                // stays up and tries again.
+                warn!(error = %e, "metrics: cannot accept a connection; retrying");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             debug!(%peer, "metrics: {CONNECTIONS_MAX} connections open; closing this one");
             continue;
@@ -67,8 +78,19 @@ pub async fn serve_metrics_tcp(
 /// One connection, one request, within the bounds above.
 async fn serve_connection(stream: TcpStream, engine: Arc<Engine>, cluster: Option<Arc<Cluster>>) {
     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-        let answer = respond(&req, &engine, cluster.as_ref());
-        async move { Ok::<_, Infallible>(answer) }
+        let get = req.method() == Method::GET || req.method() == Method::HEAD;
+        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+        let format = Format::from_accept(accept);
+        let (engine, cluster) = (engine.clone(), cluster.clone());
+        async move {
+            // Rendering reads the disk (the shards' sizes): off the runtime's workers.
+            let answer = tokio::task::spawn_blocking(move || {
+                respond(get, format, &engine, cluster.as_ref())
+            })
+            .await
+            .unwrap_or_else(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")));
+            Ok::<_, Infallible>(answer)
+        }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -83,26 +105,20 @@ async fn serve_connection(stream: TcpStream, engine: Arc<Engine>, cluster: Optio
     }
 }
 
-/// `GET` or `HEAD` of `/metrics` or `/`: the metrics in the format `Accept` asks for.
-fn respond<B>(
-    req: &Request<B>,
+/// `GET` or `HEAD` of any path (`/metrics` by convention; the endpoint always answered every
+/// path): the metrics in the format `Accept` asks for.
+fn respond(
+    get: bool,
+    format: Format,
     engine: &Arc<Engine>,
     cluster: Option<&Arc<Cluster>>,
 ) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+    if !get {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n".into());
         r.headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    if !matches!(req.uri().path(), "/metrics" | "/") {
-        return plain(
-            StatusCode::NOT_FOUND,
-            "the metrics are at /metrics\n".into(),
-        );
-    }
-    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
-    let format = Format::from_accept(accept);
     match render(engine, cluster, format) {
         Ok(text) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));

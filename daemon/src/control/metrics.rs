@@ -1,6 +1,6 @@
 //! Every metric roost exports, read from the engine at scrape time and written by the
-//! `prometheus-client` encoders: OpenMetrics text (the default over HTTP) or the Prometheus
-//! text format 0.0.4 (the control socket, and HTTP when the `Accept` header asks). The names
+//! `prometheus-client` encoders: OpenMetrics text (over HTTP when the `Accept` header asks, as
+//! Prometheus does) or the Prometheus text format 0.0.4 (the control socket, and HTTP otherwise). The names
 //! are a public contract (docs/metrics.md): a counter is registered without `_total` (the
 //! encoder adds it, and only to counters), a unit is a `Unit` (the encoder appends it and
 //! writes `# UNIT`), and a renamed metric keeps its old name beside the new one unless the
@@ -33,14 +33,13 @@ pub enum Format {
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 impl Format {
-    /// The format an HTTP client asks for: the Prometheus text 0.0.4 only when its `Accept`
-    /// names `text/plain` and not OpenMetrics; OpenMetrics otherwise (also with no header).
+    /// The format an HTTP client asks for: OpenMetrics when its `Accept` names it (Prometheus
+    /// does); the Prometheus text 0.0.4 otherwise, also with no header or `*/*`, as the
+    /// endpoint has always answered (`curl` and scripts keep what they read).
     pub fn from_accept(accept: Option<&str>) -> Format {
         match accept {
-            Some(a) if a.contains("text/plain") && !a.contains("application/openmetrics-text") => {
-                Format::Text004
-            }
-            _ => Format::OpenMetrics,
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text004,
         }
     }
 
@@ -672,14 +671,14 @@ fn cluster_figures(engine: &Engine, c: &Cluster) -> Vec<Figure> {
 mod tests {
     use super::*;
 
-    /// Goal: a scraper that asks for OpenMetrics (Prometheus itself) or nothing gets it;
-    /// one that asks for text/plain only gets the 0.0.4 text.
+    /// Goal: a scraper that asks for OpenMetrics (Prometheus itself) gets it; one that asks
+    /// for text/plain, for anything or for nothing gets the 0.0.4 text it always got.
     #[test]
     fn the_accept_header_picks_the_format() {
         let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
-        assert_eq!(Format::from_accept(None), Format::OpenMetrics);
-        assert_eq!(Format::from_accept(Some("*/*")), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(None), Format::Text004);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Text004);
         let plain = Some("text/plain; version=0.0.4");
         assert_eq!(Format::from_accept(plain), Format::Text004);
         assert!(Format::Text004.content_type().contains("version=0.0.4"));

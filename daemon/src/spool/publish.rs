@@ -248,38 +248,64 @@ fn sync_concurrently(
     files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)],
     in_use: &AtomicUsize,
 ) -> io::Result<()> {
-    let helpers = take_threads(in_use, files.len().saturating_sub(1));
-    let result = sync_on(files, helpers);
-    in_use.fetch_sub(helpers, Ordering::SeqCst);
-    result
+    let helpers = Helpers {
+        n: take_threads(in_use, files.len().saturating_sub(1)),
+        in_use,
+    };
+    sync_on(files, helpers.n)
 }
 
-/// `files` synced in `helpers + 1` shares, the last on this thread; every helper joined
-/// before any error is returned, so no sync outlives the call.
-fn sync_on(
-    files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)],
-    helpers: usize,
-) -> io::Result<()> {
-    let sync = |c: &[(PathBuf, Box<dyn roost_storage::StorageFile>)]| {
-        c.iter().try_for_each(|(_, f)| f.sync_data())
-    };
+/// Helper threads taken from the daemon's budget, given back when dropped (a panic too).
+struct Helpers<'a> {
+    n: usize,
+    in_use: &'a AtomicUsize,
+}
+
+impl Drop for Helpers<'_> {
+    fn drop(&mut self) {
+        self.in_use.fetch_sub(self.n, Ordering::SeqCst);
+    }
+}
+
+type Temporary = (PathBuf, Box<dyn roost_storage::StorageFile>);
+
+fn sync_all(files: &[Temporary]) -> io::Result<()> {
+    files.iter().try_for_each(|(_, f)| f.sync_data())
+}
+
+/// `files` synced in `helpers + 1` shares, the first on this thread (and any share whose
+/// thread the system refuses); every helper joined before any error is returned, so no sync
+/// outlives the call.
+fn sync_on(files: &[Temporary], helpers: usize) -> io::Result<()> {
     if helpers == 0 {
-        return sync(files);
+        return sync_all(files);
     }
     let per = files.len().div_ceil(helpers + 1);
     std::thread::scope(|s| {
         let mut chunks = files.chunks(per);
         let mine = chunks.next().unwrap_or(&[]);
-        let threads: Vec<_> = chunks.map(|c| s.spawn(move || sync(c))).collect();
-        let own = sync(mine);
-        let joined: Vec<io::Result<()>> = threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("a result sync thread panicked")))
-            })
-            .collect();
-        own.and(joined.into_iter().collect())
+        let mut inline = Vec::new();
+        let mut threads = Vec::new();
+        for c in chunks {
+            match std::thread::Builder::new()
+                .name("roost-sync".into())
+                .spawn_scoped(s, move || sync_all(c))
+            {
+                Ok(t) => threads.push(t),
+                Err(_) => inline.push(c),
+            }
+        }
+        let mut result = sync_all(mine);
+        for c in inline {
+            result = result.and(sync_all(c));
+        }
+        for t in threads {
+            let joined = t.join();
+            let r =
+                joined.unwrap_or_else(|_| Err(io::Error::other("a result sync thread panicked")));
+            result = result.and(r);
+        }
+        result
     })
 }
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
 use roost_wal::Lsn;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::log_role::{Role, StandbyState};
 use super::{lock, Engine};
@@ -43,7 +43,7 @@ impl Engine {
             );
             *role = Role::SteppedDown { epoch };
             drop(role);
-            self.stop_waiting_for_standby();
+            self.repl.stop_waiting_for_standby();
             self.finished_cv.notify_all();
         }
     }
@@ -80,31 +80,6 @@ impl Engine {
         lock(&self.repl.epochs)
             .latest()
             .map_or(1, |(_, start)| start)
-    }
-
-    /// The in-sync standbys of this cluster leader (`None` outside a cluster or not leading).
-    pub fn isr(&self) -> Option<BTreeSet<String>> {
-        lock(&self.repl.isr).clone()
-    }
-
-    /// Adds `name` to the in-sync set (before etcd hears of it: the set etcd holds must never
-    /// name a node that answers did not wait for).
-    pub fn isr_add(&self, name: &str) {
-        if let Some(set) = lock(&self.repl.isr).as_mut() {
-            if set.insert(name.to_owned()) {
-                info!(standby = name, "in sync: answers wait for it from now on");
-            }
-        }
-    }
-
-    /// Removes `name` (after etcd no longer names it: until then answers still wait for it).
-    pub fn isr_remove(&self, name: &str) {
-        if let Some(set) = lock(&self.repl.isr).as_mut() {
-            if set.remove(name) {
-                warn!(standby = name, "out of sync: answers no longer wait for it");
-            }
-        }
-        self.repl_acked_notify();
     }
 
     /// The high watermark of a cluster leader: the lowest acknowledgement among its in-sync

@@ -203,7 +203,7 @@ async fn campaign(
         return Ok(());
     };
     let fence_at = sent + fence_after(ttl);
-    engine.lease_renewed_until(fence_at);
+    engine.replication().lease_renewed_until(fence_at);
     let standbys: BTreeSet<String> = members.iter().filter(|n| **n != cl.name).cloned().collect();
     let e = engine.clone();
     let promoted = tokio::task::spawn_blocking(move || e.promote_at(epoch, standbys)).await;
@@ -344,7 +344,7 @@ async fn lead_step(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Re
         return Ok(Step::Fence("the leadership lease expired in etcd".into()));
     };
     let fence_at = sent + fence_after(ttl);
-    engine.lease_renewed_until(fence_at);
+    engine.replication().lease_renewed_until(fence_at);
     cl.update(|v| v.fence_at = Some(fence_at));
     let (kv, _) = cl
         .etcd
@@ -424,7 +424,10 @@ fn isr_changes(
     let fresh = |s: &crate::pipeline::StandbyState| {
         s.connected && s.last_fetch.elapsed() < cl.standby_timeout
     };
-    let floor = engine.epoch_start().max(engine.high_watermark());
+    let floor = engine
+        .replication()
+        .epoch_start()
+        .max(engine.high_watermark());
     let add: BTreeSet<String> = standbys
         .iter()
         .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= floor && s.acked > 0)

@@ -48,16 +48,6 @@ impl Engine {
         }
     }
 
-    /// The cluster agent renewed the lease: this leader may take batches and answer until
-    /// `deadline` (the renewal's send time + TTL - margin).
-    pub fn lease_renewed_until(&self, deadline: std::time::Instant) {
-        let ms = deadline
-            .saturating_duration_since(self.repl.opened)
-            .as_millis();
-        let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
-        self.repl.lease_until_ms.store(ms, Ordering::SeqCst);
-    }
-
     /// Fences this leader if its lease deadline passed (checked before every batch is taken
     /// and every answer given: a process that slept through its deadline stops at the first
     /// thing it does, not when its agent runs again). True when fenced now or before.
@@ -72,14 +62,6 @@ impl Engine {
             return true;
         }
         false
-    }
-
-    /// The first lsn of the epoch this node leads (or last led): every batch an earlier
-    /// leader acknowledged is below it.
-    pub fn epoch_start(&self) -> Lsn {
-        lock(&self.repl.epochs)
-            .latest()
-            .map_or(1, |(_, start)| start)
     }
 
     /// The high watermark of a cluster leader: the lowest acknowledgement among its in-sync

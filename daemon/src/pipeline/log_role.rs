@@ -204,6 +204,20 @@ impl Replication {
         lock(&self.deferred).len()
     }
 
+    /// The cluster agent renewed the lease: this leader may take batches and answer until
+    /// `deadline` (the renewal's send time + TTL - margin).
+    pub fn lease_renewed_until(&self, deadline: std::time::Instant) {
+        let ms = deadline.saturating_duration_since(self.opened).as_millis();
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
+        self.lease_until_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// The first lsn of the epoch this node leads (or last led): every batch an earlier
+    /// leader acknowledged is below it.
+    pub fn epoch_start(&self) -> Lsn {
+        lock(&self.epochs).latest().map_or(1, |(_, start)| start)
+    }
+
     /// The in-sync standbys of this cluster leader (`None` outside a cluster or not leading).
     pub fn isr(&self) -> Option<BTreeSet<String>> {
         lock(&self.isr).clone()

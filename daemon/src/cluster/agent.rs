@@ -203,7 +203,7 @@ async fn campaign(
         return Ok(());
     };
     let fence_at = sent + fence_after(ttl);
-    engine.lease_renewed_until(fence_at);
+    engine.replication().lease_renewed_until(fence_at);
     let standbys: BTreeSet<String> = members.iter().filter(|n| **n != cl.name).cloned().collect();
     let e = engine.clone();
     let promoted = tokio::task::spawn_blocking(move || e.promote_at(epoch, standbys)).await;
@@ -344,7 +344,7 @@ async fn lead_step(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Re
         return Ok(Step::Fence("the leadership lease expired in etcd".into()));
     };
     let fence_at = sent + fence_after(ttl);
-    engine.lease_renewed_until(fence_at);
+    engine.replication().lease_renewed_until(fence_at);
     cl.update(|v| v.fence_at = Some(fence_at));
     let (kv, _) = cl
         .etcd
@@ -362,7 +362,7 @@ async fn lead_step(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Re
 
 /// Joins caught-up standbys to the ISR and removes silent ones (see the module comment).
 async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Result<Step, String> {
-    let Some(now) = engine.isr() else {
+    let Some(now) = engine.replication().isr() else {
         return Ok(Step::Leading);
     };
     let (add, remove) = isr_changes(cl, engine, &now, led_since);
@@ -370,7 +370,7 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
         return Ok(Step::Leading);
     }
     for n in &add {
-        engine.isr_add(n);
+        engine.replication().isr_add(n);
     }
     let mut members: BTreeSet<String> = now.union(&add).cloned().collect();
     for n in &remove {
@@ -399,7 +399,7 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
         ));
     }
     for n in &remove {
-        engine.isr_remove(n);
+        engine.replication().isr_remove(n);
     }
     info!(isr = ?isr.members, "cluster: in-sync set written");
     cl.update(|v| v.isr = Some(isr));
@@ -420,11 +420,14 @@ fn isr_changes(
     now: &BTreeSet<String>,
     led_since: Instant,
 ) -> (BTreeSet<String>, BTreeSet<String>) {
-    let standbys = engine.standbys();
+    let standbys = engine.replication().standbys();
     let fresh = |s: &crate::pipeline::StandbyState| {
         s.connected && s.last_fetch.elapsed() < cl.standby_timeout
     };
-    let floor = engine.epoch_start().max(engine.high_watermark());
+    let floor = engine
+        .replication()
+        .epoch_start()
+        .max(engine.high_watermark());
     let add: BTreeSet<String> = standbys
         .iter()
         .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= floor && s.acked > 0)

@@ -39,18 +39,25 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (out of descriptors, say) before the next.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Serves the metrics on `addr` until the task is dropped; a non-loopback address is refused
-/// with a warning (the unit's network sandbox is loopback only).
+/// The metrics listener on `addr`, bound now (before READY=1, so a scraper started after it
+/// never finds the port closed); `None` for a non-loopback address, refused with a warning
+/// (the unit's network sandbox is loopback only). Must be called inside the runtime.
+pub fn bind_metrics(addr: SocketAddr) -> std::io::Result<Option<TcpListener>> {
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "metrics_listen is not a loopback address; refusing to expose metrics");
+        return Ok(None);
+    }
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    TcpListener::from_std(std_listener).map(Some)
+}
+
+/// Serves the metrics on `listener` until the task is dropped.
 pub async fn serve_metrics_tcp(
-    addr: SocketAddr,
+    listener: TcpListener,
     engine: Arc<Engine>,
     cluster: Option<Arc<Cluster>>,
 ) -> std::io::Result<()> {
-    if !addr.ip().is_loopback() {
-        warn!(%addr, "metrics_listen is not a loopback address; refusing to expose metrics");
-        return Ok(());
-    }
-    let listener = TcpListener::bind(addr).await?;
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let (stream, peer) = match listener.accept().await {

@@ -457,6 +457,7 @@ fn memory_figures(engine: &Engine) -> Vec<Figure> {
 fn replication_figures(engine: &Engine) -> Vec<Figure> {
     let end = engine.durable_end();
     let lag = engine
+        .replication()
         .standbys()
         .iter()
         .map(|(_, s)| end.saturating_sub(s.acked))
@@ -487,7 +488,7 @@ fn replication_figures(engine: &Engine) -> Vec<Figure> {
         counter(
             "roost_replication_published_alone",
             "Results published with no standby in sync (when_standby_lost = alone).",
-            engine.published_alone(),
+            engine.replication().published_alone(),
         ),
         gauge(
             "roost_replication_waiting_for_standby",

@@ -146,7 +146,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
         let reason = format!("this node is the {}: its spool is closed", role.name());
         return json!({"state": "closed", "reason": reason, "pauses": pauses});
     }
-    let claims = engine.deferred_claims();
+    let claims = engine.replication().deferred_claims();
     if claims > 0 {
         let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
         return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
@@ -208,6 +208,7 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
     let r = &engine.config().replication;
     let end = engine.durable_end();
     let standbys: Vec<serde_json::Value> = engine
+        .replication()
         .standbys()
         .into_iter()
         .map(|(name, s)| {
@@ -221,7 +222,7 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
             })
         })
         .collect();
-    let follow = engine.follow_status().map(|f| {
+    let follow = engine.replication().follow_status().map(|f| {
         json!({
             "leader": f.leader,
             "connected": f.connected,
@@ -244,10 +245,10 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
         "insecure": r.unauthenticated(),
         "members": r.members,
         "standbys": standbys,
-        "standby_connected": engine.standbys().iter().any(|(_, s)| s.connected),
+        "standby_connected": engine.replication().standbys().iter().any(|(_, s)| s.connected),
         "waiting_for_standby": engine.waiting_for_standby(),
-        "published_alone": engine.published_alone(),
-        "claims_to_finish": engine.deferred_claims(),
+        "published_alone": engine.replication().published_alone(),
+        "claims_to_finish": engine.replication().deferred_claims(),
         "follow": follow,
     })
 }

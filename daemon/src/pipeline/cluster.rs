@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
 use roost_wal::Lsn;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::log_role::{Role, StandbyState};
 use super::{lock, Engine};
@@ -43,19 +43,9 @@ impl Engine {
             );
             *role = Role::SteppedDown { epoch };
             drop(role);
-            self.stop_waiting_for_standby();
+            self.repl.stop_waiting_for_standby();
             self.finished_cv.notify_all();
         }
-    }
-
-    /// The cluster agent renewed the lease: this leader may take batches and answer until
-    /// `deadline` (the renewal's send time + TTL - margin).
-    pub fn lease_renewed_until(&self, deadline: std::time::Instant) {
-        let ms = deadline
-            .saturating_duration_since(self.repl.opened)
-            .as_millis();
-        let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
-        self.repl.lease_until_ms.store(ms, Ordering::SeqCst);
     }
 
     /// Fences this leader if its lease deadline passed (checked before every batch is taken
@@ -72,39 +62,6 @@ impl Engine {
             return true;
         }
         false
-    }
-
-    /// The first lsn of the epoch this node leads (or last led): every batch an earlier
-    /// leader acknowledged is below it.
-    pub fn epoch_start(&self) -> Lsn {
-        lock(&self.repl.epochs)
-            .latest()
-            .map_or(1, |(_, start)| start)
-    }
-
-    /// The in-sync standbys of this cluster leader (`None` outside a cluster or not leading).
-    pub fn isr(&self) -> Option<BTreeSet<String>> {
-        lock(&self.repl.isr).clone()
-    }
-
-    /// Adds `name` to the in-sync set (before etcd hears of it: the set etcd holds must never
-    /// name a node that answers did not wait for).
-    pub fn isr_add(&self, name: &str) {
-        if let Some(set) = lock(&self.repl.isr).as_mut() {
-            if set.insert(name.to_owned()) {
-                info!(standby = name, "in sync: answers wait for it from now on");
-            }
-        }
-    }
-
-    /// Removes `name` (after etcd no longer names it: until then answers still wait for it).
-    pub fn isr_remove(&self, name: &str) {
-        if let Some(set) = lock(&self.repl.isr).as_mut() {
-            if set.remove(name) {
-                warn!(standby = name, "out of sync: answers no longer wait for it");
-            }
-        }
-        self.repl_acked_notify();
     }
 
     /// The high watermark of a cluster leader: the lowest acknowledgement among its in-sync

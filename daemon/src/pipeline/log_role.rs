@@ -1,18 +1,22 @@
 //! This node's place in replication, as the engine keeps it (docs/replication.md,
 //! `Kip320.tla`): its role, the leader epochs (`EPOCH`, `LEADER_EPOCHS`), the standbys and
-//! what each acknowledged, the in-sync set and the lease of a cluster leader. Only state and
-//! the files it is read from and written to: what the engine does with it is `replicate.rs`
-//! (acknowledgements, epochs, stepping down), `cluster.rs` (promotion, fencing) and
-//! `apply.rs` (a standby's apply). It knows nothing of the engine.
+//! what each acknowledged, the in-sync set and the lease of a cluster leader: the state, the
+//! files it is read from and written to, and what control, status, the replica tasks and the
+//! cluster agent read and change of it directly (`Engine::replication`: the standbys, the
+//! in-sync set, the view of the primary, the claims held back). What the engine does with it
+//! is `replicate.rs` (acknowledgements, epochs, stepping down), `cluster.rs` (promotion,
+//! fencing) and `apply.rs` (a standby's apply). It knows nothing of the engine.
 
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use roost_storage::{read_all, OpenMode, Storage};
 use roost_wal::{LeaderEpochs, Lsn, Wal};
+use tracing::{info, warn};
 
 use super::disk::{io_err, lock, replace_file};
 use super::owner::ShardSlot;
@@ -76,8 +80,10 @@ pub(super) struct Unflushed {
 /// Acknowledged positions kept for the lag in bytes (one per fetch that moved).
 pub(super) const POSITIONS_KEPT: usize = 4096;
 
-/// The replication state the engine keeps.
-pub(super) struct Replication {
+/// The replication state the engine keeps, and what control, status and the cluster agent
+/// read and change of it directly (`Engine::replication`): the standbys, the in-sync set, the
+/// standby's view of its primary, the claims held back.
+pub struct Replication {
     pub(super) role: Mutex<Role>,
     /// The highest leader epoch known (this node's own while primary).
     pub(super) epoch: AtomicU32,
@@ -148,6 +154,93 @@ impl Replication {
             lease_until_ms: AtomicU64::new(0),
             opened: Instant::now(),
         }
+    }
+}
+
+/// What the engine's callers read and change of the replication state without the engine.
+impl Replication {
+    /// A standby's connection closed.
+    pub fn standby_disconnected(&self, name: &str) {
+        if let Some(e) = lock(&self.standbys).get_mut(name) {
+            e.connected = false;
+            info!(standby = name, acked = e.acked, "standby disconnected");
+        }
+        self.acked_cv.notify_all();
+    }
+
+    /// The standbys as this primary last saw them.
+    pub fn standbys(&self) -> Vec<(String, StandbyState)> {
+        let mut v: Vec<_> = lock(&self.standbys)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// At a stop: answers waiting for a standby give up now.
+    pub fn stop_waiting_for_standby(&self) {
+        self.giving_up.store(true, Ordering::SeqCst);
+        self.acked_cv.notify_all();
+    }
+
+    /// What this standby knows of its primary (`None` on a primary).
+    pub fn follow_status(&self) -> Option<FollowLink> {
+        lock(&self.follow).clone()
+    }
+
+    /// Updates what this standby knows of its primary.
+    pub fn update_follow_status(&self, f: impl FnOnce(&mut FollowLink)) {
+        f(lock(&self.follow).get_or_insert_with(FollowLink::default));
+    }
+
+    /// Results published with no standby in sync (`when_standby_lost = "alone"`).
+    pub fn published_alone(&self) -> u64 {
+        self.alone.load(Ordering::Relaxed)
+    }
+
+    /// Claims waiting to be finished before intake opens.
+    pub fn deferred_claims(&self) -> usize {
+        lock(&self.deferred).len()
+    }
+
+    /// The cluster agent renewed the lease: this leader may take batches and answer until
+    /// `deadline` (the renewal's send time + TTL - margin).
+    pub fn lease_renewed_until(&self, deadline: std::time::Instant) {
+        let ms = deadline.saturating_duration_since(self.opened).as_millis();
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
+        self.lease_until_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// The first lsn of the epoch this node leads (or last led): every batch an earlier
+    /// leader acknowledged is below it.
+    pub fn epoch_start(&self) -> Lsn {
+        lock(&self.epochs).latest().map_or(1, |(_, start)| start)
+    }
+
+    /// The in-sync standbys of this cluster leader (`None` outside a cluster or not leading).
+    pub fn isr(&self) -> Option<BTreeSet<String>> {
+        lock(&self.isr).clone()
+    }
+
+    /// Adds `name` to the in-sync set (before etcd hears of it: the set etcd holds must never
+    /// name a node that answers did not wait for).
+    pub fn isr_add(&self, name: &str) {
+        if let Some(set) = lock(&self.isr).as_mut() {
+            if set.insert(name.to_owned()) {
+                info!(standby = name, "in sync: answers wait for it from now on");
+            }
+        }
+    }
+
+    /// Removes `name` (after etcd no longer names it: until then answers still wait for it).
+    pub fn isr_remove(&self, name: &str) {
+        if let Some(set) = lock(&self.isr).as_mut() {
+            if set.remove(name) {
+                warn!(standby = name, "out of sync: answers no longer wait for it");
+            }
+        }
+        self.acked_cv.notify_all();
     }
 }
 

@@ -68,7 +68,7 @@ use stats::Stats;
 
 pub use finish::committed_result;
 pub use keys::now_ms;
-pub use log_role::{FollowLink, Role, StandbyState};
+pub use log_role::{FollowLink, Replication, Role, StandbyState};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
 pub use plan::{is_detached, one_answer, Deliver};

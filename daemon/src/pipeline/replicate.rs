@@ -20,7 +20,7 @@ use roost_wal::Lsn;
 use tracing::{info, warn};
 
 use super::log_role::{
-    last_epoch_of, next_epoch, write_epoch_file, EpochFile, FollowLink, Role, StandbyState,
+    last_epoch_of, next_epoch, write_epoch_file, EpochFile, Replication, Role, StandbyState,
     POSITIONS_KEPT,
 };
 use super::{lock, Engine};
@@ -28,6 +28,12 @@ use crate::config::{Ack, StandbyLost};
 use crate::error::EngineError;
 
 impl Engine {
+    /// The replication state: the standbys, the in-sync set, the view of the primary, the
+    /// claims held back (`log_role.rs`).
+    pub fn replication(&self) -> &Replication {
+        &self.repl
+    }
+
     pub fn role(&self) -> Role {
         *lock(&self.repl.role)
     }
@@ -214,29 +220,6 @@ impl Engine {
         self.wal.append_bytes().saturating_sub(at)
     }
 
-    pub fn standby_disconnected(&self, name: &str) {
-        if let Some(e) = lock(&self.repl.standbys).get_mut(name) {
-            e.connected = false;
-            info!(standby = name, acked = e.acked, "standby disconnected");
-        }
-        self.repl.acked_cv.notify_all();
-    }
-
-    /// Wakes answers waiting for a standby to look at the high watermark again.
-    pub(super) fn repl_acked_notify(&self) {
-        self.repl.acked_cv.notify_all();
-    }
-
-    /// The standbys as this primary last saw them.
-    pub fn standbys(&self) -> Vec<(String, StandbyState)> {
-        let mut v: Vec<_> = lock(&self.repl.standbys)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    }
-
     /// Below it every record is durable here and on at least one standby in sync (without
     /// replication, or before any standby: what is durable here).
     pub fn high_watermark(&self) -> Lsn {
@@ -363,12 +346,6 @@ impl Engine {
             .map_or(1, |c| c.wal_from)
     }
 
-    /// At a stop: answers waiting for a standby give up now.
-    pub fn stop_waiting_for_standby(&self) {
-        self.repl.giving_up.store(true, Ordering::SeqCst);
-        self.repl.acked_cv.notify_all();
-    }
-
     /// Whether answers are waiting for a standby that is not in sync (for status).
     pub fn waiting_for_standby(&self) -> bool {
         self.config.replication.ack == Ack::Standby
@@ -386,25 +363,5 @@ impl Engine {
     /// The epoch of the WAL's last record (0 when empty).
     pub fn last_epoch(&self) -> u32 {
         last_epoch_of(&self.wal, &lock(&self.repl.epochs))
-    }
-
-    /// What this standby knows of its primary (`None` on a primary).
-    pub fn follow_status(&self) -> Option<FollowLink> {
-        lock(&self.repl.follow).clone()
-    }
-
-    /// Updates what this standby knows of its primary.
-    pub fn update_follow_status(&self, f: impl FnOnce(&mut FollowLink)) {
-        f(lock(&self.repl.follow).get_or_insert_with(FollowLink::default));
-    }
-
-    /// Results published with no standby in sync (`when_standby_lost = "alone"`).
-    pub fn published_alone(&self) -> u64 {
-        self.repl.alone.load(Ordering::Relaxed)
-    }
-
-    /// Claims waiting to be finished before intake opens.
-    pub fn deferred_claims(&self) -> usize {
-        lock(&self.repl.deferred).len()
     }
 }

@@ -93,7 +93,7 @@ impl LeaderLog for LeaderSide {
     }
 
     fn disconnected(&self, replica: &str) {
-        self.0.standby_disconnected(replica)
+        self.0.replication().standby_disconnected(replica)
     }
 
     fn saw_higher_epoch(&self, epoch: Epoch) {
@@ -191,7 +191,7 @@ impl FollowerLog for FollowerSide {
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), EngineError> {
         self.0.apply_replicated(entries)?;
         let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
-        self.0.update_follow_status(|f| {
+        self.0.replication().update_follow_status(|f| {
             f.leader_hw = f.leader_hw.max(leader_hw);
             f.records += entries.len() as u64;
             f.bytes += bytes as u64;

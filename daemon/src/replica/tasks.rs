@@ -211,7 +211,9 @@ async fn run_follower(
     stop: watch::Receiver<bool>,
 ) {
     let engine = host.engine.clone();
-    engine.update_follow_status(|f| f.leader = addr.clone());
+    engine
+        .replication()
+        .update_follow_status(|f| f.leader = addr.clone());
     let log = Arc::new(FollowerSide(engine.clone()));
     let opts = FollowerOptions {
         truncate_allowed: false,

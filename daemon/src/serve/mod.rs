@@ -248,7 +248,7 @@ async fn between_passes(
         return false;
     }
     let seen = repl.status.snapshot();
-    shared.engine.update_follow_status(|f| {
+    shared.engine.replication().update_follow_status(|f| {
         f.connected = seen.connected;
         f.leader_epoch = seen.leader_epoch;
     });
@@ -304,7 +304,7 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     if let Some(cl) = shared.forwarding() {
         return cl.leader_addr().is_some(); // a cluster standby forwards to the leader
     }
-    if e.role() != crate::pipeline::Role::Primary || e.deferred_claims() > 0 {
+    if e.role() != crate::pipeline::Role::Primary || e.replication().deferred_claims() > 0 {
         return false; // a standby's spool is closed; claims left over are finished first
     }
     if shared.engine.paused().is_none() {
@@ -362,7 +362,7 @@ fn maybe_checkpoint(shared: &Arc<Shared>) {
 /// are finished. Giving up because the node stops is not a failure: they stay claimed.
 fn maybe_finish_claims(shared: &Arc<Shared>) {
     if shared.engine.role() != crate::pipeline::Role::Primary
-        || shared.engine.deferred_claims() == 0
+        || shared.engine.replication().deferred_claims() == 0
         || shared.finishing.swap(true, Ordering::SeqCst)
     {
         return;
@@ -506,11 +506,11 @@ async fn shutdown(
     let all = match tokio::time::timeout(grace, settled).await {
         Ok(all) => all,
         Err(_) => {
-            shared.engine.stop_waiting_for_standby();
+            shared.engine.replication().stop_waiting_for_standby();
             (sem.acquire_many(workers as u32).await, stream.idle().await)
         }
     };
-    shared.engine.stop_waiting_for_standby();
+    shared.engine.replication().stop_waiting_for_standby();
     repl.stop().await;
     let _all = all;
     stream.close(STREAM_CLOSE_GRACE).await;

@@ -37,13 +37,20 @@ impl Sidecars {
                 }
             }
         });
-        let metrics = cfg.metrics_listen.map(|addr| {
+        let metrics = cfg.metrics_listen.and_then(|addr| {
+            let listener = match http::bind_metrics(addr) {
+                Ok(l) => l?,
+                Err(e) => {
+                    warn!(%addr, error = %e, "metrics endpoint unavailable");
+                    return None;
+                }
+            };
             let (engine, cluster) = (engine.clone(), cluster.clone());
-            tokio::spawn(async move {
-                if let Err(e) = http::serve_metrics_tcp(addr, engine, cluster).await {
+            Some(tokio::spawn(async move {
+                if let Err(e) = http::serve_metrics_tcp(listener, engine, cluster).await {
                     warn!(%addr, error = %e, "metrics endpoint unavailable");
                 }
-            })
+            }))
         });
         notify::ready();
         let ticker = tokio::spawn(notify_loop(engine.clone()));

@@ -451,6 +451,43 @@ mod tests {
         }
     }
 
+    /// Goal: a temporary's sync that fails, on the caller's thread or on any helper, fails
+    /// the whole group before any rename: no result of the group is visible in `out/`.
+    /// Method: five results under `fsync`; the k-th sync fails, for every k of the five
+    /// temporaries' syncs; the live disk (a process crash's view) is read after the error.
+    #[test]
+    fn a_failed_sync_of_any_temporary_fails_the_group_before_any_rename() {
+        let out = PathBuf::from("/spool/out");
+        let lines: Vec<Vec<u8>> = (0..5).map(|i| result(i).to_json_line()).collect();
+        let names: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
+        let many: Vec<(&str, &[u8])> = names
+            .iter()
+            .zip(&lines)
+            .map(|(n, l)| (n.as_str(), l.as_slice()))
+            .collect();
+        for k in 1..=5 {
+            let disk = SimStorage::new();
+            let p =
+                Publisher::new(Arc::new(disk.clone()), &out, ResultSync::Fsync).expect("publisher");
+            let before = disk.sync_count();
+            disk.set_faults(SimFaults {
+                fail_sync_at: Some(before + k),
+                ..SimFaults::default()
+            });
+            assert!(
+                p.publish_many(&many).is_err(),
+                "sync {k} failed, yet the group succeeded"
+            );
+            let live = disk.crash(CrashMode::Process);
+            for n in &names {
+                assert!(
+                    live.file_bytes(&out.join(n)).is_none(),
+                    "sync {k} failed, yet {n} is in out/"
+                );
+            }
+        }
+    }
+
     #[test]
     fn temporaries_left_by_a_crash_are_removed_at_open_and_names_may_repeat() {
         let out = PathBuf::from("/spool/out");

@@ -400,18 +400,28 @@ mod tests {
         }
     }
 
+    /// Five results, `r0`..`r4`, and their lines.
+    fn five_results() -> (Vec<String>, Vec<Vec<u8>>) {
+        let lines = (0..5).map(|i| result(i).to_json_line()).collect();
+        ((0..5).map(|i| format!("r{i}")).collect(), lines)
+    }
+
+    /// `publish_many`'s argument over `names` and `lines`.
+    fn as_group<'a>(names: &'a [String], lines: &'a [Vec<u8>]) -> Vec<(&'a str, &'a [u8])> {
+        names
+            .iter()
+            .zip(lines)
+            .map(|(n, l)| (n.as_str(), l.as_slice()))
+            .collect()
+    }
+
     /// Goal: many results given at once are published in one round, and a power loss at
     /// any sync keeps every one of them if the call returned, and shows none partly.
     #[test]
     fn many_results_go_out_in_one_round_and_survive_power_loss_at_every_sync() {
         let out = PathBuf::from("/spool/out");
-        let lines: Vec<Vec<u8>> = (0..5).map(|i| result(i).to_json_line()).collect();
-        let names: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
-        let many: Vec<(&str, &[u8])> = names
-            .iter()
-            .zip(&lines)
-            .map(|(n, l)| (n.as_str(), l.as_slice()))
-            .collect();
+        let (names, lines) = five_results();
+        let many = as_group(&names, &lines);
         for mode in [ResultSync::Syncfs, ResultSync::Fsync] {
             let disk = SimStorage::new();
             let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
@@ -458,13 +468,8 @@ mod tests {
     #[test]
     fn a_failed_sync_of_any_temporary_fails_the_group_before_any_rename() {
         let out = PathBuf::from("/spool/out");
-        let lines: Vec<Vec<u8>> = (0..5).map(|i| result(i).to_json_line()).collect();
-        let names: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
-        let many: Vec<(&str, &[u8])> = names
-            .iter()
-            .zip(&lines)
-            .map(|(n, l)| (n.as_str(), l.as_slice()))
-            .collect();
+        let (names, lines) = five_results();
+        let many = as_group(&names, &lines);
         for k in 1..=5 {
             let disk = SimStorage::new();
             let p =

@@ -94,6 +94,7 @@ pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::Engi
             ..cfg
         }),
         crash: Arc::new(NoCrash),
+        log_role: std::sync::Arc::new(roost::replica::Opener),
     })
 }
 

@@ -95,6 +95,7 @@ fn open_with(cfg: Config) -> Engine {
         storage: RealStorage::shared(),
         config: Arc::new(cfg),
         crash: no_crash(),
+        log_role: std::sync::Arc::new(roost::replica::Opener),
     })
     .unwrap_or_else(|e| panic!("open {}: {e}", data.display()))
 }

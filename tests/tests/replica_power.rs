@@ -52,7 +52,7 @@ fn primary() -> (SimStorage, Vec<Entry>) {
         );
     }
     e.sync().expect("sync");
-    let end = e.durable_end();
+    let end = e.wal().synced_lsn() + 1;
     let recs = e.wal().read_from(1, end, usize::MAX).expect("read");
     let entries = recs
         .into_iter()
@@ -82,6 +82,7 @@ fn open_standby(disk: &SimStorage) -> Engine {
         storage: Arc::new(disk.clone()),
         config: Arc::new(cfg),
         crash: no_crash(),
+        log_role: std::sync::Arc::new(roost::replica::Opener),
     })
     .expect("open standby")
 }

@@ -55,6 +55,7 @@ fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Re
             storage: RealStorage::shared(),
             config: Arc::new(cfg),
             crash,
+            log_role: std::sync::Arc::new(crate::replica::Opener),
         },
         &|phase: &str, done: u64, total: u64| progress.report(phase, done, total),
     )

@@ -27,17 +27,24 @@ use tracing::{info, warn};
 use super::etcd_keys::{self as keys, IsrValue, LeaderValue, MemberValue};
 use super::handle::Cluster;
 use crate::config::{Ack, StandbyLost};
-use crate::pipeline::{Engine, Role};
+use crate::pipeline::{Engine, Lead, Role};
+use crate::replica::Replication;
+
+/// The engine and its replication state, as the agent drives them.
+pub struct Node {
+    pub engine: Arc<Engine>,
+    pub repl: Arc<Replication>,
+}
 
 /// Runs until `stop`; then revokes this node's lease.
-pub(super) async fn run(cl: Arc<Cluster>, engine: Arc<Engine>, mut stop: watch::Receiver<bool>) {
+pub(super) async fn run(cl: Arc<Cluster>, node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let tick = cl.cfg.lease() / 4;
     let mut members_read: Option<Instant> = None;
     while !*stop.borrow() {
-        match engine.role() {
-            Role::Primary => lead(&cl, &engine, &mut stop).await,
+        match node.engine.role() {
+            Role::Primary => lead(&cl, &node, &mut stop).await,
             Role::Standby => {
-                if let Err(e) = follow_step(&cl, &engine).await {
+                if let Err(e) = follow_step(&cl, &node).await {
                     note_error(&cl, e);
                 }
             }
@@ -73,7 +80,7 @@ fn note_error(cl: &Cluster, e: String) {
 
 /// Keeps this node's lease alive (granting a new one, and writing the member key under it,
 /// when there is none or it expired). Returns the moment the renewal was sent and the TTL.
-async fn renew(cl: &Cluster, engine: &Engine) -> Result<(Instant, i64), String> {
+async fn renew(cl: &Cluster, node: &Node) -> Result<(Instant, i64), String> {
     let v = cl.view();
     let sent = Instant::now();
     if v.lease_id != 0 {
@@ -100,15 +107,15 @@ async fn renew(cl: &Cluster, engine: &Engine) -> Result<(Instant, i64), String> 
         v.lease_id = lease.id;
         v.lease_ttl_secs = lease.ttl_secs;
     });
-    put_member(cl, engine, lease.id).await?;
+    put_member(cl, node, lease.id).await?;
     Ok((sent, lease.ttl_secs))
 }
 
-async fn put_member(cl: &Cluster, engine: &Engine, lease: i64) -> Result<(), String> {
+async fn put_member(cl: &Cluster, node: &Node, lease: i64) -> Result<(), String> {
     let m = MemberValue {
         name: cl.name.clone(),
         advertise: cl.cfg.advertise.clone(),
-        role: engine.role().name().to_owned(),
+        role: node.engine.role().name().to_owned(),
     };
     let key = cl.keys.member(&cl.name);
     cl.etcd
@@ -135,8 +142,8 @@ async fn read_members(cl: &Cluster) {
 }
 
 /// One step of a following node: renew, read the leader key, follow or campaign.
-async fn follow_step(cl: &Cluster, engine: &Arc<Engine>) -> Result<(), String> {
-    let (sent, ttl) = renew(cl, engine).await?;
+async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
+    let (sent, ttl) = renew(cl, node).await?;
     let (kv, _) = cl
         .etcd
         .get(&cl.keys.leader)
@@ -165,17 +172,13 @@ async fn follow_step(cl: &Cluster, engine: &Arc<Engine>) -> Result<(), String> {
         }
         None => {
             cl.update(|v| v.leader = None);
-            campaign(cl, engine, (sent, ttl)).await
+            campaign(cl, node, (sent, ttl)).await
         }
     }
 }
 
 /// Campaigns once (see the module comment); promotes this node if it wins.
-async fn campaign(
-    cl: &Cluster,
-    engine: &Arc<Engine>,
-    (sent, ttl): (Instant, i64),
-) -> Result<(), String> {
+async fn campaign(cl: &Cluster, node: &Node, (sent, ttl): (Instant, i64)) -> Result<(), String> {
     let err = |e: roost_etcd::EtcdError| e.to_string();
     let (isr_kv, _) = cl.etcd.get(&cl.keys.isr).await.map_err(err)?;
     let isr = match &isr_kv {
@@ -191,7 +194,9 @@ async fn campaign(
         Some(kv) => keys::decode::<u32>(&kv.key, &kv.value)?,
         None => 0,
     };
-    let epoch = counter.max(engine.highest_epoch_known()).saturating_add(1);
+    let epoch = counter
+        .max(node.repl.highest_epoch_known())
+        .saturating_add(1);
     if epoch >= roost_replication::EPOCH_CEILING {
         return Err(format!(
             "cannot campaign: the next epoch {epoch} reaches the ceiling"
@@ -203,10 +208,14 @@ async fn campaign(
         return Ok(());
     };
     let fence_at = sent + fence_after(ttl);
-    engine.replication().lease_renewed_until(fence_at);
+    node.repl.lease_renewed_until(fence_at);
     let standbys: BTreeSet<String> = members.iter().filter(|n| **n != cl.name).cloned().collect();
-    let e = engine.clone();
-    let promoted = tokio::task::spawn_blocking(move || e.promote_at(epoch, standbys)).await;
+    let e = node.engine.clone();
+    let lead = Lead::Won {
+        epoch,
+        isr: standbys,
+    };
+    let promoted = tokio::task::spawn_blocking(move || e.promote(lead)).await;
     match promoted {
         Ok(Ok(_)) => {
             cl.elections_won.fetch_add(1, Ordering::Relaxed);
@@ -224,7 +233,7 @@ async fn campaign(
             info!(epoch, revision = rev, "cluster: won the election; leading");
             cl.wake.notify_one();
             let lease = cl.view().lease_id;
-            put_member(cl, engine, lease).await
+            put_member(cl, node, lease).await
         }
         other => {
             // Won in etcd but cannot lead: give the key up at once (revoking the lease).
@@ -295,22 +304,22 @@ async fn try_win(
 }
 
 /// Leads until fenced or stopped: renews, checks the leader key, keeps the ISR.
-async fn lead(cl: &Cluster, engine: &Arc<Engine>, stop: &mut watch::Receiver<bool>) {
+async fn lead(cl: &Cluster, node: &Node, stop: &mut watch::Receiver<bool>) {
     let tick = cl.cfg.lease() / 4;
     let led_since = Instant::now();
     loop {
         let Some(deadline) = cl.view().fence_at else {
-            return fence(cl, engine, "no lease deadline while leading");
+            return fence(cl, node, "no lease deadline while leading");
         };
         let deadline = tokio::time::Instant::from_std(deadline);
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {
-                return fence(cl, engine, "the leadership lease was not renewed in time (etcd unreachable or this process paused)");
+                return fence(cl, node, "the leadership lease was not renewed in time (etcd unreachable or this process paused)");
             }
             _ = stop.changed() => return,
-            r = lead_step(cl, engine, led_since) => match r {
+            r = lead_step(cl, node, led_since) => match r {
                 Ok(Step::Leading) => cl.update(|v| v.etcd_error = None),
-                Ok(Step::Fence(why)) => return fence(cl, engine, &why),
+                Ok(Step::Fence(why)) => return fence(cl, node, &why),
                 Err(e) => note_error(cl, e),
             },
         }
@@ -327,8 +336,8 @@ enum Step {
     Fence(String),
 }
 
-fn fence(cl: &Cluster, engine: &Engine, why: &str) {
-    engine.fence(why);
+fn fence(cl: &Cluster, node: &Node, why: &str) {
+    node.repl.fence(why);
     cl.fenced.fetch_add(1, Ordering::Relaxed);
     cl.update(|v| {
         v.leading_rev = None;
@@ -337,14 +346,14 @@ fn fence(cl: &Cluster, engine: &Engine, why: &str) {
     cl.wake.notify_one();
 }
 
-async fn lead_step(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Result<Step, String> {
+async fn lead_step(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step, String> {
     let id = cl.view().lease_id;
     let sent = Instant::now();
     let Some(ttl) = cl.etcd.keepalive(id).await.map_err(|e| e.to_string())? else {
         return Ok(Step::Fence("the leadership lease expired in etcd".into()));
     };
     let fence_at = sent + fence_after(ttl);
-    engine.replication().lease_renewed_until(fence_at);
+    node.repl.lease_renewed_until(fence_at);
     cl.update(|v| v.fence_at = Some(fence_at));
     let (kv, _) = cl
         .etcd
@@ -357,20 +366,20 @@ async fn lead_step(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Re
             "etcd no longer names this node the leader".into(),
         ));
     }
-    keep_isr(cl, engine, led_since).await
+    keep_isr(cl, node, led_since).await
 }
 
 /// Joins caught-up standbys to the ISR and removes silent ones (see the module comment).
-async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Result<Step, String> {
-    let Some(now) = engine.replication().isr() else {
+async fn keep_isr(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step, String> {
+    let Some(now) = node.repl.isr() else {
         return Ok(Step::Leading);
     };
-    let (add, remove) = isr_changes(cl, engine, &now, led_since);
+    let (add, remove) = isr_changes(cl, node, &now, led_since);
     if add.is_empty() && remove.is_empty() {
         return Ok(Step::Leading);
     }
     for n in &add {
-        engine.replication().isr_add(n);
+        node.repl.isr_add(n);
     }
     let mut members: BTreeSet<String> = now.union(&add).cloned().collect();
     for n in &remove {
@@ -378,7 +387,7 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
     }
     members.insert(cl.name.clone());
     let isr = IsrValue {
-        epoch: engine.epoch(),
+        epoch: node.repl.epoch(),
         leader: cl.name.clone(),
         members: members.into_iter().collect(),
     };
@@ -399,7 +408,7 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
         ));
     }
     for n in &remove {
-        engine.replication().isr_remove(n);
+        node.repl.isr_remove(n);
     }
     info!(isr = ?isr.members, "cluster: in-sync set written");
     cl.update(|v| v.isr = Some(isr));
@@ -416,18 +425,15 @@ async fn keep_isr(cl: &Cluster, engine: &Arc<Engine>, led_since: Instant) -> Res
 /// docs/replication-model.md).
 fn isr_changes(
     cl: &Cluster,
-    engine: &Engine,
+    node: &Node,
     now: &BTreeSet<String>,
     led_since: Instant,
 ) -> (BTreeSet<String>, BTreeSet<String>) {
-    let standbys = engine.replication().standbys();
-    let fresh = |s: &crate::pipeline::StandbyState| {
+    let standbys = node.repl.standbys();
+    let fresh = |s: &crate::replica::StandbyState| {
         s.connected && s.last_fetch.elapsed() < cl.standby_timeout
     };
-    let floor = engine
-        .replication()
-        .epoch_start()
-        .max(engine.high_watermark());
+    let floor = node.repl.epoch_start().max(node.repl.high_watermark());
     let add: BTreeSet<String> = standbys
         .iter()
         .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= floor && s.acked > 0)
@@ -438,7 +444,7 @@ fn isr_changes(
     }
     let silent = |n: &String| !standbys.iter().any(|(s, st)| s == n && fresh(st));
     let mut remove: BTreeSet<String> = now.iter().filter(|n| silent(n)).cloned().collect();
-    let rep = &engine.config().replication;
+    let rep = &node.engine.config().replication;
     let keep_one = rep.ack == Ack::Standby && rep.when_standby_lost == StandbyLost::Wait;
     if keep_one && add.is_empty() && remove.len() == now.len() {
         if let Some(first) = remove.iter().next().cloned() {

@@ -141,7 +141,7 @@ impl Cluster {
             "lease_ms": self.cfg.lease_ms,
             "leader": leader,
             "leader_advertise": v.leader.as_ref().map(|l| l.advertise.clone()),
-            "epoch": engine.epoch(),
+            "epoch": crate::replica::of(engine).map_or(0, |r| r.epoch()),
             "leading": v.leading(),
             "lease_left_ms": v.lease_left_ms(),
             "isr": v.isr.as_ref().map(|i| i.members.clone()),

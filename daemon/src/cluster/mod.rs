@@ -9,8 +9,8 @@
 //! - `forward.rs`: a standby's intake: each batch goes to the leader over the replication
 //!   connection, and its answer is given here once this node holds the claim.
 //!
-//! The engine's side (promotion into a won epoch, fencing, answers waiting for every
-//! in-sync standby) is `pipeline/cluster.rs`.
+//! The replication side (fencing, answers waiting for every in-sync standby) is
+//! `replica/fencing.rs`; promotion into a won epoch is `Engine::promote(Lead::Won)`.
 
 mod agent;
 pub mod etcd_keys;
@@ -20,11 +20,17 @@ pub mod handle;
 use std::sync::Arc;
 
 use crate::pipeline::Engine;
+use crate::replica::Replication;
 pub use handle::{find_leader, Cluster, View};
 
 impl Cluster {
     /// Starts the agent on the current runtime.
-    pub fn start(self: &Arc<Self>, engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(agent::run(self.clone(), engine, self.stop.subscribe()))
+    pub fn start(
+        self: &Arc<Self>,
+        engine: Arc<Engine>,
+        repl: Arc<Replication>,
+    ) -> tokio::task::JoinHandle<()> {
+        let node = Arc::new(agent::Node { engine, repl });
+        tokio::spawn(agent::run(self.clone(), node, self.stop.subscribe()))
     }
 }

@@ -455,20 +455,24 @@ fn memory_figures(engine: &Engine) -> Vec<Figure> {
 /// The replication figures: epoch, high watermark, the largest standby lag, answers given
 /// alone, whether answers wait for a standby, plain TCP.
 fn replication_figures(engine: &Engine) -> Vec<Figure> {
-    let end = engine.durable_end();
-    let lag = engine
-        .replication()
+    // Every engine the daemon serves has replication state; one opened without has none
+    // to show.
+    let Ok(repl) = crate::replica::of(engine) else {
+        return Vec::new();
+    };
+    let end = repl.durable_end();
+    let lag = repl
         .standbys()
         .iter()
         .map(|(_, s)| end.saturating_sub(s.acked))
         .max()
         .unwrap_or(0);
-    let hw = engine.high_watermark().saturating_sub(1);
+    let hw = repl.high_watermark().saturating_sub(1);
     vec![
         gauge(
             "roost_replication_epoch",
             "The leader epoch this node knows.",
-            u64::from(engine.epoch()),
+            u64::from(repl.epoch()),
         ),
         gauge(
             "roost_replication_high_watermark_lsn",
@@ -488,12 +492,12 @@ fn replication_figures(engine: &Engine) -> Vec<Figure> {
         counter(
             "roost_replication_published_alone",
             "Results published with no standby in sync (when_standby_lost = alone).",
-            engine.replication().published_alone(),
+            repl.published_alone(),
         ),
         gauge(
             "roost_replication_waiting_for_standby",
             "1 while results wait for a standby (ack = standby, none in sync).",
-            u64::from(engine.waiting_for_standby()),
+            u64::from(repl.waiting_for_standby()),
         ),
         gauge(
             "roost_replication_insecure",
@@ -633,7 +637,7 @@ fn cluster_figures(engine: &Engine, c: &Cluster) -> Vec<Figure> {
         gauge(
             "roost_cluster_epoch",
             "The highest leader epoch this node knows.",
-            u64::from(engine.epoch()),
+            u64::from(crate::replica::of(engine).map_or(0, |r| r.epoch())),
         ),
         seconds(
             "roost_cluster_lease_left",

@@ -17,7 +17,7 @@ use super::metrics::{render, Format};
 use super::status_json::status_with;
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::pipeline::Engine;
+use crate::pipeline::{Engine, Lead};
 
 /// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
 /// `control_socket` overrides both.
@@ -100,7 +100,7 @@ async fn answer(request: &str, engine: &Arc<Engine>, cluster: Option<&Arc<Cluste
 /// serve loop then stops following, finishes the claims it holds and opens the spool.
 async fn promote(engine: &Arc<Engine>) -> serde_json::Value {
     let e = engine.clone();
-    match tokio::task::spawn_blocking(move || e.promote()).await {
+    match tokio::task::spawn_blocking(move || e.promote(Lead::Next)).await {
         Ok(Ok(epoch)) => {
             json!({"promoted": true, "epoch": epoch, "next_lsn": engine.last_lsn() + 1})
         }

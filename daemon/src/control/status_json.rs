@@ -37,7 +37,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
     }
     json!({
-        "epoch": engine.epoch().max(1),
+        "epoch": crate::replica::of(engine).map_or(0, |r| r.epoch()).max(1),
         "replication": replication_json(engine),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
@@ -146,7 +146,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
         let reason = format!("this node is the {}: its spool is closed", role.name());
         return json!({"state": "closed", "reason": reason, "pauses": pauses});
     }
-    let claims = engine.replication().deferred_claims();
+    let claims = engine.deferred_claims();
     if claims > 0 {
         let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
         return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
@@ -205,10 +205,13 @@ fn checkpoint_json(engine: &Engine) -> serde_json::Value {
 /// The replication part of the status: role, epoch, high watermark, the standbys this
 /// primary serves (lag in lsns), or the primary this standby follows.
 fn replication_json(engine: &Engine) -> serde_json::Value {
+    let repl = match crate::replica::of(engine) {
+        Ok(repl) => repl,
+        Err(e) => return json!({"error": e.to_string()}),
+    };
     let r = &engine.config().replication;
-    let end = engine.durable_end();
-    let standbys: Vec<serde_json::Value> = engine
-        .replication()
+    let end = repl.durable_end();
+    let standbys: Vec<serde_json::Value> = repl
         .standbys()
         .into_iter()
         .map(|(name, s)| {
@@ -216,13 +219,13 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
                 "name": name,
                 "acked_lsn": s.acked.saturating_sub(1),
                 "lag_lsns": end.saturating_sub(s.acked),
-                "lag_bytes": engine.standby_lag_bytes(s.acked),
+                "lag_bytes": repl.standby_lag_bytes(s.acked),
                 "connected": s.connected,
                 "last_fetch_ms": s.last_fetch.elapsed().as_millis() as u64,
             })
         })
         .collect();
-    let follow = engine.replication().follow_status().map(|f| {
+    let follow = repl.follow_status().map(|f| {
         json!({
             "leader": f.leader,
             "connected": f.connected,
@@ -235,8 +238,8 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
     });
     json!({
         "role": engine.role().name(),
-        "epoch": engine.epoch(),
-        "hw": engine.high_watermark().saturating_sub(1),
+        "epoch": repl.epoch(),
+        "hw": repl.high_watermark().saturating_sub(1),
         "durable_lsn": end.saturating_sub(1),
         "ack": if r.ack == crate::config::Ack::Standby { "standby" } else { "local" },
         "when_standby_lost": if r.when_standby_lost == crate::config::StandbyLost::Alone { "alone" } else { "wait" },
@@ -245,10 +248,10 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
         "insecure": r.unauthenticated(),
         "members": r.members,
         "standbys": standbys,
-        "standby_connected": engine.replication().standbys().iter().any(|(_, s)| s.connected),
-        "waiting_for_standby": engine.waiting_for_standby(),
-        "published_alone": engine.replication().published_alone(),
-        "claims_to_finish": engine.replication().deferred_claims(),
+        "standby_connected": repl.standbys().iter().any(|(_, s)| s.connected),
+        "waiting_for_standby": repl.waiting_for_standby(),
+        "published_alone": repl.published_alone(),
+        "claims_to_finish": engine.deferred_claims(),
         "follow": follow,
     })
 }

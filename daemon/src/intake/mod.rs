@@ -31,6 +31,8 @@ use crate::spool::FailedDir;
 /// Shared between the loop and its workers.
 pub(crate) struct Shared {
     pub(crate) engine: Arc<Engine>,
+    /// The engine's replication state (`crate::replica`).
+    pub(crate) repl: Arc<crate::replica::Replication>,
     /// Names being processed (a rescan must not start a second worker on one).
     pub(crate) in_progress: Mutex<HashSet<String>>,
     /// Names that arrived again while in progress (a client reusing a name right after its
@@ -74,8 +76,10 @@ impl Shared {
     pub(crate) fn new(engine: Arc<Engine>) -> Result<Arc<Shared>, EngineError> {
         let failed = FailedDir::load(&engine.spool().failed, &engine.spool().out);
         let cluster = crate::cluster::Cluster::new(engine.config())?;
+        let repl = crate::replica::of(&engine)?;
         Ok(Arc::new(Shared {
             engine,
+            repl,
             in_progress: Mutex::new(HashSet::new()),
             again: Mutex::new(HashSet::new()),
             requeue: Mutex::new(Vec::new()),

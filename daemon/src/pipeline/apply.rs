@@ -23,7 +23,7 @@ use roost_replication::Entry;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::log_role::Role;
+use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
 use super::{lock, Engine, KeyAt};
@@ -33,7 +33,7 @@ impl Engine {
     /// Applies records fetched from the primary (see the module comment); `entries[0]`
     /// continues this WAL. A failure latches the engine like any write failure.
     pub fn apply_replicated(&self, entries: &[Entry]) -> Result<(), EngineError> {
-        let _one = lock(&self.repl.apply_lock);
+        let _one = lock(&self.held.apply_lock);
         if self.role() != Role::Standby {
             return Err(EngineError::NotPrimary {
                 role: self.role().name(),
@@ -44,7 +44,7 @@ impl Engine {
         let audit_mark = self.audit.next_lsn();
         let offsets = self.apply_chunk(&decoded).inspect_err(|_| self.fail())?;
         let mut p = lock(&self.planner);
-        let mut ledger = lock(&self.repl.ledger);
+        let mut ledger = lock(&self.held.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
             let at = KeyAt::Wal { offset };
             super::recover::absorb(&mut p, &mut ledger, e.lsn, at, d, audit_mark)?;
@@ -76,11 +76,7 @@ impl Engine {
 
     /// One record into this WAL (a new epoch first into `LEADER_EPOCHS`); its offset.
     fn append_entry(&self, e: &Entry) -> Result<u64, EngineError> {
-        let mut epochs = lock(&self.repl.epochs);
-        if epochs.latest().is_none_or(|(latest, _)| e.epoch > latest) {
-            epochs.assign(e.epoch, e.lsn)?;
-        }
-        drop(epochs);
+        self.log_role.note_epoch(e.epoch, e.lsn)?;
         let (_, offset) = self
             .wal
             .append_replicated_at(e.lsn, e.epoch, e.kind, &e.payload)?;
@@ -91,7 +87,7 @@ impl Engine {
     fn apply_unflushed(&self, lsn: Lsn, claim: &ClaimRecord) -> Result<(), EngineError> {
         let touched = self.commit(lsn, claim)?;
         let row = self.write_audit_rows(lsn, claim, &HashSet::new())?;
-        let mut u = lock(&self.repl.unflushed);
+        let mut u = lock(&self.held.unflushed);
         u.claims.insert(lsn);
         for t in touched {
             u.shards.insert(t.name.to_owned(), t.slot);
@@ -101,12 +97,12 @@ impl Engine {
     }
 
     fn unflushed_has(&self, claim_lsn: Lsn) -> bool {
-        lock(&self.repl.unflushed).claims.contains(&claim_lsn)
+        lock(&self.held.unflushed).claims.contains(&claim_lsn)
     }
 
     /// Every shard touched since the last flush flushed, then the audit log synced.
     fn flush_unflushed(&self) -> Result<(), EngineError> {
-        let u = std::mem::take(&mut *lock(&self.repl.unflushed));
+        let u = std::mem::take(&mut *lock(&self.held.unflushed));
         self.flush_effects(&u.shards, u.last_row)
     }
 
@@ -154,19 +150,11 @@ impl Engine {
         self.flush_effects(&touched, last_row)
     }
 
-    /// Promotion (`roost promote`): this standby becomes the primary of a new epoch. The
-    /// claims it holds without a `done` are finished (with their claimed ids) before intake
-    /// opens ([`Engine::finish_deferred`]).
-    pub fn promote(&self) -> Result<u32, EngineError> {
-        self.promote_with(|| self.take_new_epoch())
-    }
-
-    /// [`Engine::promote`] into the epoch `take` leads (minted here, or won in etcd).
-    pub(super) fn promote_with(
-        &self,
-        take: impl FnOnce() -> Result<u32, EngineError>,
-    ) -> Result<u32, EngineError> {
-        let _one = lock(&self.repl.apply_lock);
+    /// Promotion (`roost promote`, or an election won in etcd): this standby becomes the
+    /// primary of the epoch `lead` names. The claims it holds without a `done` are finished
+    /// (with their claimed ids) before intake opens ([`Engine::finish_deferred`]).
+    pub fn promote(&self, lead: Lead) -> Result<u32, EngineError> {
+        let _one = lock(&self.held.apply_lock);
         if self.role() != Role::Standby {
             return Err(EngineError::Replication(format!(
                 "promote: this node is the {}, not a standby",
@@ -174,11 +162,11 @@ impl Engine {
             )));
         }
         self.check()?;
-        let epoch = take()?;
-        let unfinished = std::mem::take(&mut lock(&self.repl.ledger).unfinished);
+        let epoch = self.log_role.take_lead(lead)?;
+        let unfinished = std::mem::take(&mut lock(&self.held.ledger).unfinished);
         let n = unfinished.len();
-        lock(&self.repl.deferred).extend(unfinished);
-        self.repl.become_primary();
+        lock(&self.held.deferred).extend(unfinished);
+        self.log_role.become_primary();
         info!(
             epoch,
             claims_to_finish = n,
@@ -188,12 +176,17 @@ impl Engine {
         Ok(epoch)
     }
 
+    /// Claims waiting to be finished before intake opens.
+    pub fn deferred_claims(&self) -> usize {
+        lock(&self.held.deferred).len()
+    }
+
     /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
     /// promoted standby's), oldest first, each waiting for a standby like a live answer.
     /// Intake stays closed until this returns.
     pub fn finish_deferred(&self) -> Result<u64, EngineError> {
         let claims: BTreeMap<Lsn, ClaimRecord> =
-            lock(&self.repl.deferred).iter().cloned().collect();
+            lock(&self.held.deferred).iter().cloned().collect();
         if claims.is_empty() {
             return Ok(0);
         }
@@ -210,7 +203,7 @@ impl Engine {
         // The `done` records durable before intake opens (a reused name must never see
         // these batches finished again: `names.rs`).
         self.sync()?;
-        lock(&self.repl.deferred).clear();
+        lock(&self.held.deferred).clear();
         Ok(claims.len() as u64)
     }
 }

@@ -121,12 +121,7 @@ impl Engine {
     /// What the copy of checkpoint `c` covers: the epochs below it, the key table and the
     /// audit log up to their extents.
     fn backup_source(&self, c: Checkpoint) -> BackupSource {
-        let epochs: Vec<(u32, Lsn)> = lock(&self.repl.epochs)
-            .entries()
-            .iter()
-            .copied()
-            .filter(|(_, start)| *start < c.wal_from)
-            .collect();
+        let epochs = self.log_role.epochs_below(c.wal_from);
         let mut logs = self.keys.extent();
         logs.extend(self.audit.extent());
         BackupSource {

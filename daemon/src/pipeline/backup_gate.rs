@@ -51,29 +51,29 @@ impl BackupGate {
 
 /// Per standby, the lsn its log starts at after a backup, and when it was pinned.
 #[derive(Debug, Default)]
-pub(super) struct Pins(Mutex<HashMap<String, (Lsn, Instant)>>);
+pub struct Pins(Mutex<HashMap<String, (Lsn, Instant)>>);
 
 impl Pins {
     /// The lowest pinned lsn still wanted (expired pins go).
-    pub(super) fn lowest(&self) -> Option<Lsn> {
+    pub fn lowest(&self) -> Option<Lsn> {
         let mut p = lock(&self.0);
         p.retain(|_, (_, at)| at.elapsed() < PIN_TTL);
         p.values().map(|(l, _)| *l).min()
     }
 
-    pub(super) fn pin(&self, replica: &str, lsn: Lsn) {
+    pub fn pin(&self, replica: &str, lsn: Lsn) {
         lock(&self.0).insert(replica.to_owned(), (lsn, Instant::now()));
     }
 
     /// The pin of `replica` lasts [`PIN_TTL`] from now.
-    pub(super) fn touch(&self, replica: &str) {
+    pub fn touch(&self, replica: &str) {
         if let Some(p) = lock(&self.0).get_mut(replica) {
             p.1 = Instant::now();
         }
     }
 
     /// `replica` fetched at `fetch_lsn`: a pin it passed goes.
-    pub(super) fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
+    pub fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
         let mut p = lock(&self.0);
         if p.get(replica).is_some_and(|(l, _)| fetch_lsn > *l) {
             p.remove(replica);

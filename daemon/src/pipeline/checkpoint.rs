@@ -190,9 +190,9 @@ impl Engine {
         let r = &self.config.replication;
         let wal_from = if r.ack == crate::config::Ack::Standby
             && r.when_standby_lost == crate::config::StandbyLost::Wait
-            && self.role() == super::log_role::Role::Primary
+            && self.role() == super::Role::Primary
         {
-            wal_from.min(self.high_watermark().max(1))
+            wal_from.min(self.log_role.high_watermark().max(1))
         } else {
             wal_from
         };

@@ -9,23 +9,19 @@ use roost_storage::Storage;
 
 use crate::error::EngineError;
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `EngineError::Io` for `op` on `path`, as a `map_err` closure.
-pub(super) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
+pub fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
     let path = path.to_path_buf();
     move |source| EngineError::Io { op, path, source }
 }
 
 /// Replaces `path` with `bytes` atomically: a temporary written and fdatasynced, renamed
 /// over it, the directory fsynced. A crash leaves the old file or the new one.
-pub(super) fn replace_file(
-    storage: &dyn Storage,
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(), EngineError> {
+pub fn replace_file(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     let tmp = path.with_extension("tmp");
     let dir = path.parent().unwrap_or(Path::new("."));
     let _ = storage.remove(&tmp);

@@ -24,13 +24,13 @@
 
 mod apply;
 pub mod backup;
-mod backup_gate;
+pub mod backup_gate;
 mod checkpoint;
 mod checkpoint_state;
-mod cluster;
 pub mod crash;
-mod disk;
+pub mod disk;
 mod finish;
+mod held;
 mod keys;
 pub mod log_role;
 mod memory;
@@ -39,7 +39,6 @@ mod owner;
 mod plan;
 pub mod records;
 mod recover;
-mod replicate;
 mod room;
 mod shard_limit;
 pub mod stats;
@@ -68,7 +67,7 @@ use stats::Stats;
 
 pub use finish::committed_result;
 pub use keys::now_ms;
-pub use log_role::{FollowLink, Replication, Role, StandbyState};
+pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
 pub use plan::{is_detached, one_answer, Deliver};
@@ -83,6 +82,8 @@ pub struct EngineOptions {
     pub storage: Arc<dyn Storage>,
     pub config: Arc<Config>,
     pub crash: Arc<dyn CrashHook>,
+    /// Makes the engine's [`LogRole`] once its WAL is open (`roost::replica::Opener`).
+    pub log_role: Arc<dyn OpenLogRole>,
 }
 
 #[derive(Clone, Copy)]
@@ -168,7 +169,7 @@ pub struct Engine {
     publisher: Publisher,
     config: Arc<Config>,
     crash: Arc<dyn CrashHook>,
-    wal: Wal,
+    wal: Arc<Wal>,
     audit: Wal,
     /// The request-key table (`keys.rs`).
     keys: Wal,
@@ -200,14 +201,17 @@ pub struct Engine {
     /// shard is opened under the planner lock, so it reads this copy.)
     synced_through: HashMap<String, Lsn>,
     planner: Mutex<Planner>,
-    /// Signalled when a batch finishes (a duplicate of an in-flight key waits on it).
-    finished_cv: Condvar,
-    failed: AtomicBool,
+    /// Signalled when a batch finishes, or the role changes (a duplicate of an in-flight
+    /// key waits on it).
+    finished_cv: Arc<Condvar>,
+    failed: Arc<AtomicBool>,
     /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
     pause: Mutex<Option<Pause>>,
-    /// Role, epochs, the standbys and the high watermark (`log_role.rs`; what the engine
-    /// does with them: `replicate.rs`).
-    repl: log_role::Replication,
+    /// What the engine sees of replication (`log_role.rs`): role, epochs, the wait for a
+    /// standby, behind a small interface.
+    log_role: Arc<dyn LogRole>,
+    /// A standby's claims held back or applied unflushed (`apply.rs`).
+    held: held::Held,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -234,6 +238,7 @@ impl Engine {
             storage,
             config,
             crash,
+            log_role,
         } = opts;
         let layout = Layout::new(&config.data_dir);
         storage
@@ -245,7 +250,11 @@ impl Engine {
             .create(storage.as_ref())
             .map_err(io_err("create", &spool.root))?;
         let wal_opts = wal_options(&config);
-        let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
+        let wal = Arc::new(Wal::open_with(
+            storage.clone(),
+            layout.wal(),
+            wal_opts.clone(),
+        )?);
         // The audit log grows with history (kept unless `audit_retain_*`): open scans only
         // its newest segment, so restart time does not follow its size.
         let audit_opts = WalOptions {
@@ -262,7 +271,17 @@ impl Engine {
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
-        let repl = log_role::open_replication(&storage, &layout, &config, &wal)?;
+        let (failed, finished_cv, backup_pins) = (Arc::default(), Arc::default(), Arc::default());
+        let log_role = log_role.open(RoleParts {
+            storage: storage.clone(),
+            config: config.clone(),
+            epoch_file: layout.epoch(),
+            leader_epochs: layout.leader_epochs(),
+            wal: wal.clone(),
+            failed: Arc::clone(&failed),
+            changed: Arc::clone(&finished_cv),
+            pins: Arc::clone(&backup_pins),
+        })?;
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
@@ -280,7 +299,7 @@ impl Engine {
             checkpoint_running: Mutex::new(()),
             compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             backup_gate: Arc::default(),
-            backup_pins: Arc::default(),
+            backup_pins,
             shards: Mutex::new(HashMap::new()),
             known_shards: Mutex::default(),
             pool: owner::PoolHandle(pool),
@@ -293,10 +312,11 @@ impl Engine {
                 open: BTreeMap::new(),
                 vouched: HashMap::new(),
             }),
-            finished_cv: Condvar::new(),
-            failed: AtomicBool::new(false),
+            finished_cv,
+            failed,
             pause: Mutex::new(None),
-            repl,
+            log_role,
+            held: held::Held::default(),
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
@@ -487,6 +507,31 @@ impl Engine {
         } else {
             Ok(())
         }
+    }
+
+    /// What this engine sees of replication (`log_role.rs`).
+    pub fn log_role(&self) -> &Arc<dyn LogRole> {
+        &self.log_role
+    }
+
+    pub fn role(&self) -> Role {
+        self.log_role.role()
+    }
+
+    /// Under `ack = "standby"`, waits until a standby holds the record at `lsn` durably (or,
+    /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
+    /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
+    /// the batch stays claimed for recovery (or for the new primary).
+    fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
+        let below = lock(&self.checkpoints)
+            .last
+            .as_ref()
+            .map_or(1, |c| c.wal_from);
+        let waited = self.log_role.wait_replicated(lsn, below)?;
+        if let Some(t) = waited {
+            self.stats.latency.replicate.record(t);
+        }
+        Ok(())
     }
 }
 

@@ -104,7 +104,7 @@ impl Engine {
         work: impl FnOnce() -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         self.check()?;
-        self.check_primary()?;
+        self.log_role.check_primary()?;
         self.gate()?;
         self.stats.in_flight.fetch_add(n, Ordering::Relaxed);
         let r = work();
@@ -344,7 +344,7 @@ impl Engine {
             self.check()?;
             match self.key_state(&p, key)?.map(|k| k.check(fp)) {
                 // The batch in flight gave up its answer (a stop, a step down): so does this.
-                Some(KeyFound::InFlight) => self.still_answering(p.keys[key].lsn)?,
+                Some(KeyFound::InFlight) => self.log_role.still_answering(p.keys[key].lsn)?,
                 None | Some(KeyFound::Free | KeyFound::Answered(_)) => return Ok(()),
             }
             p = self

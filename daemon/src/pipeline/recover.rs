@@ -198,18 +198,18 @@ impl Engine {
         progress: &mut Progress<'_>,
     ) -> Result<u64, EngineError> {
         let r = &self.config.replication;
-        if self.role() == super::log_role::Role::Standby {
+        if self.role() == super::Role::Standby {
             let claims = ledger.unfinished.clone();
-            *lock(&self.repl.ledger) = ledger;
+            *lock(&self.held.ledger) = ledger;
             let audited = self.audited_rows(&claims, ckpt.audit_from)?;
             self.apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
             return Ok(0);
         }
         if r.enabled() {
-            self.lead_at_start()?;
+            self.log_role.lead_at_start()?;
         }
         if r.ack == crate::config::Ack::Standby {
-            lock(&self.repl.deferred).extend(ledger.unfinished);
+            lock(&self.held.deferred).extend(ledger.unfinished);
             return Ok(0);
         }
         let audited = self.audited_rows(&ledger.unfinished, ckpt.audit_from)?;

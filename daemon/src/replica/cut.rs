@@ -25,10 +25,10 @@ use roost_storage::{DirLock, RealStorage, Storage};
 use roost_wal::{LeaderEpochs, Wal};
 use tracing::{info, warn};
 
+use super::epoch_file::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
-use crate::pipeline::log_role::{read_epoch_file, write_epoch_file, EpochFile};
 use crate::pipeline::records::{read_audit, read_wal, ClaimLedger, WalEntry};
 use crate::pipeline::{lock_data_dir, read_checkpoint, wal_options, Checkpoint};
 
@@ -229,7 +229,7 @@ impl FollowerLog for Cutter {
 
     fn last_epoch(&self) -> Epoch {
         let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-        crate::pipeline::log_role::last_epoch_of(&self.wal, &epochs)
+        super::epoch_file::last_epoch_of(&self.wal, &epochs)
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {

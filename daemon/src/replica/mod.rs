@@ -9,11 +9,18 @@
 //! (`FollowError::Diverged`, exit 74), and the next start cuts, with the engine closed, so
 //! no reader or shard owner ever sees records disappear under it.
 
+pub mod ack;
 pub mod base_backup;
 pub mod cut;
+pub mod epoch_file;
+pub mod epochs;
+pub mod fencing;
 pub mod reseed;
+pub mod role;
 pub mod tasks;
 pub mod transport;
+
+pub use role::{of, FollowLink, Opener, Replication, StandbyState};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,37 +53,40 @@ pub fn behind(cfg: &crate::config::Config, detail: String) -> EngineError {
 }
 
 /// The primary's WAL as the protocol reads it.
-pub struct LeaderSide(pub Arc<Engine>);
+pub struct LeaderSide {
+    pub engine: Arc<Engine>,
+    pub repl: Arc<Replication>,
+}
 
 impl LeaderLog for LeaderSide {
     type Error = EngineError;
 
     fn leader_epoch(&self) -> Option<Epoch> {
-        self.0.leader_epoch()
+        self.repl.leader_epoch()
     }
 
     fn log_start(&self) -> Lsn {
-        self.0.wal().first_lsn()
+        self.engine.wal().first_lsn()
     }
 
     fn durable_end(&self) -> Lsn {
-        self.0.durable_end()
+        self.repl.durable_end()
     }
 
     fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
-        self.0
+        self.engine
             .wal()
             .wait_synced_past(after.saturating_sub(1), timeout)
             + 1
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
-        self.0.end_offset_for(epoch)
+        self.repl.end_offset_for(epoch)
     }
 
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, EngineError> {
-        let until = self.0.durable_end();
-        let records = self.0.wal().read_from(from, until, max_bytes)?;
+        let until = self.repl.durable_end();
+        let records = self.engine.wal().read_from(from, until, max_bytes)?;
         Ok(records
             .into_iter()
             .map(|r| Entry {
@@ -89,27 +99,27 @@ impl LeaderLog for LeaderSide {
     }
 
     fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn {
-        self.0.standby_acked(replica, fetch_lsn)
+        self.repl.standby_acked(replica, fetch_lsn)
     }
 
     fn disconnected(&self, replica: &str) {
-        self.0.replication().standby_disconnected(replica)
+        self.repl.standby_disconnected(replica)
     }
 
     fn saw_higher_epoch(&self, epoch: Epoch) {
-        self.0.step_down(epoch)
+        self.repl.step_down(epoch)
     }
 
     fn snapshot(
         &self,
         replica: &str,
     ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
-        let backup = base_backup::EngineBackup::begin(&self.0, replica);
+        let backup = base_backup::EngineBackup::begin(&self.engine, replica);
         Ok(Box::new(backup.map_err(|e| e.to_string())?))
     }
 
     fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {
-        forward_here(&self.0, replica, batch)
+        forward_here(&self.engine, replica, batch)
     }
 }
 
@@ -153,7 +163,7 @@ fn forward_here(engine: &Engine, replica: &str, batch: &[u8]) -> Forwarded {
 fn answer(engine: &Engine, r: &crate::batch::BatchResult) -> Forwarded {
     let durable_lsn = match r {
         crate::batch::BatchResult::Committed { lsn, .. } => lsn + 1,
-        _ => engine.durable_end(),
+        _ => engine.wal().synced_lsn() + 1,
     };
     Forwarded::Answer {
         answer: r.to_json_line(),
@@ -163,35 +173,38 @@ fn answer(engine: &Engine, r: &crate::batch::BatchResult) -> Forwarded {
 
 /// A running standby's log: appends apply through the engine; truncation is refused (it
 /// happens at start-up, see the module comment).
-pub struct FollowerSide(pub Arc<Engine>);
+pub struct FollowerSide {
+    pub engine: Arc<Engine>,
+    pub repl: Arc<Replication>,
+}
 
 impl FollowerLog for FollowerSide {
     type Error = EngineError;
 
     fn current_epoch(&self) -> Epoch {
-        self.0.epoch()
+        self.repl.epoch()
     }
 
     fn set_current_epoch(&self, epoch: Epoch) -> Result<(), EngineError> {
-        self.0.learn_epoch(epoch)
+        self.repl.learn_epoch(epoch)
     }
 
     fn log_end(&self) -> Lsn {
-        self.0.wal().next_lsn()
+        self.engine.wal().next_lsn()
     }
 
     fn last_epoch(&self) -> Epoch {
-        self.0.last_epoch()
+        self.repl.last_epoch()
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
-        self.0.end_offset_for(epoch)
+        self.repl.end_offset_for(epoch)
     }
 
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), EngineError> {
-        self.0.apply_replicated(entries)?;
+        self.engine.apply_replicated(entries)?;
         let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
-        self.0.replication().update_follow_status(|f| {
+        self.repl.update_follow_status(|f| {
             f.leader_hw = f.leader_hw.max(leader_hw);
             f.records += entries.len() as u64;
             f.bytes += bytes as u64;

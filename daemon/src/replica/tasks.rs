@@ -23,6 +23,7 @@ use crate::pipeline::{Engine, Role};
 #[derive(Clone)]
 pub struct Host {
     pub engine: Arc<Engine>,
+    pub repl: Arc<super::Replication>,
     /// A cluster node: a follower that ends for another reason than its own log rejoins
     /// (this life ends, the process goes on) rather than stopping the daemon.
     pub clustered: bool,
@@ -71,7 +72,10 @@ impl ReplTasks {
                         source,
                     })?;
                 info!(listen = %addr, "replication: accepting standbys");
-                let log = Arc::new(LeaderSide(host.engine.clone()));
+                let log = Arc::new(LeaderSide {
+                    engine: host.engine.clone(),
+                    repl: host.repl.clone(),
+                });
                 let opts = LeaderOptions {
                     connections_per_address_max: cfg.connections_per_address_max,
                     transport: transport.clone(),
@@ -124,7 +128,7 @@ impl ReplTasks {
         self.follower = None;
         let cfg = &self.host.engine.config().replication;
         if let Some(addr) = cfg.follow.clone() {
-            let (name, epoch) = (cfg.node_name(), self.host.engine.epoch());
+            let (name, epoch) = (cfg.node_name(), self.host.repl.epoch());
             let to = (self.transport.clone(), addr);
             tokio::spawn(announce(to, name, epoch, self.stop.subscribe()));
         }
@@ -211,10 +215,11 @@ async fn run_follower(
     stop: watch::Receiver<bool>,
 ) {
     let engine = host.engine.clone();
-    engine
-        .replication()
-        .update_follow_status(|f| f.leader = addr.clone());
-    let log = Arc::new(FollowerSide(engine.clone()));
+    host.repl.update_follow_status(|f| f.leader = addr.clone());
+    let log = Arc::new(FollowerSide {
+        engine: engine.clone(),
+        repl: host.repl.clone(),
+    });
     let opts = FollowerOptions {
         truncate_allowed: false,
         transport,

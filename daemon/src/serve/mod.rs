@@ -139,14 +139,14 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     };
     let stream = stream::Stream::start(&shared);
     let role = shared.engine.role();
-    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.engine.epoch(), "serving");
+    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.repl.epoch(), "serving");
     if role == crate::pipeline::Role::Standby && shared.cluster.is_none() {
         warn_waiting_files(&new_dir);
     }
     let agent = shared
         .cluster
         .as_ref()
-        .map(|c| c.start(shared.engine.clone()));
+        .map(|c| c.start(shared.engine.clone(), shared.repl.clone()));
     let mut track = Track {
         was_standby: role == crate::pipeline::Role::Standby,
         following: None,
@@ -213,6 +213,7 @@ fn repl_host(shared: &Arc<Shared>) -> Host {
     let me = shared.clone();
     Host {
         engine: shared.engine.clone(),
+        repl: shared.repl.clone(),
         clustered: shared.cluster.is_some(),
         ended: Arc::new(move |end| {
             match end {
@@ -248,7 +249,7 @@ async fn between_passes(
         return false;
     }
     let seen = repl.status.snapshot();
-    shared.engine.replication().update_follow_status(|f| {
+    shared.repl.update_follow_status(|f| {
         f.connected = seen.connected;
         f.leader_epoch = seen.leader_epoch;
     });
@@ -304,7 +305,7 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     if let Some(cl) = shared.forwarding() {
         return cl.leader_addr().is_some(); // a cluster standby forwards to the leader
     }
-    if e.role() != crate::pipeline::Role::Primary || e.replication().deferred_claims() > 0 {
+    if e.role() != crate::pipeline::Role::Primary || e.deferred_claims() > 0 {
         return false; // a standby's spool is closed; claims left over are finished first
     }
     if shared.engine.paused().is_none() {
@@ -362,7 +363,7 @@ fn maybe_checkpoint(shared: &Arc<Shared>) {
 /// are finished. Giving up because the node stops is not a failure: they stay claimed.
 fn maybe_finish_claims(shared: &Arc<Shared>) {
     if shared.engine.role() != crate::pipeline::Role::Primary
-        || shared.engine.replication().deferred_claims() == 0
+        || shared.engine.deferred_claims() == 0
         || shared.finishing.swap(true, Ordering::SeqCst)
     {
         return;
@@ -394,7 +395,7 @@ fn maybe_sync_tail(shared: &Arc<Shared>) {
     let e = &shared.engine;
     if e.config().replication.listen.is_none()
         || e.role() != crate::pipeline::Role::Primary
-        || e.durable_end() >= e.wal().next_lsn()
+        || shared.repl.durable_end() >= e.wal().next_lsn()
         || e.stats.in_flight.load(Ordering::Relaxed) > 0
         || shared.checkpointing.load(Ordering::SeqCst)
         || shared.syncing_tail.swap(true, Ordering::SeqCst)
@@ -506,11 +507,11 @@ async fn shutdown(
     let all = match tokio::time::timeout(grace, settled).await {
         Ok(all) => all,
         Err(_) => {
-            shared.engine.replication().stop_waiting_for_standby();
+            shared.repl.stop_waiting_for_standby();
             (sem.acquire_many(workers as u32).await, stream.idle().await)
         }
     };
-    shared.engine.replication().stop_waiting_for_standby();
+    shared.repl.stop_waiting_for_standby();
     repl.stop().await;
     let _all = all;
     stream.close(STREAM_CLOSE_GRACE).await;
@@ -608,6 +609,7 @@ mod tests {
                 ..Config::default()
             }),
             crash,
+            log_role: std::sync::Arc::new(crate::replica::Opener),
         })
     }
 

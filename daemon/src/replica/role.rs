@@ -1,0 +1,298 @@
+//! This node's place in replication (docs/replication.md, `Kip320.tla`): its role, the
+//! leader epochs (`EPOCH`, `LEADER_EPOCHS`), the standbys and what each acknowledged, the
+//! in-sync set and the lease of a cluster leader. The engine sees it only as its
+//! [`LogRole`]; control, status, the replica tasks and the cluster agent hold it directly.
+//! What it does: `ack.rs` (acknowledgements, the high watermark, the wait of an answer),
+//! `epoch_file.rs` (epochs taken and learnt), `fencing.rs` (the lease, the in-sync set).
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use roost_storage::Storage;
+use roost_wal::{LeaderEpochs, Lsn, Wal};
+use tracing::info;
+
+use super::epoch_file::{read_epoch_file, EpochFile};
+use crate::config::Config;
+use crate::error::EngineError;
+use crate::pipeline::backup_gate::Pins;
+use crate::pipeline::disk::lock;
+use crate::pipeline::log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
+
+/// One standby as the primary sees it.
+#[derive(Clone, Debug)]
+pub struct StandbyState {
+    /// Every record below this is durable on the standby (its last fetch's lsn).
+    pub acked: Lsn,
+    pub last_fetch: Instant,
+    pub connected: bool,
+}
+
+/// The primary this standby follows, as the follower last saw it (for status).
+#[derive(Clone, Debug, Default)]
+pub struct FollowLink {
+    pub leader: String,
+    pub connected: bool,
+    pub leader_epoch: u32,
+    /// The primary's high watermark in its last answer (the lsn below which it is durable
+    /// on both nodes).
+    pub leader_hw: Lsn,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// Acknowledged positions kept for the lag in bytes (one per fetch that moved).
+pub(super) const POSITIONS_KEPT: usize = 4096;
+
+/// The replication state, and what the engine's callers read and change of it.
+pub struct Replication {
+    pub(super) storage: Arc<dyn Storage>,
+    pub(super) config: Arc<Config>,
+    pub(super) parts: RoleParts,
+    pub(super) wal: Arc<Wal>,
+    pub(super) role: Mutex<Role>,
+    /// The highest leader epoch known (this node's own while primary).
+    pub(super) epoch: AtomicU32,
+    /// The epoch this node last led (0: never); `EPOCH` holds it with `epoch`.
+    pub(super) led: AtomicU32,
+    pub(super) epochs: Mutex<LeaderEpochs>,
+    pub(super) standbys: Mutex<HashMap<String, StandbyState>>,
+    /// Signalled when a standby acknowledges more, or the role changes.
+    pub(super) acked_cv: Condvar,
+    /// Set at a stop: answers waiting for a standby give up (their batches stay claimed).
+    pub(super) giving_up: AtomicBool,
+    /// Since when this primary serves (a standby gets `standby_timeout_ms` from here to
+    /// connect before it counts as lost).
+    pub(super) since: Mutex<Instant>,
+    /// `(wal next lsn, wal bytes appended)` at recent acknowledgements, oldest first: what
+    /// a standby's lag in bytes is read from (lsns count records, not bytes).
+    pub(super) positions: Mutex<VecDeque<(Lsn, u64)>>,
+    /// Results published while no standby was in sync (`when_standby_lost = "alone"`).
+    pub(super) alone: AtomicU64,
+    /// Publishing alone was logged since a standby was last in sync (logged once a loss).
+    pub(super) alone_logged: AtomicBool,
+    /// A standby's view of its primary.
+    pub(super) follow: Mutex<Option<FollowLink>>,
+    /// A cluster leader's in-sync standbys (`fencing.rs`): every answer waits until each of
+    /// them holds its record. `None` outside a cluster (any one standby suffices then).
+    pub(super) isr: Mutex<Option<BTreeSet<String>>>,
+    /// A cluster leader's lease deadline, in ms after `opened` (0: none): past it, no batch
+    /// is taken and no answer given (`fencing.rs`), even before the agent notices.
+    pub(super) lease_until_ms: AtomicU64,
+    pub(super) opened: Instant,
+}
+
+/// Opens [`Replication`] as the engine's log role.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Opener;
+
+impl OpenLogRole for Opener {
+    fn open(&self, parts: RoleParts) -> Result<Arc<dyn LogRole>, EngineError> {
+        Ok(Arc::new(Replication::open(parts)?))
+    }
+}
+
+/// The engine's log role as [`Replication`] (every engine the daemon opens has one).
+pub fn of(engine: &crate::pipeline::Engine) -> Result<Arc<Replication>, EngineError> {
+    engine
+        .log_role()
+        .clone()
+        .into_any()
+        .downcast::<Replication>()
+        .map_err(|_| EngineError::Replication("the engine was opened without replication".into()))
+}
+
+impl Replication {
+    /// The role (a standby when `[replication] follow` is set, or in a cluster), the
+    /// leader-epoch file (rebuilt from the WAL if missing), and the epoch appends carry
+    /// until a primary takes its own.
+    fn open(parts: RoleParts) -> Result<Replication, EngineError> {
+        let (storage, wal) = (parts.storage.clone(), parts.wal.clone());
+        let epochs = LeaderEpochs::open(storage.clone(), parts.leader_epochs.clone(), &wal)?;
+        let mut file = read_epoch_file(storage.as_ref(), &parts.epoch_file)?;
+        let last = epochs.latest().map_or(0, |(e, _)| e);
+        file.known = file.known.max(last).max(wal.last_record_epoch());
+        wal.set_epoch(file.known.max(1))?;
+        // A cluster node starts as a follower whatever it led before: only etcd makes it
+        // lead (issue 27: a restarted old primary must not resume its old epoch).
+        let config = parts.config.clone();
+        let role = if config.replication.is_standby() || config.clustered() {
+            Role::Standby
+        } else {
+            Role::Primary
+        };
+        Ok(Replication::new(parts, role, file, epochs))
+    }
+
+    fn new(parts: RoleParts, role: Role, file: EpochFile, epochs: LeaderEpochs) -> Replication {
+        Replication {
+            storage: parts.storage.clone(),
+            config: parts.config.clone(),
+            wal: parts.wal.clone(),
+            parts,
+            role: Mutex::new(role),
+            epoch: AtomicU32::new(file.known),
+            led: AtomicU32::new(file.led),
+            epochs: Mutex::new(epochs),
+            standbys: Mutex::new(HashMap::new()),
+            acked_cv: Condvar::new(),
+            giving_up: AtomicBool::new(false),
+            since: Mutex::new(Instant::now()),
+            positions: Mutex::new(VecDeque::new()),
+            alone: AtomicU64::new(0),
+            alone_logged: AtomicBool::new(false),
+            follow: Mutex::new(None),
+            isr: Mutex::new(None),
+            lease_until_ms: AtomicU64::new(0),
+            opened: Instant::now(),
+        }
+    }
+
+    pub(super) fn pins(&self) -> &Pins {
+        &self.parts.pins
+    }
+
+    /// Latches the engine (a write of the role's failed: it takes nothing more).
+    pub(super) fn fail(&self) {
+        self.parts.failed.store(true, Ordering::SeqCst);
+        self.parts.changed.notify_all();
+    }
+
+    /// Wakes everything that waits on the role: answers for a standby, duplicates waiting on
+    /// a batch in flight.
+    pub(super) fn wake(&self) {
+        self.acked_cv.notify_all();
+        self.parts.changed.notify_all();
+    }
+
+    pub fn role(&self) -> Role {
+        *lock(&self.role)
+    }
+
+    /// The highest leader epoch this node knows (its own while primary).
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The leader epoch, while this node is the primary.
+    pub fn leader_epoch(&self) -> Option<u32> {
+        (self.role() == Role::Primary).then(|| self.epoch())
+    }
+
+    /// The lsn after the last durable record: what a standby may be sent.
+    pub fn durable_end(&self) -> Lsn {
+        self.wal.synced_lsn() + 1
+    }
+}
+
+/// What the engine's callers read and change of the replication state.
+impl Replication {
+    /// A standby's connection closed.
+    pub fn standby_disconnected(&self, name: &str) {
+        if let Some(e) = lock(&self.standbys).get_mut(name) {
+            e.connected = false;
+            info!(standby = name, acked = e.acked, "standby disconnected");
+        }
+        self.acked_cv.notify_all();
+    }
+
+    /// The standbys as this primary last saw them.
+    pub fn standbys(&self) -> Vec<(String, StandbyState)> {
+        let mut v: Vec<_> = lock(&self.standbys)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// At a stop: answers waiting for a standby give up now.
+    pub fn stop_waiting_for_standby(&self) {
+        self.giving_up.store(true, Ordering::SeqCst);
+        self.acked_cv.notify_all();
+    }
+
+    /// What this standby knows of its primary (`None` on a primary).
+    pub fn follow_status(&self) -> Option<FollowLink> {
+        lock(&self.follow).clone()
+    }
+
+    /// Updates what this standby knows of its primary.
+    pub fn update_follow_status(&self, f: impl FnOnce(&mut FollowLink)) {
+        f(lock(&self.follow).get_or_insert_with(FollowLink::default));
+    }
+
+    /// Results published with no standby in sync (`when_standby_lost = "alone"`).
+    pub fn published_alone(&self) -> u64 {
+        self.alone.load(Ordering::Relaxed)
+    }
+}
+
+/// The engine's view (`pipeline/log_role.rs`): each method is the one of the same name in
+/// `ack.rs`, `epoch_file.rs` or `fencing.rs`.
+impl LogRole for Replication {
+    fn role(&self) -> Role {
+        Replication::role(self)
+    }
+
+    fn check_primary(&self) -> Result<(), EngineError> {
+        self.fence_if_lapsed();
+        match self.role() {
+            Role::Primary => Ok(()),
+            role => Err(EngineError::NotPrimary { role: role.name() }),
+        }
+    }
+
+    fn still_answering(&self, lsn: Lsn) -> Result<(), EngineError> {
+        Replication::still_answering(self, lsn)
+    }
+
+    fn wait_replicated(&self, lsn: Lsn, below: Lsn) -> Result<Option<Duration>, EngineError> {
+        Replication::wait_replicated(self, lsn, below)
+    }
+
+    fn high_watermark(&self) -> Lsn {
+        Replication::high_watermark(self)
+    }
+
+    fn lead_at_start(&self) -> Result<u32, EngineError> {
+        Replication::lead_at_start(self)
+    }
+
+    fn take_lead(&self, lead: Lead) -> Result<u32, EngineError> {
+        match lead {
+            Lead::Next => self.take_new_epoch(),
+            Lead::Won { epoch, isr } => self.take_won_epoch(epoch, isr),
+        }
+    }
+
+    fn become_primary(&self) {
+        *lock(&self.since) = Instant::now();
+        *lock(&self.role) = Role::Primary;
+        self.wake();
+    }
+
+    fn note_epoch(&self, epoch: u32, lsn: Lsn) -> Result<(), EngineError> {
+        let mut epochs = lock(&self.epochs);
+        if epochs.latest().is_none_or(|(latest, _)| epoch > latest) {
+            epochs.assign(epoch, lsn)?;
+        }
+        Ok(())
+    }
+
+    fn epochs_below(&self, lsn: Lsn) -> Vec<(u32, Lsn)> {
+        lock(&self.epochs)
+            .entries()
+            .iter()
+            .copied()
+            .filter(|(_, start)| *start < lsn)
+            .collect()
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}

@@ -464,14 +464,16 @@ impl SimHandle {
 }
 
 /// Splits pending writes at `[from, to)`: the pieces inside (and every resize), and the
-/// pieces outside, each list in write order.
+/// pieces outside, each list in write order. A write is first cut at every later shrink:
+/// a truncate drops the dirty pages past its length, so those bytes can never reach the
+/// disk after it, and the resize (taken by any sync) must not be followed by them.
 fn split_pending(
     pending: Vec<PendingWrite>,
     from: u64,
     to: u64,
 ) -> (Vec<PendingWrite>, Vec<PendingWrite>) {
     let (mut inside, mut outside) = (Vec::new(), Vec::new());
-    for w in pending {
+    for w in cut_at_later_shrinks(pending) {
         let end = w.offset + w.bytes.len() as u64;
         if w.resize || (w.offset >= from && end <= to) {
             inside.push(w);
@@ -494,6 +496,26 @@ fn split_pending(
         }
     }
     (inside, outside)
+}
+
+/// Each pending write cut to the smallest length a later resize gives the file (a write
+/// wholly past it goes); resizes are kept as they are.
+fn cut_at_later_shrinks(pending: Vec<PendingWrite>) -> Vec<PendingWrite> {
+    let mut limit = u64::MAX;
+    let mut kept: Vec<PendingWrite> = Vec::with_capacity(pending.len());
+    for mut w in pending.into_iter().rev() {
+        if w.resize {
+            limit = limit.min(w.offset);
+        } else if w.offset >= limit {
+            continue;
+        } else {
+            let room = usize::try_from(limit - w.offset).unwrap_or(usize::MAX);
+            w.bytes.truncate(room);
+        }
+        kept.push(w);
+    }
+    kept.reverse();
+    kept
 }
 
 fn file_mut<'a>(st: &'a mut SimState, path: &Path) -> io::Result<&'a mut SimFile> {
@@ -773,6 +795,27 @@ mod tests {
         // The rest becomes durable with a flush that covers it.
         m.flush_range(0, 300).unwrap();
         assert_eq!(d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(), live);
+    }
+
+    /// Goal: a write made before a shrinking `set_len` never reaches the disk past the new
+    /// length after it, whichever range a later flush covers (Linux drops those dirty pages
+    /// at the truncate): a range flush that takes the resize cannot leave the old write
+    /// pending to land after it and grow the file again.
+    #[test]
+    fn a_write_before_a_shrink_never_lands_past_it() {
+        let d = SimStorage::new();
+        let p = Path::new("/d").join("s");
+        let f = d.open(&p, OpenMode::CreateNew).unwrap();
+        f.allocate(100).unwrap();
+        f.sync_data().unwrap();
+        d.sync_dir(Path::new("/d")).unwrap();
+        f.write_at(&[7u8; 40], 60).unwrap();
+        f.set_len(50).unwrap();
+        let m = f.map(50).unwrap();
+        m.flush_range(0, 10).unwrap();
+        f.sync_data().unwrap();
+        let img = d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap();
+        assert_eq!(img, vec![0u8; 50], "a write cut by the truncate came back");
     }
 
     /// Goal: a failed range flush loses its range for good (the kernel marks those pages

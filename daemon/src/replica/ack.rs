@@ -99,7 +99,7 @@ impl Replication {
         self.high_watermark_with(&lock(&self.standbys))
     }
 
-    /// [`Engine::high_watermark`] from `standbys`, locked by the caller (so that an answer
+    /// [`Replication::high_watermark`] from `standbys`, locked by the caller (so that an answer
     /// can check it and wait for the next acknowledgement without missing one between).
     fn high_watermark_with(&self, standbys: &HashMap<String, StandbyState>) -> Lsn {
         if let Some(hw) = self.isr_high_watermark(standbys) {

@@ -139,9 +139,9 @@ impl Node {
 
 /// Reproduces the epoch collision `roost drill --replicated` found (seed 42, 1,000 batches,
 /// 10 failovers, before the armed rounds waited for the standby): a primary restarted while
-/// its standby is away takes epoch E+1 at start (`pipeline/recover.rs`, `take_new_epoch`);
+/// its standby is away takes epoch E+1 at start (`replica/epochs.rs`, `lead_at_start`);
 /// it claims a batch and dies; the standby, which never heard of E+1, is promoted and takes
-/// E+1 too (`pipeline/apply.rs`, `take_new_epoch`: highest known + 1), and claims another
+/// E+1 too (`replica/epochs.rs`, `take_new_epoch`: highest known + 1), and claims another
 /// batch at the same lsn. Restarted as its standby, the old primary's fetch says "last epoch
 /// E+1, log end L+1": the leader's epoch E+1 ends past L, so nothing diverges by epoch and the
 /// old primary keeps its own claim: two logs with different records at one lsn, same epoch.

@@ -41,7 +41,11 @@ impl LogRole for Switched {
     fn still_answering(&self, lsn: Lsn) -> Result<(), EngineError> {
         self.inner.still_answering(lsn)
     }
-    fn wait_replicated(&self, lsn: Lsn, below: Lsn) -> Result<Option<Duration>, EngineError> {
+    fn wait_replicated(
+        &self,
+        lsn: Lsn,
+        below: &dyn Fn() -> Lsn,
+    ) -> Result<Option<Duration>, EngineError> {
         self.waited.lock().unwrap().push(lsn);
         if self.hold.load(Ordering::SeqCst) {
             return Err(EngineError::Unreplicated { lsn });
@@ -152,7 +156,8 @@ fn an_answer_waits_for_the_log_roles_acknowledgement_point() {
         None,
         "answered early"
     );
-    drop(engine);
+    // The role holds the WAL too: both go before the directory is opened again.
+    drop((engine, role));
     let engine = open_engine(&disk, Arc::new(NoCrash)).expect("reopen");
     let r = visible_result(&disk, "k2.json").unwrap();
     let Some(BatchResult::Committed { lsn: answered, .. }) = r else {

@@ -13,7 +13,7 @@ use super::records::{ClaimLedger, ClaimRecord};
 /// The claims a standby holds back or has applied unflushed, and the claims to finish
 /// before intake opens.
 #[derive(Default)]
-pub(super) struct Held {
+pub(super) struct HeldClaims {
     /// Held while a fetched chunk is applied, and by promotion.
     pub(super) apply_lock: Mutex<()>,
     /// Claims whose effects are applied but not yet flushed.

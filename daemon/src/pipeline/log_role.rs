@@ -59,12 +59,13 @@ pub trait LogRole: Any + Send + Sync {
     /// down): a duplicate waiting on a batch in flight gives up with it.
     fn still_answering(&self, lsn: Lsn) -> Result<(), EngineError>;
     /// Waits until the record at `lsn` (durable here) is the acknowledgement point's:
-    /// under `ack = "standby"`, held by a standby. `checkpointed_below`: where the last
-    /// checkpoint starts. Returns how long it waited for a standby (`None`: it did not).
+    /// under `ack = "standby"`, held by a standby. `checkpointed_below` tells where the last
+    /// checkpoint starts (asked only when needed). Returns how long it waited for a
+    /// standby's acknowledgement (`None`: none was waited for).
     fn wait_replicated(
         &self,
         lsn: Lsn,
-        checkpointed_below: Lsn,
+        checkpointed_below: &dyn Fn() -> Lsn,
     ) -> Result<Option<Duration>, EngineError>;
     /// Below it every record is durable here and on a standby in sync.
     fn high_watermark(&self) -> Lsn;

@@ -162,6 +162,19 @@ struct Planner {
     vouched: HashMap<String, Lsn>,
 }
 
+impl Planner {
+    fn new() -> Planner {
+        Planner {
+            keys: HashMap::new(),
+            next_id: 1,
+            overlay: HashMap::new(),
+            tails: tails::Tails::default(),
+            open: BTreeMap::new(),
+            vouched: HashMap::new(),
+        }
+    }
+}
+
 pub struct Engine {
     storage: Arc<dyn Storage>,
     layout: Layout,
@@ -211,7 +224,7 @@ pub struct Engine {
     /// standby, behind a small interface.
     log_role: Arc<dyn LogRole>,
     /// A standby's claims held back or applied unflushed (`apply.rs`).
-    held: held::Held,
+    held: held::HeldClaims,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -249,39 +262,14 @@ impl Engine {
         spool
             .create(storage.as_ref())
             .map_err(io_err("create", &spool.root))?;
-        let wal_opts = wal_options(&config);
-        let wal = Arc::new(Wal::open_with(
-            storage.clone(),
-            layout.wal(),
-            wal_opts.clone(),
-        )?);
-        // The audit log grows with history (kept unless `audit_retain_*`): open scans only
-        // its newest segment, so restart time does not follow its size.
-        let audit_opts = WalOptions {
-            scan_sealed: false,
-            ..wal_opts
-        };
-        let audit = Wal::open_with(storage.clone(), layout.audit(), audit_opts)?;
-        let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(&config))?;
-        let index = KeyIndex::open(
-            storage.clone(),
-            &layout.key_index(),
-            key_index_options(&config),
-        )?;
+        let (wal, audit, keys, index) = open_logs(&storage, &layout, &config)?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
-        let (failed, finished_cv, backup_pins) = (Arc::default(), Arc::default(), Arc::default());
-        let log_role = log_role.open(RoleParts {
-            storage: storage.clone(),
-            config: config.clone(),
-            epoch_file: layout.epoch(),
-            leader_epochs: layout.leader_epochs(),
-            wal: wal.clone(),
-            failed: Arc::clone(&failed),
-            changed: Arc::clone(&finished_cv),
-            pins: Arc::clone(&backup_pins),
-        })?;
+        let parts = role_parts(&storage, &config, &layout, &wal);
+        let (failed, finished_cv) = (parts.failed.clone(), parts.changed.clone());
+        let backup_pins = parts.pins.clone();
+        let log_role = log_role.open(parts)?;
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
@@ -304,19 +292,12 @@ impl Engine {
             known_shards: Mutex::default(),
             pool: owner::PoolHandle(pool),
             synced_through: HashMap::new(),
-            planner: Mutex::new(Planner {
-                keys: HashMap::new(),
-                next_id: 1,
-                overlay: HashMap::new(),
-                tails: tails::Tails::default(),
-                open: BTreeMap::new(),
-                vouched: HashMap::new(),
-            }),
+            planner: Mutex::new(Planner::new()),
             finished_cv,
             failed,
             pause: Mutex::new(None),
             log_role,
-            held: held::Held::default(),
+            held: held::HeldClaims::default(),
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
@@ -523,15 +504,61 @@ impl Engine {
     /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
     /// the batch stays claimed for recovery (or for the new primary).
     fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
-        let below = lock(&self.checkpoints)
-            .last
-            .as_ref()
-            .map_or(1, |c| c.wal_from);
-        let waited = self.log_role.wait_replicated(lsn, below)?;
+        let below = || {
+            lock(&self.checkpoints)
+                .last
+                .as_ref()
+                .map_or(1, |c| c.wal_from)
+        };
+        let waited = self.log_role.wait_replicated(lsn, &below)?;
         if let Some(t) = waited {
             self.stats.latency.replicate.record(t);
         }
         Ok(())
+    }
+}
+
+/// The engine's logs: the WAL, the audit log, the request-key table and its index.
+fn open_logs(
+    storage: &Arc<dyn Storage>,
+    layout: &Layout,
+    config: &Config,
+) -> Result<(Arc<Wal>, Wal, Wal, KeyIndex), EngineError> {
+    let wal_opts = wal_options(config);
+    let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
+    // The audit log grows with history (kept unless `audit_retain_*`): open scans only its
+    // newest segment, so restart time does not follow its size.
+    let audit_opts = WalOptions {
+        scan_sealed: false,
+        ..wal_opts
+    };
+    let audit = Wal::open_with(storage.clone(), layout.audit(), audit_opts)?;
+    let keys = Wal::open_with(storage.clone(), layout.keys(), key_table_options(config))?;
+    let index = KeyIndex::open(
+        storage.clone(),
+        &layout.key_index(),
+        key_index_options(config),
+    )?;
+    Ok((Arc::new(wal), audit, keys, index))
+}
+
+/// What the log role is opened from: the engine's WAL, and a fresh latch, condvar and pins
+/// the engine keeps too.
+fn role_parts(
+    storage: &Arc<dyn Storage>,
+    config: &Arc<Config>,
+    layout: &Layout,
+    wal: &Arc<Wal>,
+) -> RoleParts {
+    RoleParts {
+        storage: storage.clone(),
+        config: config.clone(),
+        epoch_file: layout.epoch(),
+        leader_epochs: layout.leader_epochs(),
+        wal: wal.clone(),
+        failed: Arc::default(),
+        changed: Arc::default(),
+        pins: Arc::default(),
     }
 }
 

@@ -154,12 +154,13 @@ impl Replication {
     /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
     /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
     /// the batch stays claimed for recovery (or for the new primary).
-    /// `below`: where the last checkpoint starts. Returns how long it waited (`None`: no
-    /// wait is made under `ack = "local"`).
+    /// `below`: where the last checkpoint starts (read only when needed). Returns how long
+    /// it waited for a standby's acknowledgement (`None`: none was waited for: local ack,
+    /// below the checkpoint, or published alone).
     pub(super) fn wait_replicated(
         &self,
         lsn: Lsn,
-        below: Lsn,
+        below: &dyn Fn() -> Lsn,
     ) -> Result<Option<Duration>, EngineError> {
         let cfg = &self.config.replication;
         if self.fence_if_lapsed() {
@@ -168,7 +169,7 @@ impl Replication {
         if cfg.ack == Ack::Local {
             return Ok(None);
         }
-        if cfg.when_standby_lost == StandbyLost::Wait && lsn < below {
+        if cfg.when_standby_lost == StandbyLost::Wait && lsn < below() {
             // Under "wait" no checkpoint passes the high watermark: it was replicated.
             return Ok(None);
         }

@@ -79,8 +79,9 @@ impl Replication {
                 "the epoch won in etcd, {epoch}, is not above {known}, which this node knows"
             )));
         }
+        let taken = self.take_epoch(epoch)?;
         *lock(&self.isr) = Some(isr);
-        self.take_epoch(epoch)
+        Ok(taken)
     }
 
     /// The highest epoch in `LEADER_EPOCHS`, the WAL and `EPOCH`.
@@ -93,8 +94,14 @@ impl Replication {
     }
 
     /// Leads `epoch` (above every epoch known: the caller checked) from the WAL's next lsn,
-    /// durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it.
+    /// durable in `EPOCH` and `LEADER_EPOCHS` before anything is appended under it. A
+    /// failure latches the engine: `EPOCH` may name an epoch `LEADER_EPOCHS` lacks.
     fn take_epoch(&self, epoch: u32) -> Result<u32, EngineError> {
+        self.take_epoch_unlatched(epoch)
+            .inspect_err(|_| self.fail())
+    }
+
+    fn take_epoch_unlatched(&self, epoch: u32) -> Result<u32, EngineError> {
         let next = self.wal.next_lsn();
         let mut epochs = lock(&self.epochs);
         self.write_epochs(EpochFile {

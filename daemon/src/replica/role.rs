@@ -3,7 +3,8 @@
 //! in-sync set and the lease of a cluster leader. The engine sees it only as its
 //! [`LogRole`]; control, status, the replica tasks and the cluster agent hold it directly.
 //! What it does: `ack.rs` (acknowledgements, the high watermark, the wait of an answer),
-//! `epoch_file.rs` (epochs taken and learnt), `fencing.rs` (the lease, the in-sync set).
+//! `epochs.rs` (epochs taken and learnt; the `EPOCH` file and the epoch arithmetic are
+//! `epoch_file.rs`), `fencing.rs` (the lease, the in-sync set).
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -95,7 +96,10 @@ impl OpenLogRole for Opener {
     }
 }
 
-/// The engine's log role as [`Replication`] (every engine the daemon opens has one).
+/// The engine's log role as [`Replication`] (every engine the daemon opens has one; an
+/// engine opened with another `OpenLogRole`, as a test may, shows no replication status).
+/// What holds it holds the engine too: the `Replication` writes `EPOCH` and
+/// `LEADER_EPOCHS`, which the engine's directory lock covers.
 pub fn of(engine: &crate::pipeline::Engine) -> Result<Arc<Replication>, EngineError> {
     engine
         .log_role()
@@ -231,8 +235,8 @@ impl Replication {
     }
 }
 
-/// The engine's view (`pipeline/log_role.rs`): each method is the one of the same name in
-/// `ack.rs`, `epoch_file.rs` or `fencing.rs`.
+/// The engine's view (`pipeline/log_role.rs`): the waits are `ack.rs`'s, the epochs
+/// `epochs.rs`'s, the lease check `fencing.rs`'s; the rest is here.
 impl LogRole for Replication {
     fn role(&self) -> Role {
         Replication::role(self)
@@ -250,7 +254,11 @@ impl LogRole for Replication {
         Replication::still_answering(self, lsn)
     }
 
-    fn wait_replicated(&self, lsn: Lsn, below: Lsn) -> Result<Option<Duration>, EngineError> {
+    fn wait_replicated(
+        &self,
+        lsn: Lsn,
+        below: &dyn Fn() -> Lsn,
+    ) -> Result<Option<Duration>, EngineError> {
         Replication::wait_replicated(self, lsn, below)
     }
 

@@ -226,8 +226,7 @@ fn no_temporaries(disk: &SimStorage) -> Result<(), String> {
 /// claim sync runs on its own thread, done or not); the disk taken there as a process
 /// crash, a power loss and a torn one leave it; recovery alone, then the checks.
 #[test]
-fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_durable_claims()
-{
+fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_durable_claims() {
     let clean = base();
     run(&clean, no_crash()).expect("clean run");
     let want = results(&clean).expect("clean results");
@@ -266,7 +265,11 @@ fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_d
             let seen = visible_result(after, name).unwrap_or_else(|e| panic!("#{i}: {e}"));
             let durable = claimed.iter().any(|s| s == name);
             assert_eq!(seen.is_some(), durable, "#{i}: {name}: result {seen:?}");
-            assert_eq!(after.file_bytes(&new_path(name)).is_some(), !durable, "#{i}: {name}");
+            assert_eq!(
+                after.file_bytes(&new_path(name)).is_some(),
+                !durable,
+                "#{i}: {name}"
+            );
         }
         run(after, no_crash()).unwrap_or_else(|e| panic!("#{i}: retry: {e}"));
         same_results(after, &want).unwrap_or_else(|e| panic!("#{i}: {e}"));

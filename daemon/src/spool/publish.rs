@@ -569,7 +569,11 @@ mod tests {
         disk.paths()
             .into_iter()
             .filter(|p| p.parent() == Some(out))
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_temporary))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_temporary)
+            })
             .collect()
     }
 
@@ -590,10 +594,16 @@ mod tests {
             assert!(!prepared.holds(&many[1..]), "{mode:?}: not a part of it");
             assert_eq!(temporaries(&disk, &out).len(), 5, "{mode:?}: written");
             for n in &names {
-                assert!(disk.file_bytes(&out.join(n)).is_none(), "{mode:?}: {n} seen");
+                assert!(
+                    disk.file_bytes(&out.join(n)).is_none(),
+                    "{mode:?}: {n} seen"
+                );
             }
             drop(prepared);
-            for after in [disk.crash(CrashMode::Process), disk.crash(CrashMode::PowerDrop)] {
+            for after in [
+                disk.crash(CrashMode::Process),
+                disk.crash(CrashMode::PowerDrop),
+            ] {
                 assert!(temporaries(&after, &out).is_empty(), "{mode:?}: left");
                 for n in &names {
                     assert!(after.file_bytes(&out.join(n)).is_none(), "{mode:?}: {n}");
@@ -616,7 +626,10 @@ mod tests {
         for mode in [ResultSync::Syncfs, ResultSync::Fsync] {
             let disk = SimStorage::new();
             let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
-            p.prepare(&many).expect("prepare").publish().expect("publish");
+            p.prepare(&many)
+                .expect("prepare")
+                .publish()
+                .expect("publish");
             let total = disk.sync_count();
             for freeze in 0..=total {
                 for crash in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: 5 }] {
@@ -647,7 +660,10 @@ mod tests {
                     let early = whole(&before_publish);
                     assert!(!early.iter().any(|s| *s), "{mode:?}, {freeze}: {early:?}");
                     let seen = whole(&after);
-                    assert!(!acked || seen.iter().all(|s| *s), "{mode:?}, {freeze}: {seen:?}");
+                    assert!(
+                        !acked || seen.iter().all(|s| *s),
+                        "{mode:?}, {freeze}: {seen:?}"
+                    );
                     for d in [before_publish, after] {
                         Publisher::new(Arc::new(d.clone()), &out, mode).expect("reopen");
                         assert!(temporaries(&d, &out).is_empty(), "{mode:?}, {freeze}");

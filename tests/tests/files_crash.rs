@@ -276,6 +276,38 @@ fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_d
     }
 }
 
+/// Goal: nothing is renamed into `out/` before its claim is durable, though the results'
+/// temporaries are written and synced while the claims' WAL sync runs: whichever sync of
+/// the group fails (a temporary's, the WAL's, `out/`'s), every result a client can see
+/// cites a claim in the durable WAL, and recovery leaves no temporary.
+/// Method: the group's syncs counted in a clean run; then for each k, the k-th of them
+/// fails; the live disk (what a client saw) against the durable image (a power loss).
+#[test]
+fn whichever_sync_of_a_group_fails_no_result_is_visible_before_its_claim_is_durable() {
+    let clean = base();
+    let before = clean.sync_count();
+    run(&clean, no_crash()).expect("clean run");
+    let n = clean.sync_count() - before;
+    assert!(n >= 3, "{n} syncs in the group");
+    for k in 1..=n {
+        let disk = base();
+        disk.set_faults(roost_storage::SimFaults {
+            fail_sync_at: Some(disk.sync_count() + k),
+            ..roost_storage::SimFaults::default()
+        });
+        let failed = run(&disk, no_crash()).is_err();
+        let seen = visible(&disk);
+        let durable = disk.crash(CrashMode::PowerDrop);
+        let wal = wal_entries(Arc::new(durable.clone()), &data_dir());
+        for (name, r) in &seen {
+            cites_its_claim(&wal, r)
+                .unwrap_or_else(|e| panic!("sync {k} of {n} failed ({failed}): {name}: {e}"));
+        }
+        drop(open_engine(&durable, no_crash()).expect("recovery"));
+        no_temporaries(&durable).unwrap_or_else(|e| panic!("sync {k}: {e}"));
+    }
+}
+
 #[test]
 fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
     let hook = Arc::new(NthCrash::new(None));

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use roost::batch::{self, Batch};
+use roost::config::ResultSync;
 use roost::pipeline::crash::{CrashHook, HoldOnce, NthCrash, Step};
 use roost::pipeline::records::WalEntry;
 use roost::pipeline::Engine;
@@ -68,7 +69,13 @@ fn base() -> SimStorage {
 /// Opens the engine (recovery) and runs the group's files still in `new/`, in group order,
 /// as one group, as the serve worker does; the engine's error is a crash.
 fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<(), String> {
-    let e: Engine = open_engine(disk, crash).map_err(|e| format!("open: {e}"))?;
+    run_in(disk, crash, ResultSync::default())
+}
+
+/// [`run`] with results synced as `sync` says.
+fn run_in(disk: &SimStorage, crash: Arc<dyn CrashHook>, sync: ResultSync) -> Result<(), String> {
+    let e: Engine = open_engine_with(disk, crash, |c| c.result_sync = sync)
+        .map_err(|e| format!("open: {e}"))?;
     let mut batches: Vec<(Batch, &str)> = Vec::new();
     for (name, _) in files() {
         if let Some(bytes) = disk.file_bytes(&new_path(name)) {
@@ -199,6 +206,13 @@ fn check_records(disk: &SimStorage, results: &BTreeMap<&str, Value>) -> Result<(
     }
 }
 
+/// The crash-free group's results (default configuration).
+fn want_results() -> BTreeMap<&'static str, Value> {
+    let clean = base();
+    run(&clean, no_crash()).expect("clean run");
+    results(&clean).expect("clean results")
+}
+
 /// No result temporary (`.NAME.SEQ.tmp`) is left in `out/`.
 fn no_temporaries(disk: &SimStorage) -> Result<(), String> {
     let out = data_dir().join("spool/out");
@@ -281,12 +295,24 @@ fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_d
 /// the group fails (a temporary's, the WAL's, `out/`'s), every result a client can see
 /// cites a claim in the durable WAL, and recovery leaves no temporary.
 /// Method: the group's syncs counted in a clean run; then for each k, the k-th of them
-/// fails; the live disk (what a client saw) against the durable image (a power loss).
+/// fails; the live disk (what a client saw) against the durable image (a power loss). In
+/// both result modes (`syncfs` writes the temporaries early and syncs them in the round).
 #[test]
 fn whichever_sync_of_a_group_fails_no_result_is_visible_before_its_claim_is_durable() {
+    for sync in [ResultSync::Fsync, ResultSync::Syncfs] {
+        no_result_before_its_claim(sync);
+    }
+}
+
+fn no_result_before_its_claim(sync: ResultSync) {
     let clean = base();
     let before = clean.sync_count();
-    run(&clean, no_crash()).expect("clean run");
+    run_in(&clean, no_crash(), sync).expect("clean run");
+    assert_eq!(
+        results(&clean).expect("clean results"),
+        want_results(),
+        "{sync:?}"
+    );
     let n = clean.sync_count() - before;
     assert!(n >= 3, "{n} syncs in the group");
     for k in 1..=n {
@@ -295,13 +321,14 @@ fn whichever_sync_of_a_group_fails_no_result_is_visible_before_its_claim_is_dura
             fail_sync_at: Some(disk.sync_count() + k),
             ..roost_storage::SimFaults::default()
         });
-        let failed = run(&disk, no_crash()).is_err();
+        let failed = run_in(&disk, no_crash(), sync).is_err();
         let seen = visible(&disk);
         let durable = disk.crash(CrashMode::PowerDrop);
         let wal = wal_entries(Arc::new(durable.clone()), &data_dir());
         for (name, r) in &seen {
-            cites_its_claim(&wal, r)
-                .unwrap_or_else(|e| panic!("sync {k} of {n} failed ({failed}): {name}: {e}"));
+            cites_its_claim(&wal, r).unwrap_or_else(|e| {
+                panic!("{sync:?}: sync {k} of {n} failed ({failed}): {name}: {e}")
+            });
         }
         drop(open_engine(&durable, no_crash()).expect("recovery"));
         no_temporaries(&durable).unwrap_or_else(|e| panic!("sync {k}: {e}"));

@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use roost::batch::{self, Batch};
-use roost::pipeline::crash::{CrashHook, NthCrash};
+use roost::config::ResultSync;
+use roost::pipeline::crash::{CrashHook, HoldOnce, NthCrash, Step};
 use roost::pipeline::records::WalEntry;
 use roost::pipeline::Engine;
 use roost_storage::{CrashMode, SimStorage};
@@ -68,7 +69,13 @@ fn base() -> SimStorage {
 /// Opens the engine (recovery) and runs the group's files still in `new/`, in group order,
 /// as one group, as the serve worker does; the engine's error is a crash.
 fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>) -> Result<(), String> {
-    let e: Engine = open_engine(disk, crash).map_err(|e| format!("open: {e}"))?;
+    run_in(disk, crash, ResultSync::default())
+}
+
+/// [`run`] with results synced as `sync` says.
+fn run_in(disk: &SimStorage, crash: Arc<dyn CrashHook>, sync: ResultSync) -> Result<(), String> {
+    let e: Engine = open_engine_with(disk, crash, |c| c.result_sync = sync)
+        .map_err(|e| format!("open: {e}"))?;
     let mut batches: Vec<(Batch, &str)> = Vec::new();
     for (name, _) in files() {
         if let Some(bytes) = disk.file_bytes(&new_path(name)) {
@@ -199,6 +206,135 @@ fn check_records(disk: &SimStorage, results: &BTreeMap<&str, Value>) -> Result<(
     }
 }
 
+/// The crash-free group's results (default configuration).
+fn want_results() -> BTreeMap<&'static str, Value> {
+    let clean = base();
+    run(&clean, no_crash()).expect("clean run");
+    results(&clean).expect("clean results")
+}
+
+/// No result temporary (`.NAME.SEQ.tmp`) is left in `out/`.
+fn no_temporaries(disk: &SimStorage) -> Result<(), String> {
+    let out = data_dir().join("spool/out");
+    let left: Vec<_> = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.parent() == Some(out.as_path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp"))
+        })
+        .collect();
+    match left.is_empty() {
+        true => Ok(()),
+        false => Err(format!("temporaries left in out/: {left:?}")),
+    }
+}
+
+/// Goal: a crash after a group's result temporaries are written and synced but while its
+/// claims' WAL sync may still run (the two overlap) leaves, after recovery, a result for
+/// exactly the files whose claim is in the recovered WAL, none for the others (they are
+/// still in `new/`), and no temporary; the retry then gives the crash-free results.
+/// Method: the group held at `after_results_prepared` (the temporaries are on disk; the
+/// claim sync runs on its own thread, done or not); the disk taken there as a process
+/// crash, a power loss and a torn one leave it; recovery alone, then the checks.
+#[test]
+fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_durable_claims() {
+    let clean = base();
+    run(&clean, no_crash()).expect("clean run");
+    let want = results(&clean).expect("clean results");
+    let disk = base();
+    let (hold, handle) = HoldOnce::new(Step::AfterResultsPrepared.at());
+    let held = disk.clone();
+    let t = std::thread::spawn(move || run(&held, hold));
+    assert!(
+        handle.reached(std::time::Duration::from_secs(20)),
+        "never held"
+    );
+    let at = |mode| disk.crash(mode);
+    let snapshots = [
+        at(CrashMode::Process),
+        at(CrashMode::PowerDrop),
+        at(CrashMode::PowerTear { seed: 4 }),
+    ];
+    handle.release();
+    t.join().expect("group thread").expect("group run");
+    assert!(
+        no_temporaries(&snapshots[0]).is_err(),
+        "no temporary on disk at the hold: the point is not where the test means"
+    );
+    for (i, after) in snapshots.iter().enumerate() {
+        drop(open_engine(after, no_crash()).unwrap_or_else(|e| panic!("#{i}: recovery: {e}")));
+        no_temporaries(after).unwrap_or_else(|e| panic!("#{i}: {e}"));
+        let wal = wal_entries(Arc::new(after.clone()), &data_dir());
+        let claimed: Vec<String> = wal
+            .iter()
+            .filter_map(|(_, e)| match e {
+                WalEntry::Claim(c) => Some(c.source.clone()),
+                _ => None,
+            })
+            .collect();
+        for (name, _) in files() {
+            let seen = visible_result(after, name).unwrap_or_else(|e| panic!("#{i}: {e}"));
+            let durable = claimed.iter().any(|s| s == name);
+            assert_eq!(seen.is_some(), durable, "#{i}: {name}: result {seen:?}");
+            assert_eq!(
+                after.file_bytes(&new_path(name)).is_some(),
+                !durable,
+                "#{i}: {name}"
+            );
+        }
+        run(after, no_crash()).unwrap_or_else(|e| panic!("#{i}: retry: {e}"));
+        same_results(after, &want).unwrap_or_else(|e| panic!("#{i}: {e}"));
+    }
+}
+
+/// Goal: nothing is renamed into `out/` before its claim is durable, though the results'
+/// temporaries are written and synced while the claims' WAL sync runs: whichever sync of
+/// the group fails (a temporary's, the WAL's, `out/`'s), every result a client can see
+/// cites a claim in the durable WAL, and recovery leaves no temporary.
+/// Method: the group's syncs counted in a clean run; then for each k, the k-th of them
+/// fails; the live disk (what a client saw) against the durable image (a power loss). In
+/// both result modes (`syncfs` writes the temporaries early and syncs them in the round).
+#[test]
+fn whichever_sync_of_a_group_fails_no_result_is_visible_before_its_claim_is_durable() {
+    for sync in [ResultSync::Fsync, ResultSync::Syncfs] {
+        no_result_before_its_claim(sync);
+    }
+}
+
+fn no_result_before_its_claim(sync: ResultSync) {
+    let clean = base();
+    let before = clean.sync_count();
+    run_in(&clean, no_crash(), sync).expect("clean run");
+    assert_eq!(
+        results(&clean).expect("clean results"),
+        want_results(),
+        "{sync:?}"
+    );
+    let n = clean.sync_count() - before;
+    assert!(n >= 3, "{n} syncs in the group");
+    for k in 1..=n {
+        let disk = base();
+        disk.set_faults(roost_storage::SimFaults {
+            fail_sync_at: Some(disk.sync_count() + k),
+            ..roost_storage::SimFaults::default()
+        });
+        let failed = run_in(&disk, no_crash(), sync).is_err();
+        let seen = visible(&disk);
+        let durable = disk.crash(CrashMode::PowerDrop);
+        let wal = wal_entries(Arc::new(durable.clone()), &data_dir());
+        for (name, r) in &seen {
+            cites_its_claim(&wal, r).unwrap_or_else(|e| {
+                panic!("{sync:?}: sync {k} of {n} failed ({failed}): {name}: {e}")
+            });
+        }
+        drop(open_engine(&durable, no_crash()).expect("recovery"));
+        no_temporaries(&durable).unwrap_or_else(|e| panic!("sync {k}: {e}"));
+    }
+}
+
 #[test]
 fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
     let hook = Arc::new(NthCrash::new(None));
@@ -206,6 +342,10 @@ fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
     run(&clean, hook.clone()).expect("clean run");
     let points = hook.reached();
     assert!(points.len() > 20, "{points:?}");
+    assert!(
+        points.iter().any(|p| p == "after_results_prepared"),
+        "{points:?}"
+    );
     let want = results(&clean).expect("clean results");
     let statuses: Vec<&str> = want.values().filter_map(|r| r["status"].as_str()).collect();
     for s in ["committed", "rejected", "conflict"] {
@@ -232,6 +372,7 @@ fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
             let acked = visible(&disk);
             let after = disk.crash(mode);
             kept(&after, &acked).unwrap_or_else(|e| panic!("{what}: {e}"));
+            no_temporaries(&after).unwrap_or_else(|e| panic!("{what}: {e}"));
             run(&after, no_crash()).unwrap_or_else(|e| panic!("{what}: retry: {e}"));
             same_results(&after, &want).unwrap_or_else(|e| panic!("{what}: {e}"));
             let got = results(&after).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -23,9 +23,10 @@ pub struct DrillOptions {
 
 pub const SHARDS: &[&str] = &["d0", "d1", "d2", "d3"];
 /// Where the odd rounds die (the N-th time the point is reached, N in 1..=4).
-pub const CRASH_POINTS: [CrashPoint; 14] = [
+pub const CRASH_POINTS: [CrashPoint; 15] = [
     Step::AfterPlan.at(),
     Step::AfterClaimAppend.at(),
+    Step::AfterResultsPrepared.at(),
     Step::AfterClaimSync.at(),
     Step::AfterCommit.nth(0),
     Step::AfterCommit.nth(1),

@@ -21,6 +21,9 @@ use crate::error::EngineError;
 pub enum Step {
     AfterPlan,
     AfterClaimAppend,
+    /// A group's spool-file results written to temporaries and synced, while the claims'
+    /// WAL sync may still run (`plan.rs`, `sync_claims`): none of them renamed.
+    AfterResultsPrepared,
     AfterClaimSync,
     /// After shard K of the batch applied its transaction (K: the shard's position).
     AfterCommit,
@@ -44,9 +47,10 @@ pub enum Step {
 
 impl Step {
     /// Every step, in pipeline order.
-    pub const ALL: [Step; 14] = [
+    pub const ALL: [Step; 15] = [
         Step::AfterPlan,
         Step::AfterClaimAppend,
+        Step::AfterResultsPrepared,
         Step::AfterClaimSync,
         Step::AfterCommit,
         Step::AfterAudit,
@@ -65,6 +69,7 @@ impl Step {
         match self {
             Step::AfterPlan => "after_plan",
             Step::AfterClaimAppend => "after_claim_append",
+            Step::AfterResultsPrepared => "after_results_prepared",
             Step::AfterClaimSync => "after_claim_sync",
             Step::AfterCommit => "after_commit",
             Step::AfterAudit => "after_audit",
@@ -123,7 +128,7 @@ impl fmt::Display for CrashPoint {
 
 /// A name that is not a crash point.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done, after_keys_sync, after_key_index, after_checkpoint, after_wal_retired)")]
+#[error("unknown crash point {0:?} (known: after_plan, after_claim_append, after_results_prepared, after_claim_sync, after_commit.K, after_audit.I, after_input_removed, after_result, after_flush.K, after_audit_sync, after_done, after_keys_sync, after_key_index, after_checkpoint, after_wal_retired)")]
 pub struct UnknownPoint(pub String);
 
 impl FromStr for CrashPoint {

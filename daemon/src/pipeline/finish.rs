@@ -29,6 +29,7 @@ use super::{io_err, lock, Engine};
 use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
 use crate::spool;
+use crate::spool::Prepared;
 
 /// One touched shard of a batch: its owner and the ids its transaction creates (true) or
 /// deletes (false), for the planning overlay.
@@ -58,7 +59,7 @@ impl Engine {
         audited: &HashSet<u32>,
     ) -> Result<BatchResult, EngineError> {
         let claims = [(lsn, claim)];
-        let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None)?;
+        let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None, None)?;
         self.run_tail(&claims, tail)?;
         r.pop().ok_or(EngineError::Inconsistent {
             lsn,
@@ -69,12 +70,15 @@ impl Engine {
     /// Commit and Finish up to the answers for durable claims: every transaction, the audit
     /// rows (`audited[i]`: claim `i`'s rows written already; none past its end), the answers
     /// in claim order. `started` is when a live group entered the pipeline; `None` in
-    /// recovery. What is left is the [`Tail`], for [`Engine::run_tail`].
+    /// recovery. `prepared`: the live claims' result files, written and synced while the
+    /// claims were (`plan.rs`, `sync_claims`). What is left is the [`Tail`], for
+    /// [`Engine::run_tail`].
     pub(super) fn commit_and_answer<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
         audited: &[&HashSet<u32>],
         started: Option<Instant>,
+        prepared: Option<Prepared<'_>>,
     ) -> Result<(Vec<BatchResult>, Tail<'c>), EngineError> {
         let t_commit = Instant::now();
         let mut tail = Tail {
@@ -91,7 +95,7 @@ impl Engine {
             self.stats.latency.commit.record(tail.committed - t_commit);
         }
         tail.last_row = self.write_group_audit_rows(claims, audited)?;
-        Ok((self.answer_claims(claims, started)?, tail))
+        Ok((self.answer_claims(claims, started, prepared)?, tail))
     }
 
     /// The tail once the answers are made: one flush per touched shard, one audit sync, then
@@ -269,11 +273,14 @@ impl Engine {
     /// earlier batch under the name settles first (its `done` durable): once the input is
     /// gone, recovery must never finish the earlier one again, or it would publish the
     /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
-    /// publishes only what is still this batch's (`names.rs`).
+    /// publishes only what is still this batch's (`names.rs`). `prepared`, if given, must
+    /// hold exactly the results published here (names and bytes): its temporaries are
+    /// renamed, not written again.
     fn answer_claims(
         &self,
         claims: &[(Lsn, &ClaimRecord)],
         started: Option<Instant>,
+        prepared: Option<Prepared<'_>>,
     ) -> Result<Vec<BatchResult>, EngineError> {
         for (lsn, _) in claims {
             self.wait_replicated(*lsn)?;
@@ -296,11 +303,7 @@ impl Engine {
             answers.push(r);
         }
         let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        if let Some((first, _)) = many.first() {
-            self.publisher
-                .publish_many(&many)
-                .map_err(io_err("write result", &self.spool.out.join(first)))?;
-        }
+        self.publish_claims(&many, prepared)?;
         for _ in &many {
             if let Some(t0) = started {
                 self.stats.latency.batch.record(t0.elapsed());
@@ -308,6 +311,30 @@ impl Engine {
             self.hit(Step::AfterResult.at())?;
         }
         Ok(answers)
+    }
+
+    /// The claims' results `many` published in one round: the `prepared` group's
+    /// temporaries renamed if it holds exactly these (it was made from the same claims, so a
+    /// difference is a bug: nothing is published and the engine stops), else written now.
+    fn publish_claims(
+        &self,
+        many: &[(&str, &[u8])],
+        prepared: Option<Prepared<'_>>,
+    ) -> Result<(), EngineError> {
+        let at = self.spool.out.join(many.first().map_or("", |(n, _)| *n));
+        let r = match prepared {
+            Some(p) if p.holds(many) => p.publish(),
+            Some(_) => {
+                return Err(EngineError::Inconsistent {
+                    lsn: 0,
+                    detail: "the results prepared at the claims differ from the committed ones"
+                        .into(),
+                })
+            }
+            None if many.is_empty() => return Ok(()),
+            None => self.publisher.publish_many(many),
+        };
+        r.map_err(io_err("write result", &at))
     }
 
     /// Every item's answer that needs no other batch to finish first, handed to `hand` as

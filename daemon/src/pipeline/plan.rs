@@ -26,10 +26,11 @@ use tracing::{debug, warn};
 
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::{committed_result, io_err, lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
+use crate::spool::Prepared;
 
 /// How a group's answers are delivered: the one thing the intake decides.
 pub enum Deliver<'a> {
@@ -170,15 +171,13 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        if let Some(last) = claims.iter().map(|(l, _)| *l).max() {
-            self.wal.sync_to(last)?;
-            for _ in &claims {
-                self.hit(Step::AfterClaimSync.at())?;
-                self.stats.latency.plan.record(planned - t0);
-                self.stats.latency.claim.record(planned.elapsed());
-            }
+        let prepared = self.sync_claims(&claims)?;
+        for _ in &claims {
+            self.hit(Step::AfterClaimSync.at())?;
+            self.stats.latency.plan.record(planned - t0);
+            self.stats.latency.claim.record(planned.elapsed());
         }
-        let (committed, tail) = self.commit_and_answer(&claims, &[], Some(t0))?;
+        let (committed, tail) = self.commit_and_answer(&claims, &[], Some(t0), prepared)?;
         // Answers before the tail: on a pause none is given (the caller sends the group
         // again and the keys answer again), so only a group that ran whole answers early.
         let answers = match halt {
@@ -190,6 +189,58 @@ impl Engine {
             Some(e) => Err(e),
             None => answers,
         }
+    }
+
+    /// Claim: the claims' one WAL sync, and meanwhile their spool files' results prepared
+    /// (`Publisher::prepare`: written to temporaries and synced, not renamed): a committed
+    /// result's bytes are fixed at its claim (`committed_result`: lsn, key, ops and ids), so
+    /// a closed-loop client waits for two syncs in a row (claim and results at once, then
+    /// `out/`) instead of three. Nothing is renamed before the claim is durable and
+    /// committed (`answer_claims`); a group not published drops its temporaries.
+    fn sync_claims<'p>(
+        &'p self,
+        claims: &[(Lsn, &ClaimRecord)],
+    ) -> Result<Option<Prepared<'p>>, EngineError> {
+        let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
+            return Ok(None);
+        };
+        let files: Vec<(&str, Vec<u8>)> = claims
+            .iter()
+            .filter(|(_, c)| !is_detached(&c.source))
+            .map(|(lsn, c)| (c.source.as_str(), committed_result(*lsn, c).to_json_line()))
+            .collect();
+        if files.is_empty() {
+            self.wal.sync_to(last)?;
+            return Ok(None);
+        }
+        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        let prepare = || -> Result<Prepared<'p>, EngineError> {
+            let at = &self.spool.out;
+            let p = (self.publisher.prepare(&many)).map_err(io_err("prepare results in", at))?;
+            self.hit(Step::AfterResultsPrepared.at())?;
+            Ok(p)
+        };
+        if !self.publisher.syncs_each() {
+            // `syncfs`: the temporaries' data is synced by the round, after the claim.
+            let p = prepare()?;
+            self.wal.sync_to(last)?;
+            return Ok(Some(p));
+        }
+        let (synced, prepared) = std::thread::scope(|s| {
+            let wal = std::thread::Builder::new()
+                .name("roost-claim-sync".into())
+                .spawn_scoped(s, || self.wal.sync_to(last));
+            let prepared = prepare();
+            let synced = match wal {
+                Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                // No thread to be had: the claim is synced here, after the results.
+                Err(_) => self.wal.sync_to(last),
+            };
+            (synced, prepared)
+        });
+        // A failed claim sync drops the prepared group: its temporaries go.
+        synced?;
+        prepared.map(Some)
     }
 
     /// Before the planner lock: the cheap idempotency check (for the first item with its

@@ -28,7 +28,7 @@ use roost_storage::Storage;
 
 pub use deliver::deliver;
 pub use dropped::{read_dropped, read_dropped_as, Intake};
-pub use publish::Publisher;
+pub use publish::{Prepared, Publisher};
 pub use quarantine::FailedDir;
 
 #[derive(Clone, Debug)]

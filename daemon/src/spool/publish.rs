@@ -55,6 +55,53 @@ struct Round {
 /// A result waiting for its round: ticket, its temporary, its name in `out/`.
 type Queued = (u64, PathBuf, String);
 
+/// A group of results written to hidden temporaries in `out/` (synced, under `fsync`) and
+/// not yet renamed: made by [`Publisher::prepare`], published by [`Prepared::publish`].
+/// Dropped unpublished (the claims' sync failed, the engine stopped, a crash point), it
+/// removes its temporaries, so no client ever sees them; a removal a power loss undoes is
+/// redone at the next open.
+pub struct Prepared<'p> {
+    publisher: &'p Publisher,
+    /// Emptied by `publish`: what is left here when dropped was never handed to a round.
+    temporaries: Vec<PathBuf>,
+    /// The results as prepared, in order: (name in `out/`, bytes).
+    results: Vec<(String, Vec<u8>)>,
+}
+
+impl Prepared<'_> {
+    /// Whether this group holds exactly `results` (names and bytes, in order): the pipeline
+    /// checks the results it would publish now against those prepared at the claim.
+    pub fn holds(&self, results: &[(&str, &[u8])]) -> bool {
+        self.results.len() == results.len()
+            && self
+                .results
+                .iter()
+                .zip(results)
+                .all(|((n, b), (m, c))| n == m && b.as_slice() == *c)
+    }
+
+    /// Renames every temporary to `out/NAME` in a round and fsyncs `out/`; returns once all
+    /// are there and durable. Every temporary was synced before this (by `prepare`), so
+    /// before any rename.
+    pub fn publish(mut self) -> io::Result<()> {
+        let temporaries = std::mem::take(&mut self.temporaries);
+        let names: Vec<String> = self.results.iter().map(|(n, _)| n.clone()).collect();
+        self.publisher.publish_prepared(temporaries, &names)
+    }
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        for tmp in self.temporaries.drain(..) {
+            if let Err(e) = self.publisher.storage.remove(&tmp) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    warn!(file = %tmp.display(), error = %e, "cannot remove an unpublished result's temporary; the next start removes it");
+                }
+            }
+        }
+    }
+}
+
 /// `.NAME.SEQ.tmp`: hidden (clients ignore dot-files in `out/`), unique per publish.
 fn is_temporary(file_name: &str) -> bool {
     file_name.starts_with('.') && file_name.ends_with(".tmp")
@@ -93,6 +140,12 @@ impl Publisher {
         )
     }
 
+    /// Whether each result is synced by its own fdatasync (`fsync`), not by the round's
+    /// `syncfs`: then preparing a group costs a device sync worth overlapping.
+    pub fn syncs_each(&self) -> bool {
+        self.mode == ResultSync::Fsync
+    }
+
     fn lock(&self) -> MutexGuard<'_, Round> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -112,26 +165,28 @@ impl Publisher {
     /// the syncs share a journal commit and the device's flushes), then all of them in one
     /// round. Returns once every one is in `out/` and durable.
     pub fn publish_many(&self, results: &[(&str, &[u8])]) -> io::Result<()> {
-        if results.is_empty() {
-            return Ok(());
-        }
-        let mut written: Vec<(PathBuf, Box<dyn roost_storage::StorageFile>)> =
-            Vec::with_capacity(results.len());
+        self.prepare(results)?.publish()
+    }
+
+    /// The first half of [`Publisher::publish_many`]: every result written to its temporary
+    /// and, under `fsync`, synced; nothing renamed, so no client sees any of them yet. The
+    /// pipeline runs it while the group's claims are synced to the WAL (a result's bytes
+    /// are fixed at its claim), and calls [`Prepared::publish`] once they are durable and
+    /// committed. A group dropped unpublished removes its temporaries; those a crash leaves
+    /// are removed at the next open ([`Publisher::new`]).
+    pub fn prepare(&self, results: &[(&str, &[u8])]) -> io::Result<Prepared<'_>> {
+        let mut written: Vec<Temporary> = Vec::with_capacity(results.len());
         let r = self.write_temporaries(results, &mut written);
-        if let Err(e) = r {
-            for (tmp, _) in &written {
-                let _ = self.storage.remove(tmp);
-            }
-            return Err(e);
-        }
-        let mut g = self.lock();
-        for ((tmp, _), (name, _)) in written.into_iter().zip(results) {
-            g.next_ticket += 1;
-            let ticket = g.next_ticket;
-            g.queue.push((ticket, tmp, (*name).to_owned()));
-        }
-        let last = g.next_ticket;
-        self.wait_for_round(g, last)
+        let prepared = Prepared {
+            publisher: self,
+            temporaries: written.into_iter().map(|(tmp, _)| tmp).collect(),
+            results: results
+                .iter()
+                .map(|(n, b)| ((*n).to_owned(), b.to_vec()))
+                .collect(),
+        };
+        // On an error, dropping `prepared` removes every temporary made.
+        r.map(|()| prepared)
     }
 
     /// Writes each result to its temporary (recorded in `written` as it is made, so the
@@ -140,7 +195,7 @@ impl Publisher {
     fn write_temporaries(
         &self,
         results: &[(&str, &[u8])],
-        written: &mut Vec<(PathBuf, Box<dyn roost_storage::StorageFile>)>,
+        written: &mut Vec<Temporary>,
     ) -> io::Result<()> {
         for (name, bytes) in results {
             let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +217,22 @@ impl Publisher {
             sync_concurrently(written, &self.sync_threads)?;
         }
         Ok(())
+    }
+
+    /// The second half: the prepared temporaries join a round (renamed, `out/` fsynced, and
+    /// under `syncfs` the file system synced first); returns once all are in `out/`.
+    fn publish_prepared(&self, temporaries: Vec<PathBuf>, names: &[String]) -> io::Result<()> {
+        if temporaries.is_empty() {
+            return Ok(());
+        }
+        let mut g = self.lock();
+        for (tmp, name) in temporaries.into_iter().zip(names) {
+            g.next_ticket += 1;
+            let ticket = g.next_ticket;
+            g.queue.push((ticket, tmp, name.clone()));
+        }
+        let last = g.next_ticket;
+        self.wait_for_round(g, last)
     }
 
     /// Waits until every ticket up to `ticket` is published, running a round for the queue
@@ -489,6 +560,115 @@ mod tests {
                     live.file_bytes(&out.join(n)).is_none(),
                     "sync {k} failed, yet {n} is in out/"
                 );
+            }
+        }
+    }
+
+    /// The paths of `disk` that are result temporaries in `out`.
+    fn temporaries(disk: &SimStorage, out: &Path) -> Vec<PathBuf> {
+        disk.paths()
+            .into_iter()
+            .filter(|p| p.parent() == Some(out))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_temporary)
+            })
+            .collect()
+    }
+
+    /// Goal: a prepared group is invisible until published, and one dropped unpublished (its
+    /// claims' sync failed, the engine stopped) leaves nothing: no result, no temporary.
+    /// Method: five results prepared in each mode; the temporaries exist and no name is in
+    /// `out/`; the group dropped; the live disk and the disk after a power loss read.
+    #[test]
+    fn a_prepared_group_dropped_unpublished_leaves_nothing() {
+        let out = PathBuf::from("/spool/out");
+        let (names, lines) = five_results();
+        let many = as_group(&names, &lines);
+        for mode in [ResultSync::Syncfs, ResultSync::Fsync] {
+            let disk = SimStorage::new();
+            let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
+            let prepared = p.prepare(&many).expect("prepare");
+            assert!(prepared.holds(&many), "{mode:?}: holds what it was given");
+            assert!(!prepared.holds(&many[1..]), "{mode:?}: not a part of it");
+            assert_eq!(temporaries(&disk, &out).len(), 5, "{mode:?}: written");
+            for n in &names {
+                assert!(
+                    disk.file_bytes(&out.join(n)).is_none(),
+                    "{mode:?}: {n} seen"
+                );
+            }
+            drop(prepared);
+            for after in [
+                disk.crash(CrashMode::Process),
+                disk.crash(CrashMode::PowerDrop),
+            ] {
+                assert!(temporaries(&after, &out).is_empty(), "{mode:?}: left");
+                for n in &names {
+                    assert!(after.file_bytes(&out.join(n)).is_none(), "{mode:?}: {n}");
+                }
+            }
+            assert_eq!(p.stats(), (0, 0), "{mode:?}: no round ran");
+        }
+    }
+
+    /// Goal: prepare then publish (how the pipeline publishes a group's results, the claim's
+    /// sync between the two) keeps the durability of `publish_many`: a power loss at any sync
+    /// leaves every result whole or absent, all of them once `publish` returned, none before
+    /// it was called; and once the publisher is opened again no temporary is left.
+    /// Method: five results, power cut after every sync count, a plain and a torn loss.
+    #[test]
+    fn prepare_then_publish_survives_power_loss_at_every_sync() {
+        let out = PathBuf::from("/spool/out");
+        let (names, lines) = five_results();
+        let many = as_group(&names, &lines);
+        for mode in [ResultSync::Syncfs, ResultSync::Fsync] {
+            let disk = SimStorage::new();
+            let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
+            p.prepare(&many)
+                .expect("prepare")
+                .publish()
+                .expect("publish");
+            let total = disk.sync_count();
+            for freeze in 0..=total {
+                for crash in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: 5 }] {
+                    let disk = SimStorage::new();
+                    disk.set_faults(SimFaults {
+                        freeze_after_syncs: Some(freeze),
+                        ..SimFaults::default()
+                    });
+                    let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
+                    let prepared = p.prepare(&many).expect("prepare");
+                    let before_publish = disk.crash(crash);
+                    prepared.publish().expect("publish");
+                    let acked = disk.sync_count() <= freeze;
+                    let after = disk.crash(crash);
+                    let whole = |d: &SimStorage| -> Vec<bool> {
+                        names
+                            .iter()
+                            .zip(&lines)
+                            .map(|(n, l)| match d.file_bytes(&out.join(n)) {
+                                Some(b) => {
+                                    assert_eq!(&b, l, "{n} partly there ({mode:?}, {freeze})");
+                                    true
+                                }
+                                None => false,
+                            })
+                            .collect()
+                    };
+                    let early = whole(&before_publish);
+                    assert!(!early.iter().any(|s| *s), "{mode:?}, {freeze}: {early:?}");
+                    let seen = whole(&after);
+                    assert!(
+                        !acked || seen.iter().all(|s| *s),
+                        "{mode:?}, {freeze}: {seen:?}"
+                    );
+                    for d in [before_publish, after] {
+                        Publisher::new(Arc::new(d.clone()), &out, mode).expect("reopen");
+                        assert!(temporaries(&d, &out).is_empty(), "{mode:?}, {freeze}");
+                    }
+                }
             }
         }
     }

@@ -65,6 +65,10 @@ pub struct SimFaults {
     /// where syncs cost nothing, concurrent writers rarely overlap and group commit cannot
     /// be seen.
     pub sync_latency: Option<std::time::Duration>,
+    /// Every file sync (`sync_data`, a range flush) of a file under this path fails with EIO,
+    /// whichever thread makes it: a test aims a failure at one log, not at a count of syncs
+    /// that threads running at once may reorder.
+    pub fail_syncs_under: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -444,7 +448,13 @@ impl SimHandle {
             std::thread::sleep(d);
         }
         self.with(|st, p| {
-            let synced = SimStorage::count_sync(st);
+            let synced =
+                SimStorage::count_sync(st).and_then(|ok| match &st.faults.fail_syncs_under {
+                    Some(d) if p.starts_with(d) => {
+                        Err(sim_err(io::ErrorKind::Other, "sync failed (EIO)"))
+                    }
+                    _ => Ok(ok),
+                });
             if let Ok(false) = synced {
                 return Ok(()); // the power went: nothing more becomes durable
             }

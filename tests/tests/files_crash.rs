@@ -239,15 +239,23 @@ fn no_temporaries(disk: &SimStorage) -> Result<(), String> {
 /// Method: the group held at `after_results_prepared` (the temporaries are on disk; the
 /// claim sync runs on its own thread, done or not); the disk taken there as a process
 /// crash, a power loss and a torn one leave it; recovery alone, then the checks.
+/// In both result modes: under `syncfs` the hold comes strictly before the claims' WAL
+/// sync, so the power-loss snapshots always have the claims not durable.
 #[test]
 fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_durable_claims() {
+    for sync in [ResultSync::Fsync, ResultSync::Syncfs] {
+        crash_between_prepared_results_and_durable_claims(sync);
+    }
+}
+
+fn crash_between_prepared_results_and_durable_claims(sync: ResultSync) {
     let clean = base();
-    run(&clean, no_crash()).expect("clean run");
+    run_in(&clean, no_crash(), sync).expect("clean run");
     let want = results(&clean).expect("clean results");
     let disk = base();
     let (hold, handle) = HoldOnce::new(Step::AfterResultsPrepared.at());
     let held = disk.clone();
-    let t = std::thread::spawn(move || run(&held, hold));
+    let t = std::thread::spawn(move || run_in(&held, hold, sync));
     assert!(
         handle.reached(std::time::Duration::from_secs(20)),
         "never held"
@@ -275,6 +283,14 @@ fn a_crash_between_prepared_results_and_durable_claims_leaves_results_only_for_d
                 _ => None,
             })
             .collect();
+        // A plain power loss keeps only what was synced (a torn one may keep more).
+        if sync == ResultSync::Syncfs && i == 1 {
+            let group: Vec<&String> = claimed.iter().filter(|s| *s != "setup.json").collect();
+            assert!(
+                group.is_empty(),
+                "#{i}: claims durable before their sync: {group:?}"
+            );
+        }
         for (name, _) in files() {
             let seen = visible_result(after, name).unwrap_or_else(|e| panic!("#{i}: {e}"));
             let durable = claimed.iter().any(|s| s == name);
@@ -332,6 +348,49 @@ fn no_result_before_its_claim(sync: ResultSync) {
         }
         drop(open_engine(&durable, no_crash()).expect("recovery"));
         no_temporaries(&durable).unwrap_or_else(|e| panic!("sync {k}: {e}"));
+    }
+}
+
+/// Goal: a group whose claims' WAL sync fails shows no result, though its results were
+/// written and synced while that sync ran: nothing is renamed, no temporary stays, and the
+/// files are still in `new/`.
+/// Method: every sync of a WAL file fails (aimed by path, so the threads' order does not
+/// matter), the group runs in each result mode; the live disk and `out/` are read.
+#[test]
+fn a_failed_claim_sync_publishes_none_of_the_results_prepared_beside_it() {
+    for sync in [ResultSync::Fsync, ResultSync::Syncfs] {
+        let disk = base();
+        let e = open_engine_with(&disk, no_crash(), |c| c.result_sync = sync).expect("open");
+        let batches: Vec<(Batch, &str)> = files()
+            .into_iter()
+            .map(|(name, v)| {
+                (
+                    batch::parse(v.to_string().as_bytes(), 100).expect("batch"),
+                    name,
+                )
+            })
+            .collect();
+        let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, n)| (b, *n)).collect();
+        disk.set_faults(roost_storage::SimFaults {
+            fail_syncs_under: Some(data_dir().join(roost::layout::WAL_DIR)),
+            ..roost_storage::SimFaults::default()
+        });
+        let r = e.submit(&items, Deliver::Files).map(|_| ());
+        let e = r
+            .expect_err("the claims' sync failed, the group must fail")
+            .to_string();
+        assert!(
+            e.contains("wal"),
+            "{sync:?}: not the WAL's sync that failed: {e}"
+        );
+        assert!(visible(&disk).is_empty(), "{sync:?}: {:?}", visible(&disk));
+        no_temporaries(&disk).unwrap_or_else(|e| panic!("{sync:?}: {e}"));
+        for (name, _) in files() {
+            assert!(
+                disk.file_bytes(&new_path(name)).is_some(),
+                "{sync:?}: {name}"
+            );
+        }
     }
 }
 

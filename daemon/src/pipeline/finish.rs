@@ -327,8 +327,12 @@ impl Engine {
             Some(_) => {
                 return Err(EngineError::Inconsistent {
                     lsn: 0,
-                    detail: "the results prepared at the claims differ from the committed ones"
-                        .into(),
+                    detail: format!(
+                        "the results prepared at the claims differ from the committed ones \
+                         (a group of {}, the first {})",
+                        many.len(),
+                        at.display()
+                    ),
                 })
             }
             None if many.is_empty() => return Ok(()),

@@ -171,11 +171,14 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let prepared = self.sync_claims(&claims)?;
+        let (prepared, synced) = self.sync_claims(&claims)?;
         for _ in &claims {
             self.hit(Step::AfterClaimSync.at())?;
             self.stats.latency.plan.record(planned - t0);
-            self.stats.latency.claim.record(planned.elapsed());
+            self.stats
+                .latency
+                .claim
+                .record(synced.saturating_duration_since(planned));
         }
         let (committed, tail) = self.commit_and_answer(&claims, &[], Some(t0), prepared)?;
         // Answers before the tail: on a pause none is given (the caller sends the group
@@ -196,22 +199,24 @@ impl Engine {
     /// result's bytes are fixed at its claim (`committed_result`: lsn, key, ops and ids), so
     /// a closed-loop client waits for two syncs in a row (claim and results at once, then
     /// `out/`) instead of three. Nothing is renamed before the claim is durable and
-    /// committed (`answer_claims`); a group not published drops its temporaries.
+    /// committed (`answer_claims`); a group not published drops its temporaries. Returns
+    /// the group and when the claims were durable (the claim phase's latency ends there,
+    /// not when the results are ready).
     fn sync_claims<'p>(
         &'p self,
         claims: &[(Lsn, &ClaimRecord)],
-    ) -> Result<Option<Prepared<'p>>, EngineError> {
+    ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
         let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
-            return Ok(None);
+            return Ok((None, Instant::now()));
         };
+        let sync = || self.wal.sync_to(last).map(|()| Instant::now());
         let files: Vec<(&str, Vec<u8>)> = claims
             .iter()
             .filter(|(_, c)| !is_detached(&c.source))
             .map(|(lsn, c)| (c.source.as_str(), committed_result(*lsn, c).to_json_line()))
             .collect();
         if files.is_empty() {
-            self.wal.sync_to(last)?;
-            return Ok(None);
+            return Ok((None, sync()?));
         }
         let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         let prepare = || -> Result<Prepared<'p>, EngineError> {
@@ -223,24 +228,23 @@ impl Engine {
         if !self.publisher.syncs_each() {
             // `syncfs`: the temporaries' data is synced by the round, after the claim.
             let p = prepare()?;
-            self.wal.sync_to(last)?;
-            return Ok(Some(p));
+            return Ok((Some(p), sync()?));
         }
         let (synced, prepared) = std::thread::scope(|s| {
             let wal = std::thread::Builder::new()
                 .name("roost-claim-sync".into())
-                .spawn_scoped(s, || self.wal.sync_to(last));
+                .spawn_scoped(s, sync);
             let prepared = prepare();
             let synced = match wal {
                 Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                 // No thread to be had: the claim is synced here, after the results.
-                Err(_) => self.wal.sync_to(last),
+                Err(_) => sync(),
             };
             (synced, prepared)
         });
         // A failed claim sync drops the prepared group: its temporaries go.
-        synced?;
-        prepared.map(Some)
+        let synced_at = synced?;
+        Ok((Some(prepared?), synced_at))
     }
 
     /// Before the planner lock: the cheap idempotency check (for the first item with its

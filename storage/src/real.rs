@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::seam::{map_range_end, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
+use crate::seam::{MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
 /// The operating system's file system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -190,24 +190,10 @@ impl MappedFile for RealMap {
     fn len(&self) -> u64 {
         self.len
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        map_range_end(
-            offset,
-            buf.len(),
-            self.len,
-            io::ErrorKind::UnexpectedEof,
-            "read",
-        )?;
+    fn read_in(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
     }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        map_range_end(
-            offset,
-            buf.len(),
-            self.len,
-            io::ErrorKind::InvalidInput,
-            "write",
-        )?;
+    fn write_in(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_all_at(buf, offset)
     }
     /// memmap2's `flush_range` is `msync(MS_SYNC)` from the page holding `offset` (`flush_async`
@@ -217,15 +203,10 @@ impl MappedFile for RealMap {
     /// back (unwritten extents of the preallocation converted) and the device cache flush,
     /// what `fdatasync` does for the range. An `fdatasync` after it, as the shards did at
     /// first, only repeated the device flush.
-    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
-        let n = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "flush range too large"))?;
-        map_range_end(offset, n, self.len, io::ErrorKind::InvalidInput, "flush")?;
-        if n == 0 {
-            return Ok(());
-        }
+    fn flush_in(&self, offset: u64, end: u64) -> io::Result<()> {
         // In bounds of a map of `len` bytes, which fit a usize when mapped.
-        self.map.flush_range(offset as usize, n)
+        self.map
+            .flush_range(offset as usize, (end - offset) as usize)
     }
     fn os_map(&self) -> Option<&MmapRaw> {
         Some(&self.map)

@@ -94,15 +94,37 @@ pub trait MappedFile: Send + Sync + fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// [`MappedFile::read_at`] of a range the caller checked lies inside the mapping.
+    fn read_in(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// [`MappedFile::write_at`] of a range the caller checked lies inside the mapping.
+    fn write_in(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// [`MappedFile::flush_range`] of `[offset, end)`, non-empty and inside the mapping.
+    fn flush_in(&self, offset: u64, end: u64) -> io::Result<()>;
     /// Fills `buf` from `offset`; past the mapping's end is `UnexpectedEof`.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let kind = io::ErrorKind::UnexpectedEof;
+        map_range_end(offset, buf.len(), self.len(), kind, "read")?;
+        self.read_in(buf, offset)
+    }
     /// Writes `buf` at `offset`; past the mapping's end is `InvalidInput` and writes nothing.
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let kind = io::ErrorKind::InvalidInput;
+        map_range_end(offset, buf.len(), self.len(), kind, "write")?;
+        self.write_in(buf, offset)
+    }
     /// `msync(MS_SYNC)` of `[offset, offset + len)`: the range's dirty pages, the metadata
     /// needed to read them back and a device flush (on Linux `vfs_fsync_range` of the file,
     /// the range's part of `fdatasync`). Writes outside the range stay as durable as they
     /// were. Past the mapping's end is `InvalidInput`; an empty range does nothing.
-    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()>;
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let kind = io::ErrorKind::InvalidInput;
+        let n = usize::try_from(len).map_err(|_| io::Error::new(kind, "flush range too large"))?;
+        let end = map_range_end(offset, n, self.len(), kind, "flush")?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.flush_in(offset, end)
+    }
     /// The operating system's mapping (read-only pages of the file), for readers that borrow
     /// bytes instead of copying them; `None` where there is none (the simulator).
     fn os_map(&self) -> Option<&MmapRaw> {
@@ -123,7 +145,7 @@ pub trait MappedFile: Send + Sync + fmt::Debug {
 
 /// The end of `[offset, offset + len)` when it lies inside a mapping of `map_len` bytes; an
 /// error of `kind` naming `what` otherwise (an overflowing range included).
-pub(crate) fn map_range_end(
+fn map_range_end(
     offset: u64,
     len: usize,
     map_len: u64,

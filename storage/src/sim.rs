@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::seam::{map_range_end, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
+use crate::seam::{MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -647,33 +647,13 @@ impl MappedFile for SimMap {
     fn len(&self) -> u64 {
         self.len
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        map_range_end(
-            offset,
-            buf.len(),
-            self.len,
-            io::ErrorKind::UnexpectedEof,
-            "read",
-        )?;
+    fn read_in(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_at(buf, offset)
     }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        map_range_end(
-            offset,
-            buf.len(),
-            self.len,
-            io::ErrorKind::InvalidInput,
-            "write",
-        )?;
+    fn write_in(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_at(buf, offset)
     }
-    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
-        let n = usize::try_from(len)
-            .map_err(|_| sim_err(io::ErrorKind::InvalidInput, "flush range too large"))?;
-        let end = map_range_end(offset, n, self.len, io::ErrorKind::InvalidInput, "flush")?;
-        if n == 0 {
-            return Ok(());
-        }
+    fn flush_in(&self, offset: u64, end: u64) -> io::Result<()> {
         self.file.sync_range(offset, end)
     }
 }

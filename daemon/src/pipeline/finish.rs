@@ -274,7 +274,7 @@ impl Engine {
     /// gone, recovery must never finish the earlier one again, or it would publish the
     /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
     /// publishes only what is still this batch's (`names.rs`). `prepared`, if given, must
-    /// hold exactly the results published here (names and bytes): its temporaries are
+    /// hold exactly the results published here (by name): its temporaries are
     /// renamed, not written again.
     fn answer_claims(
         &self,
@@ -286,7 +286,8 @@ impl Engine {
             self.wait_replicated(*lsn)?;
         }
         let mut answers = Vec::with_capacity(claims.len());
-        let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+        // A spool file's name and its answer's place in `answers`.
+        let mut files: Vec<(&str, usize)> = Vec::new();
         for (lsn, c) in claims {
             let r = committed_result(*lsn, c);
             if is_detached(&c.source) {
@@ -298,13 +299,12 @@ impl Engine {
                 self.settle_name(&c.source, Some(*lsn))?;
                 self.remove_input(&c.source)?;
                 self.hit(Step::AfterInputRemoved.at())?;
-                files.push((c.source.as_str(), r.to_json_line()));
+                files.push((c.source.as_str(), answers.len()));
             }
             answers.push(r);
         }
-        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        self.publish_claims(&many, prepared)?;
-        for _ in &many {
+        self.publish_claims(&files, &answers, prepared)?;
+        for _ in &files {
             if let Some(t0) = started {
                 self.stats.latency.batch.record(t0.elapsed());
             }
@@ -313,30 +313,44 @@ impl Engine {
         Ok(answers)
     }
 
-    /// The claims' results `many` published in one round: the `prepared` group's
-    /// temporaries renamed if it holds exactly these (it was made from the same claims, so a
-    /// difference is a bug: nothing is published and the engine stops), else written now.
+    /// The results of `files` (name, place in `answers`) published in one round: the
+    /// `prepared` group's temporaries renamed if it holds exactly these names (it was made
+    /// from the same claims, so a difference is a bug: nothing is published and the engine
+    /// stops), else written now. Prepared results are not serialized again.
     fn publish_claims(
         &self,
-        many: &[(&str, &[u8])],
+        files: &[(&str, usize)],
+        answers: &[BatchResult],
         prepared: Option<Prepared<'_>>,
     ) -> Result<(), EngineError> {
-        let at = self.spool.out.join(many.first().map_or("", |(n, _)| *n));
+        let at = self.spool.out.join(files.first().map_or("", |(n, _)| *n));
+        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
         let r = match prepared {
-            Some(p) if p.holds(many) => p.publish(),
+            Some(p) if p.holds(&names) => p.publish(),
             Some(_) => {
                 return Err(EngineError::Inconsistent {
                     lsn: 0,
                     detail: format!(
                         "the results prepared at the claims differ from the committed ones \
                          (a group of {}, the first {})",
-                        many.len(),
+                        files.len(),
                         at.display()
                     ),
                 })
             }
-            None if many.is_empty() => return Ok(()),
-            None => self.publisher.publish_many(many),
+            None if files.is_empty() => return Ok(()),
+            None => {
+                let lines: Vec<Vec<u8>> = files
+                    .iter()
+                    .map(|(_, i)| answers[*i].to_json_line())
+                    .collect();
+                let many: Vec<(&str, &[u8])> = names
+                    .iter()
+                    .zip(&lines)
+                    .map(|(n, l)| (*n, l.as_slice()))
+                    .collect();
+                self.publisher.publish_many(&many)
+            }
         };
         r.map_err(io_err("write result", &at))
     }

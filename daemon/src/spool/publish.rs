@@ -64,20 +64,16 @@ pub struct Prepared<'p> {
     publisher: &'p Publisher,
     /// Emptied by `publish`: what is left here when dropped was never handed to a round.
     temporaries: Vec<PathBuf>,
-    /// The results as prepared, in order: (name in `out/`, bytes).
-    results: Vec<(String, Vec<u8>)>,
+    /// The results' names in `out/`, in order.
+    names: Vec<String>,
 }
 
 impl Prepared<'_> {
-    /// Whether this group holds exactly `results` (names and bytes, in order): the pipeline
-    /// checks the results it would publish now against those prepared at the claim.
-    pub fn holds(&self, results: &[(&str, &[u8])]) -> bool {
-        self.results.len() == results.len()
-            && self
-                .results
-                .iter()
-                .zip(results)
-                .all(|((n, b), (m, c))| n == m && b.as_slice() == *c)
+    /// Whether this group holds the results of exactly `names`, in order: the pipeline
+    /// checks the results it would publish now against those prepared at the claims (their
+    /// bytes are the claims', made by the same function from the same claims).
+    pub fn holds(&self, names: &[&str]) -> bool {
+        self.names.len() == names.len() && self.names.iter().zip(names).all(|(a, b)| a == b)
     }
 
     /// Renames every temporary to `out/NAME` in a round and fsyncs `out/`; returns once all
@@ -85,7 +81,7 @@ impl Prepared<'_> {
     /// before any rename.
     pub fn publish(mut self) -> io::Result<()> {
         let temporaries = std::mem::take(&mut self.temporaries);
-        let names: Vec<String> = self.results.iter().map(|(n, _)| n.clone()).collect();
+        let names = std::mem::take(&mut self.names);
         self.publisher.publish_prepared(temporaries, &names)
     }
 }
@@ -180,10 +176,7 @@ impl Publisher {
         let prepared = Prepared {
             publisher: self,
             temporaries: written.into_iter().map(|(tmp, _)| tmp).collect(),
-            results: results
-                .iter()
-                .map(|(n, b)| ((*n).to_owned(), b.to_vec()))
-                .collect(),
+            names: results.iter().map(|(n, _)| (*n).to_owned()).collect(),
         };
         // On an error, dropping `prepared` removes every temporary made.
         r.map(|()| prepared)
@@ -590,8 +583,9 @@ mod tests {
             let disk = SimStorage::new();
             let p = Publisher::new(Arc::new(disk.clone()), &out, mode).expect("publisher");
             let prepared = p.prepare(&many).expect("prepare");
-            assert!(prepared.holds(&many), "{mode:?}: holds what it was given");
-            assert!(!prepared.holds(&many[1..]), "{mode:?}: not a part of it");
+            let given: Vec<&str> = names.iter().map(String::as_str).collect();
+            assert!(prepared.holds(&given), "{mode:?}: holds what it was given");
+            assert!(!prepared.holds(&given[1..]), "{mode:?}: not a part of it");
             assert_eq!(temporaries(&disk, &out).len(), 5, "{mode:?}: written");
             for n in &names {
                 assert!(

@@ -128,6 +128,13 @@ pub struct Config {
     /// (recovering its segments, as a first open does). 0: never closed. Checked on the shard
     /// pool's ticks, so a shard closes up to 5 s past it.
     pub shard_idle_close_ms: u64,
+    /// An answered batch's durability tail (its shards flushed, the audit log synced, then
+    /// its `done` record) runs in a round shared with every batch answered since the last:
+    /// a round runs once this many batches wait for one ...
+    pub tail_round_claims: usize,
+    /// ... or once the oldest has waited this long, and at once whenever a reused spool
+    /// name, a checkpoint or a graceful stop needs one. The answers never wait for a round.
+    pub tail_round_ms: u64,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,
     /// ... or this long after the last one (if anything was appended), and at a graceful
@@ -424,6 +431,8 @@ impl Default for Config {
             shards_max: 1024,
             shard_threads: 4,
             shard_idle_close_ms: 60_000,
+            tail_round_claims: 64,
+            tail_round_ms: 100,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_ms: 300_000,
             request_key_window_secs: 86_400,
@@ -470,6 +479,10 @@ pub enum ConfigError {
 /// What one key of the in-memory cache costs, measured (docs/memory.md): the map's slot,
 /// the key's heap copy and the allocator's rounding, for keys of up to about 40 bytes.
 pub const KEY_CACHE_BYTES_PER_KEY: u64 = 160;
+
+/// The most batches a durability round may wait for: what recovery may apply again after a
+/// power loss grows with it.
+pub const TAIL_ROUND_CLAIMS_MAX: usize = 65_536;
 
 /// The shortest `shard_idle_close_ms` other than 0: a shorter one would close and reopen a
 /// shard between two batches of a steady trickle, each reopen a scan of its segments.
@@ -561,6 +574,13 @@ impl Config {
                 "{} shards are declared, more than shards_max = {}",
                 self.shards.len(),
                 self.shards_max
+            )));
+        }
+        if !(1..=TAIL_ROUND_CLAIMS_MAX).contains(&self.tail_round_claims) || self.tail_round_ms == 0
+        {
+            return Err(ConfigError::Invalid(format!(
+                "tail_round_claims = {} must be 1 to {TAIL_ROUND_CLAIMS_MAX} and tail_round_ms = {} above 0",
+                self.tail_round_claims, self.tail_round_ms
             )));
         }
         if (1..SHARD_IDLE_CLOSE_MS_MIN).contains(&self.shard_idle_close_ms) {
@@ -685,6 +705,11 @@ impl Config {
     pub fn stream_batches_running(&self) -> usize {
         self.stream_batches_running_max
             .unwrap_or(self.batches_in_flight_max.saturating_mul(4))
+    }
+
+    /// How often the serve loop looks for answered batches that waited `tail_round_ms`.
+    pub fn tail_round(&self) -> Duration {
+        Duration::from_millis(self.tail_round_ms.max(1))
     }
 
     pub fn rescan_interval(&self) -> Duration {
@@ -856,6 +881,19 @@ mod tests {
         assert!(e.to_string().contains("shard_idle_close_ms = 99"), "{e}");
         let e = load("shards_max = 1\n[shards.a]\n[shards.b]\n").expect_err("2 over 1");
         assert!(e.to_string().contains("shards_max = 1"), "{e}");
+    }
+
+    #[test]
+    fn durability_rounds_are_bounded() {
+        let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+        let d = Config::default();
+        assert_eq!((d.tail_round_claims, d.tail_round_ms), (64, 100));
+        assert!(load("tail_round_claims = 1\ntail_round_ms = 1").is_ok());
+        assert!(load("tail_round_claims = 65536").is_ok());
+        for bad in ["tail_round_claims = 0", "tail_round_claims = 65537", "tail_round_ms = 0"] {
+            let e = load(bad).expect_err(bad);
+            assert!(e.to_string().contains("tail_round_claims"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -314,12 +314,14 @@ fn status_and_metrics_count_the_pipeline() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    // A batch counts as committed at the end of its durability tail, a moment after its
-    // result is out: poll (bounded) until the counter has caught up, then check it exactly.
+    // A batch counts as committed once answered; its durability round runs a moment later
+    // (`tail_round_ms`): poll (bounded) until both have caught up, then check them exactly.
     let until = std::time::Instant::now() + Duration::from_secs(20);
     let v: Value = loop {
         let v: Value = serde_json::from_str(&status(&["--json"])).unwrap();
-        if v["committed"] == n as u64 || std::time::Instant::now() > until {
+        // Answered, and their durability round run (from the serve loop, `tail_round_ms`).
+        let settled = v["tail_rounds"]["settled"] == n as u64;
+        if (v["committed"] == n as u64 && settled) || std::time::Instant::now() > until {
             break v;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -336,6 +338,10 @@ fn status_and_metrics_count_the_pipeline() {
     // Two shards per batch: a transaction each, flushed at least once per shard.
     assert_eq!(v["shard_txns"], 2 * n as u64, "{v}");
     assert!(v["shard_flushes"].as_u64().unwrap() >= 2, "{v}");
+    // Their tails settled in rounds: none waits, and no more rounds than batches.
+    assert_eq!(v["tail_rounds"]["waiting"], 0, "{v}");
+    let tail_rounds = v["tail_rounds"]["rounds"].as_u64().unwrap();
+    assert!((1..=n as u64).contains(&tail_rounds), "{v}");
     // Retention and room (issues 13, 14): no checkpoint yet (the first comes by size, time
     // or at the stop), every key live, each part's disk bytes, intake open.
     assert_eq!(v["checkpoint"], Value::Null, "{v}");

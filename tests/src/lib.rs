@@ -106,7 +106,7 @@ pub fn visible_result(disk: &SimStorage, name: &str) -> Result<Option<BatchResul
     }
 }
 
-/// Opens, submits `batch` as spool file `name`, drops the engine.
+/// Opens, submits `batch` as spool file `name`, runs the durability round, drops the engine.
 pub fn run_batch(
     disk: &SimStorage,
     crash: Arc<dyn CrashHook>,
@@ -114,7 +114,11 @@ pub fn run_batch(
     name: &str,
 ) -> Result<BatchResult, EngineError> {
     let e = open_engine(disk, crash)?;
-    e.one_file(batch, name)
+    let r = e.one_file(batch, name)?;
+    // The durability round the serve loop would run once the batch waited for it
+    // (`tail_round_ms`): its shards flushed, the audit log synced, its `done` record.
+    e.settle()?;
+    Ok(r)
 }
 
 /// A batch under `key` that creates one record on each of `shards`, `{"key":..,"shard":..}`.

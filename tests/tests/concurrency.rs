@@ -65,6 +65,8 @@ fn concurrent_batches_share_flushes_and_stay_ordered() {
         flushes < txns,
         "no group flush: {flushes} flushes for {txns} transactions"
     );
+    // A graceful stop's durability round: every batch's shards flushed.
+    engine.settle().unwrap();
     drop(engine);
     let claims = wal_entries(Arc::new(disk.clone()), &data_dir())
         .iter()

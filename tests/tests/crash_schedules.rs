@@ -311,7 +311,11 @@ fn run_detached(
     b: &Batch,
     conn: u32,
 ) -> Result<roost::batch::BatchResult, roost::error::EngineError> {
-    open_engine(disk, crash)?.one_detached(b, &format!("stream/{conn}/1"))
+    let e = open_engine(disk, crash)?;
+    let r = e.one_detached(b, &format!("stream/{conn}/1"))?;
+    // The durability round the serve loop runs once the batch waited `tail_round_ms`.
+    e.settle()?;
+    Ok(r)
 }
 
 /// Goal: the schedules above for a streamed batch (issue 16; the seam is shared with bulk

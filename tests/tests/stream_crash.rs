@@ -114,6 +114,8 @@ fn run(disk: &SimStorage, crash: Arc<dyn CrashHook>, g: Group) -> Run {
             }),
         )
         .map_err(|e| e.to_string());
+    // The durability round the serve loop runs once the group waited `tail_round_ms`.
+    let all = all.and_then(|a| e.settle().map(|_| a).map_err(|e| e.to_string()));
     (early, all)
 }
 

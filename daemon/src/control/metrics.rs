@@ -258,6 +258,21 @@ fn pipeline_figures(engine: &Engine) -> Vec<Figure> {
             "Shard flushes (one msync each, grouped per owner round) since start.",
             load(&s.shard_flushes),
         ),
+        counter(
+            "roost_tail_rounds",
+            "Durability rounds (shard flushes, audit sync, done records for every batch answered since the last) since start.",
+            load(&s.tail_rounds),
+        ),
+        counter(
+            "roost_tail_batches_settled",
+            "Answered batches whose durability round has run since start.",
+            load(&s.tail_settled),
+        ),
+        gauge(
+            "roost_tail_batches_waiting",
+            "Answered batches waiting for their durability round now.",
+            load(&s.tail_waiting),
+        ),
         gauge(
             "roost_shards_open",
             "Shards open now (maps, file descriptors, lock held); the others are closed.",

@@ -55,6 +55,11 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "results_per_round": per(published, rounds),
         "shard_txns": s.shard_txns.load(Ordering::Relaxed),
         "shard_flushes": s.shard_flushes.load(Ordering::Relaxed),
+        "tail_rounds": {
+            "rounds": s.tail_rounds.load(Ordering::Relaxed),
+            "settled": s.tail_settled.load(Ordering::Relaxed),
+            "waiting": s.tail_waiting.load(Ordering::Relaxed),
+        },
         "healthy": !engine.is_failed(),
         "intake": intake_json(engine),
         "stream": stream_json(engine),

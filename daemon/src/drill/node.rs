@@ -181,13 +181,16 @@ impl Node {
         self.status()?["replication"]["durable_lsn"].as_u64()
     }
 
-    /// The last lsn once this primary is quiet: no batch in flight (a batch's `done` record
-    /// is appended after its answer) and its whole log durable (the idle tail sync sends a
-    /// standby that record too). `None` while not, or when the daemon does not answer.
+    /// The last lsn once this primary is quiet: no batch in flight and none waiting for its
+    /// durability round (a batch's `done` record is appended by that round, after its
+    /// answer) and its whole log durable (the idle tail sync sends a standby that record
+    /// too). `None` while not, or when the daemon does not answer.
     pub fn quiet_end(&self) -> Option<u64> {
         let st = self.status()?;
         let last = st["last_lsn"].as_u64()?;
-        let quiet = st["in_flight"] == 0 && st["replication"]["durable_lsn"].as_u64() == Some(last);
+        let quiet = st["in_flight"] == 0
+            && st["tail_rounds"]["waiting"] == 0
+            && st["replication"]["durable_lsn"].as_u64() == Some(last);
         quiet.then_some(last)
     }
 

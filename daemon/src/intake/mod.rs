@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     pub(crate) finishing: AtomicBool,
     /// An idle primary's WAL tail is being synced now (`maybe_sync_tail`).
     pub(crate) syncing_tail: AtomicBool,
+    /// A durability round runs on the blocking pool now (`maybe_settle`).
+    pub(crate) settling: AtomicBool,
     /// Bulk files being worked on now (`bulk.rs`, at most `bulk_files_in_flight_max`).
     pub(crate) bulk_files: AtomicUsize,
     /// Bulk files that found no place, requeued when one frees (`bulk.rs`).
@@ -91,6 +93,7 @@ impl Shared {
             checkpointing: AtomicBool::new(false),
             finishing: AtomicBool::new(false),
             syncing_tail: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
             bulk_files: AtomicUsize::new(0),
             bulk_waiting: Mutex::new(Vec::new()),
             cluster,

@@ -44,6 +44,9 @@ impl Engine {
         // One at a time; the state lock is only held for moments (status reads it).
         let _one = lock(&self.checkpoint_running);
         self.check()?;
+        // The claims answered and waiting for their round close first, so the checkpoint
+        // can pass them (`settle.rs`).
+        self.settle()?;
         if self.backup_gate.backup_running() {
             // A base backup copies the files as they are (`backup.rs`): the next one runs.
             debug!("checkpoint skipped: a base backup is being sent to a standby");

@@ -14,7 +14,6 @@
 //! done means nothing is left to redo.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +23,7 @@ use roost_wal::Lsn;
 use super::crash::Step;
 use super::owner::{ShardSlot, Turn};
 use super::plan::{is_detached, Slot};
-use super::records::{self, AuditRecord, ClaimRecord, DoneRecord, PlannedOp, RecordType};
+use super::records::{self, AuditRecord, ClaimRecord, PlannedOp, RecordType};
 use super::{io_err, lock, Engine};
 use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
@@ -48,6 +47,13 @@ pub(super) struct Tail<'c> {
     committed: Instant,
 }
 
+impl<'c> Tail<'c> {
+    /// Each claim's touched shards, the last audit row, when the commit step ended.
+    pub(super) fn into_parts(self) -> (Vec<Vec<Touched<'c>>>, Option<Lsn>, Instant) {
+        (self.touched, self.last_row, self.committed)
+    }
+}
+
 impl Engine {
     /// Recovery's finish for the durable claim at `lsn`, as a group of one; `audited` holds
     /// the op indexes whose audit rows exist already. Its input is removed and its result
@@ -60,7 +66,8 @@ impl Engine {
     ) -> Result<BatchResult, EngineError> {
         let claims = [(lsn, claim)];
         let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None, None)?;
-        self.run_tail(&claims, tail)?;
+        self.hold_for_round(&claims, tail)?;
+        self.settle()?;
         r.pop().ok_or(EngineError::Inconsistent {
             lsn,
             detail: "its claim has no answer".into(),
@@ -72,7 +79,7 @@ impl Engine {
     /// in claim order. `started` is when a live group entered the pipeline; `None` in
     /// recovery. `prepared`: the live claims' result files, written and synced while the
     /// claims were (`plan.rs`, `sync_claims`). What is left is the [`Tail`], for
-    /// [`Engine::run_tail`].
+    /// [`Engine::hold_for_round`] (`settle.rs`).
     pub(super) fn commit_and_answer<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
@@ -96,61 +103,6 @@ impl Engine {
         }
         tail.last_row = self.write_group_audit_rows(claims, audited)?;
         Ok((self.answer_claims(claims, started, prepared)?, tail))
-    }
-
-    /// The tail once the answers are made: one flush per touched shard, one audit sync, then
-    /// each claim's `done` record (not synced on its own: it rides on the next group
-    /// commit), and the claims closed. If a power loss drops a `done`, recovery finishes the
-    /// batch again, and every step of that is idempotent.
-    pub(super) fn run_tail(
-        &self,
-        claims: &[(Lsn, &ClaimRecord)],
-        tail: Tail<'_>,
-    ) -> Result<(), EngineError> {
-        if claims.is_empty() {
-            return Ok(());
-        }
-        let mut by_shard: BTreeMap<&str, &Touched<'_>> = BTreeMap::new();
-        for t in tail.touched.iter().flatten() {
-            by_shard.entry(t.name).or_insert(t);
-        }
-        self.flush_touched(by_shard.into_values())?;
-        if let Some(last) = tail.last_row {
-            self.audit.sync_to(last)?;
-        }
-        for _ in claims {
-            self.hit(Step::AfterAuditSync.at())?;
-        }
-        let lsns: Vec<Lsn> = claims.iter().map(|(l, _)| *l).collect();
-        let dones = self.append_dones(&lsns)?;
-        for (((lsn, c), t), done) in claims.iter().zip(&tail.touched).zip(dones) {
-            self.close_claim(*lsn, c, t, done);
-            self.stats.latency.finish.record(tail.committed.elapsed());
-        }
-        Ok(())
-    }
-
-    /// The claim at `lsn` is finished and its `done` record appended at `done`: its key
-    /// answers from now on, and a checkpoint may pass it. Every frame of the touched shards
-    /// up to `lsn` is flushed (they apply in lsn order).
-    fn close_claim(&self, lsn: Lsn, claim: &ClaimRecord, touched: &[Touched<'_>], done: Lsn) {
-        let mut p = lock(&self.planner);
-        if let Some(k) = p.keys.get_mut(&claim.request_key) {
-            k.done = true;
-        }
-        p.tails.done(&claim.source, lsn, done);
-        for t in touched {
-            match p.vouched.get_mut(t.name) {
-                Some(v) => *v = (*v).max(lsn),
-                None => {
-                    p.vouched.insert(t.name.to_owned(), lsn);
-                }
-            }
-        }
-        p.open.remove(&lsn);
-        drop(p);
-        self.finished_cv.notify_all();
-        self.stats.committed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One claim's transactions, applied (a standby's effects, `apply.rs`).
@@ -430,43 +382,6 @@ impl Engine {
     pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
         spool::remove_input(self.storage.as_ref(), &self.spool, source)
             .map_err(io_err("remove input", &self.spool.new.join(source)))
-    }
-
-    /// Each shard flushes everything applied so far (grouped per owner), and waits for all.
-    fn flush_touched<'t, 'c: 't>(
-        &self,
-        touched: impl Iterator<Item = &'t Touched<'c>>,
-    ) -> Result<(), EngineError> {
-        let mut flushes = Vec::new();
-        for (k, t) in touched.enumerate() {
-            flushes.push((t, t.slot.send_flush(k)?));
-        }
-        let mut first_err = None;
-        for (t, rx) in &flushes {
-            if let Err(e) = t.slot.wait(rx, &|| self.is_failed()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
-    /// returns their lsns.
-    fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
-        let mut payloads = Vec::with_capacity(claims.len());
-        for lsn in claims {
-            let done = DoneRecord { claim_lsn: *lsn };
-            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
-        }
-        let frames: Vec<(u8, &[u8])> = payloads
-            .iter()
-            .map(|p| (RecordType::Done as u8, p.as_slice()))
-            .collect();
-        let lsns = self.wal.append_many_nowait(&frames)?;
-        for _ in &lsns {
-            self.hit(Step::AfterDone.at())?;
-        }
-        Ok(lsns)
     }
 
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first

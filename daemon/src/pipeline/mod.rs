@@ -40,6 +40,8 @@ mod plan;
 pub mod records;
 mod recover;
 mod room;
+mod round_queue;
+mod settle;
 mod shard_limit;
 pub mod stats;
 mod tails;
@@ -225,6 +227,8 @@ pub struct Engine {
     log_role: Arc<dyn LogRole>,
     /// A standby's claims held back or applied unflushed (`apply.rs`).
     held: held::HeldClaims,
+    /// Answered claims waiting for their durability tail's round (`settle.rs`).
+    rounds: round_queue::Rounds,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -298,6 +302,7 @@ impl Engine {
             pause: Mutex::new(None),
             log_role,
             held: held::HeldClaims::default(),
+            rounds: round_queue::Rounds::default(),
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
@@ -448,9 +453,14 @@ impl Engine {
         in_flight == 0 || since < stall.as_millis() as u64
     }
 
-    /// Makes every WAL record written so far durable (the lazily written done records): the
-    /// last step of a graceful stop.
+    /// Runs the durability round, then makes every WAL record written so far durable (the
+    /// lazily written done records): the last step of a graceful stop.
     pub fn sync(&self) -> Result<(), EngineError> {
+        // The batches waiting for their durability round close first (`settle.rs`); a
+        // failed engine leaves them to recovery.
+        if !self.is_failed() {
+            self.settle()?;
+        }
         let last = self.last_lsn();
         if last > 0 {
             self.wal.sync_to(last)?;

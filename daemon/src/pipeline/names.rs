@@ -37,7 +37,8 @@ enum Owner {
 
 impl Engine {
     /// Before an answer for `name` is published: waits until every other claim under `name`
-    /// has appended its `done` record, then makes those durable (see the module comment).
+    /// has appended its `done` record (running the round an answered one waits for), then
+    /// makes those durable (see the module comment).
     /// `own` is the claim being answered, if any.
     pub(super) fn settle_name(&self, name: &str, own: Option<Lsn>) -> Result<(), EngineError> {
         let mut t = lock(&self.planner);
@@ -51,6 +52,14 @@ impl Engine {
                     return self.wal.sync_to(done).map_err(EngineError::from);
                 }
                 Err(()) => {
+                    // An earlier claim under the name waits for its round: run it now
+                    // (`settle.rs`); one still before its answer is waited for.
+                    drop(t);
+                    if self.settle()? > 0 {
+                        t = lock(&self.planner);
+                        continue;
+                    }
+                    t = lock(&self.planner);
                     t = self
                         .finished_cv
                         .wait_timeout(t, Duration::from_millis(50))

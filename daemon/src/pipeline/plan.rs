@@ -187,7 +187,7 @@ impl Engine {
             None => self.answers(items, &slots, committed, hand),
             Some(_) => Ok(Vec::new()),
         };
-        self.run_tail(&claims, tail)?;
+        self.hold_for_round(&claims, tail)?;
         match halt {
             Some(e) => Err(e),
             None => answers,

@@ -21,6 +21,11 @@ pub struct Stats {
     /// per round, so under load flushes < transactions.
     pub shard_txns: AtomicU64,
     pub shard_flushes: AtomicU64,
+    /// Durability rounds run (`settle.rs`), the batches they settled, and the batches
+    /// answered and waiting for one now (in a round under way included).
+    pub tail_rounds: AtomicU64,
+    pub tail_settled: AtomicU64,
+    pub tail_waiting: AtomicU64,
     /// Shards whose `Shard` is open now (maps, file descriptors, directory lock held); the
     /// others that exist are closed: never opened since start, or closed after
     /// `shard_idle_close_ms` idle (`owner.rs`).

@@ -12,7 +12,7 @@
 mod sidecars;
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,6 +128,10 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     let mut signals = Signals::install(&new_dir)?;
     let mut tick = tokio::time::interval(cfg.rescan_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Answered batches never wait longer than `tail_round_ms` for their round, however
+    // quiet the spool is (`maybe_settle`).
+    let mut settle_tick = tokio::time::interval(cfg.tail_round());
+    settle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));
     let sidecars = Sidecars::start(&cfg, &shared.engine, shared.cluster.clone());
     let mut repl = match ReplTasks::start(repl_host(&shared)).await {
@@ -163,6 +167,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
             _ = hints.lost_events.notified() => {}
             Some(name) = hints.events.recv() => names.push(name),
             _ = tick.tick() => hints.rescan_needed.store(true, Ordering::SeqCst),
+            _ = settle_tick.tick() => {}
         }
         if shared.stopping() {
             break;
@@ -254,6 +259,7 @@ async fn between_passes(
         f.leader_epoch = seen.leader_epoch;
     });
     maybe_finish_claims(shared);
+    maybe_settle(shared);
     maybe_sync_tail(shared);
     true
 }
@@ -388,6 +394,20 @@ fn maybe_finish_claims(shared: &Arc<Shared>) {
     });
 }
 
+/// Runs a durability round on the blocking pool once answered batches have waited
+/// `tail_round_ms` for one (`pipeline/settle.rs`): a quiet daemon still closes them.
+fn maybe_settle(shared: &Arc<Shared>) {
+    if !shared.engine.settle_due() || shared.settling.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    in_background(
+        shared,
+        |sh| &sh.settling,
+        "durability round",
+        |e| e.settle().map(|_| ()),
+    );
+}
+
 /// A primary serving standbys makes its WAL's unsynced tail (the lazily written `done`
 /// records) durable once it is quiet, so its standby gets them too: only durable records
 /// are sent. Under load the next claim's group commit does it; this adds no sync there.
@@ -402,11 +422,22 @@ fn maybe_sync_tail(shared: &Arc<Shared>) {
     {
         return;
     }
+    in_background(shared, |sh| &sh.syncing_tail, "wal sync", Engine::sync);
+}
+
+/// Runs `work` on the blocking pool; `busy` (set by the caller) is cleared when it ends. A
+/// failure (`what` names it) stops the daemon like any I/O failure.
+fn in_background(
+    shared: &Arc<Shared>,
+    busy: fn(&Shared) -> &AtomicBool,
+    what: &'static str,
+    work: fn(&Engine) -> Result<(), EngineError>,
+) {
     let sh = shared.clone();
     tokio::task::spawn_blocking(move || {
-        let _done = ClearOnDrop(&sh.syncing_tail);
-        if let Err(e) = sh.engine.sync() {
-            error!(error = %e, "wal sync failed: stopping");
+        let _done = ClearOnDrop(busy(&sh));
+        if let Err(e) = work(&sh.engine) {
+            error!(error = %e, "{what} failed: stopping");
             if let Ok(mut f) = sh.fatal.lock() {
                 f.get_or_insert(e);
             }

@@ -214,15 +214,18 @@ pub fn caught_up(primary: &Node, standby: &Node) {
     );
 }
 
-/// The primary's last lsn once it is quiet: no batch in flight (a batch's `done` record is
-/// appended after its answer is published, before it leaves the count) and its whole log
+/// The primary's last lsn once it is quiet: no batch in flight and none answered and
+/// waiting for its durability round (a batch's `done` record is appended by that round,
+/// after its answer is published: `pipeline/settle.rs`) and its whole log
 /// durable (the idle tail sync has made that `done` record durable, so a standby is sent
 /// it). `None` while either is not so. A caller wants it twice in a row: status reads its
 /// fields one after another, and a `done` appended between them could pass for quiet once.
 pub fn quiet_end(primary: &Node) -> Option<u64> {
     let st = primary.status();
     let last = st["last_lsn"].as_u64()?;
-    let quiet = st["in_flight"] == 0 && st["replication"]["durable_lsn"].as_u64() == Some(last);
+    let quiet = st["in_flight"] == 0
+        && st["tail_rounds"]["waiting"] == 0
+        && st["replication"]["durable_lsn"].as_u64() == Some(last);
     (quiet && last > 0).then_some(last)
 }
 

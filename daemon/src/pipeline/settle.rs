@@ -1,0 +1,189 @@
+//! The durability tail, settled in rounds shared across groups (issue 30, "not slower").
+//!
+//! Once a group's answers are given, each of its claims still owes its tail: every shard it
+//! touched flushed, the audit log synced, then its `done` record. None of that is on the
+//! client's wait (the answer stands on the durable claim: `finish.rs`), but run per group it
+//! cost a closed-loop client four times the device syncs of the answer itself. So a group
+//! only hands its claims in ([`Engine::hold_for_round`]: their keys answer duplicates from
+//! then on), and a round settles every claim handed in since the last one: one flush per
+//! shard any of them touched, one audit sync, their `done` records in one write. A round runs:
+//! - in the worker that hands in the `tail_round_claims`-th claim waiting (the count keeps
+//!   what recovery may have to apply again bounded by configuration, not by load);
+//! - from the serve loop once the oldest has waited `tail_round_ms` (`Engine::settle_due`);
+//! - whenever something needs a claim closed: a reused spool name (`names.rs`), a
+//!   checkpoint, the last WAL sync of a graceful stop, recovery (each claim it finishes).
+//!
+//! Until its round, a claim stays open exactly as it did between its answer and its tail
+//! before: no `done` record (recovery finishes it again from the claim, every step of that
+//! idempotent), its shards not vouched for past it, a checkpoint held below it. One round
+//! runs at a time; a worker that fills the count while one runs waits for it (so what
+//! waits is bounded by `tail_round_claims` plus the batches in flight).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use roost_wal::Lsn;
+
+use super::crash::Step;
+use super::finish::Tail;
+use super::owner::ShardSlot;
+use super::records::{self, ClaimRecord, DoneRecord, RecordType};
+use super::round_queue::Waiting;
+use super::{lock, Engine};
+use crate::error::EngineError;
+
+impl Engine {
+    /// A group's claims, answered, handed to the next round (see the module comment): their
+    /// keys answer from now on (a duplicate waiting for one is woken), and the round runs
+    /// here if `tail_round_claims` are waiting now.
+    pub(super) fn hold_for_round(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+        tail: Tail<'_>,
+    ) -> Result<(), EngineError> {
+        if claims.is_empty() {
+            return Ok(());
+        }
+        self.mark_answered(claims);
+        let (touched, last_row, committed) = tail.into_parts();
+        let handed = claims.iter().zip(touched).map(|((lsn, c), t)| Waiting {
+            lsn: *lsn,
+            source: c.source.clone(),
+            shards: t.into_iter().map(|t| (t.name.to_owned(), t.slot)).collect(),
+            committed,
+        });
+        let n = self.rounds.hand_in(handed, last_row);
+        self.stats
+            .tail_waiting
+            .fetch_add(claims.len() as u64, Ordering::Relaxed);
+        self.finished_cv.notify_all();
+        if n >= self.config.tail_round_claims.max(1) {
+            self.settle()?;
+        }
+        Ok(())
+    }
+
+    /// The claims' keys answer duplicates from now on: their answers are given, and every
+    /// one of them is rebuilt from its durable claim (`committed_result`).
+    fn mark_answered(&self, claims: &[(Lsn, &ClaimRecord)]) {
+        let mut p = lock(&self.planner);
+        for (_, c) in claims {
+            if let Some(k) = p.keys.get_mut(&c.request_key) {
+                k.done = true;
+            }
+        }
+        drop(p);
+        self.stats
+            .committed
+            .fetch_add(claims.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
+    /// closed. A failure latches the engine: the claims it held stay open for recovery.
+    pub fn settle(&self) -> Result<usize, EngineError> {
+        let _one = lock(&self.rounds.running);
+        let (claims, last_row) = self.rounds.take();
+        if claims.is_empty() {
+            return Ok(0);
+        }
+        self.check()?;
+        let r = self.settle_round(&claims, last_row);
+        if r.is_err() {
+            self.fail();
+        }
+        r.map(|()| claims.len())
+    }
+
+    /// Whether claims have waited `tail_round_ms` for a round (the serve loop runs one).
+    pub fn settle_due(&self) -> bool {
+        self.rounds
+            .waited(Duration::from_millis(self.config.tail_round_ms))
+    }
+
+    /// One round: each touched shard flushed once, the audit log synced to the last row,
+    /// the `done` records in one write (not synced on their own: they ride on the next
+    /// group commit), the claims closed.
+    fn settle_round(&self, claims: &[Waiting], last_row: Option<Lsn>) -> Result<(), EngineError> {
+        let mut by_shard: BTreeMap<&str, &Arc<ShardSlot>> = BTreeMap::new();
+        for (name, slot) in claims.iter().flat_map(|c| &c.shards) {
+            by_shard.entry(name.as_str()).or_insert(slot);
+        }
+        self.flush_shards(by_shard.into_values())?;
+        if let Some(last) = last_row {
+            self.audit.sync_to(last)?;
+        }
+        for _ in claims {
+            self.hit(Step::AfterAuditSync.at())?;
+        }
+        let lsns: Vec<Lsn> = claims.iter().map(|c| c.lsn).collect();
+        let dones = self.append_dones(&lsns)?;
+        for (c, done) in claims.iter().zip(dones) {
+            self.close_claim(c, done);
+            self.stats.latency.finish.record(c.committed.elapsed());
+        }
+        let n = claims.len() as u64;
+        self.stats.tail_rounds.fetch_add(1, Ordering::Relaxed);
+        self.stats.tail_settled.fetch_add(n, Ordering::Relaxed);
+        self.stats.tail_waiting.fetch_sub(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The claim `c` is settled and its `done` record appended at `done`: a checkpoint may
+    /// pass it, a later batch under its spool name may be answered once the `done` is
+    /// durable, and every frame of its shards up to its lsn is flushed (they apply in lsn
+    /// order).
+    fn close_claim(&self, c: &Waiting, done: Lsn) {
+        let mut p = lock(&self.planner);
+        p.tails.done(&c.source, c.lsn, done);
+        for (name, _) in &c.shards {
+            match p.vouched.get_mut(name) {
+                Some(v) => *v = (*v).max(c.lsn),
+                None => {
+                    p.vouched.insert(name.clone(), c.lsn);
+                }
+            }
+        }
+        p.open.remove(&c.lsn);
+        drop(p);
+        self.finished_cv.notify_all();
+    }
+
+    /// Each shard flushes everything applied so far, and all are waited for.
+    fn flush_shards<'a>(
+        &self,
+        slots: impl Iterator<Item = &'a Arc<ShardSlot>>,
+    ) -> Result<(), EngineError> {
+        let mut flushes = Vec::new();
+        for (k, slot) in slots.enumerate() {
+            flushes.push((slot, slot.send_flush(k)?));
+        }
+        let mut first_err = None;
+        for (slot, rx) in &flushes {
+            if let Err(e) = slot.wait(rx, &|| self.is_failed()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
+    /// returns their lsns.
+    fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
+        let mut payloads = Vec::with_capacity(claims.len());
+        for lsn in claims {
+            let done = DoneRecord { claim_lsn: *lsn };
+            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
+        }
+        let frames: Vec<(u8, &[u8])> = payloads
+            .iter()
+            .map(|p| (RecordType::Done as u8, p.as_slice()))
+            .collect();
+        let lsns = self.wal.append_many_nowait(&frames)?;
+        for _ in &lsns {
+            self.hit(Step::AfterDone.at())?;
+        }
+        Ok(lsns)
+    }
+}

@@ -890,7 +890,11 @@ mod tests {
         assert_eq!((d.tail_round_claims, d.tail_round_ms), (64, 100));
         assert!(load("tail_round_claims = 1\ntail_round_ms = 1").is_ok());
         assert!(load("tail_round_claims = 65536").is_ok());
-        for bad in ["tail_round_claims = 0", "tail_round_claims = 65537", "tail_round_ms = 0"] {
+        for bad in [
+            "tail_round_claims = 0",
+            "tail_round_claims = 65537",
+            "tail_round_ms = 0",
+        ] {
             let e = load(bad).expect_err(bad);
             assert!(e.to_string().contains("tail_round_claims"), "{bad}: {e}");
         }

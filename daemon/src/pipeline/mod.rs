@@ -27,6 +27,7 @@ pub mod backup;
 pub mod backup_gate;
 mod checkpoint;
 mod checkpoint_state;
+mod claim_sync;
 pub mod crash;
 pub mod disk;
 mod finish;
@@ -229,6 +230,8 @@ pub struct Engine {
     held: held::HeldClaims,
     /// Answered claims waiting for their durability tail's round (`settle.rs`).
     rounds: round_queue::Rounds,
+    /// The thread that syncs a claim step's WAL records while its results are prepared.
+    claim_syncer: claim_sync::ClaimSyncer,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -274,6 +277,7 @@ impl Engine {
         let (failed, finished_cv) = (parts.failed.clone(), parts.changed.clone());
         let backup_pins = parts.pins.clone();
         let log_role = log_role.open(parts)?;
+        let claim_syncer = claim_sync::ClaimSyncer::start(wal.clone());
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
@@ -303,6 +307,7 @@ impl Engine {
             log_role,
             held: held::HeldClaims::default(),
             rounds: round_queue::Rounds::default(),
+            claim_syncer,
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),

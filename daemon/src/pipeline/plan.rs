@@ -230,18 +230,13 @@ impl Engine {
             let p = prepare()?;
             return Ok((Some(p), sync()?));
         }
-        let (synced, prepared) = std::thread::scope(|s| {
-            let wal = std::thread::Builder::new()
-                .name("roost-claim-sync".into())
-                .spawn_scoped(s, sync);
-            let prepared = prepare();
-            let synced = match wal {
-                Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                // No thread to be had: the claim is synced here, after the results.
-                Err(_) => sync(),
-            };
-            (synced, prepared)
-        });
+        let asked = self.claim_syncer.ask(last);
+        let prepared = prepare();
+        let synced = match asked.map(|rx| rx.recv()) {
+            Some(Ok(r)) => r,
+            // No syncer thread (none could be had, or it is gone): synced here, after.
+            _ => sync(),
+        };
         // A failed claim sync drops the prepared group: its temporaries go.
         let synced_at = synced?;
         Ok((Some(prepared?), synced_at))

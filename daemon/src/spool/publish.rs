@@ -14,10 +14,12 @@ use crate::config::ResultSync;
 /// Publishes result files in rounds: group commit for `out/`.
 ///
 /// A result is written to a hidden temporary in `out/` (and, by default, fdatasynced by its
-/// own worker, concurrently with the others), then joins a round. The first caller to find no
-/// round running runs one for everything queued: makes the temporaries' data durable if that
-/// is the round's job ([`ResultSync::Syncfs`]), renames each to `out/NAME`, and fsyncs `out/`
-/// once; the others wait for it. So a client that sees `out/NAME` sees the whole result, and
+/// own worker, concurrently with the others, then renamed to `out/NAME` by that worker at
+/// once), then joins a round. The first caller to find no round running runs one for
+/// everything queued: makes the temporaries' data durable and renames them if that is the
+/// round's job ([`ResultSync::Syncfs`]), and fsyncs `out/` once, which covers every rename
+/// made before it began; the others wait for it. A result renamed while a round runs
+/// waits for the next round's fsync, not for the running one to end before it is renamed. So a client that sees `out/NAME` sees the whole result, and
 /// keeps it across a power loss, and under load a round of N results costs N + 1 syncs
 /// instead of 2N (2 with `syncfs`).
 ///
@@ -52,8 +54,9 @@ struct Round {
     poisoned: Option<String>,
 }
 
-/// A result waiting for its round: ticket, its temporary, its name in `out/`.
-type Queued = (u64, PathBuf, String);
+/// A result waiting for its round: ticket, its temporary if the round renames it (`None`:
+/// its worker renamed it already), its name in `out/`.
+type Queued = (u64, Option<PathBuf>, String);
 
 /// A group of results written to hidden temporaries in `out/` (synced, under `fsync`) and
 /// not yet renamed: made by [`Publisher::prepare`], published by [`Prepared::publish`].
@@ -76,9 +79,9 @@ impl Prepared<'_> {
         self.names.len() == names.len() && self.names.iter().zip(names).all(|(a, b)| a == b)
     }
 
-    /// Renames every temporary to `out/NAME` in a round and fsyncs `out/`; returns once all
-    /// are there and durable. Every temporary was synced before this (by `prepare`), so
-    /// before any rename.
+    /// Renames every temporary to `out/NAME` (at once under `fsync`, in the round under
+    /// `syncfs`) and fsyncs `out/` in a round; returns once all are there and durable. Every
+    /// temporary is synced before its rename (by `prepare`, or by the round's `syncfs`).
     pub fn publish(mut self) -> io::Result<()> {
         let temporaries = std::mem::take(&mut self.temporaries);
         let names = std::mem::take(&mut self.names);
@@ -218,11 +221,21 @@ impl Publisher {
         if temporaries.is_empty() {
             return Ok(());
         }
+        // Under `fsync` every temporary is durable already: renamed here, so the client
+        // does not wait for a round already running to end before it sees its result.
+        let renamed = self.mode == ResultSync::Fsync;
+        if renamed {
+            self.not_poisoned(&self.lock())?;
+            for (tmp, name) in temporaries.iter().zip(names) {
+                self.rename_into(tmp, name)?;
+            }
+        }
         let mut g = self.lock();
         for (tmp, name) in temporaries.into_iter().zip(names) {
             g.next_ticket += 1;
             let ticket = g.next_ticket;
-            g.queue.push((ticket, tmp, name.clone()));
+            g.queue
+                .push((ticket, (!renamed).then_some(tmp), name.clone()));
         }
         let last = g.next_ticket;
         self.wait_for_round(g, last)
@@ -232,11 +245,7 @@ impl Publisher {
     /// whenever none runs (see the type's comment).
     fn wait_for_round<'a>(&'a self, mut g: MutexGuard<'a, Round>, ticket: u64) -> io::Result<()> {
         loop {
-            if let Some(why) = &g.poisoned {
-                return Err(io::Error::other(format!(
-                    "result publishing stopped after an earlier failure: {why}"
-                )));
-            }
+            self.not_poisoned(&g)?;
             if g.published_through >= ticket {
                 return Ok(());
             }
@@ -267,25 +276,44 @@ impl Publisher {
         }
     }
 
+    /// An error once a round has failed: nothing more is published.
+    fn not_poisoned(&self, g: &Round) -> io::Result<()> {
+        match &g.poisoned {
+            Some(why) => Err(io::Error::other(format!(
+                "result publishing stopped after an earlier failure: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// `tmp` renamed to `out/NAME`.
+    fn rename_into(&self, tmp: &Path, name: &str) -> io::Result<()> {
+        let to = self.out.join(name);
+        self.storage
+            .rename(tmp, &to)
+            .map_err(|e| ctx("rename of the result to", &to, e))
+    }
+
     fn run(&self, round: &[Queued]) -> io::Result<()> {
-        let ctx = |what: &str, p: &Path, e: io::Error| {
-            io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
-        };
         if self.mode == ResultSync::Syncfs {
             self.fs
                 .sync_fs()
                 .map_err(|e| ctx("syncfs of the file system holding", &self.out, e))?;
         }
         for (_, tmp, name) in round {
-            let to = self.out.join(name);
-            self.storage
-                .rename(tmp, &to)
-                .map_err(|e| ctx("rename of the result to", &to, e))?;
+            if let Some(tmp) = tmp {
+                self.rename_into(tmp, name)?;
+            }
         }
         self.storage
             .sync_dir(&self.out)
             .map_err(|e| ctx("fsync of", &self.out, e))
     }
+}
+
+/// `e` with what failed and on which path.
+fn ctx(what: &str, p: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
 }
 
 /// Helper threads syncing temporaries at once, for the whole daemon: one thread each.
@@ -391,6 +419,36 @@ mod tests {
     }
     use crate::batch::Invalid;
     use roost_storage::{CrashMode, SimFaults, SimStorage};
+
+    /// Goal: under `fsync` a result is in `out/` as soon as its worker publishes it, not
+    /// once a round already under way (another group's `out/` fsync) has ended; `publish`
+    /// still returns only after a round that began after its rename.
+    #[test]
+    fn a_result_is_renamed_at_once_while_another_round_runs() {
+        let out = PathBuf::from("/spool/out");
+        let disk = SimStorage::new();
+        let p = Publisher::new(Arc::new(disk.clone()), &out, ResultSync::Fsync);
+        let p = Arc::new(p.expect("publisher"));
+        p.lock().running = true; // another group's round, under way
+        let p2 = p.clone();
+        let t = std::thread::spawn(move || p2.publish("a.json", &result(1)));
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while disk.file_bytes(&out.join("a.json")).is_none() {
+            assert!(
+                std::time::Instant::now() < until,
+                "not renamed while the round ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            !t.is_finished(),
+            "returned before a round covered its rename"
+        );
+        p.lock().running = false;
+        p.done.notify_all();
+        t.join().expect("publisher thread").expect("published");
+        assert_eq!(p.stats(), (1, 1), "one round, after the rename");
+    }
 
     fn result(i: usize) -> BatchResult {
         BatchResult::invalid(&Invalid {

@@ -78,6 +78,9 @@ fn second_run(disk: &SimStorage) -> Result<(), String> {
         e.one_file(&b, name)
             .map_err(|err| format!("{name}: {err}"))?;
     }
+    // Their durability round, where the serve loop runs it: its syncs are cut points too.
+    e.settle()
+        .map_err(|err| format!("durability round: {err}"))?;
     Ok(())
 }
 

@@ -132,8 +132,10 @@ pub struct Config {
     /// its `done` record) runs in a round shared with every batch answered since the last:
     /// a round runs once this many batches wait for one ...
     pub tail_round_claims: usize,
-    /// ... or once the oldest has waited this long, and at once whenever a reused spool
-    /// name, a checkpoint or a graceful stop needs one. The answers never wait for a round.
+    /// ... or once the oldest has waited this long (checked on a tick of this period, so up
+    /// to about twice it), and at once whenever a reused spool name, a checkpoint or a
+    /// graceful stop needs one. An answer waits for a round only when its spool name is
+    /// reused while the earlier batch under it waits for one.
     pub tail_round_ms: u64,
     /// A checkpoint is taken once this many WAL bytes were appended since the last one ...
     pub checkpoint_wal_bytes: u64,

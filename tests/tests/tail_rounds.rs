@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -75,8 +75,11 @@ fn one_round_settles_every_batch_answered_since_the_last_with_one_flush_per_shar
     }
     assert_eq!(figures(&e), (0, 0, 5, 0), "answered, none settled yet");
     assert_eq!(dones(&disk), 0, "no done record before the round");
+    // Work waits: with no progress allowed at all, the watchdog must not call this healthy.
+    assert!(!e.healthy(Duration::ZERO), "batches wait for a round");
     assert_eq!(e.settle().expect("round"), 5);
     assert_eq!(figures(&e), (1, 5, 0, 2), "one round, one flush per shard");
+    assert!(e.healthy(Duration::ZERO), "nothing waits");
     assert_eq!(dones(&disk), 5);
     assert_eq!(e.settle().expect("nothing waits"), 0);
 }
@@ -116,30 +119,45 @@ fn a_duplicate_is_answered_before_the_round() {
 }
 
 /// Goal: a spool name reused while the earlier batch under it waits for its round runs that
-/// round first (its `done` durable), so a power loss right after the later answer never
-/// lets recovery finish the earlier batch over the later one.
+/// round first (its `done` durable), so a power loss after the later answer never lets
+/// recovery finish the earlier batch again and bring back its answer, consumed long since.
 /// Method: X answered as `n.json` (waiting), its answer consumed; Y under `n.json`
-/// answered; power loss at once; recovery; `out/n.json` is still Y's.
+/// answered, its answer consumed too; power loss: X's `done` is in the WAL, and recovery
+/// does not bring X's answer back. (Y's own `done` waits for its round: a power loss may
+/// finish Y again and publish its answer again, the same bytes, as a `done` not yet synced
+/// always could.)
 #[test]
 fn a_reused_name_runs_the_round_its_earlier_batch_waits_for() {
     let disk = SimStorage::new();
     let e = Arc::new(open_engine(&disk, no_crash()).expect("open"));
     let x = parse(&create_on("x", &["s1"]));
-    e.one_file(&x, "n.json").expect("x");
+    let rx = e.one_file(&x, "n.json").expect("x");
     let out = data_dir().join("spool").join("out");
     disk.remove(&out.join("n.json")).expect("consume");
     disk.sync_dir(&out).expect("sync out/");
     let y = parse(&create_on("y", &["s2"]));
     let e2 = e.clone();
     let ry = within("the reused name", move || e2.one_file(&y, "n.json")).expect("y");
+    assert_eq!(ry.request_key(), Some("y"));
     assert_eq!(figures(&e).0, 1, "x's round ran before y's answer");
+    disk.remove(&out.join("n.json")).expect("consume y's");
+    disk.sync_dir(&out).expect("sync out/");
     drop(e);
     let after = disk.crash(CrashMode::PowerDrop);
+    let x_lsn = match rx {
+        BatchResult::Committed { lsn, .. } => lsn,
+        other => panic!("x: {other:?}"),
+    };
+    let x_done = wal_entries(Arc::new(after.clone()), &data_dir())
+        .iter()
+        .any(|(_, e)| matches!(e, WalEntry::Done(d) if d.claim_lsn == x_lsn));
+    assert!(x_done, "x's done was not durable before y's answer");
     drop(open_engine(&after, no_crash()).expect("recovery"));
-    let seen = visible_result(&after, "n.json")
-        .unwrap()
-        .expect("y's answer");
-    assert_eq!(seen, ry, "recovery put x's answer over y's");
+    let back = visible_result(&after, "n.json").unwrap();
+    assert!(
+        back.as_ref().and_then(|r| r.request_key()) != Some("x"),
+        "x's consumed answer came back: {back:?}"
+    );
 }
 
 fn c(shard: &str, tag: &str) -> serde_json::Value {
@@ -147,17 +165,26 @@ fn c(shard: &str, tag: &str) -> serde_json::Value {
 }
 
 /// The sequence the crash schedule runs: creates and a delete over two shards, a reused
-/// name (`r0.json` twice) and a duplicate (`dup.json`, the batch of `r1.json`). With
-/// `tail_round_claims = 3` the third batch runs a round and the others wait for the last.
+/// name (`r0.json` twice, its first answer consumed in between) and a duplicate
+/// (`dup.json`, the batch of `r1.json`). With `tail_round_claims = 3`, the reuse runs the
+/// round its first batch waits for, the fourth batch runs one of three, and the duplicate
+/// waits for the last.
 fn sequence() -> Vec<(Batch, &'static str)> {
-    let b =
-        |key: &str, ops: Vec<serde_json::Value>| parse(&json!({"request_key": key, "ops": ops}));
+    sequence_json()
+        .into_iter()
+        .map(|(v, name)| (parse(&v), name))
+        .collect()
+}
+
+/// [`sequence`] as the JSON the client drops into `new/`.
+fn sequence_json() -> Vec<(serde_json::Value, &'static str)> {
+    let b = |key: &str, ops: Vec<serde_json::Value>| json!({"request_key": key, "ops": ops});
     let del = json!({"op": "delete", "shard": "s1", "id": 1});
     vec![
         (b("q0", vec![c("s1", "a"), c("s2", "b")]), "r0.json"),
+        (b("q3", vec![c("s1", "e"), c("s2", "f")]), "r0.json"),
         (b("q1", vec![c("s2", "c")]), "r1.json"),
         (b("q2", vec![c("s1", "d"), del]), "r2.json"),
-        (b("q3", vec![c("s1", "e"), c("s2", "f")]), "r0.json"),
         (b("q1", vec![c("s2", "c")]), "dup.json"),
     ]
 }
@@ -167,24 +194,43 @@ fn tuned(disk: &SimStorage, crash: Arc<dyn roost::pipeline::crash::CrashHook>) -
 }
 
 /// Runs the sequence and the last round; the answers by request key (a duplicate's too).
-fn run_sequence(e: &Engine) -> Result<Vec<(String, BatchResult)>, roost::error::EngineError> {
+/// The client consumes `out/r0.json` before it reuses the name; `done` counts the batches
+/// answered (so whether that answer was consumed before a crash).
+fn run_sequence(
+    disk: &SimStorage,
+    e: &Engine,
+    done: &AtomicUsize,
+) -> Result<Vec<(String, BatchResult)>, roost::error::EngineError> {
     let mut answers = Vec::new();
-    for (b, name) in sequence() {
+    let new = data_dir().join("spool").join("new");
+    for (i, ((b, name), (v, _))) in sequence().into_iter().zip(sequence_json()).enumerate() {
+        // The client drops `new/NAME` (durably), as `roost submit` does.
+        disk.put_file_bytes(&new.join(name), v.to_string().into_bytes());
         answers.push((b.request_key.clone(), e.one_file(&b, name)?));
+        done.store(i + 1, Ordering::SeqCst);
+        if i == 0 {
+            let out = data_dir().join("spool").join("out");
+            disk.remove(&out.join(name)).expect("consume");
+            disk.sync_dir(&out).expect("sync out/");
+        }
     }
     e.settle()?;
     Ok(answers)
 }
 
-/// [`run_sequence`] on a tuned engine over `disk`, within 20 s.
+/// [`run_sequence`] on a tuned engine over `disk`, within 20 s; and how many batches were
+/// answered.
 fn bounded(
     disk: &SimStorage,
     crash: Arc<dyn roost::pipeline::crash::CrashHook>,
-) -> Result<Vec<(String, BatchResult)>, String> {
+) -> (Result<Vec<(String, BatchResult)>, String>, usize) {
     let disk = disk.clone();
-    within("the sequence", move || {
-        run_sequence(&tuned(&disk, crash)).map_err(|e| e.to_string())
-    })
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    let r = within("the sequence", move || {
+        run_sequence(&disk, &tuned(&disk, crash), &d).map_err(|e| e.to_string())
+    });
+    (r, done.load(Ordering::SeqCst))
 }
 
 /// What a client could see in `out/` now, by request key.
@@ -261,9 +307,7 @@ fn a_crash_anywhere_among_batches_waiting_for_their_round_keeps_the_invariants()
     let count = {
         let copy = base.crash(CrashMode::Process);
         let hook = Arc::new(NthCrash::new(None));
-        let e = tuned(&copy, hook.clone());
-        let clean = run_sequence(&e).expect("clean run");
-        drop(e);
+        let clean = bounded(&copy, hook.clone()).0.expect("clean run");
         check_converged(&copy, &clean).expect("the clean run");
         let names = hook.reached();
         for p in [
@@ -286,12 +330,22 @@ fn a_crash_anywhere_among_batches_waiting_for_their_round_keeps_the_invariants()
         ] {
             seed += 1;
             let disk = base.crash(CrashMode::Process);
-            let crashed = bounded(&disk, Arc::new(NthCrash::new(Some(at))));
+            let (crashed, answered) = bounded(&disk, Arc::new(NthCrash::new(Some(at))));
             assert!(crashed.is_err(), "crash point {at} not reached");
             let after = disk.crash(mode);
             let seen = visible(&after);
-            let retry =
-                bounded(&after, no_crash()).unwrap_or_else(|err| panic!("retry after {at}: {err}"));
+            // Recovery alone: q0's answer, consumed once q0 was answered, never comes back
+            // (q3 reused its name only once q0's `done` was durable).
+            drop(tuned(&after, no_crash()));
+            let r0 = visible_result(&after, "r0.json").expect("whole result");
+            if answered >= 1 && r0.as_ref().and_then(|r| r.request_key()) == Some("q0") {
+                failures.push(format!(
+                    "crash {at} {mode:?}: q0's consumed answer came back"
+                ));
+            }
+            let retry = bounded(&after, no_crash())
+                .0
+                .unwrap_or_else(|err| panic!("retry after {at}: {err}"));
             if let Err(err) = check_converged(&after, &retry) {
                 failures.push(format!("crash {at} {mode:?}: {err}"));
             }

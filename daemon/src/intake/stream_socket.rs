@@ -7,7 +7,7 @@
 //! each answer over where a spool file's result would be published, before the group's durability
 //! tail), and a writer writes the answers in order. A batch's place in its connection's
 //! window frees once its answer is written; its place among the running batches once its
-//! group's tail is done.
+//! group has handed its claims to the durability tail's next round (`pipeline/settle.rs`).
 //!
 //! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
 //! and its written answer; at that many its reader stops reading the socket, so a client

@@ -1,9 +1,10 @@
-//! Commit, Finish and the durability tail for durable claims, a group of them at once (a
-//! live pass of `plan.rs`; recovery finishes each claim as a group of one): every shard
-//! transaction sent before any is waited for, one transaction per shard in lsn order, audit
-//! rows (skipping those already written), the inputs removed, the results; then the
-//! durability tail: the shards' flushes, the audit log's sync, the `done` records. Every step
-//! is idempotent, so recovery can run it again from any crash point.
+//! Commit and Finish for durable claims, a group of them at once (a live pass of `plan.rs`;
+//! recovery finishes each claim as a group of one): every shard transaction sent before any
+//! is waited for, one transaction per shard in lsn order, audit rows (skipping those already
+//! written), the inputs removed, the results; then the claims are handed to the durability
+//! tail's next round (`settle.rs`: the shards' flushes, the audit log's sync, the `done`
+//! records, shared with every claim answered since the last round). Every step is
+//! idempotent, so recovery can run it again from any crash point.
 //!
 //! A result is published once every shard transaction is applied (readable) and the audit
 //! rows are written, but before the shards and the audit log are synced: the claim, durable

@@ -452,10 +452,13 @@ impl Engine {
             return false;
         }
         let in_flight = self.stats.in_flight.load(Ordering::Relaxed);
+        // Batches answered and waiting for their durability round are work too: a round
+        // wedged on a flush stops the watchdog like a wedged batch (`settle.rs`).
+        let waiting = self.stats.tail_waiting.load(Ordering::Relaxed);
         let since = self
             .uptime_ms()
             .saturating_sub(self.stats.last_progress_ms.load(Ordering::Relaxed));
-        in_flight == 0 || since < stall.as_millis() as u64
+        (in_flight == 0 && waiting == 0) || since < stall.as_millis() as u64
     }
 
     /// Runs the durability round, then makes every WAL record written so far durable (the

@@ -51,15 +51,15 @@ impl Engine {
                     drop(t);
                     return self.wal.sync_to(done).map_err(EngineError::from);
                 }
-                Err(()) => {
-                    // An earlier claim under the name waits for its round: run it now
-                    // (`settle.rs`); one still before its answer is waited for.
+                Err(()) if self.round_waiting() => {
+                    // An earlier claim under the name may wait for its round: run it now
+                    // (`settle.rs`), then look again.
                     drop(t);
-                    if self.settle()? > 0 {
-                        t = lock(&self.planner);
-                        continue;
-                    }
+                    self.settle()?;
                     t = lock(&self.planner);
+                }
+                Err(()) => {
+                    // One still before its answer: its hand-in (under this lock) wakes us.
                     t = self
                         .finished_cv
                         .wait_timeout(t, Duration::from_millis(50))

@@ -6,7 +6,8 @@
 //! flush), so each shard is still a single writer and its messages keep their order. It
 //! applies transactions strictly in lsn order (the turns the planner registered at claim
 //! time) and answers each once it is applied (readable, not yet durable). Durability is a
-//! separate request: a worker asks for a flush once its result is published, and the owner
+//! separate request: a durability round (`settle.rs`) asks for a flush once the results of
+//! the claims it settles are published, and the owner
 //! flushes once for every request of a round, so concurrent batches on one shard share an
 //! msync + fdatasync (group flush) the way claims share WAL syncs. A batch's `done` record is
 //! appended only after its flushes: until then recovery applies it again from its claim (a

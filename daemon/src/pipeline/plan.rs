@@ -7,9 +7,10 @@
 //!   line order), the state checks and a rejection or a claim (ids minted, one WAL record).
 //!   The first rejection ends a batch and nothing but its answer is written.
 //! - Claim: one WAL sync for every claim and rejection of the group.
-//! - Commit, Finish and the durability tail (`finish.rs`): every shard transaction sent
-//!   before any is waited for, the audit rows, the answers, then one flush per touched
-//!   shard, one audit sync and the `done` records.
+//! - Commit and Finish (`finish.rs`): every shard transaction sent before any is waited
+//!   for, the audit rows, the answers; then the claims are handed to the durability tail's
+//!   next round (`settle.rs`: one flush per touched shard, one audit sync and the `done`
+//!   records for every claim answered since the last round).
 //!
 //! A batch whose key is claimed and still in flight (perhaps by an earlier batch of the same
 //! group) waits for it after the pass, then runs again: a duplicate or a conflict. When the
@@ -146,8 +147,8 @@ impl Engine {
         }
     }
 
-    /// Plan, Claim, Commit, Finish and the tail for `items`, once each; `None` for an item
-    /// whose key is in flight.
+    /// Plan, Claim, Commit and Finish for `items`, once each, their claims then handed to
+    /// the durability tail's next round; `None` for an item whose key is in flight.
     fn pass(
         &self,
         items: &[(&Batch, &str)],

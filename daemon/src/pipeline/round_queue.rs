@@ -53,6 +53,11 @@ impl Rounds {
         (std::mem::take(&mut q.claims), q.last_row.take())
     }
 
+    /// How many claims wait.
+    pub fn waiting(&self) -> usize {
+        lock(&self.queue).claims.len()
+    }
+
     /// Whether the oldest claim waiting has waited `at_least`.
     pub fn waited(&self, at_least: Duration) -> bool {
         lock(&self.queue)

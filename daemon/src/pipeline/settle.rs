@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use roost_wal::Lsn;
@@ -31,7 +31,7 @@ use super::finish::Tail;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, DoneRecord, RecordType};
 use super::round_queue::Waiting;
-use super::{lock, Engine};
+use super::{lock, Engine, Planner};
 use crate::error::EngineError;
 
 impl Engine {
@@ -46,7 +46,6 @@ impl Engine {
         if claims.is_empty() {
             return Ok(());
         }
-        self.mark_answered(claims);
         let (touched, last_row, committed) = tail.into_parts();
         let handed = claims.iter().zip(touched).map(|((lsn, c), t)| Waiting {
             lsn: *lsn,
@@ -54,10 +53,14 @@ impl Engine {
             shards: t.into_iter().map(|t| (t.name.to_owned(), t.slot)).collect(),
             committed,
         });
-        let n = self.rounds.hand_in(handed, last_row);
+        // Under the planner lock, so a reused name that found none of its earlier claims
+        // waiting (`names.rs`) is already waiting on `finished_cv` when this one comes.
+        let p = self.mark_answered(claims);
         self.stats
             .tail_waiting
             .fetch_add(claims.len() as u64, Ordering::Relaxed);
+        let n = self.rounds.hand_in(handed, last_row);
+        drop(p);
         self.finished_cv.notify_all();
         if n >= self.config.tail_round_claims.max(1) {
             self.settle()?;
@@ -66,29 +69,36 @@ impl Engine {
     }
 
     /// The claims' keys answer duplicates from now on: their answers are given, and every
-    /// one of them is rebuilt from its durable claim (`committed_result`).
-    fn mark_answered(&self, claims: &[(Lsn, &ClaimRecord)]) {
+    /// one of them is rebuilt from its durable claim (`committed_result`). Returns the
+    /// planner lock, still held.
+    fn mark_answered(&self, claims: &[(Lsn, &ClaimRecord)]) -> MutexGuard<'_, Planner> {
         let mut p = lock(&self.planner);
         for (_, c) in claims {
             if let Some(k) = p.keys.get_mut(&c.request_key) {
                 k.done = true;
             }
         }
-        drop(p);
         self.stats
             .committed
             .fetch_add(claims.len() as u64, Ordering::Relaxed);
+        p
+    }
+
+    /// Whether answered claims wait for a round now.
+    pub(super) fn round_waiting(&self) -> bool {
+        self.rounds.waiting() > 0
     }
 
     /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
     /// closed. A failure latches the engine: the claims it held stay open for recovery.
     pub fn settle(&self) -> Result<usize, EngineError> {
         let _one = lock(&self.rounds.running);
-        let (claims, last_row) = self.rounds.take();
-        if claims.is_empty() {
+        if self.rounds.waiting() == 0 {
             return Ok(0);
         }
+        // A failed engine leaves them waiting: recovery finishes them.
         self.check()?;
+        let (claims, last_row) = self.rounds.take();
         let r = self.settle_round(&claims, last_row);
         if r.is_err() {
             self.fail();

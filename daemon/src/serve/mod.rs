@@ -128,8 +128,8 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     let mut signals = Signals::install(&new_dir)?;
     let mut tick = tokio::time::interval(cfg.rescan_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Answered batches never wait longer than `tail_round_ms` for their round, however
-    // quiet the spool is (`maybe_settle`).
+    // Answered batches wait about `tail_round_ms` (at most twice it) for their round,
+    // however quiet the spool is (`maybe_settle`).
     let mut settle_tick = tokio::time::interval(cfg.tail_round());
     settle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sem = Arc::new(Semaphore::new(workers));

@@ -19,9 +19,13 @@ use crate::config::ResultSync;
 /// everything queued: makes the temporaries' data durable and renames them if that is the
 /// round's job ([`ResultSync::Syncfs`]), and fsyncs `out/` once, which covers every rename
 /// made before it began; the others wait for it. A result renamed while a round runs
-/// waits for the next round's fsync, not for the running one to end before it is renamed. So a client that sees `out/NAME` sees the whole result, and
-/// keeps it across a power loss, and under load a round of N results costs N + 1 syncs
-/// instead of 2N (2 with `syncfs`).
+/// waits for the next round's fsync, not for the running one to end before it is renamed.
+/// So a client that sees `out/NAME` sees the whole result (its data was synced before its
+/// rename), its publisher returns only once the rename is durable, and under load a round
+/// of N results costs N + 1 syncs instead of 2N (2 with `syncfs`). A rename seen before its
+/// round's fsync can be undone by a power loss, as it always could: a committed batch's
+/// result is then published again by recovery from its durable claim, and any other
+/// answer's input is still in `new/` (removed only after the round).
 ///
 /// A failed round latches (like a failed WAL sync: an fsync is never retried): every later
 /// publish fails, the engine stops, and recovery publishes again from the WAL and the inputs
@@ -227,7 +231,13 @@ impl Publisher {
         if renamed {
             self.not_poisoned(&self.lock())?;
             for (tmp, name) in temporaries.iter().zip(names) {
-                self.rename_into(tmp, name)?;
+                if let Err(e) = self.rename_into(tmp, name) {
+                    // As a failed round: nothing more is published (the temporaries left
+                    // are removed at the next start).
+                    self.lock().poisoned = Some(e.to_string());
+                    self.done.notify_all();
+                    return Err(e);
+                }
             }
         }
         let mut g = self.lock();

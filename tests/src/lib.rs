@@ -301,6 +301,17 @@ pub fn points(disk: &SimStorage, b: &Batch) -> Vec<String> {
     hook.reached()
 }
 
+/// Fails unless every one of `steps` is among the crash `points` a clean run reached: a
+/// schedule that silently lost a step (a round that never ran) checks less than it says.
+pub fn assert_reached(points: &[String], steps: &[&str]) {
+    for step in steps {
+        assert!(
+            points.iter().any(|p| p == step),
+            "crash point {step} never reached: {points:?}"
+        );
+    }
+}
+
 pub fn no_crash() -> Arc<dyn CrashHook> {
     Arc::new(NoCrash)
 }

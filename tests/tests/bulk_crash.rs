@@ -191,9 +191,10 @@ fn schedules(group: usize) {
     let reference = run(&clean, hook.clone(), group).expect("clean run");
     let points = hook.reached();
     assert!(points.len() > 20, "{points:?}");
-    for step in ["after_flush.0", "after_audit_sync", "after_done"] {
-        assert!(points.iter().any(|p| p == step), "{step}: {points:?}");
-    }
+    assert_reached(
+        &points,
+        &["after_flush.0", "after_audit_sync", "after_done"],
+    );
     check_records(&clean, &reference).expect("clean run's records");
     let text = String::from_utf8_lossy(&reference).into_owned();
     assert_eq!(text.lines().count(), 8, "{text}");

@@ -403,14 +403,15 @@ fn crashes_at_every_point_of_a_group_of_files_give_the_same_results() {
     let points = hook.reached();
     assert!(points.len() > 20, "{points:?}");
     // Every step, the durability round's included (it ran where the serve loop runs it).
-    for step in [
-        "after_results_prepared",
-        "after_flush.0",
-        "after_audit_sync",
-        "after_done",
-    ] {
-        assert!(points.iter().any(|p| p == step), "{step}: {points:?}");
-    }
+    assert_reached(
+        &points,
+        &[
+            "after_results_prepared",
+            "after_flush.0",
+            "after_audit_sync",
+            "after_done",
+        ],
+    );
     let want = results(&clean).expect("clean results");
     let statuses: Vec<&str> = want.values().filter_map(|r| r["status"].as_str()).collect();
     for s in ["committed", "rejected", "conflict"] {

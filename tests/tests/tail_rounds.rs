@@ -310,14 +310,15 @@ fn a_crash_anywhere_among_batches_waiting_for_their_round_keeps_the_invariants()
         let clean = bounded(&copy, hook.clone()).0.expect("clean run");
         check_converged(&copy, &clean).expect("the clean run");
         let names = hook.reached();
-        for p in [
-            "after_flush.1",
-            "after_audit_sync",
-            "after_done",
-            "after_result",
-        ] {
-            assert!(names.iter().any(|n| n == p), "{p} never reached: {names:?}");
-        }
+        assert_reached(
+            &names,
+            &[
+                "after_flush.1",
+                "after_audit_sync",
+                "after_done",
+                "after_result",
+            ],
+        );
         names.len() as u64
     };
     let mut failures = Vec::new();

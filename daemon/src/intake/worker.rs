@@ -51,11 +51,7 @@ pub(crate) fn spawn_group(sh: Arc<Shared>, mut names: Vec<String>, permit: Owned
 /// A pipeline failure: kept for the exit code, and the loop stops.
 fn fail(sh: &Shared, files: &str, e: EngineError) {
     error!(files, error = %e, "pipeline failure: stopping");
-    if let Ok(mut f) = sh.fatal.lock() {
-        f.get_or_insert(e);
-    }
-    sh.stop.store(true, Ordering::SeqCst);
-    sh.wake.notify_one();
+    sh.stop_on(e);
 }
 
 /// `name` is no longer in progress; if it arrived again meanwhile, back to the loop.

@@ -4,13 +4,11 @@
 //! client's wait. A leaf: it knows the WAL, not the engine.
 
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use roost_wal::{Lsn, Wal, WalError};
-
-use super::disk::lock;
 
 /// One sync asked for: the lsn to make durable, and where its outcome goes (when the WAL
 /// was durable through it, or why not).
@@ -18,8 +16,9 @@ type Job = (Lsn, SyncSender<Result<Instant, WalError>>);
 
 /// The thread and its queue; stopped (queue closed, thread joined) at drop.
 pub(super) struct ClaimSyncer {
-    jobs: Mutex<Option<Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// `None` when no thread could be had.
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl ClaimSyncer {
@@ -36,26 +35,22 @@ impl ClaimSyncer {
             })
             .ok();
         let jobs = thread.as_ref().map(|_| tx);
-        ClaimSyncer {
-            jobs: Mutex::new(jobs),
-            thread: Mutex::new(thread),
-        }
+        ClaimSyncer { jobs, thread }
     }
 
     /// Asks for the WAL durable through `lsn`; the answer comes on the returned receiver.
     /// `None` when the thread is gone: the caller syncs itself.
     pub fn ask(&self, lsn: Lsn) -> Option<Receiver<Result<Instant, WalError>>> {
         let (reply, rx) = mpsc::sync_channel(1);
-        let jobs = lock(&self.jobs);
-        jobs.as_ref()?.send((lsn, reply)).ok()?;
+        self.jobs.as_ref()?.send((lsn, reply)).ok()?;
         Some(rx)
     }
 }
 
 impl Drop for ClaimSyncer {
     fn drop(&mut self) {
-        lock(&self.jobs).take();
-        if let Some(t) = lock(&self.thread).take() {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }

@@ -51,7 +51,7 @@ impl Engine {
                     drop(t);
                     return self.wal.sync_to(done).map_err(EngineError::from);
                 }
-                Err(()) if self.round_waiting() => {
+                Err(()) if self.rounds.waiting() > 0 => {
                     // An earlier claim under the name may wait for its round: run it now
                     // (`settle.rs`), then look again.
                     drop(t);

@@ -84,11 +84,6 @@ impl Engine {
         p
     }
 
-    /// Whether answered claims wait for a round now.
-    pub(super) fn round_waiting(&self) -> bool {
-        self.rounds.waiting() > 0
-    }
-
     /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
     /// closed. A failure latches the engine: the claims it held stay open for recovery.
     pub fn settle(&self) -> Result<usize, EngineError> {

@@ -327,11 +327,7 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
         Ok(Ok(open)) => open,
         Ok(Err(e)) => {
             error!(error = %e, "cannot make a spare segment: stopping");
-            if let Ok(mut f) = shared.fatal.lock() {
-                f.get_or_insert(e);
-            }
-            shared.stop.store(true, Ordering::SeqCst);
-            shared.wake.notify_one();
+            shared.stop_on(e);
             false
         }
         Err(e) => {
@@ -350,18 +346,12 @@ fn maybe_checkpoint(shared: &Arc<Shared>) {
     {
         return;
     }
-    let sh = shared.clone();
-    tokio::task::spawn_blocking(move || {
-        if let Err(e) = sh.engine.checkpoint() {
-            error!(error = %e, "checkpoint failed: stopping");
-            if let Ok(mut f) = sh.fatal.lock() {
-                f.get_or_insert(e);
-            }
-            sh.stop.store(true, Ordering::SeqCst);
-            sh.wake.notify_one();
-        }
-        sh.checkpointing.store(false, Ordering::SeqCst);
-    });
+    in_background(
+        shared,
+        |sh| &sh.checkpointing,
+        "checkpoint",
+        |e| e.checkpoint().map(|_| ()),
+    );
 }
 
 /// Starts finishing the claims left for intake's opening (recovery's under
@@ -438,11 +428,7 @@ fn in_background(
         let _done = ClearOnDrop(busy(&sh));
         if let Err(e) = work(&sh.engine) {
             error!(error = %e, "{what} failed: stopping");
-            if let Ok(mut f) = sh.fatal.lock() {
-                f.get_or_insert(e);
-            }
-            sh.stop.store(true, Ordering::SeqCst);
-            sh.wake.notify_one();
+            sh.stop_on(e);
         }
     });
 }

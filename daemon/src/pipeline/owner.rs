@@ -855,6 +855,9 @@ impl Owner {
             match r {
                 Ok(()) => {
                     lock(&self.turns).remove(&lsn);
+                    // A roll may have taken the spare without room for the next one: known
+                    // before the asker goes on, so the next batch's gate sees it (`room.rs`).
+                    *lock(&self.room) = self.held.shard.as_ref().and_then(Shard::spare_missing);
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(()));
                     }
@@ -870,8 +873,6 @@ impl Owner {
             }
         }
         if applied > 0 {
-            // A roll may have taken the spare without room for the next one.
-            *lock(&self.room) = self.held.shard.as_ref().and_then(Shard::spare_missing);
             tracing::debug!(shard = %self.name, applied, "owner round");
             self.ctx
                 .stats

@@ -240,10 +240,29 @@ struct Figures {
     counters: Option<Counters>,
     /// The durable-null's (`out/` rounds, results) over the burst.
     dnull_rounds: Option<(u64, u64)>,
+    /// Device flush requests per batch: the burst, then each client count (`NAN` off a
+    /// loop device).
+    flushes: Vec<f64>,
+}
+
+/// Device flush requests per batch over `work` (which returns its batches), on a loop
+/// device that counts them; `NAN` elsewhere.
+fn flushes_per_batch<T>(
+    mount: Option<&LoopMount>,
+    work: impl FnOnce() -> anyhow::Result<(T, usize)>,
+) -> anyhow::Result<(T, f64)> {
+    let before = mount.and_then(LoopMount::flush_requests);
+    let (out, batches) = work()?;
+    let after = mount.and_then(LoopMount::flush_requests);
+    let per = match (before, after) {
+        (Some(b), Some(a)) if batches > 0 => (a - b) as f64 / batches as f64,
+        _ => f64::NAN,
+    };
+    Ok((out, per))
 }
 
 /// One system on a started spool: the burst (checked), the uncounted warm-up, the cells.
-fn measure(run: &Running, sz: &Sizes) -> anyhow::Result<Figures> {
+fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Result<Figures> {
     let spool = run.spool();
     let before = match run {
         Running::Roost(r) => Some(Counters::read(r)),
@@ -253,7 +272,11 @@ fn measure(run: &Running, sz: &Sizes) -> anyhow::Result<Figures> {
         Running::Null(n) => n.round_stats(),
         _ => (0, 0),
     };
-    let b: BurstRun = burst_timed(spool, sz.burst, &WORK)?;
+    let (b, burst_flushes) = flushes_per_batch(mount, || {
+        let b: BurstRun = burst_timed(spool, sz.burst, &WORK)?;
+        Ok((b, sz.burst))
+    })?;
+    let mut flushes = vec![burst_flushes];
     let dnull_rounds = match run {
         Running::Null(n) if n.round_stats() != (0, 0) => {
             let (r, p) = n.round_stats();
@@ -274,15 +297,20 @@ fn measure(run: &Running, sz: &Sizes) -> anyhow::Result<Figures> {
     closed_loop(spool, 1, Duration::from_secs(1).min(sz.cell), &WORK)?;
     let mut clients = Vec::new();
     for &c in &sz.clients {
-        let (rate, lat) = closed_loop_checked(spool, c, sz.cell, &WORK)?;
-        anyhow::ensure!(!lat.is_empty(), "no batch finished with {c} clients");
+        let (rate, per) = flushes_per_batch(mount, || {
+            let (rate, lat) = closed_loop_checked(spool, c, sz.cell, &WORK)?;
+            anyhow::ensure!(!lat.is_empty(), "no batch finished with {c} clients");
+            Ok((rate, lat.len()))
+        })?;
         clients.push(rate);
+        flushes.push(per);
     }
     Ok(Figures {
         burst: b.rate,
         clients,
         counters,
         dnull_rounds,
+        flushes,
     })
 }
 
@@ -322,7 +350,8 @@ fn run_one(
     let figures = {
         let run = Running::start(sys, &place.dir, null_threads)
             .with_context(|| format!("start {sys} on {}", place.dir.display()))?;
-        measure(&run, sz).with_context(|| format!("{sys} on {fs}, round {round}"))
+        measure(&run, sz, place.mount.as_ref())
+            .with_context(|| format!("{sys} on {fs}, round {round}"))
     };
     // The system is stopped (dropped) before its file system goes.
     drop(place.mount);
@@ -331,7 +360,7 @@ fn run_one(
 }
 
 /// The durable-null consumer's threads: `ROOST_BENCH_DNULL_THREADS`, else [`DNULL_THREADS`].
-fn dnull_threads() -> usize {
+pub(crate) fn dnull_threads() -> usize {
     std::env::var("ROOST_BENCH_DNULL_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -604,7 +633,29 @@ fn print_table(all: &Results, fs: Fs, sz: &Sizes, null_threads: usize) {
         cells.extend(ratios.iter().map(|(a, b, _)| ratio(&s(*a), &s(*b))));
         println!("| {name} | {} |", cells.join(" | "));
     }
+    if fs == Fs::Journaled {
+        print_flushes(all, &ran, &rows);
+    }
     print_counters(all, fs);
+}
+
+/// The journaled image's device flush requests per batch, median over rounds: the physical
+/// cost each system pays for its durability, beside its rate.
+fn print_flushes(all: &Results, ran: &[System], rows: &[(String, Option<usize>)]) {
+    println!();
+    println!("device flush requests per batch on the journaled image (the loop device's count), median over rounds");
+    let head: Vec<&str> = ran.iter().map(|s| heading(*s)).collect();
+    println!("| measure | {} |", head.join(" | "));
+    println!("|---{}|", "|---".repeat(head.len()));
+    for (name, which) in rows {
+        let at = which.map_or(0, |i| i + 1);
+        let pick = |f: &Figures| f.flushes.get(at).copied().unwrap_or(f64::NAN);
+        let cells: Vec<String> = ran
+            .iter()
+            .map(|sys| format!("{:.2}", median(&series(all, Fs::Journaled, *sys, &pick))))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
 }
 
 /// Roost's own counters over the burst, median over rounds.

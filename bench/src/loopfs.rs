@@ -131,6 +131,15 @@ impl LoopMount {
         Ok(m)
     }
 
+    /// Flush requests the loop device has completed so far (`/sys/block/loopN/stat`, its
+    /// 16th field, Linux 5.5 and later): each is a cache flush the image's backing file pays
+    /// for. `None` where the kernel does not count them.
+    pub(crate) fn flush_requests(&self) -> Option<u64> {
+        let dev = self.dev.as_deref()?.rsplit('/').next()?;
+        let stat = std::fs::read_to_string(format!("/sys/block/{dev}/stat")).ok()?;
+        stat.split_whitespace().nth(15)?.parse().ok()
+    }
+
     /// The loop device, for messages.
     pub(crate) fn device(&self) -> &str {
         self.dev.as_deref().unwrap_or("(none)")

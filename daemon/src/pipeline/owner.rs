@@ -3,7 +3,10 @@
 //! mmap and files; workers talk to it by message, into the shard's mailbox, and a shard with
 //! mail is queued once on the pool (`shard_threads` threads): one pool thread at a time runs
 //! its round (every message in arrival order, then the applies whose turn it is, then one
-//! flush), so each shard is still a single writer and its messages keep their order. It
+//! flush), so each shard is still a single writer and its messages keep their order. An
+//! apply that finds no round of its shard queued or running runs the round on its own
+//! worker instead (`Cell::post`): the same round under the same token, without waking a
+//! pool thread and waiting for its answer (four of each per batch of four shards). It
 //! applies transactions strictly in lsn order (the turns the planner registered at claim
 //! time) and answers each once it is applied (readable, not yet durable). Durability is a
 //! separate request: a durability round (`settle.rs`) asks for a flush once the results of
@@ -208,17 +211,21 @@ impl ShardSlot {
     }
 
     fn send(&self, msg: ShardMsg) -> Result<(), EngineError> {
-        self.cell.send(msg)
+        self.cell.post(msg, Where::Pool)
     }
 
     /// Hands transactions to the owner, each to be applied in its turn; one answer, once
-    /// all are applied, comes on the returned receiver (see [`ShardSlot::wait`]).
+    /// all are applied, comes on the returned receiver (see [`ShardSlot::wait`]). When no
+    /// pool thread has the shard, the caller runs the owner's round itself ([`Cell::post`]):
+    /// no pool thread is woken, and an apply whose turn it is has its answer on the receiver
+    /// before this returns.
     pub fn send_apply(
         &self,
         txns: Vec<Turn>,
     ) -> Result<mpsc::Receiver<Result<(), EngineError>>, EngineError> {
         let (reply, rx) = mpsc::channel();
-        self.send(ShardMsg::Apply { txns, reply })?;
+        self.cell
+            .post(ShardMsg::Apply { txns, reply }, Where::Here)?;
         Ok(rx)
     }
 
@@ -317,10 +324,21 @@ struct Cell {
     tick: AtomicBool,
 }
 
+/// Who runs the round that a message starts, when no round of its shard is queued or running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    /// A pool thread.
+    Pool,
+    /// The sender, before [`Cell::post`] returns.
+    Here,
+}
+
 impl Cell {
-    /// Queues `msg` (blocking while the mailbox is full) and the shard on the pool if it is
-    /// not queued already.
-    fn send(self: &Arc<Self>, msg: ShardMsg) -> Result<(), EngineError> {
+    /// Queues `msg` (blocking while the mailbox is full); if no round of the shard is queued
+    /// or running, starts one `at` the pool or here. Either way `scheduled` is taken first,
+    /// so one thread at a time runs the owner (the single writer), and a message that comes
+    /// during a round run here is handed to the pool when it ends ([`Cell::run`]).
+    fn post(self: &Arc<Self>, msg: ShardMsg, at: Where) -> Result<(), EngineError> {
         let mut mb = lock(&self.mailbox);
         while mb.msgs.len() >= QUEUE_MAX && !mb.closed {
             mb = self.space.wait(mb).unwrap_or_else(|p| p.into_inner());
@@ -329,12 +347,16 @@ impl Cell {
             return Err(EngineError::Failed);
         }
         mb.msgs.push_back(msg);
-        let queue = !std::mem::replace(&mut mb.scheduled, true);
+        let start = !std::mem::replace(&mut mb.scheduled, true);
         drop(mb);
-        if queue {
-            self.queue()?;
+        match (start, at) {
+            (false, _) => Ok(()),
+            (true, Where::Pool) => self.queue(),
+            (true, Where::Here) => {
+                self.clone().run_caught();
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn queue(self: &Arc<Self>) -> Result<(), EngineError> {
@@ -370,6 +392,17 @@ impl Cell {
         }
         drop(mb);
         let _ = self.queue();
+    }
+
+    /// [`Cell::run`]; a panic in the round closes the shard (its askers see `Failed`) and
+    /// the caller goes on; in the daemon the panic hook has stopped the process with 70
+    /// before that.
+    fn run_caught(self: Arc<Self>) {
+        let c = self.clone();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())).is_err() {
+            tracing::error!(shard = %self.name, "shard owner panicked");
+            self.close();
+        }
     }
 
     /// Takes nothing more and drops the owner (waiting for a round that runs now).
@@ -485,9 +518,7 @@ impl Drop for PoolHandle {
     }
 }
 
-/// A pool thread: runs queued shards' rounds, and the tick. A panic in a round closes that
-/// shard (its askers see `Failed`) and the thread goes on; in the daemon the panic hook has
-/// stopped the process with 70 before that.
+/// A pool thread: runs queued shards' rounds ([`Cell::run_caught`]), and the tick.
 fn work(pool: Weak<ShardPool>) {
     loop {
         let Some(p) = pool.upgrade() else { return };
@@ -497,11 +528,7 @@ fn work(pool: Weak<ShardPool>) {
         p.tick_if_due();
         let Some(cell) = p.next() else { continue };
         drop(p);
-        let c = cell.clone();
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())).is_err() {
-            tracing::error!(shard = %cell.name, "shard owner panicked");
-            cell.close();
-        }
+        cell.run_caught();
     }
 }
 
@@ -931,6 +958,15 @@ mod tests {
         crash_at: Option<u64>,
         idle_close: Option<Duration>,
     ) -> ShardSlot {
+        slot_with(disk, Arc::new(NthCrash::new(crash_at)), idle_close)
+    }
+
+    /// [`slot_on`] with its own crash hook.
+    fn slot_with(
+        disk: &SimStorage,
+        crash: Arc<dyn CrashHook>,
+        idle_close: Option<Duration>,
+    ) -> ShardSlot {
         let opener = ShardOpener {
             storage: Arc::new(disk.clone()),
             dir: PathBuf::from("/sim/s"),
@@ -943,7 +979,7 @@ mod tests {
         let shard = opener.open("s").expect("open");
         let ctx = OwnerContext {
             pool: ShardPool::start(2).expect("pool"),
-            crash: Arc::new(NthCrash::new(crash_at)),
+            crash,
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             horizon: Arc::new(AtomicU64::new(0)),
@@ -992,6 +1028,47 @@ mod tests {
         }
         let rx = s.send_apply(Vec::new()).expect("send nothing");
         assert!(answer(&rx, "an answer to nothing").is_ok());
+    }
+
+    /// A crash hook that records the thread each point is reached on.
+    #[derive(Default)]
+    struct OnThread(Mutex<Vec<std::thread::ThreadId>>);
+
+    impl CrashHook for OnThread {
+        fn hit(&self, _: CrashPoint) -> Result<(), EngineError> {
+            lock(&self.0).push(std::thread::current().id());
+            Ok(())
+        }
+    }
+
+    /// Goal: an apply to a shard no pool thread has runs the owner's round on the caller's
+    /// thread (no pool thread woken), and its answer is there when `send_apply` returns;
+    /// other messages still go to the pool.
+    #[test]
+    fn an_apply_to_an_idle_shard_runs_on_the_callers_thread() {
+        let hook = Arc::new(OnThread::default());
+        let s = slot_with(&SimStorage::new(), hook.clone(), None);
+        let me = std::thread::current().id();
+        for lsn in 1..=3 {
+            let rx = s.send_apply(creates(&[lsn])).expect("send");
+            assert!(
+                matches!(rx.try_recv(), Ok(Ok(()))),
+                "lsn {lsn}: answered on return"
+            );
+        }
+        let points = lock(&hook.0).clone();
+        assert_eq!(points.len(), 3, "one commit point per apply");
+        assert!(
+            points.iter().all(|t| *t == me),
+            "applied on the caller's thread"
+        );
+        let rx = s.send_flush(0).expect("flush");
+        assert!(answer(&rx, "a flush").is_ok());
+        let flushed_on = lock(&hook.0).last().copied();
+        assert!(
+            flushed_on.is_some_and(|t| t != me),
+            "a flush runs on the pool"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod deliver;
 mod dropped;
 mod publish;
 mod quarantine;
+mod sync_helpers;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -2,12 +2,13 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use roost_storage::{OpenMode, Storage, StorageFs};
 use tracing::{debug, warn};
 
+use super::sync_helpers::{SyncFile, SyncHelpers};
 use crate::batch::BatchResult;
 use crate::config::ResultSync;
 
@@ -42,9 +43,9 @@ pub struct Publisher {
     published: AtomicU64,
     /// Makes every temporary's name unique, so two results for one name never share one.
     tmp_seq: AtomicU64,
-    /// Helper threads syncing temporaries now, across all callers (`sync_concurrently`):
-    /// at most `SYNC_THREADS` for the whole daemon, however many groups publish at once.
-    sync_threads: AtomicUsize,
+    /// A group's temporaries are synced at once, on its worker and standing helpers
+    /// (`sync_helpers.rs`: at most 16 for the whole daemon, however many groups publish).
+    helpers: SyncHelpers,
 }
 
 #[derive(Default)]
@@ -131,7 +132,7 @@ impl Publisher {
             rounds: AtomicU64::new(0),
             published: AtomicU64::new(0),
             tmp_seq: AtomicU64::new(0),
-            sync_threads: AtomicUsize::new(0),
+            helpers: SyncHelpers::new(),
         })
     }
 
@@ -164,7 +165,7 @@ impl Publisher {
     }
 
     /// Many results at once (a group of spool files, `pipeline/finish.rs`): every temporary
-    /// written first, its write-back started, then all synced at once (`sync_concurrently`:
+    /// written first, its write-back started, then all synced at once (`sync_helpers.rs`:
     /// the syncs share a journal commit and the device's flushes), then all of them in one
     /// round. Returns once every one is in `out/` and durable.
     pub fn publish_many(&self, results: &[(&str, &[u8])]) -> io::Result<()> {
@@ -202,7 +203,7 @@ impl Publisher {
             let tmp = self.out.join(format!(".{name}.{seq}.tmp"));
             let f = self.storage.open(&tmp, OpenMode::CreateNew)?;
             let w = f.write_at(bytes, 0);
-            written.push((tmp, f));
+            written.push((tmp, Arc::from(f)));
             w?;
         }
         if self.mode == ResultSync::Fsync {
@@ -214,7 +215,8 @@ impl Publisher {
                     }
                 }
             }
-            sync_concurrently(written, &self.sync_threads)?;
+            let files: Vec<SyncFile> = written.iter().map(|(_, f)| f.clone()).collect();
+            self.helpers.sync(&files)?;
         }
         Ok(())
     }
@@ -326,107 +328,12 @@ fn ctx(what: &str, p: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
 }
 
-/// Helper threads syncing temporaries at once, for the whole daemon: one thread each.
-const SYNC_THREADS: usize = 16;
-
-/// Up to `want` of the daemon's [`SYNC_THREADS`] helper threads, taken from `in_use` (none
-/// when all are busy: the caller then syncs on its own thread).
-fn take_threads(in_use: &AtomicUsize, want: usize) -> usize {
-    let mut got = 0;
-    let _ = in_use.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-        got = want.min(SYNC_THREADS.saturating_sub(n));
-        Some(n + got)
-    });
-    got
-}
-
-/// Every temporary's data synced, on this thread and up to [`SYNC_THREADS`] helper threads
-/// shared by the whole daemon: fdatasyncs that wait together share the file system's journal
-/// commit and the device's cache flush (the block layer merges flushes queued together),
-/// where one after another each pays its own flush (issue 30: a group's results synced in
-/// turn were most of a burst's time on a journaled ext4). Every one is still synced before
-/// the round renames any.
-fn sync_concurrently(
-    files: &[(PathBuf, Box<dyn roost_storage::StorageFile>)],
-    in_use: &AtomicUsize,
-) -> io::Result<()> {
-    let helpers = Helpers {
-        n: take_threads(in_use, files.len().saturating_sub(1)),
-        in_use,
-    };
-    sync_on(files, helpers.n)
-}
-
-/// Helper threads taken from the daemon's budget, given back when dropped (a panic too).
-struct Helpers<'a> {
-    n: usize,
-    in_use: &'a AtomicUsize,
-}
-
-impl Drop for Helpers<'_> {
-    fn drop(&mut self) {
-        self.in_use.fetch_sub(self.n, Ordering::SeqCst);
-    }
-}
-
-type Temporary = (PathBuf, Box<dyn roost_storage::StorageFile>);
-
-fn sync_all(files: &[Temporary]) -> io::Result<()> {
-    files.iter().try_for_each(|(_, f)| f.sync_data())
-}
-
-/// `files` synced in `helpers + 1` shares, the first on this thread (and any share whose
-/// thread the system refuses); every helper joined before any error is returned, so no sync
-/// outlives the call.
-fn sync_on(files: &[Temporary], helpers: usize) -> io::Result<()> {
-    if helpers == 0 {
-        return sync_all(files);
-    }
-    let per = files.len().div_ceil(helpers + 1);
-    std::thread::scope(|s| {
-        let mut chunks = files.chunks(per);
-        let mine = chunks.next().unwrap_or(&[]);
-        let mut inline = Vec::new();
-        let mut threads = Vec::new();
-        for c in chunks {
-            match std::thread::Builder::new()
-                .name("roost-sync".into())
-                .spawn_scoped(s, move || sync_all(c))
-            {
-                Ok(t) => threads.push(t),
-                Err(_) => inline.push(c),
-            }
-        }
-        let mut result = sync_all(mine);
-        for c in inline {
-            result = result.and(sync_all(c));
-        }
-        for t in threads {
-            let joined = t.join();
-            let r =
-                joined.unwrap_or_else(|_| Err(io::Error::other("a result sync thread panicked")));
-            result = result.and(r);
-        }
-        result
-    })
-}
+type Temporary = (PathBuf, SyncFile);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The sync helpers are bounded for the whole daemon, however many groups publish at
-    /// once: a caller gets what is left, none when all are taken, and they come back.
-    #[test]
-    fn sync_helper_threads_are_bounded_across_callers() {
-        let in_use = AtomicUsize::new(0);
-        assert_eq!(take_threads(&in_use, 10), 10);
-        assert_eq!(take_threads(&in_use, 10), SYNC_THREADS - 10);
-        assert_eq!(take_threads(&in_use, 10), 0);
-        assert_eq!(in_use.load(Ordering::SeqCst), SYNC_THREADS);
-        in_use.fetch_sub(10, Ordering::SeqCst);
-        assert_eq!(take_threads(&in_use, 3), 3);
-    }
     use crate::batch::Invalid;
     use roost_storage::{CrashMode, SimFaults, SimStorage};
 

@@ -379,8 +379,15 @@ impl Cell {
     /// One round on a pool thread: the mail so far, then the owner's round; queued again if
     /// more mail came meanwhile.
     fn run(self: Arc<Self>) {
-        let msgs: Vec<ShardMsg> = lock(&self.mailbox).msgs.drain(..).collect();
-        self.space.notify_all();
+        let (msgs, was_full) = {
+            let mut mb = lock(&self.mailbox);
+            let full = mb.msgs.len() >= QUEUE_MAX;
+            (mb.msgs.drain(..).collect::<Vec<ShardMsg>>(), full)
+        };
+        // Only a full mailbox has senders waiting (a notify is a syscall even with none).
+        if was_full {
+            self.space.notify_all();
+        }
         if let Some(owner) = lock(&self.owner).as_mut() {
             let again = owner.round(msgs);
             self.tick.store(again, Ordering::Relaxed);

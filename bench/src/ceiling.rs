@@ -1,10 +1,12 @@
 //! `roost-bench --ceiling` (issues 16 and 30): how close roost gets to the spool's own
-//! ceiling. Five systems take the same batches (10 creates of ~100 B over 4 shards, one file
+//! ceiling. Six systems take the same batches (10 creates of ~100 B over 4 shards, one file
 //! each): the null consumer (`null.rs`: the same file work, nothing stored, nothing synced:
 //! the ceiling), the durable-null consumer (`null.rs`, issue 30: the same file work and the
 //! least roost's result contract needs, each result fdatasynced before its rename and `out/`
 //! fsynced once per round, on [`DNULL_THREADS`] threads, roost's batches in flight; nothing
-//! stored), roost (in-process `serve`, default settings), roost with `result_sync =
+//! stored), the same with a log (`Contract::DurableLog`: each batch's bytes appended to a
+//! log and group-committed before its result is renamed: the least any store adds), roost
+//! (in-process `serve`, default settings), roost with `result_sync =
 //! "syncfs"` (one `syncfs` per result round instead of one fdatasync per result file), and the
 //! SQLite peer (`peer.rs`). Each runs on two file systems: a fresh journaled ext4 image made
 //! for it (`loopfs.rs`; one per system per round, what a server has) and a fresh directory on
@@ -14,7 +16,10 @@
 //! of the file systems; the median over rounds is printed with every round's figure.
 //!
 //! The table gives roost / durable-null per file system and figure, round by round: what
-//! roost's store costs on top of its result contract (issue 30's goal: at least 0.9).
+//! roost's store costs on top of its result contract (issue 30's goal: at least 0.9), and
+//! roost / durable-null + log: what it costs beyond the log's own sync. On the journaled
+//! image it also prints each system's device flush requests per batch (the loop device's
+//! count, `/sys/block/loopN/stat`): the physical cost of each one's durability.
 //!
 //! For roost it also prints its own counters over the burst (after its durability tail has
 //! settled): batches per WAL fdatasync, result files per `out/` round, shard flushes and
@@ -26,7 +31,7 @@
 //! rounds (3), `ROOST_BENCH_SECS` the closed-loop cell (2 s), `ROOST_BENCH_NULL_THREADS=N`
 //! skips the null consumer's thread calibration, `ROOST_BENCH_DNULL_THREADS=N` sets the
 //! durable-null's threads, `ROOST_BENCH_SYSTEMS=roost,sqlite` (any of null, durable-null,
-//! roost, roost-syncfs, sqlite) and `ROOST_BENCH_FS=journaled` (or plain) run a part
+//! durable-null-log, roost, roost-syncfs, sqlite) and `ROOST_BENCH_FS=journaled` (or plain) run a part
 //! only, `ROOST_BENCH_DIR` puts the files elsewhere
 //! (default `target/bench-ceiling`). The journaled runs need root; without it the run fails
 //! unless `ROOST_ALLOW_NO_ROOT=1`, which skips them.
@@ -102,14 +107,16 @@ pub(crate) enum Fs {
 enum System {
     Null,
     DurableNull,
+    DurableNullLog,
     Roost,
     RoostSyncfs,
     Sqlite,
 }
 
-const SYSTEMS: [System; 5] = [
+const SYSTEMS: [System; 6] = [
     System::Null,
     System::DurableNull,
+    System::DurableNullLog,
     System::Roost,
     System::RoostSyncfs,
     System::Sqlite,
@@ -120,6 +127,7 @@ impl fmt::Display for System {
         f.write_str(match self {
             System::Null => "null",
             System::DurableNull => "durable-null",
+            System::DurableNullLog => "durable-null-log",
             System::Roost => "roost",
             System::RoostSyncfs => "roost-syncfs",
             System::Sqlite => "sqlite",
@@ -153,6 +161,11 @@ impl Running {
                 dir,
                 dnull_threads(),
                 Contract::Durable,
+            )?),
+            System::DurableNullLog => Running::Null(NullConsumer::start(
+                dir,
+                dnull_threads(),
+                Contract::DurableLog,
             )?),
             System::Roost => Running::Roost(Roost::start_with(dir, ResultSync::Fsync)?),
             System::RoostSyncfs => Running::Roost(Roost::start_with(dir, ResultSync::Syncfs)?),
@@ -238,8 +251,8 @@ struct Figures {
     /// Batches/s per client count, in `Sizes::clients` order.
     clients: Vec<f64>,
     counters: Option<Counters>,
-    /// The durable-null's (`out/` rounds, results) over the burst.
-    dnull_rounds: Option<(u64, u64)>,
+    /// The durable-null's (`out/` rounds, results, log syncs, log records) over the burst.
+    dnull_rounds: Option<(u64, u64, u64, u64)>,
     /// Device flush requests per batch: the burst, then each client count (`NAN` off a
     /// loop device).
     flushes: Vec<f64>,
@@ -268,9 +281,9 @@ fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Resu
         Running::Roost(r) => Some(Counters::read(r)),
         _ => None,
     };
-    let rounds0 = match run {
-        Running::Null(n) => n.round_stats(),
-        _ => (0, 0),
+    let (rounds0, log0) = match run {
+        Running::Null(n) => (n.round_stats(), n.log_stats()),
+        _ => ((0, 0), (0, 0)),
     };
     let (b, burst_flushes) = flushes_per_batch(mount, || {
         let b: BurstRun = burst_timed(spool, sz.burst, &WORK)?;
@@ -280,7 +293,8 @@ fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Resu
     let dnull_rounds = match run {
         Running::Null(n) if n.round_stats() != (0, 0) => {
             let (r, p) = n.round_stats();
-            Some((r - rounds0.0, p - rounds0.1))
+            let (ls, lr) = n.log_stats();
+            Some((r - rounds0.0, p - rounds0.1, ls - log0.0, lr - log0.1))
         }
         _ => None,
     };
@@ -491,7 +505,7 @@ fn systems() -> anyhow::Result<Vec<System>> {
                 .iter()
                 .copied()
                 .find(|s| s.to_string() == name.trim())
-                .with_context(|| format!("ROOST_BENCH_SYSTEMS: no system {name:?} (null, durable-null, roost, roost-syncfs, sqlite)"))
+                .with_context(|| format!("ROOST_BENCH_SYSTEMS: no system {name:?} (null, durable-null, durable-null-log, roost, roost-syncfs, sqlite)"))
         })
         .collect()
 }
@@ -538,9 +552,13 @@ fn print_run(round: usize, fs: Fs, sys: System, f: &Figures, sz: &Sizes) {
         .zip(&f.clients)
         .map(|(c, r)| format!("{c} clients {r:.0}"))
         .collect();
-    let dnull = f.dnull_rounds.map_or(String::new(), |(r, p)| {
+    let dnull = f.dnull_rounds.map_or(String::new(), |(r, p, ls, lr)| {
+        let log = match ls {
+            0 => String::new(),
+            _ => format!(", {:.1} records per log sync", lr as f64 / ls as f64),
+        };
         format!(
-            "; burst: {:.1} results per out/ round",
+            "; burst: {:.1} results per out/ round{log}",
             p as f64 / r.max(1) as f64
         )
     });
@@ -574,8 +592,13 @@ fn ratio(a: &[f64], b: &[f64]) -> String {
 }
 
 /// Columns: each system run, then these ratios where both systems ran.
-const RATIOS: [(System, System, &str); 6] = [
+const RATIOS: [(System, System, &str); 7] = [
     (System::Roost, System::DurableNull, "roost / durable-null"),
+    (
+        System::Roost,
+        System::DurableNullLog,
+        "roost / durable-null + log",
+    ),
     (
         System::RoostSyncfs,
         System::DurableNull,
@@ -591,6 +614,7 @@ fn heading(sys: System) -> &'static str {
     match sys {
         System::Null => "null (ceiling)",
         System::DurableNull => "durable-null",
+        System::DurableNullLog => "durable-null + log",
         System::Roost => "roost",
         System::RoostSyncfs => "roost syncfs",
         System::Sqlite => "SQLite peer",

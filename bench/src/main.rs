@@ -161,7 +161,8 @@ fn restart_probe(dir: &Path) -> anyhow::Result<()> {
 
 /// `roost-bench --closed-loop [CLIENTS] [SECS] [BURST]`: one closed-loop cell against roost
 /// (after a burst of BURST files, to look at a daemon that has had one; records of
-/// `ROOST_BENCH_RECORD_BYTES`, default 100; `ROOST_BENCH_PEER=1` for the peer, `=durable-null` for that consumer), with the
+/// `ROOST_BENCH_RECORD_BYTES`, default 100; `ROOST_BENCH_PEER=1` for the peer, `=durable-null` or `=durable-null-log` for those
+/// consumers), with the
 /// mean time per batch in each pipeline phase and the fsync counts: the probe for profiling
 /// (`perf record`, `valgrind --tool=callgrind`) and for trying a change quickly.
 fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<()> {
@@ -175,11 +176,16 @@ fn closed_loop_probe(clients: usize, dur: Duration, burst_first: usize) -> anyho
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
     };
-    if std::env::var("ROOST_BENCH_PEER").is_ok_and(|v| v == "durable-null") {
-        let n =
-            null::NullConsumer::start(&base, ceiling::dnull_threads(), null::Contract::Durable)?;
+    let peer = std::env::var("ROOST_BENCH_PEER").unwrap_or_default();
+    let contract = match peer.as_str() {
+        "durable-null" => Some(null::Contract::Durable),
+        "durable-null-log" => Some(null::Contract::DurableLog),
+        _ => None,
+    };
+    if let Some(contract) = contract {
+        let n = null::NullConsumer::start(&base, ceiling::dnull_threads(), contract)?;
         let (rate, _) = closed_loop(&n.spool, clients, dur, &w)?;
-        println!("durable-null {clients} clients: {rate:.0} batches/s");
+        println!("{peer} {clients} clients: {rate:.0} batches/s");
         return Ok(());
     }
     if std::env::var_os("ROOST_BENCH_PEER").is_some() {

@@ -15,6 +15,12 @@
 //!   covers every rename made before it started); only then is the input removed, and
 //!   `new/` is never synced (as for roost's committed batches). What roost does beyond this
 //!   is the price of its store: the WAL claim, shard commits and audit rows.
+//! - [`Contract::DurableLog`], the durable-null consumer with a log: the same, and each
+//!   batch's bytes appended to a zero-filled log file and covered by a group-committed
+//!   fdatasync (one standing thread, as roost's claim sync) before its result is renamed,
+//!   that sync running while the worker writes and syncs the result. The least any store
+//!   that keeps what it answers adds: what roost does beyond this is the rest of its work
+//!   (shards, audit, the key window, its intake's checks), not the log's flush.
 //!
 //! Arrivals are noticed like roost notices them: inotify names from `new/` (through `notify`),
 //! a full listing at start and every [`RESCAN_EVERY`] in case an event was lost. Names go
@@ -51,6 +57,9 @@ pub enum Contract {
     /// Each result fdatasynced before its rename, `out/` fsynced per round before the input
     /// is removed.
     Durable,
+    /// [`Contract::Durable`], and each batch's bytes appended to a log and made durable
+    /// before its result is renamed: the least any store adds to the result contract ([`Log`]).
+    DurableLog,
 }
 
 /// A running null consumer on `<dir>/spool`; stopped (threads joined) at drop.
@@ -63,6 +72,8 @@ pub struct NullConsumer {
     errors: Arc<AtomicU64>,
     /// `out/`'s rounds, with [`Contract::Durable`].
     rounds: Option<Arc<DirRounds>>,
+    /// The log, with [`Contract::DurableLog`].
+    log: Option<Arc<Log>>,
 }
 
 /// Sends `name` to the workers unless it is hidden or already in flight. False once the
@@ -87,7 +98,13 @@ impl NullConsumer {
         }
         let rounds = match contract {
             Contract::Nothing => None,
-            Contract::Durable => Some(Arc::new(DirRounds::open(&spool.join("out"))?)),
+            Contract::Durable | Contract::DurableLog => {
+                Some(Arc::new(DirRounds::open(&spool.join("out"))?))
+            }
+        };
+        let log = match contract {
+            Contract::DurableLog => Some(Arc::new(Log::open(&dir.join("log"))?)),
+            _ => None,
         };
         let (tx, rx) = mpsc::sync_channel::<String>(QUEUE_MAX);
         let rx = Arc::new(Mutex::new(rx));
@@ -98,9 +115,13 @@ impl NullConsumer {
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
             let (rx, spool, inflight) = (rx.clone(), spool.clone(), inflight.clone());
-            let (errors, ids, rounds) = (errors.clone(), ids.clone(), rounds.clone());
+            let (errors, ids) = (errors.clone(), ids.clone());
+            let syncs = Syncs {
+                rounds: rounds.clone(),
+                log: log.clone(),
+            };
             handles.push(std::thread::spawn(move || {
-                worker(&rx, &spool, &inflight, &errors, &ids, rounds.as_deref())
+                worker(&rx, &spool, &inflight, &errors, &ids, &syncs)
             }));
         }
         let watcher = watch_new(&spool, tx.clone(), inflight.clone())?;
@@ -115,7 +136,13 @@ impl NullConsumer {
             threads: handles,
             errors,
             rounds,
+            log,
         })
+    }
+
+    /// Log syncs so far, and the records they covered (zeros without a log).
+    pub fn log_stats(&self) -> (u64, u64) {
+        self.log.as_ref().map_or((0, 0), |l| l.stats())
     }
 
     /// (`out/` rounds, results published through them) since start; zeros without syncs.
@@ -191,20 +218,27 @@ fn rescanner(stop: &AtomicBool, spool: &Path, tx: &SyncSender<String>, inflight:
     }
 }
 
+/// What a worker syncs besides its result: `out/`'s rounds and the log, when its contract
+/// has them.
+struct Syncs {
+    rounds: Option<Arc<DirRounds>>,
+    log: Option<Arc<Log>>,
+}
+
 fn worker(
     rx: &Mutex<Receiver<String>>,
     spool: &Path,
     inflight: &InFlight,
     errors: &AtomicU64,
     ids: &AtomicU64,
-    rounds: Option<&DirRounds>,
+    syncs: &Syncs,
 ) {
     loop {
         let name = match rx.lock().map(|r| r.recv()) {
             Ok(Ok(n)) => n,
             _ => return,
         };
-        if let Err(e) = process(spool, &name, ids, rounds) {
+        if let Err(e) = process(spool, &name, ids, syncs) {
             eprintln!("null consumer: {name}: {e:#}");
             errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -214,21 +248,22 @@ fn worker(
     }
 }
 
-/// One file: read, parse, result written (and, with `rounds`, fdatasynced) and renamed into
-/// `out/` (and, with `rounds`, `out/` fsynced by a round), input removed. A name already gone
-/// (a late duplicate event) is not an error.
-fn process(
-    spool: &Path,
-    name: &str,
-    ids: &AtomicU64,
-    rounds: Option<&DirRounds>,
-) -> anyhow::Result<()> {
+/// One file: read, parse, (with a log: its bytes appended and their sync asked for), result
+/// written (and, with `rounds`, fdatasynced), (the log sync awaited), renamed into `out/`
+/// (and, with `rounds`, `out/` fsynced by a round), input removed. A name already gone (a
+/// late duplicate event) is not an error.
+fn process(spool: &Path, name: &str, ids: &AtomicU64, syncs: &Syncs) -> anyhow::Result<()> {
+    let rounds = syncs.rounds.as_deref();
     let input = spool.join("new").join(name);
     let bytes = match std::fs::read(&input) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         r => r.with_context(|| format!("read {}", input.display()))?,
     };
     let result = answer(&bytes, ids);
+    let logged = match &syncs.log {
+        Some(log) => Some(log.append(&bytes)?),
+        None => None,
+    };
     let out = spool.join("out");
     let tmp = out.join(format!(".{name}.tmp"));
     let mut f = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
@@ -239,6 +274,10 @@ fn process(
             .with_context(|| format!("fdatasync {}", tmp.display()))?;
     }
     drop(f);
+    if let Some(synced) = logged {
+        let r = synced.recv().context("the log's sync thread is gone")?;
+        r.context("fdatasync the log")?;
+    }
     std::fs::rename(&tmp, out.join(name)).with_context(|| format!("rename {}", tmp.display()))?;
     if let Some(r) = rounds {
         r.join()
@@ -276,6 +315,113 @@ fn answer(bytes: &[u8], ids: &AtomicU64) -> BatchResult {
                 lsn: first,
                 ops,
             }
+        }
+    }
+}
+
+/// The least log a store keeps: a file zero-filled ahead (so a sync writes data only, as
+/// roost's WAL with its zeros ahead), each batch's bytes appended at the next offset (the
+/// file is reused from its start once full: nothing is ever read back), and one standing
+/// thread that syncs it for every record appended before its fdatasync began (group
+/// commit, as roost's claim-sync thread): a worker asks, writes and syncs its result
+/// meanwhile, then waits for the answer.
+pub(crate) struct Log {
+    file: Arc<std::fs::File>,
+    path: PathBuf,
+    end: AtomicU64,
+    jobs: Mutex<Option<SyncSender<SyncSender<std::io::Result<()>>>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    syncs: Arc<AtomicU64>,
+    records: AtomicU64,
+}
+
+/// The log file's size (zero-filled at open).
+const LOG_BYTES: u64 = 64 << 20;
+
+impl Log {
+    fn open(path: &Path) -> anyhow::Result<Log> {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+        let zeros = vec![0u8; 1 << 20];
+        for i in 0..LOG_BYTES / zeros.len() as u64 {
+            std::os::unix::fs::FileExt::write_all_at(&file, &zeros, i * zeros.len() as u64)
+                .with_context(|| format!("zero {}", path.display()))?;
+        }
+        file.sync_all()
+            .with_context(|| format!("fsync {}", path.display()))?;
+        let file = Arc::new(file);
+        let (tx, rx) = mpsc::sync_channel::<SyncSender<std::io::Result<()>>>(QUEUE_MAX);
+        let syncs = Arc::new(AtomicU64::new(0));
+        let (f, n) = (file.clone(), syncs.clone());
+        let thread = std::thread::spawn(move || log_syncer(&f, &rx, &n));
+        Ok(Log {
+            file,
+            path: path.to_path_buf(),
+            end: AtomicU64::new(0),
+            jobs: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            syncs,
+            records: AtomicU64::new(0),
+        })
+    }
+
+    /// Appends `bytes` and asks for a sync that covers them; the answer comes on the
+    /// returned receiver.
+    fn append(&self, bytes: &[u8]) -> anyhow::Result<Receiver<std::io::Result<()>>> {
+        let len = bytes.len() as u64;
+        let at = self.end.fetch_add(len, Ordering::Relaxed) % (LOG_BYTES - len.min(LOG_BYTES));
+        std::os::unix::fs::FileExt::write_all_at(&*self.file, bytes, at)
+            .with_context(|| format!("append to {}", self.path.display()))?;
+        self.records.fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = mpsc::sync_channel(1);
+        let jobs = self
+            .jobs
+            .lock()
+            .map_err(|_| anyhow::anyhow!("log lock poisoned"))?;
+        let sent = jobs.as_ref().map(|j| j.send(reply));
+        anyhow::ensure!(
+            matches!(sent, Some(Ok(()))),
+            "the log's sync thread is gone"
+        );
+        Ok(rx)
+    }
+
+    /// (fdatasyncs, records appended).
+    fn stats(&self) -> (u64, u64) {
+        (
+            self.syncs.load(Ordering::Relaxed),
+            self.records.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        if let Ok(mut j) = self.jobs.lock() {
+            j.take();
+        }
+        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The log's sync thread: every ask queued when an fdatasync begins is answered by it.
+fn log_syncer(
+    file: &std::fs::File,
+    rx: &Receiver<SyncSender<std::io::Result<()>>>,
+    syncs: &AtomicU64,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut waiting = vec![first];
+        waiting.extend(rx.try_iter());
+        let r = file.sync_data();
+        syncs.fetch_add(1, Ordering::Relaxed);
+        for w in waiting {
+            let _ = w.send(match &r {
+                Ok(()) => Ok(()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            });
         }
     }
 }
@@ -411,6 +557,27 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
             .count();
         assert_eq!(hidden, 0, "no temporary left");
+        drop(n);
+    }
+
+    /// The log adds its work to the durable-null's: every batch's bytes are appended and
+    /// covered by a log sync (shared by the batches waiting together) before its result.
+    #[test]
+    fn durable_null_log_consumer_logs_every_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = NullConsumer::start(dir.path(), 8, Contract::DurableLog).expect("start");
+        let w = Workload {
+            ops: 3,
+            record_bytes: 50,
+        };
+        let b = burst_timed(&n.spool, 40, &w).expect("burst");
+        check_burst(&n.spool, &b, w.ops).expect("every result");
+        let (syncs, records) = n.log_stats();
+        assert_eq!(records, 40, "one record per batch");
+        assert!((1..=40).contains(&syncs), "{syncs} log syncs");
+        let log = std::fs::read(dir.path().join("log")).expect("log");
+        let logged = log.windows(13).filter(|w| w == b"\"request_key\"").count();
+        assert_eq!(logged, 40, "every batch's bytes in the log");
         drop(n);
     }
 }

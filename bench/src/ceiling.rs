@@ -285,8 +285,13 @@ fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Resu
         Running::Null(n) => (n.round_stats(), n.log_stats()),
         _ => ((0, 0), (0, 0)),
     };
+    // Roost's flushes over the burst include its durability tail (`settle`), done after
+    // the last answer; in the cells each cell's tail falls in the next.
     let (b, burst_flushes) = flushes_per_batch(mount, || {
         let b: BurstRun = burst_timed(spool, sz.burst, &WORK)?;
+        if let Running::Roost(r) = run {
+            settle(r);
+        }
         Ok((b, sz.burst))
     })?;
     let mut flushes = vec![burst_flushes];
@@ -298,11 +303,9 @@ fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Resu
         }
         _ => None,
     };
+    // Settled above: the counters include the burst's durability tail.
     let counters = match (run, before) {
-        (Running::Roost(r), Some(c0)) => {
-            settle(r);
-            Some(Counters::read(r).since(c0))
-        }
+        (Running::Roost(r), Some(c0)) => Some(Counters::read(r).since(c0)),
         _ => None,
     };
     check_burst(spool, &b, WORK.ops).context("burst results")?;

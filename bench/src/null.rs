@@ -369,6 +369,10 @@ impl Log {
     /// returned receiver.
     fn append(&self, bytes: &[u8]) -> anyhow::Result<Receiver<std::io::Result<()>>> {
         let len = bytes.len() as u64;
+        anyhow::ensure!(
+            len < LOG_BYTES,
+            "a record of {len} bytes: larger than the log"
+        );
         let at = self.end.fetch_add(len, Ordering::Relaxed) % (LOG_BYTES - len.min(LOG_BYTES));
         std::os::unix::fs::FileExt::write_all_at(&*self.file, bytes, at)
             .with_context(|| format!("append to {}", self.path.display()))?;
@@ -412,15 +416,22 @@ fn log_syncer(
     rx: &Receiver<SyncSender<std::io::Result<()>>>,
     syncs: &AtomicU64,
 ) {
+    // A failed fdatasync latches, as roost's WAL: what it did not write back may be lost
+    // whatever a later sync says.
+    let mut failed: Option<(std::io::ErrorKind, String)> = None;
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
-        let r = file.sync_data();
-        syncs.fetch_add(1, Ordering::Relaxed);
+        if failed.is_none() {
+            if let Err(e) = file.sync_data() {
+                failed = Some((e.kind(), e.to_string()));
+            }
+            syncs.fetch_add(1, Ordering::Relaxed);
+        }
         for w in waiting {
-            let _ = w.send(match &r {
-                Ok(()) => Ok(()),
-                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            let _ = w.send(match &failed {
+                None => Ok(()),
+                Some((kind, why)) => Err(std::io::Error::new(*kind, why.clone())),
             });
         }
     }

@@ -353,7 +353,7 @@ impl Cell {
             (false, _) => Ok(()),
             (true, Where::Pool) => self.queue(),
             (true, Where::Here) => {
-                self.clone().run_caught();
+                self.clone().run_caught(Where::Here);
                 Ok(())
             }
         }
@@ -376,9 +376,9 @@ impl Cell {
         let _ = self.queue();
     }
 
-    /// One round on a pool thread: the mail so far, then the owner's round; queued again if
-    /// more mail came meanwhile.
-    fn run(self: Arc<Self>) {
+    /// One round `at` a pool thread or the sender's: the mail so far, then the owner's round;
+    /// queued on the pool if more mail came meanwhile.
+    fn run(self: Arc<Self>, at: Where) {
         let (msgs, was_full) = {
             let mut mb = lock(&self.mailbox);
             let full = mb.msgs.len() >= QUEUE_MAX;
@@ -389,8 +389,15 @@ impl Cell {
             self.space.notify_all();
         }
         if let Some(owner) = lock(&self.owner).as_mut() {
-            let again = owner.round(msgs);
-            self.tick.store(again, Ordering::Relaxed);
+            let again = owner.round(msgs, at);
+            match at {
+                Where::Pool => self.tick.store(again, Ordering::Relaxed),
+                // A round on a worker leaves compaction and the idle close to the pool's
+                // tick: it may ask for the tick, never take back a request for one.
+                Where::Here => {
+                    self.tick.fetch_or(again, Ordering::Relaxed);
+                }
+            }
         }
         let mut mb = lock(&self.mailbox);
         if mb.msgs.is_empty() || mb.closed {
@@ -404,9 +411,9 @@ impl Cell {
     /// [`Cell::run`]; a panic in the round closes the shard (its askers see `Failed`) and
     /// the caller goes on; in the daemon the panic hook has stopped the process with 70
     /// before that.
-    fn run_caught(self: Arc<Self>) {
+    fn run_caught(self: Arc<Self>, at: Where) {
         let c = self.clone();
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run())).is_err() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run(at))).is_err() {
             tracing::error!(shard = %self.name, "shard owner panicked");
             self.close();
         }
@@ -535,7 +542,7 @@ fn work(pool: Weak<ShardPool>) {
         p.tick_if_due();
         let Some(cell) = p.next() else { continue };
         drop(p);
-        cell.run_caught();
+        cell.run_caught(Where::Pool);
     }
 }
 
@@ -567,10 +574,11 @@ struct Owner {
 
 impl Owner {
     /// One round: `msgs` in order, then (unless dead) every apply whose turn it is, one
-    /// flush for the round's flush requests, and a compaction step. Returns whether the
-    /// shard wants the pool's next tick (a transaction waits for an earlier turn, or
-    /// compaction has work).
-    fn round(&mut self, msgs: Vec<ShardMsg>) -> bool {
+    /// flush for the round's flush requests, and, on the pool, a compaction step and the
+    /// idle close (a worker's round leaves them to the tick: they are not the client's wait).
+    /// Returns whether the shard wants the pool's next tick (a transaction waits for an
+    /// earlier turn, compaction has work, or an idle close may come before a full tick).
+    fn round(&mut self, msgs: Vec<ShardMsg>, at: Where) -> bool {
         for m in msgs {
             self.take(m);
         }
@@ -585,6 +593,9 @@ impl Owner {
         if self.dead.is_some() {
             self.refuse_all();
             return false;
+        }
+        if at == Where::Here {
+            return !self.pending.is_empty() || self.close_soon();
         }
         let compacting = self.compact_idle();
         if !compacting {
@@ -968,6 +979,12 @@ mod tests {
         slot_with(disk, Arc::new(NthCrash::new(crash_at)), idle_close)
     }
 
+    /// No tick asked for (a new cell asks for one): only a full tick, every
+    /// `FULL_TICK_EVERY` ticks, would run the shard on the pool unasked.
+    fn untick(s: &ShardSlot) {
+        s.cell.tick.store(false, Ordering::Relaxed);
+    }
+
     /// [`slot_on`] with its own crash hook.
     fn slot_with(
         disk: &SimStorage,
@@ -1055,6 +1072,7 @@ mod tests {
     fn an_apply_to_an_idle_shard_runs_on_the_callers_thread() {
         let hook = Arc::new(OnThread::default());
         let s = slot_with(&SimStorage::new(), hook.clone(), None);
+        untick(&s);
         let me = std::thread::current().id();
         for lsn in 1..=3 {
             let rx = s.send_apply(creates(&[lsn])).expect("send");

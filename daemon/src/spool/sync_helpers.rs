@@ -126,12 +126,17 @@ impl Drop for SyncHelpers {
     }
 }
 
-/// A helper thread: takes shares until the queue closes.
+/// A helper thread: takes shares until the queue closes. Its files are let go before the
+/// answer (the caller renames or removes them next), and a panic in a sync is an answer
+/// too: the thread stays, so a share queued later always finds one.
 fn work(queue: &Mutex<Receiver<Job>>) {
     loop {
         let job = lock(queue).recv();
         let Ok((files, reply)) = job else { return };
-        let _ = reply.send(sync_all(&files));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sync_all(&files)))
+            .unwrap_or_else(|_| Err(io::Error::other("a result sync panicked")));
+        drop(files);
+        let _ = reply.send(r);
     }
 }
 

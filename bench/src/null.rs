@@ -329,8 +329,9 @@ pub(crate) struct Log {
     file: Arc<std::fs::File>,
     path: PathBuf,
     end: AtomicU64,
-    jobs: Mutex<Option<SyncSender<SyncSender<std::io::Result<()>>>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// `None` once dropping (a `SyncSender` is shared without a lock; `Drop` has `&mut`).
+    jobs: Option<SyncSender<SyncSender<std::io::Result<()>>>>,
+    thread: Option<JoinHandle<()>>,
     syncs: Arc<AtomicU64>,
     records: AtomicU64,
 }
@@ -358,8 +359,8 @@ impl Log {
             file,
             path: path.to_path_buf(),
             end: AtomicU64::new(0),
-            jobs: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
+            jobs: Some(tx),
+            thread: Some(thread),
             syncs,
             records: AtomicU64::new(0),
         })
@@ -373,16 +374,12 @@ impl Log {
             len < LOG_BYTES,
             "a record of {len} bytes: larger than the log"
         );
-        let at = self.end.fetch_add(len, Ordering::Relaxed) % (LOG_BYTES - len.min(LOG_BYTES));
+        let at = self.end.fetch_add(len, Ordering::Relaxed) % (LOG_BYTES - len);
         std::os::unix::fs::FileExt::write_all_at(&*self.file, bytes, at)
             .with_context(|| format!("append to {}", self.path.display()))?;
         self.records.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = mpsc::sync_channel(1);
-        let jobs = self
-            .jobs
-            .lock()
-            .map_err(|_| anyhow::anyhow!("log lock poisoned"))?;
-        let sent = jobs.as_ref().map(|j| j.send(reply));
+        let sent = self.jobs.as_ref().map(|j| j.send(reply));
         anyhow::ensure!(
             matches!(sent, Some(Ok(()))),
             "the log's sync thread is gone"
@@ -401,10 +398,8 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
-        if let Ok(mut j) = self.jobs.lock() {
-            j.take();
-        }
-        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
@@ -515,18 +510,25 @@ mod tests {
     use super::*;
     use crate::spool::{burst_timed, check_burst, Workload};
 
-    /// The ceiling is only a ceiling if it does the work: every file of a burst gets a
-    /// committed result with one id per op, and `new/` ends empty.
-    #[test]
-    fn null_consumer_answers_every_file_of_a_burst() {
+    /// A consumer under `contract` on `threads` threads, after a burst of 40 batches of 3
+    /// creates whose every result was checked (committed, one id per op).
+    fn after_a_burst(contract: Contract, threads: usize) -> (tempfile::TempDir, NullConsumer) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let n = NullConsumer::start(dir.path(), 2, Contract::Nothing).expect("start");
+        let n = NullConsumer::start(dir.path(), threads, contract).expect("start");
         let w = Workload {
             ops: 3,
             record_bytes: 50,
         };
         let b = burst_timed(&n.spool, 40, &w).expect("burst");
         check_burst(&n.spool, &b, w.ops).expect("every result");
+        (dir, n)
+    }
+
+    /// The ceiling is only a ceiling if it does the work: every file of a burst gets a
+    /// committed result with one id per op, and `new/` ends empty.
+    #[test]
+    fn null_consumer_answers_every_file_of_a_burst() {
+        let (_dir, n) = after_a_burst(Contract::Nothing, 2);
         let left = std::fs::read_dir(n.spool.join("new"))
             .expect("new/")
             .count();
@@ -538,14 +540,7 @@ mod tests {
     /// (its fsync) before its input was removed.
     #[test]
     fn durable_null_consumer_puts_every_result_through_a_round() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let n = NullConsumer::start(dir.path(), 8, Contract::Durable).expect("start");
-        let w = Workload {
-            ops: 3,
-            record_bytes: 50,
-        };
-        let b = burst_timed(&n.spool, 40, &w).expect("burst");
-        check_burst(&n.spool, &b, w.ops).expect("every result");
+        let (_dir, n) = after_a_burst(Contract::Durable, 8);
         // A result is visible at its rename, before its round: the inputs go after it.
         let until = std::time::Instant::now() + Duration::from_secs(10);
         while std::fs::read_dir(n.spool.join("new"))
@@ -575,14 +570,7 @@ mod tests {
     /// covered by a log sync (shared by the batches waiting together) before its result.
     #[test]
     fn durable_null_log_consumer_logs_every_batch() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let n = NullConsumer::start(dir.path(), 8, Contract::DurableLog).expect("start");
-        let w = Workload {
-            ops: 3,
-            record_bytes: 50,
-        };
-        let b = burst_timed(&n.spool, 40, &w).expect("burst");
-        check_burst(&n.spool, &b, w.ops).expect("every result");
+        let (dir, n) = after_a_burst(Contract::DurableLog, 8);
         let (syncs, records) = n.log_stats();
         assert_eq!(records, 40, "one record per batch");
         assert!((1..=40).contains(&syncs), "{syncs} log syncs");

@@ -373,10 +373,7 @@ fn maybe_finish_claims(shared: &Arc<Shared>) {
             }
             Err(e) => {
                 error!(error = %e, "finishing claimed batches failed: stopping");
-                if let Ok(mut f) = sh.fatal.lock() {
-                    f.get_or_insert(e);
-                }
-                sh.stop.store(true, Ordering::SeqCst);
+                sh.stop_on(e);
             }
         }
         sh.finishing.store(false, Ordering::SeqCst);

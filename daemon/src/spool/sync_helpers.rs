@@ -27,8 +27,9 @@ type Job = (Vec<SyncFile>, SyncSender<io::Result<()>>);
 pub(crate) struct SyncHelpers {
     /// Helpers lent out now, across all callers.
     lent: AtomicUsize,
-    /// The queue every helper takes from (`None` once dropping).
-    jobs: Mutex<Option<Sender<Job>>>,
+    /// The queue every helper takes from (`None` once dropping; a `Sender` is shared
+    /// without a lock, and `Drop` has `&mut`).
+    jobs: Option<Sender<Job>>,
     queue: Arc<Mutex<Receiver<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -42,7 +43,7 @@ impl SyncHelpers {
         let (tx, rx) = mpsc::channel();
         SyncHelpers {
             lent: AtomicUsize::new(0),
-            jobs: Mutex::new(Some(tx)),
+            jobs: Some(tx),
             queue: Arc::new(Mutex::new(rx)),
             threads: Mutex::new(Vec::new()),
         }
@@ -100,7 +101,7 @@ impl SyncHelpers {
     /// Queues `share` for a helper; `None` when the queue is closed.
     fn hand(&self, share: Vec<SyncFile>) -> Option<Receiver<io::Result<()>>> {
         let (reply, rx) = mpsc::sync_channel(1);
-        lock(&self.jobs).as_ref()?.send((share, reply)).ok()?;
+        self.jobs.as_ref()?.send((share, reply)).ok()?;
         Some(rx)
     }
 
@@ -119,7 +120,7 @@ impl Default for SyncHelpers {
 
 impl Drop for SyncHelpers {
     fn drop(&mut self) {
-        lock(&self.jobs).take();
+        self.jobs.take();
         for t in std::mem::take(&mut *lock(&self.threads)) {
             let _ = t.join();
         }

@@ -199,9 +199,9 @@ pub fn closed_loop(
     closed_loop_with(spool, clients, dur, w, false)
 }
 
-/// [`closed_loop`], where each client also reads its result before removing it and fails the
-/// run unless it is a committed result for its request key with one id per op
-/// ([`check_result`]).
+/// [`closed_loop`], where each client also checks, once its result appeared, that its input
+/// is gone from `new/`, then reads the result before removing it, and fails the run unless
+/// it is a committed result for its request key with one id per op ([`check_result`]).
 pub fn closed_loop_checked(
     spool: &Path,
     clients: usize,
@@ -241,6 +241,12 @@ fn closed_loop_with(
                     lat.push(done.saturating_duration_since(t));
                     let out = spool.join("out").join(&name);
                     if check {
+                        let input = spool.join("new").join(&name);
+                        anyhow::ensure!(
+                            !input.exists(),
+                            "{} is still there once its result appeared (README, \"Spool\": a committed batch's input goes first)",
+                            input.display()
+                        );
                         let bytes = std::fs::read(&out)
                             .with_context(|| format!("read {}", out.display()))?;
                         check_result(&bytes, &key, bodyw.ops)

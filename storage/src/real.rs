@@ -5,8 +5,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -70,7 +70,7 @@ impl Storage for RealStorage {
     }
 
     fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>> {
-        Ok(Box::new(RealFs(File::open(dir)?)))
+        Ok(Box::new(RealFs(File::open(dir)?, dir.to_path_buf())))
     }
 
     fn is_real(&self) -> bool {
@@ -78,14 +78,30 @@ impl Storage for RealStorage {
     }
 }
 
-/// Holds a directory open: `syncfs` reports write-back errors since the handle's last call
-/// (Linux 5.8 and later), so one long-lived handle misses none.
+/// Holds a directory open (and its path): `syncfs` reports write-back errors since the
+/// handle's last call (Linux 5.8 and later), so one long-lived handle misses none.
 #[derive(Debug)]
-struct RealFs(File);
+struct RealFs(File, PathBuf);
 
 impl StorageFs for RealFs {
     fn sync_fs(&self) -> io::Result<()> {
         rustix::fs::syncfs(&self.0).map_err(io::Error::from)
+    }
+
+    /// The held directory fsynced, then checked to be still the one at its path: one
+    /// replaced since it was opened (moved or removed, another made in its place) takes the
+    /// names its callers make, and this fsync would not cover them. An error then, never a
+    /// silent success.
+    fn sync_dir(&self) -> io::Result<()> {
+        self.0.sync_all()?;
+        let (held, now) = (self.0.metadata()?, fs::metadata(&self.1)?);
+        if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
+            return Err(io::Error::other(format!(
+                "{} was replaced since it was opened: its fsync would not cover the names made in it",
+                self.1.display()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -217,6 +233,24 @@ impl MappedFile for RealMap {
 mod tests {
     use super::*;
     use crate::SimStorage;
+
+    /// Goal: a directory fsynced through a held handle is the one at its path, or the sync
+    /// fails: a directory replaced under its path (moved away, another made there) would
+    /// take the names and miss the fsync. Method: a handle on a fresh directory syncs; after
+    /// the directory is moved and another made in its place, it fails and names the path.
+    #[test]
+    fn a_held_directory_replaced_under_its_path_fails_its_sync() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let out = t.path().join("out");
+        fs::create_dir(&out).expect("mkdir");
+        let h = RealStorage.open_fs(&out).expect("open");
+        h.sync_dir().expect("the directory at its path");
+        fs::rename(&out, t.path().join("moved")).expect("move");
+        fs::create_dir(&out).expect("mkdir again");
+        let e = h.sync_dir().expect_err("replaced");
+        assert!(e.to_string().contains("out was replaced"), "{e}");
+        assert!(h.sync_fs().is_ok(), "syncfs still covers the file system");
+    }
 
     /// A file of `len` zeros at `dir/000.seg`, allocated and mapped.
     fn mapped(s: &dyn Storage, dir: &Path, len: u64) -> Box<dyn MappedFile> {

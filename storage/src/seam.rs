@@ -35,8 +35,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes creations and removals of entries in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// A handle on the file system holding `dir`, for [`StorageFs::sync_fs`]. Open it before
-    /// the writes it must cover: a write-back error is reported to handles opened before it.
+    /// A handle on `dir` and the file system holding it, for [`StorageFs::sync_fs`] and
+    /// [`StorageFs::sync_dir`]. Open it before the writes it must cover: a write-back error
+    /// is reported to handles opened before it.
     fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>>;
     /// True when files are real OS files, so a caller may memory-map them.
     fn is_real(&self) -> bool {
@@ -172,6 +173,10 @@ pub trait StorageFs: Send + Sync + fmt::Debug {
     /// previous call (or since the handle was opened), so it may fail for another program's
     /// file: the safe side.
     fn sync_fs(&self) -> io::Result<()>;
+    /// fsync of the directory the handle was opened on, as [`Storage::sync_dir`] does it but
+    /// without opening the directory again: no path walk, and no open and close events for
+    /// whoever watches it (a client waiting on `out/` wakes once per result, not per round).
+    fn sync_dir(&self) -> io::Result<()>;
 }
 
 /// Reads a whole file through the seam.

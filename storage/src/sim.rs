@@ -400,7 +400,8 @@ impl Storage for SimStorage {
 }
 
 /// The simulated `syncfs` makes durable only what callers may rely on: the data of the files
-/// in the handle's directory (not their names, not files elsewhere).
+/// in the handle's directory (not their names, not files elsewhere). Its directory fsync is
+/// the disk's own.
 #[derive(Debug)]
 struct SimFs {
     disk: SimStorage,
@@ -420,6 +421,10 @@ impl StorageFs for SimFs {
             }
         }
         Ok(())
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        self.disk.sync_dir(&self.dir)
     }
 }
 

@@ -35,7 +35,8 @@ pub struct Publisher {
     storage: Arc<dyn Storage>,
     out: PathBuf,
     mode: ResultSync,
-    /// Opened before any result is written, so `syncfs` reports every write-back error after.
+    /// `out/`, held open from before any result is written: `syncfs` reports every
+    /// write-back error after, and each round fsyncs `out/` through it (no open per round).
     fs: Box<dyn StorageFs>,
     st: Mutex<Round>,
     done: Condvar,
@@ -317,8 +318,8 @@ impl Publisher {
                 self.rename_into(tmp, name)?;
             }
         }
-        self.storage
-            .sync_dir(&self.out)
+        self.fs
+            .sync_dir()
             .map_err(|e| ctx("fsync of", &self.out, e))
     }
 }

@@ -212,6 +212,38 @@ fn file_rounds(base: &Path, sz: &Sizes, small: &Workload) -> anyhow::Result<File
     Ok(fr)
 }
 
+/// The table's rows, medians of the rounds: label, roost's batches/s, batches per WAL
+/// fdatasync, the SQLite peer's batches/s (none for one file per batch).
+fn table_rows(
+    files: Vec<f64>,
+    (bulk, per_sync, peer): (Vec<f64>, Vec<f64>, Vec<f64>),
+    srows: &[StreamRow],
+) -> Vec<(String, f64, Option<f64>, Option<f64>)> {
+    let mut rows = vec![
+        (
+            "roost, one file per batch".to_owned(),
+            median(files),
+            None,
+            None,
+        ),
+        (
+            "roost, bulk files of 1,000".to_owned(),
+            median(bulk),
+            Some(median(per_sync)),
+            Some(median(peer)),
+        ),
+    ];
+    for (c, rate, ps, p) in srows {
+        rows.push((
+            format!("roost, stream x{c}"),
+            median(rate.clone()),
+            Some(median(ps.clone())),
+            Some(median(p.clone())),
+        ));
+    }
+    rows
+}
+
 /// `roost-bench --intake`.
 pub fn run() -> anyhow::Result<()> {
     let sz = sizes();
@@ -255,28 +287,7 @@ pub fn run() -> anyhow::Result<()> {
     let r = Roost::start(&base.join("roost-4k"))?;
     let big = roost_bulk(&r, &bulk_files("k", sz.batches / 4, &large))?;
     drop(r);
-    let mut rows = vec![
-        (
-            "roost, one file per batch".to_owned(),
-            median(files),
-            None,
-            None,
-        ),
-        (
-            "roost, bulk files of 1,000".to_owned(),
-            median(bulk.clone()),
-            Some(median(per_sync)),
-            Some(median(peer.clone())),
-        ),
-    ];
-    for (c, rate, ps, p) in &srows {
-        rows.push((
-            format!("roost, stream x{c}"),
-            median(rate.clone()),
-            Some(median(ps.clone())),
-            Some(median(p.clone())),
-        ));
-    }
+    let rows = table_rows(files, (bulk.clone(), per_sync, peer.clone()), &srows);
     print_table(&rows);
     println!("\nstream latency at {:.0} batches/s (half the 4-connection peak), one connection: p50 {p50:.1} ms, p99 {p99:.1} ms", peak4 / 2.0);
     println!(

@@ -491,31 +491,76 @@ fn of(rounds: &[Vec<(Mode, Round)>], mode: Mode, f: impl Fn(&Round) -> f64) -> V
         .collect()
 }
 
-fn print_table(rounds: &[Vec<(Mode, Round)>], sz: &RepSizes, sync: f64) {
-    let row = |label: &str, f: &dyn Fn(&Round) -> f64, prec: usize, ratio: bool, raw: &str| {
-        let v: Vec<f64> = MODES.iter().map(|m| median(of(rounds, *m, f))).collect();
-        let cells: Vec<String> = MODES
-            .iter()
-            .zip(&v)
-            .map(|(m, med)| {
-                let all: Vec<String> = of(rounds, *m, f)
-                    .iter()
-                    .map(|x| format!("{x:.prec$}"))
-                    .collect();
-                if med.is_nan() {
-                    "-".to_owned()
-                } else {
-                    format!("{med:.prec$} ({})", all.join("/"))
-                }
-            })
-            .collect();
-        let r = if ratio {
-            format!("{:.2} | {:.2}", v[2] / v[1], v[3] / v[2])
-        } else {
-            " | ".to_owned()
-        };
-        println!("| {label} | {} | {r} | {raw} |", cells.join(" | "));
+/// One row of the table: `f` of each round per mode, the median with every round's figure
+/// in brackets, and (`ratio`) standby/local and tls/plain.
+fn print_row(
+    rounds: &[Vec<(Mode, Round)>],
+    label: &str,
+    f: &dyn Fn(&Round) -> f64,
+    (prec, ratio): (usize, bool),
+    raw: &str,
+) {
+    let v: Vec<f64> = MODES.iter().map(|m| median(of(rounds, *m, f))).collect();
+    let cells: Vec<String> = MODES
+        .iter()
+        .zip(&v)
+        .map(|(m, med)| {
+            let all: Vec<String> = of(rounds, *m, f)
+                .iter()
+                .map(|x| format!("{x:.prec$}"))
+                .collect();
+            if med.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{med:.prec$} ({})", all.join("/"))
+            }
+        })
+        .collect();
+    let r = if ratio {
+        format!("{:.2} | {:.2}", v[2] / v[1], v[3] / v[2])
+    } else {
+        " | ".to_owned()
     };
+    println!("| {label} | {} | {r} | {raw} |", cells.join(" | "));
+}
+
+/// The primary's and the standby's own figures: label, figure, decimals.
+type Extra = (&'static str, fn(&Round) -> f64, usize);
+
+const EXTRA: [Extra; 6] = [
+    (
+        "standby apply during the burst, batches/s",
+        |x| x.burst.apply_rate,
+        0,
+    ),
+    (
+        "standby max lag during the burst, lsns",
+        |x| x.burst.max_lag,
+        0,
+    ),
+    (
+        "standby caught up after the burst's last result, ms",
+        |x| x.burst.catch_up_ms,
+        0,
+    ),
+    (
+        "batches per WAL fdatasync (primary, round)",
+        |x| x.batches_per_sync,
+        1,
+    ),
+    (
+        "replicate wait p50 ms (primary, bucket bound)",
+        |x| x.replicate.0,
+        1,
+    ),
+    (
+        "replicate wait p99 ms (primary, bucket bound)",
+        |x| x.replicate.1,
+        1,
+    ),
+];
+
+fn print_table(rounds: &[Vec<(Mode, Round)>], sz: &RepSizes, sync: f64) {
     println!();
     println!(
         "medians of {} rounds (each round's figure in brackets)",
@@ -524,77 +569,19 @@ fn print_table(rounds: &[Vec<(Mode, Round)>], sz: &RepSizes, sync: f64) {
     println!("| measure | alone | ack=local | ack=standby | standby+tls | standby/local | tls/plain | raw disk |");
     println!("|---|---|---|---|---|---|---|---|");
     let raw = format!("{sync:.0} fdatasync/s");
-    row(
-        &format!("burst of {} files, batches/s", sz.burst),
-        &|x| x.burst.rate,
-        0,
-        true,
-        &raw,
-    );
+    let burst = format!("burst of {} files, batches/s", sz.burst);
+    print_row(rounds, &burst, &|x| x.burst.rate, (0, true), &raw);
     for (i, c) in sz.clients.iter().enumerate() {
         let cell = move |x: &Round| x.cells.get(i).copied();
-        row(
-            &format!("{c} closed-loop clients, batches/s"),
-            &move |x| cell(x).map_or(f64::NAN, |c| c.rate),
-            0,
-            true,
-            &raw,
-        );
-        row(
-            &format!("{c} clients, p50 ms"),
-            &move |x| cell(x).map_or(f64::NAN, |c| c.p50),
-            1,
-            true,
-            "",
-        );
-        row(
-            &format!("{c} clients, p99 ms"),
-            &move |x| cell(x).map_or(f64::NAN, |c| c.p99),
-            1,
-            true,
-            "",
-        );
+        let rate = move |x: &Round| cell(x).map_or(f64::NAN, |c| c.rate);
+        let p50 = move |x: &Round| cell(x).map_or(f64::NAN, |c| c.p50);
+        let p99 = move |x: &Round| cell(x).map_or(f64::NAN, |c| c.p99);
+        let label = format!("{c} closed-loop clients, batches/s");
+        print_row(rounds, &label, &rate, (0, true), &raw);
+        print_row(rounds, &format!("{c} clients, p50 ms"), &p50, (1, true), "");
+        print_row(rounds, &format!("{c} clients, p99 ms"), &p99, (1, true), "");
     }
-    row(
-        "standby apply during the burst, batches/s",
-        &|x| x.burst.apply_rate,
-        0,
-        false,
-        "",
-    );
-    row(
-        "standby max lag during the burst, lsns",
-        &|x| x.burst.max_lag,
-        0,
-        false,
-        "",
-    );
-    row(
-        "standby caught up after the burst's last result, ms",
-        &|x| x.burst.catch_up_ms,
-        0,
-        false,
-        "",
-    );
-    row(
-        "batches per WAL fdatasync (primary, round)",
-        &|x| x.batches_per_sync,
-        1,
-        false,
-        "",
-    );
-    row(
-        "replicate wait p50 ms (primary, bucket bound)",
-        &|x| x.replicate.0,
-        1,
-        false,
-        "",
-    );
-    row(
-        "replicate wait p99 ms (primary, bucket bound)",
-        &|x| x.replicate.1,
-        1,
-        false,
-        "",
-    );
+    for (label, f, prec) in EXTRA {
+        print_row(rounds, label, &f, (prec, false), "");
+    }
 }

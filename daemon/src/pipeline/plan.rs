@@ -455,28 +455,11 @@ impl Engine {
         fp: u64,
     ) -> Result<(Lsn, ClaimRecord), EngineError> {
         let first_id = p.next_id;
-        let ops: Vec<PlannedOp> = batch
-            .ops
-            .iter()
-            .map(|op| match op {
-                BatchOp::Create { shard, record, .. } => {
-                    let id = p.next_id;
-                    p.next_id += 1;
-                    let record = record.clone();
-                    let shard = shard.clone();
-                    PlannedOp::Create { shard, id, record }
-                }
-                BatchOp::Delete { shard, id } => PlannedOp::Delete {
-                    shard: shard.clone(),
-                    id: *id,
-                },
-            })
-            .collect();
         let claim = ClaimRecord {
             request_key: batch.request_key.clone(),
             source: source.to_owned(),
             fingerprint: fp,
-            ops,
+            ops: mint(p, batch),
         };
         let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
         let (lsn, offset) = match self.wal.append_nowait_at(RecordType::Claim as u8, &payload) {
@@ -489,6 +472,20 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         };
+        self.register_claim(p, lsn, offset, &claim)?;
+        Ok((lsn, claim))
+    }
+
+    /// The claim appended at `lsn` (WAL `offset`), registered under the planner lock: its
+    /// shards' turns, the overlays of the ids it creates and deletes, its key, its name's
+    /// claim and where the audit log stood.
+    fn register_claim(
+        &self,
+        p: &mut Planner,
+        lsn: Lsn,
+        offset: u64,
+        claim: &ClaimRecord,
+    ) -> Result<(), EngineError> {
         for name in claim.touched_shards() {
             let slot = self.slot(name)?;
             lock(&slot.turns).insert(lsn);
@@ -508,15 +505,15 @@ impl Engine {
         }
         let key = KeyState {
             lsn,
-            fingerprint: fp,
+            fingerprint: claim.fingerprint,
             done: false,
             rejected: false,
             at: KeyAt::Wal { offset },
         };
         p.keys.insert(claim.request_key.clone(), key);
-        p.tails.claimed(source, lsn);
+        p.tails.claimed(&claim.source, lsn);
         p.open.insert(lsn, self.audit.next_lsn());
-        Ok((lsn, claim))
+        Ok(())
     }
 
     /// Under the planner lock: appends a `rejected` record (not synced) and binds the key
@@ -699,4 +696,27 @@ pub fn one_answer(answers: Vec<BatchResult>) -> Result<BatchResult, EngineError>
 /// streamed batch). Spool names never contain `/`.
 pub fn is_detached(source: &str) -> bool {
     source.contains('/')
+}
+
+/// The batch's ops as planned: each create gets the next id (`p.next_id` moves past them).
+fn mint(p: &mut Planner, batch: &Batch) -> Vec<PlannedOp> {
+    batch
+        .ops
+        .iter()
+        .map(|op| match op {
+            BatchOp::Create { shard, record, .. } => {
+                let id = p.next_id;
+                p.next_id += 1;
+                PlannedOp::Create {
+                    shard: shard.clone(),
+                    id,
+                    record: record.clone(),
+                }
+            }
+            BatchOp::Delete { shard, id } => PlannedOp::Delete {
+                shard: shard.clone(),
+                id: *id,
+            },
+        })
+        .collect()
 }

@@ -11,15 +11,17 @@
 
 mod sidecars;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Interval;
 use tracing::{error, info, warn};
 
+use crate::config::Config;
 use crate::error::EngineError;
 use crate::intake::events::Hints;
 use crate::intake::{stream_socket as stream, worker, ClearOnDrop, Shared};
@@ -124,15 +126,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     let workers = cfg.batches_in_flight_max;
     let new_dir = engine.spool().new.clone();
     let shared = Shared::new(engine)?;
-    let mut hints = Hints::watch(&new_dir);
-    let mut signals = Signals::install(&new_dir)?;
-    let mut tick = tokio::time::interval(cfg.rescan_interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Answered batches wait about `tail_round_ms` (at most twice it) for their round,
-    // however quiet the spool is (`maybe_settle`).
-    let mut settle_tick = tokio::time::interval(cfg.tail_round());
-    settle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let sem = Arc::new(Semaphore::new(workers));
+    let mut passes = Passes::start(&cfg, &new_dir)?;
     let sidecars = Sidecars::start(&cfg, &shared.engine, shared.cluster.clone());
     let mut repl = match ReplTasks::start(repl_host(&shared)).await {
         Ok(r) => r,
@@ -155,52 +149,104 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
         was_standby: role == crate::pipeline::Role::Standby,
         following: None,
     };
-    let mut resume_tried = Instant::now();
-    loop {
-        let mut names: Vec<String> = Vec::new();
-        tokio::select! {
-            _ = stop.notified() => { info!("asked to stop"); break; }
-            _ = signals.term.recv() => { info!("SIGTERM: stopping"); break; }
-            _ = signals.int.recv() => { info!("SIGINT: stopping"); break; }
-            _ = shared.wake.notified() => {}
-            _ = cluster_changed(&shared) => {}
-            _ = hints.lost_events.notified() => {}
-            Some(name) = hints.events.recv() => names.push(name),
-            _ = tick.tick() => hints.rescan_needed.store(true, Ordering::SeqCst),
-            _ = settle_tick.tick() => {}
-        }
-        if shared.stopping() {
-            break;
-        }
-        if !between_passes(&shared, &mut repl, &mut track, &hints).await {
-            break;
-        }
-        if let Ok(mut q) = shared.requeue.lock() {
-            names.append(&mut q);
-        }
-        if !intake_open(&shared, &mut resume_tried).await {
-            // Paused: the files stay in new/; a rescan finds them once intake resumes.
-            hints.rescan_needed.store(true, Ordering::SeqCst);
-            continue;
-        }
-        if let Err(e) = hints.drain(&mut names) {
-            warn!(dir = %new_dir.display(), error = %e, "cannot list spool");
-            continue;
-        }
-        dispatch(&shared, names, &sem, &mut signals).await;
-        if shared.stopping() {
-            break;
-        }
-    }
+    passes.run(&shared, &stop, &mut repl, &mut track).await;
     if let (Some(c), Some(task)) = (&shared.cluster, agent) {
         c.stop();
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-    shutdown(&shared, &sem, workers, (sidecars, repl, stream)).await?;
+    shutdown(&shared, &passes.sem, workers, (sidecars, repl, stream)).await?;
     Ok(match shared.rejoin.load(Ordering::SeqCst) {
         true => Ended::Rejoin,
         false => Ended::Stopped,
     })
+}
+
+/// What the serve loop's passes run with: the hints from `new/`, the signals, the timers and
+/// the workers' permits.
+struct Passes {
+    new_dir: PathBuf,
+    hints: Hints,
+    signals: Signals,
+    /// The rescan timer (`rescan_interval_ms`).
+    tick: Interval,
+    /// Answered batches wait about `tail_round_ms` (at most twice it) for their round,
+    /// however quiet the spool is (`maybe_settle`).
+    settle_tick: Interval,
+    /// One permit per batch in flight (`batches_in_flight_max`).
+    sem: Arc<Semaphore>,
+    /// When a paused intake last tried to resume.
+    resume_tried: Instant,
+}
+
+impl Passes {
+    fn start(cfg: &Config, new_dir: &Path) -> Result<Passes, EngineError> {
+        let hints = Hints::watch(new_dir);
+        let signals = Signals::install(new_dir)?;
+        let timer = |every: Duration| {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        };
+        Ok(Passes {
+            new_dir: new_dir.to_path_buf(),
+            hints,
+            signals,
+            tick: timer(cfg.rescan_interval()),
+            settle_tick: timer(cfg.tail_round()),
+            sem: Arc::new(Semaphore::new(cfg.batches_in_flight_max)),
+            resume_tried: Instant::now(),
+        })
+    }
+
+    /// Passes until a stop: each takes the names that arrived (and, when due, a rescan's)
+    /// to the workers, after the upkeep between passes (`between_passes`).
+    async fn run(
+        &mut self,
+        shared: &Arc<Shared>,
+        stop: &Notify,
+        repl: &mut ReplTasks,
+        track: &mut Track,
+    ) {
+        while let Some(mut names) = self.next(shared, stop).await {
+            if shared.stopping() || !between_passes(shared, repl, track, &self.hints).await {
+                break;
+            }
+            if let Ok(mut q) = shared.requeue.lock() {
+                names.append(&mut q);
+            }
+            if !intake_open(shared, &mut self.resume_tried).await {
+                // Paused: the files stay in new/; a rescan finds them once intake resumes.
+                self.hints.rescan_needed.store(true, Ordering::SeqCst);
+                continue;
+            }
+            if let Err(e) = self.hints.drain(&mut names) {
+                warn!(dir = %self.new_dir.display(), error = %e, "cannot list spool");
+                continue;
+            }
+            dispatch(shared, names, &self.sem, &mut self.signals).await;
+            if shared.stopping() {
+                break;
+            }
+        }
+    }
+
+    /// Waits for the next reason to look at the spool: the names an event brought (maybe
+    /// none); `None` when asked to stop.
+    async fn next(&mut self, shared: &Shared, stop: &Notify) -> Option<Vec<String>> {
+        let mut names: Vec<String> = Vec::new();
+        tokio::select! {
+            _ = stop.notified() => { info!("asked to stop"); return None; }
+            _ = self.signals.term.recv() => { info!("SIGTERM: stopping"); return None; }
+            _ = self.signals.int.recv() => { info!("SIGINT: stopping"); return None; }
+            _ = shared.wake.notified() => {}
+            _ = cluster_changed(shared) => {}
+            _ = self.hints.lost_events.notified() => {}
+            Some(name) = self.hints.events.recv() => names.push(name),
+            _ = self.tick.tick() => self.hints.rescan_needed.store(true, Ordering::SeqCst),
+            _ = self.settle_tick.tick() => {}
+        }
+        Some(names)
+    }
 }
 
 /// What the loop remembers of the node's role between passes.

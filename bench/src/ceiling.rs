@@ -48,7 +48,7 @@ use roost_benchkit::{bench_base, cell_duration};
 use crate::loopfs::{clear_stale, is_root, LoopMount};
 use crate::null::{Contract, NullConsumer};
 use crate::peer::Peer;
-use crate::spool::{burst_timed, check_burst, clear_out, closed_loop, closed_loop_checked};
+use crate::spool::{burst_timed, check_burst, clear_out, closed_loop, closed_loop_checked, Checks};
 use crate::spool::{BurstRun, Workload};
 use crate::synccost::sync_costs;
 use crate::Roost;
@@ -171,6 +171,18 @@ impl Running {
             System::RoostSyncfs => Running::Roost(Roost::start_with(dir, ResultSync::Syncfs)?),
             System::Sqlite => Running::Sqlite(Peer::start(dir)?),
         })
+    }
+
+    /// What its closed-loop clients check. Roost promises a committed batch's input gone by
+    /// the time its result appears (README, "Spool"), and its claim, recorded under the
+    /// file's name, lets recovery publish the result again after a power loss. The null
+    /// consumers and the SQLite peer have nothing that could, so they remove the input only
+    /// once the result is durable: one more thing they leave out of roost's contract.
+    fn checks(&self) -> Checks {
+        match self {
+            Running::Roost(_) => Checks::ResultAndInputGone,
+            _ => Checks::Result,
+        }
     }
 
     fn spool(&self) -> &Path {
@@ -315,7 +327,7 @@ fn measure(run: &Running, sz: &Sizes, mount: Option<&LoopMount>) -> anyhow::Resu
     let mut clients = Vec::new();
     for &c in &sz.clients {
         let (rate, per) = flushes_per_batch(mount, || {
-            let (rate, lat) = closed_loop_checked(spool, c, sz.cell, &WORK)?;
+            let (rate, lat) = closed_loop_checked(spool, c, sz.cell, &WORK, run.checks())?;
             anyhow::ensure!(!lat.is_empty(), "no batch finished with {c} clients");
             Ok((rate, lat.len()))
         })?;

@@ -1,7 +1,7 @@
-//! `cargo run --release -p roost-bench`: roost end to end through the spool, side by side in
-//! one run with what a user would pick instead (a SQLite spool consumer at the same
-//! durability) and with the raw disk (an fdatasync loop and sequential bandwidth). Prints one
-//! table and writes `docs/bench-throughput.svg` (throughput against client count).
+//! `roost-bench`: one flag per benchmark, and the in-process daemon they share ([`Roost`]).
+//! Without a flag, `cargo run --release -p roost-bench` is the end-to-end run
+//! (`end_to_end.rs`): roost through the spool beside a SQLite spool consumer at the same
+//! durability and the raw disk, one table and `docs/bench-throughput.svg`.
 //!
 //! `ROOST_BENCH_QUICK=1` shrinks every size (a smoke run for CI); `ROOST_BENCH_SYNCFS=1` runs
 //! roost with `result_sync = "syncfs"`; `ROOST_BENCH_DIR` puts the
@@ -12,7 +12,8 @@
 //! issue 15's (`replication.rs`): `ack = "local"` against `ack = "standby"` on real `roost
 //! serve` processes on loopback; `--keys` is issue 25's (`keys.rs`): a real `roost serve`
 //! fed bulk files until its request-key window holds 100M live keys, with its memory,
-//! restart times, duplicate latency and throughput at milestones on the way.
+//! restart times, duplicate latency and throughput at milestones on the way;
+//! `--closed-loop` is the probe for profiling one cell (`probe.rs`).
 #![forbid(unsafe_code)]
 
 mod ceiling;

@@ -196,19 +196,57 @@ pub fn closed_loop(
     dur: Duration,
     w: &Workload,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
-    closed_loop_with(spool, clients, dur, w, false)
+    closed_loop_with(spool, clients, dur, w, Checks::Nothing)
 }
 
-/// [`closed_loop`], where each client also checks, once its result appeared, that its input
-/// is gone from `new/`, then reads the result before removing it, and fails the run unless
-/// it is a committed result for its request key with one id per op ([`check_result`]).
+/// What each client of [`closed_loop_checked`] checks once its result appears.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    Nothing,
+    /// The result: a committed result for its request key with one id per op
+    /// ([`check_result`]).
+    Result,
+    /// The result, and that the input was already gone from `new/` when it appeared (README,
+    /// "Spool": a committed batch's input goes first, so a client may reuse the name at
+    /// once): for roost.
+    ResultAndInputGone,
+}
+
+/// [`closed_loop`], where each client also reads its result before removing it and fails
+/// the run unless it passes `checks`.
 pub fn closed_loop_checked(
     spool: &Path,
     clients: usize,
     dur: Duration,
     w: &Workload,
+    checks: Checks,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
-    closed_loop_with(spool, clients, dur, w, true)
+    closed_loop_with(spool, clients, dur, w, checks)
+}
+
+/// `checks` of the result of `key` (spool file `name`), which has just appeared; the input
+/// is looked at first, as it was when the result appeared, and reported after the result.
+fn check_answer(
+    spool: &Path,
+    name: &str,
+    key: &str,
+    ops: usize,
+    checks: Checks,
+) -> anyhow::Result<()> {
+    if checks == Checks::Nothing {
+        return Ok(());
+    }
+    let input = spool.join("new").join(name);
+    let input_there = input.exists();
+    let out = spool.join("out").join(name);
+    let bytes = std::fs::read(&out).with_context(|| format!("read {}", out.display()))?;
+    check_result(&bytes, key, ops).with_context(|| format!("result {}", out.display()))?;
+    anyhow::ensure!(
+        !(input_there && checks == Checks::ResultAndInputGone),
+        "{} was still there when its committed result appeared (README, \"Spool\": the input goes first)",
+        input.display()
+    );
+    Ok(())
 }
 
 fn closed_loop_with(
@@ -216,7 +254,7 @@ fn closed_loop_with(
     clients: usize,
     dur: Duration,
     w: &Workload,
-    check: bool,
+    checks: Checks,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
     let run = run_id();
     let res = Arc::new(Results::watch(spool)?);
@@ -239,20 +277,8 @@ fn closed_loop_with(
                     drop_file(&spool, &name, &body(&key, &bodyw))?;
                     let done = res.wait(&name, &rx)?;
                     lat.push(done.saturating_duration_since(t));
-                    let out = spool.join("out").join(&name);
-                    if check {
-                        let input = spool.join("new").join(&name);
-                        anyhow::ensure!(
-                            !input.exists(),
-                            "{} is still there once its result appeared (README, \"Spool\": a committed batch's input goes first)",
-                            input.display()
-                        );
-                        let bytes = std::fs::read(&out)
-                            .with_context(|| format!("read {}", out.display()))?;
-                        check_result(&bytes, &key, bodyw.ops)
-                            .with_context(|| format!("result {}", out.display()))?;
-                    }
-                    let _ = std::fs::remove_file(&out);
+                    check_answer(&spool, &name, &key, bodyw.ops, checks)?;
+                    let _ = std::fs::remove_file(spool.join("out").join(&name));
                     i += 1;
                 }
                 Ok(lat)
@@ -380,4 +406,33 @@ pub fn populate(dir: &Path, records: u64, shards: usize) -> anyhow::Result<()> {
             .map_err(|_| anyhow::anyhow!("populate thread panicked"))??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the input check sees an input left in `new/` beside its committed result, and
+    /// only where it is asked for; a wrong result is reported as such first. Method: one
+    /// spool, `out/k.json` committed, with and without `new/k.json`.
+    #[test]
+    fn the_input_check_fails_on_an_input_left_beside_its_result() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spool = dir.path();
+        for d in ["new", "out"] {
+            std::fs::create_dir_all(spool.join(d)).expect("mkdir");
+        }
+        let result = br#"{"request_key":"k","status":"committed","ops":[{"op":"create","shard":"s","id":1}]}"#;
+        std::fs::write(spool.join("out/k.json"), result).expect("result");
+        let check = |c| check_answer(spool, "k.json", "k", 1, c);
+        assert!(check(Checks::ResultAndInputGone).is_ok(), "input gone");
+        std::fs::write(spool.join("new/k.json"), b"{}").expect("input");
+        let e = check(Checks::ResultAndInputGone).expect_err("input left");
+        assert!(e.to_string().contains("still there"), "{e}");
+        assert!(check(Checks::Result).is_ok(), "not asked for");
+        assert!(check(Checks::Nothing).is_ok());
+        let e = check_answer(spool, "k.json", "other", 1, Checks::ResultAndInputGone)
+            .expect_err("another key's result");
+        assert!(e.to_string().contains("result"), "{e}");
+    }
 }

@@ -309,6 +309,79 @@ fn same_key_same_ids_and_conflict() {
     assert_eq!(scan(t.path(), "users").len(), 1);
 }
 
+/// Goal: each answer removes its input in the order README's spool contract gives: a batch
+/// committed by this file has its input gone by the time its result appears (a client may
+/// reuse the name at once); a duplicate of it under another name (the original's committed
+/// answer, but no claim of its own that recovery could answer the name from after a power
+/// loss) and a rejection have theirs removed after the result is durable. Method: `roost
+/// serve` under `strace -f` tracing removals and renames; per file, where the removal of
+/// `new/NAME` falls against the rename that makes `out/NAME` (the one thread that answers a
+/// file makes both).
+#[test]
+fn each_answer_removes_its_input_in_the_contracts_order() {
+    use common::strace::{Trace, TracedServe};
+    common::strace::can_inject().unwrap_or_else(|e| panic!("this test needs strace: {e}"));
+    let t = tempfile::tempdir().unwrap();
+    let (data, config) = (t.path().join("data"), t.path().join("roost.toml"));
+    std::fs::write(&config, "").unwrap();
+    let set = "unlink,unlinkat,rename,renameat,renameat2";
+    let trace = Trace {
+        set,
+        inject: None,
+        paths: vec![],
+        env: vec![],
+    };
+    let (log, calls) = (t.path().join("serve.log"), t.path().join("trace"));
+    let mut d = TracedServe::spawn(&data, &config, &log, &calls, &trace).unwrap();
+    let spool = data.join("spool");
+    common::wait_for("the spool", Duration::from_secs(20), || {
+        spool.join("new").is_dir()
+    });
+    let create = r#"{"request_key":"k1","ops":[{"op":"create","shard":"s","record":{}}]}"#;
+    let reject = r#"{"request_key":"k2","ops":[{"op":"delete","shard":"s","id":424242}]}"#;
+    let files = [
+        ("first.json", create),
+        ("again.json", create),
+        ("bad.json", reject),
+    ];
+    for (name, body) in files {
+        common::drop_in(&spool, name, body.as_bytes());
+        let out = spool.join("out").join(name);
+        common::wait_for(name, Duration::from_secs(20), || out.exists());
+    }
+    let status = |n: &str| {
+        let bytes = std::fs::read(spool.join("out").join(n)).unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()["status"].clone()
+    };
+    assert_eq!(
+        (status("first.json"), status("again.json")),
+        (json!("committed"), json!("committed"))
+    );
+    assert_eq!(status("bad.json"), json!("rejected"));
+    assert!(
+        d.stop(Duration::from_secs(20)).is_some(),
+        "roost serve did not stop"
+    );
+    let calls = d.calls();
+    let at = |what: &str, path: PathBuf| {
+        let quoted = format!("\"{}\"", path.display());
+        calls
+            .iter()
+            .position(|c| c.name.starts_with(what) && c.line.contains(&quoted))
+            .unwrap_or_else(|| panic!("no {what} of {quoted} in the trace"))
+    };
+    for (name, _) in files {
+        let removed = at("unlink", spool.join("new").join(name));
+        let shown = at("rename", spool.join("out").join(name));
+        let own_claim = name == "first.json";
+        assert_eq!(
+            removed < shown,
+            own_claim,
+            "{name}: removal at call {removed}, rename at {shown}"
+        );
+    }
+}
+
 /// Goal: results survive a restart, a repeat after the restart gets the same ids, and files
 /// dropped while the daemon is down are processed at start-up.
 #[test]

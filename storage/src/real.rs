@@ -70,7 +70,13 @@ impl Storage for RealStorage {
     }
 
     fn open_fs(&self, dir: &Path) -> io::Result<Box<dyn StorageFs>> {
-        Ok(Box::new(RealFs(File::open(dir)?, dir.to_path_buf())))
+        let held = File::open(dir)?;
+        let m = held.metadata()?;
+        Ok(Box::new(RealFs {
+            id: (m.dev(), m.ino()),
+            held,
+            path: dir.to_path_buf(),
+        }))
     }
 
     fn is_real(&self) -> bool {
@@ -78,14 +84,19 @@ impl Storage for RealStorage {
     }
 }
 
-/// Holds a directory open (and its path): `syncfs` reports write-back errors since the
-/// handle's last call (Linux 5.8 and later), so one long-lived handle misses none.
+/// Holds a directory open: `syncfs` reports write-back errors since the handle's last call
+/// (Linux 5.8 and later), so one long-lived handle misses none.
 #[derive(Debug)]
-struct RealFs(File, PathBuf);
+struct RealFs {
+    held: File,
+    /// Where it was opened, and its (device, inode) then.
+    path: PathBuf,
+    id: (u64, u64),
+}
 
 impl StorageFs for RealFs {
     fn sync_fs(&self) -> io::Result<()> {
-        rustix::fs::syncfs(&self.0).map_err(io::Error::from)
+        rustix::fs::syncfs(&self.held).map_err(io::Error::from)
     }
 
     /// The held directory fsynced, then checked to be still the one at its path: one
@@ -93,12 +104,12 @@ impl StorageFs for RealFs {
     /// names its callers make, and this fsync would not cover them. An error then, never a
     /// silent success.
     fn sync_dir(&self) -> io::Result<()> {
-        self.0.sync_all()?;
-        let (held, now) = (self.0.metadata()?, fs::metadata(&self.1)?);
-        if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
+        self.held.sync_all()?;
+        let now = fs::metadata(&self.path)?;
+        if self.id != (now.dev(), now.ino()) {
             return Err(io::Error::other(format!(
-                "{} was replaced since it was opened: its fsync would not cover the names made in it",
-                self.1.display()
+                "{} was replaced since roost opened it (its fsync would not cover the names made in it): restart roost to open it again",
+                self.path.display()
             )));
         }
         Ok(())

@@ -174,8 +174,9 @@ pub trait StorageFs: Send + Sync + fmt::Debug {
     /// file: the safe side.
     fn sync_fs(&self) -> io::Result<()>;
     /// fsync of the directory the handle was opened on, as [`Storage::sync_dir`] does it but
-    /// without opening the directory again: no path walk, and no open and close events for
-    /// whoever watches it (a client waiting on `out/` wakes once per result, not per round).
+    /// without opening the directory again: no open and close events for whoever watches it
+    /// (a client waiting on `out/` is not woken twice per round). The real disk's then
+    /// checks, by a `stat` of the path, that the directory there is still the one held.
     fn sync_dir(&self) -> io::Result<()>;
 }
 

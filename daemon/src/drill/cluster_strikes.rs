@@ -322,12 +322,11 @@ impl<'a> Cluster<'a> {
                     .iter()
                     .map(|i| self.b.sent[*i].name.as_str())
                     .collect();
+                let streamed: Vec<&String> = self.stream_pending.iter().map(|(k, _)| k).collect();
+                let nodes: Vec<String> = self.nodes.iter_mut().map(|n| n.state()).collect();
                 bail!(
-                    "unanswered after the limit: files {names:?}, streamed {:?}",
-                    self.stream_pending
-                        .iter()
-                        .map(|(k, _)| k)
-                        .collect::<Vec<_>>()
+                    "unanswered after the limit: files {names:?}, streamed {streamed:?}; nodes: {}",
+                    nodes.join("; ")
                 );
             }
             pending.retain(|i| !self.collect(*i));

@@ -34,6 +34,12 @@ pub(super) struct Node {
     pub starts: usize,
 }
 
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port")?;
     Ok(l.local_addr()?.port())
@@ -127,6 +133,25 @@ impl Node {
         })?;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Its process, for a failure's report: running, not started, or how it exited with the
+    /// last lines of its log (a node that died by itself leaves the files dropped into its
+    /// spool unanswered, and its log says why).
+    pub fn state(&mut self) -> String {
+        let name = self.name;
+        let Some(c) = self.child.as_mut() else {
+            return format!("{name}: not running");
+        };
+        match c.exited() {
+            Ok(None) => format!("{name}: running"),
+            Ok(Some(st)) => format!(
+                "{name}: exited by itself ({st}); the end of {}:\n{}",
+                c.log_path().display(),
+                last_lines(&c.log_text(), 5)
+            ),
+            Err(e) => format!("{name}: cannot tell whether it runs ({e})"),
+        }
     }
 
     /// Waits for the running daemon to serve; its spawn-to-serving time.
@@ -283,5 +308,38 @@ fn field(line: &str, key: &str) -> u64 {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Goal: a failure's report tells a node that died by itself from one that runs, with
+    /// the end of its log (the drill once reported only "unanswered after the limit", which
+    /// left open whether a node was down). Method: a node whose "daemon" is a script that
+    /// logs a line and exits 3.
+    #[test]
+    fn a_node_that_died_by_itself_says_so_with_the_end_of_its_log() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let mut n = Node::new(t.path(), "a").expect("node");
+        assert_eq!(n.state(), "a: not running");
+        let script = t.path().join("dies.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho 'bind 127.0.0.1: address in use' >&2\nexit 3\n",
+        )
+        .expect("script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        n.spawn(&script, None, None).expect("spawn");
+        let until = Instant::now() + Duration::from_secs(10);
+        while !n.state().contains("exited") && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let s = n.state();
+        assert!(s.contains("a: exited by itself"), "{s}");
+        assert!(s.contains("exit status: 3"), "{s}");
+        assert!(s.contains("address in use"), "{s}");
     }
 }

@@ -455,7 +455,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
-fn fmt_rates(v: &[f64]) -> String {
+pub(crate) fn fmt_rates(v: &[f64]) -> String {
     v.iter()
         .map(|r| format!("{r:.0}"))
         .collect::<Vec<_>>()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use roost_benchkit::{raw_bandwidth, raw_fdatasync, SyncFile};
 
+use crate::ceiling::{fmt_rates, median};
 use crate::spool::{self, burst, closed_loop, open_loop, Workload};
 use crate::{bench_dir, peer, Roost};
 
@@ -48,18 +49,6 @@ const LARGE: Workload = Workload {
     ops: 10,
     record_bytes: 4096,
 };
-
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn fmt_rates(v: &[f64]) -> String {
-    v.iter()
-        .map(|r| format!("{r:.0}"))
-        .collect::<Vec<_>>()
-        .join("/")
-}
 
 /// The raw disk: fdatasyncs per second (1.2 KB appends) and sequential MB/s.
 struct Raw {
@@ -193,7 +182,7 @@ fn cells(roost_dir: &Path, peer_dir: &Path, sz: &Sizes) -> anyhow::Result<Cells>
                 }
             }
         }
-        let (rate, prate) = (median(&mut rr), median(&mut pr));
+        let (rate, prate) = (median(&rr), median(&pr));
         let per_sync = counts.batches as f64 / counts.syncs.max(1) as f64;
         let per_round = counts.published as f64 / counts.rounds.max(1) as f64;
         println!("roost  {c:>2} clients: {rate:.0} batches/s (cells {}), {per_sync:.1} batches per WAL fdatasync, {per_round:.1} results per out/ round", fmt_rates(&rr));

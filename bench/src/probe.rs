@@ -15,6 +15,26 @@ use roost::pipeline::Engine;
 use crate::spool::{burst, closed_loop, open_loop, Workload};
 use crate::{bench_dir, ceiling, null, peer, Roost};
 
+/// One probe cell: its clients and length, the burst before it, the batches.
+struct Cell {
+    clients: usize,
+    dur: Duration,
+    burst_first: usize,
+    w: Workload,
+}
+
+impl Cell {
+    /// The burst before the cell, if one is asked for, into `spool`; printed after `who`.
+    fn burst_first(&self, spool: &Path, who: &str) -> anyhow::Result<()> {
+        if self.burst_first > 0 {
+            let rate = burst(spool, self.burst_first, &self.w)?;
+            let n = self.burst_first;
+            println!("{who}burst of {n} first: {rate:.0} batches/s");
+        }
+        Ok(())
+    }
+}
+
 pub fn run(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<()> {
     let base = bench_dir().join("probe");
     let _ = std::fs::remove_dir_all(&base);
@@ -26,6 +46,12 @@ pub fn run(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
     };
+    let cell = Cell {
+        clients,
+        dur,
+        burst_first,
+        w,
+    };
     let peer = std::env::var("ROOST_BENCH_PEER").ok();
     let contract = match peer.as_deref() {
         Some("durable-null") => Some(null::Contract::Durable),
@@ -35,29 +61,21 @@ pub fn run(clients: usize, dur: Duration, burst_first: usize) -> anyhow::Result<
     let r = match (contract, peer) {
         (Some(contract), Some(name)) => {
             let n = null::NullConsumer::start(&base, ceiling::dnull_threads(), contract)?;
-            let (rate, _) = closed_loop(&n.spool, clients, dur, &w)?;
+            let (rate, _) = closed_loop(&n.spool, clients, dur, &cell.w)?;
             println!("{name} {clients} clients: {rate:.0} batches/s");
             Ok(())
         }
-        (_, Some(_)) => sqlite(&base, clients, dur, burst_first, &w),
-        _ => roost(&base, clients, dur, burst_first, &w),
+        (_, Some(_)) => sqlite(&base, &cell),
+        _ => roost(&base, &cell),
     };
     let _ = std::fs::remove_dir_all(&base);
     r
 }
 
-fn sqlite(
-    base: &Path,
-    clients: usize,
-    dur: Duration,
-    burst_first: usize,
-    w: &Workload,
-) -> anyhow::Result<()> {
+fn sqlite(base: &Path, cell: &Cell) -> anyhow::Result<()> {
     let p = peer::Peer::start(base)?;
-    if burst_first > 0 {
-        let rate = burst(&p.spool, burst_first, w)?;
-        println!("sqlite burst of {burst_first} first: {rate:.0} batches/s");
-    }
+    cell.burst_first(&p.spool, "sqlite ")?;
+    let (clients, dur, w) = (cell.clients, cell.dur, &cell.w);
     let (rate, lat) = closed_loop(&p.spool, clients, dur, w)?;
     let max = lat.iter().max().copied().unwrap_or_default();
     println!("sqlite {clients} clients: {rate:.0} batches/s, slowest {max:?}");
@@ -74,18 +92,10 @@ fn counters(e: &Engine) -> [u64; 7] {
     [a, s, t, f, au, pu, ro]
 }
 
-fn roost(
-    base: &Path,
-    clients: usize,
-    dur: Duration,
-    burst_first: usize,
-    w: &Workload,
-) -> anyhow::Result<()> {
+fn roost(base: &Path, cell: &Cell) -> anyhow::Result<()> {
     let r = Roost::start(base)?;
-    if burst_first > 0 {
-        let rate = burst(&r.spool, burst_first, w)?;
-        println!("burst of {burst_first} first: {rate:.0} batches/s");
-    }
+    cell.burst_first(&r.spool, "")?;
+    let (clients, dur, w) = (cell.clients, cell.dur, &cell.w);
     let open_rate = std::env::var("ROOST_BENCH_OPEN_RATE")
         .ok()
         .and_then(|v| v.parse::<f64>().ok());

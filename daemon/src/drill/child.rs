@@ -80,6 +80,18 @@ impl ServeChild {
         }
     }
 
+    /// `None` while it runs; once it has exited, how, with the last lines of its log (for a
+    /// failure's report: a daemon that died by itself says why there).
+    pub fn exit_report(&mut self) -> std::io::Result<Option<String>> {
+        Ok(self.child.try_wait()?.map(|st| {
+            format!(
+                "exited ({st}); log {}:\n{}",
+                self.log.display(),
+                tail(&self.log_text())
+            )
+        }))
+    }
+
     /// The log so far (empty if it cannot be read).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

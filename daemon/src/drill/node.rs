@@ -34,12 +34,6 @@ pub(super) struct Node {
     pub starts: usize,
 }
 
-/// The last `n` lines of `text`.
-fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port")?;
     Ok(l.local_addr()?.port())
@@ -143,13 +137,9 @@ impl Node {
         let Some(c) = self.child.as_mut() else {
             return format!("{name}: not running");
         };
-        match c.exited() {
+        match c.exit_report() {
             Ok(None) => format!("{name}: running"),
-            Ok(Some(st)) => format!(
-                "{name}: exited by itself ({st}); the end of {}:\n{}",
-                c.log_path().display(),
-                last_lines(&c.log_text(), 5)
-            ),
+            Ok(Some(how)) => format!("{name}: {how}"),
             Err(e) => format!("{name}: cannot tell whether it runs ({e})"),
         }
     }
@@ -338,7 +328,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         let s = n.state();
-        assert!(s.contains("a: exited by itself"), "{s}");
+        assert!(s.contains("a: exited ("), "{s}");
         assert!(s.contains("exit status: 3"), "{s}");
         assert!(s.contains("address in use"), "{s}");
     }

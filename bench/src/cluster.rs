@@ -74,9 +74,10 @@ struct Cluster {
     leader: usize,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+/// A loopback port for a node, kept from the kernel's own picks until the node listens on
+/// it (dropped after its start).
+fn free_port() -> anyhow::Result<roost_etcd::testing::ReservedPort> {
+    Ok(roost_etcd::testing::ReservedPort::new()?)
 }
 
 impl Cluster {
@@ -84,7 +85,8 @@ impl Cluster {
         let etcd = EtcdServer::start(&root.join("etcd")).context("starting etcd")?;
         let mut nodes = Vec::new();
         for name in NAMES {
-            let port = free_port()?;
+            let reserved = free_port()?;
+            let port = reserved.port();
             let dir = root.join(name);
             std::fs::create_dir_all(&dir)?;
             let socket = dir.join("roost.sock");

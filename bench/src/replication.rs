@@ -185,14 +185,16 @@ struct Pair {
     standby: Option<Node>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+/// A loopback port for a node, kept from the kernel's own picks until the node listens on
+/// it (dropped after its start).
+fn free_port() -> anyhow::Result<roost_etcd::testing::ReservedPort> {
+    Ok(roost_etcd::testing::ReservedPort::new()?)
 }
 
 impl Pair {
     fn start(bin: &Path, root: &Path, mode: Mode) -> anyhow::Result<Pair> {
-        let port = free_port()?;
+        let reserved = free_port()?;
+        let port = reserved.port();
         let ack = if matches!(mode, Mode::Standby | Mode::StandbyTls) {
             "standby"
         } else {

@@ -493,7 +493,7 @@ fn submit_wait_reads_a_bulk_result() {
 /// 10,000 batch files, each into a fresh daemon, batches per second printed (run with
 /// `--nocapture`; `--ignored`, it takes a while on a shared machine).
 #[test]
-#[ignore]
+#[ignore = "timing, not asserted: run with --ignored --nocapture"]
 fn bulk_against_single_files_throughput() {
     let n = 10_000;
     let t = tempfile::tempdir().expect("tempdir");

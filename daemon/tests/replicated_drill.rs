@@ -63,16 +63,16 @@ struct Node {
     data: std::path::PathBuf,
     config: std::path::PathBuf,
     port: u16,
+    /// Holds `port` from the kernel's own picks between the daemon's runs.
+    _reserved: roost_etcd::testing::ReservedPort,
     child: Option<roost::drill::child::ServeChild>,
     starts: usize,
 }
 
 impl Node {
     fn new(root: &std::path::Path, name: &str) -> Node {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let reserved = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
+        let port = reserved.port();
         let (data, config) = (root.join(name), root.join(format!("{name}.toml")));
         let tls = roost::ops::tls_certs::member_config(&root.join("certs"), name, &["a", "b"])
             .expect("certificates");
@@ -82,6 +82,7 @@ impl Node {
             data,
             config,
             port,
+            _reserved: reserved,
             child: None,
             starts: 0,
         }

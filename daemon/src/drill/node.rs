@@ -1,6 +1,6 @@
 //! One node of the replicated drill: a data directory `<root>/NAME`, its configuration file
 //! (the drill's small segments and frequent checkpoints, `[replication]` with a loopback port
-//! picked free, `ack = "standby"`, mutual TLS with certificates made in `<root>/certs`), its
+//! reserved for the node's life so a restart finds it free (`roost_etcd::testing::ReservedPort`), `ack = "standby"`, mutual TLS with certificates made in `<root>/certs`), its
 //! control socket, and at most one running `roost serve`
 //! (a [`ServeChild`], killed when dropped). Everything it asks a running daemon goes through
 //! the control socket, every wait is bounded, and nothing it reads from disk or from the
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use roost_etcd::testing::ReservedPort;
 use serde_json::Value;
 
 use super::setup::{read_result, read_shards, DRILL_CONFIG, READY_LIMIT};
@@ -28,15 +29,11 @@ pub(super) struct Node {
     config: PathBuf,
     socket: PathBuf,
     root: PathBuf,
-    port: u16,
+    /// The replication port, held from the kernel's own picks between the daemon's runs.
+    port: ReservedPort,
     pub child: Option<ServeChild>,
     /// Process starts so far (names the logs `<root>/NAME-serve-N.log`).
     pub starts: usize,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 impl Node {
@@ -49,13 +46,14 @@ impl Node {
     pub fn member(root: &Path, name: &'static str, members: &[&str]) -> anyhow::Result<Node> {
         let data = root.join(name);
         std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
-        let port = free_port()?;
+        let port = ReservedPort::new().context("reserving a loopback port")?;
         let socket = data.join("roost.sock");
         let config = root.join(format!("{name}.toml"));
         let tls = crate::ops::tls_certs::member_config(&root.join("certs"), name, members)?;
         let text = format!(
             "{DRILL_CONFIG}rescan_interval_ms = 100\ncontrol_socket = {socket:?}\n\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}",
-            socket = socket.display().to_string()
+            socket = socket.display().to_string(),
+            port = port.port()
         );
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
         Ok(Node {
@@ -71,7 +69,7 @@ impl Node {
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.port.port())
     }
 
     /// Appends `text` to the configuration (before the next start).

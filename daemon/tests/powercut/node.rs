@@ -35,15 +35,11 @@ pub struct Node {
     pub spool: PathBuf,
     config: PathBuf,
     logs: PathBuf,
-    port: u16,
+    /// The replication port, held from the kernel's own picks between the daemon's runs.
+    port: roost_etcd::testing::ReservedPort,
     child: Option<ServeChild>,
     last_log: Option<PathBuf>,
     starts: usize,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local address").port()
 }
 
 impl Node {
@@ -51,7 +47,7 @@ impl Node {
     /// with `[replication] ack = "standby"` (the default `when_standby_lost = "wait"`) over
     /// mutual TLS (certificates in `logs/certs`).
     pub fn new(logs: &Path, name: &'static str, data: PathBuf, spool: PathBuf) -> Node {
-        let port = free_port();
+        let port = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
         let config = logs.join(format!("{name}.toml"));
         let sock = logs.join(format!("{name}.sock"));
         let tls = roost::ops::tls_certs::member_config(&logs.join("certs"), name, &["a", "b"])
@@ -59,7 +55,8 @@ impl Node {
         let text = format!(
             "control_socket = {:?}\n{CONFIG}[replication]\nlisten = \"127.0.0.1:{port}\"\n\
              name = \"{name}\"\nstandby_timeout_ms = 2000\nack = \"standby\"\n{tls}",
-            sock.display().to_string()
+            sock.display().to_string(),
+            port = port.port()
         );
         std::fs::write(&config, text).expect("writing a config");
         Node {
@@ -76,7 +73,7 @@ impl Node {
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.port.port())
     }
 
     /// Starts `roost serve` (following `follow` if given) and waits for "serving".

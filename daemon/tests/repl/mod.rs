@@ -21,6 +21,8 @@ pub struct Node {
     pub data: PathBuf,
     pub config: PathBuf,
     pub port: u16,
+    /// Holds `port` from the kernel's own picks between the daemon's runs.
+    _reserved: roost_etcd::testing::ReservedPort,
     pub child: Option<ServeChild>,
     starts: usize,
 }
@@ -43,7 +45,8 @@ impl Node {
     pub fn with_security(root: &Path, name: &'static str, extra: &str) -> Node {
         let data = root.join(name);
         std::fs::create_dir_all(&data).expect("mkdir");
-        let port = free_port();
+        let reserved = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
+        let port = reserved.port();
         let config = root.join(format!("{name}.toml"));
         let text = format!(
             "rescan_interval_ms = 100\ncheckpoint_wal_bytes = 65536\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nstandby_timeout_ms = 2000\n{extra}\n"
@@ -54,6 +57,7 @@ impl Node {
             data,
             config,
             port,
+            _reserved: reserved,
             child: None,
             starts: 0,
         }

@@ -18,10 +18,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A loopback port free now (the daemon binds it a moment later).
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("its address")
+/// A loopback port kept from the kernel's own picks while the reservation lives (the
+/// daemon binds it a moment later; `roost_etcd::testing::ReservedPort`).
+fn free_addr() -> (roost_etcd::testing::ReservedPort, SocketAddr) {
+    let r = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
+    let addr = SocketAddr::from(([127, 0, 0, 1], r.port()));
+    (r, addr)
 }
 
 /// `roost serve` with `metrics_listen = ADDR`.
@@ -166,7 +168,7 @@ fn openmetrics_problems(text: &str) -> Vec<String> {
 #[test]
 fn a_live_daemons_metrics_pass_promtool() {
     let t = tempfile::tempdir().expect("tempdir");
-    let addr = free_addr();
+    let (_reserved, addr) = free_addr();
     let _d = serve_with_metrics(t.path(), addr);
     let data = t.path().join("data");
     for key in ["m1", "m2"] {
@@ -287,7 +289,7 @@ fn the_checks_catch_a_collision_and_a_bad_unit() {
 #[test]
 fn the_endpoint_is_bounded() {
     let t = tempfile::tempdir().expect("tempdir");
-    let addr = free_addr();
+    let (_reserved, addr) = free_addr();
     let _d = serve_with_metrics(t.path(), addr);
     let post = exchange(
         addr,

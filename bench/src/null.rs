@@ -524,15 +524,27 @@ mod tests {
         (dir, n)
     }
 
+    /// How many inputs are left in `new/` once none is, or after 10 s: a result is
+    /// visible at its rename, and the consumers remove its input after it.
+    fn inputs_left(n: &NullConsumer) -> usize {
+        let left = || {
+            std::fs::read_dir(n.spool.join("new"))
+                .expect("new/")
+                .count()
+        };
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while left() > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        left()
+    }
+
     /// The ceiling is only a ceiling if it does the work: every file of a burst gets a
     /// committed result with one id per op, and `new/` ends empty.
     #[test]
     fn null_consumer_answers_every_file_of_a_burst() {
         let (_dir, n) = after_a_burst(Contract::Nothing, 2);
-        let left = std::fs::read_dir(n.spool.join("new"))
-            .expect("new/")
-            .count();
-        assert_eq!(left, 0, "inputs removed");
+        assert_eq!(inputs_left(&n), 0, "inputs removed");
         drop(n);
     }
 
@@ -542,15 +554,7 @@ mod tests {
     fn durable_null_consumer_puts_every_result_through_a_round() {
         let (_dir, n) = after_a_burst(Contract::Durable, 8);
         // A result is visible at its rename, before its round: the inputs go after it.
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while std::fs::read_dir(n.spool.join("new"))
-            .expect("new/")
-            .count()
-            > 0
-            && std::time::Instant::now() < until
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        assert_eq!(inputs_left(&n), 0, "inputs removed");
         let (rounds, joined) = n.round_stats();
         assert_eq!(
             joined, 40,

@@ -255,9 +255,10 @@ fn a_certificate_that_does_not_name_this_node_stops_the_start() {
     let t = tempfile::tempdir().expect("tempdir");
     let b_lines = tls_lines(t.path(), "b");
     let config = t.path().join("a.toml");
+    let reserved = free_port();
     let text = format!(
         "[replication]\nlisten = \"127.0.0.1:{}\"\nname = \"a\"\n{b_lines}",
-        free_port()
+        reserved.port()
     );
     std::fs::write(&config, text).expect("config");
     let err = refused_start(&t.path().join("a"), &config);
@@ -272,7 +273,8 @@ fn a_certificate_that_does_not_name_this_node_stops_the_start() {
 #[test]
 fn plain_replication_on_a_public_address_needs_insecure() {
     let t = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
+    let reserved = free_port();
+    let port = reserved.port();
     let config = t.path().join("public.toml");
     let listen = format!("[replication]\nlisten = \"0.0.0.0:{port}\"\nname = \"a\"\n");
     std::fs::write(&config, &listen).expect("config");

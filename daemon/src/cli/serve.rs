@@ -86,10 +86,54 @@ fn serve_cluster(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> a
     }
 }
 
-/// Before the engine opens: the leader etcd names (if any, and not this node) is the
-/// primary this node reconciles with, as `serve --follow` would; with none, what a crash
-/// left past the WAL's end is cut, as at any former standby's start.
+/// How many times a cluster node joins before it gives up (exit 74, and systemd starts it
+/// again), while each try fails for a reason a change of leader explains; and the pause
+/// between tries. About two elections: the leader etcd named a moment ago may have stepped
+/// down, been fenced or gone away between the name and the answer (the cluster drill saw a
+/// base backup refused with `NotLeader` that way).
+const JOIN_TRIES: usize = 5;
+const JOIN_PAUSE: Duration = Duration::from_secs(1);
+
+/// Before the engine opens: [`join_cluster_once`], tried again (looking the leader up
+/// again) while it fails for a reason a change of leader explains.
 fn join_cluster(cfg: &Config) -> anyhow::Result<()> {
+    retry_join(JOIN_TRIES, JOIN_PAUSE, || join_cluster_once(cfg))
+}
+
+/// Runs `join` at most `tries` times, `pause` apart, while it fails with
+/// [`leader_may_have_changed`]; any other outcome, and the last try's, is returned.
+fn retry_join(
+    tries: usize,
+    pause: Duration,
+    mut join: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for left in (1..tries.max(1)).rev() {
+        match join() {
+            Err(e) if leader_may_have_changed(&e) => {
+                tracing::warn!(error = %format!("{e:#}"), tries_left = left, "cluster: following the leader failed; looking for the leader again");
+                std::thread::sleep(pause);
+            }
+            r => return r,
+        }
+    }
+    join()
+}
+
+/// A failure to follow the leader etcd named that a change of leader explains: what it
+/// answered or did not (refused, an older epoch, gone), or a re-seed that found this node
+/// still behind. A failure of this node's own disk or configuration is not one.
+fn leader_may_have_changed(e: &anyhow::Error) -> bool {
+    use crate::error::EngineError;
+    matches!(
+        e.downcast_ref::<EngineError>(),
+        Some(EngineError::Replication(_) | EngineError::StaleLeader(_))
+    )
+}
+
+/// One join: the leader etcd names (if any, and not this node) is the primary this node
+/// reconciles with, as `serve --follow` would; with none, what a crash left past the WAL's
+/// end is cut, as at any former standby's start.
+fn join_cluster_once(cfg: &Config) -> anyhow::Result<()> {
     match crate::cluster::find_leader(cfg)? {
         Some(addr) => {
             let mut follower = cfg.clone();
@@ -307,5 +351,58 @@ fn unsafe_dir(d: &Path, m: &std::fs::Metadata, me: u32) -> Option<String> {
         ))
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EngineError;
+
+    /// Runs `retry_join` (5 tries, no pause) over `outcomes` in turn; returns its result
+    /// and how many tries it made.
+    fn join_over(outcomes: Vec<anyhow::Result<()>>) -> (anyhow::Result<()>, usize) {
+        let mut outcomes = outcomes.into_iter();
+        let mut tries = 0;
+        let r = retry_join(5, Duration::ZERO, || {
+            tries += 1;
+            outcomes.next().unwrap_or(Ok(()))
+        });
+        (r, tries)
+    }
+
+    fn refused() -> anyhow::Result<()> {
+        let e = EngineError::Replication(
+            "base backup from 127.0.0.1:1: the leader refused: NotLeader { epoch: 0 }".into(),
+        );
+        Err(anyhow::Error::from(e).context("joining"))
+    }
+
+    /// Goal: a base backup refused by a node that no longer leads (the cluster drill's
+    /// failure: the node exited 74 and its files stayed unanswered) makes the node look
+    /// for the leader again, not exit.
+    #[test]
+    fn a_join_refused_by_a_former_leader_is_tried_again() {
+        let (r, tries) = join_over(vec![refused(), refused()]);
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(tries, 3);
+    }
+
+    /// A failure no change of leader explains is returned at once; one that persists is
+    /// returned after the last try.
+    #[test]
+    fn only_a_leader_change_is_tried_again_and_never_without_end() {
+        let disk = EngineError::Io {
+            op: "create",
+            path: "/data/reseed.tmp".into(),
+            source: std::io::Error::other("no space"),
+        };
+        let (r, tries) = join_over(vec![Err(disk.into())]);
+        assert!(r.is_err());
+        assert_eq!(tries, 1);
+        let (r, tries) = join_over((0..9).map(|_| refused()).collect());
+        let e = r.expect_err("five refusals in a row");
+        assert!(format!("{e:#}").contains("NotLeader"), "{e:#}");
+        assert_eq!(tries, 5);
     }
 }

@@ -1,7 +1,8 @@
 //! One node of the replicated drill: a data directory `<root>/NAME`, its configuration file
 //! (the drill's small segments and frequent checkpoints, `[replication]` with a loopback port
-//! reserved for the node's life so a restart finds it free (`roost_etcd::testing::ReservedPort`), `ack = "standby"`, mutual TLS with certificates made in `<root>/certs`), its
-//! control socket, and at most one running `roost serve`
+//! reserved for the node's life so that a restart finds it free
+//! (`roost_etcd::testing::ReservedPort`), `ack = "standby"`, mutual TLS with certificates
+//! made in `<root>/certs`), its control socket, and at most one running `roost serve`
 //! (a [`ServeChild`], killed when dropped). Everything it asks a running daemon goes through
 //! the control socket, every wait is bounded, and nothing it reads from disk or from the
 //! daemon is trusted to parse.

@@ -27,9 +27,10 @@ pub struct Node {
     starts: usize,
 }
 
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+/// A loopback port kept from the kernel's own picks until the reservation is dropped
+/// (`roost_etcd::testing::ReservedPort`): hold it while a daemon binds the port.
+pub fn free_port() -> roost_etcd::testing::ReservedPort {
+    roost_etcd::testing::ReservedPort::new().expect("reserve a port")
 }
 
 impl Node {
@@ -45,7 +46,7 @@ impl Node {
     pub fn with_security(root: &Path, name: &'static str, extra: &str) -> Node {
         let data = root.join(name);
         std::fs::create_dir_all(&data).expect("mkdir");
-        let reserved = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
+        let reserved = free_port();
         let port = reserved.port();
         let config = root.join(format!("{name}.toml"));
         let text = format!(

@@ -1,8 +1,8 @@
 //! Real etcd processes for tests: [`EtcdServer`] (one member, plain or with client
 //! certificate auth), [`EtcdCluster`] (several members on loopback) and [`make_tls`] (a CA,
 //! a server and a client certificate made with rcgen); [`ReservedPort`], a loopback port
-//! held for a daemon that binds it later and after each restart. Not `cfg(test)`: the daemon's tests
-//! and its drill use them too.
+//! held for a daemon that binds it later and after each restart. Not `cfg(test)`: the
+//! daemon's tests and its drill use them too.
 //!
 //! etcd runs as `/usr/bin/etcd` (or `$ROOST_ETCD_BIN`) with `--heartbeat-interval 50
 //! --election-timeout 500`: elections take a fraction of a second, and the minimum lease

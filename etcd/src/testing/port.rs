@@ -39,12 +39,7 @@ pub struct ReservedPort {
 impl ReservedPort {
     /// A port the kernel picks among those no socket holds, reserved from now on.
     pub fn new() -> io::Result<ReservedPort> {
-        let s = socket_with(
-            AddressFamily::INET,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let s = tcp_socket()?;
         sockopt::set_socket_reuseaddr(&s, true)?;
         bind(&s, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))?;
         let addr = SocketAddr::try_from(getsockname(&s)?)
@@ -60,18 +55,23 @@ impl ReservedPort {
     }
 }
 
+/// A new IPv4 TCP socket, close-on-exec.
+fn tcp_socket() -> io::Result<OwnedFd> {
+    Ok(socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A bind to `port` without `SO_REUSEADDR`: refused while any socket holds the port.
     fn plain_bind(port: u16) -> io::Result<OwnedFd> {
-        let s = socket_with(
-            AddressFamily::INET,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let s = tcp_socket()?;
         bind(&s, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
         Ok(s)
     }

@@ -74,18 +74,13 @@ struct Cluster {
     leader: usize,
 }
 
-/// A loopback port for a node, kept from the kernel's own picks until the node listens on
-/// it (dropped after its start).
-fn free_port() -> anyhow::Result<roost_etcd::testing::ReservedPort> {
-    Ok(roost_etcd::testing::ReservedPort::new()?)
-}
-
 impl Cluster {
     fn start(bin: &Path, root: &Path, ack: &str) -> anyhow::Result<Cluster> {
         let etcd = EtcdServer::start(&root.join("etcd")).context("starting etcd")?;
         let mut nodes = Vec::new();
         for name in NAMES {
-            let reserved = free_port()?;
+            // Kept from the kernel's own picks until the node listens on it.
+            let reserved = roost_etcd::testing::ReservedPort::new()?;
             let port = reserved.port();
             let dir = root.join(name);
             std::fs::create_dir_all(&dir)?;

@@ -185,15 +185,10 @@ struct Pair {
     standby: Option<Node>,
 }
 
-/// A loopback port for a node, kept from the kernel's own picks until the node listens on
-/// it (dropped after its start).
-fn free_port() -> anyhow::Result<roost_etcd::testing::ReservedPort> {
-    Ok(roost_etcd::testing::ReservedPort::new()?)
-}
-
 impl Pair {
     fn start(bin: &Path, root: &Path, mode: Mode) -> anyhow::Result<Pair> {
-        let reserved = free_port()?;
+        // Kept from the kernel's own picks until the node listens on it.
+        let reserved = roost_etcd::testing::ReservedPort::new()?;
         let port = reserved.port();
         let ack = if matches!(mode, Mode::Standby | Mode::StandbyTls) {
             "standby"

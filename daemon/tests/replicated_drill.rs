@@ -62,27 +62,24 @@ fn replicated_drill_loses_nothing_over_two_failovers() {
 struct Node {
     data: std::path::PathBuf,
     config: std::path::PathBuf,
-    port: u16,
-    /// Holds `port` from the kernel's own picks between the daemon's runs.
-    _reserved: roost_etcd::testing::ReservedPort,
+    /// The replication port, held from the kernel's own picks between the daemon's runs.
+    port: roost_etcd::testing::ReservedPort,
     child: Option<roost::drill::child::ServeChild>,
     starts: usize,
 }
 
 impl Node {
     fn new(root: &std::path::Path, name: &str) -> Node {
-        let reserved = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
-        let port = reserved.port();
+        let port = roost_etcd::testing::ReservedPort::new().expect("reserve a port");
         let (data, config) = (root.join(name), root.join(format!("{name}.toml")));
         let tls = roost::ops::tls_certs::member_config(&root.join("certs"), name, &["a", "b"])
             .expect("certificates");
-        let text = format!("rescan_interval_ms = 100\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}");
+        let text = format!("rescan_interval_ms = 100\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nack = \"standby\"\nstandby_timeout_ms = 2000\n{tls}", port = port.port());
         std::fs::write(&config, text).expect("config");
         Node {
             data,
             config,
             port,
-            _reserved: reserved,
             child: None,
             starts: 0,
         }
@@ -151,7 +148,7 @@ fn a_restarted_primary_and_a_promoted_standby_never_share_an_epoch() {
     let t = tempfile::tempdir().expect("tempdir");
     let (mut a, mut b) = (Node::new(t.path(), "a"), Node::new(t.path(), "b"));
     a.start(None);
-    b.start(Some(a.port));
+    b.start(Some(a.port.port()));
     a.drop_batch("one.json", "one");
     a.wait("one", |n| n.data.join("spool/out/one.json").exists());
     // The standby holds "one" and its `done`: promoted, it has nothing to finish.
@@ -172,14 +169,14 @@ fn a_restarted_primary_and_a_promoted_standby_never_share_an_epoch() {
         n.wal_keys().values().any(|k| k.ends_with("\"x\""))
     });
     a.child.take(); // SIGKILL before any standby has x
-    b.start(Some(a.port));
+    b.start(Some(a.port.port()));
     let p = b.ask("promote");
     assert_eq!(p["promoted"], true, "{p}");
     b.drop_batch("y.json", "y");
     b.wait("y claimed", |n| {
         n.wal_keys().values().any(|k| k.ends_with("\"y\""))
     });
-    a.start(Some(b.port));
+    a.start(Some(b.port.port()));
     b.wait("y", |n| n.data.join("spool/out/y.json").exists());
     for n in [&mut b, &mut a] {
         if let Some(mut c) = n.child.take() {

@@ -20,9 +20,8 @@ pub struct Node {
     pub name: &'static str,
     pub data: PathBuf,
     pub config: PathBuf,
-    pub port: u16,
-    /// Holds `port` from the kernel's own picks between the daemon's runs.
-    _reserved: roost_etcd::testing::ReservedPort,
+    /// The replication port, held from the kernel's own picks between the daemon's runs.
+    pub port: roost_etcd::testing::ReservedPort,
     pub child: Option<ServeChild>,
     starts: usize,
 }
@@ -46,11 +45,11 @@ impl Node {
     pub fn with_security(root: &Path, name: &'static str, extra: &str) -> Node {
         let data = root.join(name);
         std::fs::create_dir_all(&data).expect("mkdir");
-        let reserved = free_port();
-        let port = reserved.port();
+        let port = free_port();
         let config = root.join(format!("{name}.toml"));
         let text = format!(
-            "rescan_interval_ms = 100\ncheckpoint_wal_bytes = 65536\n[replication]\nlisten = \"127.0.0.1:{port}\"\nname = \"{name}\"\nstandby_timeout_ms = 2000\n{extra}\n"
+            "rescan_interval_ms = 100\ncheckpoint_wal_bytes = 65536\n[replication]\nlisten = \"127.0.0.1:{}\"\nname = \"{name}\"\nstandby_timeout_ms = 2000\n{extra}\n",
+            port.port()
         );
         std::fs::write(&config, text).expect("config");
         Node {
@@ -58,14 +57,13 @@ impl Node {
             data,
             config,
             port,
-            _reserved: reserved,
             child: None,
             starts: 0,
         }
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.port.port())
     }
 
     pub fn spool(&self) -> PathBuf {

@@ -59,6 +59,17 @@ fn cluster(n: &Node) -> Value {
     n.status()["cluster"].clone()
 }
 
+/// Waits until etcd's in-sync set, as the leader `l` last wrote it, names every node. Only a
+/// node in it may campaign (docs/cluster.md, "Who may win"), and a standby joins the
+/// engine's set before etcd's: a strike on the leader between the two leaves no node that
+/// may win (a run of `a_leader_cut_off_from_etcd_fences_itself` was cut there, and no
+/// other node led for the whole limit).
+fn isr_names_all(nodes: &[Node], l: usize) {
+    wait_for("etcd's in-sync set to name every node", LIMIT, || {
+        cluster(&nodes[l])["isr"].as_array().map(Vec::len) == Some(nodes.len())
+    });
+}
+
 /// The index of the one node that says it leads, once exactly one does (and the others
 /// name it), within `limit`.
 fn one_leader(nodes: &[Node], limit: Duration) -> usize {
@@ -173,6 +184,7 @@ fn a_killed_leader_is_replaced_and_rejoins_as_a_follower() {
         .map(|i| submit_at(&nodes[l], &format!("pre-{i}")))
         .collect();
     let old_epoch = cluster(&nodes[l])["epoch"].as_u64().expect("epoch");
+    isr_names_all(&nodes, l);
     nodes[l].kill();
     let t0 = Instant::now();
     let l2 = one_leader(&nodes, LIMIT);
@@ -231,6 +243,7 @@ fn a_paused_leader_fences_itself_and_rejoins() {
     start_all(&mut nodes);
     let l = one_leader(&nodes, LIMIT);
     submit_at(&nodes[l], "before-pause");
+    isr_names_all(&nodes, l);
     nodes[l].signal("STOP");
     let l2 = {
         let mut found = None;
@@ -340,6 +353,7 @@ fn a_leader_cut_off_from_etcd_fences_itself() {
     start_all(&mut nodes);
     let l = one_leader(&nodes, LIMIT);
     submit_at(&nodes[l], "before-cut");
+    isr_names_all(&nodes, l);
     for p in &proxies[l] {
         p.cut();
     }

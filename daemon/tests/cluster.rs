@@ -399,3 +399,93 @@ fn a_leader_cut_off_from_etcd_fences_itself() {
     }
     same_logs(&nodes[l2], &nodes[l]);
 }
+
+/// Runs `roost cluster unclean-election` with `node`'s configuration; its exit code and
+/// stdout.
+fn unclean(node: &Node, args: &[&str]) -> (i32, String) {
+    let mut all = vec!["cluster", "unclean-election"];
+    all.extend_from_slice(args);
+    let out = node.roost(&all);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), format!("{text}{err}"))
+}
+
+/// Goal: a leader lost for good while etcd's in-sync set names only it leaves a cluster in
+/// which no node may campaign (a clean election only), and `roost cluster
+/// unclean-election` is the way out: refused for a non-member, only said without
+/// `--accept-loss`, written with it; the named node then wins a new epoch and the other
+/// follows it and takes batches; refused once a node leads.
+#[test]
+fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let mut nodes = three(t.path(), etcd.client_url(), "");
+    nodes[0].start(None);
+    assert_eq!(one_leader(&nodes, LIMIT), 0);
+    submit_at(&nodes[0], "only-a");
+    let old_epoch = cluster(&nodes[0])["epoch"].as_u64().expect("epoch");
+    nodes[0].kill();
+    nodes[1].start(None);
+    nodes[2].start(None);
+    // Three leases: a's key expires after one; then b and c may not campaign.
+    wait_for("b to read etcd's in-sync set", LIMIT, || {
+        cluster(&nodes[1])["isr"] == serde_json::json!(["a"])
+    });
+    let until = Instant::now() + Duration::from_millis(3 * LEASE_MS);
+    while Instant::now() < until {
+        for n in &nodes[1..] {
+            assert_ne!(
+                cluster(n)["leading"],
+                true,
+                "{} led outside the set",
+                n.name
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, text) = unclean(&nodes[1], &["x", "--accept-loss"]);
+    assert_eq!(code, 2, "a non-member: {text}");
+    assert!(text.contains("not one of [replication] members"), "{text}");
+    let (code, text) = unclean(&nodes[1], &["b"]);
+    assert_eq!(code, 2, "without --accept-loss: {text}");
+    assert!(
+        text.contains("names only [\"a\"]") && text.contains("nothing written"),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_millis(2 * LEASE_MS));
+    assert_ne!(
+        cluster(&nodes[1])["leading"],
+        true,
+        "b led with nothing written"
+    );
+    let (code, text) = unclean(&nodes[2], &["b", "--accept-loss"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("Written") && text.contains("[\"a\", \"b\"]"),
+        "{text}"
+    );
+    let l = one_leader(&nodes, LIMIT);
+    assert_eq!(nodes[l].name, "b");
+    let epoch = cluster(&nodes[1])["epoch"].as_u64().expect("epoch");
+    assert!(epoch > old_epoch, "epoch {epoch} after {old_epoch}");
+    submit_at(&nodes[2], "after");
+    let (code, text) = unclean(&nodes[2], &["c", "--accept-loss"]);
+    assert_eq!(code, 1, "with a leader: {text}");
+    assert!(text.contains("etcd names a leader, b"), "{text}");
+    // The lost leader comes back: it follows b and cuts what b never had.
+    nodes[0].start(None);
+    wait_for("a follows b", LIMIT, || {
+        let c = cluster(&nodes[0]);
+        c["leading"] == false && c["leader"] == "b"
+    });
+    submit_at(&nodes[0], "after-a-returned");
+    caught_up(&nodes[1], &nodes[0]);
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+    same_logs(&nodes[1], &nodes[0]);
+    for n in &nodes {
+        n.verify();
+    }
+}

@@ -283,7 +283,8 @@ fn damaged_shard_exits_65_for_get_and_scan() {
 
 /// Goal: bad flags and arguments are usage errors (2), a bad config file is 78 for a read
 /// command as for `serve`, and `status` with no daemon answering is 1 (the answer "not
-/// running", not an I/O failure). Method: the binary with no daemon anywhere.
+/// running", not an I/O failure), and an unclean election without `[cluster]` is 78.
+/// Method: the binary with no daemon anywhere.
 #[test]
 fn usage_2_config_78_status_without_daemon_1() {
     let t = tempfile::tempdir().unwrap();
@@ -302,6 +303,12 @@ fn usage_2_config_78_status_without_daemon_1() {
     let out = roost(&data, &["status"]);
     assert_code(&out, 1, "status with no daemon");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
+    let out = roost(
+        &data,
+        &["cluster", "unclean-election", "b", "--accept-loss"],
+    );
+    assert_code(&out, 78, "an unclean election without [cluster]");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[cluster] section"));
 }
 
 /// Goal: a reader of stdout that went away (`roost scan s | head -0`) is not a failure of

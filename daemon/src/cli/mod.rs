@@ -4,11 +4,13 @@
 //! its code. One file per command group: `serve` (the daemon, permissions, recovery
 //! progress), `read` (`get`, `scan`, `audit`, `wal dump`), `submit` (delivery and waiting),
 //! `stream` (`submit --stream`, the stream socket's client),
-//! `status` (the control socket), `check` (`verify`, `drill`). This module only parses and
+//! `status` (the control socket), `check` (`verify`, `drill`), `cluster` (operating the
+//! cluster through etcd). This module only parses and
 //! dispatches; it never touches the data directory itself.
 
 mod certs;
 mod check;
+mod cluster;
 mod output;
 mod read;
 mod serve;
@@ -155,6 +157,26 @@ pub enum Command {
         #[command(subcommand)]
         command: WalCommand,
     },
+    /// Operate the cluster through etcd (docs/cluster.md); needs the `[cluster]` section.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// When no node leads and every node etcd's in-sync set names is lost for good: add NAME
+    /// to the set, so that it campaigns and leads. Batches the lost nodes acknowledged that
+    /// NAME does not hold are lost (Kafka's unclean leader election). Refused while a node
+    /// leads; without --accept-loss it only says what it would write (exit 2).
+    UncleanElection {
+        /// The member to admit: a name in `[replication] members`.
+        name: String,
+        /// Write it, accepting that acknowledged batches NAME does not hold are lost.
+        #[arg(long)]
+        accept_loss: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,6 +317,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             command: WalCommand::Dump { from, json },
         } => read::wal_dump(&cfg, *from, *json),
         Command::Verify => check::verify(&cfg),
+        Command::Cluster {
+            command: ClusterCommand::UncleanElection { name, accept_loss },
+        } => cluster::unclean_election(&cfg, name, *accept_loss),
         Command::Certs {
             command: CertsCommand::Init { dir, days, force },
         } => certs::init(dir, *days, *force),

@@ -185,8 +185,13 @@ async fn campaign(cl: &Cluster, node: &Node, (sent, ttl): (Instant, i64)) -> Res
         Some(kv) => Some(keys::decode::<IsrValue>(&kv.key, &kv.value)?),
         None => None,
     };
+    let seen = cl.view().isr;
     cl.update(|v| v.isr = isr.clone());
     if !keys::may_campaign(isr.as_ref(), &cl.name) {
+        if seen != isr {
+            let members = isr.as_ref().map(|v| v.members.clone());
+            info!(isr = ?members, "cluster: no node leads, and etcd's in-sync set does not name this node: waiting for a node it names (if all are lost for good: `roost cluster unclean-election`, docs/cluster.md)");
+        }
         return Ok(());
     }
     let (epoch_kv, _) = cl.etcd.get(&cl.keys.epoch).await.map_err(err)?;

@@ -8,6 +8,8 @@
 //!   keeps the in-sync set, and tells the serve loop whom to follow.
 //! - `forward.rs`: a standby's intake: each batch goes to the leader over the replication
 //!   connection, and its answer is given here once this node holds the claim.
+//! - `unclean.rs`: `roost cluster unclean-election`, the operator's way out when every node
+//!   etcd's in-sync set names is lost (no node may campaign).
 //!
 //! The replication side (fencing, answers waiting for every in-sync standby) is
 //! `replica/fencing.rs`; promotion into a won epoch is `Engine::promote(Lead::Won)`.
@@ -16,6 +18,7 @@ mod agent;
 pub mod etcd_keys;
 pub mod forward;
 pub mod handle;
+pub mod unclean;
 
 use std::sync::Arc;
 

@@ -1,0 +1,67 @@
+//! `roost cluster unclean-election NAME [--accept-loss]`: the operator's way out when every
+//! node etcd's in-sync set names is lost (`cluster/unclean.rs`, docs/cluster.md). Exit 0
+//! when written or nothing is needed, 2 without `--accept-loss` (nothing written) or for a
+//! name that is not a member, 1 while a node leads or when etcd does not answer, 78 without
+//! a `[cluster]` section.
+
+use crate::cluster::etcd_keys::IsrValue;
+use crate::cluster::unclean::{unclean_election as admit, Unclean};
+use crate::config::Config;
+use crate::error::{CommandError, EXIT_OK};
+
+pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> anyhow::Result<i32> {
+    let quarter = cfg.cluster.as_ref().map_or(0, |c| c.lease_ms / 4);
+    match admit(cfg, name, accept_loss)? {
+        Unclean::Already(None) => super::output::out(&format!(
+            "etcd holds no in-sync set yet (a cluster that never elected): any node may \
+             campaign, {name} too. Nothing written.\n"
+        ))?,
+        Unclean::Already(Some(isr)) => super::output::out(&format!(
+            "etcd's in-sync set {:?} names {name} already: it may campaign. Nothing written.\n",
+            isr.members
+        ))?,
+        Unclean::Would { before, after } => {
+            super::output::out(&format!(
+                "{}With --accept-loss this writes {:?}.\n{}",
+                stuck(&before),
+                after.members,
+                loss(&before, name)
+            ))?;
+            return Err(CommandError::usage(
+                "nothing written: an unclean election may lose acknowledged batches; \
+                 add --accept-loss to write it",
+            )
+            .into());
+        }
+        Unclean::Written {
+            before,
+            after,
+            revision,
+        } => super::output::out(&format!(
+            "{}Written: etcd's in-sync set is now {:?} (revision {revision}); {name} \
+             campaigns at its next step (within {quarter} ms, a quarter lease, once it \
+             runs).\n{}",
+            stuck(&before),
+            after.members,
+            loss(&before, name)
+        ))?,
+    }
+    Ok(EXIT_OK)
+}
+
+fn stuck(isr: &IsrValue) -> String {
+    format!(
+        "No node leads, and etcd's in-sync set names only {:?} (written by {} in epoch {}): \
+         no other node may campaign.\n",
+        isr.members, isr.leader, isr.epoch
+    )
+}
+
+fn loss(isr: &IsrValue, name: &str) -> String {
+    format!(
+        "Batches that {:?} acknowledged and {name} does not hold are lost; a node of {:?} \
+         that comes back cuts them when it rejoins. Name the surviving node furthest along \
+         (`roost status`: replication epoch, then durable_lsn).\n",
+        isr.members, isr.members
+    )
+}

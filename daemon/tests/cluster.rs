@@ -412,10 +412,11 @@ fn unclean(node: &Node, args: &[&str]) -> (i32, String) {
 }
 
 /// Goal: a leader lost for good while etcd's in-sync set names only it leaves a cluster in
-/// which no node may campaign (a clean election only), and `roost cluster
-/// unclean-election` is the way out: refused for a non-member, only said without
-/// `--accept-loss`, written with it; the named node then wins a new epoch and the other
-/// follows it and takes batches; refused once a node leads.
+/// which no node may campaign (a clean election only; each node says why once), and `roost
+/// cluster unclean-election` is the way out: refused for a non-member and for a node that
+/// does not run, only said without `--accept-loss`, written with it; the named node then
+/// wins a new epoch, the other follows it and takes batches, and the lost leader, back,
+/// follows and cuts the batch nobody else held; refused once a node leads.
 #[test]
 fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -427,12 +428,15 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     let old_epoch = cluster(&nodes[0])["epoch"].as_u64().expect("epoch");
     nodes[0].kill();
     nodes[1].start(None);
-    nodes[2].start(None);
-    // Three leases: a's key expires after one; then b and c may not campaign.
-    wait_for("b to read etcd's in-sync set", LIMIT, || {
-        cluster(&nodes[1])["isr"] == serde_json::json!(["a"])
+    wait_for("a's leader key to expire, as b sees it", LIMIT, || {
+        let c = cluster(&nodes[1]);
+        c["isr"] == serde_json::json!(["a"]) && c["leader"].is_null()
     });
-    let until = Instant::now() + Duration::from_millis(3 * LEASE_MS);
+    let (code, text) = unclean(&nodes[1], &["c", "--accept-loss"]);
+    assert_eq!(code, 1, "c does not run: {text}");
+    assert!(text.contains("c is not running"), "{text}");
+    nodes[2].start(None);
+    let until = Instant::now() + Duration::from_millis(2 * LEASE_MS);
     while Instant::now() < until {
         for n in &nodes[1..] {
             assert_ne!(
@@ -444,6 +448,12 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let log = std::fs::read_to_string(nodes[1].data.with_extension("log1")).expect("b's log");
+    let said = log.matches("does not name this node").count();
+    assert_eq!(
+        said, 1,
+        "b said why it may not campaign {said} times:\n{log}"
+    );
     let (code, text) = unclean(&nodes[1], &["x", "--accept-loss"]);
     assert_eq!(code, 2, "a non-member: {text}");
     assert!(text.contains("not one of [replication] members"), "{text}");
@@ -462,7 +472,7 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     let (code, text) = unclean(&nodes[2], &["b", "--accept-loss"]);
     assert_eq!(code, 0, "{text}");
     assert!(
-        text.contains("Written") && text.contains("[\"a\", \"b\"]"),
+        text.contains("Written") && text.contains("now [\"b\"]"),
         "{text}"
     );
     let l = one_leader(&nodes, LIMIT);
@@ -486,6 +496,81 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     }
     same_logs(&nodes[1], &nodes[0]);
     for n in &nodes {
+        assert!(
+            !n.scan("s").contains("only-a"),
+            "{} still holds only-a",
+            n.name
+        );
+        assert!(n.scan("s").contains("after-a-returned"), "{}", n.name);
         n.verify();
     }
+}
+
+/// Goal: `roost cluster unclean-election` writes only when it is needed and safe to: refused
+/// while a node the set names runs (its member key is there), while a leader key exists;
+/// with neither, it makes the named node the set's only member (keeping the epoch and the
+/// writer); run again, or with no set at all, it writes nothing. Method: keys put by hand in
+/// a real etcd, no node running.
+#[test]
+fn an_unclean_election_writes_only_when_no_node_may_campaign() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let server = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let nodes = three(t.path(), server.client_url(), "");
+    let etcd = roost_etcd::Etcd::new(roost_etcd::EtcdOptions {
+        endpoints: vec![server.client_url().to_owned()],
+        tls: None,
+        request_timeout: Duration::from_secs(5),
+    })
+    .expect("client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let put = |k: &str, v: &str| {
+        rt.block_on(etcd.put(&format!("/roost/default/{k}"), v.as_bytes(), None))
+            .expect("put");
+    };
+    let del = |k: &str| {
+        rt.block_on(etcd.delete(&format!("/roost/default/{k}")))
+            .expect("delete");
+    };
+    let isr = || {
+        let (kv, _) = rt.block_on(etcd.get("/roost/default/isr")).expect("get");
+        kv.map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+    };
+    put("isr", r#"{"epoch":3,"leader":"a","members":["a","c"]}"#);
+    put(
+        "members/a",
+        r#"{"name":"a","advertise":"x","role":"standby"}"#,
+    );
+    put(
+        "members/b",
+        r#"{"name":"b","advertise":"x","role":"standby"}"#,
+    );
+    let (code, text) = unclean(&nodes[1], &["b", "--accept-loss"]);
+    assert_eq!(code, 1, "a runs: {text}");
+    assert!(text.contains("a, which etcd's in-sync set"), "{text}");
+    del("members/a");
+    put("leader", r#"{"name":"c","advertise":"x","epoch":3}"#);
+    let (code, text) = unclean(&nodes[1], &["b", "--accept-loss"]);
+    assert_eq!(code, 1, "c leads: {text}");
+    assert!(text.contains("etcd names a leader, c (epoch 3)"), "{text}");
+    del("leader");
+    let (code, text) = unclean(&nodes[1], &["b", "--accept-loss"]);
+    assert_eq!(code, 0, "{text}");
+    let written = isr().expect("isr");
+    let v: Value = serde_json::from_str(&written).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!({"epoch":3,"leader":"a","members":["b"]})
+    );
+    let (code, text) = unclean(&nodes[1], &["b", "--accept-loss"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("names b already"), "{text}");
+    assert_eq!(isr().as_deref(), Some(written.as_str()), "written twice");
+    del("isr");
+    let (code, text) = unclean(&nodes[1], &["b", "--accept-loss"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("no in-sync set yet"), "{text}");
+    assert_eq!(isr(), None, "a set written where none was");
 }

@@ -1,8 +1,8 @@
 //! `roost cluster unclean-election NAME [--accept-loss]`: the operator's way out when every
 //! node etcd's in-sync set names is lost (`cluster/unclean.rs`, docs/cluster.md). Exit 0
 //! when written or nothing is needed, 2 without `--accept-loss` (nothing written) or for a
-//! name that is not a member, 1 while a node leads or when etcd does not answer, 78 without
-//! a `[cluster]` section.
+//! name that is not a member, 1 when refused (a node leads, a node the set names runs, NAME
+//! does not run, the set changed meanwhile) or etcd does not answer, 78 without `[cluster]`.
 
 use crate::cluster::etcd_keys::IsrValue;
 use crate::cluster::unclean::{unclean_election as admit, Unclean};
@@ -10,20 +10,26 @@ use crate::config::Config;
 use crate::error::{CommandError, EXIT_OK};
 
 pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> anyhow::Result<i32> {
-    let quarter = cfg.cluster.as_ref().map_or(0, |c| c.lease_ms / 4);
+    let (quarter, at) = cfg.cluster.as_ref().map_or((0, String::new()), |c| {
+        (
+            c.lease_ms / 4,
+            format!("etcd {:?}, prefix {}", c.etcd, c.prefix),
+        )
+    });
     match admit(cfg, name, accept_loss)? {
         Unclean::Already(None) => super::output::out(&format!(
-            "etcd holds no in-sync set yet (a cluster that never elected): any node may \
-             campaign, {name} too. Nothing written.\n"
+            "{at}: no in-sync set yet (a cluster that never elected): any node may campaign, \
+             {name} too. Nothing written.\n"
         ))?,
         Unclean::Already(Some(isr)) => super::output::out(&format!(
-            "etcd's in-sync set {:?} names {name} already: it may campaign. Nothing written.\n",
+            "{at}: the in-sync set {:?} names {name} already: it may campaign. Nothing \
+             written.\n",
             isr.members
         ))?,
         Unclean::Would { before, after } => {
             super::output::out(&format!(
                 "{}With --accept-loss this writes {:?}.\n{}",
-                stuck(&before),
+                stuck(&at, &before),
                 after.members,
                 loss(&before, name)
             ))?;
@@ -38,10 +44,9 @@ pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> a
             after,
             revision,
         } => super::output::out(&format!(
-            "{}Written: etcd's in-sync set is now {:?} (revision {revision}); {name} \
-             campaigns at its next step (within {quarter} ms, a quarter lease, once it \
-             runs).\n{}",
-            stuck(&before),
+            "{}Written: the in-sync set is now {:?} (revision {revision}); {name} campaigns \
+             at its next step (within {quarter} ms, a quarter lease).\n{}",
+            stuck(&at, &before),
             after.members,
             loss(&before, name)
         ))?,
@@ -49,10 +54,10 @@ pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> a
     Ok(EXIT_OK)
 }
 
-fn stuck(isr: &IsrValue) -> String {
+fn stuck(at: &str, isr: &IsrValue) -> String {
     format!(
-        "No node leads, and etcd's in-sync set names only {:?} (written by {} in epoch {}): \
-         no other node may campaign.\n",
+        "{at}: no node leads, and the in-sync set names only {:?} (written by {} in epoch \
+         {}), none of them running: no running node may campaign.\n",
         isr.members, isr.leader, isr.epoch
     )
 }
@@ -60,8 +65,8 @@ fn stuck(isr: &IsrValue) -> String {
 fn loss(isr: &IsrValue, name: &str) -> String {
     format!(
         "Batches that {:?} acknowledged and {name} does not hold are lost; a node of {:?} \
-         that comes back cuts them when it rejoins. Name the surviving node furthest along \
-         (`roost status`: replication epoch, then durable_lsn).\n",
+         that comes back follows {name} and cuts them. Name the running node furthest along \
+         (`roost status --json`: replication.durable_lsn).\n",
         isr.members, isr.members
     )
 }

@@ -185,15 +185,16 @@ async fn campaign(cl: &Cluster, node: &Node, (sent, ttl): (Instant, i64)) -> Res
         Some(kv) => Some(keys::decode::<IsrValue>(&kv.key, &kv.value)?),
         None => None,
     };
-    let seen = cl.view().isr;
     cl.update(|v| v.isr = isr.clone());
     if !keys::may_campaign(isr.as_ref(), &cl.name) {
-        if seen != isr {
+        if cl.view().refused_by != isr {
             let members = isr.as_ref().map(|v| v.members.clone());
             info!(isr = ?members, "cluster: no node leads, and etcd's in-sync set does not name this node: waiting for a node it names (if all are lost for good: `roost cluster unclean-election`, docs/cluster.md)");
+            cl.update(|v| v.refused_by = isr.clone());
         }
         return Ok(());
     }
+    cl.update(|v| v.refused_by = None);
     let (epoch_kv, _) = cl.etcd.get(&cl.keys.epoch).await.map_err(err)?;
     let counter = match &epoch_kv {
         Some(kv) => keys::decode::<u32>(&kv.key, &kv.value)?,

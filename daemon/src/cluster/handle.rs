@@ -29,6 +29,9 @@ pub struct View {
     pub fence_at: Option<Instant>,
     /// The last failure talking to etcd (cleared by the next success).
     pub etcd_error: Option<String>,
+    /// The in-sync set last logged as not naming this node, while no node leads (a node that
+    /// may not campaign says so once per set).
+    pub refused_by: Option<IsrValue>,
 }
 
 impl View {

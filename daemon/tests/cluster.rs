@@ -454,6 +454,11 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
         said, 1,
         "b said why it may not campaign {said} times:\n{log}"
     );
+    let status = String::from_utf8_lossy(&nodes[1].roost(&["status"]).stdout).into_owned();
+    assert!(
+        status.contains("NO LEADER; this node may not campaign"),
+        "{status}"
+    );
     let (code, text) = unclean(&nodes[1], &["x", "--accept-loss"]);
     assert_eq!(code, 2, "a non-member: {text}");
     assert!(text.contains("not one of [replication] members"), "{text}");

@@ -75,6 +75,9 @@ fn status_text(v: &serde_json::Value) -> String {
         v["epoch"], v["last_lsn"], v["in_flight"]
     );
     replication_text(&mut out, &v["replication"]);
+    if v["cluster"].is_object() {
+        cluster_text(&mut out, &v["cluster"]);
+    }
     let _ = writeln!(
         out,
         "  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate",
@@ -193,5 +196,83 @@ fn replication_text(out: &mut String, r: &serde_json::Value) {
             f["leader_hw"],
             f["lag_lsns"]
         );
+    }
+}
+
+/// The cluster lines: who leads (or that no node does, and whether this one may campaign),
+/// etcd's in-sync set, the last etcd failure.
+fn cluster_text(out: &mut String, c: &serde_json::Value) {
+    let name = c["name"].as_str().unwrap_or("?");
+    let isr: Vec<&str> = c["isr"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.as_str())
+        .collect();
+    let set = if c["isr"].is_null() {
+        "none yet".to_owned()
+    } else {
+        format!("{isr:?}")
+    };
+    let leader = match (c["leading"] == true, c["leader"].as_str()) {
+        (true, _) => format!("leading, {} ms of lease left", c["lease_left_ms"]),
+        (false, Some(l)) => format!("following {l}"),
+        (false, None) if c["isr"].is_null() || isr.contains(&name) => {
+            "NO LEADER; this node may campaign".to_owned()
+        }
+        (false, None) => "NO LEADER; this node may not campaign (if every node the set names \
+                          is lost for good: roost cluster unclean-election, docs/cluster.md)"
+            .to_owned(),
+    };
+    let _ = writeln!(out, "  cluster {name}: {leader}; etcd's in-sync set {set}");
+    if let Some(e) = c["etcd_error"].as_str() {
+        let _ = writeln!(out, "  ETCD: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Goal: the text says who leads, and when no node does, whether this node may campaign
+    /// and where the way out is when it may not.
+    #[test]
+    fn the_cluster_line_says_who_leads_and_who_may_campaign() {
+        let text = |c: serde_json::Value| {
+            let mut out = String::new();
+            cluster_text(&mut out, &c);
+            out
+        };
+        let stuck = text(json!({"name": "b", "leading": false, "leader": null, "isr": ["a"]}));
+        assert!(
+            stuck.contains("NO LEADER; this node may not campaign"),
+            "{stuck}"
+        );
+        assert!(
+            stuck.contains("unclean-election") && stuck.contains("[\"a\"]"),
+            "{stuck}"
+        );
+        let may = text(json!({"name": "b", "leading": false, "leader": null, "isr": ["a", "b"]}));
+        assert!(may.contains("this node may campaign"), "{may}");
+        let fresh = text(json!({"name": "b", "leading": false, "leader": null, "isr": null}));
+        assert!(
+            fresh.contains("may campaign") && fresh.contains("none yet"),
+            "{fresh}"
+        );
+        let follows = text(
+            json!({"name": "b", "leading": false, "leader": "a", "isr": ["a"],
+            "etcd_error": "etcd http://x: timed out"}),
+        );
+        assert!(follows.contains("following a"), "{follows}");
+        assert!(
+            follows.contains("ETCD: etcd http://x: timed out"),
+            "{follows}"
+        );
+        let leads = text(
+            json!({"name": "a", "leading": true, "leader": "a", "isr": ["a"],
+            "lease_left_ms": 2100}),
+        );
+        assert!(leads.contains("leading, 2100 ms of lease left"), "{leads}");
     }
 }

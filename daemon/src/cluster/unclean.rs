@@ -11,7 +11,7 @@
 //! leader key exists and the set is still the one read; NAME then campaigns at its next
 //! step. It is refused while a node the set names is alive (its member key, under its own
 //! lease, is there: it will campaign by itself) and unless NAME is (a name with no member
-//! key would leave no node that may campaign). It is
+//! key would leave no node that may campaign); the transaction checks both again. It is
 //! Kafka's unclean leader election: NAME may lack batches the lost nodes acknowledged, and
 //! those are lost (the model's `campaign-outside-isr` row shows the loss,
 //! docs/replication-model.md); a lost node that comes back cuts what NAME never had when it
@@ -114,7 +114,7 @@ async fn admit(
     if !accept_loss {
         return Ok(Unclean::Would { before, after });
     }
-    let revision = write(etcd, keys, &after, isr_kv.mod_revision).await?;
+    let revision = write(etcd, keys, (&before, isr_kv.mod_revision), &after, name).await?;
     Ok(Unclean::Written {
         before,
         after,
@@ -166,20 +166,27 @@ async fn alive_only(
     Ok(())
 }
 
-/// Writes `after` if no leader key exists and the set is still at `isr_rev`; its revision.
-/// A write whose answer was lost may have landed: a failed compare reads the set back and
-/// counts it written when it holds `after`; a timeout says it may have been written.
+/// Writes `after` if no leader key exists, the set is still `before` at its revision, no
+/// node `before` names has a member key and `name` has one; returns its revision. A write
+/// whose answer was lost may have landed: a failed compare reads the set back and counts it
+/// written when it holds `after`; a timeout says it may have been written.
 async fn write(
     etcd: &Etcd,
     keys: &Keys,
+    (before, isr_rev): (&IsrValue, i64),
     after: &IsrValue,
-    isr_rev: i64,
+    name: &str,
 ) -> Result<i64, CommandError> {
+    let mut compare = vec![
+        Compare::create_revision(&keys.leader, CmpOp::Equal, 0),
+        Compare::mod_revision(&keys.isr, CmpOp::Equal, isr_rev),
+        Compare::create_revision(&keys.member(name), CmpOp::Greater, 0),
+    ];
+    for m in &before.members {
+        compare.push(Compare::create_revision(&keys.member(m), CmpOp::Equal, 0));
+    }
     let txn = Txn {
-        compare: vec![
-            Compare::create_revision(&keys.leader, CmpOp::Equal, 0),
-            Compare::mod_revision(&keys.isr, CmpOp::Equal, isr_rev),
-        ],
+        compare,
         success: vec![Op::Put {
             key: keys.isr.clone(),
             value: etcd_keys::encode(after),
@@ -200,8 +207,8 @@ async fn write(
     match now {
         Some(v) if v == *after => Ok(r.revision),
         _ => Err(CommandError::failed(
-            "a leader was elected or the in-sync set changed while this ran; nothing written \
-             (run it again to see the cluster as it is now)",
+            "a leader was elected, the in-sync set changed, or a node started or stopped while \
+             this ran; nothing written (run it again to see the cluster as it is now)",
         )),
     }
 }

@@ -411,19 +411,13 @@ fn unclean(node: &Node, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), format!("{text}{err}"))
 }
 
-/// Goal: a leader lost for good while etcd's in-sync set names only it leaves a cluster in
-/// which no node may campaign (a clean election only; each node says why once), and `roost
-/// cluster unclean-election` is the way out: refused for a non-member and for a node that
-/// does not run, only said without `--accept-loss`, written with it; the named node then
-/// wins a new epoch, the other follows it and takes batches, and the lost leader, back,
-/// follows and cuts the batch nobody else held; refused once a node leads.
-#[test]
-fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
-    let mut nodes = three(t.path(), etcd.client_url(), "");
+/// Leaves {a, b, c} with no node that may campaign: a leads alone (etcd's set is only a)
+/// and takes "only-a", then is killed for good; b and c run. Checks on the way that naming
+/// a node that does not run (c, before it starts) is refused, and that for 2 leases neither
+/// b nor c leads, b says why exactly once, and its status says so. Returns a's epoch.
+fn lose_the_only_member(nodes: &mut [Node]) -> u64 {
     nodes[0].start(None);
-    assert_eq!(one_leader(&nodes, LIMIT), 0);
+    assert_eq!(one_leader(nodes, LIMIT), 0);
     submit_at(&nodes[0], "only-a");
     let old_epoch = cluster(&nodes[0])["epoch"].as_u64().expect("epoch");
     nodes[0].kill();
@@ -454,11 +448,27 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
         said, 1,
         "b said why it may not campaign {said} times:\n{log}"
     );
+    assert_eq!(cluster(&nodes[1])["may_campaign"], false);
     let status = String::from_utf8_lossy(&nodes[1].roost(&["status"]).stdout).into_owned();
     assert!(
         status.contains("NO LEADER; this node may not campaign"),
         "{status}"
     );
+    old_epoch
+}
+
+/// Goal: a leader lost for good while etcd's in-sync set names only it leaves a cluster in
+/// which no node may campaign (a clean election only; each node says why once), and `roost
+/// cluster unclean-election` is the way out: refused for a non-member and for a node that
+/// does not run, only said without `--accept-loss`, written with it; the named node then
+/// wins a new epoch, the other follows it and takes batches, and the lost leader, back,
+/// follows and cuts the batch nobody else held; refused once a node leads.
+#[test]
+fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let mut nodes = three(t.path(), etcd.client_url(), "");
+    let old_epoch = lose_the_only_member(&mut nodes);
     let (code, text) = unclean(&nodes[1], &["x", "--accept-loss"]);
     assert_eq!(code, 2, "a non-member: {text}");
     assert!(text.contains("not one of [replication] members"), "{text}");
@@ -485,6 +495,9 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     let epoch = cluster(&nodes[1])["epoch"].as_u64().expect("epoch");
     assert!(epoch > old_epoch, "epoch {epoch} after {old_epoch}");
     submit_at(&nodes[2], "after");
+    wait_for("c may campaign once b's set names it", LIMIT, || {
+        cluster(&nodes[2])["may_campaign"] == true
+    });
     let (code, text) = unclean(&nodes[2], &["c", "--accept-loss"]);
     assert_eq!(code, 1, "with a leader: {text}");
     assert!(text.contains("etcd names a leader, b"), "{text}");
@@ -501,12 +514,9 @@ fn an_unclean_election_ends_a_cluster_whose_in_sync_set_is_lost() {
     }
     same_logs(&nodes[1], &nodes[0]);
     for n in &nodes {
-        assert!(
-            !n.scan("s").contains("only-a"),
-            "{} still holds only-a",
-            n.name
-        );
-        assert!(n.scan("s").contains("after-a-returned"), "{}", n.name);
+        let records = n.scan("s");
+        assert!(!records.contains("only-a"), "{} still holds only-a", n.name);
+        assert!(records.contains("after-a-returned"), "{}", n.name);
         n.verify();
     }
 }

@@ -5,17 +5,15 @@
 //! does not run, the set changed meanwhile) or etcd does not answer, 78 without `[cluster]`.
 
 use crate::cluster::etcd_keys::IsrValue;
-use crate::cluster::unclean::{unclean_election as admit, Unclean};
+use crate::cluster::unclean::{place, unclean_election as admit, Unclean};
 use crate::config::Config;
 use crate::error::{CommandError, EXIT_OK};
 
 pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> anyhow::Result<i32> {
-    let (quarter, at) = cfg.cluster.as_ref().map_or((0, String::new()), |c| {
-        (
-            c.lease_ms / 4,
-            format!("etcd {:?}, prefix {}", c.etcd, c.prefix),
-        )
-    });
+    let (quarter, at) = cfg
+        .cluster
+        .as_ref()
+        .map_or((0, String::new()), |c| (c.lease_ms / 4, place(c)));
     match admit(cfg, name, accept_loss)? {
         Unclean::Already(None) => super::output::out(&format!(
             "{at}: no in-sync set yet (a cluster that never elected): any node may campaign, \

@@ -167,9 +167,10 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// When no node leads and every node etcd's in-sync set names is lost for good: make the
-    /// running member NAME the set's only member, so that it campaigns and leads. Batches the lost nodes acknowledged that
-    /// NAME does not hold are lost (Kafka's unclean leader election). Refused while a node
-    /// leads; without --accept-loss it only says what it would write (exit 2).
+    /// running member NAME the set's only member, so that it campaigns and leads. Batches
+    /// the lost nodes acknowledged that NAME does not hold are lost (Kafka's unclean leader
+    /// election). Refused while a node leads; without --accept-loss it only says what it
+    /// would write (exit 2).
     UncleanElection {
         /// The member to elect: a name in `[replication] members`, running.
         name: String,

@@ -75,9 +75,7 @@ fn status_text(v: &serde_json::Value) -> String {
         v["epoch"], v["last_lsn"], v["in_flight"]
     );
     replication_text(&mut out, &v["replication"]);
-    if v["cluster"].is_object() {
-        cluster_text(&mut out, &v["cluster"]);
-    }
+    cluster_text(&mut out, &v["cluster"]);
     let _ = writeln!(
         out,
         "  since start: {} committed, {} rejected, {} invalid, {} conflict, {} duplicate",
@@ -199,9 +197,13 @@ fn replication_text(out: &mut String, r: &serde_json::Value) {
     }
 }
 
-/// The cluster lines: who leads (or that no node does, and whether this one may campaign),
-/// etcd's in-sync set, the last etcd failure.
+/// The cluster lines: who leads (or that no node does, and whether this one may campaign:
+/// the daemon's `may_campaign`, from the agent's own rule), etcd's in-sync set, the last
+/// etcd failure. Nothing for a node without `[cluster]`.
 fn cluster_text(out: &mut String, c: &serde_json::Value) {
+    if !c.is_object() {
+        return; // not a cluster node
+    }
     let name = c["name"].as_str().unwrap_or("?");
     let isr: Vec<&str> = c["isr"]
         .as_array()
@@ -217,7 +219,7 @@ fn cluster_text(out: &mut String, c: &serde_json::Value) {
     let leader = match (c["leading"] == true, c["leader"].as_str()) {
         (true, _) => format!("leading, {} ms of lease left", c["lease_left_ms"]),
         (false, Some(l)) => format!("following {l}"),
-        (false, None) if c["isr"].is_null() || isr.contains(&name) => {
+        (false, None) if c["may_campaign"] == true => {
             "NO LEADER; this node may campaign".to_owned()
         }
         (false, None) => "NO LEADER; this node may not campaign (if every node the set names \
@@ -244,7 +246,9 @@ mod tests {
             cluster_text(&mut out, &c);
             out
         };
-        let stuck = text(json!({"name": "b", "leading": false, "leader": null, "isr": ["a"]}));
+        let stuck = text(
+            json!({"name": "b", "leading": false, "leader": null, "isr": ["a"], "may_campaign": false}),
+        );
         assert!(
             stuck.contains("NO LEADER; this node may not campaign"),
             "{stuck}"
@@ -253,9 +257,13 @@ mod tests {
             stuck.contains("unclean-election") && stuck.contains("[\"a\"]"),
             "{stuck}"
         );
-        let may = text(json!({"name": "b", "leading": false, "leader": null, "isr": ["a", "b"]}));
+        let may = text(
+            json!({"name": "b", "leading": false, "leader": null, "isr": ["a", "b"], "may_campaign": true}),
+        );
         assert!(may.contains("this node may campaign"), "{may}");
-        let fresh = text(json!({"name": "b", "leading": false, "leader": null, "isr": null}));
+        let fresh = text(
+            json!({"name": "b", "leading": false, "leader": null, "isr": null, "may_campaign": true}),
+        );
         assert!(
             fresh.contains("may campaign") && fresh.contains("none yet"),
             "{fresh}"
@@ -274,5 +282,10 @@ mod tests {
             "lease_left_ms": 2100}),
         );
         assert!(leads.contains("leading, 2100 ms of lease left"), "{leads}");
+        assert_eq!(
+            text(serde_json::Value::Null),
+            "",
+            "a node without [cluster]"
+        );
     }
 }

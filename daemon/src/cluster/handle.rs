@@ -148,6 +148,7 @@ impl Cluster {
             "leading": v.leading(),
             "lease_left_ms": v.lease_left_ms(),
             "isr": v.isr.as_ref().map(|i| i.members.clone()),
+            "may_campaign": etcd_keys::may_campaign(v.isr.as_ref(), &self.name),
             "members": v.members.iter().map(|m| serde_json::json!({"name": m.name, "advertise": m.advertise, "role": m.role})).collect::<Vec<_>>(),
             "forwarded_in": engine.stats.forwarded_in.load(Ordering::Relaxed),
             "forwarded_out": engine.stats.forwarded_out.load(Ordering::Relaxed),

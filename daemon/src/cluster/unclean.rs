@@ -72,12 +72,17 @@ pub fn unclean_election(
         .enable_all()
         .build()
         .map_err(|e| CommandError::failed(format!("cannot start a runtime: {e}")))?;
-    let at = format!("etcd {:?}, prefix {}", c.etcd, c.prefix);
+    let at = place(c);
     rt.block_on(admit(&etcd, &Keys::new(&c.prefix), name, accept_loss))
         .map_err(|e| CommandError {
             class: e.class,
             message: format!("{at}: {}", e.message),
         })
+}
+
+/// The cluster a message is about: its etcd endpoints and prefix.
+pub fn place(c: &ClusterConfig) -> String {
+    format!("etcd {:?}, prefix {}", c.etcd, c.prefix)
 }
 
 fn cluster_section(cfg: &Config) -> Result<&ClusterConfig, CommandError> {
@@ -89,7 +94,7 @@ fn cluster_section(cfg: &Config) -> Result<&ClusterConfig, CommandError> {
     })
 }
 
-fn unreachable(e: roost_etcd::EtcdError) -> CommandError {
+fn etcd_failed(e: roost_etcd::EtcdError) -> CommandError {
     CommandError::failed(format!("{e}"))
 }
 
@@ -100,7 +105,7 @@ async fn admit(
     accept_loss: bool,
 ) -> Result<Unclean, CommandError> {
     no_leader(etcd, keys).await?;
-    let (isr_kv, _) = etcd.get(&keys.isr).await.map_err(unreachable)?;
+    let (isr_kv, _) = etcd.get(&keys.isr).await.map_err(etcd_failed)?;
     let Some(isr_kv) = isr_kv else {
         return Ok(Unclean::Already(None));
     };
@@ -124,7 +129,7 @@ async fn admit(
 
 /// Refused while a leader key exists.
 async fn no_leader(etcd: &Etcd, keys: &Keys) -> Result<(), CommandError> {
-    let (leader, _) = etcd.get(&keys.leader).await.map_err(unreachable)?;
+    let (leader, _) = etcd.get(&keys.leader).await.map_err(etcd_failed)?;
     let Some(kv) = leader else {
         return Ok(());
     };
@@ -144,7 +149,7 @@ async fn alive_only(
     isr: &IsrValue,
     name: &str,
 ) -> Result<(), CommandError> {
-    let (kvs, _) = etcd.get_prefix(&keys.members).await.map_err(unreachable)?;
+    let (kvs, _) = etcd.get_prefix(&keys.members).await.map_err(etcd_failed)?;
     let alive: Vec<&str> = kvs
         .iter()
         .filter_map(|kv| kv.key.strip_prefix(keys.members.as_str()))
@@ -202,7 +207,7 @@ async fn write(
     if r.succeeded {
         return Ok(r.revision);
     }
-    let (now, _) = etcd.get(&keys.isr).await.map_err(unreachable)?;
+    let (now, _) = etcd.get(&keys.isr).await.map_err(etcd_failed)?;
     let now: Option<IsrValue> = now.and_then(|kv| etcd_keys::decode(&kv.key, &kv.value).ok());
     match now {
         Some(v) if v == *after => Ok(r.revision),

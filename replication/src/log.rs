@@ -42,6 +42,12 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn;
     /// A follower connection closed (the in-sync set may shrink).
     fn disconnected(&self, replica: &str);
+    /// Follower `replica` was told its log diverges or is behind what this leader retains:
+    /// it must cut or be re-seeded before it holds anything new, so no answer should wait
+    /// for it now (a cluster leader takes it out of the in-sync set at once, issue 42).
+    fn fell_behind(&self, replica: &str, why: &str) {
+        let _ = (replica, why);
+    }
     /// A peer knows a higher epoch than this leader's: step down at once.
     fn saw_higher_epoch(&self, epoch: Epoch);
     /// A base backup for follower `replica` (`snapshot.rs`): a consistent copy of the state

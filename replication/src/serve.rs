@@ -462,12 +462,18 @@ async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Me
             leader_epoch,
             epoch,
             end_lsn,
-        } => Message::Diverging {
-            leader_epoch,
-            epoch,
-            end_lsn,
-        },
-        Answer::OutOfRange { log_start } => Message::OutOfRange { log_start },
+        } => {
+            l.fell_behind(&replica, "its log diverges from this leader's");
+            Message::Diverging {
+                leader_epoch,
+                epoch,
+                end_lsn,
+            }
+        }
+        Answer::OutOfRange { log_start } => {
+            l.fell_behind(&replica, "it is behind what this leader retains");
+            Message::OutOfRange { log_start }
+        }
         Answer::Read { leader_epoch } => {
             read_records(l, &replica, view.fetch_lsn, leader_epoch, max_bytes)
         }

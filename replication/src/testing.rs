@@ -53,6 +53,8 @@ struct State {
     hw: Lsn,
     higher_epoch_seen: Option<Epoch>,
     disconnects: Vec<String>,
+    /// Followers told their log diverges or is out of range, in order.
+    fell_behind: Vec<String>,
     fail_next: Option<&'static str>,
     /// What `snapshot` hands out: `(wal_from, [(path, content, size)])`.
     snapshot: Option<(Lsn, Vec<MemFile>)>,
@@ -276,6 +278,9 @@ impl MemLog {
     pub fn disconnects(&self) -> Vec<String> {
         self.lock().disconnects.clone()
     }
+    pub fn fell_behind(&self) -> Vec<String> {
+        self.lock().fell_behind.clone()
+    }
 
     /// Sets this node's known epoch without leading (a follower told of a new leader).
     pub fn learn_epoch(&self, epoch: Epoch) {
@@ -361,6 +366,9 @@ impl LeaderLog for MemLog {
     }
     fn disconnected(&self, replica: &str) {
         self.lock().disconnects.push(replica.to_string());
+    }
+    fn fell_behind(&self, replica: &str, _why: &str) {
+        self.lock().fell_behind.push(replica.to_string());
     }
     fn saw_higher_epoch(&self, epoch: Epoch) {
         let mut s = self.lock();

@@ -171,6 +171,8 @@ async fn truncation_takes_two_rounds_when_the_follower_lacks_the_leaders_epoch()
     eventually("logs agree", || b.entries() == a.entries()).await;
     assert_eq!(follower.status.truncations(), 2);
     assert_eq!(b.epochs(), [(1, 1), (3, 3), (5, 5)]);
+    // The leader was told at each diverging answer (its ISR must not wait for b then).
+    assert_eq!(a.fell_behind(), ["b", "b"]);
     follower.stop().await;
     leader.stop().await;
 }

@@ -15,9 +15,13 @@ use crate::control::notify;
 use crate::error::EXIT_OK;
 use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
 use crate::pipeline::{Engine, EngineOptions};
+use crate::serve::signals::{self, Phase};
 
 pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(cfg.umask));
+    // SIGTERM and SIGINT from here on: before the first life serves, a stop exits at once.
+    let stop = signals::install().context("installing the SIGTERM and SIGINT handler")?;
+    stop.enter(Phase::Between("starting"));
     check_permissions(&cfg.data_dir)?;
     let crash = crate::pipeline::crash::EnvCrash::from_env()
         .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
@@ -30,6 +34,7 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     }
     if cfg.replication.is_standby() {
         notify::status("standby: reconciling with the primary");
+        stop.enter(Phase::Between("reconciling with the primary"));
         standby_start(&cfg)?;
     } else if cfg.replication.enabled() {
         // A former standby started as primary: effects it applied past its WAL's end (a
@@ -49,6 +54,9 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
 fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<Engine> {
     let data_dir = cfg.data_dir.clone();
     notify::status("recovering: opening the data directory");
+    if let Ok(stop) = signals::install() {
+        stop.enter(Phase::Between("recovering"));
+    }
     let progress = RecoveryProgress::new();
     let engine = Engine::open_with_progress(
         EngineOptions {
@@ -71,14 +79,19 @@ fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Re
 /// must be cut first): then the data directory is opened again, in the same process.
 fn serve_cluster(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<i32> {
     use crate::serve::Ended;
+    let signal = signals::install().context("installing the SIGTERM and SIGINT handler")?;
     loop {
         notify::status("cluster: joining as a follower");
+        signal.enter(Phase::Between("joining the cluster as a follower"));
+        tracing::info!("cluster: joining as a follower");
         join_cluster(&cfg)?;
         let engine = Arc::new(open(cfg.clone(), crash.clone())?);
         let stop = Arc::new(tokio::sync::Notify::new());
         match crate::serve::serve_until(engine, stop).context("serving")? {
             Ended::Stopped => return Ok(EXIT_OK),
             Ended::Rejoin => {
+                // A SIGTERM that came while the life ended exits here.
+                signal.enter(Phase::Between("re-opening as a follower"));
                 tracing::info!("cluster: opening the data directory again as a follower");
                 std::thread::sleep(Duration::from_millis(200));
             }

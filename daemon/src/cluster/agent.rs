@@ -309,10 +309,20 @@ async fn try_win(
     Ok(r.succeeded.then_some(r.revision))
 }
 
-/// Leads until fenced or stopped: renews, checks the leader key, keeps the ISR.
+/// Leads until fenced or stopped. Renewing the lease is apart from the other steps and
+/// never waits on them or on itself (issue 42, "no election without a fault"): a keepalive
+/// is sent every eighth of the lease, up to [`RENEWALS_IN_FLIGHT_MAX`] at once, each allowed
+/// until the fencing deadline to answer; every answer moves the deadline to its own send
+/// time plus the TTL less the margin. One slow etcd call is not a lost lease; only no
+/// answer to any renewal sent in the last TTL less the margin is. The leader key and the
+/// ISR are checked each quarter lease by one step at a time, which the renewals never wait
+/// for.
 async fn lead(cl: &Cluster, node: &Node, stop: &mut watch::Receiver<bool>) {
     let tick = cl.cfg.lease() / 4;
     let led_since = Instant::now();
+    let mut renewals = Renewals::new(cl.cfg.lease() / 8);
+    let mut check = Box::pin(lead_step(cl, node, led_since));
+    let mut next_check: Option<tokio::time::Instant> = None;
     loop {
         let Some(deadline) = cl.view().fence_at else {
             return fence(cl, node, "no lease deadline while leading");
@@ -323,17 +333,99 @@ async fn lead(cl: &Cluster, node: &Node, stop: &mut watch::Receiver<bool>) {
                 return fence(cl, node, "the leadership lease was not renewed in time (etcd unreachable or this process paused)");
             }
             _ = stop.changed() => return,
-            r = lead_step(cl, node, led_since) => match r {
-                Ok(Step::Leading) => cl.update(|v| v.etcd_error = None),
-                Ok(Step::Fence(why)) => return fence(cl, node, &why),
-                Err(e) => note_error(cl, e),
-            },
+            _ = tokio::time::sleep_until(renewals.next_send) => renewals.send(cl, deadline.into_std()),
+            Some(done) = renewals.set.join_next() => {
+                if let Err(why) = renewed(cl, node, done) {
+                    return fence(cl, node, &why);
+                }
+            }
+            r = &mut check, if next_check.is_none() => {
+                match r {
+                    Ok(Step::Leading) => cl.update(|v| v.etcd_error = None),
+                    Ok(Step::Fence(why)) => return fence(cl, node, &why),
+                    Err(e) => note_error(cl, e),
+                }
+                next_check = Some(tokio::time::Instant::now() + tick);
+            }
+            _ = sleep_until_some(next_check) => {
+                next_check = None;
+                check = Box::pin(lead_step(cl, node, led_since));
+            }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = stop.changed() => return,
+    }
+}
+
+/// How many keepalives a leader may have in flight at once (bounded: an etcd that answers
+/// none holds at most this many requests, each until the fencing deadline).
+const RENEWALS_IN_FLIGHT_MAX: usize = 8;
+
+/// A leader's keepalives in flight: each yields the moment it was sent and etcd's answer.
+struct Renewals {
+    set: tokio::task::JoinSet<(Instant, Result<Option<i64>, String>)>,
+    every: Duration,
+    next_send: tokio::time::Instant,
+}
+
+impl Renewals {
+    fn new(every: Duration) -> Renewals {
+        Renewals {
+            set: tokio::task::JoinSet::new(),
+            every: every.max(Duration::from_millis(10)),
+            next_send: tokio::time::Instant::now(),
         }
+    }
+
+    /// Sends one keepalive (unless [`RENEWALS_IN_FLIGHT_MAX`] are in flight) that may take
+    /// until `deadline` to answer.
+    fn send(&mut self, cl: &Cluster, deadline: Instant) {
+        self.next_send = tokio::time::Instant::now() + self.every;
+        if self.set.len() >= RENEWALS_IN_FLIGHT_MAX {
+            return;
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        let etcd = cl.etcd.with_timeout(left.max(Duration::from_millis(50)));
+        let id = cl.view().lease_id;
+        self.set.spawn(async move {
+            let r = etcd.keepalive(id).await.map_err(|e| e.to_string());
+            (sent, r)
+        });
+    }
+}
+
+/// One renewal's answer: the deadline moves to its send time plus the TTL less the margin
+/// (never back); `Err(why)` when etcd says the lease is gone. A failed call is only noted.
+fn renewed(
+    cl: &Cluster,
+    node: &Node,
+    done: Result<(Instant, Result<Option<i64>, String>), tokio::task::JoinError>,
+) -> Result<(), String> {
+    match done {
+        Ok((sent, Ok(Some(ttl)))) => {
+            let fence_at = sent + fence_after(ttl);
+            if cl.view().fence_at.is_some_and(|f| fence_at > f) {
+                node.repl.lease_renewed_until(fence_at);
+                cl.update(|v| v.fence_at = Some(fence_at));
+            }
+            Ok(())
+        }
+        Ok((_, Ok(None))) => Err("the leadership lease expired in etcd".into()),
+        Ok((_, Err(e))) => {
+            note_error(cl, format!("renewing the leadership lease: {e}"));
+            Ok(())
+        }
+        Err(e) => {
+            note_error(cl, format!("renewing the leadership lease: {e}"));
+            Ok(())
+        }
+    }
+}
+
+/// Resolves at `at`, never when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -352,15 +444,9 @@ fn fence(cl: &Cluster, node: &Node, why: &str) {
     cl.wake.notify_one();
 }
 
+/// Checks that etcd still names this node the leader, then keeps the ISR (the lease is
+/// renewed apart: [`Renewals`]).
 async fn lead_step(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step, String> {
-    let id = cl.view().lease_id;
-    let sent = Instant::now();
-    let Some(ttl) = cl.etcd.keepalive(id).await.map_err(|e| e.to_string())? else {
-        return Ok(Step::Fence("the leadership lease expired in etcd".into()));
-    };
-    let fence_at = sent + fence_after(ttl);
-    node.repl.lease_renewed_until(fence_at);
-    cl.update(|v| v.fence_at = Some(fence_at));
     let (kv, _) = cl
         .etcd
         .get(&cl.keys.leader)
@@ -421,41 +507,137 @@ async fn keep_isr(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step,
     Ok(Step::Leading)
 }
 
-/// `(join, leave)`: standbys that hold every acknowledged batch, and in-sync ones silent for
-/// `standby_timeout_ms` (after this node has led that long), never the last under
-/// `ack = "standby"`/`wait`. A standby holds every acknowledged batch once it acknowledged
-/// both this epoch's start (everything earlier leaders acknowledged is below it: this node
-/// held it to be elected) and this leader's high watermark (everything it acknowledged).
-/// The slowest in-sync standby's position is not enough: a new leader's in-sync standbys
-/// may not have fetched from it yet (the election model's flaw (f),
-/// docs/replication-model.md).
+/// `(join, leave)`: standbys that hold every acknowledged batch, and in-sync ones that
+/// cannot hold anything new soon: silent for `standby_timeout_ms` (after this node has led
+/// that long), or told their log diverges or is behind (`behind`: at once, issue 42: a new
+/// leader never waits on a standby that must cut or be re-seeded first); never the last
+/// under `ack = "standby"`/`wait`. A standby holds every acknowledged batch once it
+/// acknowledged both this epoch's start (everything earlier leaders acknowledged is below
+/// it: this node held it to be elected) and this leader's high watermark (everything it
+/// acknowledged). The slowest in-sync standby's position is not enough: a new leader's
+/// in-sync standbys may not have fetched from it yet (the election model's flaw (f),
+/// docs/replication-model.md). Taking a member out is always safe (it only shrinks who may
+/// win and who answers wait for); when is a matter of availability.
 fn isr_changes(
     cl: &Cluster,
     node: &Node,
     now: &BTreeSet<String>,
     led_since: Instant,
 ) -> (BTreeSet<String>, BTreeSet<String>) {
-    let standbys = node.repl.standbys();
-    let fresh = |s: &crate::replica::StandbyState| {
-        s.connected && s.last_fetch.elapsed() < cl.standby_timeout
-    };
-    let floor = node.repl.epoch_start().max(node.repl.high_watermark());
-    let add: BTreeSet<String> = standbys
-        .iter()
-        .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= floor && s.acked > 0)
-        .map(|(n, _)| n.clone())
-        .collect();
-    if led_since.elapsed() < cl.standby_timeout {
-        return (add, BTreeSet::new());
-    }
-    let silent = |n: &String| !standbys.iter().any(|(s, st)| s == n && fresh(st));
-    let mut remove: BTreeSet<String> = now.iter().filter(|n| silent(n)).cloned().collect();
     let rep = &node.engine.config().replication;
-    let keep_one = rep.ack == Ack::Standby && rep.when_standby_lost == StandbyLost::Wait;
-    if keep_one && add.is_empty() && remove.len() == now.len() {
-        if let Some(first) = remove.iter().next().cloned() {
-            remove.remove(&first);
+    let rule = IsrRule {
+        floor: node.repl.epoch_start().max(node.repl.high_watermark()),
+        standby_timeout: cl.standby_timeout,
+        patient: led_since.elapsed() < cl.standby_timeout,
+        keep_one: rep.ack == Ack::Standby && rep.when_standby_lost == StandbyLost::Wait,
+    };
+    rule.changes(&node.repl.standbys(), now)
+}
+
+/// What [`isr_changes`] decides by, apart from the node (so that a test walks it).
+struct IsrRule {
+    /// A joining standby must have acknowledged this far.
+    floor: u64,
+    standby_timeout: Duration,
+    /// This node has led for less than `standby_timeout`: a silent member stays.
+    patient: bool,
+    /// Never remove the last member (`ack = "standby"`, `when_standby_lost = "wait"`).
+    keep_one: bool,
+}
+
+impl IsrRule {
+    fn changes(
+        &self,
+        standbys: &[(String, crate::replica::StandbyState)],
+        now: &BTreeSet<String>,
+    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        let fresh = |s: &crate::replica::StandbyState| {
+            s.connected && !s.behind && s.last_fetch.elapsed() < self.standby_timeout
+        };
+        let add: BTreeSet<String> = standbys
+            .iter()
+            .filter(|(n, s)| !now.contains(n) && fresh(s) && s.acked >= self.floor && s.acked > 0)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let state = |n: &String| standbys.iter().find(|(s, _)| s == n).map(|(_, st)| st);
+        let leaves = |n: &&String| match state(n) {
+            Some(st) if st.behind => true,
+            _ if self.patient => false,
+            st => !st.is_some_and(fresh),
+        };
+        let mut remove: BTreeSet<String> = now.iter().filter(leaves).cloned().collect();
+        if self.keep_one && add.is_empty() && remove.len() == now.len() {
+            if let Some(first) = remove.iter().next().cloned() {
+                remove.remove(&first);
+            }
+        }
+        (add, remove)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::StandbyState;
+
+    fn standby(acked: u64, connected: bool, behind: bool, ago: Duration) -> StandbyState {
+        StandbyState {
+            acked,
+            last_fetch: Instant::now() - ago,
+            connected,
+            behind,
         }
     }
-    (add, remove)
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    fn rule(patient: bool, keep_one: bool) -> IsrRule {
+        IsrRule {
+            floor: 10,
+            standby_timeout: Duration::from_secs(10),
+            patient,
+            keep_one,
+        }
+    }
+
+    /// Goal (issue 42): a member told that its log diverges (it must cut or be re-seeded)
+    /// leaves the in-sync set at once, even while a new leader is still patient with
+    /// silent members; a silent one leaves only once the leader is not patient; a fresh
+    /// one caught up joins, a behind one never does.
+    #[test]
+    fn a_member_that_must_cut_leaves_at_once_and_a_silent_one_after_the_timeout() {
+        let short = Duration::from_millis(10);
+        let long = Duration::from_secs(20);
+        let standbys = vec![
+            ("b".to_owned(), standby(12, true, true, short)),
+            ("c".to_owned(), standby(12, false, false, long)),
+            ("d".to_owned(), standby(12, true, false, short)),
+            ("e".to_owned(), standby(12, true, true, short)),
+        ];
+        let (add, remove) = rule(true, false).changes(&standbys, &set(&["b", "c"]));
+        assert_eq!(
+            add,
+            set(&["d"]),
+            "fresh and caught up joins; behind e does not"
+        );
+        assert_eq!(
+            remove,
+            set(&["b"]),
+            "patient: only the behind member leaves"
+        );
+        let (_, remove) = rule(false, false).changes(&standbys, &set(&["b", "c"]));
+        assert_eq!(remove, set(&["b", "c"]));
+    }
+
+    /// Under `ack = "standby"` with `wait` the last member stays, behind or not.
+    #[test]
+    fn the_last_member_stays_when_answers_must_wait_for_one() {
+        let standbys = vec![("b".to_owned(), standby(12, true, true, Duration::ZERO))];
+        let (add, remove) = rule(true, true).changes(&standbys, &set(&["b"]));
+        assert!(add.is_empty() && remove.is_empty(), "{add:?} {remove:?}");
+        let (_, remove) = rule(true, false).changes(&standbys, &set(&["b"]));
+        assert_eq!(remove, set(&["b"]));
+    }
 }

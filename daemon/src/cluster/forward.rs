@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use roost_replication::Forwarded;
 use tokio::runtime::Handle;
+use tokio::sync::watch;
 
 use super::handle::Cluster;
 use crate::batch::{Batch, BatchResult};
@@ -19,27 +20,39 @@ use crate::pipeline::{Engine, Role};
 /// How long one forward may wait for the leader's answer, and then for this node's log.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(10);
 
+const STOPPING: &str = "this node is stopping (or rejoining)";
+
 /// Why a batch was not answered now (nothing was given to the client).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct NotNow(pub String);
 
 /// Forwards `batch` and returns its result once this node holds what it cites. Called on
-/// the blocking pool (it blocks on the runtime `rt`).
+/// the blocking pool (it blocks on the runtime `rt`). Gives up at once when `ending` turns
+/// true (this life stops or rejoins: its log no longer moves, and a stop must not wait for
+/// the leader, issue 42).
 pub fn forward(
     cl: &Cluster,
-    (engine, stopping): (&Engine, &dyn Fn() -> bool),
+    (engine, ending): (&Engine, &watch::Receiver<bool>),
     rt: &Handle,
     batch: &Batch,
 ) -> Result<BatchResult, NotNow> {
+    let stopping = || *ending.borrow();
     if stopping() {
-        return Err(NotNow("this node is stopping (or rejoining)".into()));
+        return Err(NotNow(STOPPING.into()));
     }
     let addr = cl
         .leader_addr()
         .ok_or_else(|| NotNow("no leader is known yet (cluster election in progress)".into()))?;
+    let mut ends = ending.clone();
     let reply = rt
-        .block_on(cl.forwarder.forward(&addr, batch.to_json(), FORWARD_WAIT))
+        .block_on(async {
+            tokio::select! {
+                r = cl.forwarder.forward(&addr, batch.to_json(), FORWARD_WAIT) => Some(r),
+                _ = ends.wait_for(|e| *e) => None,
+            }
+        })
+        .ok_or_else(|| NotNow(STOPPING.into()))?
         .map_err(|e| NotNow(e.to_string()))?;
     let (answer, durable_lsn) = match reply.outcome {
         Forwarded::Answer {
@@ -54,7 +67,7 @@ pub fn forward(
             batch.request_key
         ))
     })?;
-    hold((engine, stopping), durable_lsn, &batch.request_key)?;
+    hold((engine, &stopping), durable_lsn, &batch.request_key)?;
     engine.stats.forwarded_out.fetch_add(1, Ordering::Relaxed);
     Ok(result)
 }

@@ -63,6 +63,9 @@ pub(crate) struct Shared {
     /// This life of a cluster node ends to start again as a follower (fenced, or its
     /// follower must cut its log first): see [`Ended`].
     pub(crate) rejoin: AtomicBool,
+    /// True once this life ends (a stop, a failure, a rejoin): a wait of its own that
+    /// depends on others (a forward to the leader) gives up at once (`end_life`).
+    pub(crate) ending: tokio::sync::watch::Sender<bool>,
 }
 
 /// Clears its flag when dropped (a task's "running" mark, also on an early return).
@@ -98,6 +101,7 @@ impl Shared {
             bulk_waiting: Mutex::new(Vec::new()),
             cluster,
             rejoin: AtomicBool::new(false),
+            ending: tokio::sync::watch::Sender::new(false),
         }))
     }
 
@@ -116,7 +120,22 @@ impl Shared {
         if let Ok(mut f) = self.fatal.lock() {
             f.get_or_insert(e);
         }
+        self.end_life();
+    }
+
+    /// This life stops taking work: the loop stops, and forwards waiting for the leader
+    /// give up at once (their spool files stay in `new/`, stream lines are answered
+    /// `unavailable`): a stop or a rejoin never waits on the cluster (issue 42).
+    pub(crate) fn end_life(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.ending.send_replace(true);
+        self.wake.notify_one();
+    }
+
+    /// A cluster node's life ends to start again as a follower (`Ended::Rejoin`).
+    pub(crate) fn rejoin(&self) {
+        self.rejoin.store(true, Ordering::SeqCst);
+        self.ending.send_replace(true);
         self.wake.notify_one();
     }
 }

@@ -455,9 +455,9 @@ fn forward(
     txs: Vec<oneshot::Sender<Answer>>,
 ) {
     let rt = tokio::runtime::Handle::current();
-    let stopping = || sh.stopping() || sh.rejoin.load(Ordering::SeqCst);
+    let ending = sh.ending.subscribe();
     for ((b, _), tx) in batches.iter().zip(txs) {
-        let a = match crate::cluster::forward::forward(cl, (&sh.engine, &stopping), &rt, b) {
+        let a = match crate::cluster::forward::forward(cl, (&sh.engine, &ending), &rt, b) {
             Ok(r) => Answer::Result(r),
             Err(e) => Answer::unavailable(Some(&b.request_key), e.to_string()),
         };

@@ -122,8 +122,8 @@ fn forward(
     b: &batch::Batch,
 ) -> Result<(), EngineError> {
     let rt = tokio::runtime::Handle::current();
-    let stopping = || sh.stopping() || sh.rejoin.load(Ordering::SeqCst);
-    match crate::cluster::forward::forward(cl, (&sh.engine, &stopping), &rt, b) {
+    let ending = sh.ending.subscribe();
+    match crate::cluster::forward::forward(cl, (&sh.engine, &ending), &rt, b) {
         Ok(r) => {
             debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
             sh.engine.answer_file(name, &r.to_json_line(), false)

@@ -44,6 +44,7 @@ impl Replication {
             acked: 0,
             last_fetch: Instant::now(),
             connected: true,
+            behind: false,
         });
         if e.acked == 0 || !e.connected {
             info!(standby = name, fetch_lsn, "standby connected");
@@ -51,6 +52,7 @@ impl Replication {
         e.acked = fetch_lsn;
         e.last_fetch = Instant::now();
         e.connected = true;
+        e.behind = false;
         drop(s);
         // A load first: no write to a shared line on every fetch, only after a loss.
         if self.alone_logged.load(Ordering::Relaxed)

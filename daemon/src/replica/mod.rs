@@ -106,6 +106,10 @@ impl LeaderLog for LeaderSide {
         self.repl.standby_disconnected(replica)
     }
 
+    fn fell_behind(&self, replica: &str, why: &str) {
+        self.repl.standby_behind(replica, why)
+    }
+
     fn saw_higher_epoch(&self, epoch: Epoch) {
         self.repl.step_down(epoch)
     }
@@ -114,6 +118,8 @@ impl LeaderLog for LeaderSide {
         &self,
         replica: &str,
     ) -> Result<Box<dyn roost_replication::SnapshotSource>, String> {
+        self.repl
+            .standby_behind(replica, "it asked for a base backup");
         let backup = base_backup::EngineBackup::begin(&self.engine, replica);
         Ok(Box::new(backup.map_err(|e| e.to_string())?))
     }

@@ -30,6 +30,10 @@ pub struct StandbyState {
     pub acked: Lsn,
     pub last_fetch: Instant,
     pub connected: bool,
+    /// Told its log diverges or is behind what this node retains (or it asked for a base
+    /// backup), and not acknowledged since: it must cut or be re-seeded first, so a cluster
+    /// leader takes it out of the in-sync set at once (issue 42).
+    pub behind: bool,
 }
 
 /// The primary this standby follows, as the follower last saw it (for status).
@@ -201,6 +205,28 @@ impl Replication {
             info!(standby = name, acked = e.acked, "standby disconnected");
         }
         self.acked_cv.notify_all();
+    }
+
+    /// Standby `name` must cut or be re-seeded before it holds anything new (`behind`).
+    pub fn standby_behind(&self, name: &str, why: &str) {
+        let mut s = lock(&self.standbys);
+        let e = s.entry(name.to_owned()).or_insert(StandbyState {
+            acked: 0,
+            last_fetch: Instant::now(),
+            connected: false,
+            behind: true,
+        });
+        if !e.behind {
+            info!(
+                standby = name,
+                acked = e.acked,
+                why,
+                "standby is behind: it must cut or be re-seeded first"
+            );
+        }
+        e.behind = true;
+        drop(s);
+        self.wake();
     }
 
     /// The standbys as this primary last saw them.

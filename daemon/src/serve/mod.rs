@@ -10,13 +10,13 @@
 //! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
 mod sidecars;
+pub mod signals;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Interval;
 use tracing::{error, info, warn};
@@ -29,6 +29,7 @@ use crate::pipeline::Engine;
 use crate::replica::tasks::{FollowerEnd, Host, ReplTasks};
 use crate::spool;
 use sidecars::Sidecars;
+use signals::StopRequest;
 
 /// How a serve ended without a failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,26 +77,6 @@ fn blocking_threads(cfg: &crate::config::Config) -> usize {
         .saturating_add(cfg.bulk_files_in_flight_max)
         .saturating_add(cfg.stream_batches_running())
         .saturating_add(BLOCKING_SLACK)
-}
-
-/// SIGTERM and SIGINT.
-struct Signals {
-    term: Signal,
-    int: Signal,
-}
-
-impl Signals {
-    fn install(dir: &Path) -> Result<Signals, EngineError> {
-        let map = |source| EngineError::Io {
-            op: "install signal handler",
-            path: dir.to_path_buf(),
-            source,
-        };
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).map_err(map)?,
-            int: signal(SignalKind::interrupt()).map_err(map)?,
-        })
-    }
 }
 
 /// A standby's `new/` is closed: files there wait, and are applied if this node is
@@ -152,7 +133,8 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     passes.run(&shared, &stop, &mut repl, &mut track).await;
     if let (Some(c), Some(task)) = (&shared.cluster, agent) {
         c.stop();
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        // Bounded: a stop never waits long on etcd (the lease expires by itself).
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
     shutdown(&shared, &passes.sem, workers, (sidecars, repl, stream)).await?;
     Ok(match shared.rejoin.load(Ordering::SeqCst) {
@@ -166,7 +148,8 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
 struct Passes {
     new_dir: PathBuf,
     hints: Hints,
-    signals: Signals,
+    /// SIGTERM and SIGINT, for the whole process (`signals.rs`).
+    signals: &'static StopRequest,
     /// The rescan timer (`rescan_interval_ms`).
     tick: Interval,
     /// Answered batches wait about `tail_round_ms` (at most twice it) for their round,
@@ -181,7 +164,12 @@ struct Passes {
 impl Passes {
     fn start(cfg: &Config, new_dir: &Path) -> Result<Passes, EngineError> {
         let hints = Hints::watch(new_dir);
-        let signals = Signals::install(new_dir)?;
+        let stop = signals::install().map_err(|source| EngineError::Io {
+            op: "install signal handler",
+            path: new_dir.to_path_buf(),
+            source,
+        })?;
+        stop.enter(signals::Phase::Serving);
         let timer = |every: Duration| {
             let mut t = tokio::time::interval(every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -190,7 +178,7 @@ impl Passes {
         Ok(Passes {
             new_dir: new_dir.to_path_buf(),
             hints,
-            signals,
+            signals: stop,
             tick: timer(cfg.rescan_interval()),
             settle_tick: timer(cfg.tail_round()),
             sem: Arc::new(Semaphore::new(cfg.batches_in_flight_max)),
@@ -223,7 +211,7 @@ impl Passes {
                 warn!(dir = %self.new_dir.display(), error = %e, "cannot list spool");
                 continue;
             }
-            dispatch(shared, names, &self.sem, &mut self.signals).await;
+            dispatch(shared, names, &self.sem, self.signals).await;
             if shared.stopping() {
                 break;
             }
@@ -236,8 +224,7 @@ impl Passes {
         let mut names: Vec<String> = Vec::new();
         tokio::select! {
             _ = stop.notified() => { info!("asked to stop"); return None; }
-            _ = self.signals.term.recv() => { info!("SIGTERM: stopping"); return None; }
-            _ = self.signals.int.recv() => { info!("SIGINT: stopping"); return None; }
+            _ = self.signals.wait() => return None,
             _ = shared.wake.notified() => {}
             _ = cluster_changed(shared) => {}
             _ = self.hints.lost_events.notified() => {}
@@ -266,17 +253,9 @@ fn repl_host(shared: &Arc<Shared>) -> Host {
         engine: shared.engine.clone(),
         repl: shared.repl.clone(),
         clustered: shared.cluster.is_some(),
-        ended: Arc::new(move |end| {
-            match end {
-                FollowerEnd::Rejoin => me.rejoin.store(true, Ordering::SeqCst),
-                FollowerEnd::Fatal(e) => {
-                    if let Ok(mut f) = me.fatal.lock() {
-                        f.get_or_insert(e);
-                    }
-                    me.stop.store(true, Ordering::SeqCst);
-                }
-            }
-            me.wake.notify_one();
+        ended: Arc::new(move |end| match end {
+            FollowerEnd::Rejoin => me.rejoin(),
+            FollowerEnd::Fatal(e) => me.stop_on(e),
         }),
     }
 }
@@ -332,7 +311,7 @@ async fn follow_the_cluster(
     match shared.engine.role() {
         crate::pipeline::Role::SteppedDown { .. } => {
             info!("cluster: this node no longer leads; rejoining as a follower");
-            shared.rejoin.store(true, Ordering::SeqCst);
+            shared.rejoin();
             false
         }
         crate::pipeline::Role::Standby => {
@@ -477,7 +456,13 @@ fn in_background(
 }
 
 /// At a graceful stop, how long stream clients get to read their last answers.
-const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(5);
+const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// At a stop, how long answers waiting for a standby's acknowledgement are waited for, at
+/// most (`standby_timeout_ms` when shorter). Their batches stay claimed and are finished
+/// at the next start; with [`STREAM_CLOSE_GRACE`] and the last checkpoint, a stop ends
+/// within 5 s in every state (issue 42).
+const STANDBY_GRACE_AT_STOP: Duration = Duration::from_secs(2);
 
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);
@@ -492,7 +477,7 @@ async fn dispatch(
     shared: &Arc<Shared>,
     names: Vec<String>,
     sem: &Arc<Semaphore>,
-    sig: &mut Signals,
+    sig: &StopRequest,
 ) {
     let mut files = Vec::new();
     for name in names {
@@ -534,13 +519,12 @@ async fn dispatch(
 async fn permits(
     shared: &Arc<Shared>,
     sem: &Arc<Semaphore>,
-    sig: &mut Signals,
+    sig: &StopRequest,
     n: u32,
 ) -> Option<OwnedSemaphorePermit> {
     tokio::select! {
         p = sem.clone().acquire_many_owned(n) => p.ok(),
-        _ = sig.term.recv() => { shared.stop.store(true, Ordering::SeqCst); None }
-        _ = sig.int.recv() => { shared.stop.store(true, Ordering::SeqCst); None }
+        _ = sig.wait() => { shared.end_life(); None }
     }
 }
 
@@ -553,16 +537,17 @@ async fn shutdown(
     workers: usize,
     (sidecars, repl, stream): (Sidecars, ReplTasks, stream::Stream),
 ) -> Result<(), EngineError> {
-    shared.stop.store(true, Ordering::SeqCst);
+    shared.end_life();
     stream.stop_reading();
     let in_flight = workers - sem.available_permits() + stream.running();
     crate::control::notify::stopping(&format!(
         "stopping: waiting for {in_flight} in-flight batches"
     ));
     info!(in_flight, "waiting for in-flight batches");
-    // Standbys are still served: answers waiting for one get `standby_timeout_ms` to be
-    // acknowledged, then give up (their batches stay claimed for the next start).
-    let grace = shared.engine.config().replication.standby_timeout();
+    // Standbys are still served: answers waiting for one get `standby_timeout_ms` (at most
+    // STANDBY_GRACE_AT_STOP) to be acknowledged, then give up (their batches stay claimed
+    // for the next start).
+    let grace = (shared.engine.config().replication.standby_timeout()).min(STANDBY_GRACE_AT_STOP);
     let settled = async { (sem.acquire_many(workers as u32).await, stream.idle().await) };
     let all = match tokio::time::timeout(grace, settled).await {
         Ok(all) => all,

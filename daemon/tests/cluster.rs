@@ -169,6 +169,72 @@ fn three_nodes_elect_one_leader_and_every_spool_takes_batches() {
     }
 }
 
+/// Goal (issue 42): a standby's intake is the leader's: a bulk file dropped on a standby is
+/// forwarded line by line and its answers file appears there (it used to wait in `new/`
+/// until that node led); many files dropped at once on a standby are forwarded together
+/// (pipelined) and each is answered; every line and file keeps its ids when sent again to
+/// the leader. Method: three nodes, `ack = "standby"`; 40 lines in one bulk file and 40
+/// files at once, both at a standby.
+#[test]
+fn a_standby_forwards_bulk_files_and_many_files_at_once() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let mut nodes = three(t.path(), etcd.client_url(), "ack = \"standby\"");
+    start_all(&mut nodes);
+    let l = one_leader(&nodes, LIMIT);
+    let s = (l + 1) % 3;
+    let body: Vec<u8> = (0..40)
+        .flat_map(|i| {
+            let mut line = batch(&format!("bulk-{i}"), "s", 2);
+            line.push(b'\n');
+            line
+        })
+        .collect();
+    drop_in(&nodes[s].spool(), "load.jsonl", &body);
+    for i in 0..40 {
+        let key = format!("many-{i}");
+        drop_in(
+            &nodes[s].spool(),
+            &format!("{key}.json"),
+            &batch(&key, "s", 2),
+        );
+    }
+    let out = nodes[s].spool().join("out/load.jsonl");
+    wait_for("the bulk file's answers at the standby", LIMIT, || {
+        out.exists()
+    });
+    let text = std::fs::read_to_string(&out).expect("answers");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an answer line"))
+        .collect();
+    assert_eq!(lines.len(), 40, "{text}");
+    for i in 0..40 {
+        let name = format!("many-{i}.json");
+        wait_for(&format!("{name} answered at the standby"), LIMIT, || {
+            nodes[s].result(&name).is_some()
+        });
+        let r = nodes[s].result(&name).expect("result");
+        assert_eq!(r["status"], "committed", "{name}: {r}");
+        let again = submit_at(&nodes[l], &format!("many-{i}"));
+        assert_eq!(ids(&again), ids(&r), "many-{i} became two batches");
+    }
+    for (i, a) in lines.iter().enumerate() {
+        assert_eq!(a["status"], "committed", "line {i}: {a}");
+        let again = submit_at(&nodes[l], &format!("bulk-{i}"));
+        assert_eq!(ids(&again), ids(a), "bulk-{i} became two batches");
+    }
+    assert!(!nodes[s].spool().join("new/load.jsonl").exists());
+    let st = cluster(&nodes[s]);
+    assert!(st["forwarded_out"].as_u64() >= Some(80), "{st}");
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+    for n in &nodes {
+        n.verify();
+    }
+}
+
 /// Goal: a leader killed with -9 is replaced within the lease and the fencing margin plus
 /// the election's own steps (bounded here by 3 lease periods); nothing it acknowledged is
 /// lost; restarted, it follows the new leader (a node started by a supervisor leads only

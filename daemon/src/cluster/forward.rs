@@ -9,7 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use roost_replication::Forwarded;
+use std::sync::Arc;
+
+use roost_replication::{ForwardReply, Forwarded, Lsn};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
@@ -27,34 +29,97 @@ const STOPPING: &str = "this node is stopping (or rejoining)";
 #[error("{0}")]
 pub struct NotNow(pub String);
 
-/// Forwards `batch` and returns its result once this node holds what it cites. Called on
-/// the blocking pool (it blocks on the runtime `rt`). Gives up at once when `ending` turns
-/// true (this life stops or rejoins: its log no longer moves, and a stop must not wait for
-/// the leader, issue 42).
-pub fn forward(
-    cl: &Cluster,
+/// Forwards `batches` all at once (pipelined on the one connection to the leader, issue 42:
+/// a standby is as fast as the leader), then waits once for this node's log to hold what
+/// the answers cite; one outcome per batch, in order. Called on the blocking pool (it
+/// blocks on the runtime `rt`). Gives up at once when `ending` turns true (this life stops
+/// or rejoins: its log no longer moves, and a stop must not wait for the leader).
+pub fn forward_all(
+    cl: &Arc<Cluster>,
     (engine, ending): (&Engine, &watch::Receiver<bool>),
     rt: &Handle,
-    batch: &Batch,
-) -> Result<BatchResult, NotNow> {
+    batches: &[&Batch],
+) -> Vec<Result<BatchResult, NotNow>> {
     let stopping = || *ending.borrow();
+    let every = |why: &str| {
+        batches
+            .iter()
+            .map(|_| Err(NotNow(why.to_owned())))
+            .collect()
+    };
     if stopping() {
-        return Err(NotNow(STOPPING.into()));
+        return every(STOPPING);
     }
-    let addr = cl
-        .leader_addr()
-        .ok_or_else(|| NotNow("no leader is known yet (cluster election in progress)".into()))?;
-    let mut ends = ending.clone();
-    let reply = rt
-        .block_on(async {
-            tokio::select! {
-                r = cl.forwarder.forward(&addr, batch.to_json(), FORWARD_WAIT) => Some(r),
-                _ = ends.wait_for(|e| *e) => None,
-            }
+    let Some(addr) = cl.leader_addr() else {
+        return every("no leader is known yet (cluster election in progress)");
+    };
+    let Some(replies) = rt.block_on(send_all(cl, &addr, batches, ending.clone())) else {
+        return every(STOPPING);
+    };
+    let mut out: Vec<Result<(BatchResult, Lsn), NotNow>> = batches
+        .iter()
+        .zip(replies)
+        .map(|(b, r)| answer_of(&addr, b, r))
+        .collect();
+    let need = out.iter().flatten().map(|(_, lsn)| *lsn).max().unwrap_or(0);
+    if need > 0 {
+        let key = &batches[0].request_key;
+        if let Err(e) = hold((engine, &stopping), need, key) {
+            return every(&e.0);
+        }
+    }
+    out.drain(..)
+        .map(|r| {
+            r.map(|(result, _)| {
+                engine.stats.forwarded_out.fetch_add(1, Ordering::Relaxed);
+                result
+            })
         })
-        .ok_or_else(|| NotNow(STOPPING.into()))?
-        .map_err(|e| NotNow(e.to_string()))?;
-    let (answer, durable_lsn) = match reply.outcome {
+        .collect()
+}
+
+/// Sends every batch to the leader at `addr` at once and collects the replies in order
+/// (`Err(text)` for one that got none); `None` once `ending` turns true.
+async fn send_all(
+    cl: &Arc<Cluster>,
+    addr: &str,
+    batches: &[&Batch],
+    mut ending: watch::Receiver<bool>,
+) -> Option<Vec<Result<ForwardReply, String>>> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, b) in batches.iter().enumerate() {
+        let (cl, addr, json) = (cl.clone(), addr.to_owned(), b.to_json());
+        set.spawn(async move {
+            let r = cl.forwarder.forward(&addr, json, FORWARD_WAIT).await;
+            (i, r.map_err(|e| e.to_string()))
+        });
+    }
+    let mut out: Vec<Result<ForwardReply, String>> = batches
+        .iter()
+        .map(|_| Err("the forward's task failed".to_owned()))
+        .collect();
+    loop {
+        tokio::select! {
+            next = set.join_next() => match next {
+                Some(Ok((i, r))) => out[i] = r,
+                Some(Err(_)) => {}
+                None => return Some(out),
+            },
+            _ = ending.wait_for(|e| *e) => {
+                set.abort_all();
+                return None;
+            }
+        }
+    }
+}
+
+/// The result the leader gave `batch`, and the durable log end it cites.
+fn answer_of(
+    addr: &str,
+    batch: &Batch,
+    reply: Result<ForwardReply, String>,
+) -> Result<(BatchResult, Lsn), NotNow> {
+    let (answer, durable_lsn) = match reply.map_err(NotNow)?.outcome {
         Forwarded::Answer {
             answer,
             durable_lsn,
@@ -67,9 +132,7 @@ pub fn forward(
             batch.request_key
         ))
     })?;
-    hold((engine, &stopping), durable_lsn, &batch.request_key)?;
-    engine.stats.forwarded_out.fetch_add(1, Ordering::Relaxed);
-    Ok(result)
+    Ok((result, durable_lsn))
 }
 
 /// Waits until this node's log holds every record below `durable_lsn` durably (fetched

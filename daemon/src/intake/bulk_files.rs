@@ -65,7 +65,20 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         Err(why) => return quarantine(sh, name, &whole(why)),
     };
     let t0 = Instant::now();
-    let Some(answers) = answer_lines(engine, name, &batches, &|| sh.stopping())? else {
+    let ending = sh.ending.subscribe();
+    let stop = || *ending.borrow();
+    let forwarding = sh.forwarding().cloned();
+    let rt = tokio::runtime::Handle::current();
+    let local = |items: &[(&Batch, &str)]| engine.submit(items, Deliver::Returned);
+    let forwarded = |items: &[(&Batch, &str)]| match &forwarding {
+        Some(cl) => forward_lines(sh, cl, &rt, items),
+        None => local(items),
+    };
+    let submit: &Submit = match forwarding {
+        Some(_) => &forwarded,
+        None => &local,
+    };
+    let Some(answers) = answer_lines_with(engine, (name, &batches), &stop, submit)? else {
         engine.stats.bulk.deferred.fetch_add(1, Ordering::Relaxed);
         info!(
             file = name,
@@ -73,7 +86,8 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         );
         return Ok(());
     };
-    engine.answer_file(name, &answers, true)?;
+    // A standby's lines were claimed by the leader: no claim of this node's to settle.
+    engine.answer_file(name, &answers, forwarding.is_none())?;
     let bulk = &engine.stats.bulk;
     bulk.files.fetch_add(1, Ordering::Relaxed);
     bulk.lines
@@ -141,15 +155,56 @@ pub fn answer_lines(
     lines: &[Line<'_>],
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<Option<Vec<u8>>, EngineError> {
+    let submit = |items: &[(&Batch, &str)]| engine.submit(items, Deliver::Returned);
+    answer_lines_with(engine, (name, lines), stop, &submit)
+}
+
+/// How a group of lines is answered: this engine's pipeline, or (a cluster standby) the
+/// leader's through forwarding.
+type Submit<'a> = dyn Fn(&[(&Batch, &str)]) -> Result<Vec<BatchResult>, EngineError> + Sync + 'a;
+
+/// [`answer_lines`] with the lines' groups answered by `submit`.
+fn answer_lines_with(
+    engine: &Engine,
+    (name, lines): (&str, &[Line<'_>]),
+    stop: &(dyn Fn() -> bool + Sync),
+    submit: &Submit<'_>,
+) -> Result<Option<Vec<u8>>, EngineError> {
     let limits = Limits::of(engine.config());
-    let answers = Lines::new(engine, name, lines, limits, stop).answer_all()?;
+    let answers = Lines::new(engine, (name, lines), limits, (stop, submit)).answer_all()?;
     Ok(answers.map(|a| a.concat()))
+}
+
+/// A cluster standby's group of lines, forwarded to the leader all at once
+/// (`cluster/forward.rs`); one line not answered now halts the file (it waits in `new/`,
+/// and the lines answered already answer again by their keys).
+fn forward_lines(
+    sh: &Shared,
+    cl: &std::sync::Arc<crate::cluster::Cluster>,
+    rt: &tokio::runtime::Handle,
+    items: &[(&Batch, &str)],
+) -> Result<Vec<BatchResult>, EngineError> {
+    let ending = sh.ending.subscribe();
+    let batches: Vec<&Batch> = items.iter().map(|(b, _)| *b).collect();
+    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), rt, &batches);
+    let mut out = Vec::with_capacity(outcomes.len());
+    for (o, (_, source)) in outcomes.into_iter().zip(items) {
+        match o {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                debug!(source, error = %e, "forwarded bulk line not answered now");
+                return Err(EngineError::NotPrimary { role: "standby" });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The lines of one bulk file being answered by a few threads at once.
 struct Lines<'a> {
     engine: &'a Engine,
     stop: &'a (dyn Fn() -> bool + Sync),
+    submit: &'a Submit<'a>,
     name: &'a str,
     lines: &'a [Line<'a>],
     limits: Limits,
@@ -172,14 +227,14 @@ struct Lines<'a> {
 impl<'a> Lines<'a> {
     fn new(
         engine: &'a Engine,
-        name: &'a str,
-        lines: &'a [Line<'a>],
+        (name, lines): (&'a str, &'a [Line<'a>]),
         limits: Limits,
-        stop: &'a (dyn Fn() -> bool + Sync),
+        (stop, submit): (&'a (dyn Fn() -> bool + Sync), &'a Submit<'a>),
     ) -> Lines<'a> {
         Lines {
             engine,
             stop,
+            submit,
             name,
             lines,
             limits,
@@ -340,7 +395,7 @@ impl<'a> Lines<'a> {
             .collect();
         let mut answers = match items.is_empty() {
             true => Vec::new().into_iter(),
-            false => engine.submit(&items, Deliver::Returned)?.into_iter(),
+            false => (self.submit)(&items)?.into_iter(),
         };
         let mut out = Vec::with_capacity(parsed.len());
         for p in parsed {

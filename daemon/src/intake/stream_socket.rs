@@ -446,18 +446,20 @@ fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer
     }
 }
 
-/// A cluster standby's streamed batches: each forwarded to the leader and answered once
-/// this node holds its claim (`cluster/forward.rs`), or answered `unavailable`.
+/// A cluster standby's streamed batches: forwarded to the leader all at once, each answered
+/// once this node holds its claim (`cluster/forward.rs`), or answered `unavailable`.
 fn forward(
     sh: &Shared,
-    cl: &crate::cluster::Cluster,
+    cl: &Arc<crate::cluster::Cluster>,
     batches: &[(Batch, String)],
     txs: Vec<oneshot::Sender<Answer>>,
 ) {
     let rt = tokio::runtime::Handle::current();
     let ending = sh.ending.subscribe();
-    for ((b, _), tx) in batches.iter().zip(txs) {
-        let a = match crate::cluster::forward::forward(cl, (&sh.engine, &ending), &rt, b) {
+    let refs: Vec<&Batch> = batches.iter().map(|(b, _)| b).collect();
+    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), &rt, &refs);
+    for (((b, _), tx), outcome) in batches.iter().zip(txs).zip(outcomes) {
+        let a = match outcome {
             Ok(r) => Answer::Result(r),
             Err(e) => Answer::unavailable(Some(&b.request_key), e.to_string()),
         };

@@ -95,50 +95,62 @@ fn read(sh: &Shared, name: &str) -> Read {
 /// One file from `new/` to its result (a bulk file's: `bulk_files.rs`).
 fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     if crate::intake::bulk_lines::is_bulk_name(name) {
-        if sh.forwarding().is_some() {
-            // Taken by the leader only (docs/cluster.md): it waits, applied if this leads.
-            debug!(file = name, "bulk file on a cluster standby: waits in new/");
-            return Ok(());
-        }
+        // A cluster standby's lines are forwarded to the leader (`bulk_files.rs`).
         return super::bulk_files::process(sh, name);
     }
     match read(sh, name) {
         Read::Gone => Ok(()),
         Read::Invalid(inv) => quarantine(sh, name, &inv),
         Read::Batch(b) => match sh.forwarding() {
-            Some(cl) => forward(sh, cl, name, &b),
+            Some(cl) => forward_group(sh, cl, &[name.to_owned()]),
             None => settled(name, sh.engine.submit(&[(&b, name)], Deliver::Files)),
         },
     }
 }
 
-/// A cluster standby's file: forwarded to the leader, answered here once this node holds
-/// the claim (`cluster/forward.rs`); not now (no leader, a failover): left in `new/` for the
-/// next rescan, to be sent again under its key.
-fn forward(
+/// A cluster standby's files: forwarded to the leader all at once, each answered here once
+/// this node holds its claim (`cluster/forward.rs`); not now (no leader, a failover): left
+/// in `new/` for the next rescan, to be sent again under its key. Invalid ones are
+/// quarantined first; a bulk file goes its own way (`process`).
+fn forward_group(
     sh: &Shared,
-    cl: &crate::cluster::Cluster,
-    name: &str,
-    b: &batch::Batch,
+    cl: &Arc<crate::cluster::Cluster>,
+    names: &[String],
 ) -> Result<(), EngineError> {
-    let rt = tokio::runtime::Handle::current();
-    let ending = sh.ending.subscribe();
-    match crate::cluster::forward::forward(cl, (&sh.engine, &ending), &rt, b) {
-        Ok(r) => {
-            debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
-            sh.engine.answer_file(name, &r.to_json_line(), false)
+    let mut batches = Vec::with_capacity(names.len());
+    for name in names {
+        if crate::intake::bulk_lines::is_bulk_name(name) {
+            process(sh, name)?;
+            continue;
         }
-        Err(e) => {
-            debug!(file = name, error = %e, "forwarded batch not answered now; left in new/");
-            Ok(())
+        match read(sh, name) {
+            Read::Gone => {}
+            Read::Invalid(inv) => quarantine(sh, name, &inv)?,
+            Read::Batch(b) => batches.push((b, name.as_str())),
         }
     }
+    let refs: Vec<&batch::Batch> = batches.iter().map(|(b, _)| b).collect();
+    let ending = sh.ending.subscribe();
+    let rt = tokio::runtime::Handle::current();
+    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), &rt, &refs);
+    for ((_, name), outcome) in batches.iter().zip(outcomes) {
+        match outcome {
+            Ok(r) => {
+                debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
+                sh.engine.answer_file(name, &r.to_json_line(), false)?;
+            }
+            Err(e) => {
+                debug!(file = name, error = %e, "forwarded batch not answered now; left in new/")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Spool files to their results as one group; invalid ones quarantined first, one by one.
 fn process_group(sh: &Shared, names: &[String]) -> Result<(), EngineError> {
-    if sh.forwarding().is_some() {
-        return names.iter().try_for_each(|n| process(sh, n));
+    if let Some(cl) = sh.forwarding() {
+        return forward_group(sh, cl, names);
     }
     let mut batches = Vec::with_capacity(names.len());
     for name in names {

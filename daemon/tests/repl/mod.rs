@@ -72,19 +72,26 @@ impl Node {
 
     /// Starts `roost serve` (following `follow` if given) and waits for "serving".
     pub fn start(&mut self, follow: Option<&str>) {
+        self.spawn(follow);
+        let c = self.child.as_mut().expect("spawned");
+        c.ready(LIMIT)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
+    }
+
+    /// Starts `roost serve` as [`Node::start`] does, without waiting for "serving" (to
+    /// catch it while it joins, reconciles or recovers).
+    pub fn spawn(&mut self, follow: Option<&str>) {
         assert!(self.child.is_none(), "{} already running", self.name);
         self.starts += 1;
         let log = self.data.with_extension(format!("log{}", self.starts));
         let (config, follow) = (self.config.clone(), follow.map(str::to_owned));
-        let mut c = ServeChild::spawn(Path::new(BIN), &self.data, &log, |c| {
+        let c = ServeChild::spawn(Path::new(BIN), &self.data, &log, |c| {
             c.arg("--config").arg(&config);
             if let Some(f) = follow {
                 c.arg("--follow").arg(f);
             }
         })
         .expect("spawn");
-        c.ready(LIMIT)
-            .unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
         self.child = Some(c);
     }
 

@@ -1,13 +1,20 @@
+//! `roost cluster`: operating the cluster through etcd with a node's configuration.
+//!
 //! `roost cluster unclean-election NAME [--accept-loss]`: the operator's way out when every
 //! node etcd's in-sync set names is lost (`cluster/unclean.rs`, docs/cluster.md). Exit 0
 //! when written or nothing is needed, 2 without `--accept-loss` (nothing written) or for a
 //! name that is not a member, 1 when refused (a node leads, a node the set names runs, NAME
 //! does not run, the set changed meanwhile) or etcd does not answer, 78 without `[cluster]`.
+//!
+//! `roost cluster list [--json]`: the members as etcd sees them (`list.rs`).
+
+mod list;
 
 use crate::cluster::etcd_keys::IsrValue;
 use crate::cluster::unclean::{place, unclean_election as admit, Unclean};
 use crate::config::Config;
 use crate::error::{CommandError, EXIT_OK};
+pub(super) use list::list;
 
 pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> anyhow::Result<i32> {
     let (quarter, at) = cfg

@@ -178,6 +178,15 @@ pub enum ClusterCommand {
         #[arg(long)]
         accept_loss: bool,
     },
+    /// One line per member, as etcd sees it: name, advertise address, role (leader,
+    /// standby, or unknown: no key in etcd, not running), whether etcd's in-sync set names
+    /// it, epoch, the leader's lease left, and the lag per standby when the daemon on this
+    /// configuration knows it. Exit 0, 1 when etcd does not answer.
+    List {
+        /// One JSON object: the cluster and a `members` array.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -321,6 +330,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Cluster {
             command: ClusterCommand::UncleanElection { name, accept_loss },
         } => cluster::unclean_election(&cfg, name, *accept_loss),
+        Command::Cluster {
+            command: ClusterCommand::List { json },
+        } => cluster::list(&cfg, *json),
         Command::Certs {
             command: CertsCommand::Init { dir, days, force },
         } => certs::init(dir, *days, *force),

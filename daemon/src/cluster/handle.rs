@@ -194,7 +194,7 @@ pub fn find_leader(cfg: &Config) -> Result<Option<String>, EngineError> {
 
 /// The etcd client of `[cluster]`; calls time out after a quarter of the lease (at least
 /// 100 ms), so one slow call never holds the agent past its fencing margin.
-pub(super) fn etcd_client(c: &ClusterConfig) -> Result<Etcd, EngineError> {
+pub fn etcd_client(c: &ClusterConfig) -> Result<Etcd, EngineError> {
     let tls = match (&c.etcd_ca, &c.etcd_cert, &c.etcd_key) {
         (Some(ca), Some(cert), Some(key)) => Some(EtcdTls {
             ca: ca.clone(),

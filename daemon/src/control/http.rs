@@ -1,10 +1,15 @@
-//! The metrics over HTTP on `metrics_listen` (off by default, loopback addresses only):
-//! hyper's HTTP/1 server on tokio, `GET /metrics` (or `/`) answered with `metrics.rs`'s text,
+//! The metrics and health checks over HTTP on `metrics_listen` (off by default, loopback
+//! addresses only): hyper's HTTP/1 server on tokio. `GET /health`, `/leader` and `/replica`
+//! (HEAD too) are the health checks a load balancer asks, as Patroni's REST API offers them:
+//! 200 or 503 and a small JSON body (`health.rs` says which node passes which). Every other
+//! path (`/metrics` by convention, and `/`) is answered with `metrics.rs`'s text,
 //! OpenMetrics unless the `Accept` header asks for `text/plain` (then the Prometheus text
 //! 0.0.4). Bounded: [`CONNECTIONS_MAX`] connections at once (more are closed unanswered),
 //! a request head of at most [`REQUEST_HEAD_BYTES_MAX`] read within
 //! [`REQUEST_HEAD_TIMEOUT`], a request body never read, one request per connection, and
-//! [`CONNECTION_TIMEOUT`] for the whole exchange. Serves nothing else.
+//! [`CONNECTION_TIMEOUT`] for the whole exchange. Serves nothing else, and changes nothing.
+
+mod health;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -25,6 +30,7 @@ use tracing::{debug, warn};
 use super::metrics::{render, Format};
 use crate::cluster::Cluster;
 use crate::pipeline::Engine;
+use health::{Check, Health};
 
 /// Connections served at once; one past it is closed at once (a scraper tries again at its
 /// next interval).
@@ -52,7 +58,7 @@ pub fn bind_metrics(addr: SocketAddr) -> std::io::Result<Option<TcpListener>> {
     TcpListener::from_std(std_listener).map(Some)
 }
 
-/// Serves the metrics on `listener` until the task is dropped.
+/// Serves the metrics and health checks on `listener` until the task is dropped.
 pub async fn serve_metrics_tcp(
     listener: TcpListener,
     engine: Arc<Engine>,
@@ -85,19 +91,8 @@ pub async fn serve_metrics_tcp(
 /// One connection, one request, within the bounds above.
 async fn serve_connection(stream: TcpStream, engine: Arc<Engine>, cluster: Option<Arc<Cluster>>) {
     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-        let get = req.method() == Method::GET || req.method() == Method::HEAD;
-        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
-        let format = Format::from_accept(accept);
         let (engine, cluster) = (engine.clone(), cluster.clone());
-        async move {
-            // Rendering reads the disk (the shards' sizes): off the runtime's workers.
-            let answer = tokio::task::spawn_blocking(move || {
-                respond(get, format, &engine, cluster.as_ref())
-            })
-            .await
-            .unwrap_or_else(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")));
-            Ok::<_, Infallible>(answer)
-        }
+        async move { Ok::<_, Infallible>(answer(&req, engine, cluster).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -112,20 +107,59 @@ async fn serve_connection(stream: TcpStream, engine: Arc<Engine>, cluster: Optio
     }
 }
 
-/// `GET` or `HEAD` of any path (`/metrics` by convention; the endpoint always answered every
-/// path): the metrics in the format `Accept` asks for.
-fn respond(
-    get: bool,
-    format: Format,
-    engine: &Arc<Engine>,
-    cluster: Option<&Arc<Cluster>>,
+/// `GET` or `HEAD` only (hyper sends a HEAD answer's head alone). A health check reads a few
+/// flags at once; the metrics read the disk (the shards' sizes), off the runtime's workers.
+async fn answer<B>(
+    req: &Request<B>,
+    engine: Arc<Engine>,
+    cluster: Option<Arc<Cluster>>,
 ) -> Response<Full<Bytes>> {
-    if !get {
-        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n".into());
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET or HEAD of /metrics, /health, /leader, /replica\n".into(),
+        );
         r.headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
+    if let Some(check) = Check::of_path(req.uri().path()) {
+        return health_answer(check, &engine, cluster.as_deref());
+    }
+    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    tokio::task::spawn_blocking(move || metrics_answer(format, &engine, cluster.as_ref()))
+        .await
+        .unwrap_or_else(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))
+}
+
+/// A health check: 200 when it passes, 503 when not, and why as JSON.
+fn health_answer(
+    check: Check,
+    engine: &Engine,
+    cluster: Option<&Cluster>,
+) -> Response<Full<Bytes>> {
+    let h = Health::read(engine, cluster);
+    let status = match h.passes(check) {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut r = Response::new(Full::new(Bytes::from(format!("{}\n", h.json(check)))));
+    *r.status_mut() = status;
+    let headers = r.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // A check's answer is now's: never from a cache between the balancer and this node.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// Any other path (`/metrics` by convention; the endpoint always answered every path): the
+/// metrics in the format `Accept` asks for.
+fn metrics_answer(
+    format: Format,
+    engine: &Arc<Engine>,
+    cluster: Option<&Arc<Cluster>>,
+) -> Response<Full<Bytes>> {
     match render(engine, cluster, format) {
         Ok(text) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));

@@ -3,7 +3,10 @@
 //! files and streamed batches into every node. The drill itself checks every acknowledged
 //! batch (sent again: the same answer), every committed create on every node and none twice,
 //! the WALs and shards equal, `verify` on every node, and no epoch led by two nodes; this
-//! test requires its exit 0, the counts, and prints the failover times.
+//! test requires its exit 0, the counts, and prints the failover times. It also requires,
+//! for every strike, what a client waits (issue 42): the time to a new leader in status,
+//! to the probe client's first committed answer, and its longest stretch without one, per
+//! strike kind and overall (printed, never held to a bound: CI's timing is noise).
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -49,4 +52,54 @@ fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse::<u64>().ok());
     assert!(p99.is_some(), "no failover time in the report: {text}");
+    assert_client_waits(&text);
+}
+
+/// What a client waits (issue 42): every strike has its three figures, per kind and
+/// overall; a probe that never got a committed answer leaves its strike without one.
+fn assert_client_waits(text: &str) {
+    let all = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("all: "))
+        .unwrap_or_else(|| panic!("no overall client-wait line: {text}"));
+    assert!(all.starts_with("20 strikes;"), "{all}");
+    assert!(
+        all.contains("(20 of 20)"),
+        "a strike without a committed answer: {all}"
+    );
+    for figure in [
+        "new leader in status ",
+        "first committed answer ",
+        "longest stretch without one ",
+    ] {
+        assert!(
+            spread_of(all, figure).is_some(),
+            "no {figure}figures: {all}"
+        );
+    }
+    let per_kind: usize = ["Kill: ", "Pause: ", "Cut: "]
+        .iter()
+        .filter_map(|k| text.lines().find_map(|l| l.trim_start().strip_prefix(k)))
+        .filter_map(|l| l.split(" strikes").next()?.parse::<usize>().ok())
+        .sum();
+    assert_eq!(per_kind, 20, "the kinds' strikes do not add up: {text}");
+    let probes: Vec<&str> = text.lines().filter(|l| l.contains(": probe: ")).collect();
+    assert_eq!(probes.len(), 20, "not a probe line per strike: {text}");
+    for l in probes {
+        assert!(
+            l.contains("first committed answer after "),
+            "a probe without a committed answer: {l}"
+        );
+    }
+}
+
+/// The `p50 / p99 / max` in ms that follows `figure` in `line`, if all three are numbers.
+fn spread_of(line: &str, figure: &str) -> Option<[u64; 3]> {
+    let rest = line.split(figure).nth(1)?;
+    let mut n = rest.split(" / ").map(|x| {
+        x.split([' ', ';'])
+            .next()
+            .and_then(|d| d.parse::<u64>().ok())
+    });
+    Some([n.next()??, n.next()??, n.next()??])
 }

@@ -3,7 +3,7 @@
 //! existed (the batch must be rejected), and one file in ten a retry of an earlier batch (same
 //! key, same content, new file name). Every draw comes from one seeded `SplitMix`, so the same
 //! seed gives the same batches. The one-node drill's streamed batches and bulk-file lines
-//! (`stream`, `bulk`) are built here too.
+//! (`stream`, `bulk`) and the cluster drill's probe batches (creates only) are built here too.
 
 use std::collections::BTreeMap;
 
@@ -132,9 +132,25 @@ impl Batches {
                 ops.push(json!({"op": "delete", "shard": SHARDS[0], "id": 1u64 << 60}));
                 continue;
             }
-            let shard = SHARDS[self.rng.below(SHARDS.len() as u64) as usize];
-            ops.push(json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}}));
+            ops.push(self.create_op(key, k));
         }
         (ops, expect_rejected)
+    }
+
+    /// A new batch of one to three creates, nothing that could be rejected (the cluster
+    /// drill's probe, `probe.rs`, whose every answer from a serving leader is `committed`):
+    /// its key and its JSON.
+    pub fn fresh_creates(&mut self, tag: &str) -> anyhow::Result<(String, Vec<u8>)> {
+        let key = format!("drill-{}-{tag}", self.seed);
+        let nops = 1 + self.rng.below(3) as usize;
+        let ops: Vec<Value> = (0..nops).map(|k| self.create_op(&key, k)).collect();
+        let body = serde_json::to_vec(&json!({"request_key": key, "ops": ops}))?;
+        Ok((key, body))
+    }
+
+    /// Op `k` of batch `key`: a create on a random shard, its record naming the batch.
+    fn create_op(&mut self, key: &str, k: usize) -> Value {
+        let shard = SHARDS[self.rng.below(SHARDS.len() as u64) as usize];
+        json!({"op": "create", "shard": shard, "record": {"drill": key, "op": k}})
     }
 }

@@ -9,6 +9,14 @@
 //! leading one epoch, and waits until every file of the round is answered (a standby's files
 //! are forwarded again by the node itself; a stream's `unavailable` is sent again).
 //!
+//! What a client waits (issue 42): at each strike a probe client (`probe.rs`) streams one
+//! batch at a time to the two other nodes in turn, from the strike until the struck node is
+//! back and a second more; the drill reports, per strike kind, the time to a new leader in
+//! `status`, the time to the probe's first `committed` answer and its longest stretch
+//! without one. A strike after which the probe got no committed answer within
+//! `ELECTION_LIMIT` is a violation. The probe's batches join the others: answered, they are
+//! acknowledged; unanswered, they are sent again until they are.
+//!
 //! At the end every node stops gracefully and the drill checks: every acknowledged batch,
 //! sent again, gets its original answer; every committed create is in every node's shards,
 //! none twice; the WALs agree at every lsn and end at the same one; the shards are equal;
@@ -29,6 +37,7 @@ use serde_json::Value;
 
 use super::batches::Batches;
 use super::node::Node;
+use super::probe::{self, Probe};
 use super::proxy::Proxy;
 use super::setup::DrillOptions;
 use super::verdict;
@@ -66,6 +75,18 @@ enum Strike {
     Cut,
 }
 
+impl Strike {
+    const KINDS: [&'static str; 3] = ["Kill", "Pause", "Cut"];
+
+    fn kind(self) -> &'static str {
+        match self {
+            Strike::Kill => Strike::KINDS[0],
+            Strike::Pause => Strike::KINDS[1],
+            Strike::Cut => Strike::KINDS[2],
+        }
+    }
+}
+
 /// What the status watcher saw: each epoch's leader, and the violations.
 #[derive(Default)]
 struct Seen {
@@ -92,6 +113,10 @@ struct Cluster<'a> {
     seen: Arc<Mutex<Seen>>,
     watching: Arc<AtomicBool>,
     failovers: Vec<(Strike, Duration)>,
+    /// Per strike, what the probe client waited (`probe.rs`).
+    waits: Vec<probe::Waited>,
+    /// The probes' tries over all strikes.
+    probe_counts: probe::Counts,
     violations: Vec<String>,
     log: Vec<String>,
     per_round: usize,
@@ -134,6 +159,8 @@ impl<'a> Cluster<'a> {
             seen: Arc::default(),
             watching: Arc::new(AtomicBool::new(true)),
             failovers: Vec::new(),
+            waits: Vec::new(),
+            probe_counts: probe::Counts::default(),
             violations: Vec::new(),
             log: Vec::new(),
             per_round: opts.batches.div_ceil(opts.kills + 1),
@@ -191,8 +218,9 @@ impl<'a> Cluster<'a> {
         bail!("no leader (other than {not:?}) within {limit:?}")
     }
 
-    /// One round: half the files and the streams, a strike on the leader, the other half,
-    /// the struck node back, every answer.
+    /// One round: half the files and the streams, a strike on the leader with the probe
+    /// client started at it, the other half, the struck node back, the probe's end, every
+    /// answer.
     fn round(&mut self, round: usize) -> anyhow::Result<()> {
         let from = self.b.sent.len();
         let strike = match self.b.rng.below(3) {
@@ -206,6 +234,7 @@ impl<'a> Cluster<'a> {
         std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
         let t0 = Instant::now();
         self.strike(l, strike);
+        let probe = self.start_probe(round, l, t0)?;
         let l2 = self.leader(Some(l), ELECTION_LIMIT)?;
         let took = t0.elapsed();
         self.failovers.push((strike, took));
@@ -218,8 +247,62 @@ impl<'a> Cluster<'a> {
         ));
         self.send_files(self.per_round - self.per_round / 2)?;
         self.recover(l, strike)?;
+        probe.struck_node_back();
         self.stream_all();
+        self.take_probe(round, (strike, took), probe.finish()?);
         self.wait_answers(from)
+    }
+
+    /// Starts the probe client at the strike on `struck` (at `t0`), with batches of its own
+    /// (a random source drawn from the drill's, so the same seed gives the same batches).
+    fn start_probe(&mut self, round: usize, struck: usize, t0: Instant) -> anyhow::Result<Probe> {
+        let to = (0..NAMES.len())
+            .filter(|i| *i != struck)
+            .map(|i| (NAMES[i], self.nodes[i].data.join("stream.sock")))
+            .collect();
+        let mut batches = Batches::new(self.opts.seed);
+        batches.rng = roost_storage::SplitMix(self.b.rng.next_u64());
+        Probe::start(probe::Plan {
+            t0,
+            round,
+            to,
+            batches,
+            first_limit: ELECTION_LIMIT,
+        })
+    }
+
+    /// Takes what the probe of `round`'s strike saw: its figures, its answered batches into
+    /// the acknowledged set (checked at the end like every answer), the others into the
+    /// streamed batches to send again until answered.
+    fn take_probe(
+        &mut self,
+        round: usize,
+        (strike, new_leader): (Strike, Duration),
+        o: probe::Outcome,
+    ) {
+        self.log.push(o.describe(round));
+        if o.first_commit.is_none() {
+            self.violations.push(format!(
+                "round {round}: {strike:?}: the probe client got no committed answer within {} s",
+                ELECTION_LIMIT.as_secs()
+            ));
+        }
+        self.waits.push(probe::Waited {
+            kind: strike.kind(),
+            new_leader,
+            first_commit: o.first_commit.map(|(d, _)| d),
+            longest_gap: o.longest_gap,
+        });
+        self.probe_counts.add(&o.counts);
+        self.unavailable += o.counts.unavailable;
+        for (key, body, r) in o.answered {
+            self.stream_bodies.insert(key.clone(), body);
+            self.answers.insert(format!("stream/{key}"), r);
+        }
+        for (key, body) in o.unanswered {
+            self.stream_bodies.insert(key.clone(), body.clone());
+            self.stream_pending.push((key, body));
+        }
     }
 
     fn strike(&mut self, l: usize, s: Strike) {
@@ -534,6 +617,7 @@ impl<'a> Cluster<'a> {
             ms.last().copied().unwrap_or(0),
             self.lease_ms
         );
+        text += &probe::summary(&self.waits, &Strike::KINDS, &self.probe_counts);
         let epochs = self.seen.lock().map(|s| s.leaders.len()).unwrap_or(0);
         text += &format!(
             "  acknowledged: {} ({} stream answers unavailable, sent again); epochs seen led: {epochs}\n",

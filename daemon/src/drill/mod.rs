@@ -5,7 +5,9 @@
 //! points (`ROOST_CRASH_AT`), restarts it, and after every restart checks the invariants on
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
 //! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
-//! drill on two nodes (`node`), judged by `verdict`; both drills send the batches of `batches`.
+//! drill on two nodes (`node`), judged by `verdict`; `roost drill --cluster` (`cluster_strikes`)
+//! strikes the leader of three, with a client (`probe`) measuring what a client waits; all
+//! send the batches of `batches`.
 //! Beside the spool files, each round of the one-node drill sends a quarter as many batches
 //! over the stream socket (`stream_client`) and drops bulk files (`NAME.jsonl`, one batch per line,
 //! at least a quarter as many lines, 50 to 200 a file: `bulk_judge`); all are judged together,
@@ -26,6 +28,7 @@ pub mod child;
 mod claims;
 mod cluster_strikes;
 mod node;
+mod probe;
 pub mod proxy;
 mod replicated;
 pub mod setup;

@@ -22,6 +22,9 @@ use crate::pipeline::{Engine, Role};
 /// How long one forward may wait for the leader's answer, and then for this node's log.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(10);
 
+/// How often a forward waiting for the leader looks whether another node leads now.
+const LEADER_LOOK: Duration = Duration::from_millis(50);
+
 const STOPPING: &str = "this node is stopping (or rejoining)";
 
 /// Why a batch was not answered now (nothing was given to the client).
@@ -98,6 +101,7 @@ async fn send_all(
         .iter()
         .map(|_| Err("the forward's task failed".to_owned()))
         .collect();
+    let mut look = tokio::time::interval(LEADER_LOOK);
     loop {
         tokio::select! {
             next = set.join_next() => match next {
@@ -108,6 +112,14 @@ async fn send_all(
             _ = ending.wait_for(|e| *e) => {
                 set.abort_all();
                 return None;
+            }
+            // Another node leads now: the one these went to (frozen, cut off) may never
+            // answer, and the client should not wait for it (issue 42). Sent again under
+            // their keys, they get the same answers wherever they were claimed.
+            _ = look.tick() => if cl.leader_addr().as_deref() != Some(addr) {
+                set.abort_all();
+                let why = format!("the leader changed while waiting for {addr}");
+                return Some(out.into_iter().map(|r| r.and(Err(why.clone()))).collect());
             }
         }
     }

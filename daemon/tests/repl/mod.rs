@@ -9,6 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::{wait_for, BIN};
+
+pub mod cluster;
 use roost::drill::child::ServeChild;
 use roost_storage::RealStorage;
 use serde_json::Value;

@@ -1,14 +1,20 @@
-//! `roost-bench --cluster` (issue 27): what a three-node cluster's `ack = "standby"` costs
-//! against `ack = "local"` in the same cluster. Each round starts etcd (Debian's
-//! etcd-server, on loopback) and three real `roost serve` nodes (mutual TLS, `[cluster]`
-//! with the default lease) on fresh directories, once per mode (the order reversed every
-//! other round), waits for a leader and for all three nodes in its in-sync set (so every
-//! `standby` answer waits for both standbys), then runs the same batches as the replication
-//! benchmark (10 creates of ~100 B): a burst of N files and closed-loop cells at the
-//! leader's spool, and a closed-loop cell at a standby's spool (each batch forwarded to the
-//! leader and answered there once the standby holds it). The raw disk's fdatasync rate is
-//! printed beside them. `ROOST_BENCH_QUICK=1` makes it tiny (the CI smoke),
-//! `ROOST_BENCH_ROUNDS=N` sets the rounds. No figure is asserted.
+//! `roost-bench --cluster` (issues 27 and 42): what a three-node cluster's `ack = "standby"`
+//! costs against `ack = "local"` in the same cluster, and what a standby's intake (each
+//! batch forwarded to the leader) carries against the leader's. Each round starts etcd
+//! (Debian's etcd-server, on loopback) and three real `roost serve` nodes (mutual TLS,
+//! `[cluster]` with the default lease) on fresh directories, once per mode (the order
+//! reversed every other round), waits for a leader and for all three nodes in its in-sync set
+//! (so every `standby` answer waits for both standbys), then runs the same batches as the
+//! replication benchmark (10 creates of ~100 B): a burst of N files at the leader's spool;
+//! closed-loop clients (one batch outstanding each) at 1, 4 and 32 clients, of files and of
+//! the stream socket, at the leader and at a standby, the two places in turn for each cell;
+//! and one bulk file at the leader, then one at the standby. The raw disk's fdatasync rate is
+//! printed beside them. A standby's figures include the forward to the leader: the answer
+//! waits until the standby holds the claim. `ROOST_BENCH_QUICK=1` makes it tiny (the CI
+//! smoke), `ROOST_BENCH_ROUNDS=N` sets the rounds. Every answer is checked; no figure is
+//! asserted.
+
+mod clients;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,13 +27,21 @@ use serde_json::Value;
 
 use crate::replication::roost_bin;
 use crate::spool::{burst_timed, clear_out, closed_loop, Workload};
+use clients::{bulk_file, stream_closed_loop};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const NAMES: [&str; 3] = ["a", "b", "c"];
 const MODES: [&str; 2] = ["local", "standby"];
+/// Every batch of the run: the replication benchmark's.
+const W: Workload = Workload {
+    ops: 10,
+    record_bytes: 100,
+};
 
 struct Sizes {
     burst: usize,
+    /// Lines of the one bulk file dropped at each place.
+    bulk: usize,
     clients: Vec<usize>,
     cell: Duration,
     rounds: usize,
@@ -40,13 +54,15 @@ fn sizes() -> Sizes {
     match std::env::var_os("ROOST_BENCH_QUICK") {
         Some(_) => Sizes {
             burst: 100,
-            clients: vec![4],
+            bulk: 100,
+            clients: vec![1, 4],
             cell: Duration::from_millis(300),
             rounds: rounds.unwrap_or(1),
         },
         None => Sizes {
             burst: 3_000,
-            clients: vec![4, 32],
+            bulk: 2_000,
+            clients: vec![1, 4, 32],
             cell: Duration::from_secs(3),
             rounds: rounds.unwrap_or(3),
         },
@@ -57,6 +73,8 @@ fn sizes() -> Sizes {
 struct Node {
     child: ServeChild,
     spool: PathBuf,
+    /// Its stream socket (`<data>/stream.sock`).
+    stream: PathBuf,
     socket: PathBuf,
 }
 
@@ -102,6 +120,7 @@ impl Cluster {
             nodes.push(Node {
                 child,
                 spool: dir.join("spool"),
+                stream: dir.join("stream.sock"),
                 socket,
             });
         }
@@ -111,6 +130,14 @@ impl Cluster {
             nodes,
             leader,
         })
+    }
+
+    /// The leader, then the standby whose intake is measured.
+    fn places(&self) -> [&Node; 2] {
+        [
+            &self.nodes[self.leader],
+            &self.nodes[(self.leader + 1) % NAMES.len()],
+        ]
     }
 
     fn stop(self) -> anyhow::Result<()> {
@@ -146,45 +173,102 @@ fn wait_in_sync(nodes: &[Node]) -> anyhow::Result<usize> {
     bail!("no leader with three nodes in sync within {LIMIT:?}")
 }
 
-/// One mode's figures: burst rate, the leader's cells, the standby's (forwarded) cell.
+/// The intakes measured at both places.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Intake {
+    Files,
+    Stream,
+    Bulk,
+}
+
+/// What one place (the leader, or a standby) carried in one round: batches/s per client
+/// count (in [`Sizes::clients`]' order) for files and the stream, and the bulk file's
+/// lines/s.
+#[derive(Default)]
+struct Place {
+    files: Vec<f64>,
+    stream: Vec<f64>,
+    bulk: f64,
+}
+
+impl Place {
+    /// The figure of `intake` at the `i`-th client count (bulk has one figure).
+    fn get(&self, intake: Intake, i: usize) -> f64 {
+        let at = |v: &[f64]| v.get(i).copied().unwrap_or(f64::NAN);
+        match intake {
+            Intake::Files => at(&self.files),
+            Intake::Stream => at(&self.stream),
+            Intake::Bulk => self.bulk,
+        }
+    }
+}
+
+/// One mode's figures: the burst at the leader, then the leader's and the standby's cells.
 struct Round {
     burst: f64,
-    leader: Vec<f64>,
-    forwarded: f64,
+    /// `[leader, standby]`.
+    at: [Place; 2],
     /// The leader's wait for its standbys, p50/p99 (ms, bucket bounds), and its batches per
     /// WAL sync, over the whole round.
     replicate: Value,
     per_sync: f64,
+    /// Batches the measured standby forwarded to the leader and answered, over the round.
+    forwarded_out: u64,
 }
 
 fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<Round> {
     let c = Cluster::start(bin, root, ack)?;
-    let w = Workload {
-        ops: 10,
-        record_bytes: 100,
-    };
-    let lead = &c.nodes[c.leader].spool;
-    let burst = burst_timed(lead, sz.burst, &w)?.rate;
+    let nodes = c.places();
+    let lead = &nodes[0].spool;
+    let burst = burst_timed(lead, sz.burst, &W)?.rate;
     clear_out(lead);
-    let mut leader = Vec::new();
-    for clients in &sz.clients {
-        leader.push(closed_loop(lead, *clients, sz.cell, &w)?.0);
-        clear_out(lead);
-    }
-    let standby = &c.nodes[(c.leader + 1) % 3].spool;
-    let most = sz.clients.last().copied().unwrap_or(4);
-    let forwarded = closed_loop(standby, most, sz.cell, &w)?.0;
-    let st = c.nodes[c.leader].status().unwrap_or(Value::Null);
+    let at = measure(nodes, sz).with_context(|| {
+        let logs: Vec<String> = nodes
+            .iter()
+            .map(|n| n.child.log_path().display().to_string())
+            .collect();
+        format!("ack={ack}; the leader's and the standby's logs: {logs:?}")
+    })?;
+    let st = nodes[0].status().unwrap_or(Value::Null);
     let replicate = st["latency_ms"]["replicate"].clone();
     let per_sync = st["wal_batches_per_sync"].as_f64().unwrap_or(f64::NAN);
+    let standby = nodes[1].status().unwrap_or(Value::Null);
+    let forwarded_out = standby["cluster"]["forwarded_out"].as_u64().unwrap_or(0);
     c.stop()?;
     Ok(Round {
         replicate,
         per_sync,
         burst,
-        leader,
-        forwarded,
+        at,
+        forwarded_out,
     })
+}
+
+/// Every cell at `[leader, standby]`: for each client count files at one then the other,
+/// then the same for the stream, then one bulk file at each.
+fn measure(nodes: [&Node; 2], sz: &Sizes) -> anyhow::Result<[Place; 2]> {
+    let mut at = [Place::default(), Place::default()];
+    let role = |p: usize| ["the leader", "a standby"][p];
+    for &n in &sz.clients {
+        for (p, node) in nodes.iter().enumerate() {
+            let cell = closed_loop(&node.spool, n, sz.cell, &W)
+                .with_context(|| format!("{n} file clients at {}", role(p)))?;
+            at[p].files.push(cell.0);
+            clear_out(&node.spool);
+        }
+    }
+    for &n in &sz.clients {
+        for (p, node) in nodes.iter().enumerate() {
+            let rate = stream_closed_loop(&node.stream, n, sz.cell, &W)
+                .with_context(|| format!("{n} stream clients at {}", role(p)))?;
+            at[p].stream.push(rate);
+        }
+    }
+    for (p, node) in nodes.iter().enumerate() {
+        at[p].bulk = bulk_file(&node.spool, sz.bulk, &W)
+            .with_context(|| format!("a bulk file of {} lines at {}", sz.bulk, role(p)))?;
+    }
+    Ok(at)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -192,7 +276,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// `--cluster`: the rounds, then the table.
+fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| x.round()).collect()
+}
+
+/// `--cluster`: the rounds, then the tables.
 pub fn run() -> anyhow::Result<()> {
     let sz = sizes();
     let bin = roost_bin()?;
@@ -200,8 +288,8 @@ pub fn run() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
     println!(
-        "roost cluster benchmark in {} with {}: {} rounds; 3 nodes + etcd on loopback, mutual TLS, lease_ms 3000; burst of {} files, closed-loop clients {:?} for {:?} each; batches of 10 creates of ~100 B",
-        root.display(), bin.display(), sz.rounds, sz.burst, sz.clients, sz.cell
+        "roost cluster benchmark in {} with {}: {} rounds; 3 nodes + etcd on loopback, mutual TLS, lease_ms 3000; burst of {} files, closed-loop clients {:?} for {:?} each; batches of 10 creates of ~100 B; file and stream clients (one batch outstanding each) and a bulk file of {} lines, at the leader and at a standby",
+        root.display(), bin.display(), sz.rounds, sz.burst, sz.clients, sz.cell, sz.bulk
     );
     let sync = raw_fdatasync(
         &root.join("raw-sync"),
@@ -221,48 +309,98 @@ pub fn run() -> anyhow::Result<()> {
         }
         for ack in order {
             let x = run_round(&bin, &root.join(format!("r{r}-{ack}")), ack, &sz)?;
-            println!(
-                "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s; the leader's wait for standbys (ms) {}, {:.1} batches per WAL sync",
-                x.burst, sz.clients, x.leader.iter().map(|v| v.round()).collect::<Vec<_>>(), x.forwarded.round(), x.replicate, x.per_sync
-            );
+            print_round(r, ack, &x, &sz);
             all.push((ack, x));
         }
     }
     print_table(&all, &sz, sync.ops_per_sec);
+    print_places(&all, &sz);
     let _ = std::fs::remove_dir_all(&root);
     Ok(())
 }
 
+/// One round's line: issue 27's figures first, as they always were, then issue 42's.
+fn print_round(r: usize, ack: &str, x: &Round, sz: &Sizes) {
+    let [lead, standby] = &x.at;
+    let most = sz.clients.len().saturating_sub(1);
+    println!(
+        "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s; the leader's wait for standbys (ms) {}, {:.1} batches per WAL sync; files at a standby {:?}/s; stream clients {:?}: leader {:?}/s, standby {:?}/s; bulk {} lines: leader {:.0}/s, standby {:.0}/s; the standby forwarded {}",
+        x.burst, sz.clients, rounded(&lead.files), standby.get(Intake::Files, most).round(), x.replicate, x.per_sync,
+        rounded(&standby.files), sz.clients, rounded(&lead.stream), rounded(&standby.stream),
+        sz.bulk, lead.bulk, standby.bulk, x.forwarded_out
+    );
+}
+
+/// The median over the rounds of `ack` of `f`.
+fn med(all: &[(&str, Round)], ack: &str, f: &dyn Fn(&Round) -> f64) -> f64 {
+    median(
+        all.iter()
+            .filter(|(a, _)| *a == ack)
+            .map(|(_, x)| f(x))
+            .collect(),
+    )
+}
+
+/// The rows' labels: issue 27's rows keep their words ("4 clients at the leader", "32
+/// clients at a standby (forwarded)"); the rows are ordered by intake, clients, place.
+fn label(intake: Intake, clients: usize, place: usize, sz: &Sizes) -> String {
+    let at = ["at the leader", "at a standby (forwarded)"][place];
+    let s = if clients == 1 { "" } else { "s" };
+    match intake {
+        Intake::Files => format!("{clients} client{s} {at}, batches/s"),
+        Intake::Stream => format!("{clients} stream client{s} {at}, batches/s"),
+        Intake::Bulk => format!("bulk file of {} lines {at}, lines/s", sz.bulk),
+    }
+}
+
+/// ack=standby against ack=local, one row per (intake, clients, place).
 fn print_table(all: &[(&str, Round)], sz: &Sizes, sync: f64) {
-    let med = |ack: &str, f: &dyn Fn(&Round) -> f64| {
-        median(
-            all.iter()
-                .filter(|(a, _)| *a == ack)
-                .map(|(_, x)| f(x))
-                .collect(),
-        )
-    };
     println!();
     println!(
         "| figure (median of rounds) | ack=local | ack=standby | standby/local | raw fdatasync/s |"
     );
     println!("|---|---|---|---|---|");
     let row = |label: String, f: &dyn Fn(&Round) -> f64| {
-        let (l, s) = (med("local", f), med("standby", f));
+        let (l, s) = (med(all, "local", f), med(all, "standby", f));
         println!("| {label} | {l:.0} | {s:.0} | {:.2} | {sync:.0} |", s / l);
     };
     row(
         format!("burst of {} files at the leader, batches/s", sz.burst),
         &|x| x.burst,
     );
-    for (i, c) in sz.clients.iter().enumerate() {
-        row(format!("{c} clients at the leader, batches/s"), &|x| {
-            x.leader.get(i).copied().unwrap_or(f64::NAN)
-        });
+    for intake in [Intake::Files, Intake::Stream] {
+        for (i, &n) in sz.clients.iter().enumerate() {
+            for place in 0..2 {
+                row(label(intake, n, place, sz), &|x| x.at[place].get(intake, i));
+            }
+        }
     }
-    let most = sz.clients.last().copied().unwrap_or(4);
-    row(
-        format!("{most} clients at a standby (forwarded), batches/s"),
-        &|x| x.forwarded,
-    );
+    for place in 0..2 {
+        row(label(Intake::Bulk, 1, place, sz), &|x| x.at[place].bulk);
+    }
+}
+
+/// A standby's intake against the leader's, per intake at the most clients, in each mode.
+fn print_places(all: &[(&str, Round)], sz: &Sizes) {
+    let most = sz.clients.len().saturating_sub(1);
+    let n = sz.clients.last().copied().unwrap_or(0);
+    println!();
+    println!("| a standby's intake / the leader's (medians of rounds) | ack=local | ack=standby |");
+    println!("|---|---|---|");
+    let rows = [
+        (Intake::Files, format!("files, {n} clients")),
+        (Intake::Stream, format!("stream, {n} clients")),
+        (Intake::Bulk, format!("bulk file of {} lines", sz.bulk)),
+    ];
+    for (intake, name) in rows {
+        let ratio = |ack: &str| {
+            let standby = med(all, ack, &|x| x.at[1].get(intake, most));
+            standby / med(all, ack, &|x| x.at[0].get(intake, most))
+        };
+        println!(
+            "| {name} | {:.2} | {:.2} |",
+            ratio("local"),
+            ratio("standby")
+        );
+    }
 }

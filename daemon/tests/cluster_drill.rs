@@ -7,6 +7,9 @@
 //! for every strike, what a client waits (issue 42): the time to a new leader in status,
 //! to the probe client's first committed answer, and its longest stretch without one, per
 //! strike kind and overall (printed, never held to a bound: CI's timing is noise).
+//! Two more runs: a rolling restart (`--rolling`, each node stopped with SIGTERM in turn
+//! and started again) must lose nothing and print its longest stretch without a committed
+//! answer; a quiet run (`--quiet-secs`, load and no fault) must see no leader change.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,6 +56,69 @@ fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
         .and_then(|n| n.parse::<u64>().ok());
     assert!(p99.is_some(), "no failover time in the report: {text}");
     assert_client_waits(&text);
+}
+
+/// Goal: a rolling restart (issue 42), as an upgrade does it, loses nothing: each node in
+/// turn stops on SIGTERM with exit 0 and is started again, the leader's stop is waited out,
+/// and the report gives the longest stretch a client went without a committed answer.
+/// Method: `--rolling --kills 3` (a, b, c once each) with small batches; exit 0, the
+/// rolling line with a number (printed, not bounded), no violation, a probe per stop.
+#[test]
+fn a_rolling_restart_stops_each_node_gracefully_and_loses_nothing() {
+    let text = drill(&["--rolling", "--kills", "3", "--batches", "60"]);
+    let ms = text
+        .lines()
+        .find_map(|l| {
+            l.trim_start().strip_prefix(
+                "longest stretch without a committed answer over the rolling restart: ",
+            )
+        })
+        .and_then(|r| r.strip_suffix(" ms"))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(ms.is_some(), "no rolling line with a number: {text}");
+    assert!(text.contains("violations: none"), "{text}");
+    assert!(text.contains("    Term: 3 strikes;"), "{text}");
+    let probes = text.lines().filter(|l| l.contains(": probe: ")).count();
+    assert_eq!(probes, 3, "not a probe line per stop: {text}");
+}
+
+/// Goal: without a fault the leader never changes (an election under plain load is a
+/// client's wait for nothing). Method: `--quiet-secs 20` at a 1 s lease; exit 0, "leader
+/// changes without a fault: 0" (the epochs seen led, beyond the first), no violation.
+#[test]
+fn twenty_quiet_seconds_under_load_change_no_leader() {
+    let text = drill(&["--quiet-secs", "20"]);
+    let k = text
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("leader changes without a fault: ")
+        })
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(k, Some(0), "{text}");
+    assert!(text.contains("violations: none"), "{text}");
+}
+
+/// Runs `roost drill --cluster --lease-ms 1000 EXTRA` in a fresh directory; requires exit 0
+/// and returns its report (printed).
+fn drill(extra: &[&str]) -> String {
+    let t = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(t.path())
+        .args(["drill", "--cluster", "--lease-ms", "1000"])
+        .args(extra)
+        .output()
+        .expect("run roost drill --cluster");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "drill failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 /// What a client waits (issue 42): every strike has its three figures, per kind and

@@ -33,7 +33,11 @@ pub(super) fn verify(cfg: &Config) -> anyhow::Result<i32> {
 pub(super) enum DrillKind {
     One,
     Replicated,
-    Cluster { lease_ms: u64 },
+    /// `--cluster`: strikes on the leader, a rolling restart or a quiet run (`mode`).
+    Cluster {
+        lease_ms: u64,
+        mode: crate::drill::ClusterMode,
+    },
 }
 
 pub(super) fn drill(
@@ -48,7 +52,7 @@ pub(super) fn drill(
     let violations = match kind {
         DrillKind::One => crate::drill::run(&opts)?,
         DrillKind::Replicated => crate::drill::run_replicated(&opts)?,
-        DrillKind::Cluster { lease_ms } => crate::drill::run_cluster(&opts, lease_ms)?,
+        DrillKind::Cluster { lease_ms, mode } => crate::drill::run_cluster(&opts, lease_ms, mode)?,
     };
     super::output::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {

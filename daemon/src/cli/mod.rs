@@ -146,6 +146,17 @@ pub enum Command {
         /// With --cluster: the nodes' `[cluster] lease_ms`.
         #[arg(long, default_value_t = 3000, requires = "cluster")]
         lease_ms: u64,
+        /// With --cluster: a rolling restart instead of strikes on the leader: each of the
+        /// --kills strikes stops the next node in turn (a, b, c, a, ...) with SIGTERM (exit 0
+        /// within 10 s, else a violation) and starts it again; prints the longest stretch a
+        /// client went without a committed answer.
+        #[arg(long, requires = "cluster")]
+        rolling: bool,
+        /// With --cluster: no strikes: load into every node for this many seconds, then the
+        /// final checks; a leader change is a violation.
+        #[arg(long, requires = "cluster", conflicts_with = "rolling",
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        quiet_secs: Option<u64>,
     },
     /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
     Certs {
@@ -352,6 +363,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             replicated,
             cluster,
             lease_ms,
+            rolling,
+            quiet_secs,
         } => check::drill(
             cli.data_dir.as_deref(),
             crate::drill::DrillOptions {
@@ -363,6 +376,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             match (*replicated, *cluster) {
                 (_, true) => check::DrillKind::Cluster {
                     lease_ms: *lease_ms,
+                    mode: match (*rolling, *quiet_secs) {
+                        (_, Some(secs)) => crate::drill::ClusterMode::Quiet { secs },
+                        (true, None) => crate::drill::ClusterMode::Rolling,
+                        (false, None) => crate::drill::ClusterMode::Strikes,
+                    },
                 },
                 (true, false) => check::DrillKind::Replicated,
                 (false, false) => check::DrillKind::One,

@@ -17,12 +17,24 @@
 //! `ELECTION_LIMIT` is a violation. The probe's batches join the others: answered, they are
 //! acknowledged; unanswered, they are sent again until they are.
 //!
+//! Two more modes share the rounds and the checks. `--rolling` (issue 42) restarts the
+//! nodes as an upgrade does: each strike (`Term`) is a SIGTERM to the next node in turn (a,
+//! b, c, a, ...), which must exit 0 within `TERM_LIMIT`, then the node is started again;
+//! the probe runs from the SIGTERM as above; only a stopped leader is waited out (another
+//! must lead); and the round ends once the leader's in-sync set names every node again (a
+//! node outside it may not campaign, so stopping the leader sooner could leave no node
+//! electable). It reports the longest stretch without a committed answer over the whole
+//! restart. `--quiet-secs N` strikes nothing: rounds of load (files while `--batches`
+//! allows, fresh streamed batches in their place after) until N seconds have passed, then
+//! the final checks; every leader change it sees (epochs led beyond the first, or the
+//! nodes' `elections_won` beyond one and `fenced` above zero) is a violation.
+//!
 //! At the end every node stops gracefully and the drill checks: every acknowledged batch,
 //! sent again, gets its original answer; every committed create is in every node's shards,
 //! none twice; the WALs agree at every lsn and end at the same one; the shards are equal;
 //! `verify` holds on every node. The verdicts are `verdict.rs`'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,41 +63,77 @@ const ANSWER_PER_FILE: Duration = Duration::from_millis(50);
 const ELECTION_LIMIT: Duration = Duration::from_secs(60);
 /// Streamed batches per node per round.
 const STREAMED: usize = 3;
+/// A rolling restart's stop: the node must exit 0 within this long of its SIGTERM.
+const TERM_LIMIT: Duration = Duration::from_secs(10);
+/// A quiet round's batches (files while `--batches` allows, then streamed in their place),
+/// and the pause between rounds, which also bounds their count.
+const QUIET_ROUND_BATCHES: usize = 30;
+const QUIET_PAUSE: Duration = Duration::from_millis(100);
+
+/// What the cluster drill does between the start and the final checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// `--kills` strikes on the leader: SIGKILL, SIGSTOP or a cut.
+    Strikes,
+    /// `--rolling`: `--kills` graceful stops, a node at a time in turn, each started again.
+    Rolling,
+    /// `--quiet-secs N`: load without a fault for `secs`; any leader change is a violation.
+    Quiet { secs: u64 },
+}
 
 /// Runs the cluster drill in `opts.data_dir` with `lease_ms`; prints the summary; returns
 /// the number of violations.
-pub fn run_cluster(opts: &DrillOptions, lease_ms: u64) -> anyhow::Result<usize> {
+pub fn run_cluster(opts: &DrillOptions, lease_ms: u64, mode: ClusterMode) -> anyhow::Result<usize> {
     std::fs::create_dir_all(&opts.data_dir)?;
-    let mut d = Cluster::new(opts, lease_ms)?;
+    let mut d = Cluster::new(opts, lease_ms, mode)?;
     d.start_all()?;
-    for round in 0..opts.kills {
-        d.round(round)?;
+    match mode {
+        ClusterMode::Strikes => {
+            for round in 0..opts.kills {
+                d.round(round)?;
+            }
+            d.last_round()?;
+        }
+        ClusterMode::Rolling => {
+            for round in 0..opts.kills {
+                d.rolling_round(round)?;
+            }
+            d.last_round()?;
+        }
+        ClusterMode::Quiet { secs } => d.quiet(Duration::from_secs(secs))?,
     }
-    d.last_round()?;
     d.finish()?;
+    d.judge_quiet();
     d.report();
     Ok(d.violations.len())
 }
 
-/// How a round strikes the leader.
+/// How a round strikes a node: the leader (`Kill`, `Pause`, `Cut`), or with `--rolling`
+/// each node in turn (`Term`, a graceful stop).
 #[derive(Clone, Copy, Debug)]
 enum Strike {
     Kill,
     Pause,
     Cut,
+    Term,
 }
 
 impl Strike {
-    const KINDS: [&'static str; 3] = ["Kill", "Pause", "Cut"];
+    const KINDS: [&'static str; 4] = ["Kill", "Pause", "Cut", "Term"];
 
     fn kind(self) -> &'static str {
         match self {
             Strike::Kill => Strike::KINDS[0],
             Strike::Pause => Strike::KINDS[1],
             Strike::Cut => Strike::KINDS[2],
+            Strike::Term => Strike::KINDS[3],
         }
     }
 }
+
+/// A node's name and its (`cluster.elections_won`, `cluster.fenced`) from status at a quiet
+/// run's end (`None`: it did not answer).
+type NodeCounters = (&'static str, Option<(u64, u64)>);
 
 /// What the status watcher saw: each epoch's leader, and the violations.
 #[derive(Default)]
@@ -97,6 +145,12 @@ struct Seen {
 struct Cluster<'a> {
     opts: &'a DrillOptions,
     lease_ms: u64,
+    mode: ClusterMode,
+    /// A quiet run's end: each node's `cluster.elections_won` and `cluster.fenced` from
+    /// status (`None`: it did not answer), read before the final stop.
+    quiet_counters: Option<Vec<NodeCounters>>,
+    /// A quiet run's report line (`quiet_verdict`), once judged.
+    quiet_line: Option<String>,
     bin: PathBuf,
     _etcd: EtcdServer,
     nodes: Vec<Node>,
@@ -127,7 +181,11 @@ struct Cluster<'a> {
 }
 
 impl<'a> Cluster<'a> {
-    fn new(opts: &'a DrillOptions, lease_ms: u64) -> anyhow::Result<Cluster<'a>> {
+    fn new(
+        opts: &'a DrillOptions,
+        lease_ms: u64,
+        mode: ClusterMode,
+    ) -> anyhow::Result<Cluster<'a>> {
         let root = &opts.data_dir;
         let etcd = EtcdServer::start(&root.join("etcd")).context("starting etcd")?;
         let mut nodes = Vec::new();
@@ -147,6 +205,9 @@ impl<'a> Cluster<'a> {
         Ok(Cluster {
             opts,
             lease_ms,
+            mode,
+            quiet_counters: None,
+            quiet_line: None,
             bin: std::env::current_exe().context("locating the roost binary")?,
             _etcd: etcd,
             nodes,
@@ -249,8 +310,167 @@ impl<'a> Cluster<'a> {
         self.recover(l, strike)?;
         probe.struck_node_back();
         self.stream_all();
-        self.take_probe(round, (strike, took), probe.finish()?);
+        self.take_probe(round, (strike, Some(took)), probe.finish()?);
         self.wait_answers(from)
+    }
+
+    /// One round of the rolling restart: half the files and the streams, a graceful stop of
+    /// node `round % 3` (leader or not) with the probe started at its SIGTERM, the other
+    /// half, the node started again, the probe's end, every answer, and the node back in
+    /// the leader's in-sync set before the next stop.
+    fn rolling_round(&mut self, round: usize) -> anyhow::Result<()> {
+        let from = self.b.sent.len();
+        let n = round % NAMES.len();
+        let l = self.leader(None, ELECTION_LIMIT)?;
+        self.send_files(self.per_round / 2)?;
+        self.stream_all();
+        std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
+        let t0 = Instant::now();
+        self.strike(n, Strike::Term);
+        let probe = self.start_probe(round, n, t0)?;
+        let new_leader = self.stopped(round, n, n == l, t0)?;
+        self.send_files(self.per_round - self.per_round / 2)?;
+        self.recover(n, Strike::Term)?;
+        probe.struck_node_back();
+        self.stream_all();
+        self.take_probe(round, (Strike::Term, new_leader), probe.finish()?);
+        self.wait_answers(from)?;
+        self.wait_in_sync(round, n, t0)
+    }
+
+    /// Waits for node `n`, sent SIGTERM at `t0`, to exit: anything but exit 0 within
+    /// `TERM_LIMIT` is a violation (a node still running is killed). If it `led`, waits for
+    /// another node to lead and returns that time (a failover of the report).
+    fn stopped(
+        &mut self,
+        round: usize,
+        n: usize,
+        led: bool,
+        t0: Instant,
+    ) -> anyhow::Result<Option<Duration>> {
+        let name = self.nodes[n].name;
+        let log = self.nodes[n].log_path(self.nodes[n].starts.saturating_sub(1));
+        let exit = self.nodes[n].wait_exit(TERM_LIMIT);
+        let mut line = format!(
+            "round {round}: Term {name} ({}), exited after {} ms",
+            if led { "leader" } else { "standby" },
+            t0.elapsed().as_millis()
+        );
+        let bad = match exit {
+            Ok(Some(st)) if st.success() => None,
+            Ok(Some(st)) => Some(format!("exited with {st}")),
+            Ok(None) => Some(format!(
+                "still ran {} s after SIGTERM",
+                TERM_LIMIT.as_secs()
+            )),
+            Err(e) => Some(format!("{e:#}")),
+        };
+        if let Some(why) = bad {
+            self.nodes[n].kill();
+            line = format!("round {round}: Term {name}: {why}");
+            self.violations.push(format!(
+                "round {round}: graceful stop of {name}: {why} (log {})",
+                log.display()
+            ));
+        }
+        let took = match led {
+            true => {
+                let l2 = self.leader(Some(n), ELECTION_LIMIT)?;
+                let took = t0.elapsed();
+                self.failovers.push((Strike::Term, took));
+                line += &format!(", {} leads after {} ms", NAMES[l2], took.as_millis());
+                Some(took)
+            }
+            false => None,
+        };
+        self.log.push(line);
+        Ok(took)
+    }
+
+    /// Waits (bounded) until the leader's in-sync set names every node again, as an upgrade
+    /// waits before it stops the next node: only nodes in the set may campaign, so stopping
+    /// the leader while the others are out of it would leave no node electable. Not in time
+    /// is a violation.
+    fn wait_in_sync(&mut self, round: usize, n: usize, t0: Instant) -> anyhow::Result<()> {
+        let until = Instant::now() + ELECTION_LIMIT;
+        while Instant::now() < until {
+            let l = self.leader(None, ELECTION_LIMIT)?;
+            let isr = self.nodes[l].status().map(|s| s["cluster"]["isr"].clone());
+            if isr.is_some_and(|v| names_every_node(&v)) {
+                self.log.push(format!(
+                    "round {round}: {} in the in-sync set again {} ms after its SIGTERM",
+                    NAMES[n],
+                    t0.elapsed().as_millis()
+                ));
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.violations.push(format!(
+            "round {round}: {} not in the leader's in-sync set within {} s of its start",
+            NAMES[n],
+            ELECTION_LIMIT.as_secs()
+        ));
+        Ok(())
+    }
+
+    /// The quiet run (`--quiet-secs`): rounds of load without a fault until `secs` have
+    /// passed, each waiting for every answer; then every acknowledged batch sent again, and
+    /// the nodes' cluster counters read (they count since each process started: before the
+    /// final stop ends them).
+    fn quiet(&mut self, secs: Duration) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        let rounds_max = secs.as_millis() / QUIET_PAUSE.as_millis() + 1;
+        let mut rounds = 0;
+        while t0.elapsed() < secs && rounds < rounds_max {
+            let from = self.b.sent.len();
+            // Files while `--batches` allows; then fresh streamed batches in their place, so
+            // the load lasts the whole run whatever `--batches` says.
+            let files = self.send_files(QUIET_ROUND_BATCHES)?;
+            let instead = (QUIET_ROUND_BATCHES - files).div_ceil(NAMES.len());
+            self.stream_new(STREAMED + instead);
+            self.wait_answers(from)?;
+            rounds += 1;
+            std::thread::sleep(QUIET_PAUSE.min(secs.saturating_sub(t0.elapsed())));
+        }
+        self.log.push(format!(
+            "quiet: {rounds} rounds of load over {} ms, no strike",
+            t0.elapsed().as_millis()
+        ));
+        self.retry_acknowledged()?;
+        self.quiet_counters = Some(self.cluster_counters());
+        Ok(())
+    }
+
+    /// Each node's `cluster.elections_won` and `cluster.fenced` (a few tries each).
+    fn cluster_counters(&self) -> Vec<NodeCounters> {
+        let read = |n: &Node| {
+            let s = n.status()?;
+            let c = &s["cluster"];
+            Some((c["elections_won"].as_u64()?, c["fenced"].as_u64()?))
+        };
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            let got = (0..5).find_map(|_| {
+                read(n).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    None
+                })
+            });
+            out.push((n.name, got));
+        }
+        out
+    }
+
+    /// A quiet run's verdict, once the watcher has stopped: its line and its violations.
+    fn judge_quiet(&mut self) {
+        let Some(counters) = self.quiet_counters.take() else {
+            return;
+        };
+        let epochs = self.seen.lock().map(|s| s.leaders.len()).unwrap_or(0);
+        let (line, violations) = quiet_verdict(epochs, &counters);
+        self.quiet_line = Some(line);
+        self.violations.extend(violations);
     }
 
     /// Starts the probe client at the strike on `struck` (at `t0`), with batches of its own
@@ -277,7 +497,7 @@ impl<'a> Cluster<'a> {
     fn take_probe(
         &mut self,
         round: usize,
-        (strike, new_leader): (Strike, Duration),
+        (strike, new_leader): (Strike, Option<Duration>),
         o: probe::Outcome,
     ) {
         self.log.push(o.describe(round));
@@ -308,6 +528,7 @@ impl<'a> Cluster<'a> {
     fn strike(&mut self, l: usize, s: Strike) {
         match s {
             Strike::Kill => self.nodes[l].kill(),
+            Strike::Term => self.nodes[l].signal(Signal::TERM),
             Strike::Pause => self.nodes[l].signal(Signal::STOP),
             Strike::Cut => {
                 self.proxies[l].0.cut();
@@ -316,10 +537,10 @@ impl<'a> Cluster<'a> {
         }
     }
 
-    /// Brings the struck node back, once another leads.
+    /// Brings the struck node back (once another leads, if it led).
     fn recover(&mut self, l: usize, s: Strike) -> anyhow::Result<()> {
         match s {
-            Strike::Kill => {
+            Strike::Kill | Strike::Term => {
                 self.nodes[l].spawn(&self.bin, None, None)?;
                 self.nodes[l].ready()?;
             }
@@ -336,8 +557,9 @@ impl<'a> Cluster<'a> {
         Ok(())
     }
 
-    /// `n` more batch files, each into a node picked at random (a retry goes anywhere too).
-    fn send_files(&mut self, n: usize) -> anyhow::Result<()> {
+    /// `n` more batch files (fewer once `--batches` are sent), each into a node picked at
+    /// random (a retry goes anywhere too); how many were sent.
+    fn send_files(&mut self, n: usize) -> anyhow::Result<usize> {
         let quota = self.opts.batches.saturating_sub(self.next).min(n);
         for _ in 0..quota {
             let to = self.b.rng.below(3) as usize;
@@ -345,14 +567,20 @@ impl<'a> Cluster<'a> {
             self.node_of.push(to);
             self.next += 1;
         }
-        Ok(())
+        Ok(quota)
     }
 
-    /// New streamed batches to every running node, and the ones still unanswered again;
-    /// each answered one is acknowledged, an `unavailable` one kept for the next time.
+    /// `STREAMED` new streamed batches to every node (`stream_new`).
     fn stream_all(&mut self) {
+        self.stream_new(STREAMED);
+    }
+
+    /// `per_node` new streamed batches to every running node, and the ones still
+    /// unanswered again; each answered one is acknowledged, an `unavailable` one kept for
+    /// the next time.
+    fn stream_new(&mut self, per_node: usize) {
         for (i, n) in NAMES.iter().enumerate() {
-            for _ in 0..STREAMED {
+            for _ in 0..per_node {
                 // A tag of its own for every streamed batch: a key sent again with other
                 // content would be a conflict, not a retry.
                 self.streamed += 1;
@@ -458,14 +686,15 @@ impl<'a> Cluster<'a> {
     fn retry_acknowledged(&mut self) -> anyhow::Result<()> {
         let mut retried: BTreeMap<String, Option<BatchResult>> = BTreeMap::new();
         let mut waiting = Vec::new();
+        let files = self.file_bodies();
         for (k, name) in self.answers.keys().enumerate() {
-            let Some(body) = self.body_of(name) else {
+            let Some(body) = self.body_of(&files, name) else {
                 retried.insert(name.clone(), None);
                 continue;
             };
             let to = k % 3;
             let file = format!("retry-{k:06}.json");
-            crate::spool::deliver(&self.nodes[to].spool(), &file, &body)?;
+            crate::spool::deliver(&self.nodes[to].spool(), &file, body)?;
             waiting.push((name.clone(), to, file));
         }
         let until = Instant::now() + ANSWER_LIMIT + ANSWER_PER_FILE * waiting.len() as u32;
@@ -492,13 +721,29 @@ impl<'a> Cluster<'a> {
         Ok(())
     }
 
-    /// The content sent under answer `name` (a file's or a streamed batch's).
-    fn body_of(&self, name: &str) -> Option<Vec<u8>> {
-        if let Some(key) = name.strip_prefix("stream/") {
-            return self.stream_bodies.get(key).cloned();
+    /// The content sent under answer `name` (a file's, from `files`, or a streamed batch's).
+    fn body_of<'b>(&'b self, files: &HashMap<&str, &'b [u8]>, name: &str) -> Option<&'b [u8]> {
+        match name.strip_prefix("stream/") {
+            Some(key) => self.stream_bodies.get(key).map(Vec::as_slice),
+            None => files.get(name).copied(),
         }
-        let sent = self.b.sent.iter().find(|s| s.name == name)?;
-        self.b.body_of(&sent.key).map(<[u8]>::to_vec)
+    }
+
+    /// Every file sent, by name, to its content (a retry's is its original's): one index,
+    /// as a search per answer would be quadratic in a long quiet run's tens of thousands.
+    fn file_bodies(&self) -> HashMap<&str, &[u8]> {
+        let by_key: HashMap<&str, &[u8]> = self
+            .b
+            .bodies
+            .iter()
+            .map(|(k, b)| (k.as_str(), b.as_slice()))
+            .collect();
+        let body = |s: &'_ super::batches::Sent| by_key.get(s.key.as_str()).copied();
+        self.b
+            .sent
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), body(s)?)))
+            .collect()
     }
 
     /// Stops every node gracefully and checks their files.
@@ -618,6 +863,12 @@ impl<'a> Cluster<'a> {
             self.lease_ms
         );
         text += &probe::summary(&self.waits, &Strike::KINDS, &self.probe_counts);
+        if self.mode == ClusterMode::Rolling {
+            text += &probe::rolling_line(&self.waits, Strike::Term.kind());
+        }
+        if let Some(l) = &self.quiet_line {
+            text += l;
+        }
         let epochs = self.seen.lock().map(|s| s.leaders.len()).unwrap_or(0);
         text += &format!(
             "  acknowledged: {} ({} stream answers unavailable, sent again); epochs seen led: {epochs}\n",
@@ -670,6 +921,53 @@ impl Seen {
     }
 }
 
+/// Whether `isr` (a status's `cluster.isr`) names every node.
+fn names_every_node(isr: &Value) -> bool {
+    isr.as_array()
+        .is_some_and(|m| NAMES.iter().all(|n| m.iter().any(|v| v == n)))
+}
+
+/// A quiet run's verdict from the epochs the watcher saw led and each node's
+/// (`elections_won`, `fenced`) at the end: its report line, `leader changes without a
+/// fault: K` with K the epochs led beyond the first, and its violations. Any change is one;
+/// so are counters that say the watcher missed one (more than one election won over the
+/// nodes, or a fence: each node runs one process the whole run), and a node that did not
+/// tell them.
+fn quiet_verdict(epochs: usize, counters: &[NodeCounters]) -> (String, Vec<String>) {
+    let k = epochs.saturating_sub(1);
+    let won: u64 = counters.iter().filter_map(|(_, c)| c.map(|c| c.0)).sum();
+    let fenced: u64 = counters.iter().filter_map(|(_, c)| c.map(|c| c.1)).sum();
+    let silent: Vec<&str> = counters
+        .iter()
+        .filter(|(_, c)| c.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    let mut line = format!(
+        "  leader changes without a fault: {k} (epochs seen led: {epochs}; over the nodes: {won} elections won, {fenced} fenced"
+    );
+    if !silent.is_empty() {
+        line += &format!("; no status from {}", silent.join(", "));
+    }
+    line += ")\n";
+    let mut violations = Vec::new();
+    if k > 0 {
+        violations.push(format!(
+            "leader changed without a fault: {k} times ({epochs} epochs led)"
+        ));
+    }
+    if won > 1 || fenced > 0 {
+        violations.push(format!(
+            "leader changed without a fault: {won} elections won and {fenced} fences over the nodes"
+        ));
+    }
+    violations.extend(
+        silent
+            .iter()
+            .map(|n| format!("{n}: no status at the end of the quiet run")),
+    );
+    (line, violations)
+}
+
 /// Sends `batches` on one stream connection and reads one answer line each (bounded).
 fn stream_to(sock: &std::path::Path, batches: &[(String, Vec<u8>)]) -> anyhow::Result<Vec<Value>> {
     let mut s = std::os::unix::net::UnixStream::connect(sock)?;
@@ -689,7 +987,46 @@ fn stream_to(sock: &std::path::Path, batches: &[(String, Vec<u8>)]) -> anyhow::R
 
 #[cfg(test)]
 mod tests {
-    use super::Seen;
+    use super::{names_every_node, quiet_verdict, Seen};
+
+    /// Goal: a quiet run with one epoch and one election is clean, and each sign of a
+    /// leader change (a second epoch seen, a second election or a fence the watcher missed,
+    /// a node that does not tell) is a violation the exit code carries.
+    #[test]
+    fn a_leader_change_without_a_fault_is_a_violation() {
+        let clean = [
+            ("a", Some((1, 0))),
+            ("b", Some((0, 0))),
+            ("c", Some((0, 0))),
+        ];
+        let (line, v) = quiet_verdict(1, &clean);
+        assert_eq!(
+            line,
+            "  leader changes without a fault: 0 (epochs seen led: 1; over the nodes: 1 elections won, 0 fenced)\n"
+        );
+        assert!(v.is_empty(), "{v:?}");
+        let (line, v) = quiet_verdict(3, &clean);
+        assert!(
+            line.starts_with("  leader changes without a fault: 2 ("),
+            "{line}"
+        );
+        assert_eq!(
+            v,
+            ["leader changed without a fault: 2 times (3 epochs led)"]
+        );
+        let missed = [("a", Some((1, 1))), ("b", Some((1, 0))), ("c", None)];
+        let (line, v) = quiet_verdict(1, &missed);
+        assert!(line.contains("0 (epochs seen led: 1; over the nodes: 2 elections won, 1 fenced; no status from c)"), "{line}");
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[1].starts_with("c: no status"), "{v:?}");
+    }
+
+    #[test]
+    fn the_in_sync_set_names_every_node_or_not() {
+        assert!(names_every_node(&serde_json::json!(["c", "a", "b"])));
+        assert!(!names_every_node(&serde_json::json!(["a", "b"])));
+        assert!(!names_every_node(&serde_json::Value::Null));
+    }
 
     #[test]
     fn two_nodes_leading_one_epoch_is_a_violation() {

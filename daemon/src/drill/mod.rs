@@ -6,8 +6,9 @@
 //! the files. Same seed, same drill (the batches and the kill schedule; where a random-moment
 //! kill lands depends on timing). `roost drill --replicated` (`replicated`) is the failover
 //! drill on two nodes (`node`), judged by `verdict`; `roost drill --cluster` (`cluster_strikes`)
-//! strikes the leader of three, with a client (`probe`) measuring what a client waits; all
-//! send the batches of `batches`.
+//! strikes the leader of three, with a client (`probe`) measuring what a client waits (or,
+//! with `--rolling`, restarts the nodes in turn, or with `--quiet-secs` only loads them);
+//! all send the batches of `batches`.
 //! Beside the spool files, each round of the one-node drill sends a quarter as many batches
 //! over the stream socket (`stream_client`) and drops bulk files (`NAME.jsonl`, one batch per line,
 //! at least a quarter as many lines, 50 to 200 a file: `bulk_judge`); all are judged together,
@@ -35,7 +36,7 @@ pub mod setup;
 mod stream_client;
 mod verdict;
 
-pub use cluster_strikes::run_cluster;
+pub use cluster_strikes::{run_cluster, ClusterMode};
 pub use replicated::run_replicated;
 
 use self::batches::{Batches, Sent};

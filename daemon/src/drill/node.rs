@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -171,6 +172,26 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// Waits up to `limit` for the running daemon to exit (after a SIGTERM the caller sent);
+    /// its exit status, the process then forgotten, or `None` if it still runs (kept: the
+    /// caller decides). `None` also when no daemon runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<Option<ExitStatus>> {
+        let until = Instant::now() + limit;
+        let Some(c) = self.child.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            if let Some(st) = c.exited().context("waiting for roost serve")? {
+                self.child = None;
+                return Ok(Some(st));
+            }
+            if Instant::now() > until {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// True if the daemon was started and has exited since.

@@ -1,6 +1,7 @@
 //! The cluster drill's probe (issue 42, "Measure what a client waits"): a client thread
-//! started at each strike on the leader. One batch at a time, it sends a batch of creates
-//! over the stream socket of a node other than the struck leader, the two in turn, each try
+//! started at each strike on the leader (with `--rolling`, at each graceful stop of a node,
+//! leader or not). One batch at a time, it sends a batch of creates over the stream socket
+//! of a node other than the struck one, the two in turn, each try
 //! bounded (`TRY_LIMIT` to connect, to write, to read the answer) and at most one try per
 //! `PACE`. As `roost submit --stream` tells a client, a batch answered `unavailable` or not
 //! answered at all is sent again under its key (to the other node); a new batch follows
@@ -11,7 +12,7 @@
 //! It judges nothing. Every batch it sent goes back to the drill: the answered ones are
 //! acknowledged and checked at the end like every streamed batch, the others sent again
 //! until they are answered. Every loop is bounded in tries and in time. `summary` prints
-//! the figures per strike kind.
+//! the figures per strike kind, `rolling_line` the rolling restart's longest stretch.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -43,7 +44,7 @@ pub(super) struct Plan {
     pub t0: Instant,
     /// Names the batches' keys (`p{round}-{n}`), unique over the drill.
     pub round: usize,
-    /// The two nodes other than the struck leader: name and stream socket.
+    /// The two nodes other than the struck one: name and stream socket.
     pub to: Vec<(&'static str, PathBuf)>,
     /// The probe's own batches (its own random source; `live` empty: creates only).
     pub batches: Batches,
@@ -268,10 +269,11 @@ impl Counts {
 
 /// What one strike cost a client.
 pub(super) struct Waited {
-    /// The strike's kind (`Kill`, `Pause`, `Cut`).
+    /// The strike's kind (`Kill`, `Pause`, `Cut`, `Term`).
     pub kind: &'static str,
-    /// From the strike to another node saying it leads in `status`.
-    pub new_leader: Duration,
+    /// From the strike to another node saying it leads in `status`; `None` when the struck
+    /// node did not lead (a rolling restart's stop of a standby: no election).
+    pub new_leader: Option<Duration>,
     /// From the strike to the probe's first committed answer, if it had one.
     pub first_commit: Option<Duration>,
     /// The probe's longest stretch without a committed answer.
@@ -301,20 +303,41 @@ pub(super) fn summary(waits: &[Waited], kinds: &[&str], totals: &Counts) -> Stri
 }
 
 /// `    KIND: N strikes; new leader in status A / B / C; first committed answer ... (n of N);
-/// longest stretch without one ...`.
+/// longest stretch without one ...`. The new leader's figures are over the strikes on a
+/// leader; when some struck a standby, `(n of N on a leader)` follows them.
 fn kind_line(kind: &str, ws: &[&Waited]) -> String {
     if ws.is_empty() {
         return format!("    {kind}: 0 strikes\n");
     }
     let firsts: Vec<Duration> = ws.iter().filter_map(|w| w.first_commit).collect();
+    let leaders: Vec<Duration> = ws.iter().filter_map(|w| w.new_leader).collect();
+    let on_leader = match leaders.len() == ws.len() {
+        true => String::new(),
+        false => format!(" ({} of {} on a leader)", leaders.len(), ws.len()),
+    };
     format!(
-        "    {kind}: {} strikes; new leader in status {}; first committed answer {} ({} of {}); longest stretch without one {}\n",
+        "    {kind}: {} strikes; new leader in status {}{on_leader}; first committed answer {} ({} of {}); longest stretch without one {}\n",
         ws.len(),
-        spread(ws.iter().map(|w| w.new_leader).collect()),
+        spread(leaders),
         spread(firsts.clone()),
         firsts.len(),
         ws.len(),
         spread(ws.iter().map(|w| w.longest_gap).collect())
+    )
+}
+
+/// The rolling restart's line (`--rolling`): the longest stretch without a committed answer
+/// over its strikes of `kind` (0 without any).
+pub(super) fn rolling_line(waits: &[Waited], kind: &str) -> String {
+    let longest = waits
+        .iter()
+        .filter(|w| w.kind == kind)
+        .map(|w| w.longest_gap)
+        .max()
+        .unwrap_or_default();
+    format!(
+        "  longest stretch without a committed answer over the rolling restart: {} ms\n",
+        longest.as_millis()
     )
 }
 
@@ -335,12 +358,12 @@ fn spread(mut ds: Vec<Duration>) -> String {
 mod tests {
     use std::time::Duration;
 
-    use super::{summary, Counts, Waited};
+    use super::{rolling_line, summary, Counts, Waited};
 
     fn w(kind: &'static str, leader: u64, first: Option<u64>, gap: u64) -> Waited {
         Waited {
             kind,
-            new_leader: Duration::from_millis(leader),
+            new_leader: (leader > 0).then(|| Duration::from_millis(leader)),
             first_commit: first.map(Duration::from_millis),
             longest_gap: Duration::from_millis(gap),
         }
@@ -362,6 +385,36 @@ mod tests {
         assert!(
             text.contains("    all: 3 strikes; new leader in status 1000 / 1200 / 1200; first committed answer 1300 / 1300 / 1300 (2 of 3);"),
             "{text}"
+        );
+    }
+
+    /// Goal: a rolling restart's stops of a standby elect nobody, and its summary says so
+    /// instead of counting them as instant elections; the rolling line is the longest
+    /// stretch of its own kind only.
+    #[test]
+    fn a_stop_of_a_standby_has_no_new_leader_and_the_rolling_line_takes_the_longest() {
+        let waits = [
+            w("Term", 1500, Some(1600), 1700),
+            w("Term", 0, Some(40), 2100),
+            w("Term", 0, Some(30), 90),
+            w("Kill", 1000, Some(1100), 9000),
+        ];
+        let text = summary(&waits, &["Kill", "Term"], &Counts::default());
+        assert!(
+            text.contains("    Term: 3 strikes; new leader in status 1500 / 1500 / 1500 (1 of 3 on a leader); first committed answer 40 / 1600 / 1600 (3 of 3); longest stretch without one 1700 / 2100 / 2100\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    Kill: 1 strikes; new leader in status 1000 / 1000 / 1000; first"),
+            "{text}"
+        );
+        assert_eq!(
+            rolling_line(&waits, "Term"),
+            "  longest stretch without a committed answer over the rolling restart: 2100 ms\n"
+        );
+        assert_eq!(
+            rolling_line(&[], "Term"),
+            "  longest stretch without a committed answer over the rolling restart: 0 ms\n"
         );
     }
 }

@@ -131,12 +131,23 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
         following: None,
     };
     passes.run(&shared, &stop, &mut repl, &mut track).await;
-    if let (Some(c), Some(task)) = (&shared.cluster, agent) {
-        c.stop();
-        // Bounded: a stop never waits long on etcd (the lease expires by itself).
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    let mut agent = AgentStop {
+        cluster: shared.cluster.clone(),
+        task: agent,
+    };
+    // Only a leader keeps its lease through the stop's first steps (`hand_over`); any
+    // other node gives it up now, so a stopping node never campaigns.
+    if shared.engine.role() != crate::pipeline::Role::Primary {
+        agent = agent.stop().await;
     }
-    shutdown(&shared, &passes.sem, workers, (sidecars, repl, stream)).await?;
+    shutdown(
+        &shared,
+        &passes.sem,
+        workers,
+        (sidecars, repl, stream),
+        agent,
+    )
+    .await?;
     Ok(match shared.rejoin.load(Ordering::SeqCst) {
         true => Ended::Rejoin,
         false => Ended::Stopped,
@@ -528,14 +539,67 @@ async fn permits(
     }
 }
 
+/// The cluster agent of this life, stopped (its lease revoked) during the graceful stop.
+struct AgentStop {
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl AgentStop {
+    /// Stops the agent; bounded: a stop never waits long on etcd (the lease expires by
+    /// itself).
+    async fn stop(self) -> AgentStop {
+        if let (Some(c), Some(task)) = (&self.cluster, self.task) {
+            c.stop();
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+        AgentStop {
+            cluster: self.cluster,
+            task: None,
+        }
+    }
+}
+
+/// How long a leader's graceful stop gives its in-sync standbys to fetch its log's durable
+/// end before it gives up its lease (a clean handover: the next leader holds everything this
+/// one wrote, and nothing is cut when it rejoins).
+const HANDOVER_WAIT: Duration = Duration::from_millis(500);
+
+/// A leader's clean handover (see [`HANDOVER_WAIT`]): waits until every connected in-sync
+/// standby acknowledged this node's durable log end, at most that long.
+async fn hand_over(shared: &Shared) {
+    let repl = &shared.repl;
+    if shared.engine.role() != crate::pipeline::Role::Primary || shared.engine.is_failed() {
+        return;
+    }
+    let Some(isr) = repl.isr() else {
+        return;
+    };
+    let until = Instant::now() + HANDOVER_WAIT;
+    while Instant::now() < until {
+        let end = repl.durable_end();
+        let behind = repl
+            .standbys()
+            .iter()
+            .any(|(n, s)| isr.contains(n) && s.connected && s.acked < end);
+        if !behind {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    info!("stopping: an in-sync standby did not fetch this leader's log end in time");
+}
+
 /// The graceful stop: take no more files nor streamed lines, wait for every in-flight batch
-/// to reach its result (or fail), make the lazily written done records durable, stop the
-/// sidecars.
+/// to reach its result (or fail), make the lazily written done records durable, let a
+/// cluster leader's in-sync standbys fetch them (`hand_over`), then give up the lease and
+/// stop replication and the sidecars.
 async fn shutdown(
     shared: &Arc<Shared>,
     sem: &Arc<Semaphore>,
     workers: usize,
     (sidecars, repl, stream): (Sidecars, ReplTasks, stream::Stream),
+    agent: AgentStop,
 ) -> Result<(), EngineError> {
     shared.end_life();
     stream.stop_reading();
@@ -557,10 +621,26 @@ async fn shutdown(
         }
     };
     shared.repl.stop_waiting_for_standby();
-    repl.stop().await;
     let _all = all;
+    last_checkpoint(shared).await;
+    hand_over(shared).await;
+    agent.stop().await;
+    repl.stop().await;
     stream.close(STREAM_CLOSE_GRACE).await;
-    // The last checkpoint: the next start replays nothing (it also syncs the WAL).
+    sidecars.stop();
+    let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
+    match fatal {
+        Some(e) => Err(e),
+        None => {
+            info!("stopped cleanly");
+            Ok(())
+        }
+    }
+}
+
+/// The last checkpoint: the next start replays nothing (it also syncs the WAL). A failure
+/// is kept for the exit code.
+async fn last_checkpoint(shared: &Arc<Shared>) {
     let engine = shared.engine.clone();
     let last = tokio::task::spawn_blocking(move || {
         let checkpoint = if engine.is_failed() {
@@ -582,15 +662,6 @@ async fn shutdown(
         warn!(error = %e, "final checkpoint or wal sync failed");
         if let Ok(mut f) = shared.fatal.lock() {
             f.get_or_insert(e);
-        }
-    }
-    sidecars.stop();
-    let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
-    match fatal {
-        Some(e) => Err(e),
-        None => {
-            info!("stopped cleanly");
-            Ok(())
         }
     }
 }

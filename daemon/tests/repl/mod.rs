@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::{wait_for, BIN};
 
 pub mod cluster;
+pub mod netns;
 use roost::drill::child::ServeChild;
 use roost_storage::RealStorage;
 use serde_json::Value;
@@ -105,7 +106,12 @@ impl Node {
 
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let st = c.stop(LIMIT).expect("stop");
+            let st = c.stop(LIMIT).unwrap_or_else(|e| {
+                let log = c.log_text();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                panic!("{}: {e:#}; its log ends:\n{tail}", self.name)
+            });
             assert!(st.success(), "{} stopped with {st}", self.name);
         }
     }

@@ -356,37 +356,44 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     force,
                 },
         } => certs::issue(dir, name, *days, *force),
-        Command::Drill {
-            batches,
-            kills,
-            seed,
-            replicated,
-            cluster,
-            lease_ms,
-            rolling,
-            quiet_secs,
-        } => check::drill(
-            cli.data_dir.as_deref(),
-            crate::drill::DrillOptions {
-                data_dir: PathBuf::new(),
-                batches: *batches,
-                kills: *kills,
-                seed: *seed,
-            },
-            match (*replicated, *cluster) {
-                (_, true) => check::DrillKind::Cluster {
-                    lease_ms: *lease_ms,
-                    mode: match (*rolling, *quiet_secs) {
-                        (_, Some(secs)) => crate::drill::ClusterMode::Quiet { secs },
-                        (true, None) => crate::drill::ClusterMode::Rolling,
-                        (false, None) => crate::drill::ClusterMode::Strikes,
-                    },
-                },
-                (true, false) => check::DrillKind::Replicated,
-                (false, false) => check::DrillKind::One,
-            },
-        ),
+        Command::Drill { .. } => drill(&cli),
     }
+}
+
+/// `roost drill`: the kind of drill its flags name.
+fn drill(cli: &Cli) -> anyhow::Result<i32> {
+    let Command::Drill {
+        batches,
+        kills,
+        seed,
+        replicated,
+        cluster,
+        lease_ms,
+        rolling,
+        quiet_secs,
+    } = &cli.command
+    else {
+        anyhow::bail!("not a drill command");
+    };
+    let kind = match (*replicated, *cluster) {
+        (_, true) => check::DrillKind::Cluster {
+            lease_ms: *lease_ms,
+            mode: match (*rolling, *quiet_secs) {
+                (_, Some(secs)) => crate::drill::ClusterMode::Quiet { secs },
+                (true, None) => crate::drill::ClusterMode::Rolling,
+                (false, None) => crate::drill::ClusterMode::Strikes,
+            },
+        },
+        (true, false) => check::DrillKind::Replicated,
+        (false, false) => check::DrillKind::One,
+    };
+    let opts = crate::drill::DrillOptions {
+        data_dir: PathBuf::new(),
+        batches: *batches,
+        kills: *kills,
+        seed: *seed,
+    };
+    check::drill(cli.data_dir.as_deref(), opts, kind)
 }
 
 #[cfg(test)]

@@ -40,12 +40,9 @@ impl Replication {
     /// high watermark, the lsn below which every record is durable here and on a standby.
     pub fn standby_acked(&self, name: &str, fetch_lsn: Lsn) -> Lsn {
         let mut s = lock(&self.standbys);
-        let e = s.entry(name.to_owned()).or_insert(StandbyState {
-            acked: 0,
-            last_fetch: Instant::now(),
-            connected: true,
-            behind: false,
-        });
+        let e = s
+            .entry(name.to_owned())
+            .or_insert_with(|| StandbyState::first_heard(true, false));
         if e.acked == 0 || !e.connected {
             info!(standby = name, fetch_lsn, "standby connected");
         }

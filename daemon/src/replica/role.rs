@@ -36,6 +36,18 @@ pub struct StandbyState {
     pub behind: bool,
 }
 
+impl StandbyState {
+    /// A standby first heard of now, nothing acknowledged yet.
+    pub(super) fn first_heard(connected: bool, behind: bool) -> StandbyState {
+        StandbyState {
+            acked: 0,
+            last_fetch: Instant::now(),
+            connected,
+            behind,
+        }
+    }
+}
+
 /// The primary this standby follows, as the follower last saw it (for status).
 #[derive(Clone, Debug, Default)]
 pub struct FollowLink {
@@ -210,12 +222,9 @@ impl Replication {
     /// Standby `name` must cut or be re-seeded before it holds anything new (`behind`).
     pub fn standby_behind(&self, name: &str, why: &str) {
         let mut s = lock(&self.standbys);
-        let e = s.entry(name.to_owned()).or_insert(StandbyState {
-            acked: 0,
-            last_fetch: Instant::now(),
-            connected: false,
-            behind: true,
-        });
+        let e = s
+            .entry(name.to_owned())
+            .or_insert_with(|| StandbyState::first_heard(false, true));
         if !e.behind {
             info!(
                 standby = name,

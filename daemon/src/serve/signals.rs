@@ -12,7 +12,7 @@
 //!
 //! It never decides whether a life ends: the serve loop and `cli::serve` do.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -34,9 +34,9 @@ pub enum Phase {
 pub struct StopRequest {
     requested: AtomicBool,
     notify: Notify,
-    /// 0: serving; 1: between lives (the text in `between`).
-    phase: AtomicU8,
-    between: Mutex<&'static str>,
+    /// Read and written under its lock together with `requested`, so that a request and
+    /// an entry into [`Phase::Between`] always see each other (one of them exits).
+    phase: Mutex<Phase>,
 }
 
 static STOP: OnceLock<StopRequest> = OnceLock::new();
@@ -47,8 +47,7 @@ impl StopRequest {
         StopRequest {
             requested: AtomicBool::new(false),
             notify: Notify::new(),
-            phase: AtomicU8::new(0),
-            between: Mutex::new(""),
+            phase: Mutex::new(Phase::Serving),
         }
     }
 
@@ -73,27 +72,23 @@ impl StopRequest {
     /// Enters `phase`. Entering [`Phase::Between`] after a request came exits at once: the
     /// watcher saw `Serving` and left the stop to a loop that no longer runs.
     pub fn enter(&self, phase: Phase) {
-        match phase {
-            Phase::Serving => self.phase.store(0, Ordering::SeqCst),
-            Phase::Between(what) => {
-                if let Ok(mut w) = self.between.lock() {
-                    *w = what;
-                }
-                self.phase.store(1, Ordering::SeqCst);
-                if self.requested() {
-                    exit_between(what, "a stop asked for");
-                }
+        let mut p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        *p = phase;
+        if let Phase::Between(what) = phase {
+            if self.requested() {
+                exit_between(what, "a stop asked for");
             }
         }
     }
 
     fn request(&self, name: &str) {
+        let p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
         self.requested.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
-        if self.phase.load(Ordering::SeqCst) == 1 {
-            let what = self.between.lock().map(|w| *w).unwrap_or("between lives");
+        if let Phase::Between(what) = *p {
             exit_between(what, name);
         }
+        drop(p);
         info!("{name}: stopping");
     }
 }

@@ -13,7 +13,8 @@
 //! `Campaign`, `KeepAliveSend`/`KeepAliveGranted`/`KeepAliveRefused`,
 //! `Check` and `Fence`, `Append`/`AppendForwarded`, `Follow` (truncating by epoch), `Fetch`,
 //! `IncHw`, `Answer`/`AnswerForwarded`, `IsrGrowMemory`/`IsrGrowStore`,
-//! `IsrShrinkStore`/`IsrShrinkMemory`. Invariants (`invariants.rs`): `NoTwoAnswerInOneEpoch`,
+//! `IsrShrinkStore`/`IsrShrinkMemory`, and with `Config::handover` `StepDown`/`Resign`.
+//! Invariants (`invariants.rs`): `NoTwoAnswerInOneEpoch`,
 //! `AnswersWithinLease`, `NoAckLost`, `OneLeaderKey`.
 //!
 //! Abstractions:
@@ -79,6 +80,7 @@ impl Model for Election {
 /// check-then-act gap; then each flaw on the built row it is compared with. ack=local rows
 /// take one batch (two batches and pauses: 4.5 million states), except the one that
 /// `Flaw::EpochFromNode` needs two answers for; `Flaw::IsrGrowAtHw` needs three elections.
+/// Then the handover (issue 42's switchover and graceful stop) on built rows, and its flaw.
 pub fn rows() -> Vec<Config> {
     let two = Config::two_nodes;
     let three = Config::three_nodes;
@@ -107,6 +109,18 @@ pub fn rows() -> Vec<Config> {
         two(Ack::Standby).without_gap().with(Flaw::AcksAcrossEpochs),
         local_two_answers.with(Flaw::EpochFromNode),
         three_elections.with(Flaw::IsrGrowAtHw),
+        two(Ack::Standby).with_handover(),
+        three(Ack::Standby).with_handover(),
+        three(Ack::Standby).without_gap().with_handover(),
+        local.without_gap().with_handover(),
+        three(Ack::Standby)
+            .without_gap()
+            .with_handover()
+            .with(Flaw::ResignBeforeStepDown),
+        local
+            .without_gap()
+            .with_handover()
+            .with(Flaw::ResignBeforeStepDown),
     ]
 }
 

@@ -110,6 +110,42 @@ fn pins() -> Vec<Pin> {
             (2862474, 24279469, 31),
             [OK, OK, fails(18), OK],
         ),
+        pin(
+            STANDBY2.with_handover(),
+            (468131, 2843934, 34),
+            [OK, fails(11), OK, OK],
+        ),
+        pin(
+            STANDBY3.with_handover(),
+            (865627, 7430930, 29),
+            [OK, fails(13), OK, OK],
+        ),
+        pin(
+            STANDBY3.without_gap().with_handover(),
+            (252052, 2109284, 25),
+            [OK; 4],
+        ),
+        pin(
+            LOCAL2.without_gap().with_handover(),
+            (64094, 478783, 23),
+            [OK, OK, fails(8), OK],
+        ),
+        pin(
+            STANDBY3
+                .without_gap()
+                .with_handover()
+                .with(Flaw::ResignBeforeStepDown),
+            (516937, 4412351, 24),
+            [OK, fails(10), OK, fails(3)],
+        ),
+        pin(
+            LOCAL2
+                .without_gap()
+                .with_handover()
+                .with(Flaw::ResignBeforeStepDown),
+            (146210, 1128933, 22),
+            [OK, fails(6), fails(7), fails(3)],
+        ),
     ]
 }
 
@@ -293,6 +329,58 @@ fn a_standby_that_reached_a_new_leaders_hw_is_not_caught_up() {
         .iter()
         .any(|s| s.store.epoch == 2 && s.store.isr == roost_repmodel::types::ReplicaSet(0b111));
     assert!(grown, "r3 rejoins the ISR in epoch 2");
+}
+
+/// A handover (issue 42: a switchover, a graceful stop): the leader stops answering
+/// (`StepDown`), then deletes its key (`Resign`) so that a node of the ISR wins at once. It
+/// keeps every invariant the design keeps without it, at two and three nodes, with pauses
+/// and without (and under ack=local loses only what ack=local loses anyway); a handover is
+/// reached in those rows.
+#[test]
+fn a_handover_keeps_every_invariant_the_built_design_keeps() {
+    for cfg in [STANDBY2, STANDBY3] {
+        let r = assert_pinned(cfg.with_handover());
+        counterexample(&r, "AnswersWithinLease", "Answer");
+    }
+    let r = assert_pinned(STANDBY3.without_gap().with_handover());
+    assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
+    let r = assert_pinned(LOCAL2.without_gap().with_handover());
+    counterexample(&r, "NoAckLost", "Campaign");
+    let plain = election::check(&STANDBY3.without_gap()).expect("fits");
+    assert!(
+        r.distinct > 0
+            && assert_pinned(STANDBY3.without_gap().with_handover()).distinct > plain.distinct,
+        "the handover's steps reach states the design without them does not"
+    );
+}
+
+/// Mutant (g): a leader deletes its key while it still leads (resign, then step down). At
+/// once it believes it holds a key that is gone (`OneLeaderKey`, 3 states), and it answers
+/// after another node could win (`AnswersWithinLease`, 10 states under ack=standby); under
+/// ack=local it answers in epoch 1 a batch that epoch 2's leader, elected meanwhile, lacks
+/// (`NoAckLost`, 7 states).
+#[test]
+fn resigning_before_stepping_down_answers_after_the_key_is_gone() {
+    let r = assert_pinned(
+        STANDBY3
+            .without_gap()
+            .with_handover()
+            .with(Flaw::ResignBeforeStepDown),
+    );
+    let states = counterexample(&r, "AnswersWithinLease", "Answer");
+    let last = states.last().expect("a state");
+    assert!(last
+        .batches
+        .iter()
+        .any(|b| b.answer.is_some_and(|a| !a.in_lease)));
+    counterexample(&r, "OneLeaderKey", "Resign");
+    let r = assert_pinned(
+        LOCAL2
+            .without_gap()
+            .with_handover()
+            .with(Flaw::ResignBeforeStepDown),
+    );
+    counterexample(&r, "NoAckLost", "Answer");
 }
 
 /// Constants the arrays or the key cannot hold are refused, as is a margin as long as the

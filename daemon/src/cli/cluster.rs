@@ -7,14 +7,18 @@
 //! does not run, the set changed meanwhile) or etcd does not answer, 78 without `[cluster]`.
 //!
 //! `roost cluster list [--json]`: the members as etcd sees them (`list.rs`).
+//!
+//! `roost cluster switchover NAME`: a planned change of leader (`switchover.rs`).
 
 mod list;
+mod switchover;
 
 use crate::cluster::etcd_keys::IsrValue;
 use crate::cluster::unclean::{place, unclean_election as admit, Unclean};
 use crate::config::Config;
 use crate::error::{CommandError, EXIT_OK};
 pub(super) use list::list;
+pub(super) use switchover::switchover;
 
 pub(super) fn unclean_election(cfg: &Config, name: &str, accept_loss: bool) -> anyhow::Result<i32> {
     let (quarter, at) = cfg

@@ -198,6 +198,14 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A planned change of leader with no gap: the leader takes no more batches, finishes
+    /// those in flight, waits until NAME holds its whole log and gives up its lease; NAME
+    /// campaigns at once. Waits until etcd names NAME. Exit 0 when NAME leads, 1 when
+    /// refused (no leader, NAME not in the in-sync set or not running) or not done in time.
+    Switchover {
+        /// The member to lead: in etcd's in-sync set, running.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -344,6 +352,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Cluster {
             command: ClusterCommand::List { json },
         } => cluster::list(&cfg, *json),
+        Command::Cluster {
+            command: ClusterCommand::Switchover { name },
+        } => cluster::switchover(&cfg, name),
         Command::Certs {
             command: CertsCommand::Init { dir, days, force },
         } => certs::init(dir, *days, *force),

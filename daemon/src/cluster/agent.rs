@@ -55,7 +55,7 @@ pub(super) async fn run(cl: Arc<Cluster>, node: Arc<Node>, mut stop: watch::Rece
             read_members(&cl).await;
         }
         tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep(follow_tick(&cl, tick)) => {}
             _ = stop.changed() => {}
         }
     }
@@ -69,6 +69,21 @@ pub(super) async fn run(cl: Arc<Cluster>, node: Arc<Node>, mut stop: watch::Rece
         }
     }
 }
+
+/// A switchover's target looks for the leader key's end every [`TARGET_TICK`], not every
+/// quarter lease: that wait is most of a switchover's gap.
+fn follow_tick(cl: &Cluster, tick: Duration) -> Duration {
+    let v = cl.view();
+    let target = v.leading_rev.is_none() && v.switchover.is_some_and(|s| s.to == cl.name);
+    if target {
+        TARGET_TICK.min(tick)
+    } else {
+        tick
+    }
+}
+
+/// See [`follow_tick`].
+const TARGET_TICK: Duration = Duration::from_millis(50);
 
 fn note_error(cl: &Cluster, e: String) {
     let first = cl.view().etcd_error.is_none();
@@ -154,6 +169,7 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
         Some(kv) => Some(keys::decode::<LeaderValue>(&kv.key, &kv.value)?),
         None => None,
     };
+    let defer = note_switchover(cl, get_switchover(cl).await?);
     match leader {
         Some(l) if l.name != cl.name => {
             let changed = cl.view().leader.as_ref() != Some(&l);
@@ -172,9 +188,27 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
         }
         None => {
             cl.update(|v| v.leader = None);
+            if defer {
+                return Ok(());
+            }
             campaign(cl, node, (sent, ttl)).await
         }
     }
+}
+
+/// Keeps the switchover request found (issue 42) in the view; true when it names another
+/// node, which this one then lets campaign first for as long as the request's lease lasts
+/// (`roost cluster switchover` gives it about two leases), campaigning after that as after
+/// any loss of a leader. The target itself looks again every [`TARGET_TICK`].
+fn note_switchover(cl: &Cluster, found: Option<keys::SwitchoverValue>) -> bool {
+    let other = found.as_ref().is_some_and(|v| v.to != cl.name);
+    if cl.view().switchover != found {
+        if let Some(v) = &found {
+            info!(from = %v.from, to = %v.to, epoch = v.epoch, "cluster: a switchover is asked");
+        }
+    }
+    cl.update(|v| v.switchover = found);
+    other
 }
 
 /// Campaigns once (see the module comment); promotes this node if it wins.
@@ -314,6 +348,10 @@ async fn try_win(
                 key: k.isr.clone(),
                 value: keys::encode(&isr),
                 lease: None,
+            },
+            // A switchover asked of an earlier epoch is done (or stale) once anyone wins.
+            Op::Delete {
+                key: k.switchover.clone(),
             },
         ],
         failure: vec![],
@@ -471,7 +509,36 @@ async fn lead_step(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step
             "etcd no longer names this node the leader".into(),
         ));
     }
-    keep_isr(cl, node, led_since).await
+    let step = keep_isr(cl, node, led_since).await?;
+    read_switchover(cl, node).await?;
+    Ok(step)
+}
+
+/// A leader's look at `PREFIX/switchover` (issue 42): a request that asks this leader, in
+/// its epoch, to hand over to a member of its in-sync set is passed to the serve loop,
+/// which ends this life with a handover (`serve/handover.rs`). Anything else is left to
+/// its lease.
+async fn read_switchover(cl: &Cluster, node: &Node) -> Result<(), String> {
+    let Some(v) = get_switchover(cl).await? else {
+        return Ok(());
+    };
+    let isr: Vec<String> = cl.view().isr.map(|i| i.members).unwrap_or_default();
+    if !v.asks(&cl.name, node.repl.epoch(), &isr) || cl.view().switchover.as_ref() == Some(&v) {
+        return Ok(());
+    }
+    info!(to = %v.to, epoch = v.epoch, "cluster: switchover asked: handing over");
+    cl.update(|view| view.switchover = Some(v));
+    cl.wake.notify_one();
+    Ok(())
+}
+
+async fn get_switchover(cl: &Cluster) -> Result<Option<keys::SwitchoverValue>, String> {
+    let (kv, _) = cl
+        .etcd
+        .get(&cl.keys.switchover)
+        .await
+        .map_err(|e| e.to_string())?;
+    kv.map(|kv| keys::decode(&kv.key, &kv.value)).transpose()
 }
 
 /// Joins caught-up standbys to the ISR and removes silent ones (see the module comment).

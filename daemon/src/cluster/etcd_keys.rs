@@ -6,6 +6,7 @@
 //! | `PREFIX/epoch` | the last epoch won, decimal | the winning transaction |
 //! | `PREFIX/isr` | [`IsrValue`]: the nodes that hold every acknowledged batch | the winning transaction, then the leader (guarded by its leader key) |
 //! | `PREFIX/members/NAME` | [`MemberValue`] | each node, under its own lease |
+//! | `PREFIX/switchover` | [`SwitchoverValue`] | `roost cluster switchover`, under a short lease of its own; deleted by the next winning transaction |
 //!
 //! Values are JSON; a value this node cannot read is an error naming the key (never taken
 //! for absent: an unreadable ISR must not let anyone campaign).
@@ -19,6 +20,7 @@ pub struct Keys {
     pub epoch: String,
     pub isr: String,
     pub members: String,
+    pub switchover: String,
 }
 
 impl Keys {
@@ -28,6 +30,7 @@ impl Keys {
             epoch: format!("{prefix}/epoch"),
             isr: format!("{prefix}/isr"),
             members: format!("{prefix}/members/"),
+            switchover: format!("{prefix}/switchover"),
         }
     }
 
@@ -60,6 +63,23 @@ pub struct MemberValue {
     pub name: String,
     pub advertise: String,
     pub role: String,
+}
+
+/// A planned change of leader asked for (issue 42, `roost cluster switchover NAME`): the
+/// leader `from` of `epoch` hands over to `to`, a member of the in-sync set. Stale once
+/// another epoch is won; its lease removes it if nobody acts on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchoverValue {
+    pub from: String,
+    pub to: String,
+    pub epoch: u32,
+}
+
+impl SwitchoverValue {
+    /// Whether it asks the leader `name` of `epoch` to hand over, to a member of `isr`.
+    pub fn asks(&self, name: &str, epoch: u32, isr: &[String]) -> bool {
+        self.from == name && self.epoch == epoch && self.to != name && isr.contains(&self.to)
+    }
 }
 
 /// Reads a JSON value, naming the key when it is not one.
@@ -128,6 +148,28 @@ mod tests {
             vec!["b", "c"]
         );
         assert_eq!(isr_after_win(None, "c"), vec!["c"]);
+    }
+
+    #[test]
+    fn a_switchover_asks_only_its_leader_in_its_epoch_for_an_in_sync_target() {
+        let v = SwitchoverValue {
+            from: "a".into(),
+            to: "b".into(),
+            epoch: 4,
+        };
+        let isr = ["a".to_string(), "b".to_string()];
+        assert!(v.asks("a", 4, &isr));
+        assert!(!v.asks("c", 4, &isr), "another node handed over");
+        assert!(!v.asks("a", 5, &isr), "a stale request was acted on");
+        assert!(
+            !v.asks("a", 4, &isr[..1]),
+            "handed over to a node out of sync"
+        );
+        let to_self = SwitchoverValue {
+            to: "a".into(),
+            ..v
+        };
+        assert!(!to_self.asks("a", 4, &isr), "handed over to itself");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use roost_etcd::{Etcd, EtcdOptions, EtcdTls};
 use roost_replication::Forwarder;
 use tokio::sync::{watch, Notify};
 
-use super::etcd_keys::{self, IsrValue, Keys, LeaderValue, MemberValue};
+use super::etcd_keys::{self, IsrValue, Keys, LeaderValue, MemberValue, SwitchoverValue};
 use crate::config::{ClusterConfig, Config};
 use crate::error::EngineError;
 use crate::pipeline::Engine;
@@ -32,6 +32,9 @@ pub struct View {
     /// The in-sync set last logged as not naming this node, while no node leads (a node that
     /// may not campaign says so once per set).
     pub refused_by: Option<IsrValue>,
+    /// The switchover asked for, as last read (issue 42): a leader hands over to its
+    /// target; the target campaigns at once; the others let it.
+    pub switchover: Option<SwitchoverValue>,
 }
 
 impl View {

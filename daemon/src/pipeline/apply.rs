@@ -8,21 +8,29 @@
 //!    shard touched since the last flush, then the audit log): a `done` is never durable
 //!    before what it vouches for;
 //! 3. the chunk's records are synced (the next fetch acknowledges them), and the planner
-//!    learns them (keys, ids, open claims), as replay does.
+//!    learns them (keys, ids, open claims), as replay does;
+//! 4. the effects applied so far start flushing behind the chunk (`effects_flush.rs`): the
+//!    shard owners flush, a standing thread waits for them and syncs the audit log.
 //!
-//! A `done` usually arrives a fetch after its claim, so the acknowledgement waits for one
-//! WAL sync, not for the shards and the audit log. A power loss can take the effects of a
+//! A `done` usually arrives a fetch after its claim, when the flush begun behind that fetch
+//! has had the leader's whole finish to run: the acknowledgement of the next claims waits
+//! for one WAL sync, not for the shards and the audit log (before issue 42 that flush ran
+//! when the `done` came, on the fetch path). A `done` whose claim came in the same chunk
+//! still flushes there and then. A power loss can take the effects of a
 //! claim without a `done`: recovery applies them again from the claim (`settle_unfinished`).
 //! Effects written before their claim reached the WAL are cut at the next start
 //! (`replica/cut.rs`) and come back with the same records.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 
 use roost_replication::Entry;
 use roost_wal::Lsn;
 use tracing::info;
 
+use super::effects_flush::{wait_all, SentFlush};
+use super::held::{Flushing, FLUSHES_IN_FLIGHT};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
@@ -54,6 +62,7 @@ impl Engine {
     }
 
     /// Steps 1 to 3 of the module comment; returns each record's offset in its segment.
+    /// The chunk's effects start flushing behind it (step 4).
     fn apply_chunk(&self, decoded: &[(&Entry, WalEntry)]) -> Result<Vec<u64>, EngineError> {
         let mut offsets = Vec::with_capacity(decoded.len());
         for (e, d) in decoded {
@@ -61,9 +70,7 @@ impl Engine {
                 // Fetched claims have no audit rows here yet: rows past the WAL's end were
                 // cut at start-up.
                 WalEntry::Claim(c) => self.apply_unflushed(e.lsn, c)?,
-                WalEntry::Done(done) if self.unflushed_has(done.claim_lsn) => {
-                    self.flush_unflushed()?
-                }
+                WalEntry::Done(done) => self.effects_durable(done.claim_lsn)?,
                 _ => {}
             }
             offsets.push(self.append_entry(e)?);
@@ -71,6 +78,7 @@ impl Engine {
         if let Some((last, _)) = decoded.last() {
             self.wal.sync_to(last.lsn)?;
         }
+        self.flush_behind()?;
         Ok(offsets)
     }
 
@@ -96,14 +104,55 @@ impl Engine {
         Ok(())
     }
 
-    fn unflushed_has(&self, claim_lsn: Lsn) -> bool {
-        lock(&self.held.unflushed).claims.contains(&claim_lsn)
+    /// Step 2: before the `done` of `claim_lsn` is appended, its effects are durable: the
+    /// flushes begun behind earlier chunks up to the one holding it are waited for (they
+    /// finish in order), or, when its claim came in this chunk, flushed now.
+    fn effects_durable(&self, claim_lsn: Lsn) -> Result<(), EngineError> {
+        let mut flushing = lock(&self.held.flushing);
+        if let Some(k) = flushing.iter().position(|f| f.claims.contains(&claim_lsn)) {
+            for f in flushing.drain(..=k) {
+                f.outcome.recv().map_err(|_| EngineError::Failed)??;
+            }
+            return Ok(());
+        }
+        drop(flushing);
+        if lock(&self.held.unflushed).claims.contains(&claim_lsn) {
+            let u = std::mem::take(&mut *lock(&self.held.unflushed));
+            return self.flush_effects(&u.shards, u.last_row);
+        }
+        Ok(())
     }
 
-    /// Every shard touched since the last flush flushed, then the audit log synced.
-    fn flush_unflushed(&self) -> Result<(), EngineError> {
-        let u = std::mem::take(&mut *lock(&self.held.unflushed));
-        self.flush_effects(&u.shards, u.last_row)
+    /// Step 4: the effects applied so far start flushing while the leader finishes them
+    /// (`effects_flush.rs`); flushes already finished are collected (a failure latches).
+    /// With [`FLUSHES_IN_FLIGHT`] running, the effects wait for the next chunk.
+    fn flush_behind(&self) -> Result<(), EngineError> {
+        let mut flushing = lock(&self.held.flushing);
+        while let Some(f) = flushing.front() {
+            match f.outcome.try_recv() {
+                Ok(r) => {
+                    flushing.pop_front();
+                    r?;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err(EngineError::Failed),
+            }
+        }
+        let mut u = lock(&self.held.unflushed);
+        if u.claims.is_empty() || flushing.len() >= FLUSHES_IN_FLIGHT {
+            return Ok(());
+        }
+        let u = std::mem::take(&mut *u);
+        let sent = send_flushes(&u.shards)?;
+        match self.effects_flusher.ask(sent, u.last_row) {
+            Ok(outcome) => flushing.push_back(Flushing {
+                claims: u.claims,
+                outcome,
+            }),
+            // No thread: waited for here, as before the flusher.
+            Err(sent) => self.finish_flushes(&sent, u.last_row)?,
+        }
+        Ok(())
     }
 
     fn flush_effects(
@@ -111,18 +160,34 @@ impl Engine {
         shards: &BTreeMap<String, Arc<ShardSlot>>,
         last_row: Option<Lsn>,
     ) -> Result<(), EngineError> {
-        let flushes = shards
-            .values()
-            .enumerate()
-            .map(|(k, slot)| slot.send_flush(k))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (slot, rx) in shards.values().zip(&flushes) {
-            slot.wait(rx, &|| self.is_failed())?;
-        }
+        let sent = send_flushes(shards)?;
+        self.finish_flushes(&sent, last_row)
+    }
+
+    /// Every shard's flush answered, then the audit log synced through `last_row`.
+    fn finish_flushes(&self, sent: &[SentFlush], last_row: Option<Lsn>) -> Result<(), EngineError> {
+        wait_all(sent, &|| self.is_failed())?;
         if let Some(last) = last_row {
             self.audit.sync_to(last)?;
         }
         Ok(())
+    }
+
+    /// Every flush begun behind the fetches waited for (promotion, before intake opens).
+    fn drain_flushing(&self) -> Result<(), EngineError> {
+        let flushing = std::mem::take(&mut *lock(&self.held.flushing));
+        let mut first = Ok(());
+        for f in flushing {
+            let r = f
+                .outcome
+                .recv()
+                .map_err(|_| EngineError::Failed)
+                .and_then(|r| r);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
 
     /// A standby's recovery: each claim's shard transactions and audit rows (held lsns and
@@ -162,6 +227,7 @@ impl Engine {
             )));
         }
         self.check()?;
+        self.drain_flushing()?;
         let epoch = self.log_role.take_lead(lead)?;
         let unfinished = std::mem::take(&mut lock(&self.held.ledger).unfinished);
         let n = unfinished.len();
@@ -214,5 +280,14 @@ fn decode_entries(entries: &[Entry]) -> Result<Vec<(&Entry, WalEntry)>, EngineEr
     entries
         .iter()
         .map(|e| records::decode_wal_parts(e.lsn, e.kind, &e.payload).map(|d| (e, d)))
+        .collect()
+}
+
+/// Each shard's flush sent to its owner, in the order of the map.
+fn send_flushes(shards: &BTreeMap<String, Arc<ShardSlot>>) -> Result<Vec<SentFlush>, EngineError> {
+    shards
+        .values()
+        .enumerate()
+        .map(|(k, slot)| Ok((slot.clone(), slot.send_flush(k)?)))
         .collect()
 }

@@ -30,6 +30,7 @@ mod checkpoint_state;
 mod claim_sync;
 pub mod crash;
 pub mod disk;
+mod effects_flush;
 mod finish;
 mod held;
 mod keys;
@@ -186,7 +187,7 @@ pub struct Engine {
     config: Arc<Config>,
     crash: Arc<dyn CrashHook>,
     wal: Arc<Wal>,
-    audit: Wal,
+    audit: Arc<Wal>,
     /// The request-key table (`keys.rs`).
     keys: Wal,
     /// The key table's index on disk (`keys.rs`, `roost_keyindex`).
@@ -232,6 +233,8 @@ pub struct Engine {
     rounds: round_queue::Rounds,
     /// The thread that syncs a claim step's WAL records while its results are prepared.
     claim_syncer: claim_sync::ClaimSyncer,
+    /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
+    effects_flusher: effects_flush::EffectsFlusher,
     pub stats: Arc<Stats>,
     opened: Instant,
     recovery: RecoveryReport,
@@ -278,6 +281,7 @@ impl Engine {
         let backup_pins = parts.pins.clone();
         let log_role = log_role.open(parts)?;
         let claim_syncer = claim_sync::ClaimSyncer::start(wal.clone());
+        let effects_flusher = effects_flush::EffectsFlusher::start(audit.clone(), failed.clone());
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
         let engine = Engine {
@@ -308,6 +312,7 @@ impl Engine {
             held: held::HeldClaims::default(),
             rounds: round_queue::Rounds::default(),
             claim_syncer,
+            effects_flusher,
             stats: Arc::new(Stats::default()),
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
@@ -541,7 +546,7 @@ fn open_logs(
     storage: &Arc<dyn Storage>,
     layout: &Layout,
     config: &Config,
-) -> Result<(Arc<Wal>, Wal, Wal, KeyIndex), EngineError> {
+) -> Result<(Arc<Wal>, Arc<Wal>, Wal, KeyIndex), EngineError> {
     let wal_opts = wal_options(config);
     let wal = Wal::open_with(storage.clone(), layout.wal(), wal_opts.clone())?;
     // The audit log grows with history (kept unless `audit_retain_*`): open scans only its
@@ -557,7 +562,7 @@ fn open_logs(
         &layout.key_index(),
         key_index_options(config),
     )?;
-    Ok((Arc::new(wal), audit, keys, index))
+    Ok((Arc::new(wal), Arc::new(audit), keys, index))
 }
 
 /// What the log role is opened from: the engine's WAL, and a fresh latch, condvar and pins

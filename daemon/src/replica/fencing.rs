@@ -21,13 +21,30 @@ impl Replication {
     /// batches and give no more answers, at once. Answers waiting for a standby give up;
     /// their batches stay claimed for whoever leads next.
     pub fn fence(&self, why: &str) {
-        let mut role = lock(&self.role);
-        if *role == Role::Primary {
-            let epoch = self.epoch();
+        self.leave_lead(|epoch| {
             warn!(
                 epoch,
                 why, "fenced: this node no longer leads and takes no more batches"
-            );
+            )
+        });
+    }
+
+    /// A planned end of leadership (a switchover, a graceful stop: `serve/handover.rs`), as
+    /// [`Replication::fence`], before the lease is given up.
+    pub fn hand_over_lead(&self, why: &str) {
+        self.leave_lead(|epoch| {
+            info!(
+                epoch,
+                why, "stepping down: this node no longer leads and takes no more batches"
+            )
+        });
+    }
+
+    fn leave_lead(&self, log: impl FnOnce(u32)) {
+        let mut role = lock(&self.role);
+        if *role == Role::Primary {
+            let epoch = self.epoch();
+            log(epoch);
             *role = Role::SteppedDown { epoch };
             drop(role);
             self.stop_waiting_for_standby();

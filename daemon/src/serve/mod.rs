@@ -9,6 +9,7 @@
 //! quarantine), `bulk` (a bulk file's lines to its result), `sidecars` (control socket,
 //! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
+mod handover;
 mod sidecars;
 pub mod signals;
 
@@ -335,7 +336,14 @@ async fn follow_the_cluster(
             }
             !shared.rejoin.load(Ordering::SeqCst)
         }
-        crate::pipeline::Role::Primary => true,
+        crate::pipeline::Role::Primary => match handover::switchover_asked(shared) {
+            Some(to) => {
+                info!(to = %to, "cluster: switchover: this leader takes no more batches, finishes those in flight and hands over");
+                shared.rejoin();
+                false
+            }
+            None => true,
+        },
     }
 }
 
@@ -560,36 +568,6 @@ impl AgentStop {
     }
 }
 
-/// How long a leader's graceful stop gives its in-sync standbys to fetch its log's durable
-/// end before it gives up its lease (a clean handover: the next leader holds everything this
-/// one wrote, and nothing is cut when it rejoins).
-const HANDOVER_WAIT: Duration = Duration::from_millis(500);
-
-/// A leader's clean handover (see [`HANDOVER_WAIT`]): waits until every connected in-sync
-/// standby acknowledged this node's durable log end, at most that long.
-async fn hand_over(shared: &Shared) {
-    let repl = &shared.repl;
-    if shared.engine.role() != crate::pipeline::Role::Primary || shared.engine.is_failed() {
-        return;
-    }
-    let Some(isr) = repl.isr() else {
-        return;
-    };
-    let until = Instant::now() + HANDOVER_WAIT;
-    while Instant::now() < until {
-        let end = repl.durable_end();
-        let behind = repl
-            .standbys()
-            .iter()
-            .any(|(n, s)| isr.contains(n) && s.connected && s.acked < end);
-        if !behind {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    info!("stopping: an in-sync standby did not fetch this leader's log end in time");
-}
-
 /// The graceful stop: take no more files nor streamed lines, wait for every in-flight batch
 /// to reach its result (or fail), make the lazily written done records durable, let a
 /// cluster leader's in-sync standbys fetch them (`hand_over`), then give up the lease and
@@ -623,7 +601,7 @@ async fn shutdown(
     shared.repl.stop_waiting_for_standby();
     let _all = all;
     last_checkpoint(shared).await;
-    hand_over(shared).await;
+    handover::hand_over(shared).await;
     agent.stop().await;
     repl.stop().await;
     stream.close(STREAM_CLOSE_GRACE).await;

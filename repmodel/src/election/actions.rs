@@ -14,6 +14,7 @@ pub fn next(cfg: &Config, s: &State, out: &mut Successors<State>) {
     campaign(cfg, s, out);
     keepalive(cfg, s, out);
     check_and_fence(cfg, s, out);
+    hand_over(cfg, s, out);
     append(cfg, s, out);
     follow(cfg, s, out);
     fetch(cfg, s, out);
@@ -152,6 +153,41 @@ fn check_and_fence(cfg: &Config, s: &State, out: &mut Successors<State>) {
         } else if cfg.gap {
             next.node_mut(n).checked = true;
             out.push(Label::new("Check").replica("node", n), next);
+        }
+    }
+}
+
+/// A leader's handover (with `Config::handover`), in two steps with any steps between:
+/// `StepDown(node)`: it stops leading, at any time, keeping its epoch and log (as a fence
+/// does, before its lease ran out); `Resign(node)`: a node that no longer leads deletes the
+/// key it still holds, in a transaction guarded by that key, so that a node of the ISR may
+/// win at once (whoever wins: that a switchover's target is preferred only narrows who
+/// campaigns). `Flaw::ResignBeforeStepDown` lets a leader delete its key while it leads.
+fn hand_over(cfg: &Config, s: &State, out: &mut Successors<State>) {
+    if !cfg.handover {
+        return;
+    }
+    for n in cfg.all() {
+        let node = s.node(n);
+        if node.is_leader() {
+            let mut next = *s;
+            *next.node_mut(n) = Node {
+                role: Role::Follower,
+                hw: 0,
+                isr: ReplicaSet::EMPTY,
+                renewal: Renewal::Idle,
+                deadline: 0,
+                checked: false,
+                ..*node
+            };
+            out.push(Label::new("StepDown").replica("node", n), next);
+        }
+        let may_resign = !node.is_leader() || cfg.flaws.has(Flaw::ResignBeforeStepDown);
+        if s.holds_key(n) && may_resign {
+            let mut next = *s;
+            next.store.holder = None;
+            next.store.lease = 0;
+            out.push(Label::new("Resign").replica("node", n), next);
         }
     }
 }

@@ -103,6 +103,9 @@ pub fn describe(cfg: &Config) -> String {
     };
     let gap = if cfg.gap { "gap" } else { "no-gap" };
     let mut text = format!("ack={ack} {gap}");
+    if cfg.handover {
+        text.push_str(" handover");
+    }
     for flaw in cfg.flaws.iter() {
         let _ = write!(text, " flaw={}", flaw.key());
     }

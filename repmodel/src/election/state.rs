@@ -44,10 +44,12 @@ pub enum Flaw {
     EpochFromNode,
     /// (f) A standby counts as caught up once it reaches the leader's hw, not its log end.
     IsrGrowAtHw,
+    /// (g) A leader handing over deletes its key before it stops answering.
+    ResignBeforeStepDown,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 7] = [
+    pub const ALL: [Flaw; 8] = [
         Flaw::NoMargin,
         Flaw::CampaignOutsideIsr,
         Flaw::IsrGrowStoreFirst,
@@ -55,6 +57,7 @@ impl Flaw {
         Flaw::AcksAcrossEpochs,
         Flaw::EpochFromNode,
         Flaw::IsrGrowAtHw,
+        Flaw::ResignBeforeStepDown,
     ];
 
     /// The name printed in tables and accepted by the command line.
@@ -67,6 +70,7 @@ impl Flaw {
             Flaw::AcksAcrossEpochs => "acks-across-epochs",
             Flaw::EpochFromNode => "epoch-from-node",
             Flaw::IsrGrowAtHw => "isr-grow-at-hw",
+            Flaw::ResignBeforeStepDown => "resign-before-step-down",
         }
     }
 
@@ -117,6 +121,9 @@ pub struct Config {
     /// Whether a pause can fall between a leader's deadline check and its act (a real process
     /// can stop there); without it the check and the act are one step.
     pub gap: bool,
+    /// Whether a leader may hand over (issue 42: a switchover, a graceful stop): it stops
+    /// answering (`StepDown`), then deletes its key (`Resign`) so that another may win.
+    pub handover: bool,
     pub flaws: Flaws,
 }
 
@@ -145,6 +152,7 @@ impl Config {
             batches: 2,
             ack,
             gap: true,
+            handover: false,
             flaws: Flaws::NONE,
         }
     }
@@ -170,6 +178,13 @@ impl Config {
 
     pub const fn without_gap(self) -> Config {
         Config { gap: false, ..self }
+    }
+
+    pub const fn with_handover(self) -> Config {
+        Config {
+            handover: true,
+            ..self
+        }
     }
 
     pub fn with(self, flaw: Flaw) -> Config {

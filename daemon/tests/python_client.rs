@@ -1,7 +1,8 @@
 //! The Python client (`clients/python`, package `roost-client`) against this build's
 //! `roost`: its pytest suite, run from the workspace root with `ROOST_BIN` set, so
-//! `cargo test --workspace` covers it. Without pytest the test fails ("install
-//! python3-pytest"), never skips.
+//! `cargo test --workspace` covers it, and `mypy --strict` on it. Without pytest or mypy
+//! the test fails ("install python3-pytest", "install mypy"), never skips. Its failover
+//! against the three-node cluster: `python_failover.rs`.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -50,4 +51,53 @@ fn python_client_suite_passes() {
         "the Python client's tests failed (exit {:?}); pytest's output is above",
         out.status.code()
     );
+}
+
+/// How to run mypy: `python3 -m mypy`, Debian's `/usr/bin/python3 -m mypy`, or a `mypy` on
+/// the PATH.
+fn mypy() -> Option<Vec<&'static str>> {
+    let candidates: [&[&'static str]; 3] = [
+        &["python3", "-m", "mypy"],
+        &["/usr/bin/python3", "-m", "mypy"],
+        &["mypy"],
+    ];
+    candidates.into_iter().map(<[&str]>::to_vec).find(|c| {
+        Command::new(c[0])
+            .args(&c[1..])
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Goal (issue 43): the client is typed for its callers: `mypy --strict` (the settings in
+/// `clients/python/pyproject.toml`, Python 3.9) finds nothing in the package, in the
+/// failover test's client script, nor in `tests/typing_usage.py`, which assigns
+/// `Spool.submit`'s answer to a `Result` by default and to a `str` under `wait=False`.
+#[test]
+fn python_client_is_mypy_strict_clean() {
+    let cmd = mypy().expect("no mypy: install mypy (apt-get install mypy)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .args([
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            "/dev/null",
+            "roost_client",
+            "tests/typing_usage.py",
+            "tests/failover_client.py",
+        ])
+        .current_dir(&dir)
+        .output()
+        .expect("run mypy");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(out.status.success(), "mypy --strict found errors:\n{text}");
+    assert!(text.contains("Success: no issues found"), "{text}");
 }

@@ -1,9 +1,12 @@
 """A batch as the bytes to send, and its request key when it has a readable one."""
 
-import json
-from typing import Optional, Tuple, Union
+from __future__ import annotations
 
-Batch = Union[dict, str, bytes]
+import json
+from typing import Any, Dict, Optional, Tuple, Union
+
+# A batch: its JSON object as a dict, or its JSON text as str or bytes.
+Batch = Union[Dict[str, Any], str, bytes]
 
 
 def encode(batch: Batch) -> Tuple[bytes, Optional[str]]:

@@ -5,9 +5,11 @@ A status this client does not know, a missing field or a field of the wrong type
 like a bulk line's `line`) are ignored.
 """
 
+from __future__ import annotations
+
 import json
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Type, TypeVar, Union
 
 from .errors import ProtocolError
 
@@ -76,28 +78,39 @@ _STATUS_OF = {
 }
 
 
-def _get(obj: dict, name: str, kind, optional: bool = False):
+_T = TypeVar("_T", int, str, List[Any])
+
+
+def _get_optional(obj: Dict[str, Any], name: str, kind: Type[_T]) -> Optional[_T]:
+    """`obj[name]` if it is a `kind`, None if it is absent or null."""
     if name not in obj or obj[name] is None:
-        if optional:
-            return None
-        raise ProtocolError(f"result without {name!r}: {obj!r}")
+        return None
     value = obj[name]
     # bool is an int in Python; the contract's integers never are booleans.
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ProtocolError(f"result field {name!r} is not {kind.__name__}: {obj!r}")
-    if kind is int and value < 0:
+    if isinstance(value, int) and value < 0:
         raise ProtocolError(f"result field {name!r} is negative: {obj!r}")
     return value
 
 
-def _op(o) -> Op:
+def _get(obj: Dict[str, Any], name: str, kind: Type[_T]) -> _T:
+    """`obj[name]`, which must be a `kind`."""
+    value = _get_optional(obj, name, kind)
+    if value is None:
+        raise ProtocolError(f"result without {name!r}: {obj!r}")
+    return value
+
+
+def _op(o: object) -> Op:
     if not isinstance(o, dict):
         raise ProtocolError(f"result op is not an object: {o!r}")
     return Op(_get(o, "op", str), _get(o, "shard", str), _get(o, "id", int))
 
 
-def parse_result(raw: Union[str, bytes, dict]) -> Result:
+def parse_result(raw: Union[str, bytes, Dict[str, Any]]) -> Result:
     """One result (a result file's JSON or one answer line) as its typed result."""
+    obj: object
     if isinstance(raw, dict):
         obj = raw
     else:
@@ -110,12 +123,15 @@ def parse_result(raw: Union[str, bytes, dict]) -> Result:
     status = obj.get("status")
     # Only invalid and unavailable answers may lack a key (a line that could not be read,
     # a connection refused).
-    key = _get(obj, "request_key", str, optional=status in ("invalid", "unavailable"))
+    if status in ("invalid", "unavailable"):
+        key = _get_optional(obj, "request_key", str)
+    else:
+        key = _get(obj, "request_key", str)
     if status == "committed":
         ops = _get(obj, "ops", list)
         return Committed(key, _get(obj, "lsn", int), [_op(o) for o in ops])
     if status == "rejected":
-        return Rejected(key, _get(obj, "reason", str), _get(obj, "op_index", int, optional=True))
+        return Rejected(key, _get(obj, "reason", str), _get_optional(obj, "op_index", int))
     if status == "conflict":
         return Conflict(key, _get(obj, "lsn", int), _get(obj, "reason", str))
     if status == "invalid":

@@ -3,18 +3,28 @@ write `tmp/.NAME.PID.N`, flush and fsync it, rename it into `new/NAME`, fsync `n
 daemon ignores dot-files and the rename is atomic, so it sees the whole file or none; once
 `submit` has delivered, the file survives a power loss. With `wait`, the result file
 `out/NAME` is polled for (bounded sleeps) and returned typed.
+
+Once a result is read the batch is done, whatever follows: a result file this process may not
+delete (`out/` is the daemon's, 2750 under the package: a client in `roost-submit` can read
+it, not delete it) is left in place with a warning on the `roost_client` logger, never an
+exception for a batch that committed.
 """
 
+from __future__ import annotations
+
 import itertools
+import logging
 import os
 import re
 import time
 import uuid
-from typing import Optional, Union
+from typing import Literal, Optional, Union, overload
 
 from ._batch import Batch, encode
 from .errors import NoAnswer, RoostError
 from .results import Result, parse_result
+
+log = logging.getLogger("roost_client")
 
 _TMP_SEQ = itertools.count()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -33,13 +43,43 @@ def safe_name(request_key: Optional[str]) -> str:
 class Spool:
     """The spool directory of a roost (`<data-dir>/spool` unless `spool_dir` says otherwise)."""
 
-    def __init__(self, path: Union[str, os.PathLike], poll_max: float = 0.05):
+    def __init__(self, path: Union[str, "os.PathLike[str]"], poll_max: float = 0.05):
         self.path = os.fspath(path)
         self.tmp = os.path.join(self.path, "tmp")
         self.new = os.path.join(self.path, "new")
         self.out = os.path.join(self.path, "out")
         self.failed = os.path.join(self.path, "failed")
         self.poll_max = poll_max
+
+    @overload
+    def submit(
+        self,
+        batch: Batch,
+        wait: Literal[True] = ...,
+        timeout: float = ...,
+        name: Optional[str] = ...,
+        keep_result: bool = ...,
+    ) -> Result: ...
+
+    @overload
+    def submit(
+        self,
+        batch: Batch,
+        wait: Literal[False],
+        timeout: float = ...,
+        name: Optional[str] = ...,
+        keep_result: bool = ...,
+    ) -> str: ...
+
+    @overload
+    def submit(
+        self,
+        batch: Batch,
+        wait: bool,
+        timeout: float = ...,
+        name: Optional[str] = ...,
+        keep_result: bool = ...,
+    ) -> Union[Result, str]: ...
 
     def submit(
         self,
@@ -51,17 +91,25 @@ class Spool:
     ) -> Union[Result, str]:
         """Delivers `batch` (a dict, or its JSON as str/bytes) under `name`, or a name made
         from its request key (`NAME-1.json`, ... if `new/`, `out/` or `failed/` has it, as
-        `roost submit` picks). Without `wait`, returns the spool name used; with it, waits up
-        to `timeout` seconds for the result (else `NoAnswer`) and returns it typed, deleting
-        `out/NAME` once read unless `keep_result`."""
+        `roost submit` picks). With `wait` (the default), waits up to `timeout` seconds for
+        the result (else `NoAnswer`) and returns it typed (a `Result`), deleting `out/NAME`
+        once read unless `keep_result`. With `wait=False`, returns the spool name used (a
+        `str`), as `send` does; `wait(name)` gets the result later. Type checkers see which
+        from the literal `wait` given."""
+        spool_name = self.send(batch, name)
+        if not wait:
+            return spool_name
+        return self.wait(spool_name, timeout, keep_result)
+
+    def send(self, batch: Batch, name: Optional[str] = None) -> str:
+        """Delivers `batch` as `submit` does without waiting, and returns the spool name
+        used (pass it to `wait`)."""
         data, key = encode(batch)
         if name is not None and (not name or name.startswith(".") or "/" in name or "\0" in name):
             raise ValueError(f"{name!r} is not a spool name (one path component, no leading dot)")
-        name = self._free_name(name or safe_name(key))
-        self.deliver(name, data)
-        if not wait:
-            return name
-        return self.wait(name, timeout, keep_result)
+        spool_name = self._free_name(name or safe_name(key))
+        self.deliver(spool_name, data)
+        return spool_name
 
     def deliver(self, name: str, data: bytes) -> None:
         """`tmp/.NAME.PID.N`, fsync, rename into `new/NAME`, fsync `new/`."""
@@ -94,7 +142,10 @@ class Spool:
 
     def wait(self, name: str, timeout: float = 60.0, keep_result: bool = False) -> Result:
         """The result of `new/NAME` once `out/NAME` appears (it appears whole: roost renames
-        it into place), or `NoAnswer` after `timeout` seconds."""
+        it into place), or `NoAnswer` after `timeout` seconds. `out/NAME` is deleted once
+        read unless `keep_result`; if it cannot be (this user may read `out/`, not write it),
+        it stays, a warning is logged, and the result is returned all the same: the batch
+        is done, and a later `submit` picks a free name."""
         path = os.path.join(self.out, name)
         deadline = time.monotonic() + timeout
         pause = 0.001
@@ -111,10 +162,7 @@ class Spool:
                 pause = min(pause * 2, self.poll_max)
         result = parse_result(text)
         if not keep_result:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            _remove_result(path)
         return result
 
     def _free_name(self, base: str) -> str:
@@ -133,3 +181,14 @@ class Spool:
             if not taken(cand):
                 return cand
         raise AssertionError("unreachable")
+
+
+def _remove_result(path: str) -> None:
+    """Deletes a result file already read; a failure is logged, never raised (the batch it
+    answers is done)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("result %s read but not deleted (%s); it stays in out/", path, e)

@@ -1,6 +1,7 @@
 """A real `roost serve` for the tests: the binary from ROOST_BIN, else the workspace's
 target/debug/roost; never skipped (a missing binary fails every test that needs it)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -78,6 +79,12 @@ class Daemon:
             timeout=10,
         )
         return r.returncode == 0
+
+    def status(self) -> dict:
+        """`roost status --json`, parsed."""
+        r = self.roost("status", "--json")
+        assert r.returncode == 0, f"roost status: {r.stderr}"
+        return json.loads(r.stdout)
 
     def stop(self) -> int:
         """SIGTERM, and the exit code (bounded wait, then SIGKILL)."""

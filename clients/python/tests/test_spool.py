@@ -74,3 +74,44 @@ def test_waiting_is_bounded():
         with pytest.raises(NoAnswer):
             Spool(d).submit(order("k"), timeout=0.2)
         assert os.listdir(os.path.join(d, "new")) == ["k.json"]
+
+
+def test_a_result_this_user_may_not_delete_is_returned_not_raised(daemon, monkeypatch, caplog):
+    """A client that may read `out/` but not write it (a `roost-submit` member under the
+    package: `out/` is 2750) gets its committed result, with a warning, never the
+    `PermissionError` of deleting it; the next submit under that name picks a free one and
+    gets the original answer. The refusal is the kernel's EACCES, made here for any user."""
+    import logging
+
+    import roost_client.spool
+
+    real_unlink = os.unlink
+    refused = []
+
+    def unlink(path, *args, **kwargs):
+        if os.path.dirname(os.fspath(path)) == str(daemon.spool / "out"):
+            refused.append(path)
+            raise PermissionError(13, "Permission denied", path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(roost_client.spool.os, "unlink", unlink)
+    spool = Spool(daemon.spool)
+    with caplog.at_level(logging.WARNING, logger="roost_client"):
+        first = spool.submit(order("no-delete"), timeout=30)
+    assert isinstance(first, Committed), first
+    assert refused and os.path.exists(os.path.join(spool.out, "no-delete.json"))
+    assert "read but not deleted" in caplog.text and "Permission denied" in caplog.text
+    again = spool.submit(order("no-delete"), timeout=30)
+    assert again == first
+    assert os.path.exists(os.path.join(spool.out, "no-delete-1.json"))
+
+
+def test_send_returns_the_name_and_submit_wait_false_still_does(daemon):
+    """`send` is `submit(wait=False)` with one return type (the spool name)."""
+    spool = Spool(daemon.spool)
+    name = spool.send(order("sent"))
+    assert name == "sent.json"
+    r = spool.wait(name, timeout=30)
+    assert isinstance(r, Committed) and r.request_key == "sent"
+    name2 = spool.submit(order("sent-2"), wait=False)
+    assert isinstance(name2, str) and isinstance(spool.wait(name2, timeout=30), Committed)

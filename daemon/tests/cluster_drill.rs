@@ -7,9 +7,10 @@
 //! for every strike, what a client waits (issue 42): the time to a new leader in status,
 //! to the probe client's first committed answer, and its longest stretch without one, per
 //! strike kind and overall (printed, never held to a bound: CI's timing is noise).
-//! Two more runs: a rolling restart (`--rolling`, each node stopped with SIGTERM in turn
+//! Three more runs: a rolling restart (`--rolling`, each node stopped with SIGTERM in turn
 //! and started again) must lose nothing and print its longest stretch without a committed
-//! answer; a quiet run (`--quiet-secs`, load and no fault) must see no leader change.
+//! answer; a quiet run (`--quiet-secs`, load and no fault) must see no leader change;
+//! planned switchovers (`--switchovers`) must each move the leader and lose nothing.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -80,6 +81,26 @@ fn a_rolling_restart_stops_each_node_gracefully_and_loses_nothing() {
     assert!(text.contains("    Term: 3 strikes;"), "{text}");
     let probes = text.lines().filter(|l| l.contains(": probe: ")).count();
     assert_eq!(probes, 3, "not a probe line per stop: {text}");
+}
+
+/// Goal: planned switchovers (issue 42) move leadership to the named node each time and
+/// lose nothing. Method: `--switchovers --kills 3` (to b, c, a or the like); exit 0, no
+/// violation, three `Switch` strikes each with a probe, the switchovers' longest stretch
+/// with a number (printed, not bounded).
+#[test]
+fn three_switchovers_move_the_leader_and_lose_nothing() {
+    let text = drill(&["--switchovers", "--kills", "3", "--batches", "60"]);
+    assert!(text.contains("violations: none"), "{text}");
+    assert!(text.contains("    Switch: 3 strikes;"), "{text}");
+    let done = text
+        .lines()
+        .filter(|l| l.contains("switchover done: "))
+        .count();
+    assert_eq!(done, 3, "not a switchover per round: {text}");
+    let probes = text.lines().filter(|l| l.contains(": probe: ")).count();
+    assert_eq!(probes, 3, "not a probe line per switchover: {text}");
+    let stretch = "longest stretch without a committed answer over the switchovers: ";
+    assert!(text.contains(stretch), "{text}");
 }
 
 /// Goal: without a fault the leader never changes (an election under plain load is a

@@ -3,6 +3,8 @@
 //! keeps sending batches; every batch is answered committed, keeps its ids when sent again,
 //! and the longest stretch with no committed answer anywhere is printed (goal: at most 2 s).
 //! Refusals: a name outside the in-sync set; the leader itself is "leads already".
+//! `ROOST_SWITCHOVERS=10 cargo test -p roost --test cluster_switchover -- --nocapture` runs
+//! ten in a row and prints each one's longest stretch.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -63,6 +65,14 @@ fn client(spool: PathBuf, prefix: String, stop: Arc<AtomicBool>) -> JoinHandle<V
     })
 }
 
+/// Switchovers in a row: 2, or `ROOST_SWITCHOVERS` (the 10, run by hand).
+fn rounds() -> usize {
+    std::env::var("ROOST_SWITCHOVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
 /// Runs `roost cluster switchover` with `node`'s configuration: exit code and output.
 fn switchover(node: &Node, to: &str) -> (i32, String) {
     let out = node.roost(&["cluster", "switchover", to]);
@@ -118,7 +128,7 @@ fn a_switchover_hands_leadership_to_the_named_standby_under_load() {
     std::thread::sleep(Duration::from_secs(1));
     let mut leader = l;
     let mut windows = Vec::new();
-    for round in 0..2 {
+    for round in 0..rounds() {
         let to = (leader + 1) % nodes.len();
         isr_names_all(&nodes, leader);
         let t0 = Instant::now();

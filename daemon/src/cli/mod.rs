@@ -157,6 +157,12 @@ pub enum Command {
         #[arg(long, requires = "cluster", conflicts_with = "rolling",
               value_parser = clap::value_parser!(u64).range(1..=86_400))]
         quiet_secs: Option<u64>,
+        /// With --cluster: planned switchovers instead of strikes: each of the --kills
+        /// strikes runs `roost cluster switchover` to the next node (exit 0 and that node
+        /// leading, else a violation); prints the longest stretch a client went without a
+        /// committed answer.
+        #[arg(long, requires = "cluster", conflicts_with_all = ["rolling", "quiet_secs"])]
+        switchovers: bool,
     },
     /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
     Certs {
@@ -382,6 +388,7 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
         lease_ms,
         rolling,
         quiet_secs,
+        switchovers,
     } = &cli.command
     else {
         anyhow::bail!("not a drill command");
@@ -389,10 +396,11 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
     let kind = match (*replicated, *cluster) {
         (_, true) => check::DrillKind::Cluster {
             lease_ms: *lease_ms,
-            mode: match (*rolling, *quiet_secs) {
-                (_, Some(secs)) => crate::drill::ClusterMode::Quiet { secs },
-                (true, None) => crate::drill::ClusterMode::Rolling,
-                (false, None) => crate::drill::ClusterMode::Strikes,
+            mode: match (*rolling, *quiet_secs, *switchovers) {
+                (_, Some(secs), _) => crate::drill::ClusterMode::Quiet { secs },
+                (true, None, _) => crate::drill::ClusterMode::Rolling,
+                (false, None, true) => crate::drill::ClusterMode::Switchovers,
+                (false, None, false) => crate::drill::ClusterMode::Strikes,
             },
         },
         (true, false) => check::DrillKind::Replicated,

@@ -28,6 +28,10 @@
 //! allows, fresh streamed batches in their place after) until N seconds have passed, then
 //! the final checks; every leader change it sees (epochs led beyond the first, or the
 //! nodes' `elections_won` beyond one and `fenced` above zero) is a violation.
+//! `--switchovers` (issue 42) runs `roost cluster switchover` from the leader to the next
+//! node each round (`Switch`); anything but exit 0 with that node leading is a violation;
+//! the probe runs from the command's start, and the round ends once the in-sync set names
+//! every node again.
 //!
 //! At the end every node stops gracefully and the drill checks: every acknowledged batch,
 //! sent again, gets its original answer; every committed create is in every node's shards,
@@ -79,6 +83,8 @@ pub enum ClusterMode {
     Rolling,
     /// `--quiet-secs N`: load without a fault for `secs`; any leader change is a violation.
     Quiet { secs: u64 },
+    /// `--switchovers`: `--kills` planned switchovers, each to the next node in turn.
+    Switchovers,
 }
 
 /// Runs the cluster drill in `opts.data_dir` with `lease_ms`; prints the summary; returns
@@ -101,6 +107,12 @@ pub fn run_cluster(opts: &DrillOptions, lease_ms: u64, mode: ClusterMode) -> any
             d.last_round()?;
         }
         ClusterMode::Quiet { secs } => d.quiet(Duration::from_secs(secs))?,
+        ClusterMode::Switchovers => {
+            for round in 0..opts.kills {
+                d.switchover_round(round)?;
+            }
+            d.last_round()?;
+        }
     }
     d.finish()?;
     d.judge_quiet();
@@ -116,10 +128,12 @@ enum Strike {
     Pause,
     Cut,
     Term,
+    /// `roost cluster switchover` to another node (`--switchovers`).
+    Switch,
 }
 
 impl Strike {
-    const KINDS: [&'static str; 4] = ["Kill", "Pause", "Cut", "Term"];
+    const KINDS: [&'static str; 5] = ["Kill", "Pause", "Cut", "Term", "Switch"];
 
     fn kind(self) -> &'static str {
         match self {
@@ -127,6 +141,7 @@ impl Strike {
             Strike::Pause => Strike::KINDS[1],
             Strike::Cut => Strike::KINDS[2],
             Strike::Term => Strike::KINDS[3],
+            Strike::Switch => Strike::KINDS[4],
         }
     }
 }
@@ -338,6 +353,63 @@ impl<'a> Cluster<'a> {
         self.wait_in_sync(round, n, t0)
     }
 
+    /// One round of `--switchovers`: half the files and the streams, `roost cluster
+    /// switchover` from the leader to the next node with the probe started at it, the other
+    /// half, the probe's end, every answer, and every node back in the in-sync set.
+    fn switchover_round(&mut self, round: usize) -> anyhow::Result<()> {
+        let from = self.b.sent.len();
+        let l = self.leader(None, ELECTION_LIMIT)?;
+        let to = (l + 1) % NAMES.len();
+        self.send_files(self.per_round / 2)?;
+        self.stream_all();
+        std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
+        let t0 = Instant::now();
+        let probe = self.start_probe(round, l, t0)?;
+        let took = self.switch_over(round, l, to, t0)?;
+        self.send_files(self.per_round - self.per_round / 2)?;
+        probe.struck_node_back();
+        self.stream_all();
+        self.take_probe(round, (Strike::Switch, took), probe.finish()?);
+        self.wait_answers(from)?;
+        self.wait_in_sync(round, to, t0)
+    }
+
+    /// Runs `roost cluster switchover NAMES[to]` on `l`'s configuration: anything but exit 0
+    /// with `to` leading is a violation. Returns the time to `to` leading.
+    fn switch_over(
+        &mut self,
+        round: usize,
+        l: usize,
+        to: usize,
+        t0: Instant,
+    ) -> anyhow::Result<Option<Duration>> {
+        let out = std::process::Command::new(&self.bin)
+            .arg("--config")
+            .arg(&self.nodes[l].config)
+            .args(["cluster", "switchover", NAMES[to]])
+            .output()
+            .context("running roost cluster switchover")?;
+        let text = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .replace('\n', "; ");
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        let now = self.leader(None, ELECTION_LIMIT)?;
+        if !out.status.success() || now != to {
+            self.violations.push(format!(
+                "round {round}: switchover {} -> {}: {} ({text}{err}; {} leads)",
+                NAMES[l], NAMES[to], out.status, NAMES[now]
+            ));
+            return Ok(None);
+        }
+        let took = t0.elapsed();
+        self.failovers.push((Strike::Switch, took));
+        self.log.push(format!(
+            "round {round}: Switch {} -> {}: {text}",
+            NAMES[l], NAMES[to]
+        ));
+        Ok(Some(took))
+    }
+
     /// Waits for node `n`, sent SIGTERM at `t0`, to exit: anything but exit 0 within
     /// `TERM_LIMIT` is a violation (a node still running is killed). If it `led`, waits for
     /// another node to lead and returns that time (a failover of the report).
@@ -398,7 +470,7 @@ impl<'a> Cluster<'a> {
             let isr = self.nodes[l].status().map(|s| s["cluster"]["isr"].clone());
             if isr.is_some_and(|v| names_every_node(&v)) {
                 self.log.push(format!(
-                    "round {round}: {} in the in-sync set again {} ms after its SIGTERM",
+                    "round {round}: {} in the in-sync set again {} ms after the strike",
                     NAMES[n],
                     t0.elapsed().as_millis()
                 ));
@@ -527,6 +599,8 @@ impl<'a> Cluster<'a> {
 
     fn strike(&mut self, l: usize, s: Strike) {
         match s {
+            // Run by `switchover_round`, which waits for the command.
+            Strike::Switch => {}
             Strike::Kill => self.nodes[l].kill(),
             Strike::Term => self.nodes[l].signal(Signal::TERM),
             Strike::Pause => self.nodes[l].signal(Signal::STOP),
@@ -540,6 +614,7 @@ impl<'a> Cluster<'a> {
     /// Brings the struck node back (once another leads, if it led).
     fn recover(&mut self, l: usize, s: Strike) -> anyhow::Result<()> {
         match s {
+            Strike::Switch => {}
             Strike::Kill | Strike::Term => {
                 self.nodes[l].spawn(&self.bin, None, None)?;
                 self.nodes[l].ready()?;
@@ -863,8 +938,15 @@ impl<'a> Cluster<'a> {
             self.lease_ms
         );
         text += &probe::summary(&self.waits, &Strike::KINDS, &self.probe_counts);
-        if self.mode == ClusterMode::Rolling {
-            text += &probe::rolling_line(&self.waits, Strike::Term.kind());
+        match self.mode {
+            ClusterMode::Rolling => {
+                text +=
+                    &probe::rolling_line(&self.waits, Strike::Term.kind(), "the rolling restart")
+            }
+            ClusterMode::Switchovers => {
+                text += &probe::rolling_line(&self.waits, Strike::Switch.kind(), "the switchovers")
+            }
+            _ => {}
         }
         if let Some(l) = &self.quiet_line {
             text += l;

@@ -28,7 +28,7 @@ const PROMOTE_LIMIT: Duration = Duration::from_secs(30);
 pub(super) struct Node {
     pub name: &'static str,
     pub data: PathBuf,
-    config: PathBuf,
+    pub config: PathBuf,
     socket: PathBuf,
     root: PathBuf,
     /// The replication port, held from the kernel's own picks between the daemon's runs.

@@ -328,7 +328,7 @@ fn kind_line(kind: &str, ws: &[&Waited]) -> String {
 
 /// The rolling restart's line (`--rolling`): the longest stretch without a committed answer
 /// over its strikes of `kind` (0 without any).
-pub(super) fn rolling_line(waits: &[Waited], kind: &str) -> String {
+pub(super) fn rolling_line(waits: &[Waited], kind: &str, over: &str) -> String {
     let longest = waits
         .iter()
         .filter(|w| w.kind == kind)
@@ -336,7 +336,7 @@ pub(super) fn rolling_line(waits: &[Waited], kind: &str) -> String {
         .max()
         .unwrap_or_default();
     format!(
-        "  longest stretch without a committed answer over the rolling restart: {} ms\n",
+        "  longest stretch without a committed answer over {over}: {} ms\n",
         longest.as_millis()
     )
 }
@@ -409,11 +409,11 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            rolling_line(&waits, "Term"),
+            rolling_line(&waits, "Term", "the rolling restart"),
             "  longest stretch without a committed answer over the rolling restart: 2100 ms\n"
         );
         assert_eq!(
-            rolling_line(&[], "Term"),
+            rolling_line(&[], "Term", "the rolling restart"),
             "  longest stretch without a committed answer over the rolling restart: 0 ms\n"
         );
     }

@@ -510,7 +510,12 @@ async fn lead_step(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step
         ));
     }
     let step = keep_isr(cl, node, led_since).await?;
-    read_switchover(cl, node).await?;
+    if matches!(step, Step::Leading) {
+        // A failed read is only noted: it must not hide the step's outcome.
+        if let Err(e) = read_switchover(cl, node).await {
+            note_error(cl, e);
+        }
+    }
     Ok(step)
 }
 

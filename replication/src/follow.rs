@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::timeout;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::decide::{follower_truncation, plausible_epoch, Truncation};
 use crate::log::{Entry, Epoch, FollowerLog, Lsn};
@@ -221,7 +221,10 @@ async fn run<F: FollowerLog>(
         let retry = match end {
             End::Done(done) => return Ok(done),
             End::Fatal(e) => {
-                error!(leader = %addr, error = %e, "replication stopped");
+                // WARN, not ERROR: the host decides what it means (a cluster node whose log
+                // must be cut or re-seeded starts again as a follower, issue 42), and logs
+                // an ERROR itself when it stops for it.
+                warn!(leader = %addr, error = %e, "replication stopped");
                 status.set_error(e.to_string());
                 return Err(e);
             }

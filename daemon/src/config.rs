@@ -101,9 +101,18 @@ pub struct Config {
     /// The control socket for `roost status` [default: $RUNTIME_DIRECTORY/roost.sock, else
     /// <data_dir>/roost.sock].
     pub control_socket: Option<PathBuf>,
-    /// Serve Prometheus metrics over HTTP on this loopback address (e.g. "127.0.0.1:9187").
-    /// Off by default. The metrics are also on the control socket (`roost status --metrics`).
+    /// Serve Prometheus metrics and the health checks over HTTP on this address (e.g.
+    /// "127.0.0.1:9187", or "0.0.0.0:9187" for a Prometheus elsewhere: then secure it with
+    /// `metrics_web_config`). Off by default. The metrics are also on the control socket
+    /// (`roost status --metrics`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The metrics listener's TLS and basic auth: a web configuration file in the format
+    /// Prometheus exporters read (exporter-toolkit's `web.yml`: `tls_server_config`,
+    /// `basic_auth_users`; `control/http/web_config.rs`). Unset: plain HTTP, no password.
+    pub metrics_web_config: Option<PathBuf>,
+    /// Also export the deprecated metric names beside their new ones (docs/metrics.md,
+    /// "Renamed"). Off by default: the old names are no longer served unless asked for.
+    pub metrics_legacy_names: bool,
     /// How result files in `out/` are made durable before their inputs are removed; see
     /// [`ResultSync`].
     pub result_sync: ResultSync,
@@ -428,6 +437,8 @@ impl Default for Config {
             umask: 0o027,
             control_socket: None,
             metrics_listen: None,
+            metrics_web_config: None,
+            metrics_legacy_names: false,
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
             shards_max: 1024,
@@ -560,6 +571,12 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "stream_in_flight_max, stream_connections_max, stream_line_bytes_max and stream_batches_running_max must be > 0".into(),
+            ));
+        }
+        if self.metrics_web_config.is_some() && self.metrics_listen.is_none() {
+            return Err(ConfigError::Invalid(
+                "metrics_web_config is set without metrics_listen: there is no listener to secure"
+                    .into(),
             ));
         }
         self.validate_replication()

@@ -5,13 +5,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod cluster_section;
+pub mod effective;
+pub mod keys;
 pub use cluster_section::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
 
 /// Limits and policies for one shard, from `[shards.NAME]`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
     /// Largest record (canonical JSON bytes) a create may carry.
@@ -46,7 +48,7 @@ fn default_trigger_timeout_ms() -> u64 {
 }
 
 /// The whole configuration. Every field has a default.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub data_dir: PathBuf,
@@ -196,7 +198,7 @@ pub struct Config {
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReplicationConfig {
     /// A primary accepts standbys here (e.g. "127.0.0.1:7400").
@@ -255,7 +257,7 @@ fn is_loopback(addr: &str) -> bool {
 }
 
 /// See [`ReplicationConfig::reseed`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Reseed {
     #[default]
@@ -286,7 +288,7 @@ impl Default for ReplicationConfig {
 }
 
 /// See [`ReplicationConfig::ack`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Ack {
     #[default]
@@ -295,7 +297,7 @@ pub enum Ack {
 }
 
 /// See [`ReplicationConfig::when_standby_lost`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum StandbyLost {
     #[default]
@@ -398,7 +400,7 @@ impl ReplicationConfig {
 
 /// How a round of result files is made durable (equally durable; they differ in cost and in
 /// what else they wait for).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ResultSync {
     /// One `fdatasync` per result file, issued by the batches' own workers concurrently (the

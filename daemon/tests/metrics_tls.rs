@@ -1,0 +1,328 @@
+//! A Prometheus on another machine scrapes roost (issue 43, docs/metrics.md "Securing the
+//! endpoint"): `roost serve` in one network namespace with `metrics_listen` on its own
+//! non-loopback address, secured by an exporter-toolkit web configuration (TLS from a `roost
+//! certs` CA, basic auth with a bcrypt hash); the scraper in a second namespace across a veth
+//! link, a rustls client that checks the server's certificate against that CA and its name.
+//! Every namespace, address and packet exists only inside the two namespaces this test makes
+//! (the host's own network is never touched); they are deleted when it ends, also on panic.
+//! Needs root and `ip netns` (iproute2); fails, never skips, without them.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+const PORT: u16 = 9187;
+/// The name `roost certs issue` puts in the server certificate (SAN dNSName).
+const SERVER_NAME: &str = "metrics.roost.test";
+const USER: &str = "prometheus";
+const PASSWORD: &str = "scrape-me";
+
+/// Two namespaces joined by a veth pair: the daemon's (`.1`) and the scraper's (`.2`).
+struct Link {
+    server_ns: String,
+    client_ns: String,
+    server_ip: String,
+}
+
+impl Link {
+    fn new() -> Link {
+        let euid = rustix::process::geteuid();
+        assert!(
+            euid.is_root(),
+            "metrics_tls needs root (network namespaces, a veth pair); euid is {}",
+            euid.as_raw()
+        );
+        let pid = std::process::id();
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let subnet = format!("10.{}.{}", 100 + random % 151, pid % 250);
+        let link = Link {
+            server_ns: format!("roost-m{pid}-srv"),
+            client_ns: format!("roost-m{pid}-cli"),
+            server_ip: format!("{subnet}.1"),
+        };
+        for ns in [&link.server_ns, &link.client_ns] {
+            ip(&["netns", "add", ns]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        let (s, c) = (&link.server_ns, &link.client_ns);
+        ip(&[
+            "-n", s, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", c,
+        ]);
+        for (ns, host) in [(s, 1), (c, 2)] {
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{subnet}.{host}/24"),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        }
+        link
+    }
+
+    fn addr(&self) -> SocketAddr {
+        format!("{}:{PORT}", self.server_ip)
+            .parse()
+            .expect("an address")
+    }
+
+    /// Runs `f` on a thread moved into the scraper's namespace (its sockets are made there).
+    fn from_client<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.client_ns);
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&ns),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .expect("setns into the scraper's namespace");
+            f()
+        })
+        .join()
+        .expect("the scraper's thread")
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in [&self.server_ns, &self.client_ns] {
+            let _ = Command::new("ip").args(["netns", "delete", ns]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("ip not found ({e}): install iproute2 (.ci/run does)"));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// `roost certs init` and `issue NAME` in `dir`: the CA's path.
+fn certs(dir: &Path, name: &str) -> PathBuf {
+    for args in [vec!["init"], vec!["issue", name]] {
+        let out = Command::new(BIN)
+            .arg("certs")
+            .args(&args)
+            .arg("--dir")
+            .arg(dir)
+            .output()
+            .expect("run roost certs");
+        assert!(out.status.success(), "roost certs {args:?}: {out:?}");
+    }
+    dir.join("ca.pem")
+}
+
+/// What a scrape got: the status code and the body, or the failure before any answer.
+type Scraped = Result<(u16, String), String>;
+
+/// `GET path` over TLS, the server's certificate checked against `ca` for [`SERVER_NAME`],
+/// with `credentials` as basic auth.
+fn https_get(
+    addr: SocketAddr,
+    ca: &Path,
+    path: &str,
+    credentials: Option<(&str, &str)>,
+) -> Scraped {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).expect("the CA") {
+        roots.add(c.expect("a CA certificate")).expect("add the CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from(SERVER_NAME).expect("a DNS name");
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+    let tcp =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = credentials.map_or(String::new(), |(u, p)| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+        format!("Authorization: Basic {b64}\r\n")
+    });
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {SERVER_NAME}\r\nAccept: text/plain; version=0.0.4\r\n{auth}\r\n");
+    tls.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    if let Err(e) = tls.read_to_end(&mut out) {
+        // The server closes after its one answer; a close without close_notify is fine once
+        // the answer is in.
+        if out.is_empty() {
+            return Err(e.to_string());
+        }
+    }
+    parse(&String::from_utf8_lossy(&out))
+}
+
+/// A plain-HTTP `GET /metrics`, no TLS.
+fn http_get(addr: SocketAddr) -> Scraped {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    parse(&String::from_utf8_lossy(&out))
+}
+
+fn parse(answer: &str) -> Scraped {
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no answer: {answer:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok((code, body.to_owned()))
+}
+
+/// Goal: a remote scrape works by the Prometheus book: over TLS with basic auth from a
+/// client that checks the certificate; a wrong or missing password gets 401, plain HTTP
+/// and a client that trusts another CA get no metrics; the right one gets 200 and text that
+/// `promtool check metrics` accepts, the renamed metrics' old names beside the new ones
+/// (`metrics_legacy_names = true`); the health checks answer without a password.
+/// Method: the daemon in one namespace on its veth address, the scraper in another.
+#[test]
+fn a_remote_scrape_over_tls_with_basic_auth() {
+    let link = Link::new();
+    let t = tempfile::tempdir().expect("tempdir");
+    let ca = certs(&t.path().join("tls"), SERVER_NAME);
+    let other_ca = certs(&t.path().join("other"), SERVER_NAME);
+    let hash = bcrypt::hash(PASSWORD, 10).expect("bcrypt");
+    let web = t.path().join("web.yml");
+    let yml = format!("tls_server_config:\n  cert_file: tls/{SERVER_NAME}.pem\n  key_file: tls/{SERVER_NAME}.key\nbasic_auth_users:\n  {USER}: {hash}\n");
+    std::fs::write(&web, yml).expect("web.yml");
+    let cfg = t.path().join("roost.toml");
+    let toml = format!(
+        "metrics_listen = \"{}\"\nmetrics_web_config = \"{}\"\nmetrics_legacy_names = true\n",
+        link.addr(),
+        web.display()
+    );
+    std::fs::write(&cfg, toml).expect("roost.toml");
+    let wrapper = t.path().join("roost-in-ns");
+    let script = format!(
+        "#!/bin/sh\nexec ip netns exec {} {BIN} \"$@\"\n",
+        link.server_ns
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let data = t.path().join("data");
+    let mut d =
+        roost::drill::child::ServeChild::spawn(&wrapper, &data, &t.path().join("serve.log"), |c| {
+            c.arg("--config").arg(&cfg);
+        })
+        .expect("spawn roost serve");
+    d.ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    drop_and_wait(&data.join("spool"), "m1", Duration::from_secs(30));
+    let log = d.log_text();
+    let up = format!("metrics listener up");
+    assert!(
+        log.contains(&up) && log.contains("tls=true") && log.contains("basic_auth=true"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("not a loopback address"),
+        "warned with TLS and auth:\n{log}"
+    );
+
+    let (addr, ca2, other2) = (link.addr(), ca.clone(), other_ca.clone());
+    let answers = link.from_client(move || {
+        [
+            https_get(addr, &ca2, "/metrics", Some((USER, "wrong"))),
+            https_get(addr, &ca2, "/metrics", None),
+            https_get(addr, &ca2, "/metrics", Some(("nobody", PASSWORD))),
+            http_get(addr),
+            https_get(addr, &other2, "/metrics", Some((USER, PASSWORD))),
+            https_get(addr, &ca2, "/health", None),
+            https_get(addr, &ca2, "/metrics", Some((USER, PASSWORD))),
+        ]
+    });
+    let [wrong, none, nobody, plain, untrusted, health, right] = answers;
+    for (what, a) in [
+        ("a wrong password", &wrong),
+        ("no password", &none),
+        ("an unknown user", &nobody),
+    ] {
+        assert!(matches!(a, Ok((401, _))), "{what}: {a:?}");
+    }
+    assert!(
+        matches!(&plain, Ok((400, b)) if !b.contains("roost_")),
+        "plain HTTP got {plain:?}"
+    );
+    assert!(
+        untrusted.is_err(),
+        "a client trusting another CA got {untrusted:?}"
+    );
+    assert!(
+        matches!(&health, Ok((200, b)) if b.contains("\"check\":\"health\"")),
+        "{health:?}"
+    );
+    let Ok((200, text)) = right else {
+        panic!("the right password: {right:?}");
+    };
+    assert!(
+        text.contains("roost_batches_total{status=\"committed\"} 1\n"),
+        "{text}"
+    );
+    if let Err(e) = promtool(&text) {
+        panic!("{e}\n--- the metrics:\n{text}");
+    }
+    old_names_beside_new(&text);
+    assert_eq!(stop_code(&mut d), Some(0), "{}", d.log_text());
+}
+
+/// Each renamed metric under its new name and, with the same value, its old one.
+fn old_names_beside_new(text: &str) {
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .map(str::to_owned)
+    };
+    for (old, new) in [
+        (
+            "roost_replication_hw",
+            "roost_replication_high_watermark_lsn",
+        ),
+        ("roost_checkpoint_wal_from", "roost_checkpoint_wal_from_lsn"),
+    ] {
+        assert!(value(new).is_some(), "no {new} in\n{text}");
+        assert_eq!(value(old), value(new), "{old} is not {new}'s old name");
+    }
+}

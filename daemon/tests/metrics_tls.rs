@@ -86,7 +86,7 @@ impl Link {
     }
 
     /// Runs `f` on a thread moved into the scraper's namespace (its sockets are made there).
-    fn from_client<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    fn in_client_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/run/netns/{}", self.client_ns);
         std::thread::spawn(move || {
             let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -252,9 +252,10 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     drop_and_wait(&data.join("spool"), "m1", Duration::from_secs(30));
     let log = d.log_text();
-    let up = format!("metrics listener up");
     assert!(
-        log.contains(&up) && log.contains("tls=true") && log.contains("basic_auth=true"),
+        log.contains("metrics listener up")
+            && log.contains("tls=true")
+            && log.contains("basic_auth=true"),
         "{log}"
     );
     assert!(
@@ -263,7 +264,7 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
     );
 
     let (addr, ca2, other2) = (link.addr(), ca.clone(), other_ca.clone());
-    let answers = link.from_client(move || {
+    let answers = link.in_client_ns(move || {
         [
             https_get(addr, &ca2, "/metrics", Some((USER, "wrong"))),
             https_get(addr, &ca2, "/metrics", None),
@@ -280,19 +281,22 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
         ("no password", &none),
         ("an unknown user", &nobody),
     ] {
-        assert!(matches!(a, Ok((401, _))), "{what}: {a:?}");
+        assert!(matches!(a, Ok((401, _))), "{what}: {}", short(a));
     }
     assert!(
         matches!(&plain, Ok((400, b)) if !b.contains("roost_")),
-        "plain HTTP got {plain:?}"
+        "plain HTTP got {}",
+        short(&plain)
     );
     assert!(
         untrusted.is_err(),
-        "a client trusting another CA got {untrusted:?}"
+        "a client trusting another CA got {}",
+        short(&untrusted)
     );
     assert!(
         matches!(&health, Ok((200, b)) if b.contains("\"check\":\"health\"")),
-        "{health:?}"
+        "{}",
+        short(&health)
     );
     let Ok((200, text)) = right else {
         panic!("the right password: {right:?}");
@@ -306,6 +310,14 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
     }
     old_names_beside_new(&text);
     assert_eq!(stop_code(&mut d), Some(0), "{}", d.log_text());
+}
+
+/// An answer for a failure message: the status and the body's first line.
+fn short(a: &Scraped) -> String {
+    match a {
+        Ok((code, body)) => format!("{code} {:?}", body.lines().next().unwrap_or_default()),
+        Err(e) => format!("no answer: {e}"),
+    }
 }
 
 /// Each renamed metric under its new name and, with the same value, its old one.

@@ -23,13 +23,16 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 const PORT: u16 = 9187;
 /// The name `roost certs issue` puts in the server certificate (SAN dNSName).
 const SERVER_NAME: &str = "metrics.roost.test";
 const USER: &str = "prometheus";
 const PASSWORD: &str = "scrape-me";
+
+/// Links made by this process so far (part of each namespace's name).
+static LINKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Two namespaces joined by a veth pair: the daemon's (`.1`) and the scraper's (`.2`).
 struct Link {
@@ -51,9 +54,10 @@ impl Link {
             .build_hasher()
             .finish();
         let subnet = format!("10.{}.{}", 100 + random % 151, pid % 250);
+        let n = LINKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let link = Link {
-            server_ns: format!("roost-m{pid}-srv"),
-            client_ns: format!("roost-m{pid}-cli"),
+            server_ns: format!("roost-m{pid}-{n}-srv"),
+            client_ns: format!("roost-m{pid}-{n}-cli"),
             server_ip: format!("{subnet}.1"),
         };
         for ns in [&link.server_ns, &link.client_ns] {
@@ -125,40 +129,77 @@ fn ip(args: &[&str]) {
 
 /// `roost certs init` and `issue NAME` in `dir`: the CA's path.
 fn certs(dir: &Path, name: &str) -> PathBuf {
-    for args in [vec!["init"], vec!["issue", name]] {
-        let out = Command::new(BIN)
-            .arg("certs")
-            .args(&args)
-            .arg("--dir")
-            .arg(dir)
-            .output()
-            .expect("run roost certs");
-        assert!(out.status.success(), "roost certs {args:?}: {out:?}");
-    }
+    roost_certs(&["init"], dir);
+    issue(dir, name);
     dir.join("ca.pem")
+}
+
+/// `roost certs issue NAME` by the CA in `dir`.
+fn issue(dir: &Path, name: &str) {
+    roost_certs(&["issue", name], dir);
+}
+
+fn roost_certs(args: &[&str], dir: &Path) {
+    let out = Command::new(BIN)
+        .arg("certs")
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run roost certs");
+    assert!(out.status.success(), "roost certs {args:?}: {out:?}");
+}
+
+/// What a scraper trusts (a CA) and, for client certificate authentication, shows.
+#[derive(Clone)]
+struct Client {
+    ca: PathBuf,
+    /// Its certificate and key (PEM).
+    identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl Client {
+    fn trusting(ca: &Path) -> Client {
+        Client {
+            ca: ca.to_path_buf(),
+            identity: None,
+        }
+    }
 }
 
 /// What a scrape got: the status code and the body, or the failure before any answer.
 type Scraped = Result<(u16, String), String>;
 
-/// `GET path` over TLS, the server's certificate checked against `ca` for [`SERVER_NAME`],
-/// with `credentials` as basic auth.
+/// `GET path` over TLS, the server's certificate checked against the client's CA for
+/// [`SERVER_NAME`], with `credentials` as basic auth.
 fn https_get(
     addr: SocketAddr,
-    ca: &Path,
+    client: &Client,
     path: &str,
     credentials: Option<(&str, &str)>,
 ) -> Scraped {
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).expect("the CA") {
+    for c in CertificateDer::pem_file_iter(&client.ca).expect("the CA") {
         roots.add(c.expect("a CA certificate")).expect("add the CA");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match &client.identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .expect("the client certificate")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("a certificate");
+            let key = PrivateKeyDer::from_pem_file(key).expect("the client key");
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("a client identity")
+        }
+    };
     let name = ServerName::try_from(SERVER_NAME).expect("a DNS name");
     let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
     let tcp =
@@ -208,6 +249,36 @@ fn parse(answer: &str) -> Scraped {
     Ok((code, body.to_owned()))
 }
 
+/// `roost serve` in the server's namespace with `metrics_listen` on its veth address,
+/// `web.yml` holding `yml` and `extra` added to the configuration; waits until it serves.
+fn serve_in(link: &Link, dir: &Path, yml: &str, extra: &str) -> roost::drill::child::ServeChild {
+    let web = dir.join("web.yml");
+    std::fs::write(&web, yml).expect("web.yml");
+    let cfg = dir.join("roost.toml");
+    let toml = format!(
+        "metrics_listen = \"{}\"\nmetrics_web_config = \"{}\"\n{extra}",
+        link.addr(),
+        web.display()
+    );
+    std::fs::write(&cfg, toml).expect("roost.toml");
+    let wrapper = dir.join("roost-in-ns");
+    let script = format!(
+        "#!/bin/sh\nexec ip netns exec {} {BIN} \"$@\"\n",
+        link.server_ns
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&wrapper, mode).expect("chmod");
+    let (data, log) = (dir.join("data"), dir.join("serve.log"));
+    let mut d = roost::drill::child::ServeChild::spawn(&wrapper, &data, &log, |c| {
+        c.arg("--config").arg(&cfg);
+    })
+    .expect("spawn roost serve");
+    d.ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    d
+}
+
 /// Goal: a remote scrape works by the Prometheus book: over TLS with basic auth from a
 /// client that checks the certificate; a wrong or missing password gets 401, plain HTTP
 /// and a client that trusts another CA get no metrics; the right one gets 200 and text that
@@ -218,39 +289,12 @@ fn parse(answer: &str) -> Scraped {
 fn a_remote_scrape_over_tls_with_basic_auth() {
     let link = Link::new();
     let t = tempfile::tempdir().expect("tempdir");
-    let ca = certs(&t.path().join("tls"), SERVER_NAME);
-    let other_ca = certs(&t.path().join("other"), SERVER_NAME);
+    let ca = Client::trusting(&certs(&t.path().join("tls"), SERVER_NAME));
+    let other = Client::trusting(&certs(&t.path().join("other"), SERVER_NAME));
     let hash = bcrypt::hash(PASSWORD, 10).expect("bcrypt");
-    let web = t.path().join("web.yml");
     let yml = format!("tls_server_config:\n  cert_file: tls/{SERVER_NAME}.pem\n  key_file: tls/{SERVER_NAME}.key\nbasic_auth_users:\n  {USER}: {hash}\n");
-    std::fs::write(&web, yml).expect("web.yml");
-    let cfg = t.path().join("roost.toml");
-    let toml = format!(
-        "metrics_listen = \"{}\"\nmetrics_web_config = \"{}\"\nmetrics_legacy_names = true\n",
-        link.addr(),
-        web.display()
-    );
-    std::fs::write(&cfg, toml).expect("roost.toml");
-    let wrapper = t.path().join("roost-in-ns");
-    let script = format!(
-        "#!/bin/sh\nexec ip netns exec {} {BIN} \"$@\"\n",
-        link.server_ns
-    );
-    std::fs::write(&wrapper, script).expect("wrapper");
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let data = t.path().join("data");
-    let mut d =
-        roost::drill::child::ServeChild::spawn(&wrapper, &data, &t.path().join("serve.log"), |c| {
-            c.arg("--config").arg(&cfg);
-        })
-        .expect("spawn roost serve");
-    d.ready(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    drop_and_wait(&data.join("spool"), "m1", Duration::from_secs(30));
+    let mut d = serve_in(&link, t.path(), &yml, "metrics_legacy_names = true\n");
+    drop_and_wait(&t.path().join("data/spool"), "m1", Duration::from_secs(30));
     let log = d.log_text();
     assert!(
         log.contains("metrics listener up")
@@ -262,17 +306,16 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
         !log.contains("not a loopback address"),
         "warned with TLS and auth:\n{log}"
     );
-
-    let (addr, ca2, other2) = (link.addr(), ca.clone(), other_ca.clone());
+    let addr = link.addr();
     let answers = link.in_client_ns(move || {
         [
-            https_get(addr, &ca2, "/metrics", Some((USER, "wrong"))),
-            https_get(addr, &ca2, "/metrics", None),
-            https_get(addr, &ca2, "/metrics", Some(("nobody", PASSWORD))),
+            https_get(addr, &ca, "/metrics", Some((USER, "wrong"))),
+            https_get(addr, &ca, "/metrics", None),
+            https_get(addr, &ca, "/metrics", Some(("nobody", PASSWORD))),
             http_get(addr),
-            https_get(addr, &other2, "/metrics", Some((USER, PASSWORD))),
-            https_get(addr, &ca2, "/health", None),
-            https_get(addr, &ca2, "/metrics", Some((USER, PASSWORD))),
+            https_get(addr, &other, "/metrics", Some((USER, PASSWORD))),
+            https_get(addr, &ca, "/health", None),
+            https_get(addr, &ca, "/metrics", Some((USER, PASSWORD))),
         ]
     });
     let [wrong, none, nobody, plain, untrusted, health, right] = answers;
@@ -299,7 +342,7 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
         short(&health)
     );
     let Ok((200, text)) = right else {
-        panic!("the right password: {right:?}");
+        panic!("the right password: {}", short(&right));
     };
     assert!(
         text.contains("roost_batches_total{status=\"committed\"} 1\n"),
@@ -309,6 +352,58 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
         panic!("{e}\n--- the metrics:\n{text}");
     }
     old_names_beside_new(&text);
+    assert_eq!(stop_code(&mut d), Some(0), "{}", d.log_text());
+}
+
+/// Goal: `client_auth_type: RequireAndVerifyClientCert` with `client_ca_file` admits only a
+/// client whose certificate chains to that CA: one without a certificate, or with one from
+/// another CA, gets no answer; the log names the policy.
+/// Method: as above, no users; certificates from `roost certs issue` (clientAuth usage).
+#[test]
+fn a_required_client_certificate_is_verified() {
+    let link = Link::new();
+    let t = tempfile::tempdir().expect("tempdir");
+    let (tls, foreign) = (t.path().join("tls"), t.path().join("other"));
+    let ca = certs(&tls, SERVER_NAME);
+    certs(&foreign, "scraper");
+    let identity = |dir: &Path| Some((dir.join("scraper.pem"), dir.join("scraper.key")));
+    issue(&tls, "scraper");
+    let yml = format!("tls_server_config:\n  cert_file: tls/{SERVER_NAME}.pem\n  key_file: tls/{SERVER_NAME}.key\n  client_ca_file: tls/ca.pem\n  client_auth_type: RequireAndVerifyClientCert\n");
+    let mut d = serve_in(&link, t.path(), &yml, "");
+    assert!(
+        d.log_text().contains("client_cert=\"required\""),
+        "{}",
+        d.log_text()
+    );
+    let clients = [
+        Client {
+            ca: ca.clone(),
+            identity: identity(&tls),
+        },
+        Client::trusting(&ca),
+        Client {
+            ca: ca.clone(),
+            identity: identity(&foreign),
+        },
+    ];
+    let addr = link.addr();
+    let [member, anonymous, stranger] =
+        link.in_client_ns(move || clients.map(|c| https_get(addr, &c, "/metrics", None)));
+    assert!(
+        matches!(&member, Ok((200, b)) if b.contains("roost_batches_total")),
+        "{}",
+        short(&member)
+    );
+    assert!(
+        anonymous.is_err(),
+        "no client certificate: {}",
+        short(&anonymous)
+    );
+    assert!(
+        stranger.is_err(),
+        "another CA's client certificate: {}",
+        short(&stranger)
+    );
     assert_eq!(stop_code(&mut d), Some(0), "{}", d.log_text());
 }
 

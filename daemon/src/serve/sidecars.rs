@@ -84,7 +84,8 @@ fn start_metrics(
             return None;
         }
     };
-    web.log_listening(addr);
+    // The bound address (the port the kernel picked, for port 0).
+    web.log_listening(listener.local_addr().unwrap_or(addr));
     let engine = engine.clone();
     Some(tokio::spawn(async move {
         if let Err(e) = http::serve_metrics_tcp(listener, web, engine, cluster).await {

@@ -34,6 +34,32 @@ fn entry(out: &str, key: &str) -> String {
         .unwrap_or_else(|| panic!("no line for {key} in\n{out}"))
 }
 
+/// `config check --print` of a file setting `batch_ops_max`, `spool_dir` and
+/// `replication.ack`, with `--spool-dir` and systemd's `STATE_DIRECTORY` and
+/// `RUNTIME_DIRECTORY`: its output and the file's path.
+fn printed_with_sources(dir: &Path) -> (String, String) {
+    let cfg = dir.join("roost.toml");
+    let text = "batch_ops_max = 7\nspool_dir = \"/from/file\"\n[replication]\nack = \"local\"\n";
+    std::fs::write(&cfg, text).expect("config");
+    let c = cfg.to_str().expect("utf-8").to_owned();
+    let env = [
+        ("STATE_DIRECTORY", "/var/lib/roost"),
+        ("RUNTIME_DIRECTORY", "/run/roost"),
+    ];
+    let args = [
+        "config",
+        "check",
+        "--print",
+        "--config",
+        &c,
+        "--spool-dir",
+        "/from/flag",
+    ];
+    let out = roost(&args, &env);
+    assert!(out.status.success(), "{out:?}");
+    (String::from_utf8(out.stdout).expect("utf-8"), c)
+}
+
 /// Goal: each value says where it came from: the file, a flag over the file, the
 /// environment systemd sets, a default and a derived default; the printed text is itself a
 /// configuration `roost` accepts.
@@ -42,33 +68,10 @@ fn entry(out: &str, key: &str) -> String {
 #[test]
 fn config_check_print_says_where_each_value_came_from() {
     let t = tempfile::tempdir().expect("tempdir");
-    let cfg = t.path().join("roost.toml");
-    std::fs::write(
-        &cfg,
-        "batch_ops_max = 7\nspool_dir = \"/from/file\"\n[replication]\nack = \"local\"\n",
-    )
-    .expect("config");
-    let c = cfg.to_str().expect("utf-8");
-    let env = [
-        ("STATE_DIRECTORY", "/var/lib/roost"),
-        ("RUNTIME_DIRECTORY", "/run/roost"),
-    ];
-    let out = roost(
-        &[
-            "config",
-            "check",
-            "--print",
-            "--config",
-            c,
-            "--spool-dir",
-            "/from/flag",
-        ],
-        &env,
-    );
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    for (key, line) in [
-        ("batch_ops_max", format!("batch_ops_max = 7 # file {c}")),
+    let (text, c) = printed_with_sources(t.path());
+    let file = |rest: &str| format!("{rest} # file {c}");
+    let expected = [
+        ("batch_ops_max", file("batch_ops_max = 7")),
         (
             "spool_dir",
             "spool_dir = \"/from/flag\" # flag --spool-dir".into(),
@@ -93,8 +96,9 @@ fn config_check_print_says_where_each_value_came_from() {
             "metrics_listen",
             "# metrics_listen is unset # default".into(),
         ),
-        ("ack", format!("ack = \"local\" # file {c}")),
-    ] {
+        ("ack", file("ack = \"local\"")),
+    ];
+    for (key, line) in expected {
         assert_eq!(entry(&text, key), line, "in\n{text}");
     }
     let printed = t.path().join("printed.toml");

@@ -315,10 +315,22 @@ fn a_remote_scrape_over_tls_with_basic_auth() {
             http_get(addr),
             https_get(addr, &other, "/metrics", Some((USER, PASSWORD))),
             https_get(addr, &ca, "/health", None),
-            https_get(addr, &ca, "/metrics", Some((USER, PASSWORD))),
+            timed(
+                || https_get(addr, &ca, "/metrics", Some((USER, PASSWORD))),
+                "first",
+            ),
+            timed(
+                || https_get(addr, &ca, "/metrics", Some((USER, PASSWORD))),
+                "next",
+            ),
         ]
     });
-    let [wrong, none, nobody, plain, untrusted, health, right] = answers;
+    let [wrong, none, nobody, plain, untrusted, health, right, again] = answers;
+    assert!(
+        matches!(again, Ok((200, _))),
+        "the password remembered: {}",
+        short(&again)
+    );
     for (what, a) in [
         ("a wrong password", &wrong),
         ("no password", &none),
@@ -405,6 +417,18 @@ fn a_required_client_certificate_is_verified() {
         short(&stranger)
     );
     assert_eq!(stop_code(&mut d), Some(0), "{}", d.log_text());
+}
+
+/// `scrape()`, its time printed (the first right password is checked by bcrypt, the next
+/// ones by the cache of web.rs).
+fn timed(scrape: impl FnOnce() -> Scraped, which: &str) -> Scraped {
+    let started = std::time::Instant::now();
+    let answer = scrape();
+    eprintln!(
+        "{which} scrape with the right password: {:?}",
+        started.elapsed()
+    );
+    answer
 }
 
 /// An answer for a failure message: the status and the body's first line.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -81,8 +81,9 @@ impl Web {
     }
 
     /// Whether an `Authorization` header's Basic credentials name a user whose bcrypt hash
-    /// the password matches (always true without users). Blocking: a bcrypt check takes
-    /// tens of milliseconds by design; run it off the runtime's workers.
+    /// the password matches (always true without users). A password accepted before is
+    /// found in the cache; any other is checked by bcrypt, which takes a large fraction of
+    /// a second by design: blocking, run it off the runtime's workers.
     pub fn authorized(&self, authorization: Option<&[u8]>) -> bool {
         if self.users.is_empty() {
             return true;
@@ -95,24 +96,26 @@ impl Web {
             None => (DUMMY_HASH, false),
         };
         let digest = self.digest(&password);
-        let cache = |f: &mut dyn FnMut(&mut BTreeMap<String, [u8; 32]>)| {
-            // A poisoned cache only costs bcrypt checks: use what it holds.
-            let mut m = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut m)
-        };
-        let mut hit = false;
-        cache(&mut |m| hit = known && m.get(&user).is_some_and(|d| same(d, &digest)));
+        let hit = known
+            && self
+                .remembered()
+                .get(&user)
+                .is_some_and(|d| same(d, &digest));
         if hit {
             return true;
         }
         // A hash that is not bcrypt was refused at load; an error here is a mismatch.
         let matches = bcrypt::verify(password.as_bytes(), hash).unwrap_or(false);
         if known && matches {
-            cache(&mut |m| {
-                m.insert(user.clone(), digest);
-            });
+            self.remembered().insert(user, digest);
         }
         known && matches
+    }
+
+    /// The cache of accepted passwords (a poisoned one only costs bcrypt checks: what it
+    /// holds is used).
+    fn remembered(&self) -> MutexGuard<'_, BTreeMap<String, [u8; 32]>> {
+        self.verified.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

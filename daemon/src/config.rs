@@ -5,13 +5,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod cluster_section;
+pub mod effective;
+pub mod keys;
 pub use cluster_section::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
 
 /// Limits and policies for one shard, from `[shards.NAME]`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
     /// Largest record (canonical JSON bytes) a create may carry.
@@ -46,7 +48,7 @@ fn default_trigger_timeout_ms() -> u64 {
 }
 
 /// The whole configuration. Every field has a default.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub data_dir: PathBuf,
@@ -101,9 +103,18 @@ pub struct Config {
     /// The control socket for `roost status` [default: $RUNTIME_DIRECTORY/roost.sock, else
     /// <data_dir>/roost.sock].
     pub control_socket: Option<PathBuf>,
-    /// Serve Prometheus metrics over HTTP on this loopback address (e.g. "127.0.0.1:9187").
-    /// Off by default. The metrics are also on the control socket (`roost status --metrics`).
+    /// Serve Prometheus metrics and the health checks over HTTP on this address (e.g.
+    /// "127.0.0.1:9187", or "0.0.0.0:9187" for a Prometheus elsewhere: then secure it with
+    /// `metrics_web_config`). Off by default. The metrics are also on the control socket
+    /// (`roost status --metrics`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The metrics listener's TLS and basic auth: a web configuration file in the format
+    /// Prometheus exporters read (exporter-toolkit's `web.yml`: `tls_server_config`,
+    /// `basic_auth_users`; `control/http/web_config.rs`). Unset: plain HTTP, no password.
+    pub metrics_web_config: Option<PathBuf>,
+    /// Also export the deprecated metric names beside their new ones (docs/metrics.md,
+    /// "Renamed"). Off by default: the old names are no longer served unless asked for.
+    pub metrics_legacy_names: bool,
     /// How result files in `out/` are made durable before their inputs are removed; see
     /// [`ResultSync`].
     pub result_sync: ResultSync,
@@ -187,7 +198,7 @@ pub struct Config {
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReplicationConfig {
     /// A primary accepts standbys here (e.g. "127.0.0.1:7400").
@@ -246,7 +257,7 @@ fn is_loopback(addr: &str) -> bool {
 }
 
 /// See [`ReplicationConfig::reseed`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Reseed {
     #[default]
@@ -277,7 +288,7 @@ impl Default for ReplicationConfig {
 }
 
 /// See [`ReplicationConfig::ack`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Ack {
     #[default]
@@ -286,7 +297,7 @@ pub enum Ack {
 }
 
 /// See [`ReplicationConfig::when_standby_lost`].
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum StandbyLost {
     #[default]
@@ -389,7 +400,7 @@ impl ReplicationConfig {
 
 /// How a round of result files is made durable (equally durable; they differ in cost and in
 /// what else they wait for).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ResultSync {
     /// One `fdatasync` per result file, issued by the batches' own workers concurrently (the
@@ -428,6 +439,8 @@ impl Default for Config {
             umask: 0o027,
             control_socket: None,
             metrics_listen: None,
+            metrics_web_config: None,
+            metrics_legacy_names: false,
             result_sync: ResultSync::default(),
             shards: BTreeMap::new(),
             shards_max: 1024,
@@ -560,6 +573,12 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "stream_in_flight_max, stream_connections_max, stream_line_bytes_max and stream_batches_running_max must be > 0".into(),
+            ));
+        }
+        if self.metrics_web_config.is_some() && self.metrics_listen.is_none() {
+            return Err(ConfigError::Invalid(
+                "metrics_web_config is set without metrics_listen: there is no listener to secure"
+                    .into(),
             ));
         }
         self.validate_replication()

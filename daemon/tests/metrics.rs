@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A loopback port kept from the kernel's own picks while the reservation lives (the
@@ -65,36 +64,6 @@ fn scrape(addr: SocketAddr, accept: Option<&str>) -> (String, String, String) {
         .unwrap_or_default()
         .to_owned();
     (status, content_type, body.to_owned())
-}
-
-/// `promtool check metrics` on `text`: its verdict, or a failure naming the package.
-fn promtool(text: &str) -> Result<(), String> {
-    let child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => panic!(
-            "promtool not found ({e}): install prometheus for promtool \
-             (apt-get install prometheus; .ci/run does)"
-        ),
-    };
-    let mut stdin = child.stdin.take().expect("promtool's stdin");
-    stdin.write_all(text.as_bytes()).expect("feed promtool");
-    drop(stdin);
-    let out = child.wait_with_output().expect("promtool's verdict");
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "promtool check metrics: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
 }
 
 /// The suffixes a sample may add to its family's name, by type (OpenMetrics 1.0).
@@ -162,7 +131,7 @@ fn openmetrics_problems(text: &str) -> Vec<String> {
 
 /// Goal: a live daemon's metrics, with counters and histograms that have values and a
 /// stream connection open, pass `promtool check metrics` (0.0.4) and OpenMetrics' naming
-/// rules; the renamed metrics are there under both names (docs/metrics.md).
+/// rules; the renamed metrics are there under their new names only (docs/metrics.md).
 /// Method: `roost serve` with `metrics_listen`; two spool batches, one stream batch on a
 /// connection kept open; scrape in both formats; promtool and the checker above.
 #[test]
@@ -195,7 +164,7 @@ fn a_live_daemons_metrics_pass_promtool() {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
     assert!(!om.contains("roost_batch_seconds_count 0\n"), "{om}");
-    old_names_beside_new(&om);
+    only_new_names(&om);
 }
 
 /// The 0.0.4 text, once it counts the three batches, through promtool.
@@ -236,13 +205,9 @@ fn openmetrics_is_well_formed(addr: SocketAddr) -> String {
     om
 }
 
-/// Each renamed metric is there under its new name and, with the same value, its old one.
-fn old_names_beside_new(om: &str) {
-    let value = |name: &str| {
-        om.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .map(str::to_owned)
-    };
+/// The renamed metrics are there under their new names only: the old names are served
+/// only with `metrics_legacy_names = true` (`metrics_tls.rs` scrapes them so).
+fn only_new_names(om: &str) {
     for (old, new) in [
         (
             "roost_replication_hw",
@@ -250,9 +215,40 @@ fn old_names_beside_new(om: &str) {
         ),
         ("roost_checkpoint_wal_from", "roost_checkpoint_wal_from_lsn"),
     ] {
-        assert!(value(new).is_some(), "no {new} in\n{om}");
-        assert_eq!(value(old), value(new), "{old} is not {new}'s old name");
+        assert!(om.contains(&format!("\n{new} ")), "no {new} in\n{om}");
+        assert!(
+            !om.contains(&format!("\n{old} ")),
+            "{old} served by default:\n{om}"
+        );
     }
+}
+
+/// Goal: `metrics_listen` takes any address (issue 43: `0.0.0.0:9187` used to start with a
+/// warning and serve nothing). Method: `0.0.0.0:PORT` without a web configuration: the log
+/// says the listener is up (TLS off) and warns, once, that it is unauthenticated; a scrape
+/// through loopback (which 0.0.0.0 covers) gets the metrics.
+#[test]
+fn any_address_is_served_and_an_open_one_is_warned_about() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (reserved, _) = free_addr();
+    let any = SocketAddr::from(([0, 0, 0, 0], reserved.port()));
+    let d = serve_with_metrics(t.path(), any);
+    let (status, _, text) = scrape(SocketAddr::from(([127, 0, 0, 1], reserved.port())), None);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{text}");
+    assert!(
+        text.contains("# TYPE roost_batches_total counter"),
+        "{text}"
+    );
+    let log = d.log_text();
+    assert!(
+        log.contains("metrics listener up") && log.contains("tls=false"),
+        "{log}"
+    );
+    let warned = log
+        .matches("metrics_listen is not a loopback address")
+        .count();
+    assert_eq!(warned, 1, "{log}");
+    assert!(log.contains("unauthenticated"), "{log}");
 }
 
 /// Goal: the checks above can fail: a gauge beside a counter of the same family (the
@@ -310,6 +306,10 @@ fn the_endpoint_is_bounded() {
     let big = exchange(addr, big.as_bytes());
     // 431, or a reset that beat it (the rest of the head was left unread): never served.
     assert!(big.is_empty() || big.starts_with("HTTP/1.1 431"), "{big}");
+    // A connection's task gives its place back just after the socket closes: under load
+    // (seen with this binary's other daemons running) the last one's place could still be
+    // taken when the idle ones arrive, and the 17th would find it free.
+    std::thread::sleep(Duration::from_millis(300));
 
     let idle: Vec<TcpStream> = (0..16)
         .map(|_| TcpStream::connect(addr).expect("an idle connection"))

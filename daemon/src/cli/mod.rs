@@ -5,12 +5,13 @@
 //! progress), `read` (`get`, `scan`, `audit`, `wal dump`), `submit` (delivery and waiting),
 //! `stream` (`submit --stream`, the stream socket's client),
 //! `status` (the control socket), `check` (`verify`, `drill`), `cluster` (operating the
-//! cluster through etcd). This module only parses and
+//! cluster through etcd), `config` (`config check`: the configuration checked and shown). This module only parses and
 //! dispatches; it never touches the data directory itself.
 
 mod certs;
 mod check;
 mod cluster;
+mod config;
 mod output;
 mod read;
 mod serve;
@@ -178,6 +179,24 @@ pub enum Command {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Check the configuration (--config, the flags, the environment) as `serve` would.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Load and check the configuration as `serve` does before it opens anything: every
+    /// value, the metrics listener's web configuration and TLS files, replication's TLS
+    /// files. Exit 0 when it would start, 78 when not (naming what is wrong).
+    Check {
+        /// Print the effective configuration as TOML, every key with where its value came
+        /// from (default, file, env, flag); unset keys commented out.
+        #[arg(long)]
+        print: bool,
     },
 }
 
@@ -374,6 +393,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 },
         } => certs::issue(dir, name, *days, *force),
         Command::Drill { .. } => drill(&cli),
+        Command::Config {
+            command: ConfigCommand::Check { print },
+        } => config::check(&cli, &cfg, *print),
     }
 }
 

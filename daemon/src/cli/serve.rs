@@ -23,6 +23,9 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
     let stop = signals::install().context("installing the SIGTERM and SIGINT handler")?;
     stop.enter(Phase::Between("starting"));
     check_permissions(&cfg.data_dir)?;
+    // The metrics listener's TLS files and users, checked before recovery: a bad file is a
+    // configuration error (exit 78) now, not a warning once the node serves.
+    crate::control::http::web::Web::load(&cfg)?;
     let crash = crate::pipeline::crash::EnvCrash::from_env()
         .map_err(|e| ConfigError::Invalid(format!("ROOST_CRASH_AT: {e}")))?;
     // A re-seed a stop interrupted is finished (or its partial download removed) before

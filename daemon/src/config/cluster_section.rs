@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
@@ -15,7 +15,7 @@ pub const LEASE_MS_MIN: u64 = 1_000;
 pub const LEASE_MS_MAX: u64 = 60_000;
 
 /// `[cluster]`: where etcd is, who this node is, how long its leadership lease lasts.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// etcd's client URLs (`http://HOST:PORT`, or `https://` with `etcd_ca`, `etcd_cert`

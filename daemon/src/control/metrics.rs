@@ -3,8 +3,8 @@
 //! Prometheus does) or the Prometheus text format 0.0.4 (the control socket, and HTTP otherwise). The names
 //! are a public contract (docs/metrics.md): a counter is registered without `_total` (the
 //! encoder adds it, and only to counters), a unit is a `Unit` (the encoder appends it and
-//! writes `# UNIT`), and a renamed metric keeps its old name beside the new one unless the
-//! old name cannot be exported (docs/metrics.md, "Renamed"). Never changes the engine.
+//! writes `# UNIT`), and a renamed metric's old name is exported beside the new one only with
+//! `metrics_legacy_names = true` (docs/metrics.md, "Renamed"). Never changes the engine.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,8 +104,29 @@ impl Collector for Figures {
         if let Some(c) = &self.cluster {
             write_all(&mut enc, cluster_figures(e, c))?;
         }
+        if e.config().metrics_legacy_names {
+            write_all(&mut enc, legacy_figures(e))?;
+        }
         Ok(())
     }
+}
+
+/// The old names of renamed metrics, only with `metrics_legacy_names = true`
+/// (docs/metrics.md, "Renamed"): the same values as their new names.
+fn legacy_figures(engine: &Engine) -> Vec<Figure> {
+    let mut out = vec![gauge(
+        "roost_checkpoint_wal_from",
+        "Deprecated: the old name of roost_checkpoint_wal_from_lsn (docs/metrics.md).",
+        checkpoint_lsn(engine),
+    )];
+    if let Ok(repl) = crate::replica::of(engine) {
+        out.push(gauge(
+            "roost_replication_hw",
+            "Deprecated: the old name of roost_replication_high_watermark_lsn (docs/metrics.md).",
+            repl.high_watermark().saturating_sub(1),
+        ));
+    }
+    out
 }
 
 /// One metric without labels.
@@ -315,11 +336,6 @@ fn durability_figures(engine: &Engine) -> Vec<Figure> {
             "Where recovery starts: the last checkpoint's lsn (0 before the first).",
             checkpoint_lsn(engine),
         ),
-        gauge(
-            "roost_checkpoint_wal_from",
-            "Deprecated: the old name of roost_checkpoint_wal_from_lsn (docs/metrics.md).",
-            checkpoint_lsn(engine),
-        ),
         seconds(
             "roost_checkpoint_age",
             "Time since the last checkpoint (0 before the first).",
@@ -492,11 +508,6 @@ fn replication_figures(engine: &Engine) -> Vec<Figure> {
         gauge(
             "roost_replication_high_watermark_lsn",
             "The high watermark: every lsn up to it is durable here and on a standby.",
-            hw,
-        ),
-        gauge(
-            "roost_replication_hw",
-            "Deprecated: the old name of roost_replication_high_watermark_lsn (docs/metrics.md).",
             hw,
         ),
         gauge(

@@ -37,21 +37,9 @@ impl Sidecars {
                 }
             }
         });
-        let metrics = cfg.metrics_listen.and_then(|addr| {
-            let listener = match http::bind_metrics(addr) {
-                Ok(l) => l?,
-                Err(e) => {
-                    warn!(%addr, error = %e, "metrics endpoint unavailable");
-                    return None;
-                }
-            };
-            let (engine, cluster) = (engine.clone(), cluster.clone());
-            Some(tokio::spawn(async move {
-                if let Err(e) = http::serve_metrics_tcp(listener, engine, cluster).await {
-                    warn!(%addr, error = %e, "metrics endpoint unavailable");
-                }
-            }))
-        });
+        let metrics = cfg
+            .metrics_listen
+            .and_then(|addr| start_metrics(cfg, addr, engine, cluster));
         notify::ready();
         let ticker = tokio::spawn(notify_loop(engine.clone()));
         Sidecars {
@@ -70,6 +58,40 @@ impl Sidecars {
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// The metrics listener on `addr`, secured as `metrics_web_config` says. The file was
+/// checked when `serve` started (a bad one exits 78 there); read again here for each life, a
+/// file broken since, or a port another process holds, leaves the daemon serving without
+/// the endpoint, with a warning.
+fn start_metrics(
+    cfg: &Config,
+    addr: std::net::SocketAddr,
+    engine: &Arc<Engine>,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+) -> Option<JoinHandle<()>> {
+    let web = match http::web::Web::load(cfg) {
+        Ok(w) => Arc::new(w),
+        Err(e) => {
+            warn!(%addr, error = %e, "metrics endpoint unavailable");
+            return None;
+        }
+    };
+    let listener = match http::bind_metrics(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(%addr, error = %e, "metrics endpoint unavailable");
+            return None;
+        }
+    };
+    // The bound address (the port the kernel picked, for port 0).
+    web.log_listening(listener.local_addr().unwrap_or(addr));
+    let engine = engine.clone();
+    Some(tokio::spawn(async move {
+        if let Err(e) = http::serve_metrics_tcp(listener, web, engine, cluster).await {
+            warn!(%addr, error = %e, "metrics endpoint unavailable");
+        }
+    }))
 }
 
 /// Every second: STATUS= with the pipeline's state; WATCHDOG=1 at half the watchdog interval

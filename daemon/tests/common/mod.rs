@@ -84,6 +84,36 @@ pub fn stop_code(d: &mut roost::drill::child::ServeChild) -> Option<i32> {
         .code()
 }
 
+/// `promtool check metrics` on `text`: its verdict, or a failure naming the package.
+pub fn promtool(text: &str) -> Result<(), String> {
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "promtool not found ({e}): install prometheus for promtool \
+             (apt-get install prometheus; .ci/run does)"
+        ),
+    };
+    let mut stdin = child.stdin.take().expect("promtool's stdin");
+    std::io::Write::write_all(&mut stdin, text.as_bytes()).expect("feed promtool");
+    drop(stdin);
+    let out = child.wait_with_output().expect("promtool's verdict");
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "promtool check metrics: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
 /// `roost serve` under `strace -f`, for the fault walk.
 pub mod strace;
 

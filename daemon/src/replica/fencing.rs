@@ -29,6 +29,16 @@ impl Replication {
         });
     }
 
+    /// This life began to drain (a graceful stop or a rejoin): it takes nothing new; the
+    /// health checks answer 503 from now on (`control/http/health.rs`).
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
     /// A planned end of leadership (a switchover, a graceful stop: `serve/handover.rs`), as
     /// [`Replication::fence`], before the lease is given up.
     pub fn hand_over_lead(&self, why: &str) {

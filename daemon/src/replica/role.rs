@@ -81,6 +81,8 @@ pub struct Replication {
     pub(super) acked_cv: Condvar,
     /// Set at a stop: answers waiting for a standby give up (their batches stay claimed).
     pub(super) giving_up: AtomicBool,
+    /// This life drains (a stop or a rejoin began): the health checks answer 503.
+    pub(super) draining: AtomicBool,
     /// Since when this primary serves (a standby gets `standby_timeout_ms` from here to
     /// connect before it counts as lost).
     pub(super) since: Mutex<Instant>,
@@ -160,6 +162,7 @@ impl Replication {
             standbys: Mutex::new(HashMap::new()),
             acked_cv: Condvar::new(),
             giving_up: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             since: Mutex::new(Instant::now()),
             positions: Mutex::new(VecDeque::new()),
             alone: AtomicU64::new(0),

@@ -579,6 +579,7 @@ async fn shutdown(
     (sidecars, repl, stream): (Sidecars, ReplTasks, stream::Stream),
     agent: AgentStop,
 ) -> Result<(), EngineError> {
+    shared.repl.begin_draining();
     shared.end_life();
     stream.stop_reading();
     let in_flight = workers - sem.available_permits() + stream.running();

@@ -6,14 +6,14 @@
 //!
 //! | check | 200 when | 503 otherwise |
 //! |---|---|---|
-//! | `/health` | the daemon serves: a primary whose intake is open (in a cluster: it leads), a cluster standby that knows the leader (it forwards), a standby by hand (`follow`) | its I/O failed (latched), intake paused or finishing claims, stepped down, a cluster standby with no leader known |
+//! | `/health` | the daemon serves: a primary whose intake is open (in a cluster: it leads), a cluster standby that knows the leader (it forwards), a standby by hand (`follow`) | its I/O failed (latched), intake paused or finishing claims, stepped down, draining (a stop began), a cluster standby with no leader known |
 //! | `/leader` | this node may take and answer batches: a primary with its intake open, in a cluster leading (etcd names it, its lease not lapsed) | every other node |
 //! | `/replica` | a standby in sync: in a cluster, etcd's in-sync set names it and it follows a leader; by hand, it is connected to its primary | every other node |
 //!
-//! Every check is also 503 once the engine failed (a latched write or sync error). A stop
-//! (SIGTERM) is not seen here: the engine keeps no "stopping" flag a check could read, so
-//! the checks answer as before until the drained node closes this listener (then the port
-//! refuses, which a load balancer takes as down).
+//! Every check is also 503 once the engine failed (a latched write or sync error), and from
+//! the moment a stop (SIGTERM) or a rejoin begins to drain the node (`intake`:
+//! `draining`): a load balancer moves clients away while in-flight batches finish, before
+//! the listener closes (then the port refuses).
 
 use serde_json::json;
 
@@ -78,9 +78,14 @@ impl Health {
     pub fn read(engine: &Engine, cluster: Option<&Cluster>) -> Health {
         let role = engine.role();
         let repl = crate::replica::of(engine).ok();
+        let draining = repl.as_ref().is_some_and(|r| r.draining());
         let mut h = Health {
             role,
-            intake: intake(engine, role),
+            intake: if draining {
+                "draining"
+            } else {
+                intake(engine, role)
+            },
             failed: engine.is_failed(),
             cluster: cluster.is_some(),
             leading: role == Role::Primary,
@@ -121,7 +126,7 @@ impl Health {
 
     /// Whether `check` passes (200) or not (503).
     pub fn passes(&self, check: Check) -> bool {
-        if self.failed {
+        if self.failed || self.intake == "draining" {
             return false;
         }
         let standby = self.role == Role::Standby;
@@ -191,7 +196,7 @@ mod tests {
 
     /// Goal: each check's table (module doc) row by row: a leader, an in-sync standby, a
     /// standby out of the set or without a leader, a lapsed lease, a paused intake, a
-    /// failed node, a node stepped down.
+    /// failed node, a node stepped down, a node draining (a stop began).
     #[test]
     fn each_check_passes_only_where_its_table_says() {
         for cluster in [false, true] {
@@ -217,6 +222,14 @@ mod tests {
                     ..node(Role::Standby, cluster)
                 },
                 node(Role::SteppedDown { epoch: 3 }, cluster),
+                Health {
+                    intake: "draining",
+                    ..node(Role::Primary, cluster)
+                },
+                Health {
+                    intake: "draining",
+                    ..node(Role::Standby, cluster)
+                },
             ] {
                 assert_eq!(answers(&broken), [false; 3], "{broken:?}");
             }

@@ -28,16 +28,22 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
     let rec = engine.recovery_report();
     let mut latency = serde_json::Map::new();
     for (phase, h) in s.latency.phases() {
-        // Bucket upper bounds in ms; null before the first batch or past the last bound.
+        // Bucket upper bounds in ms; null before the first batch or past the last bound. The
+        // count and mean (null without a batch) are measurements; the bounds are not.
         let q = |x: f64| {
             h.quantile_us(x)
                 .filter(|u| *u != u64::MAX)
                 .map(|u| u as f64 / 1e3)
         };
-        latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
+        let n = h.count();
+        let mean = (n > 0).then(|| h.sum_us() as f64 / n as f64 / 1e3);
+        latency.insert(
+            phase.into(),
+            json!({"p50": q(0.5), "p99": q(0.99), "count": n, "mean_ms": mean}),
+        );
     }
     json!({
-        "epoch": crate::replica::of(engine).map_or(0, |r| r.epoch()).max(1),
+        "epoch": crate::replica::of(engine).map_or(1, |r| r.epoch_shown()),
         "replication": replication_json(engine),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
@@ -241,10 +247,17 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
             "bytes_received": f.bytes,
         })
     });
+    // A standby's hw is the leader's, as its last answer said (exclusive there, inclusive
+    // here); the formula a leader computes from its own standbys means nothing on a standby.
+    let hw = match (engine.role(), repl.follow_status()) {
+        (crate::pipeline::Role::Standby, Some(f)) => f.leader_hw,
+        (crate::pipeline::Role::Standby, None) => 1,
+        _ => repl.high_watermark(),
+    };
     json!({
         "role": engine.role().name(),
-        "epoch": repl.epoch(),
-        "hw": repl.high_watermark().saturating_sub(1),
+        "epoch": repl.epoch_shown(),
+        "hw": hw.saturating_sub(1),
         "durable_lsn": end.saturating_sub(1),
         "ack": if r.ack == crate::config::Ack::Standby { "standby" } else { "local" },
         "when_standby_lost": if r.when_standby_lost == crate::config::StandbyLost::Alone { "alone" } else { "wait" },

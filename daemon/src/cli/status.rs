@@ -185,12 +185,7 @@ fn intake_text(out: &mut String, v: &serde_json::Value) {
 /// it is a single node, rather than showing an empty link to a leader it never had.
 fn replication_text(out: &mut String, r: &serde_json::Value, clustered: bool) {
     let role = r["role"].as_str().unwrap_or("?");
-    let single = role == "primary"
-        && r["listen"].is_null()
-        && r["follow"].is_null()
-        && r["standbys"].as_array().is_none_or(|s| s.is_empty())
-        && !clustered;
-    if single {
+    if single_node(r, clustered) {
         let _ = writeln!(
             out,
             "  single node (no replication, not in a cluster), hw {}",
@@ -252,6 +247,15 @@ fn replication_text(out: &mut String, r: &serde_json::Value, clustered: bool) {
             f["lag_lsns"]
         );
     }
+}
+
+/// A primary with no `listen`, no link to a primary, no standby and no `[cluster]`.
+fn single_node(r: &serde_json::Value, clustered: bool) -> bool {
+    r["role"] == "primary"
+        && r["listen"].is_null()
+        && r["follow"].is_null()
+        && r["standbys"].as_array().is_none_or(|s| s.is_empty())
+        && !clustered
 }
 
 /// The cluster lines: who leads (or that no node does, and whether this one may campaign:

@@ -291,13 +291,18 @@ fn the_conffile_sets_the_package_paths_and_comments_out_the_example() {
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = cfg.expect("the conffile loads");
     assert_eq!(cfg.data_dir.to_string_lossy(), "/var/lib/roost");
-    assert_eq!(cfg.spool_dir(), std::path::PathBuf::from("/var/spool/roost"));
+    assert_eq!(
+        cfg.spool_dir(),
+        std::path::PathBuf::from("/var/spool/roost")
+    );
     assert_eq!(
         roost::control::socket::socket_path(&cfg).to_string_lossy(),
         "/run/roost/roost.sock"
     );
     assert_eq!(
-        cfg.stream_socket.as_deref().map(|p| p.to_string_lossy().into_owned()),
+        cfg.stream_socket
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned()),
         Some("/var/spool/roost/stream.sock".to_owned())
     );
     let example = include_str!("../../../examples/roost.toml");

@@ -30,7 +30,7 @@ fn main() {
             // A failed write to stderr is no reason to exit with another class; a reader of
             // stdout that went away is no failure at all.
             if !roost::cli::is_broken_pipe(&e) {
-                let _ = writeln!(std::io::stderr(), "roost: {e:#}");
+                let _ = writeln!(std::io::stderr(), "roost: {}", roost::cli::failure_text(&e));
             }
             roost::cli::exit_code(&e)
         }

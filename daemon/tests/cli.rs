@@ -669,3 +669,153 @@ fn a_graceful_stop_checkpoints_and_the_next_start_replays_nothing() {
     assert_eq!(r[0], first[0], "the original answer, from the key table");
     verify_ok(t.path());
 }
+
+/// `roost status --json` once the control socket answers (it comes up beside the serve
+/// loop), within 10 s.
+fn status_json(dir: &Path) -> Value {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = roost(dir, &["status", "--json"]);
+        if let Ok(v) = serde_json::from_slice(&status.stdout) {
+            return v;
+        }
+        assert!(Instant::now() < until, "no status answer: {status:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Goal (issue 43): `roost submit --wait` deletes `out/NAME` once it has printed it, as
+/// README says the client does, so the same file submitted again keeps its own name (it
+/// became `NAME-1.json`) and `out/` does not grow. Method: submit one file twice with
+/// --wait; after each, the spool name on stderr is the file's own and `out/` is empty.
+#[test]
+fn submit_wait_deletes_its_result_so_the_name_is_free_again() {
+    let t = tempfile::tempdir().unwrap();
+    let _d = Daemon::start(t.path(), &[]);
+    let f = write_batch(
+        t.path(),
+        "again.json",
+        &json!({"request_key": "again", "ops": [create("users", json!({"n": 1}))]}),
+    );
+    let out_dir = t.path().join("data/spool/out");
+    let mut answers = Vec::new();
+    for round in 0..2 {
+        let out = Command::new(BIN)
+            .args(["submit", "--wait", "--timeout", "30", "--data-dir"])
+            .arg(t.path().join("data"))
+            .arg(&f)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {stderr}");
+        assert!(
+            stderr.contains(&format!("submitted {} as again.json", f.display())),
+            "round {round}: the file's own name, not again-1.json: {stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "round {round}: out/ still holds {left:?}");
+        answers.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    assert_eq!(answers[0], answers[1], "a duplicate gets the same answer");
+}
+
+/// Goal (issue 43): the status of a single node (no replication, no cluster) says it is a
+/// single node instead of "following : disconnected, leader epoch 0, leader hw 0"; the
+/// serve log's epoch is the one status and `wal dump` show (the log said epoch=0 while they
+/// said 1); an idle phase shows no bucket bound as if it were a measurement. Method: a
+/// fresh daemon, its status before and after one batch, its log, `wal dump` once stopped.
+#[test]
+fn a_single_node_status_says_so_and_agrees_with_the_log_on_the_epoch() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path(), &[]);
+    let idle = roost(t.path(), &["status"]);
+    let text = String::from_utf8_lossy(&idle.stdout);
+    assert!(idle.status.success(), "{idle:?}");
+    assert!(text.contains("single node"), "{text}");
+    assert!(!text.contains("following"), "{text}");
+    let latency = text.lines().find(|l| l.contains("latency")).unwrap();
+    assert!(latency.contains("finish no samples"), "{latency}");
+    assert!(
+        !latency.contains("<="),
+        "no bound shown without a sample: {latency}"
+    );
+    let b = write_batch(
+        t.path(),
+        "one.json",
+        &json!({"request_key": "one", "ops": [create("users", json!({"n": 1}))]}),
+    );
+    assert_eq!(submit_wait(t.path(), &[b]).0, 0);
+    let v = status_json(t.path());
+    let epoch = v["epoch"].as_u64().unwrap();
+    assert_eq!(v["replication"]["epoch"].as_u64(), Some(epoch), "{v}");
+    assert!(v["replication"]["follow"].is_null(), "{v}");
+    let plan = &v["latency_ms"]["plan"];
+    assert_eq!(plan["count"], 1, "{v}");
+    assert!(plan["mean_ms"].as_f64().unwrap() > 0.0, "{v}");
+    let busy = String::from_utf8_lossy(&roost(t.path(), &["status"]).stdout).into_owned();
+    let latency = busy.lines().find(|l| l.contains("latency")).unwrap();
+    assert!(latency.contains("1 batches"), "{latency}");
+    assert!(latency.contains("(<="), "bounds shown as bounds: {latency}");
+    let log = d.0.log_text();
+    let serving = log.lines().find(|l| l.contains("serving")).unwrap();
+    assert!(
+        serving.contains(&format!("epoch={epoch}")),
+        "{serving} (status: {epoch})"
+    );
+    assert!(d.stop().success());
+    let dump = roost(t.path(), &["wal", "dump", "--json"]);
+    let first: Value = serde_json::from_str(
+        String::from_utf8_lossy(&dump.stdout)
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["epoch"].as_u64(), Some(epoch), "{first}");
+}
+
+/// Goal (issue 43): `roost status` with no daemon says so, naming the control socket and
+/// the data directory it tried (it printed "roost: roost is not running"); a failure's
+/// cause is printed once (a data directory that cannot be made printed "Permission denied
+/// (os error 13): Permission denied (os error 13)"). Method: status on a data directory
+/// nothing serves, before and after a daemon ran there; serve on a data directory whose
+/// parent is a file (root may write anywhere, so not a permission).
+#[test]
+fn a_stopped_node_and_a_failure_say_what_was_tried_once() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let check = |when: &str| {
+        let out = roost(t.path(), &["status"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{when}: {stderr}");
+        assert!(!stderr.contains("roost: roost"), "{when}: {stderr}");
+        assert!(stderr.starts_with("roost: not running"), "{when}: {stderr}");
+        let socket = data.join("roost.sock");
+        assert!(
+            stderr.contains(&socket.display().to_string()),
+            "{when}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&data.display().to_string()),
+            "{when}: {stderr}"
+        );
+    };
+    check("never started");
+    let d = Daemon::start(t.path(), &[]);
+    assert!(d.stop().success());
+    check("stopped");
+    std::fs::write(t.path().join("file"), b"").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(t.path().join("file/data"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("roost: ")).unwrap();
+    let cause = std::io::Error::from_raw_os_error(20).to_string(); // ENOTDIR
+    assert_eq!(line.matches(&cause).count(), 1, "the cause once: {line}");
+}

@@ -76,6 +76,44 @@ fn a_standby_follows_applies_and_keeps_its_spool_closed() {
     b.verify();
 }
 
+/// Goal (issue 43): a standby's status shows the hw it knows, the leader's (under
+/// `ack = "standby"` its text said "hw 0" while the leader's said 6), and names whom it
+/// follows. Method: a primary and a standby, both `ack = "standby"`, five batches; the
+/// standby's JSON and text status once caught up.
+#[test]
+fn a_standby_s_status_shows_the_leader_s_hw() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (mut a, mut b) = two_nodes(t.path(), "ack = \"standby\"");
+    a.start(None);
+    b.start(Some(&a.addr()));
+    for i in 0..5 {
+        let name = format!("h{i}.json");
+        drop_in(&a.spool(), &name, &batch(&format!("h{i}"), "s", 1));
+        wait_for(&name, LIMIT, || a.result(&name).is_some());
+    }
+    caught_up(&a, &b);
+    let hw = a.status()["replication"]["hw"]
+        .as_u64()
+        .expect("the primary's hw");
+    assert!(hw >= 5, "{hw}");
+    // The standby hears the leader's hw with its next fetch's answer.
+    wait_for("the standby to show the leader's hw", LIMIT, || {
+        b.status()["replication"]["hw"].as_u64() == Some(hw)
+    });
+    let out = b.roost(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("role standby, hw {hw} (the leader's")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("following {}: connected", a.addr())),
+        "{text}"
+    );
+    b.stop();
+    a.stop();
+}
+
 /// `status.intake` of a node just started (its control socket may be bound a moment after
 /// "serving" is logged: until then `status` answers nothing).
 fn intake(n: &Node) -> serde_json::Value {

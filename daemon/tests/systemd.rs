@@ -397,5 +397,12 @@ fn status_and_metrics_count_the_pipeline() {
     }
     let human = status(&[]);
     assert!(human.contains("results: 12 published in"), "{human}");
-    assert!(human.contains("latency p50/p99"), "{human}");
+    let latency = human
+        .lines()
+        .find(|l| l.contains("latency since start"))
+        .unwrap_or("");
+    assert!(
+        latency.contains("finish") && latency.contains("(<=") && !latency.contains("no samples"),
+        "{human}"
+    );
 }

@@ -19,7 +19,7 @@ mod status;
 mod submit;
 mod submit_stream;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -38,10 +38,18 @@ pub use serve::check_permissions;
 #[command(
     name = "roost",
     version,
-    about = "roost: a write-ahead-log batch-apply daemon.\n\nClients drop batch files into a spool directory; roost plans each batch, claims its ids in a checksummed WAL, commits one atomic transaction per shard and writes a result file. It survives kill -9 and power loss without losing an acknowledged batch or creating a record twice."
+    about = "a write-ahead-log batch-apply daemon",
+    long_about = "roost: a write-ahead-log batch-apply daemon.\n\nClients drop batch files into a spool directory (or send batch lines over a stream socket); roost plans each batch, claims its ids in a checksummed WAL, commits one atomic transaction per shard and writes a result file. It survives kill -9 and power loss without losing an acknowledged batch or creating a record twice."
 )]
 pub struct Cli {
-    /// TOML configuration file (see examples/roost.toml). Without it, the embedded default.
+    /// TOML configuration file [default: /etc/roost/roost.toml if it exists and this is
+    /// /usr/bin/roost, else the built-in defaults].
+    ///
+    /// examples/roost.toml explains every key; the package installs it as
+    /// /usr/share/doc/roost/examples/roost.toml. An installed <prefix>/bin/roost looks for
+    /// <prefix>/etc/roost/roost.toml (/etc for the prefix /usr); a roost elsewhere (a build
+    /// tree's target/) reads no file unless given one. --config /dev/null runs on the
+    /// built-in defaults whatever is installed. --data-dir and --spool-dir override the file.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Data directory [default: $STATE_DIRECTORY, else ./roost-data].
@@ -88,6 +96,10 @@ pub enum Command {
         /// $RUNTIME_DIRECTORY/stream.sock, else <data-dir>/stream.sock].
         #[arg(long, value_name = "PATH", requires = "stream")]
         socket: Option<PathBuf>,
+        /// Batch files to deliver, in order: NAME.json holds one batch, NAME.jsonl a bulk
+        /// file of one batch per line. Each goes into the spool under its own name (or
+        /// NAME-1.json, ... while new/, out/ or failed/ holds that name); with --wait its
+        /// result is printed and out/NAME removed once read.
         #[arg(
             required_unless_present = "stream",
             conflicts_with = "stream",
@@ -118,12 +130,16 @@ pub enum Command {
     /// Check every checksum and the spec's invariants on a data directory; exit 0 only if all
     /// hold.
     Verify,
-    /// The crash-recovery drill: run `roost serve` as a child, stream batches, kill it with
-    /// SIGKILL at random moments and at named crash points, restart it, and check the
-    /// invariants after every restart. Exit 1 on any violation. With --replicated, the
-    /// failover drill: two nodes (DIR/a, DIR/b) on loopback under `ack = "standby"`; each
-    /// kill is a failover (promote the standby, restart the old primary as its standby), and
-    /// every acknowledged batch must survive it.
+    /// The crash-recovery drill (one node, or with --replicated or --cluster a failover
+    /// drill): kill roost at random moments, restart it, check every invariant.
+    ///
+    /// Alone: run `roost serve` as a child, stream batches, kill it with SIGKILL at random
+    /// moments and at named crash points, restart it, and check the invariants after every
+    /// restart. With --replicated, the failover drill by hand: two nodes (DIR/a, DIR/b) on
+    /// loopback under `ack = "standby"`; each kill is a failover (promote the standby,
+    /// restart the old primary as its standby), and every acknowledged batch must survive
+    /// it. With --cluster: etcd and three nodes that fail over by themselves (see --cluster
+    /// below). Exit 1 on any violation.
     Drill {
         /// Number of batches to stream.
         #[arg(long, default_value_t = 200)]
@@ -282,9 +298,11 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-/// The configuration the flags and file describe.
+/// The configuration the flags and file describe: `--config FILE`, else the installed
+/// roost's own file ([`default_config_file`]) if it exists, else the built-in defaults.
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
-    let mut cfg = match &cli.config {
+    let file = cli.config.clone().or_else(default_config_file);
+    let mut cfg = match &file {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
@@ -296,6 +314,51 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     }
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The file an installed roost reads when `--config` is absent, if it exists: that of
+/// [`installed_config`] for the running binary. A roost run from a build tree
+/// (`target/debug/roost`) has none, so a host's package configuration never leaks into a
+/// test, a drill or a benchmark run from a checkout.
+pub fn default_config_file() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    installed_config(&exe).filter(|p| p.is_file())
+}
+
+/// Where `<prefix>/bin/roost` looks for its configuration, after the GNU layout:
+/// `<prefix>/etc/roost/roost.toml`, and `/etc/roost/roost.toml` for the prefixes `/usr` (the
+/// Debian package's `/usr/bin/roost`) and `/`. `None` for a binary outside a `bin` directory.
+pub fn installed_config(exe: &Path) -> Option<PathBuf> {
+    let bin = exe.parent()?;
+    if bin.file_name()? != "bin" {
+        return None;
+    }
+    let prefix = bin.parent()?;
+    let etc = if prefix == Path::new("/usr") || prefix == Path::new("/") {
+        PathBuf::from("/etc")
+    } else {
+        prefix.join("etc")
+    };
+    Some(etc.join("roost").join("roost.toml"))
+}
+
+/// A failure as one line, each cause once: `anyhow`'s `{:#}` prints every cause after the
+/// message before it, and a message that already ends with its cause's text (a typed error
+/// whose `Display` includes its `source`, as `create DIR: {source}` does) would show that
+/// cause twice ("Permission denied (os error 13): Permission denied (os error 13)").
+pub fn failure_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.is_empty() && out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Maps a failure to the process exit code: a class the command stated itself (a
@@ -470,5 +533,49 @@ mod tests {
         let cfg = anyhow::Error::new(ConfigError::Invalid("x".into()));
         assert_eq!(exit_code(&cfg), EXIT_CONFIG);
         assert_eq!(exit_code(&anyhow::anyhow!("untyped")), EXIT_FAILED);
+    }
+
+    /// Goal: the cause a message already ends with is printed once (the package's first run
+    /// printed "Permission denied (os error 13): Permission denied (os error 13)"); a cause
+    /// the message does not hold is still printed, after it.
+    #[test]
+    fn failure_text_prints_each_cause_once() {
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let engine = EngineError::Io {
+            op: "create",
+            path: PathBuf::from("roost-data"),
+            source: denied(),
+        };
+        let e = anyhow::Error::new(engine).context("opening data directory roost-data");
+        let cause = denied().to_string();
+        let text = failure_text(&e);
+        assert_eq!(
+            text,
+            format!("opening data directory roost-data: create roost-data: {cause}")
+        );
+        assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        let io: anyhow::Result<()> = Err(denied()).context("reading x.json");
+        assert_eq!(
+            failure_text(&io.unwrap_err()),
+            format!("reading x.json: {cause}")
+        );
+    }
+
+    /// Goal: the installed binary's configuration file follows its prefix (/usr/bin/roost
+    /// reads /etc/roost/roost.toml), and a binary outside a bin/ directory (a build tree's)
+    /// reads none.
+    #[test]
+    fn the_default_configuration_follows_the_install_prefix() {
+        let at = |exe: &str| installed_config(Path::new(exe));
+        let etc = Some(PathBuf::from("/etc/roost/roost.toml"));
+        assert_eq!(at("/usr/bin/roost"), etc);
+        assert_eq!(at("/bin/roost"), etc);
+        assert_eq!(
+            at("/usr/local/bin/roost"),
+            Some(PathBuf::from("/usr/local/etc/roost/roost.toml"))
+        );
+        assert_eq!(at("/work/roost/target/debug/roost"), None);
+        assert_eq!(at("/work/roost/target/release/roost"), None);
+        assert_eq!(at("roost"), None);
     }
 }

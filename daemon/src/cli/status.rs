@@ -12,12 +12,8 @@ use crate::error::{CommandError, EXIT_OK};
 pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<i32> {
     let path = crate::control::socket::socket_path(cfg);
     let what = if metrics { "metrics" } else { "status" };
-    let text = crate::control::socket::request(&path, what).map_err(|e| {
-        CommandError::failed(format!(
-            "roost is not running, or not on this data directory (control socket {}): {e}",
-            path.display()
-        ))
-    })?;
+    let text =
+        crate::control::socket::request(&path, what).map_err(|e| not_answered(cfg, &path, &e))?;
     if json || metrics {
         super::output::out(&text)?;
     } else {
@@ -32,12 +28,8 @@ pub(super) fn status(cfg: &Config, json: bool, metrics: bool) -> anyhow::Result<
 /// Exit 0 when promoted, 1 when the node refused (it is not a standby, or failed).
 pub(super) fn promote(cfg: &Config) -> anyhow::Result<i32> {
     let path = crate::control::socket::socket_path(cfg);
-    let text = crate::control::socket::request(&path, "promote").map_err(|e| {
-        CommandError::failed(format!(
-            "roost is not running, or not on this data directory (control socket {}): {e}",
-            path.display()
-        ))
-    })?;
+    let text = crate::control::socket::request(&path, "promote")
+        .map_err(|e| not_answered(cfg, &path, &e))?;
     super::output::out(&text)?;
     let v: serde_json::Value = serde_json::from_str(&text).context("reading the answer")?;
     if v["promoted"] == true {
@@ -49,6 +41,28 @@ pub(super) fn promote(cfg: &Config) -> anyhow::Result<i32> {
         ))
         .into())
     }
+}
+
+/// Why no daemon answered on the control socket `path`: which socket and data directory were
+/// tried, and whether that means no daemon runs there (no socket, or nobody listening on a
+/// socket a stopped daemon left) or that one may run but cannot be asked.
+fn not_answered(cfg: &Config, path: &std::path::Path, e: &std::io::Error) -> CommandError {
+    use std::io::ErrorKind;
+    let (socket, data) = (path.display(), cfg.data_dir.display());
+    let tried = format!("control socket {socket}, data directory {data}");
+    let hint = "start it with `roost serve`, or name the daemon's own with --config or --data-dir";
+    CommandError::failed(match e.kind() {
+        ErrorKind::NotFound => {
+            format!("not running: no roost daemon is serving here ({tried}: the socket does not exist); {hint}")
+        }
+        ErrorKind::ConnectionRefused => format!(
+            "not running: no roost daemon is serving here ({tried}: nothing listens on the socket, left by a daemon that stopped); {hint}"
+        ),
+        ErrorKind::PermissionDenied => format!(
+            "cannot ask the daemon ({tried}): permission denied; run as the daemon's user or as root"
+        ),
+        _ => format!("cannot ask the daemon ({tried}): {e}"),
+    })
 }
 
 /// The status object as a few lines for a person.
@@ -74,7 +88,7 @@ fn status_text(v: &serde_json::Value) -> String {
         "  epoch {}, last lsn {}, {} batches in flight",
         v["epoch"], v["last_lsn"], v["in_flight"]
     );
-    replication_text(&mut out, &v["replication"]);
+    replication_text(&mut out, &v["replication"], v["cluster"].is_object());
     cluster_text(&mut out, &v["cluster"]);
     let _ = writeln!(
         out,
@@ -97,19 +111,7 @@ fn status_text(v: &serde_json::Value) -> String {
         v["results_per_round"].as_f64().unwrap_or(0.0)
     );
     intake_text(&mut out, v);
-    let ms = |phase: &str, q: &str| {
-        v["latency_ms"][phase][q]
-            .as_f64()
-            .map_or("-".to_owned(), |x| format!("{x}"))
-    };
-    let _ = writeln!(out,
-        "  latency p50/p99 (bucket bounds, ms): plan {}/{}, claim {}/{}, commit {}/{}, finish {}/{}, to result {}/{}",
-        ms("plan", "p50"), ms("plan", "p99"),
-        ms("claim", "p50"), ms("claim", "p99"),
-        ms("commit", "p50"), ms("commit", "p99"),
-        ms("finish", "p50"), ms("finish", "p99"),
-        ms("batch", "p50"), ms("batch", "p99"),
-    );
+    let _ = writeln!(out, "{}", latency_text(&v["latency_ms"]));
     if let Some(m) = v["shards"].as_object() {
         for (k, n) in m {
             let _ = writeln!(out, "  shard {k}: {n} records");
@@ -122,6 +124,39 @@ fn status_text(v: &serde_json::Value) -> String {
         r["duration_ms"], r["records_replayed"], r["batches_finished"], r["bytes_truncated"]
     );
     out
+}
+
+/// The phases' latency since start: per phase its mean (a measurement) and the buckets that
+/// hold its p50 and p99 (shown as bounds, `<=`, never as if measured); a phase that has seen
+/// no batch says so rather than showing a bound.
+fn latency_text(l: &serde_json::Value) -> String {
+    const PHASES: [(&str, &str); 5] = [
+        ("plan", "plan"),
+        ("claim", "claim"),
+        ("commit", "commit"),
+        ("finish", "finish"),
+        ("batch", "to result"),
+    ];
+    let bound = |x: &serde_json::Value| x.as_f64().map_or("?".to_owned(), |b| format!("<={b}"));
+    let phases: Vec<String> = PHASES
+        .iter()
+        .map(|(key, label)| {
+            let p = &l[*key];
+            let bounds = format!("{}/{}", bound(&p["p50"]), bound(&p["p99"]));
+            match (p["count"].as_u64(), p["mean_ms"].as_f64()) {
+                (Some(n), Some(mean)) if n > 0 => {
+                    format!("{label} {mean:.1} ({bounds}, {n} batches)")
+                }
+                // A daemon from before the count was shown: its bounds alone, as bounds.
+                (None, _) if p["p50"].is_number() => format!("{label} ({bounds})"),
+                _ => format!("{label} no samples"),
+            }
+        })
+        .collect();
+    format!(
+        "  latency since start, ms (mean, then p50/p99 bucket bounds): {}",
+        phases.join(", ")
+    )
 }
 
 /// The intakes beside single files: the stream socket, bulk files, groups of files.
@@ -146,11 +181,26 @@ fn intake_text(out: &mut String, v: &serde_json::Value) {
 }
 
 /// The replication lines: role, high watermark, each standby's lag, or the primary followed.
-fn replication_text(out: &mut String, r: &serde_json::Value) {
+/// A node that neither listens for standbys, follows a primary nor belongs to a cluster says
+/// it is a single node, rather than showing an empty link to a leader it never had.
+fn replication_text(out: &mut String, r: &serde_json::Value, clustered: bool) {
     let role = r["role"].as_str().unwrap_or("?");
+    if single_node(r, clustered) {
+        let _ = writeln!(
+            out,
+            "  single node (no replication, not in a cluster), hw {}",
+            r["hw"]
+        );
+        return;
+    }
+    let known = if role == "standby" {
+        " (the leader's, as last heard)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "  role {role}, hw {}, ack {}",
+        "  role {role}, hw {}{known}, ack {}",
         r["hw"],
         r["ack"].as_str().unwrap_or("?")
     );
@@ -181,20 +231,31 @@ fn replication_text(out: &mut String, r: &serde_json::Value) {
         );
     }
     if let Some(f) = r["follow"].as_object() {
+        let leader = match f["leader"].as_str() {
+            Some(l) if !l.is_empty() => l,
+            _ => "no leader known yet",
+        };
         let _ = writeln!(
             out,
-            "  following {}: {}, leader epoch {}, leader hw {}, lag {} lsns",
-            f["leader"].as_str().unwrap_or("?"),
+            "  following {leader}: {}, leader epoch {}, lag {} lsns",
             if f["connected"] == true {
                 "connected"
             } else {
                 "disconnected"
             },
             f["leader_epoch"],
-            f["leader_hw"],
             f["lag_lsns"]
         );
     }
+}
+
+/// A primary with no `listen`, no link to a primary, no standby and no `[cluster]`.
+fn single_node(r: &serde_json::Value, clustered: bool) -> bool {
+    r["role"] == "primary"
+        && r["listen"].is_null()
+        && r["follow"].is_null()
+        && r["standbys"].as_array().is_none_or(|s| s.is_empty())
+        && !clustered
 }
 
 /// The cluster lines: who leads (or that no node does, and whether this one may campaign:
@@ -236,6 +297,76 @@ fn cluster_text(out: &mut String, c: &serde_json::Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Goal (issue 43): a single node says so (its text read "following : disconnected,
+    /// leader epoch 0, leader hw 0"); a standby shows the leader's hw as the one it knows
+    /// and names whom it follows; a primary with standbys lists them.
+    #[test]
+    fn the_replication_lines_name_a_single_node_and_a_standby_s_hw() {
+        let text = |r: serde_json::Value, clustered: bool| {
+            let mut out = String::new();
+            replication_text(&mut out, &r, clustered);
+            out
+        };
+        let single = json!({"role": "primary", "hw": 3, "ack": "local", "listen": null,
+            "standbys": [], "follow": null});
+        let one = text(single.clone(), false);
+        assert!(one.contains("single node") && one.contains("hw 3"), "{one}");
+        assert!(!one.contains("following"), "{one}");
+        let member = text(single, true);
+        assert!(
+            member.contains("role primary"),
+            "a cluster member is no single node: {member}"
+        );
+        let standby = text(
+            json!({"role": "standby", "hw": 6, "ack": "standby", "listen": "127.0.0.1:7402",
+            "standbys": [], "follow": {"leader": "127.0.0.1:7401", "connected": true,
+            "leader_epoch": 257, "leader_hw": 7, "lag_lsns": 0}}),
+            false,
+        );
+        assert!(
+            standby.contains("role standby, hw 6 (the leader's"),
+            "{standby}"
+        );
+        assert!(
+            standby.contains("following 127.0.0.1:7401: connected, leader epoch 257, lag 0"),
+            "{standby}"
+        );
+        let primary = text(
+            json!({"role": "primary", "hw": 6, "ack": "standby", "listen": "127.0.0.1:7401",
+            "follow": null, "standbys": [{"name": "b", "connected": true, "acked_lsn": 6,
+            "lag_lsns": 0}]}),
+            false,
+        );
+        assert!(
+            primary.contains("role primary, hw 6, ack standby"),
+            "{primary}"
+        );
+        assert!(primary.contains("standby b: connected"), "{primary}");
+    }
+
+    /// Goal (issue 43): a phase without a sample says "no samples" (an idle daemon showed
+    /// "finish 250/250"); one with samples shows its measured mean and its p50/p99 as the
+    /// bucket bounds they are ("<=").
+    #[test]
+    fn latency_shows_means_and_bounds_never_a_bound_as_a_measurement() {
+        let idle = latency_text(&json!({
+            "plan": {"p50": null, "p99": null, "count": 0, "mean_ms": null},
+            "finish": {"p50": 250.0, "p99": 250.0, "count": 0, "mean_ms": null},
+        }));
+        assert!(idle.contains("plan no samples"), "{idle}");
+        assert!(idle.contains("finish no samples"), "{idle}");
+        assert!(!idle.contains("250"), "{idle}");
+        let busy = latency_text(&json!({
+            "finish": {"p50": 100.0, "p99": 250.0, "count": 12, "mean_ms": 101.0},
+        }));
+        assert!(
+            busy.contains("finish 101.0 (<=100/<=250, 12 batches)"),
+            "{busy}"
+        );
+        let older = latency_text(&json!({"claim": {"p50": 2.5, "p99": 5.0}}));
+        assert!(older.contains("claim (<=2.5/<=5)"), "{older}");
+    }
 
     /// Goal: the text says who leads, and when no node does, whether this node may campaign
     /// and where the way out is when it may not.

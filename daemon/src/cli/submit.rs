@@ -1,6 +1,6 @@
 //! `roost submit [--wait] FILE...`: deliver each file into the spool (through
 //! [`crate::spool::deliver`], the one client-side delivery), then optionally wait for each
-//! result and print it (a bulk file's: every line). Exit 0 when all committed, 1 when any
+//! result, print it (a bulk file's: every line) and remove it from `out/`. Exit 0 when all committed, 1 when any
 //! was rejected or conflicted, 2 when any was invalid, timed out, or could not be delivered at all (a missing or
 //! unwritable spool, an unreadable file: README's contract, whatever the cause's class).
 
@@ -40,8 +40,29 @@ pub(super) fn submit(
         };
         super::output::out(&text)?;
         code = code.max(exit_for(&text));
+        remove_result(&sp, &name);
     }
     Ok(code)
+}
+
+/// Removes `out/NAME` once its result is printed (README: the client deletes it once read),
+/// so the next submit of the same file gets its own name again. A result that cannot be
+/// removed changes no answer and no exit code: the batch is answered; the message says what
+/// the next submit of NAME will be called and why.
+fn remove_result(sp: &SpoolPaths, name: &str) {
+    let path = sp.out.join(name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "roost: warning: cannot remove the result {} once read: {e} (the next submit of {name} gets another name until it is removed; clients need write access to {})",
+                path.display(),
+                sp.out.display()
+            );
+        }
+    }
 }
 
 /// The exit code a result file calls for: its worst line's (a bulk file's result has one

@@ -26,18 +26,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
     let committed = s.committed.load(Ordering::Relaxed);
     let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
     let rec = engine.recovery_report();
-    let mut latency = serde_json::Map::new();
-    for (phase, h) in s.latency.phases() {
-        // Bucket upper bounds in ms; null before the first batch or past the last bound.
-        let q = |x: f64| {
-            h.quantile_us(x)
-                .filter(|u| *u != u64::MAX)
-                .map(|u| u as f64 / 1e3)
-        };
-        latency.insert(phase.into(), json!({"p50": q(0.5), "p99": q(0.99)}));
-    }
     json!({
-        "epoch": crate::replica::of(engine).map_or(0, |r| r.epoch()).max(1),
+        "epoch": crate::replica::of(engine).map_or(1, |r| r.epoch_shown()),
         "replication": replication_json(engine),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
@@ -75,7 +65,7 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": engine.uptime_ms(),
         "shards": engine.shard_counts(),
-        "latency_ms": latency,
+        "latency_ms": latency_json(engine),
         "recovery": {
             "duration_ms": rec.duration.as_millis() as u64,
             "records_replayed": rec.wal_records,
@@ -83,6 +73,27 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
             "bytes_truncated": rec.wal_torn_bytes + rec.audit_torn_bytes,
         },
     })
+}
+
+/// Per pipeline phase since start: the bucket upper bounds holding p50 and p99, in ms (null
+/// before the first batch or past the last bound), and the count and mean (null without a
+/// batch): the count and mean are measurements, the bounds are not.
+fn latency_json(engine: &Engine) -> serde_json::Value {
+    let mut latency = serde_json::Map::new();
+    for (phase, h) in engine.stats.latency.phases() {
+        let q = |x: f64| {
+            h.quantile_us(x)
+                .filter(|u| *u != u64::MAX)
+                .map(|u| u as f64 / 1e3)
+        };
+        let n = h.count();
+        let mean = (n > 0).then(|| h.sum_us() as f64 / n as f64 / 1e3);
+        latency.insert(
+            phase.into(),
+            json!({"p50": q(0.5), "p99": q(0.99), "count": n, "mean_ms": mean}),
+        );
+    }
+    serde_json::Value::Object(latency)
 }
 
 /// The shards that exist and are open, their limits, idle closes and reopens.
@@ -241,10 +252,17 @@ fn replication_json(engine: &Engine) -> serde_json::Value {
             "bytes_received": f.bytes,
         })
     });
+    // A standby's hw is the leader's, as its last answer said (exclusive there, inclusive
+    // here); the formula a leader computes from its own standbys means nothing on a standby.
+    let hw = match (engine.role(), repl.follow_status()) {
+        (crate::pipeline::Role::Standby, Some(f)) => f.leader_hw,
+        (crate::pipeline::Role::Standby, None) => 1,
+        _ => repl.high_watermark(),
+    };
     json!({
         "role": engine.role().name(),
-        "epoch": repl.epoch(),
-        "hw": repl.high_watermark().saturating_sub(1),
+        "epoch": repl.epoch_shown(),
+        "hw": hw.saturating_sub(1),
         "durable_lsn": end.saturating_sub(1),
         "ack": if r.ack == crate::config::Ack::Standby { "standby" } else { "local" },
         "when_standby_lost": if r.when_standby_lost == crate::config::StandbyLost::Alone { "alone" } else { "wait" },

@@ -200,6 +200,12 @@ impl Replication {
         self.epoch.load(Ordering::SeqCst)
     }
 
+    /// The epoch as status and the serve log show it, as `wal dump` shows the records': a
+    /// node that never knew a leader epoch appends under epoch 1 (`open`), so its 0 reads 1.
+    pub fn epoch_shown(&self) -> u32 {
+        self.epoch().max(1)
+    }
+
     /// The leader epoch, while this node is the primary.
     pub fn leader_epoch(&self) -> Option<u32> {
         (self.role() == Role::Primary).then(|| self.epoch())

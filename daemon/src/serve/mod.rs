@@ -119,7 +119,7 @@ async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, En
     };
     let stream = stream::Stream::start(&shared);
     let role = shared.engine.role();
-    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.repl.epoch(), "serving");
+    info!(spool = %new_dir.display(), workers, socket = %sidecars.socket.display(), role = role.name(), epoch = shared.repl.epoch_shown(), "serving");
     if role == crate::pipeline::Role::Standby && shared.cluster.is_none() {
         warn_waiting_files(&new_dir);
     }
@@ -290,11 +290,17 @@ async fn between_passes(
     if !follow_the_cluster(shared, repl, &mut track.following).await {
         return false;
     }
-    let seen = repl.status.snapshot();
-    shared.repl.update_follow_status(|f| {
-        f.connected = seen.connected;
-        f.leader_epoch = seen.leader_epoch;
-    });
+    // Only a node that follows (or followed) a leader has a link to show: a primary that
+    // never was a standby shows none (its status said "following : disconnected").
+    if shared.engine.role() == crate::pipeline::Role::Standby
+        || shared.repl.follow_status().is_some()
+    {
+        let seen = repl.status.snapshot();
+        shared.repl.update_follow_status(|f| {
+            f.connected = seen.connected;
+            f.leader_epoch = seen.leader_epoch;
+        });
+    }
     maybe_finish_claims(shared);
     maybe_settle(shared);
     maybe_sync_tail(shared);

@@ -1,5 +1,6 @@
 //! `roost-docgen`: roost's man pages and shell completions, generated from the clap command
-//! the binary parses with (`roost::cli::command()`), so neither can drift from the CLI.
+//! the binary parses with (`roost::cli::command()`), so neither can drift from the CLI, and
+//! the package's `/etc/roost/roost.toml`, generated from `examples/roost.toml` ([`conffile`]).
 //! `packaging/deb-check` runs the binary before `cargo deb`; the package installs its output
 //! (`[package.metadata.deb]` assets in `daemon/Cargo.toml`). This crate only renders; it never
 //! runs a command.
@@ -54,13 +55,14 @@ pub fn man_pages(cmd: &clap::Command) -> anyhow::Result<Vec<Generated>> {
             let name = page_name(&c);
             let is_root = c.get_name() == cmd.get_name() && name == cmd.get_name();
             let mut bytes = Vec::new();
-            clap_mangen::Man::new(c)
+            clap_mangen::Man::new(c.clone())
                 .section(SECTION)
                 .date(release_date())
                 .source(format!("roost {}", env!("CARGO_PKG_VERSION")))
                 .manual("roost manual")
                 .render(&mut bytes)
                 .with_context(|| format!("rendering the man page of {name}"))?;
+            let mut bytes = mark_repeated(&c, bytes);
             if is_root {
                 bytes.extend_from_slice(root_extra().as_bytes());
             }
@@ -70,6 +72,31 @@ pub fn man_pages(cmd: &clap::Command) -> anyhow::Result<Vec<Generated>> {
             })
         })
         .collect()
+}
+
+/// `clap_mangen` shows a positional that takes many values as `[FILE]`, as if it took one;
+/// `roost submit --help` says `[FILE]...`, and so do the pages, in the synopsis and the list.
+fn mark_repeated(cmd: &clap::Command, roff: Vec<u8>) -> Vec<u8> {
+    let mut text = String::from_utf8_lossy(&roff).into_owned();
+    let repeated = cmd
+        .get_positionals()
+        .filter(|a| a.get_num_args().is_some_and(|r| r.max_values() > 1));
+    for arg in repeated {
+        let names: Vec<String> = match arg.get_value_names() {
+            Some(v) => v.iter().map(|n| n.to_string()).collect(),
+            None => vec![arg.get_id().as_str().to_owned()],
+        };
+        for name in names {
+            for (open, close) in [("[", "]"), ("<", ">")] {
+                let one = format!("{open}\\fI{name}\\fR{close}");
+                let many = format!("{one}...");
+                if !text.contains(&many) {
+                    text = text.replace(&one, &many);
+                }
+            }
+        }
+    }
+    text.into_bytes()
 }
 
 /// The pages' date: that of the package's latest changelog entry, as `YYYY-MM-DD` (a fixed
@@ -111,18 +138,81 @@ another roost, or a batch was not taken now (try again later); {EXIT_CONFIG} bad
 .SH FILES
 .TP
 \fI/etc/roost/roost.toml\fR
-The configuration; the service reads it only with the cluster drop-in
-(\fI/usr/share/doc/roost/examples/cluster.conf\fR).
+The configuration every command of \fI/usr/bin/roost\fR reads without \fB\-\-config\fR: the
+package's paths below, then every other setting commented out at its default.
+.TP
+\fI/usr/share/doc/roost/examples/\fR
+\fIroost.toml\fR explaining every key, \fIcluster/\fR (a three-node cluster's files),
+\fIcluster.conf\fR (the drop-in a node that uses the network needs), batch files.
 .TP
 \fI/var/lib/roost\fR
-The service's data directory: the WAL, the shards, the audit log.
+The data directory: the WAL, the shards, the audit log.
 .TP
 \fI/var/spool/roost\fR
-The spool: clients in the group \fBroost\-submit\fR deliver batches into it.
+The spool: clients in the group \fBroost\-submit\fR deliver batches into \fInew/\fR, read
+their results in \fIout/\fR and remove them; \fIstream.sock\fR is the stream socket.
+.TP
+\fI/run/roost/roost.sock\fR
+The control socket (\fBroost status\fR), for root and the roost user.
+.SH "RUNNING WITHOUT SYSTEMD"
+\fBrunuser \-u roost \-\- roost serve\fR (its log on stderr, \fBSIGTERM\fR stops it); the
+package's postinst made its directories (\fBsystemd\-tmpfiles \-\-create roost.conf\fR makes
+\fI/run/roost\fR again after a reboot without systemd).
 .SH "SEE ALSO"
-\fI/usr/share/doc/roost/README.md\fR, \fBsystemctl\fR(1), \fBjournalctl\fR(1)
+\fI/usr/share/doc/roost/README.md\fR, \fBsystemctl\fR(1), \fBjournalctl\fR(1), \fBrunuser\fR(1)
 "#
     )
+}
+
+/// Every key of roost's configuration, each explained: the file the package's conffile
+/// carries, commented out, after the package's own paths.
+const EXAMPLE_CONFIG: &str = include_str!("../../../examples/roost.toml");
+
+/// What `/etc/roost/roost.toml` sets: the package's layout, which every command of the
+/// installed `roost` reads without `--config` (`roost::cli::default_config_file`). The
+/// stream socket lives in the spool, whose group is `roost-submit` and whose setgid bit gives
+/// the socket that group: its clients can connect, as Postfix's `public/` holds the sockets
+/// its `postdrop` group reaches. The control socket stays in `/run/roost` (the daemon's own
+/// group): `promote` is for the operator, not for every client.
+pub const PACKAGE_PATHS: [(&str, &str); 4] = [
+    ("data_dir", "/var/lib/roost"),
+    ("spool_dir", "/var/spool/roost"),
+    ("control_socket", "/run/roost/roost.sock"),
+    ("stream_socket", "/var/spool/roost/stream.sock"),
+];
+
+/// The package's `/etc/roost/roost.toml` (`roost.toml` here): a header, [`PACKAGE_PATHS`],
+/// then `examples/roost.toml` with every line commented out (the built-in defaults, each key
+/// explained), so the two cannot drift apart.
+pub fn conffile() -> Generated {
+    let mut text = String::from(
+        "# /etc/roost/roost.toml, as the Debian package installs it (a conffile: dpkg keeps your\n\
+         # edits). Every command of /usr/bin/roost reads it when --config is absent: the service,\n\
+         # `runuser -u roost -- roost serve`, `roost status`, `roost submit`, `roost scan`.\n\
+         #\n\
+         # The package's paths. roost.service may write only these (StateDirectory=,\n\
+         # RuntimeDirectory=, ReadWritePaths=): one moved elsewhere needs a drop-in that allows it.\n",
+    );
+    for (key, value) in PACKAGE_PATHS {
+        text.push_str(&format!("{key} = {value:?}\n"));
+    }
+    text.push_str(
+        "\n# Every other setting at its built-in default: examples/roost.toml (installed as\n\
+         # /usr/share/doc/roost/examples/roost.toml) with each line commented out.\n",
+    );
+    for line in EXAMPLE_CONFIG.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            text.push_str(line);
+        } else {
+            text.push_str("# ");
+            text.push_str(line);
+        }
+        text.push('\n');
+    }
+    Generated {
+        path: PathBuf::from("roost.toml"),
+        bytes: text.into_bytes(),
+    }
 }
 
 /// The completion file for each shell, at the name its Debian directory expects.
@@ -159,6 +249,7 @@ pub fn write_all(cmd: &clap::Command, out: &Path) -> anyhow::Result<Vec<PathBuf>
     }
     let mut files = man_pages(cmd)?;
     files.extend(completions(cmd));
+    files.push(conffile());
     files
         .into_iter()
         .map(|g| {

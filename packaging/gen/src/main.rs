@@ -1,5 +1,6 @@
-//! `roost-docgen OUT_DIR`: writes roost's man pages to `OUT_DIR/man` and its bash, zsh and
-//! fish completions to `OUT_DIR/completions` (see the library), printing each path written.
+//! `roost-docgen OUT_DIR`: writes roost's man pages to `OUT_DIR/man`, its bash, zsh and fish
+//! completions to `OUT_DIR/completions` and the package's configuration file `roost.toml` to
+//! `OUT_DIR` (see the library), printing each path written.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;

@@ -231,3 +231,100 @@ fn the_title_line_has_date_source_and_manual() {
         assert!(th.ends_with(&want), "{}: {th}", page.path.display());
     }
 }
+
+/// The plain text of the page `name`.
+fn page(pages: &[Generated], name: &str) -> String {
+    let p = pages
+        .iter()
+        .find(|p| p.path.to_string_lossy() == format!("man/{name}.1"))
+        .unwrap_or_else(|| panic!("no page {name}"));
+    plain(&p.bytes)
+}
+
+/// Goal (issue 43): what a reader of the pages met: the NAME line read "roost - roost: a
+/// write-ahead-log ..."; `--config`'s help stopped at "Without it, the embedded default";
+/// `roost-submit(1)` showed `[FILE]` with no description; `roost --help` never named drill's
+/// `--cluster`; the pages named examples/roost.toml where the package has none.
+#[test]
+fn the_pages_read_as_a_first_time_reader_needs() {
+    let cmd = roost::cli::command();
+    let pages = man_pages(&cmd).expect("render");
+    let root = page(&pages, "roost");
+    let name_line = root
+        .lines()
+        .skip_while(|l| *l != ".SH NAME")
+        .nth(1)
+        .expect("a NAME line");
+    assert_eq!(name_line, "roost - a write-ahead-log batch-apply daemon");
+    assert!(
+        root.contains("/etc/roost/roost.toml if it exists"),
+        "--config names its default"
+    );
+    assert!(!root.contains("the embedded default"), "{root}");
+    assert!(root.contains("/usr/share/doc/roost/examples/roost.toml"));
+    assert!(root.contains("runuser -u roost -- roost serve"));
+    let drill_summary = root
+        .lines()
+        .skip_while(|l| !l.contains("roost-drill(1)"))
+        .nth(1)
+        .expect("drill's line in roost(1)");
+    assert!(drill_summary.contains("--cluster"), "{drill_summary}");
+    let submit = page(&pages, "roost-submit");
+    assert!(submit.contains("[FILE]..."), "{submit}");
+    assert!(submit.contains("Batch files to deliver"), "{submit}");
+}
+
+/// Goal (issue 43): the package's /etc/roost/roost.toml sets the package's paths, so the
+/// installed roost finds its data, spool and sockets without flags or systemd's variables,
+/// and holds every line of examples/roost.toml commented out (every key explained, at its
+/// default), so the two cannot drift apart.
+#[test]
+fn the_conffile_sets_the_package_paths_and_comments_out_the_example() {
+    let conf = roost_docgen::conffile();
+    assert_eq!(conf.path.to_string_lossy(), "roost.toml");
+    let text = String::from_utf8(conf.bytes).expect("utf-8");
+    let dir = std::env::temp_dir().join(format!("roost-docgen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("roost.toml");
+    std::fs::write(&path, &text).expect("write");
+    let cfg = roost::config::Config::load(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = cfg.expect("the conffile loads");
+    assert_eq!(cfg.data_dir.to_string_lossy(), "/var/lib/roost");
+    assert_eq!(
+        cfg.spool_dir(),
+        std::path::PathBuf::from("/var/spool/roost")
+    );
+    assert_eq!(
+        roost::control::socket::socket_path(&cfg).to_string_lossy(),
+        "/run/roost/roost.sock"
+    );
+    assert_eq!(
+        cfg.stream_socket
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned()),
+        Some("/var/spool/roost/stream.sock".to_owned())
+    );
+    let example = include_str!("../../../examples/roost.toml");
+    let body: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# Every other setting"))
+        .skip(2)
+        .collect();
+    let commented: Vec<String> = example
+        .lines()
+        .map(|l| {
+            if l.is_empty() || l.starts_with('#') {
+                l.to_owned()
+            } else {
+                format!("# {l}")
+            }
+        })
+        .collect();
+    assert_eq!(body, commented);
+    let set: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(set.len(), roost_docgen::PACKAGE_PATHS.len(), "{set:?}");
+}

@@ -920,6 +920,40 @@ mod tests {
         );
     }
 
+    /// Goal: `intake_bytes_max` defaults to 256 MiB or the largest single input, and a bound
+    /// one bulk file or one stream line would not fit in is refused, naming the limits.
+    #[test]
+    fn intake_bytes_max_fits_one_input_of_each() {
+        let parse = |text: &str| toml::from_str::<Config>(text).expect("toml");
+        assert_eq!(Config::default().intake_bytes(), 256 << 20);
+        assert_eq!(
+            parse("bulk_file_bytes_max = 1073741824").intake_bytes(),
+            1 << 30
+        );
+        assert_eq!(
+            parse("intake_bytes_max = 67108864").intake_bytes(),
+            64 << 20
+        );
+        assert!(parse("intake_bytes_max = 67108864").validate().is_ok());
+        let e = parse("intake_bytes_max = 67108863")
+            .validate()
+            .expect_err("below bulk_file_bytes_max");
+        assert!(
+            e.to_string().contains("bulk_file_bytes_max (67108864)"),
+            "{e}"
+        );
+        let small = "intake_bytes_max = 65536\nbulk_file_bytes_max = 65536\n";
+        let e = parse(small)
+            .validate()
+            .expect_err("below the stream line limit");
+        assert!(
+            e.to_string().contains("stream line limit (16777216)"),
+            "{e}"
+        );
+        let fits = format!("{small}stream_line_bytes_max = 65536\n");
+        assert!(parse(&fits).validate().is_ok());
+    }
+
     /// Goal: `shards_max` is positive and at least the number of declared shards.
     #[test]
     fn shards_max_is_positive_and_covers_the_declared_shards() {

@@ -121,7 +121,11 @@ fn take_bytes(sh: &Shared, path: &std::path::Path, name: &str) -> Option<Option<
     match sh.engine.intake.bulk.try_take(n) {
         Some(h) => Some(Some(h)),
         None => {
-            debug!(file = name, bytes = n, "bulk file waits for room (intake_bytes_max)");
+            debug!(
+                file = name,
+                bytes = n,
+                "bulk file waits for room (intake_bytes_max)"
+            );
             if let Ok(mut w) = sh.bulk_waiting.lock() {
                 w.push(name.to_owned());
             }

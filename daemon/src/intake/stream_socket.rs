@@ -317,7 +317,13 @@ async fn read_batches(
             h = hold(ctx, &own, &first) => h,
             _ = state.wait_for(|s| *s >= DRAINING) => None,
         };
-        let mut group = vec![(first, Place { _window: permit, _bytes: bytes })];
+        let mut group = vec![(
+            first,
+            Place {
+                _window: permit,
+                _bytes: bytes,
+            },
+        )];
         let mut end = false;
         while group.len() < group_max && r.buffer().contains(&b'\n') {
             let Ok(p) = window.clone().try_acquire_owned() else {
@@ -325,7 +331,13 @@ async fn read_batches(
             };
             match read_ok(next_line(&mut r, ctx.line_bytes_max).await, conn) {
                 Some(l) => match try_hold(ctx, &own, &l) {
-                    Some(h) => group.push((l, Place { _window: p, _bytes: Some(h) })),
+                    Some(h) => group.push((
+                        l,
+                        Place {
+                            _window: p,
+                            _bytes: Some(h),
+                        },
+                    )),
                     None => {
                         carry = Some((l, p));
                         break;
@@ -381,12 +393,7 @@ fn read_ok(line: std::io::Result<Option<Line>>, conn: u64) -> Option<Line> {
 
 /// Parses the lines of a group (numbering them on from `n`) and starts their batches as one
 /// group; an invalid line is answered at once. The answers to come, in line order.
-async fn start_lines(
-    ctx: &Ctx,
-    lines: Vec<(Line, Place)>,
-    conn: u64,
-    n: &mut u64,
-) -> Vec<Pending> {
+async fn start_lines(ctx: &Ctx, lines: Vec<(Line, Place)>, conn: u64, n: &mut u64) -> Vec<Pending> {
     let (max, ops_max) = (ctx.line_bytes_max, ctx.shared.engine.config().batch_ops_max);
     let mut answers: Vec<Option<oneshot::Receiver<Answer>>> = Vec::with_capacity(lines.len());
     let mut batches = Vec::new();
@@ -563,10 +570,7 @@ async fn write_loop(
                 }
             }
         };
-        let Pending {
-            mut answer,
-            _place,
-        } = p;
+        let Pending { mut answer, _place } = p;
         let a = match answer.try_recv() {
             Ok(a) => a,
             Err(oneshot::error::TryRecvError::Closed) => return Ok(()),

@@ -195,6 +195,13 @@ pub struct Config {
     /// lines go as one group, a thread per group) [default: 4 × `batches_in_flight_max`:
     /// four full groups of 64, so one group's syncs overlap the others' work].
     pub stream_batches_running_max: Option<usize>,
+    /// Bytes of unanswered input each intake holds in memory at most (issue 44): bulk files
+    /// read and not yet answered, all together, and stream lines read and not yet answered,
+    /// all connections together (one connection at most its share: this over
+    /// `stream_connections_max`, and always one line). A bulk file waits in `new/`, a stream
+    /// connection is not read, until its bytes fit [default: 256 MiB, or the largest single
+    /// input (`bulk_file_bytes_max`, the stream line limit) if larger].
+    pub intake_bytes_max: Option<u64>,
 }
 
 /// `[replication]`: this node's role and how results wait for a standby.
@@ -463,6 +470,7 @@ impl Default for Config {
             stream_connections_max: 64,
             stream_line_bytes_max: None,
             stream_batches_running_max: None,
+            intake_bytes_max: None,
         }
     }
 }
@@ -581,7 +589,23 @@ impl Config {
                     .into(),
             ));
         }
+        self.validate_intake_bytes()?;
         self.validate_replication()
+    }
+
+    /// One input of each intake must fit in `intake_bytes_max`, or it would wait for ever.
+    fn validate_intake_bytes(&self) -> Result<(), ConfigError> {
+        let Some(n) = self.intake_bytes_max else {
+            return Ok(());
+        };
+        let line = self.stream_line_bytes() as u64;
+        if n < self.bulk_file_bytes_max || n < line {
+            return Err(ConfigError::Invalid(format!(
+                "intake_bytes_max {n} must be at least bulk_file_bytes_max ({}) and the stream line limit ({line}): one input of each must fit",
+                self.bulk_file_bytes_max
+            )));
+        }
+        Ok(())
     }
 
     fn validate_shards_max(&self) -> Result<(), ConfigError> {
@@ -719,6 +743,16 @@ impl Config {
             .stream_line_bytes_max
             .unwrap_or(self.spool_file_bytes_max);
         usize::try_from(n).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes of unanswered input one intake may hold (`intake_bytes_max`, else 256 MiB or
+    /// the largest single input if larger).
+    pub fn intake_bytes(&self) -> u64 {
+        self.intake_bytes_max.unwrap_or_else(|| {
+            (256u64 << 20)
+                .max(self.bulk_file_bytes_max)
+                .max(self.stream_line_bytes() as u64)
+        })
     }
 
     /// Streamed batches run at once (`stream_batches_running_max`, else 4 ×
@@ -884,6 +918,40 @@ mod tests {
             100,
             "follows the file limit by default"
         );
+    }
+
+    /// Goal: `intake_bytes_max` defaults to 256 MiB or the largest single input, and a bound
+    /// one bulk file or one stream line would not fit in is refused, naming the limits.
+    #[test]
+    fn intake_bytes_max_fits_one_input_of_each() {
+        let parse = |text: &str| toml::from_str::<Config>(text).expect("toml");
+        assert_eq!(Config::default().intake_bytes(), 256 << 20);
+        assert_eq!(
+            parse("bulk_file_bytes_max = 1073741824").intake_bytes(),
+            1 << 30
+        );
+        assert_eq!(
+            parse("intake_bytes_max = 67108864").intake_bytes(),
+            64 << 20
+        );
+        assert!(parse("intake_bytes_max = 67108864").validate().is_ok());
+        let e = parse("intake_bytes_max = 67108863")
+            .validate()
+            .expect_err("below bulk_file_bytes_max");
+        assert!(
+            e.to_string().contains("bulk_file_bytes_max (67108864)"),
+            "{e}"
+        );
+        let small = "intake_bytes_max = 65536\nbulk_file_bytes_max = 65536\n";
+        let e = parse(small)
+            .validate()
+            .expect_err("below the stream line limit");
+        assert!(
+            e.to_string().contains("stream line limit (16777216)"),
+            "{e}"
+        );
+        let fits = format!("{small}stream_line_bytes_max = 65536\n");
+        assert!(parse(&fits).validate().is_ok());
     }
 
     /// Goal: `shards_max` is positive and at least the number of declared shards.

@@ -394,3 +394,102 @@ fn stream_client_that_never_reads_stalls_only_itself() {
     drop(hog);
     assert!(writer.join().unwrap() < 10_000);
 }
+
+/// `status --json`'s `memory` object.
+fn memory(data: &Path) -> Value {
+    let o = Command::new(BIN)
+        .args(["status", "--json", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    v["memory"].clone()
+}
+
+/// Goal (issue 44): however many lines stream clients send without reading their answers
+/// and however many bulk files wait in `new/`, no intake holds more than `intake_bytes_max`
+/// bytes of unanswered input: the peak the daemon accounts per intake stays within it, and
+/// is not zero (the bytes are counted); the bulk files are all answered beside the hogs, and
+/// once the hogs go their bytes are given back. Without the bound each hog would hold 128
+/// lines of 16 KiB (2 MiB) and four bulk files of 200 KiB would be read at once.
+#[test]
+fn intakes_hold_at_most_intake_bytes_max() {
+    use common::stream::*;
+    use std::io::Write as _;
+    const MAX: u64 = 256 << 10;
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("roost.toml");
+    let toml = format!(
+        "intake_bytes_max = {MAX}\nbulk_file_bytes_max = {MAX}\nstream_line_bytes_max = 32768\nstream_connections_max = 4\n"
+    );
+    std::fs::write(&cfg, toml).unwrap();
+    let d = serve(t.path(), &["--config", cfg.to_str().unwrap()]);
+    let data = t.path().join("data");
+    let before = rss_kib(d.id());
+    let pad = "x".repeat(16_000);
+    let hogs: Vec<_> = (0..4)
+        .map(|h| {
+            let s = connect(&data, Duration::from_secs(5));
+            let mut w = s.try_clone().unwrap();
+            let pad = pad.clone();
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    let line = format!(
+                        "{{\"request_key\":\"hog{h}-{i}\",\"ops\":[{{\"op\":\"create\",\"shard\":\"h\",\"record\":{{\"pad\":\"{pad}\"}}}}]}}\n"
+                    );
+                    if w.write_all(line.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+            s
+        })
+        .collect();
+    let spool = data.join("spool");
+    let line_pad = "y".repeat(1000);
+    for f in 0..6 {
+        let body: String = (0..200)
+            .map(|i| format!("{{\"request_key\":\"bulk{f}-{i}\",\"ops\":[{{\"op\":\"create\",\"shard\":\"b\",\"record\":{{\"pad\":\"{line_pad}\"}}}}]}}\n"))
+            .collect();
+        assert!(body.len() as u64 > MAX * 3 / 4 && (body.len() as u64) < MAX);
+        drop_in(&spool, &format!("bulk{f}.jsonl"), body.as_bytes());
+    }
+    let (mut stream_seen, mut bulk_seen, mut peak_rss) = (0u64, 0u64, 0u64);
+    wait_for(
+        "the bulk results beside the hogs",
+        Duration::from_secs(120),
+        || {
+            let m = memory(&data);
+            stream_seen = stream_seen.max(m["intake_stream_bytes"].as_u64().unwrap_or(0));
+            bulk_seen = bulk_seen.max(m["intake_bulk_bytes"].as_u64().unwrap_or(0));
+            peak_rss = peak_rss.max(rss_kib(d.id()));
+            std::thread::sleep(Duration::from_millis(50));
+            (0..6).all(|f| spool.join("out").join(format!("bulk{f}.jsonl")).exists())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let m = memory(&data);
+    println!(
+        "intake bytes: stream peak {}, bulk peak {}, max {MAX}; seen by status: stream {stream_seen}, bulk {bulk_seen}; VmRSS {before} KiB before, {peak_rss} KiB at most; memory {m}",
+        m["intake_stream_bytes_peak"], m["intake_bulk_bytes_peak"]
+    );
+    assert_eq!(m["intake_bytes_max"], MAX, "{m}");
+    for part in ["intake_stream_bytes_peak", "intake_bulk_bytes_peak"] {
+        let peak = m[part].as_u64().unwrap_or(u64::MAX);
+        assert!(peak > 0 && peak <= MAX, "{part} {peak} over {MAX}: {m}");
+    }
+    assert!(stream_seen > 0 && stream_seen <= MAX, "{m}");
+    assert!(bulk_seen > 0 && bulk_seen <= MAX, "{m}");
+    assert!(
+        m["intake_waits"].as_u64().unwrap_or(0) > 0,
+        "no intake waited: {m}"
+    );
+    for s in hogs {
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    wait_for(
+        "the hogs' bytes given back",
+        Duration::from_secs(30),
+        || memory(&data)["intake_stream_bytes"] == 0,
+    );
+}

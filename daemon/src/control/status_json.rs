@@ -138,6 +138,15 @@ fn memory_json(engine: &Engine) -> serde_json::Value {
         "shard_index_bytes": m.shard_index_bytes,
         "rss_bytes": m.rss_bytes,
         "other_bytes": m.other_bytes,
+        "intake_bulk_bytes": m.intake_bulk_bytes,
+        "intake_bulk_bytes_peak": m.intake_bulk_bytes_peak,
+        "intake_stream_bytes": m.intake_stream_bytes,
+        "intake_stream_bytes_peak": m.intake_stream_bytes_peak,
+        "intake_bytes_max": m.intake_bytes_max,
+        "intake_waits": m.intake_waits,
+        "rss_anon_bytes": m.rss_anon_bytes,
+        "rss_file_bytes": m.rss_file_bytes,
+        "other_anon_bytes": m.other_anon_bytes,
     })
 }
 

@@ -6,7 +6,8 @@
 //! `out/NAME` with one result line per batch line, in line order, and only then the input
 //! removed ([`Engine::answer_file`]).
 //!
-//! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole):
+//! At most `bulk_files_in_flight_max` bulk files are worked on at once (each is read whole),
+//! holding at most `intake_bytes_max` bytes of input together (`pipeline/intake_bytes.rs`):
 //! one more waits in `new/` and is handed back to the loop as soon as a place frees.
 //!
 //! Lines are independent batches, like files dropped together: their planning order is not
@@ -28,6 +29,7 @@ use super::Shared;
 use crate::batch::{Batch, BatchResult, Invalid};
 use crate::error::EngineError;
 use crate::intake::bulk_lines::{self as lines, Limits, Line};
+use crate::pipeline::intake_bytes::IntakeHeld;
 use crate::pipeline::{Deliver, Engine};
 use crate::spool::{read_dropped_as, Intake};
 
@@ -46,6 +48,9 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         return Ok(());
     };
     let path = engine.spool().new.join(name);
+    let Some(_bytes) = take_bytes(sh, &path, name) else {
+        return Ok(());
+    };
     let whole = |error: String| Invalid {
         request_key: None,
         error,
@@ -100,6 +105,33 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         "bulk file answered"
     );
     Ok(())
+}
+
+/// The bulk file's size held against `intake_bytes_max` before it is read (given back
+/// once it is answered, before its place), or `None` when it does not fit now: the file
+/// waits in `new/` and is handed back to the loop when a bulk file frees its place. A file
+/// that cannot be looked at is read anyway (the read says why); one over
+/// `bulk_file_bytes_max` holds that much (the read refuses it).
+fn take_bytes(sh: &Shared, path: &std::path::Path, name: &str) -> Option<Option<IntakeHeld>> {
+    let cfg = sh.engine.config();
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Some(None);
+    };
+    let n = meta.len().min(cfg.bulk_file_bytes_max);
+    match sh.engine.intake.bulk.try_take(n) {
+        Some(h) => Some(Some(h)),
+        None => {
+            debug!(
+                file = name,
+                bytes = n,
+                "bulk file waits for room (intake_bytes_max)"
+            );
+            if let Ok(mut w) = sh.bulk_waiting.lock() {
+                w.push(name.to_owned());
+            }
+            None
+        }
+    }
 }
 
 /// One of `bulk_files_in_flight_max` places for a bulk file, given back when dropped; the

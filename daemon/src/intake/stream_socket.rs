@@ -35,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use super::Shared;
 use crate::batch::{Batch, BatchResult};
 use crate::intake::stream_protocol::{next_line, parse_line, Answer, Line};
+use crate::pipeline::intake_bytes::{IntakeBytes, IntakeHeld};
 use crate::pipeline::Deliver;
 
 /// The listener's state, as connections see it: reading, draining (no new line: the
@@ -59,6 +60,8 @@ struct Ctx {
     in_flight_max: usize,
     /// `running`'s size: a group never asks for more.
     running_max: usize,
+    /// What one connection may hold of `intake_bytes_max` (at least one line).
+    share_bytes: u64,
 }
 
 /// The listener and what the graceful stop needs to wind it down.
@@ -98,6 +101,7 @@ impl Stream {
             line_bytes_max: cfg.stream_line_bytes(),
             in_flight_max: permits(cfg.stream_in_flight_max) as usize,
             running_max: running_max as usize,
+            share_bytes: cfg.intake_bytes() / u64::from(conns_max),
         });
         let accept = match crate::control::socket::bind_socket(&socket) {
             Ok(l) => {
@@ -243,7 +247,7 @@ async fn connection(ctx: Arc<Ctx>, stream: UnixStream, conn: u64, _slot: OwnedSe
 /// (given back once the answer is written).
 struct Pending {
     answer: oneshot::Receiver<Answer>,
-    _window: OwnedSemaphorePermit,
+    _place: Place,
 }
 
 /// Request lines the reader takes as one group when they are already buffered: their
@@ -251,8 +255,43 @@ struct Pending {
 /// shard). A client that waits for each answer sends groups of one.
 const GROUP_MAX: usize = 64;
 
-/// Reads request lines while the window has room, starting their batches (the lines already
-/// buffered as one group); ends at the end of the client's input, a read error, or the stop.
+/// A request line's place: in its connection's window, and its bytes held against
+/// `intake_bytes_max` (the connection's share and the stream's); given back once its answer
+/// is written.
+struct Place {
+    _window: OwnedSemaphorePermit,
+    _bytes: Option<(IntakeHeld, IntakeHeld)>,
+}
+
+/// A request line's bytes as the intake bound counts them (a line over the limit is not kept).
+fn line_bytes(l: &Line) -> u64 {
+    match l {
+        Line::Bytes(b) => b.len() as u64,
+        Line::TooLong { .. } => 0,
+    }
+}
+
+/// Holds line `l`'s bytes: the connection's share first, then the stream's; waits for room.
+async fn hold(ctx: &Ctx, own: &IntakeBytes, l: &Line) -> Option<(IntakeHeld, IntakeHeld)> {
+    let n = line_bytes(l);
+    let mine = own.take(n).await?;
+    let all = ctx.shared.engine.intake.stream.take(n).await?;
+    Some((mine, all))
+}
+
+/// [`hold`] if there is room now.
+fn try_hold(ctx: &Ctx, own: &IntakeBytes, l: &Line) -> Option<(IntakeHeld, IntakeHeld)> {
+    let n = line_bytes(l);
+    let mine = own.try_take(n)?;
+    let all = ctx.shared.engine.intake.stream.try_take(n)?;
+    Some((mine, all))
+}
+
+/// Reads request lines while the window and the intake bound have room, starting their
+/// batches (the lines already buffered as one group); ends at the end of the client's
+/// input, a read error, or the stop. A line read whose bytes do not fit now waits, and the
+/// connection is read no further meanwhile; at the stop it is started without them (and
+/// answered `unavailable`).
 async fn read_batches(
     ctx: &Ctx,
     r: OwnedReadHalf,
@@ -263,27 +302,47 @@ async fn read_batches(
     let mut state = ctx.state.clone();
     let mut r = BufReader::with_capacity(READ_CHUNK_BYTES, r);
     let group_max = GROUP_MAX.min(ctx.in_flight_max).min(ctx.running_max).max(1);
+    let own = IntakeBytes::new(ctx.share_bytes);
+    let mut carry: Option<(Line, OwnedSemaphorePermit)> = None;
     let mut n = 0u64;
     loop {
-        let permit = tokio::select! {
-            p = window.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = state.wait_for(|s| *s >= DRAINING) => return,
+        let (first, permit) = match carry.take() {
+            Some(c) => c,
+            None => match next_in_window(ctx, &mut r, &window, conn).await {
+                Some(c) => c,
+                None => return,
+            },
         };
-        let line = tokio::select! {
-            l = next_line(&mut r, ctx.line_bytes_max) => l,
-            _ = state.wait_for(|s| *s >= DRAINING) => return,
+        let bytes = tokio::select! {
+            h = hold(ctx, &own, &first) => h,
+            _ = state.wait_for(|s| *s >= DRAINING) => None,
         };
-        let Some(first) = read_ok(line, conn) else {
-            return;
-        };
-        let mut group = vec![(first, permit)];
+        let mut group = vec![(
+            first,
+            Place {
+                _window: permit,
+                _bytes: bytes,
+            },
+        )];
         let mut end = false;
         while group.len() < group_max && r.buffer().contains(&b'\n') {
             let Ok(p) = window.clone().try_acquire_owned() else {
                 break;
             };
             match read_ok(next_line(&mut r, ctx.line_bytes_max).await, conn) {
-                Some(l) => group.push((l, p)),
+                Some(l) => match try_hold(ctx, &own, &l) {
+                    Some(h) => group.push((
+                        l,
+                        Place {
+                            _window: p,
+                            _bytes: Some(h),
+                        },
+                    )),
+                    None => {
+                        carry = Some((l, p));
+                        break;
+                    }
+                },
                 None => {
                     end = true;
                     break;
@@ -301,6 +360,26 @@ async fn read_batches(
     }
 }
 
+/// The next request line once the window has room, with its place in it; `None` at the end
+/// of the input, a read error or the stop.
+async fn next_in_window(
+    ctx: &Ctx,
+    r: &mut BufReader<OwnedReadHalf>,
+    window: &Arc<Semaphore>,
+    conn: u64,
+) -> Option<(Line, OwnedSemaphorePermit)> {
+    let mut state = ctx.state.clone();
+    let permit = tokio::select! {
+        p = window.clone().acquire_owned() => p.ok()?,
+        _ = state.wait_for(|s| *s >= DRAINING) => return None,
+    };
+    let line = tokio::select! {
+        l = next_line(r, ctx.line_bytes_max) => l,
+        _ = state.wait_for(|s| *s >= DRAINING) => return None,
+    };
+    read_ok(line, conn).map(|l| (l, permit))
+}
+
 /// A line read, or `None` at the end of the input or a read error (logged).
 fn read_ok(line: std::io::Result<Option<Line>>, conn: u64) -> Option<Line> {
     match line {
@@ -314,12 +393,7 @@ fn read_ok(line: std::io::Result<Option<Line>>, conn: u64) -> Option<Line> {
 
 /// Parses the lines of a group (numbering them on from `n`) and starts their batches as one
 /// group; an invalid line is answered at once. The answers to come, in line order.
-async fn start_lines(
-    ctx: &Ctx,
-    lines: Vec<(Line, OwnedSemaphorePermit)>,
-    conn: u64,
-    n: &mut u64,
-) -> Vec<Pending> {
+async fn start_lines(ctx: &Ctx, lines: Vec<(Line, Place)>, conn: u64, n: &mut u64) -> Vec<Pending> {
     let (max, ops_max) = (ctx.line_bytes_max, ctx.shared.engine.config().batch_ops_max);
     let mut answers: Vec<Option<oneshot::Receiver<Answer>>> = Vec::with_capacity(lines.len());
     let mut batches = Vec::new();
@@ -349,7 +423,7 @@ async fn start_lines(
                     "no answer was started for this line",
                 ))
             }),
-            _window: permit,
+            _place: permit,
         })
         .collect()
 }
@@ -496,10 +570,7 @@ async fn write_loop(
                 }
             }
         };
-        let Pending {
-            mut answer,
-            _window,
-        } = p;
+        let Pending { mut answer, _place } = p;
         let a = match answer.try_recv() {
             Ok(a) => a,
             Err(oneshot::error::TryRecvError::Closed) => return Ok(()),

@@ -1,8 +1,10 @@
-//! Memory by part (issue 25), for `status` and metrics: what the request-key index's
+//! Memory by part (issues 25 and 44), for `status` and metrics: what the request-key index's
 //! filters and fences hold, the cache of keys not yet checkpointed, the shards' in-memory
-//! indexes, and the resident set with the rest. Figures for the filters and fences are
-//! exact; the key cache and shard indexes are estimates from their counts (their per-entry
-//! cost is measured in docs/memory.md). Reads only; never allocates on behalf of a client.
+//! indexes, the intakes' unanswered input, and the resident set with the rest, split into
+//! anonymous memory and file-backed pages (the maps of shard segments and logs). Figures
+//! for the filters, fences and intake bytes are exact; the key cache and shard indexes are
+//! estimates from their counts (their per-entry cost is measured in docs/memory.md). Reads
+//! only; never allocates on behalf of a client.
 
 use crate::config::KEY_CACHE_BYTES_PER_KEY;
 
@@ -22,10 +24,26 @@ pub struct MemoryReport {
     /// Live records of the open shards (a shard closed while idle holds no index).
     pub shard_index_records: u64,
     pub shard_index_bytes: u64,
-    /// The process's resident set (0 where /proc is not there).
+    /// Unanswered input held now by the bulk files and the stream, their peaks since the
+    /// start, the bound each has (`intake_bytes_max`) and how often one waited for it.
+    pub intake_bulk_bytes: u64,
+    pub intake_bulk_bytes_peak: u64,
+    pub intake_stream_bytes: u64,
+    pub intake_stream_bytes_peak: u64,
+    pub intake_bytes_max: u64,
+    pub intake_waits: u64,
+    /// The process's resident set (0 where /proc is not there) ...
     pub rss_bytes: u64,
-    /// The resident set less the parts above: buffers, code, allocator slack.
+    /// ... of it anonymous memory (heap, stacks) ...
+    pub rss_anon_bytes: u64,
+    /// ... and file-backed pages: shard segments and logs read or written through their
+    /// maps, and the binary. The kernel drops these first under memory pressure.
+    pub rss_file_bytes: u64,
+    /// The resident set less the parts above (file-backed pages included).
     pub other_bytes: u64,
+    /// Anonymous memory less the parts above: buffers of batches in flight, thread stacks,
+    /// code's data, the allocator's free memory not yet returned.
+    pub other_anon_bytes: u64,
 }
 
 impl Engine {
@@ -44,6 +62,8 @@ impl Engine {
             .filter(|f| f.open)
             .map(|f| f.records as u64)
             .sum();
+        let (bulk, stream) = (&self.intake.bulk, &self.intake.stream);
+        let rss = Rss::of_self();
         let mut m = MemoryReport {
             budget_bytes: self.config.memory_budget_bytes,
             key_filter_bytes: ix.filter_bytes,
@@ -52,23 +72,54 @@ impl Engine {
             key_cache_bytes: cache_keys * KEY_CACHE_BYTES_PER_KEY,
             shard_index_records: records,
             shard_index_bytes: records * SHARD_INDEX_BYTES_PER_RECORD,
-            rss_bytes: rss_bytes(),
+            intake_bulk_bytes: bulk.held(),
+            intake_bulk_bytes_peak: bulk.peak(),
+            intake_stream_bytes: stream.held(),
+            intake_stream_bytes_peak: stream.peak(),
+            intake_bytes_max: bulk.max(),
+            intake_waits: bulk.waits() + stream.waits(),
+            rss_bytes: rss.total,
+            rss_anon_bytes: rss.anon,
+            rss_file_bytes: rss.file,
             other_bytes: 0,
+            other_anon_bytes: 0,
         };
-        let parts =
-            m.key_filter_bytes + m.key_fence_bytes + m.key_cache_bytes + m.shard_index_bytes;
+        let parts = m.key_filter_bytes
+            + m.key_fence_bytes
+            + m.key_cache_bytes
+            + m.shard_index_bytes
+            + m.intake_bulk_bytes
+            + m.intake_stream_bytes;
         m.other_bytes = m.rss_bytes.saturating_sub(parts);
+        m.other_anon_bytes = m.rss_anon_bytes.saturating_sub(parts);
         m
     }
 }
 
-/// This process's resident set in bytes, from `/proc/self/status` (0 if unreadable).
-pub fn rss_bytes() -> u64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+/// The resident set from `/proc/self/status`, in bytes (0 where unreadable).
+#[derive(Clone, Copy, Debug, Default)]
+struct Rss {
+    total: u64,
+    anon: u64,
+    /// `RssFile` and `RssShmem`.
+    file: u64,
+}
+
+impl Rss {
+    fn of_self() -> Rss {
+        let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+            return Rss::default();
+        };
+        let kb = |name: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kb| kb * 1024)
+        };
+        Rss {
+            total: kb("VmRSS:"),
+            anon: kb("RssAnon:"),
+            file: kb("RssFile:") + kb("RssShmem:"),
+        }
+    }
 }

@@ -33,6 +33,7 @@ pub mod disk;
 mod effects_flush;
 mod finish;
 mod held;
+pub mod intake_bytes;
 mod keys;
 pub mod log_role;
 mod memory;
@@ -236,6 +237,8 @@ pub struct Engine {
     /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
     effects_flusher: effects_flush::EffectsFlusher,
     pub stats: Arc<Stats>,
+    /// Unanswered input held by the bulk files and by the stream (`intake_bytes.rs`).
+    pub intake: intake_bytes::Intakes,
     opened: Instant,
     recovery: RecoveryReport,
     _lock: Option<DirLock>,
@@ -284,6 +287,7 @@ impl Engine {
         let effects_flusher = effects_flush::EffectsFlusher::start(audit.clone(), failed.clone());
         let pool = owner::ShardPool::start(config.shard_threads)
             .map_err(io_err("start shard threads", layout.data_dir()))?;
+        let intake = intake_bytes::Intakes::new(config.intake_bytes());
         let engine = Engine {
             storage,
             layout,
@@ -314,6 +318,7 @@ impl Engine {
             claim_syncer,
             effects_flusher,
             stats: Arc::new(Stats::default()),
+            intake,
             opened: Instant::now(),
             recovery: RecoveryReport::default(),
             _lock: lock_file,

@@ -168,9 +168,16 @@ fn a_killed_leader_is_replaced_and_rejoins_as_a_follower() {
     );
     let at_new = submit_at(&nodes[l2], "while-down");
     nodes[l].start(None);
+    // The leader it follows: l2, or (beside a CPU hog, seen once in 20 loaded runs) a
+    // node that replaced l2 when l2's first renewal came too late for a 1 s lease.
+    let mut l2 = l2;
     wait_for("the old leader follows", LIMIT, || {
         let c = cluster(&nodes[l]);
-        c["leading"] == false && c["leader"] == nodes[l2].name
+        let leader = (0..nodes.len()).find(|&i| i != l && c["leader"] == nodes[i].name);
+        if let Some(i) = leader.filter(|&i| cluster(&nodes[i])["leading"] == true) {
+            l2 = i;
+        }
+        c["leading"] == false && leader == Some(l2)
     });
     assert_eq!(nodes[l].status()["replication"]["role"], "standby");
     wait_for("while-down.json answered", LIMIT, || {

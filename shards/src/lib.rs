@@ -1110,11 +1110,12 @@ impl Shard {
         };
         let bytes = self.next_segment_bytes(frame_len);
         let storage = self.storage.as_ref();
+        // The spare is taken whenever the frame fits it; only a frame larger than the spare
+        // makes a segment of its own here (the spare stays for the next roll).
         let took = match self.spare.as_mut() {
-            Some(spare) => {
-                spare.grow(storage, bytes).map_err(io("grow spare"))?;
-                spare.take(storage, &path).map_err(io("take spare"))?
-            }
+            Some(spare) => spare
+                .take(storage, &path, frame_len)
+                .map_err(io("take spare"))?,
             None => false,
         };
         if !took {

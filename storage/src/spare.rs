@@ -59,7 +59,13 @@ pub enum Refilled {
 pub struct Spare {
     dir: PathBuf,
     path: PathBuf,
+    /// The size the spare is made at (its target); it never shrinks.
     bytes: u64,
+    /// The bytes the spare file holds, allocated (0: no spare). Below `bytes` when the disk
+    /// had no room to grow it: it is kept as it was, and still taken by a roll it is large
+    /// enough for.
+    have: u64,
+    /// Set while `have < bytes`: intake waits.
     missing: Option<NoRoom>,
     /// The shortage in `missing` was reported by a refill already.
     reported: bool,
@@ -74,6 +80,7 @@ impl Spare {
             dir: dir.to_path_buf(),
             path: dir.join(SPARE_FILE),
             bytes,
+            have: 0,
             missing: None,
             reported: false,
         };
@@ -87,15 +94,25 @@ impl Spare {
         self.bytes
     }
 
+    /// The bytes the spare on disk holds now, allocated (0 when there is none): the largest
+    /// segment [`Spare::take`] can give.
+    pub fn have(&self) -> u64 {
+        self.have
+    }
+
     /// Makes the spare at least `bytes` long: later refills make it that size, and an
-    /// existing spare is allocated further now (a log whose segments grow, as a new shard's
-    /// do, needs a larger spare for its next roll). A full disk leaves it missing, as in
-    /// [`Spare::refill`]; any other failure is an error.
+    /// existing spare is allocated further now (a log whose segments grow needs a larger
+    /// spare for its next roll). A full disk leaves the spare as it was (still usable for a
+    /// roll it is large enough for) and short, as in [`Spare::refill`]; any other failure is
+    /// an error.
     pub fn grow(&mut self, storage: &dyn Storage, bytes: u64) -> io::Result<()> {
         if bytes <= self.bytes {
             return Ok(());
         }
         self.bytes = bytes;
+        if self.have >= bytes {
+            return Ok(());
+        }
         match self.missing {
             None => self.make(storage),
             Some(ref mut why) => {
@@ -105,12 +122,13 @@ impl Spare {
         }
     }
 
-    /// `Some` while there is no spare: intake must wait.
+    /// `Some` while the spare is missing or smaller than its target: intake must wait.
     pub fn missing(&self) -> Option<&NoRoom> {
         self.missing.as_ref()
     }
 
-    /// Makes the spare if it is missing; Err for any failure but a full disk.
+    /// Makes the spare (at its target size) if it is missing or short; Err for any failure
+    /// but a full disk.
     pub fn refill(&mut self, storage: &dyn Storage) -> io::Result<Refilled> {
         if self.missing.is_some() {
             self.make(storage)?;
@@ -124,14 +142,16 @@ impl Spare {
     }
 
     /// Renames the spare to `target` (a segment name in the same directory) and syncs the
-    /// directory: the caller then opens a zeroed, preallocated segment. Ok(false) when there
-    /// is no spare to take. Does not make the next one: call [`Spare::refill`] after it.
-    pub fn take(&mut self, storage: &dyn Storage, target: &Path) -> io::Result<bool> {
-        if self.missing.is_some() {
+    /// directory, when it holds at least `need` bytes: the caller then opens a zeroed,
+    /// preallocated segment of [`Spare::have`] bytes (read it before). Ok(false) when there
+    /// is no spare that large. Does not make the next one: call [`Spare::refill`] after it.
+    pub fn take(&mut self, storage: &dyn Storage, target: &Path, need: u64) -> io::Result<bool> {
+        if self.have == 0 || self.have < need {
             return Ok(false);
         }
         storage.rename(&self.path, target)?;
         storage.sync_dir(&self.dir)?;
+        self.have = 0;
         self.missing = Some(NoRoom {
             path: self.path.clone(),
             needed_bytes: self.bytes,
@@ -140,17 +160,31 @@ impl Spare {
         Ok(true)
     }
 
-    /// Create (or reuse), allocate, sync the file and the directory. ENOSPC removes what was
-    /// made and records the shortage.
+    /// Create (or reuse), allocate to the target, sync the file and the directory. On a full
+    /// disk an existing spare is kept at the length it had (if that much is still
+    /// allocated), a new one removed, and the shortage recorded.
     fn make(&mut self, storage: &dyn Storage) -> io::Result<()> {
-        match preallocate(storage, &self.path, self.bytes, true) {
+        let file = match storage.open(&self.path, OpenMode::CreateNew) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                storage.open(&self.path, OpenMode::ReadWrite)?
+            }
+            other => other?,
+        };
+        let before = file.len()?;
+        match file.allocate(self.bytes).and_then(|()| file.sync_data()) {
             Ok(()) => {
                 storage.sync_dir(&self.dir)?;
+                self.have = file.len()?.max(self.bytes);
                 self.missing = None;
                 self.reported = false;
                 Ok(())
             }
             Err(e) if is_no_space(&e) => {
+                self.have = keep_as_it_was(file.as_ref(), before);
+                if self.have == 0 {
+                    drop(file);
+                    let _ = storage.remove(&self.path); // best effort: it holds nothing
+                }
                 self.missing = Some(NoRoom {
                     path: self.path.clone(),
                     needed_bytes: self.bytes,
@@ -160,6 +194,24 @@ impl Spare {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// After an allocation that found the disk full: the spare back at its former length
+/// `before` (a failed `fallocate` may have extended it partly), confirmed allocated and
+/// synced. Returns the bytes it holds now, 0 when there was none or it cannot be confirmed.
+fn keep_as_it_was(file: &dyn StorageFile, before: u64) -> u64 {
+    if before == 0 {
+        return 0;
+    }
+    let kept = file
+        .set_len(before)
+        .and_then(|()| file.allocate(before))
+        .and_then(|()| file.sync_data());
+    if kept.is_ok() {
+        before
+    } else {
+        0
     }
 }
 
@@ -269,7 +321,7 @@ mod tests {
         let dir = Path::new("/d");
         let mut spare = Spare::open(&disk, dir, 1000).expect("open");
         assert!(spare.missing().is_none());
-        assert!(spare.take(&disk, &dir.join("1.seg")).expect("take"));
+        assert!(spare.take(&disk, &dir.join("1.seg"), 1000).expect("take"));
         assert!(disk.list(dir).expect("list").contains(&"1.seg".to_owned()));
         assert!(spare.missing().is_some(), "taken: missing until refilled");
         // 1000 of 1500 bytes are used by the segment: no room for another 1000.
@@ -288,14 +340,15 @@ mod tests {
             .list(dir)
             .expect("list")
             .contains(&SPARE_FILE.to_owned()));
-        assert!(!spare.take(&disk, &dir.join("2.seg")).expect("take"));
+        assert!(!spare.take(&disk, &dir.join("2.seg"), 1).expect("take"));
         disk.set_faults(SimFaults::default());
         assert_eq!(spare.refill(&disk).expect("refill"), Refilled::Ready);
         assert!(spare.missing().is_none());
     }
 
     /// Goal: a spare grows to a larger size in place (and is made at it once taken), never
-    /// shrinks, and a full disk while growing leaves it missing with the size it needs.
+    /// shrinks, and a full disk while growing leaves it short with the size it needs, kept
+    /// at the size it had: a roll it is large enough for still takes it, a larger one not.
     #[test]
     fn a_spare_grows_in_place_and_refills_at_its_new_size() {
         let disk = sim_with_room(Some(1000));
@@ -309,7 +362,7 @@ mod tests {
         assert_eq!((spare.bytes(), len(&disk, SPARE_FILE)), (100, 100));
         spare.grow(&disk, 200).expect("grow");
         assert_eq!((spare.bytes(), len(&disk, SPARE_FILE)), (200, 200));
-        assert!(spare.take(&disk, &dir.join("1.seg")).expect("take"));
+        assert!(spare.take(&disk, &dir.join("1.seg"), 200).expect("take"));
         assert_eq!(len(&disk, "1.seg"), 200);
         spare.grow(&disk, 400).expect("grow while missing");
         assert_eq!(spare.refill(&disk).expect("refill"), Refilled::Ready);
@@ -317,6 +370,19 @@ mod tests {
         spare.grow(&disk, 900).expect("a full disk is no error");
         let why = spare.missing().expect("no room for 900 more");
         assert_eq!(why.needed_bytes, 900);
+        assert_eq!((spare.have(), len(&disk, SPARE_FILE)), (400, 400), "kept");
+        assert!(!spare.take(&disk, &dir.join("2.seg"), 401).expect("take"));
+        assert!(spare.take(&disk, &dir.join("2.seg"), 400).expect("take"));
+        assert_eq!((spare.have(), len(&disk, "2.seg")), (0, 400));
+        assert_eq!(
+            spare.refill(&disk).expect("refill"),
+            Refilled::NoRoom { first: true },
+            "no room for 900 (600 used of 1000): nothing left behind"
+        );
+        assert!(!disk
+            .list(dir)
+            .expect("list")
+            .contains(&SPARE_FILE.to_owned()));
     }
 
     /// Goal: an existing spare is kept at open (not an error that it exists).

@@ -10,13 +10,15 @@ pub mod format;
 mod log;
 mod read;
 pub mod recovery;
+mod roll;
 mod truncate;
 
 use std::path::PathBuf;
 
 pub use epochs::LeaderEpochs;
 pub use log::{
-    Record, RecoveryReport, Replay, Wal, WalOptions, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
+    Record, RecoveryReport, Replay, Wal, WalOptions, FIRST_SEGMENT_BYTES, SEGMENT_NAME_DIGITS,
+    SEGMENT_SUFFIX,
 };
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.

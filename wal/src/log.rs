@@ -12,25 +12,34 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
 use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, SegmentScan, Step};
 use crate::{Lsn, WalError};
-use roost_storage::{
-    is_no_space, preallocate, read_all, NoRoom, OpenMode, RealStorage, Refilled, Spare, Storage,
-    StorageFile,
-};
+use roost_storage::{preallocate, read_all, OpenMode, RealStorage, Spare, Storage, StorageFile};
 
 /// Suffix of segment files; the stem is the first lsn, zero-padded to 20 digits.
 pub const SEGMENT_SUFFIX: &str = ".wal";
 pub const SEGMENT_NAME_DIGITS: usize = 20;
 
+/// The default [`WalOptions::first_segment_bytes`]: a new log's first segment takes 1 MiB,
+/// its spare 2 MiB.
+pub const FIRST_SEGMENT_BYTES: u64 = 1 << 20;
+
 /// Tunables of one log.
 #[derive(Clone, Debug)]
 pub struct WalOptions {
-    /// Size each segment is preallocated to; a record that does not fit rolls to a new one.
+    /// Segments are preallocated to at most this size (unless one record needs more room
+    /// than that leaves, or [`Wal::reserve`] asked for more); a record that does not fit the
+    /// active segment rolls to a new one.
     pub segment_bytes: u64,
+    /// A new log's first segment is preallocated to this size, and each next one to twice
+    /// the last one's length (at least the record that rolls to it), up to `segment_bytes`:
+    /// a log that holds little takes little disk. The spare is made at the size of the
+    /// segment after the active one. A segment is used up to its own length, so segments of
+    /// any size (older ones of a full `segment_bytes` among them) open and mix.
+    pub first_segment_bytes: u64,
     /// Largest payload accepted on append and on read (checked before allocating).
     pub payload_bytes_max: u32,
     /// Epoch stamped on the records this writer appends, until [`Wal::set_epoch`] (1 until
@@ -60,6 +69,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_bytes: 64 << 20,
+            first_segment_bytes: FIRST_SEGMENT_BYTES,
             payload_bytes_max: 16 << 20,
             epoch: 1,
             read_only: false,
@@ -98,11 +108,15 @@ pub struct RecoveryReport {
 pub(crate) struct Segment {
     pub(crate) first_lsn: Lsn,
     pub(crate) path: PathBuf,
+    /// The file's length, preallocated (what it takes on disk).
+    pub(crate) bytes: u64,
 }
 
 pub(crate) struct Active {
     pub(crate) file: Arc<dyn StorageFile>,
     pub(crate) first_lsn: Lsn,
+    /// The segment's length: records are appended up to here, then the log rolls.
+    pub(crate) len: u64,
     pub(crate) write_offset: u64,
     /// Zeros were written up to here ([`WalOptions::zero_ahead_bytes`]); only the space past
     /// the end is ever zeroed.
@@ -110,13 +124,24 @@ pub(crate) struct Active {
 }
 
 impl Active {
-    pub(crate) fn new(file: Arc<dyn StorageFile>, first_lsn: Lsn, write_offset: u64) -> Active {
+    pub(crate) fn new(
+        file: Arc<dyn StorageFile>,
+        first_lsn: Lsn,
+        len: u64,
+        write_offset: u64,
+    ) -> Active {
         Active {
             file,
             first_lsn,
+            len,
             write_offset,
             zeroed_to: write_offset,
         }
+    }
+
+    /// Whether `bytes` more fit after the end.
+    pub(crate) fn fits(&self, bytes: u64) -> bool {
+        self.write_offset + bytes <= self.len
     }
 }
 
@@ -164,7 +189,7 @@ pub struct Wal {
     report: RecoveryReport,
     /// The spare is missing (kept in step with `Inner::spare` under the lock): the daemon
     /// asks before every batch, and must not take the append lock to hear "no".
-    spare_short: AtomicBool,
+    pub(crate) spare_short: AtomicBool,
 }
 
 impl std::fmt::Debug for Wal {
@@ -214,7 +239,7 @@ impl Wal {
                     source,
                 })?;
         }
-        let segments = list_segments(storage.as_ref(), &dir, opts.read_only)?;
+        let mut segments = list_segments(storage.as_ref(), &dir, opts.read_only)?;
         if !opts.read_only {
             // The segments' names, like their bytes, may be in the cache only.
             storage.sync_dir(&dir).map_err(|source| WalError::Io {
@@ -228,8 +253,8 @@ impl Wal {
             next_lsn,
             active,
             last_epoch,
-        } = recover_segments(storage.as_ref(), &segments, &opts)?;
-        let spare = open_spare(storage.as_ref(), &dir, &opts)?;
+        } = recover_segments(storage.as_ref(), &mut segments, &opts)?;
+        let spare = crate::roll::open_spare(storage.as_ref(), &dir, &opts, active.as_ref())?;
         let spare_short = spare.as_ref().is_some_and(|s| s.missing().is_some());
         let epoch = opts.epoch;
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
@@ -409,9 +434,10 @@ impl Wal {
         let mut pending = Pending::default();
         for (record_type, payload) in records {
             let len = frame_len(payload.len()) as u64;
-            let fits = g.active.as_ref().is_some_and(|a| {
-                a.write_offset + pending.buf.len() as u64 + len <= self.opts.segment_bytes
-            });
+            let fits = g
+                .active
+                .as_ref()
+                .is_some_and(|a| a.fits(pending.buf.len() as u64 + len));
             if !fits {
                 self.write_pending(&mut g, &mut pending, epoch)?;
                 let next = g.next_lsn;
@@ -506,12 +532,7 @@ impl Wal {
         };
         let (file, offset) = (a.file.clone(), a.write_offset);
         let end = offset + bytes.len() as u64;
-        let zeros = roost_storage::zeros_due(
-            a.zeroed_to,
-            end,
-            self.opts.zero_ahead_bytes,
-            self.opts.segment_bytes,
-        );
+        let zeros = roost_storage::zeros_due(a.zeroed_to, end, self.opts.zero_ahead_bytes, a.len);
         let written = match zeros {
             Some((from, to)) => roost_storage::write_zeros(file.as_ref(), from, to)
                 .map_err(|e| ("write zeros ahead", e)),
@@ -531,23 +552,6 @@ impl Wal {
             }
         }
         Ok(offset)
-    }
-
-    /// Rolls to a new segment when a frame of `len` bytes does not fit the active one.
-    fn make_room(&self, g: &mut MutexGuard<'_, Inner>, lsn: Lsn, len: u64) -> Result<(), WalError> {
-        let fits = g
-            .active
-            .as_ref()
-            .is_some_and(|a| a.write_offset + len <= self.opts.segment_bytes);
-        if fits {
-            return Ok(());
-        }
-        self.roll(g, lsn).inspect_err(|e| {
-            // No room for a new segment: nothing was written, the log goes on as it was.
-            if !matches!(e, WalError::NoSpace(_)) {
-                g.poisoned.get_or_insert_with(|| e.to_string());
-            }
-        })
     }
 
     /// The one record `lsn`, at byte `offset` of its segment (from [`Wal::append_nowait_at`]
@@ -634,12 +638,13 @@ impl Wal {
             )));
         }
         let path = dir.join(segment_name(first_lsn.max(1)));
-        preallocate(storage, &path, opts.segment_bytes, false)
+        preallocate(storage, &path, crate::roll::next_bytes(opts, None, 0), false)
             .map_err(io("create segment", &path))?;
         storage.sync_dir(dir).map_err(io("sync dir", dir))
     }
 
-    /// The size every segment is preallocated to.
+    /// The size segments are preallocated to once the log has grown (the first ones are
+    /// smaller: [`WalOptions::first_segment_bytes`]).
     pub fn segment_bytes(&self) -> u64 {
         self.opts.segment_bytes
     }
@@ -648,117 +653,6 @@ impl Wal {
     pub fn first_lsn(&self) -> Lsn {
         let g = self.lock();
         g.segments.first().map_or(g.next_lsn, |s| s.first_lsn)
-    }
-
-    /// Bytes the log's files take: its segments (preallocated) and its spare.
-    pub fn disk_bytes(&self) -> u64 {
-        let g = self.lock();
-        let spare = g.spare.as_ref().map_or(0, |s| match s.missing() {
-            None => self.opts.segment_bytes,
-            Some(_) => 0,
-        });
-        g.segments.len() as u64 * self.opts.segment_bytes + spare
-    }
-
-    /// Seals the active segment (synced, so a sealed segment never has a torn tail), takes
-    /// the spare as the next one (or creates and preallocates it when there is no spare), then
-    /// makes the next spare. No room for the new segment is `NoSpace` with nothing written
-    /// and the sealed segment still active; no room for the next spare only shows in
-    /// [`Wal::spare_missing`].
-    fn roll(&self, g: &mut MutexGuard<'_, Inner>, first_lsn: Lsn) -> Result<(), WalError> {
-        let old = g.active.take();
-        if let Some(old) = &old {
-            let path = self.dir.join(segment_name(old.first_lsn));
-            old.file.sync_data().map_err(|source| WalError::Io {
-                op: "sync",
-                path,
-                source,
-            })?;
-            g.synced_lsn = g.written_lsn;
-            self.synced.notify_all();
-        }
-        let path = self.dir.join(segment_name(first_lsn));
-        let file = match self.next_segment(g, &path) {
-            Ok(file) => file,
-            Err(e) => {
-                g.active = old;
-                return Err(e);
-            }
-        };
-        debug!(segment = %path.display(), first_lsn, "wal: rolled to new segment");
-        g.segments.push(Segment { first_lsn, path });
-        g.active = Some(Active::new(Arc::from(file), first_lsn, 0));
-        self.refill(g)?;
-        Ok(())
-    }
-
-    /// The new segment at `path`: the spare renamed, or one made now.
-    fn next_segment(
-        &self,
-        g: &mut MutexGuard<'_, Inner>,
-        path: &Path,
-    ) -> Result<Box<dyn StorageFile>, WalError> {
-        let io = |op: &'static str| {
-            let path = path.to_path_buf();
-            move |source| WalError::Io { op, path, source }
-        };
-        let storage = self.storage.as_ref();
-        let took = match g.spare.as_mut() {
-            Some(spare) => spare.take(storage, path).map_err(io("take spare"))?,
-            None => false,
-        };
-        if !took {
-            match preallocate(storage, path, self.opts.segment_bytes, false) {
-                Ok(()) => self.sync_dir()?,
-                Err(e) if is_no_space(&e) => {
-                    return Err(WalError::NoSpace(NoRoom {
-                        path: path.to_path_buf(),
-                        needed_bytes: self.opts.segment_bytes,
-                        error: e.to_string(),
-                    }))
-                }
-                Err(e) => return Err(io("allocate")(e)),
-            }
-        }
-        storage.open(path, OpenMode::ReadWrite).map_err(io("open"))
-    }
-
-    /// Makes the spare again if it is missing; a full disk is logged (once), not an error.
-    fn refill(&self, g: &mut MutexGuard<'_, Inner>) -> Result<bool, WalError> {
-        let Some(spare) = g.spare.as_mut() else {
-            return Ok(true);
-        };
-        let r = spare
-            .refill(self.storage.as_ref())
-            .map_err(|source| WalError::Io {
-                op: "make spare segment",
-                path: self.dir.join(roost_storage::SPARE_FILE),
-                source,
-            })?;
-        if let (Refilled::NoRoom { first: true }, Some(why)) = (r, spare.missing()) {
-            warn!(dir = %self.dir.display(), %why, "wal: no room for the spare segment");
-        }
-        self.spare_short
-            .store(r != Refilled::Ready, Ordering::Relaxed);
-        Ok(r == Refilled::Ready)
-    }
-
-    /// Why the log has no spare segment (its next roll would need room the disk may not have):
-    /// `None` when it has one, or is read-only.
-    pub fn spare_missing(&self) -> Option<NoRoom> {
-        if !self.spare_short.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.lock().spare.as_ref()?.missing().cloned()
-    }
-
-    /// Tries to make a missing spare segment. Ok(true) once there is one.
-    pub fn refill_spare(&self) -> Result<bool, WalError> {
-        let mut g = self.lock();
-        if let Some(why) = &g.poisoned {
-            return Err(WalError::Poisoned(why.clone()));
-        }
-        self.refill(&mut g)
     }
 
     /// Returns once every record up to `lsn` is durable. The first caller to find no sync in
@@ -924,24 +818,6 @@ pub(crate) fn read_frame(
     }
 }
 
-/// The spare segment of a writable log (made now if missing); none when read-only.
-fn open_spare(
-    storage: &dyn Storage,
-    dir: &Path,
-    opts: &WalOptions,
-) -> Result<Option<Spare>, WalError> {
-    if opts.read_only {
-        return Ok(None);
-    }
-    Spare::open(storage, dir, opts.segment_bytes)
-        .map(Some)
-        .map_err(|source| WalError::Io {
-            op: "make spare segment",
-            path: dir.join(roost_storage::SPARE_FILE),
-            source,
-        })
-}
-
 /// Refuses options the format cannot honour, before anything is opened.
 fn check_options(opts: &WalOptions) -> Result<(), WalError> {
     if opts.payload_bytes_max > PAYLOAD_BYTES_MAX_LIMIT {
@@ -973,6 +849,7 @@ fn list_segments(
                 parse_segment_name(n).map(|first_lsn| Segment {
                     first_lsn,
                     path: dir.join(n),
+                    bytes: 0, // known once recovery opens it
                 })
             })
             .collect(),
@@ -999,10 +876,11 @@ struct Recovered {
     last_epoch: u32,
 }
 
-/// Scans `segments` in order, checking that each starts where the previous one ended.
+/// Scans `segments` in order, checking that each starts where the previous one ended, and
+/// notes each one's length.
 fn recover_segments(
     storage: &dyn Storage,
-    segments: &[Segment],
+    segments: &mut [Segment],
     opts: &WalOptions,
 ) -> Result<Recovered, WalError> {
     let mut report = RecoveryReport {
@@ -1013,8 +891,10 @@ fn recover_segments(
     let mut active = None;
     let mut last_epoch = 0;
     let count = segments.len();
-    for (i, seg) in segments.iter().enumerate() {
+    for i in 0..count {
         let last = i + 1 == count;
+        let next_first = segments.get(i + 1).map(|n| n.first_lsn);
+        let seg = &mut segments[i];
         if let Some(expect) = next_lsn {
             if seg.first_lsn != expect {
                 return Err(WalError::Corrupt {
@@ -1031,13 +911,17 @@ fn recover_segments(
         if !last && !opts.scan_sealed {
             // Sealed, and trusted whole: it ends where the next segment starts.
             report.first_lsn.get_or_insert(seg.first_lsn);
-            next_lsn = segments.get(i + 1).map(|n| n.first_lsn);
+            next_lsn = next_first;
+            seg.bytes = file_len(storage, &seg.path)?;
             continue;
         }
-        let (file, scan) = recover_segment(storage, seg, last, opts, &mut report, &mut last_epoch)?;
+        let (file, scan, len) =
+            recover_segment(storage, seg, last, opts, &mut report, &mut last_epoch)?;
         next_lsn = Some(scan.next_lsn);
+        seg.bytes = len;
         if last && !opts.read_only {
-            active = Some(Active::new(Arc::from(file), seg.first_lsn, scan.valid_end));
+            let file = Arc::from(file);
+            active = Some(Active::new(file, seg.first_lsn, len, scan.valid_end));
         }
     }
     Ok(Recovered {
@@ -1048,9 +932,19 @@ fn recover_segments(
     })
 }
 
+/// The length of the file at `path`.
+fn file_len(storage: &dyn Storage, path: &Path) -> Result<u64, WalError> {
+    let io = |op: &'static str| {
+        let path = path.to_path_buf();
+        move |source| WalError::Io { op, path, source }
+    };
+    let file = storage.open(path, OpenMode::Read).map_err(io("open"))?;
+    file.len().map_err(io("length"))
+}
+
 /// Opens and scans one segment, adds what it holds to `report`, and (when writable) cuts its
 /// torn tail. Returns the open file (read-write only for the newest segment of a writable
-/// log) and the scan.
+/// log), the scan and the segment's length.
 fn recover_segment(
     storage: &dyn Storage,
     seg: &Segment,
@@ -1058,7 +952,7 @@ fn recover_segment(
     opts: &WalOptions,
     report: &mut RecoveryReport,
     last_epoch: &mut u32,
-) -> Result<(Box<dyn StorageFile>, SegmentScan), WalError> {
+) -> Result<(Box<dyn StorageFile>, SegmentScan, u64), WalError> {
     let io = |op: &'static str| {
         let path = seg.path.clone();
         move |source| WalError::Io { op, path, source }
@@ -1112,14 +1006,14 @@ fn recover_segment(
         if !opts.read_only {
             warn!(segment = %seg.path.display(), offset, reason, lsn = scan.next_lsn,
                 "wal: cutting torn tail");
-            // Cut, re-reserve the preallocated space as zeros, and make the cut durable
-            // before anything new is appended after it.
+            // Cut, re-reserve the preallocated space as zeros (the segment keeps its
+            // length), and make the cut durable before anything new is appended after it.
             file.set_len(offset).map_err(io("truncate"))?;
-            file.allocate(opts.segment_bytes).map_err(io("allocate"))?;
+            file.allocate(bytes.len() as u64).map_err(io("allocate"))?;
             file.sync_data().map_err(io("sync"))?;
         }
     }
-    Ok((file, scan))
+    Ok((file, scan, bytes.len() as u64))
 }
 
 fn corrupt(path: &Path, c: CorruptAt) -> WalError {

@@ -126,12 +126,13 @@ impl Wal {
                     .map_err(io("open", &seg.path))?,
             ),
         };
+        // The segment keeps its length: cut, then preallocated again to it.
+        let len = file.len().map_err(io("length", &seg.path))?;
         file.set_len(cut.offset)
             .map_err(io("truncate", &seg.path))?;
-        file.allocate(self.opts.segment_bytes)
-            .map_err(io("allocate", &seg.path))?;
+        file.allocate(len).map_err(io("allocate", &seg.path))?;
         file.sync_data().map_err(io("sync", &seg.path))?;
-        g.active = Some(Active::new(file, seg.first_lsn, cut.offset));
+        g.active = Some(Active::new(file, seg.first_lsn, len, cut.offset));
         g.next_lsn = lsn;
         g.written_lsn = lsn - 1;
         g.synced_lsn = g.synced_lsn.min(lsn - 1);

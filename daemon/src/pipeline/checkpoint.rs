@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use roost_storage::OpenMode;
-use roost_wal::Lsn;
+use roost_wal::format::frame_len;
+use roost_wal::{Lsn, WalError};
 use tracing::{debug, info};
 
 use super::crash::Step;
@@ -72,7 +73,9 @@ impl Engine {
         if end > 0 {
             self.wal.sync_to(end).inspect_err(|_| self.fail())?;
         }
-        let moved = self.copy_keys(keys_through + 1, c.wal_from, now)?;
+        let Some(moved) = self.copy_keys(keys_through + 1, c.wal_from, now)? else {
+            return Ok(None); // no room for the key records: the next pass tries again
+        };
         self.index_keys(&moved).inspect_err(|_| self.fail())?;
         self.hit(Step::AfterKeyIndex.at())?;
         c.keys_through = c.wal_from.saturating_sub(1);
@@ -218,8 +221,57 @@ impl Engine {
     }
 
     /// Step 1: one key record per claim or rejection in `[from, to)`, then the table synced.
-    fn copy_keys(&self, from: Lsn, to: Lsn, at_ms: u64) -> Result<Vec<Moved>, EngineError> {
+    /// The table first reserves room for all of them ([`roost_wal::Wal::reserve`]), so a
+    /// full disk is met before anything is written, never between two of them (a roll with
+    /// no room there would stop the daemon): `None` then, with the table's spare missing, so
+    /// intake pauses until the serve loop makes it and a later checkpoint goes on.
+    fn copy_keys(
+        &self,
+        from: Lsn,
+        to: Lsn,
+        at_ms: u64,
+    ) -> Result<Option<Vec<Moved>>, EngineError> {
+        let mut bytes = 0;
+        self.each_key_record(from, to, at_ms, |_, payload| {
+            bytes += frame_len(payload.len()) as u64;
+            Ok(())
+        })?;
+        match self.keys.reserve(bytes) {
+            Ok(()) => {}
+            Err(WalError::NoSpace(why)) => {
+                debug!(%why, "checkpoint waits: no room for its key records");
+                return Ok(None);
+            }
+            Err(e) => {
+                self.fail();
+                return Err(e.into());
+            }
+        }
         let mut moved = Vec::new();
+        self.each_key_record(from, to, at_ms, |k, payload| {
+            let (lsn, offset) = self
+                .keys
+                .append_nowait_at(KEY_RECORD_TYPE, &payload)
+                .inspect_err(|_| self.fail())?;
+            moved.push((k.request_key, k.lsn, lsn, offset, at_ms));
+            Ok(())
+        })?;
+        if let Some((.., last, _, _)) = moved.last() {
+            self.keys.sync_to(*last).inspect_err(|_| self.fail())?;
+        }
+        self.hit(Step::AfterKeysSync.at())?;
+        Ok(Some(moved))
+    }
+
+    /// Each key record of the claims and rejections in `[from, to)` and its encoding, in
+    /// lsn order (read from the WAL each time: nothing held for the whole range).
+    fn each_key_record(
+        &self,
+        from: Lsn,
+        to: Lsn,
+        at_ms: u64,
+        mut f: impl FnMut(records::KeyRecord, Vec<u8>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
         for entry in read_wal_frames(&self.wal, from) {
             let (rec, entry) = entry?;
             if rec.lsn >= to {
@@ -229,17 +281,9 @@ impl Engine {
                 continue;
             };
             let payload = records::encode("key", &k).map_err(EngineError::Encode)?;
-            let (lsn, offset) = self
-                .keys
-                .append_nowait_at(KEY_RECORD_TYPE, &payload)
-                .inspect_err(|_| self.fail())?;
-            moved.push((k.request_key, k.lsn, lsn, offset, at_ms));
+            f(k, payload)?;
         }
-        if let Some((.., last, _, _)) = moved.last() {
-            self.keys.sync_to(*last).inspect_err(|_| self.fail())?;
-        }
-        self.hit(Step::AfterKeysSync.at())?;
-        Ok(moved)
+        Ok(())
     }
 
     /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.
@@ -297,11 +341,10 @@ impl Engine {
         if bytes_max.is_none() && secs_max.is_none() {
             return Ok(0);
         }
-        let segs = self.audit.segments();
-        let seg_bytes = self.audit.segment_bytes();
-        let mut total = segs.len() as u64 * seg_bytes;
+        let segs = self.audit.segment_files();
+        let mut total: u64 = segs.iter().map(|s| s.2).sum();
         let mut below = None;
-        for (i, (_, path)) in segs.iter().enumerate() {
+        for (i, (_, path, seg_bytes)) in segs.iter().enumerate() {
             let next_first = segs.get(i + 1).map(|s| s.0);
             // Whole segment below the mark: its successor starts at or below it.
             if next_first.is_none_or(|n| n > c.audit_from) {

@@ -108,14 +108,19 @@ pub fn op_bytes(record_len: usize) -> usize {
 
 /// Bytes a transaction takes on disk.
 pub fn encoded_len(txn: &Txn) -> usize {
+    txn_len(txn.ops.iter().map(|op| match op {
+        TxnOp::Create { record, .. } => Some(record.len()),
+        TxnOp::Delete { .. } => None,
+    }))
+}
+
+/// Bytes a transaction of these ops will take on disk, before it is built: a create's
+/// record length, `None` for a delete.
+pub fn txn_len(ops: impl IntoIterator<Item = Option<usize>>) -> usize {
     FRAME_HEADER_LEN
-        + txn
-            .ops
-            .iter()
-            .map(|op| match op {
-                TxnOp::Create { record, .. } => OP_HEADER_LEN + pad(record.len()),
-                TxnOp::Delete { .. } => OP_HEADER_LEN,
-            })
+        + ops
+            .into_iter()
+            .map(|op| op.map_or(OP_HEADER_LEN, op_bytes))
             .sum::<usize>()
 }
 

@@ -1160,6 +1160,42 @@ impl Shard {
             .min(max)
     }
 
+    /// The bytes the spare segment holds now (0: none, or read-only): the largest frame a
+    /// roll can put in it without making a segment.
+    pub fn spare_have(&self) -> u64 {
+        self.spare.as_ref().map_or(0, Spare::have)
+    }
+
+    /// Makes sure a frame of `frame_len` bytes needs no new space: it fits the last
+    /// segment's rest, or the spare is grown now to hold it (and keeps that size). Ok(false)
+    /// when the disk has no room (nothing written; the spare counts as missing, so the
+    /// daemon's intake pauses, until a refill makes it). Called before the batch is claimed,
+    /// where a full disk can still pause it; a frame over `segment_bytes` is left to `apply`
+    /// to refuse.
+    pub fn reserve(&mut self, frame_len: u64) -> Result<bool, ShardError> {
+        self.check_writable()?;
+        let room = self.segs.last().map_or(0, |seg| {
+            let room = self.opts.segment_bytes.min(seg.len() as u64);
+            room.saturating_sub(self.write_offset as u64)
+        });
+        if frame_len <= room || frame_len > self.opts.segment_bytes {
+            return Ok(true);
+        }
+        let want = frame_len.next_multiple_of(4096).min(self.opts.segment_bytes);
+        let Some(spare) = self.spare.as_mut() else {
+            return Ok(true);
+        };
+        spare
+            .grow(self.storage.as_ref(), want)
+            .map_err(|source| ShardError::Io {
+                op: "grow spare segment",
+                path: self.dir.join(roost_storage::SPARE_FILE),
+                source,
+            })?;
+        self.refill_spare()?;
+        Ok(self.spare_have() >= frame_len)
+    }
+
     /// Why the shard has no spare segment (its next roll needs room the disk may not have):
     /// `None` when it has one, or is read-only.
     pub fn spare_missing(&self) -> Option<NoRoom> {

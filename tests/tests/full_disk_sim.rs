@@ -256,3 +256,55 @@ fn a_full_disk_refuses_a_group_of_files_without_a_latch_and_loses_nothing() {
     let records: usize = contents(&disk, &["s1"]).values().map(|m| m.len()).sum();
     assert_eq!(records as u64, (refused + 1) * GROUP, "every create once");
 }
+
+/// Bytes every file on the simulated disk takes (segments and spares are allocated over
+/// their whole length).
+fn used(disk: &SimStorage) -> u64 {
+    disk.paths()
+        .iter()
+        .filter_map(|p| disk.file_bytes(p))
+        .map(|b| b.len() as u64)
+        .sum()
+}
+
+/// Goal (issue 43): a batch whose frame on a shard is larger than that shard's spare (a
+/// young shard's segments start at 64 KiB) grows the spare before its claim, so a full disk
+/// pauses it there (nothing written, nothing latched) instead of failing the shard's roll
+/// after the claim, which stops the daemon. Method: shards of 1 MiB segments; one small
+/// batch (the shard's first segment, 64 KiB, and a 128 KiB spare); the disk then keeps 16
+/// KiB free; a batch of four ~50 KB records on the shard (a 200 KB frame) is refused with a
+/// pause naming the shard; with room again it commits; `verify`.
+#[test]
+fn a_frame_larger_than_its_shards_spare_pauses_before_the_claim() {
+    let disk = SimStorage::new();
+    let tune = |c: &mut roost::config::Config| {
+        c.shard_segment_bytes = 1 << 20;
+        c.spool_file_bytes_max = 1 << 20;
+    };
+    let e = open_engine_with(&disk, no_crash(), tune).expect("open");
+    let small = json!({"request_key": "small", "ops": [{"op": "create", "shard": "s2", "record": {"i": 0}}]});
+    let r = e.one_file(&parse(&small), "small.json").expect("small");
+    assert_eq!(r.status(), Status::Committed);
+    limit(&disk, Some(used(&disk) + (16 << 10)));
+    let pad = "q".repeat(50_000);
+    let ops: Vec<_> = (0..4)
+        .map(|i| json!({"op": "create", "shard": "s2", "record": {"i": i, "pad": pad}}))
+        .collect();
+    let big = parse(&json!({"request_key": "big", "ops": ops}));
+    let last = e.last_lsn();
+    let err = e.one_file(&big, "big.json").expect_err("no room for its frame");
+    let EngineError::Paused { part, why } = &err else {
+        panic!("expected a pause, got {err}");
+    };
+    assert_eq!(part, "shard s2", "{why}");
+    assert!(why.needed_bytes >= 200_000, "{why}");
+    assert!(!e.is_failed(), "a pause latches nothing");
+    assert_eq!(e.last_lsn(), last, "nothing claimed");
+    limit(&disk, None);
+    assert!(e.try_resume().expect("resume"));
+    let r = e.one_file(&big, "big.json").expect("taken after the resume");
+    assert_eq!(r.status(), Status::Committed);
+    drop(e);
+    let report = roost::ops::verify::verify(std::sync::Arc::new(disk.clone()), &data_dir());
+    assert!(report.ok(), "{:?}", report.violations);
+}

@@ -76,6 +76,12 @@ pub enum ShardMsg {
     Refill {
         reply: Sender<Result<bool, EngineError>>,
     },
+    /// Make the spare hold a frame of `bytes` (`Shard::reserve`): reopens a closed shard.
+    /// Ok(false) when the disk has no room.
+    Reserve {
+        bytes: u64,
+        reply: Sender<Result<bool, EngineError>>,
+    },
 }
 
 /// What `Stats` answers.
@@ -133,6 +139,9 @@ pub struct ShardSlot {
     pub turns: Turns,
     /// Why the shard has no spare segment (`None`: it has one), kept current by the owner.
     pub room: Room,
+    /// The bytes its spare segment holds (`Shard::spare_have`), kept current by the owner:
+    /// a frame up to this size needs no [`ShardSlot::reserve`] message.
+    spare_have: Arc<AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -178,6 +187,7 @@ impl ShardSlot {
     pub fn spawn(name: &str, shard: Shard, opener: ShardOpener, ctx: OwnerContext) -> ShardSlot {
         let turns = Arc::new(Mutex::new(BTreeSet::new()));
         let room = Arc::new(Mutex::new(shard.spare_missing()));
+        let spare_have = Arc::new(AtomicU64::new(shard.spare_have()));
         let pool = Arc::downgrade(&ctx.pool);
         let owner = Owner {
             name: name.to_owned(),
@@ -185,6 +195,7 @@ impl ShardSlot {
             used_at: Instant::now(),
             turns: turns.clone(),
             room: room.clone(),
+            spare_have: spare_have.clone(),
             ctx,
             pending: BTreeMap::new(),
             flushes: Vec::new(),
@@ -207,6 +218,7 @@ impl ShardSlot {
             cell,
             turns,
             room,
+            spare_have,
         }
     }
 
@@ -280,6 +292,18 @@ impl ShardSlot {
     pub fn refill(&self) -> Result<bool, EngineError> {
         let (reply, rx) = mpsc::channel();
         self.send(ShardMsg::Refill { reply })?;
+        rx.recv().map_err(|_| EngineError::Failed)?
+    }
+
+    /// Before a claim: makes sure a frame of `bytes` will need no room the disk may not
+    /// have (its spare holds it; grown by the owner when it does not yet). Ok(false) when the
+    /// disk has no room: the batch must wait (intake pauses).
+    pub fn reserve(&self, bytes: u64) -> Result<bool, EngineError> {
+        if bytes <= self.spare_have.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let (reply, rx) = mpsc::channel();
+        self.send(ShardMsg::Reserve { bytes, reply })?;
         rx.recv().map_err(|_| EngineError::Failed)?
     }
 }
@@ -559,6 +583,7 @@ struct Owner {
     used_at: Instant,
     turns: Turns,
     room: Room,
+    spare_have: Arc<AtomicU64>,
     ctx: OwnerContext,
     /// Transactions received, waiting for their turn, by lsn; the last of a message holds
     /// its reply.
@@ -783,7 +808,43 @@ impl Owner {
                 self.used_at = Instant::now();
                 let _ = reply.send(self.refill());
             }
+            ShardMsg::Reserve { bytes, reply } => {
+                self.used_at = Instant::now();
+                let _ = reply.send(self.reserve(bytes));
+            }
         }
+    }
+
+    /// The spare's state where the engine reads it: why it is missing (the gate) and what
+    /// it holds (the planner's reservations).
+    fn note_room(&self) {
+        let shard = self.held.shard.as_ref();
+        *lock(&self.room) = shard.and_then(Shard::spare_missing);
+        if let Some(shard) = shard {
+            self.spare_have.store(shard.spare_have(), Ordering::Relaxed);
+        }
+    }
+
+    /// Grows the spare to hold a frame of `bytes`, reopening a closed shard (a dead owner
+    /// writes nothing and says why).
+    fn reserve(&mut self, bytes: u64) -> Result<bool, EngineError> {
+        if let Some(why) = &self.dead {
+            return Err(why.clone_for_reply());
+        }
+        let r = match self.held.open(&self.name) {
+            Ok(shard) => shard.reserve(bytes).map_err(|source| EngineError::Shard {
+                shard: self.name.clone(),
+                source,
+            }),
+            Err(e) => {
+                tracing::warn!(shard = %self.name, error = %e, "shard owner stopped: reopen failed");
+                let r = Err(e.clone_for_reply());
+                self.dead = Some(e);
+                return r;
+            }
+        };
+        self.note_room();
+        r
     }
 
     /// Makes a missing spare segment (a dead owner writes nothing and says why).
@@ -799,7 +860,7 @@ impl Owner {
             shard: self.name.clone(),
             source,
         });
-        *lock(&self.room) = shard.spare_missing();
+        self.note_room();
         r
     }
 
@@ -902,7 +963,7 @@ impl Owner {
                     lock(&self.turns).remove(&lsn);
                     // A roll may have taken the spare without room for the next one: known
                     // before the asker goes on, so the next batch's gate sees it (`room.rs`).
-                    *lock(&self.room) = self.held.shard.as_ref().and_then(Shard::spare_missing);
+                    self.note_room();
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(()));
                     }

@@ -316,6 +316,7 @@ impl Engine {
             return Ok(Slot::Rejected(lsn, r));
         }
         self.hit(Step::AfterPlan.at())?;
+        self.reserve_room(b)?;
         let (lsn, claim) = self.claim(p, b, source, fp)?;
         Ok(Slot::Claimed(lsn, claim))
     }

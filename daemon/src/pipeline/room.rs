@@ -5,6 +5,11 @@
 //! status go on, and a log line says which file needs how many bytes. The serve loop calls
 //! [`Engine::try_resume`] on its timer; once every spare is made, intake resumes by itself.
 //!
+//! Before a batch is claimed, [`Engine::reserve_room`] makes sure the spares can hold what
+//! the batch will write after its claim (its frame on each shard, its audit rows), growing a
+//! spare that is smaller (a young log's segments are small and grow with use): a full disk
+//! then pauses the batch before its claim, never fails it half-way.
+//!
 //! What this covers: batches already claimed when the disk filled finish in the segments the
 //! spares became (one whole segment of headroom per log). A write or sync error after bytes
 //! were written still stops the daemon (fail-stop, no fsync retry), and so does a roll that
@@ -14,9 +19,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use roost_storage::NoRoom;
+use roost_wal::format::frame_len;
+use roost_wal::WalError;
 use tracing::{info, warn};
 
+use super::records::{self, AuditRecord, OpKind};
 use super::{lock, Engine};
+use crate::batch::{Batch, BatchOp};
 use crate::error::EngineError;
 
 /// Why intake is paused, and since when.
@@ -65,6 +74,39 @@ impl Engine {
         match self.wal.spare_missing() {
             None => Ok(()),
             Some(why) => self.refuse("wal".into(), why),
+        }
+    }
+
+    /// Under the planner lock, after planning and before the claim: each shard's spare holds
+    /// the batch's frame for it and the audit log's spare (or its active segment's rest) its
+    /// rows, grown now when smaller. `Paused` when the disk has no room (nothing written; the
+    /// grown spare counts as missing until made, so intake waits for it).
+    pub(super) fn reserve_room(&self, b: &Batch) -> Result<(), EngineError> {
+        let mut shards: Vec<&str> = b.ops.iter().map(BatchOp::shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut audit_bytes = 0u64;
+        for name in shards {
+            let ops = b.ops.iter().filter(|op| op.shard() == name);
+            let frame = roost_shards::frame::txn_len(ops.clone().map(|op| match op {
+                BatchOp::Create { record, .. } => Some(record.len()),
+                BatchOp::Delete { .. } => None,
+            }));
+            let slot = self.slot(name)?;
+            if !slot.reserve(frame as u64)? {
+                let why = lock(&slot.room).clone().unwrap_or_else(|| NoRoom {
+                    path: self.layout.shard(name),
+                    needed_bytes: frame as u64,
+                    error: "no room for the batch's frame".into(),
+                });
+                return self.refuse(format!("shard {name}"), why);
+            }
+            audit_bytes += ops.count() as u64 * audit_row_bytes(&b.request_key, name)?;
+        }
+        match self.audit.reserve(audit_bytes) {
+            Ok(()) => Ok(()),
+            Err(WalError::NoSpace(why)) => self.refuse("audit".into(), why),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -121,4 +163,19 @@ impl Engine {
             }
         }
     }
+}
+
+/// The bytes one audit row of a batch under `request_key` takes in the audit log for an op
+/// on `shard` (the frame, header included): the same for every op of a shard.
+fn audit_row_bytes(request_key: &str, shard: &str) -> Result<u64, EngineError> {
+    let row = AuditRecord {
+        claim_lsn: 0,
+        request_key: request_key.to_owned(),
+        op_index: 0,
+        op: OpKind::Create,
+        shard: shard.to_owned(),
+        id: 0,
+    };
+    let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
+    Ok(frame_len(payload.len()) as u64)
 }

@@ -83,6 +83,9 @@ pub struct Config {
     pub bulk_files_in_flight_max: usize,
     /// Full rescan of `new/` this often; file-system events are only hints.
     pub rescan_interval_ms: u64,
+    /// The WAL's, the audit log's and the key table's segments are at most this size; a new
+    /// log's first segment is 1 MiB, and each next segment twice the last
+    /// (`WalOptions::first_segment_bytes`).
     pub wal_segment_bytes: u64,
     /// A shard's segments are at most this size; a new shard's first segment and its spare
     /// are 64 KiB, and each next segment twice the last (`ShardOptions::first_segment_bytes`).

@@ -88,9 +88,11 @@ fn a_fresh_node_with_one_batch_takes_at_most_16_mib() {
     let spool = data.join("spool");
     drop_in(&spool, "order-17.json", &body);
     let out = spool.join("out").join("order-17.json");
-    wait_for("the result of order-17.json", Duration::from_secs(30), || {
-        out.exists()
-    });
+    wait_for(
+        "the result of order-17.json",
+        Duration::from_secs(30),
+        || out.exists(),
+    );
     let result = std::fs::read_to_string(&out).expect("result");
     assert!(result.contains(r#""status":"committed""#), "{result}");
 

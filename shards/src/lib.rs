@@ -1181,7 +1181,9 @@ impl Shard {
         if frame_len <= room || frame_len > self.opts.segment_bytes {
             return Ok(true);
         }
-        let want = frame_len.next_multiple_of(4096).min(self.opts.segment_bytes);
+        let want = frame_len
+            .next_multiple_of(4096)
+            .min(self.opts.segment_bytes);
         let Some(spare) = self.spare.as_mut() else {
             return Ok(true);
         };

@@ -292,7 +292,9 @@ fn a_frame_larger_than_its_shards_spare_pauses_before_the_claim() {
         .collect();
     let big = parse(&json!({"request_key": "big", "ops": ops}));
     let last = e.last_lsn();
-    let err = e.one_file(&big, "big.json").expect_err("no room for its frame");
+    let err = e
+        .one_file(&big, "big.json")
+        .expect_err("no room for its frame");
     let EngineError::Paused { part, why } = &err else {
         panic!("expected a pause, got {err}");
     };
@@ -302,7 +304,9 @@ fn a_frame_larger_than_its_shards_spare_pauses_before_the_claim() {
     assert_eq!(e.last_lsn(), last, "nothing claimed");
     limit(&disk, None);
     assert!(e.try_resume().expect("resume"));
-    let r = e.one_file(&big, "big.json").expect("taken after the resume");
+    let r = e
+        .one_file(&big, "big.json")
+        .expect("taken after the resume");
     assert_eq!(r.status(), Status::Committed);
     drop(e);
     let report = roost::ops::verify::verify(std::sync::Arc::new(disk.clone()), &data_dir());

@@ -638,8 +638,13 @@ impl Wal {
             )));
         }
         let path = dir.join(segment_name(first_lsn.max(1)));
-        preallocate(storage, &path, crate::roll::next_bytes(opts, None, 0), false)
-            .map_err(io("create segment", &path))?;
+        preallocate(
+            storage,
+            &path,
+            crate::roll::next_bytes(opts, None, 0),
+            false,
+        )
+        .map_err(io("create segment", &path))?;
         storage.sync_dir(dir).map_err(io("sync dir", dir))
     }
 

@@ -65,7 +65,10 @@ fn append_until(wal: &Wal, from: u64, segments: usize) -> u64 {
     while wal.segment_files().len() < segments {
         assert_eq!(wal.append(1, &payload(i)).unwrap(), i);
         i += 1;
-        assert!(i < from + 10_000, "the log never rolled to {segments} segments");
+        assert!(
+            i < from + 10_000,
+            "the log never rolled to {segments} segments"
+        );
     }
     i
 }
@@ -78,7 +81,11 @@ fn segments_double_up_to_segment_bytes_and_the_spare_is_the_next_one() {
     let disk = SimStorage::new();
     let o = grow_opts(4 * KIB, 64 * KIB);
     let wal = open(&disk, o.clone()).unwrap();
-    assert_eq!(spare_len(&disk), Some(4 * KIB), "a new log's spare: the first segment");
+    assert_eq!(
+        spare_len(&disk),
+        Some(4 * KIB),
+        "a new log's spare: the first segment"
+    );
     assert_eq!(wal.disk_bytes(), 4 * KIB);
     let mut next = 1;
     let expect = [4, 8, 16, 32, 64, 64].map(|k| k * KIB);
@@ -132,7 +139,11 @@ fn logs_of_either_segment_sizes_open_with_the_other_options() {
     let wal = open(&disk, full).unwrap();
     assert_eq!(all(&wal).len() as u64, next - 1);
     let next = append_until(&wal, next, 3);
-    assert_eq!(segment_sizes(&wal)[..2], [4 * KIB, 8 * KIB], "filled, then rolled");
+    assert_eq!(
+        segment_sizes(&wal)[..2],
+        [4 * KIB, 8 * KIB],
+        "filled, then rolled"
+    );
     assert_eq!(all(&wal).len() as u64, next - 1);
 }
 
@@ -147,8 +158,16 @@ fn a_record_larger_than_the_spare_gets_its_own_segment_and_the_spare_stays() {
     assert_eq!(spare_len(&disk), Some(8 * KIB));
     let big = vec![7u8; 10_000];
     assert_eq!(wal.append(1, &big).unwrap(), 2);
-    assert_eq!(segment_sizes(&wal), [4 * KIB, 12 * KIB], "at least the record, in pages");
-    assert_eq!(spare_len(&disk), Some(24 * KIB), "the spare follows the new segment");
+    assert_eq!(
+        segment_sizes(&wal),
+        [4 * KIB, 12 * KIB],
+        "at least the record, in pages"
+    );
+    assert_eq!(
+        spare_len(&disk),
+        Some(24 * KIB),
+        "the spare follows the new segment"
+    );
 
     let disk = SimStorage::new();
     let wal = open(&disk, grow_opts(4 * KIB, 64 * KIB)).unwrap();
@@ -161,7 +180,11 @@ fn a_record_larger_than_the_spare_gets_its_own_segment_and_the_spare_stays() {
     assert_eq!(wal.next_lsn(), 2, "nothing written");
     assert_eq!(spare_len(&disk), Some(8 * KIB), "the spare is kept");
     let lsn = append_until(&wal, 2, 2) - 1;
-    assert_eq!(segment_sizes(&wal), [4 * KIB, 8 * KIB], "the spare became the next one");
+    assert_eq!(
+        segment_sizes(&wal),
+        [4 * KIB, 8 * KIB],
+        "the spare became the next one"
+    );
     assert!(wal.spare_missing().is_some(), "no room for the one after");
     assert_eq!(all(&wal).len() as u64, lsn);
 }
@@ -194,7 +217,10 @@ fn reserved_appends_never_meet_a_full_disk() {
     assert_eq!(done, records.len(), "every reserved append went in");
     assert_eq!(all(&wal).len(), records.len() + 1);
     let (done, _) = run(false);
-    assert!(done < records.len(), "without a reservation the disk fills first");
+    assert!(
+        done < records.len(),
+        "without a reservation the disk fills first"
+    );
 
     let disk = SimStorage::new();
     let wal = open(&disk, grow_opts(4 * KIB, 64 * KIB)).unwrap();
@@ -204,7 +230,10 @@ fn reserved_appends_never_meet_a_full_disk() {
     assert!(wal.spare_missing().is_some(), "intake would pause");
     disk.set_faults(SimFaults::default());
     assert!(wal.refill_spare().unwrap());
-    assert!(spare_len(&disk).unwrap() >= bytes, "made at the reserved size");
+    assert!(
+        spare_len(&disk).unwrap() >= bytes,
+        "made at the reserved size"
+    );
 }
 
 /// Goal: an active segment that holds no record and is too small for the next one (a log
@@ -284,7 +313,11 @@ fn power_loss_at_every_sync_of_a_growing_log_keeps_acknowledged_records() {
             let wal = open(&disk.crash(mode), o.clone())
                 .unwrap_or_else(|e| panic!("freeze {freeze} {mode:?}: {e}"));
             let got = all(&wal);
-            assert!(got.len() as u64 >= acked, "freeze {freeze}: {} < {acked}", got.len());
+            assert!(
+                got.len() as u64 >= acked,
+                "freeze {freeze}: {} < {acked}",
+                got.len()
+            );
             for (lsn, p) in &got {
                 assert_eq!(p, &payload(*lsn));
             }

@@ -225,12 +225,7 @@ impl Engine {
     /// full disk is met before anything is written, never between two of them (a roll with
     /// no room there would stop the daemon): `None` then, with the table's spare missing, so
     /// intake pauses until the serve loop makes it and a later checkpoint goes on.
-    fn copy_keys(
-        &self,
-        from: Lsn,
-        to: Lsn,
-        at_ms: u64,
-    ) -> Result<Option<Vec<Moved>>, EngineError> {
+    fn copy_keys(&self, from: Lsn, to: Lsn, at_ms: u64) -> Result<Option<Vec<Moved>>, EngineError> {
         let mut bytes = 0;
         self.each_key_record(from, to, at_ms, |_, payload| {
             bytes += frame_len(payload.len()) as u64;

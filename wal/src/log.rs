@@ -1011,14 +1011,28 @@ fn recover_segment(
         if !opts.read_only {
             warn!(segment = %seg.path.display(), offset, reason, lsn = scan.next_lsn,
                 "wal: cutting torn tail");
-            // Cut, re-reserve the preallocated space as zeros (the segment keeps its
-            // length), and make the cut durable before anything new is appended after it.
-            file.set_len(offset).map_err(io("truncate"))?;
-            file.allocate(bytes.len() as u64).map_err(io("allocate"))?;
-            file.sync_data().map_err(io("sync"))?;
+            cut_torn_tail(file.as_ref(), &seg.path, offset, bytes.len() as u64)?;
         }
     }
     Ok((file, scan, bytes.len() as u64))
+}
+
+/// Cuts `file` (a segment of `len` bytes) at `offset`, reserves the preallocated space again
+/// as zeros (the segment keeps its length), and makes the cut durable before anything new is
+/// appended after it.
+fn cut_torn_tail(
+    file: &dyn StorageFile,
+    path: &Path,
+    offset: u64,
+    len: u64,
+) -> Result<(), WalError> {
+    let io = |op: &'static str| {
+        let path = path.to_path_buf();
+        move |source| WalError::Io { op, path, source }
+    };
+    file.set_len(offset).map_err(io("truncate"))?;
+    file.allocate(len).map_err(io("allocate"))?;
+    file.sync_data().map_err(io("sync"))
 }
 
 fn corrupt(path: &Path, c: CorruptAt) -> WalError {

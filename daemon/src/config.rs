@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 mod cluster_section;
 pub mod effective;
-pub mod keys;
+pub mod key_names;
 pub use cluster_section::{ClusterConfig, LEASE_MS_MAX, LEASE_MS_MIN};
 
 /// Limits and policies for one shard, from `[shards.NAME]`.
@@ -1016,5 +1016,20 @@ mod tests {
             .expect_err("an unknown mode is an error")
             .to_string();
         assert!(e.contains("sometimes") && e.contains("fsync"), "{e}");
+    }
+}
+
+/// Where one of roost's client sockets lives: `configured` if set, else `NAME` in
+/// `$RUNTIME_DIRECTORY` (its first entry) under systemd, else in the data directory.
+pub fn runtime_socket(configured: Option<&Path>, name: &str, data_dir: &Path) -> PathBuf {
+    if let Some(p) = configured {
+        return p.to_path_buf();
+    }
+    match std::env::var_os("RUNTIME_DIRECTORY") {
+        Some(v) if !v.is_empty() => {
+            let s = v.to_string_lossy().into_owned();
+            PathBuf::from(s.split(':').next().unwrap_or(".")).join(name)
+        }
+        _ => data_dir.join(name),
     }
 }

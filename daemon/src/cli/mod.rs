@@ -11,7 +11,7 @@
 mod certs;
 mod check;
 mod cluster;
-mod config;
+mod config_check;
 mod output;
 mod read;
 mod serve;
@@ -458,7 +458,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Drill { .. } => drill(&cli),
         Command::Config {
             command: ConfigCommand::Check { print },
-        } => config::check(&cli, &cfg, *print),
+        } => config_check::check(
+            &config_check::Given {
+                config: cli.config.as_deref(),
+                data_dir: cli.data_dir.is_some(),
+                spool_dir: cli.spool_dir.is_some(),
+            },
+            &cfg,
+            *print,
+        ),
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::keys::Keys;
+use super::key_names::Keys;
 use super::Config;
 
 /// Where the values came from besides the defaults.
@@ -98,7 +98,7 @@ fn top_value(
     let number = |n: u64| Some(Value::from(n));
     let runtime = std::env::var_os("RUNTIME_DIRECTORY").is_some_and(|v| !v.is_empty());
     let socket = |name: &str, how: &'static str| {
-        let p = crate::control::socket::runtime_socket(None, name, &cfg.data_dir);
+        let p = super::runtime_socket(None, name, &cfg.data_dir);
         let source = if runtime {
             Source::Env("RUNTIME_DIRECTORY")
         } else {

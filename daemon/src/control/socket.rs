@@ -25,20 +25,7 @@ pub fn socket_path(cfg: &Config) -> PathBuf {
     runtime_socket(cfg.control_socket.as_deref(), "roost.sock", &cfg.data_dir)
 }
 
-/// Where one of roost's client sockets lives: `configured` if set, else `NAME` in
-/// `$RUNTIME_DIRECTORY` (its first entry) under systemd, else in the data directory.
-pub fn runtime_socket(configured: Option<&Path>, name: &str, data_dir: &Path) -> PathBuf {
-    if let Some(p) = configured {
-        return p.to_path_buf();
-    }
-    match std::env::var_os("RUNTIME_DIRECTORY") {
-        Some(v) if !v.is_empty() => {
-            let s = v.to_string_lossy().into_owned();
-            PathBuf::from(s.split(':').next().unwrap_or(".")).join(name)
-        }
-        _ => data_dir.join(name),
-    }
-}
+pub use crate::config::runtime_socket;
 
 /// Binds one of roost's client sockets (the control socket, the stream socket): a stale one
 /// removed first (the data directory lock guarantees no other daemon owns it), then mode

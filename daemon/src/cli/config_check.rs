@@ -8,9 +8,15 @@ use crate::config::effective::{render, Origin};
 use crate::config::{Config, ConfigError};
 use crate::error::EXIT_OK;
 
-use super::Cli;
+/// What the command line said: the `--config` file, and whether `--data-dir` and
+/// `--spool-dir` were given (their values are in `cfg` already).
+pub(super) struct Given<'a> {
+    pub config: Option<&'a std::path::Path>,
+    pub data_dir: bool,
+    pub spool_dir: bool,
+}
 
-pub(super) fn check(cli: &Cli, cfg: &Config, print: bool) -> anyhow::Result<i32> {
+pub(super) fn check(cli: &Given<'_>, cfg: &Config, print: bool) -> anyhow::Result<i32> {
     crate::control::http::web::Web::load(cfg)?;
     crate::replica::transport::transport(&cfg.replication)?;
     if !print {
@@ -24,22 +30,22 @@ pub(super) fn check(cli: &Cli, cfg: &Config, print: bool) -> anyhow::Result<i32>
     let file = match &cli.config {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                path: p.clone(),
+                path: p.to_path_buf(),
                 source,
             })?;
             let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-                path: p.clone(),
+                path: p.to_path_buf(),
                 detail: e.to_string(),
             })?;
-            Some((p.as_path(), table))
+            Some((*p, table))
         }
         None => None,
     };
     let mut flags = Vec::new();
-    if cli.data_dir.is_some() {
+    if cli.data_dir {
         flags.push(("data_dir", "--data-dir"));
     }
-    if cli.spool_dir.is_some() {
+    if cli.spool_dir {
         flags.push(("spool_dir", "--spool-dir"));
     }
     super::output::out(&render(cfg, &Origin { file, flags }))?;

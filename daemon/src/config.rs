@@ -800,6 +800,21 @@ impl Config {
     }
 }
 
+/// Where one of roost's client sockets lives: `configured` if set, else `NAME` in
+/// `$RUNTIME_DIRECTORY` (its first entry) under systemd, else in the data directory.
+pub fn runtime_socket(configured: Option<&Path>, name: &str, data_dir: &Path) -> PathBuf {
+    if let Some(p) = configured {
+        return p.to_path_buf();
+    }
+    match std::env::var_os("RUNTIME_DIRECTORY") {
+        Some(v) if !v.is_empty() => {
+            let s = v.to_string_lossy().into_owned();
+            PathBuf::from(s.split(':').next().unwrap_or(".")).join(name)
+        }
+        _ => data_dir.join(name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1016,20 +1031,5 @@ mod tests {
             .expect_err("an unknown mode is an error")
             .to_string();
         assert!(e.contains("sometimes") && e.contains("fsync"), "{e}");
-    }
-}
-
-/// Where one of roost's client sockets lives: `configured` if set, else `NAME` in
-/// `$RUNTIME_DIRECTORY` (its first entry) under systemd, else in the data directory.
-pub fn runtime_socket(configured: Option<&Path>, name: &str, data_dir: &Path) -> PathBuf {
-    if let Some(p) = configured {
-        return p.to_path_buf();
-    }
-    match std::env::var_os("RUNTIME_DIRECTORY") {
-        Some(v) if !v.is_empty() => {
-            let s = v.to_string_lossy().into_owned();
-            PathBuf::from(s.split(':').next().unwrap_or(".")).join(name)
-        }
-        _ => data_dir.join(name),
     }
 }

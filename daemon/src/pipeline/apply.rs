@@ -29,7 +29,7 @@ use roost_replication::Entry;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::effects_flush::{wait_all, SentFlush};
+use super::effects_flush::{self, SentFlush};
 use super::held::{Flushing, FLUSHES_IN_FLIGHT};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
@@ -166,11 +166,7 @@ impl Engine {
 
     /// Every shard's flush answered, then the audit log synced through `last_row`.
     fn finish_flushes(&self, sent: &[SentFlush], last_row: Option<Lsn>) -> Result<(), EngineError> {
-        wait_all(sent, &|| self.is_failed())?;
-        if let Some(last) = last_row {
-            self.audit.sync_to(last)?;
-        }
-        Ok(())
+        effects_flush::finish(sent, last_row, &self.audit, &|| self.is_failed())
     }
 
     /// Every flush begun behind the fetches waited for (promotion, before intake opens).

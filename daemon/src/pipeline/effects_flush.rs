@@ -40,7 +40,9 @@ impl EffectsFlusher {
             .name("roost-effects-flush".into())
             .spawn(move || {
                 for job in rx {
-                    let r = finish(&job, &audit, &failed);
+                    let r = finish(&job.shards, job.last_row, &audit, &|| {
+                        failed.load(Ordering::SeqCst)
+                    });
                     if r.is_err() {
                         failed.store(true, Ordering::SeqCst);
                     }
@@ -76,17 +78,23 @@ impl EffectsFlusher {
     }
 }
 
-/// Every shard's answer, then the audit log through the job's last row.
-fn finish(job: &Job, audit: &Wal, failed: &AtomicBool) -> Result<(), EngineError> {
-    wait_all(&job.shards, &|| failed.load(Ordering::SeqCst))?;
-    if let Some(last) = job.last_row {
+/// Every shard's answer, then the audit log synced through `last_row`: a flush's tail, on
+/// this thread or on the fetch path (`apply.rs`).
+pub(super) fn finish(
+    shards: &[SentFlush],
+    last_row: Option<Lsn>,
+    audit: &Wal,
+    failed: &dyn Fn() -> bool,
+) -> Result<(), EngineError> {
+    wait_all(shards, failed)?;
+    if let Some(last) = last_row {
         audit.sync_to(last)?;
     }
     Ok(())
 }
 
 /// Waits for every shard's answer; the first failure is returned after all have answered.
-pub(super) fn wait_all(shards: &[SentFlush], failed: &dyn Fn() -> bool) -> Result<(), EngineError> {
+fn wait_all(shards: &[SentFlush], failed: &dyn Fn() -> bool) -> Result<(), EngineError> {
     let mut first = Ok(());
     for (slot, rx) in shards {
         let r = slot.wait(rx, failed);

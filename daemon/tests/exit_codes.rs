@@ -198,6 +198,36 @@ fn submit_exits_0_committed_1_rejected_2_invalid_or_undeliverable() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
 
+/// Goal: `roost serve &` followed at once by `roost submit --wait` (README's quickstart)
+/// commits, the submit waiting for the spool the starting daemon makes; and a spool that
+/// never appears still ends `submit --wait` with exit 2 at its timeout, naming it.
+/// Method: start the submit first, the daemon 300 ms later.
+#[test]
+fn submit_wait_waits_for_a_starting_daemons_spool() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let f = t.path().join("early.json");
+    std::fs::write(&f, create("early", "s")).unwrap();
+    let f = f.to_str().unwrap().to_owned();
+    let submit = {
+        let data = data.clone();
+        let f = f.clone();
+        std::thread::spawn(move || roost(&data, &["submit", "--wait", "--timeout", "60", &f]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let _d = serve_ready(&data, &t.path().join("serve.log"), &[]);
+    let out = submit.join().unwrap();
+    assert_code(&out, 0, "submit --wait started before serve");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r#""status":"committed""#));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("waiting for the spool"));
+    let out = roost(
+        &t.path().join("never"),
+        &["submit", "--wait", "--timeout", "1", &f],
+    );
+    assert_code(&out, 2, "no spool within the timeout");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
 /// Goal: a WAL record damaged in the middle of the log (valid records follow) is corruption
 /// for every reader: `wal dump` and `serve` exit 65 (systemd must not restart into it),
 /// naming the segment. Method: flip a payload byte of the first of six frames.

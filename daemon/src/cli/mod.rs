@@ -81,7 +81,8 @@ pub enum Command {
         /// or conflicted, 2 on invalid input or error.
         #[arg(long, conflicts_with = "stream")]
         wait: bool,
-        /// With --wait: give up after this many seconds (exit 2). With --stream: give up when
+        /// With --wait: give up after this many seconds (exit 2); a spool that does not exist
+        /// yet (the daemon is starting) is waited for within them. With --stream: give up when
         /// no answer came for this long while batches wait for one (exit 2).
         #[arg(long, value_name = "SECS", default_value_t = 60)]
         timeout: u64,

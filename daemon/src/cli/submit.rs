@@ -22,11 +22,14 @@ pub(super) fn submit(
     files: &[PathBuf],
 ) -> anyhow::Result<i32> {
     let sp = SpoolPaths::new(&cfg.spool_dir());
+    let deadline = Instant::now() + timeout;
+    if wait {
+        wait_for_spool(&sp, deadline);
+    }
     let names = deliver_all(&sp, files).context(CommandError::usage("submit failed"))?;
     if !wait {
         return Ok(EXIT_OK);
     }
-    let deadline = Instant::now() + timeout;
     let mut code = EXIT_OK;
     for name in names {
         let Some(text) = wait_for_result(&sp, &name, deadline) else {
@@ -76,6 +79,25 @@ fn exit_for(text: &str) -> i32 {
     };
     let lines = text.lines().filter(|l| !l.trim().is_empty());
     lines.map(line_code).max().unwrap_or(EXIT_INVALID)
+}
+
+/// With `--wait`, a spool that does not exist yet is waited for until the deadline: `roost
+/// serve &` followed at once by `roost submit --wait` (README's quickstart) finds a daemon
+/// still making its data directory. Says once on stderr what it waits for; at the deadline
+/// delivery fails as without `--wait` (exit 2, naming the directory).
+fn wait_for_spool(sp: &SpoolPaths, deadline: Instant) {
+    let ready = || sp.tmp.is_dir() && sp.new.is_dir();
+    if ready() {
+        return;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "roost: waiting for the spool {} (is `roost serve` starting?)",
+        sp.new.display()
+    );
+    while !ready() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Delivers every file under a free spool name, in order; returns the names used.

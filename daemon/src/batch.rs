@@ -1,5 +1,5 @@
 //! The client-facing JSON: batch files in, result files out. This is a public contract
-//! (README "Batch and result"): fields are only ever added, never renamed.
+//! (docs/contract.md "Batch and result"): fields are only ever added, never renamed.
 //!
 //! Parsing is strict: unknown fields are refused (a typo like `reqest_key` must not be
 //! silently ignored), duplicate keys in one object are refused, and nesting is bounded by

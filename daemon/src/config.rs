@@ -181,7 +181,7 @@ pub struct Config {
     pub replication: ReplicationConfig,
     /// Automatic failover through etcd (`docs/cluster.md`): off unless set.
     pub cluster: Option<ClusterConfig>,
-    /// The streaming intake's socket (README "Streaming intake") [default:
+    /// The streaming intake's socket (docs/contract.md "Streaming intake") [default:
     /// $RUNTIME_DIRECTORY/stream.sock, else <data_dir>/stream.sock].
     pub stream_socket: Option<PathBuf>,
     /// Batches one stream connection may have between its request line and its answer

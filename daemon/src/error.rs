@@ -62,7 +62,7 @@ pub const EXIT_UNAVAILABLE: i32 = 75;
 pub const EXIT_CONFIG: i32 = 78;
 
 impl ErrorClass {
-    /// The process exit code for this class (sysexits(3); README's public contract).
+    /// The process exit code for this class (sysexits(3); the public contract (docs/contract.md)).
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorClass::Corruption => EXIT_CORRUPTION,

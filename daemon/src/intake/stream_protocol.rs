@@ -1,4 +1,4 @@
-//! The stream protocol (README "Streaming intake"), shared by the daemon's listener
+//! The stream protocol (docs/contract.md "Streaming intake"), shared by the daemon's listener
 //! (`intake/stream_socket.rs`) and its client (`roost submit --stream`): where the socket is, how a
 //! request line is framed and parsed, and what an answer line looks like. It never touches
 //! the engine.

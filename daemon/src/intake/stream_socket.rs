@@ -1,4 +1,4 @@
-//! The streaming intake (README "Streaming intake"): a Unix socket, placed, made and
+//! The streaming intake (docs/contract.md "Streaming intake"): a Unix socket, placed, made and
 //! permissioned like the control socket, where a client sends batch JSON lines and reads one
 //! answer line per request, in request order, each written only once its batch is as
 //! durable as a published result file (the protocol itself is `intake::stream_protocol`). Per connection

@@ -52,7 +52,7 @@ pub struct Stats {
     pub files_in_groups: AtomicU64,
 }
 
-/// Bulk files (README "Bulk files"): worked on now, answered, left in `new/` for later.
+/// Bulk files (docs/contract.md "Bulk files"): worked on now, answered, left in `new/` for later.
 #[derive(Debug, Default)]
 pub struct BulkStats {
     /// Bulk files being worked on now.
@@ -65,7 +65,7 @@ pub struct BulkStats {
     pub deferred: AtomicU64,
 }
 
-/// The streaming intake (README "Streaming intake"): connections and answer lines.
+/// The streaming intake (docs/contract.md "Streaming intake"): connections and answer lines.
 #[derive(Debug, Default)]
 pub struct StreamStats {
     /// Connections open now.

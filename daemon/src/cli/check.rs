@@ -34,10 +34,7 @@ pub(super) enum DrillKind {
     One,
     Replicated,
     /// `--cluster`: strikes on the leader, a rolling restart or a quiet run (`mode`).
-    Cluster {
-        lease_ms: u64,
-        mode: crate::drill::ClusterMode,
-    },
+    Cluster(crate::drill::ClusterRun),
 }
 
 pub(super) fn drill(
@@ -52,7 +49,7 @@ pub(super) fn drill(
     let violations = match kind {
         DrillKind::One => crate::drill::run(&opts)?,
         DrillKind::Replicated => crate::drill::run_replicated(&opts)?,
-        DrillKind::Cluster { lease_ms, mode } => crate::drill::run_cluster(&opts, lease_ms, mode)?,
+        DrillKind::Cluster(run) => crate::drill::run_cluster(&opts, &run)?,
     };
     super::output::out(&format!("drill directory: {}\n", opts.data_dir.display()))?;
     Ok(if violations == 0 {

@@ -181,6 +181,12 @@ pub enum Command {
         /// committed answer.
         #[arg(long, requires = "cluster", conflicts_with_all = ["rolling", "quiet_secs"])]
         switchovers: bool,
+        /// With --cluster: etcd members on loopback (1 to 7). With 3 or more, a fourth
+        /// strike joins the three on the leader: SIGKILL of one etcd member, in turn,
+        /// started again two leases later.
+        #[arg(long, requires = "cluster", default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(1..=7))]
+        etcd_members: u64,
     },
     /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
     Certs {
@@ -483,12 +489,13 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
         rolling,
         quiet_secs,
         switchovers,
+        etcd_members,
     } = &cli.command
     else {
         anyhow::bail!("not a drill command");
     };
     let kind = match (*replicated, *cluster) {
-        (_, true) => check::DrillKind::Cluster {
+        (_, true) => check::DrillKind::Cluster(crate::drill::ClusterRun {
             lease_ms: *lease_ms,
             mode: match (*rolling, *quiet_secs, *switchovers) {
                 (_, Some(secs), _) => crate::drill::ClusterMode::Quiet { secs },
@@ -496,7 +503,8 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
                 (false, None, true) => crate::drill::ClusterMode::Switchovers,
                 (false, None, false) => crate::drill::ClusterMode::Strikes,
             },
-        },
+            etcd_members: *etcd_members as usize,
+        }),
         (true, false) => check::DrillKind::Replicated,
         (false, false) => check::DrillKind::One,
     };

@@ -4,7 +4,9 @@
 //! through another (`proxy.rs`). Each round sends batch files into all three spools and
 //! batches into all three stream sockets, and at a random moment strikes the leader in turn:
 //! SIGKILL (restarted once another leads), SIGSTOP past its lease (SIGCONT once another
-//! leads), or a cut of both its proxies (healed once another leads). It measures the time
+//! leads), or a cut of both its proxies (healed once another leads); with `--etcd-members 3`
+//! a fourth strike kills one etcd member (every node has a proxy to each), started again two
+//! leases later, and no node is struck (`Etcd`). It measures the time
 //! from the strike to another node leading, watches every node's status for two nodes
 //! leading one epoch, and waits until every file of the round is answered (a standby's files
 //! are forwarded again by the node itself; a stream's `unavailable` is sent again).
@@ -46,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use roost_etcd::testing::EtcdServer;
+use roost_etcd::testing::EtcdCluster;
 use roost_storage::RealStorage;
 use rustix::process::Signal;
 use serde_json::Value;
@@ -87,11 +89,21 @@ pub enum ClusterMode {
     Switchovers,
 }
 
+/// How the cluster drill runs: the nodes' lease, the mode, and the etcd members (1, or 3
+/// and more for the `Etcd` strike among the strikes on the leader).
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterRun {
+    pub lease_ms: u64,
+    pub mode: ClusterMode,
+    pub etcd_members: usize,
+}
+
 /// Runs the cluster drill in `opts.data_dir` with `lease_ms`; prints the summary; returns
 /// the number of violations.
-pub fn run_cluster(opts: &DrillOptions, lease_ms: u64, mode: ClusterMode) -> anyhow::Result<usize> {
+pub fn run_cluster(opts: &DrillOptions, run: &ClusterRun) -> anyhow::Result<usize> {
     std::fs::create_dir_all(&opts.data_dir)?;
-    let mut d = Cluster::new(opts, lease_ms, mode)?;
+    let mode = run.mode;
+    let mut d = Cluster::new(opts, run)?;
     d.start_all()?;
     match mode {
         ClusterMode::Strikes => {
@@ -130,10 +142,12 @@ enum Strike {
     Term,
     /// `roost cluster switchover` to another node (`--switchovers`).
     Switch,
+    /// SIGKILL of one etcd member (`--etcd-members 3`), started again two leases later.
+    Etcd,
 }
 
 impl Strike {
-    const KINDS: [&'static str; 5] = ["Kill", "Pause", "Cut", "Term", "Switch"];
+    const KINDS: [&'static str; 6] = ["Kill", "Pause", "Cut", "Term", "Switch", "Etcd"];
 
     fn kind(self) -> &'static str {
         match self {
@@ -142,6 +156,7 @@ impl Strike {
             Strike::Cut => Strike::KINDS[2],
             Strike::Term => Strike::KINDS[3],
             Strike::Switch => Strike::KINDS[4],
+            Strike::Etcd => Strike::KINDS[5],
         }
     }
 }
@@ -167,10 +182,11 @@ struct Cluster<'a> {
     /// A quiet run's report line (`quiet_verdict`), once judged.
     quiet_line: Option<String>,
     bin: PathBuf,
-    _etcd: EtcdServer,
+    etcd: EtcdCluster,
     nodes: Vec<Node>,
-    /// Per node: its proxy to etcd, and the proxy in front of its replication port.
-    proxies: Vec<(Proxy, Proxy)>,
+    /// Per node: its proxies to the etcd members, and the proxy in front of its replication
+    /// port.
+    proxies: Vec<(Vec<Proxy>, Proxy)>,
     b: Batches,
     /// Where each sent file (by index in `b.sent`) was delivered.
     node_of: Vec<usize>,
@@ -196,22 +212,28 @@ struct Cluster<'a> {
 }
 
 impl<'a> Cluster<'a> {
-    fn new(
-        opts: &'a DrillOptions,
-        lease_ms: u64,
-        mode: ClusterMode,
-    ) -> anyhow::Result<Cluster<'a>> {
+    fn new(opts: &'a DrillOptions, run: &ClusterRun) -> anyhow::Result<Cluster<'a>> {
+        let (lease_ms, mode) = (run.lease_ms, run.mode);
         let root = &opts.data_dir;
-        let etcd = EtcdServer::start(&root.join("etcd")).context("starting etcd")?;
+        let etcd =
+            EtcdCluster::start(&root.join("etcd"), run.etcd_members).context("starting etcd")?;
         let mut nodes = Vec::new();
         let mut proxies = Vec::new();
         for name in NAMES {
             let n = Node::member(root, name, &NAMES)?;
-            let to_etcd = Proxy::start(etcd.client_url().trim_start_matches("http://").into())?;
+            let to_etcd = etcd
+                .client_urls()
+                .iter()
+                .map(|u| Proxy::start(u.trim_start_matches("http://").into()))
+                .collect::<std::io::Result<Vec<Proxy>>>()?;
+            let urls: Vec<String> = to_etcd
+                .iter()
+                .map(|p| format!("\"http://{}\"", p.addr()))
+                .collect();
             let to_node = Proxy::start(n.addr())?;
             n.append_config(&format!(
-                "\n[cluster]\netcd = [\"http://{}\"]\nadvertise = \"{}\"\nlease_ms = {lease_ms}\n",
-                to_etcd.addr(),
+                "\n[cluster]\netcd = [{}]\nadvertise = \"{}\"\nlease_ms = {lease_ms}\n",
+                urls.join(", "),
                 to_node.addr()
             ))?;
             nodes.push(n);
@@ -224,7 +246,7 @@ impl<'a> Cluster<'a> {
             quiet_counters: None,
             quiet_line: None,
             bin: std::env::current_exe().context("locating the roost binary")?,
-            _etcd: etcd,
+            etcd,
             nodes,
             proxies,
             b: Batches::new(opts.seed),
@@ -298,12 +320,14 @@ impl<'a> Cluster<'a> {
     /// client started at it, the other half, the struck node back, the probe's end, every
     /// answer.
     fn round(&mut self, round: usize) -> anyhow::Result<()> {
-        let from = self.b.sent.len();
-        let strike = match self.b.rng.below(3) {
+        let kinds = if self.etcd.len() >= 3 { 4 } else { 3 };
+        let strike = match self.b.rng.below(kinds) {
             0 => Strike::Kill,
             1 => Strike::Pause,
-            _ => Strike::Cut,
+            2 => Strike::Cut,
+            _ => return self.etcd_round(round),
         };
+        let from = self.b.sent.len();
         let l = self.leader(None, ELECTION_LIMIT)?;
         self.send_files(self.per_round / 2)?;
         self.stream_all();
@@ -326,6 +350,46 @@ impl<'a> Cluster<'a> {
         probe.struck_node_back();
         self.stream_all();
         self.take_probe(round, (strike, Some(took)), probe.finish()?);
+        self.wait_answers(from)
+    }
+
+    /// One round whose strike is a SIGKILL of etcd member `round % members` (with three or
+    /// more): no node is struck, the probe streams to every node, and the member starts
+    /// again two leases later (every renewal of the leader's lease in between goes to the
+    /// others). A leader change is logged, not a violation: the strike is a fault.
+    fn etcd_round(&mut self, round: usize) -> anyhow::Result<()> {
+        let from = self.b.sent.len();
+        let m = round % self.etcd.len();
+        let l = self.leader(None, ELECTION_LIMIT)?;
+        self.send_files(self.per_round / 2)?;
+        self.stream_all();
+        std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
+        let t0 = Instant::now();
+        self.etcd
+            .member(m)
+            .kill()
+            .context("killing an etcd member")?;
+        let probe = self.start_probe(round, usize::MAX, t0)?;
+        self.send_files(self.per_round - self.per_round / 2)?;
+        std::thread::sleep(Duration::from_millis(2 * self.lease_ms));
+        self.etcd
+            .member(m)
+            .restart()
+            .context("starting an etcd member again")?;
+        probe.struck_node_back();
+        self.stream_all();
+        let now = self.leader(None, ELECTION_LIMIT)?;
+        self.log.push(format!(
+            "round {round}: Etcd member {m} killed, started again after {} ms; {} leads ({})",
+            t0.elapsed().as_millis(),
+            NAMES[now],
+            if now == l {
+                "no leader change"
+            } else {
+                "the leader changed"
+            }
+        ));
+        self.take_probe(round, (Strike::Etcd, None), probe.finish()?);
         self.wait_answers(from)
     }
 
@@ -605,9 +669,11 @@ impl<'a> Cluster<'a> {
             Strike::Term => self.nodes[l].signal(Signal::TERM),
             Strike::Pause => self.nodes[l].signal(Signal::STOP),
             Strike::Cut => {
-                self.proxies[l].0.cut();
+                self.proxies[l].0.iter().for_each(Proxy::cut);
                 self.proxies[l].1.cut();
             }
+            // Run by `etcd_round`.
+            Strike::Etcd => {}
         }
     }
 
@@ -625,9 +691,10 @@ impl<'a> Cluster<'a> {
                 self.nodes[l].signal(Signal::CONT);
             }
             Strike::Cut => {
-                self.proxies[l].0.heal();
+                self.proxies[l].0.iter().for_each(Proxy::heal);
                 self.proxies[l].1.heal();
             }
+            Strike::Etcd => {}
         }
         Ok(())
     }
@@ -913,9 +980,10 @@ impl<'a> Cluster<'a> {
 
     fn report(&self) {
         let mut text = format!(
-            "roost drill --cluster: seed {}, lease_ms {}, {} files and {} streamed batches, {} failovers\n",
+            "roost drill --cluster: seed {}, lease_ms {}, etcd members {}, {} files and {} streamed batches, {} failovers\n",
             self.opts.seed,
             self.lease_ms,
+            self.etcd.len(),
             self.b.sent.len(),
             self.stream_bodies.len(),
             self.failovers.len()

@@ -36,7 +36,7 @@ pub mod setup;
 mod stream_client;
 mod verdict;
 
-pub use cluster_strikes::{run_cluster, ClusterMode};
+pub use cluster_strikes::{run_cluster, ClusterMode, ClusterRun};
 pub use replicated::run_replicated;
 
 use self::batches::{Batches, Sent};

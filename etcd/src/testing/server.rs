@@ -41,6 +41,8 @@ pub struct EtcdServer {
     client_url: String,
     log: PathBuf,
     tls: Option<TlsFiles>,
+    /// How it was started (binary and arguments), for `restart`.
+    launch: (PathBuf, Vec<std::ffi::OsString>),
 }
 
 /// Several members of one cluster on loopback.
@@ -129,6 +131,23 @@ impl EtcdServer {
             }
             None => Ok(()),
         }
+    }
+
+    /// Starts a stopped or killed member again with its data directory and flags (etcd
+    /// rejoins its cluster from the data directory; the initial-cluster flags are ignored),
+    /// its output appended to its log. Does not wait for it to answer.
+    pub fn restart(&mut self) -> io::Result<()> {
+        if self.child.is_some() {
+            return Err(io::Error::other(format!(
+                "etcd {} still runs",
+                self.client_url
+            )));
+        }
+        let out = File::options().append(true).create(true).open(&self.log)?;
+        let child = launch(&self.launch.0, &self.launch.1, out)?;
+        self.pid = child.id();
+        self.child = Some(child);
+        Ok(())
     }
 
     /// SIGSTOP: the process holds its sockets (the kernel still accepts connections) but
@@ -282,27 +301,44 @@ fn spawn(bin: &Path, s: &Spec<'_>) -> io::Result<EtcdServer> {
     let log = s.dir.join(format!("{}.log", s.name));
     std::fs::create_dir_all(s.dir)?;
     let out = File::create(&log)?;
-    let mut cmd = Command::new(bin);
-    cmd.arg("--name").arg(&s.name).arg("--data-dir").arg(&data);
-    cmd.args(["--listen-client-urls", &client_url]);
-    cmd.args(["--advertise-client-urls", &client_url]);
-    cmd.args(["--listen-peer-urls", &peer_url]);
-    cmd.args(["--initial-advertise-peer-urls", &peer_url]);
-    cmd.args(["--initial-cluster", s.initial_cluster]);
-    cmd.args([
-        "--initial-cluster-state",
-        "new",
-        "--initial-cluster-token",
-        s.token,
-    ]);
-    cmd.args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
-    if let Some(t) = s.tls {
-        cmd.arg("--client-cert-auth");
-        cmd.arg("--trusted-ca-file").arg(&t.ca);
-        cmd.arg("--cert-file").arg(&t.server_cert);
-        cmd.arg("--key-file").arg(&t.server_key);
+    let mut args: Vec<std::ffi::OsString> = vec!["--name".into(), s.name.clone().into()];
+    args.extend(["--data-dir".into(), data.into_os_string()]);
+    let flags = [
+        ("--listen-client-urls", client_url.as_str()),
+        ("--advertise-client-urls", client_url.as_str()),
+        ("--listen-peer-urls", peer_url.as_str()),
+        ("--initial-advertise-peer-urls", peer_url.as_str()),
+        ("--initial-cluster", s.initial_cluster),
+        ("--initial-cluster-state", "new"),
+        ("--initial-cluster-token", s.token),
+        ("--heartbeat-interval", "50"),
+        ("--election-timeout", "500"),
+    ];
+    for (k, v) in flags {
+        args.extend([k.into(), v.into()]);
     }
-    // Our flags, not an ETCD_* variable of the environment, say how it runs.
+    if let Some(t) = s.tls {
+        args.push("--client-cert-auth".into());
+        args.extend(["--trusted-ca-file".into(), t.ca.clone().into_os_string()]);
+        args.extend(["--cert-file".into(), t.server_cert.clone().into_os_string()]);
+        args.extend(["--key-file".into(), t.server_key.clone().into_os_string()]);
+    }
+    let child = launch(bin, &args, out)?;
+    Ok(EtcdServer {
+        pid: child.id(),
+        child: Some(child),
+        client_url,
+        log,
+        tls: s.tls.cloned(),
+        launch: (bin.to_path_buf(), args),
+    })
+}
+
+/// Runs `bin ARGS`, its output to `out`, without the environment's `ETCD_*` variables (our
+/// flags say how it runs).
+fn launch(bin: &Path, args: &[std::ffi::OsString], out: File) -> io::Result<Child> {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("ETCD_") {
             cmd.env_remove(k);
@@ -311,16 +347,8 @@ fn spawn(bin: &Path, s: &Spec<'_>) -> io::Result<EtcdServer> {
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
-    let child = cmd
-        .spawn()
-        .map_err(|e| io::Error::new(e.kind(), format!("starting {}: {e}", bin.display())))?;
-    Ok(EtcdServer {
-        pid: child.id(),
-        child: Some(child),
-        client_url,
-        log,
-        tls: s.tls.cloned(),
-    })
+    cmd.spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("starting {}: {e}", bin.display())))
 }
 
 /// Waits until every member answers a read, within `HEALTH_WAIT`. The probes run on a

@@ -36,7 +36,7 @@ fn alone(url: &str) -> Etcd {
 /// SIGSTOP it (its kernel still accepts connections: the case the time split exists for)
 /// and put, then get (which must not wait on member 0 again); a client of member 0 alone
 /// times out; SIGCONT. Then SIGKILL the member the client prefers now and put/get again; a
-/// client of it alone is refused.
+/// client of it alone is refused; restart it and it serves the value written meanwhile.
 #[tokio::test]
 async fn one_member_down_the_client_still_works() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,6 +87,14 @@ async fn one_member_down_the_client_still_works() {
         "{err}"
     );
     eprintln!("as expected: {err}");
+
+    // Started again from its data directory, it rejoins and serves what was written while
+    // it was down (the drill's etcd-member strike relies on it).
+    cluster.member(1).restart().unwrap();
+    let back = alone(&urls[1]).with_timeout(KILLED_TIMEOUT);
+    wait_answers(&back).await;
+    let (kv, _) = back.get("roost/k").await.unwrap();
+    assert_eq!(kv.unwrap().value, b"2");
 }
 
 /// Waits (bounded) until `c` reads successfully.

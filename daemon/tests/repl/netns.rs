@@ -10,7 +10,9 @@
 //! is used unchanged. The control socket is a unix socket in the data directory, which the
 //! host reaches across namespaces, so `roost status` and the cluster helpers work as usual.
 //! Requires root; not being root, or `ip netns add` failing, fails the test with a message
-//! (never a silent skip). netem (delay, loss) is probed once and reported when missing.
+//! (never a silent skip). netem (delay, loss) is probed once and reported when missing;
+//! every namespace drops 1 % of what it sends through an nftables rule (`lossy`), so the
+//! whole test runs on lossy links.
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,9 @@ const ETCD_CLIENT_PORT: u16 = 2379;
 const ETCD_PEER_PORT: u16 = 2380;
 /// The longest etcd may take to say it serves.
 const ETCD_WAIT: Duration = Duration::from_secs(20);
+/// The share of packets each namespace drops on its way out (`lossy`): 1 in 100, as the
+/// issue's netem loss; TCP sends them again (an RTO of 200 ms or more each time).
+const LOSS_PERCENT: u32 = 1;
 /// Labs made by this process so far (part of each namespace's name).
 static LABS: AtomicUsize = AtomicUsize::new(0);
 
@@ -78,6 +83,7 @@ impl NetLab {
         };
         lab.wire();
         lab.probe_netem();
+        lab.lossy(LOSS_PERCENT);
         lab.start_etcd();
         for (i, name) in MEMBERS.into_iter().enumerate() {
             lab.nodes.push(lab.node_config(root, name, extra, lease_ms));
@@ -169,6 +175,36 @@ impl NetLab {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+    }
+
+    /// Every member's namespace drops `percent` of the packets it sends on `eth0`, at
+    /// random (an nftables rule: this kernel has no qdiscs, so netem's loss is made here;
+    /// the bridge's links are otherwise perfect). Needs `nft` (Debian's nftables): the test
+    /// fails, never skips, without it.
+    fn lossy(&self, percent: u32) {
+        let rule = format!(
+            "add table inet roostlab\n\
+             add chain inet roostlab out {{ type filter hook output priority 0 ; }}\n\
+             add rule inet roostlab out oifname \"eth0\" numgen random mod 100 < {percent} drop\n"
+        );
+        for m in 0..=MEMBERS.len() {
+            let ns = self.space(m);
+            let path = std::env::temp_dir().join(format!("{ns}.nft"));
+            std::fs::write(&path, &rule).expect("write the nft rules");
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns, "nft", "-f"])
+                .arg(&path)
+                .output()
+                .expect("run ip netns exec nft");
+            let _ = std::fs::remove_file(&path);
+            assert!(
+                out.status.success(),
+                "nft in {ns} failed ({}): {}; install nftables (Debian) for the lab's packet loss",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        eprintln!("every namespace drops {percent} % of the packets it sends (nftables)");
     }
 
     /// Cuts node `i` off: its port on the bridge goes down (a pulled cable: its packets

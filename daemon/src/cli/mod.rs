@@ -187,6 +187,11 @@ pub enum Command {
         #[arg(long, requires = "cluster", default_value_t = 1,
               value_parser = clap::value_parser!(u64).range(1..=7))]
         etcd_members: u64,
+        /// With --cluster: every byte between the nodes, and between a node and etcd, is
+        /// held this long each way (a proxy in user space: netem's delay).
+        #[arg(long, requires = "cluster", default_value_t = 0,
+              value_parser = clap::value_parser!(u64).range(0..=1000))]
+        delay_ms: u64,
     },
     /// Certificates for replication's mutual TLS (a test cluster's CA and its members).
     Certs {
@@ -490,6 +495,7 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
         quiet_secs,
         switchovers,
         etcd_members,
+        delay_ms,
     } = &cli.command
     else {
         anyhow::bail!("not a drill command");
@@ -504,6 +510,7 @@ fn drill(cli: &Cli) -> anyhow::Result<i32> {
                 (false, None, false) => crate::drill::ClusterMode::Strikes,
             },
             etcd_members: *etcd_members as usize,
+            delay_ms: *delay_ms,
         }),
         (true, false) => check::DrillKind::Replicated,
         (false, false) => check::DrillKind::One,

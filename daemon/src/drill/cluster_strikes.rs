@@ -96,6 +96,9 @@ pub struct ClusterRun {
     pub lease_ms: u64,
     pub mode: ClusterMode,
     pub etcd_members: usize,
+    /// Every proxy (to etcd, to a node's replication port) holds each byte this long each
+    /// way (`--delay-ms`).
+    pub delay_ms: u64,
 }
 
 /// Runs the cluster drill in `opts.data_dir` with `lease_ms`; prints the summary; returns
@@ -175,6 +178,7 @@ struct Seen {
 struct Cluster<'a> {
     opts: &'a DrillOptions,
     lease_ms: u64,
+    delay_ms: u64,
     mode: ClusterMode,
     /// A quiet run's end: each node's `cluster.elections_won` and `cluster.fenced` from
     /// status (`None`: it did not answer), read before the final stop.
@@ -214,6 +218,7 @@ struct Cluster<'a> {
 impl<'a> Cluster<'a> {
     fn new(opts: &'a DrillOptions, run: &ClusterRun) -> anyhow::Result<Cluster<'a>> {
         let (lease_ms, mode) = (run.lease_ms, run.mode);
+        let delay = Duration::from_millis(run.delay_ms);
         let root = &opts.data_dir;
         let etcd =
             EtcdCluster::start(&root.join("etcd"), run.etcd_members).context("starting etcd")?;
@@ -224,13 +229,13 @@ impl<'a> Cluster<'a> {
             let to_etcd = etcd
                 .client_urls()
                 .iter()
-                .map(|u| Proxy::start(u.trim_start_matches("http://").into()))
+                .map(|u| Proxy::start_delayed(u.trim_start_matches("http://").into(), delay))
                 .collect::<std::io::Result<Vec<Proxy>>>()?;
             let urls: Vec<String> = to_etcd
                 .iter()
                 .map(|p| format!("\"http://{}\"", p.addr()))
                 .collect();
-            let to_node = Proxy::start(n.addr())?;
+            let to_node = Proxy::start_delayed(n.addr(), delay)?;
             n.append_config(&format!(
                 "\n[cluster]\netcd = [{}]\nadvertise = \"{}\"\nlease_ms = {lease_ms}\n",
                 urls.join(", "),
@@ -242,6 +247,7 @@ impl<'a> Cluster<'a> {
         Ok(Cluster {
             opts,
             lease_ms,
+            delay_ms: run.delay_ms,
             mode,
             quiet_counters: None,
             quiet_line: None,
@@ -980,10 +986,11 @@ impl<'a> Cluster<'a> {
 
     fn report(&self) {
         let mut text = format!(
-            "roost drill --cluster: seed {}, lease_ms {}, etcd members {}, {} files and {} streamed batches, {} failovers\n",
+            "roost drill --cluster: seed {}, lease_ms {}, etcd members {}, delay {} ms each way, {} files and {} streamed batches, {} failovers\n",
             self.opts.seed,
             self.lease_ms,
             self.etcd.len(),
+            self.delay_ms,
             self.b.sent.len(),
             self.stream_bodies.len(),
             self.failovers.len()

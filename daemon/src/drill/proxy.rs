@@ -2,7 +2,9 @@
 //! port (what the other nodes reach it by) or in front of etcd (what one node reaches etcd
 //! by). `cut` closes every connection through it and refuses new ones until `heal`.
 //! Each connection's sockets are dropped when both directions end, so a long drill (etcd
-//! calls make a connection each) holds only the connections open now.
+//! calls make a connection each) holds only the connections open now. `start_delayed` holds
+//! every byte for a fixed time each way (the drill's `--delay-ms`: netem's delay, which this
+//! kernel cannot give, made in user space), pipelined: a chunk waits only for its own time.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,6 +25,11 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy to `target` (HOST:PORT) on a free loopback port.
     pub fn start(target: String) -> io::Result<Proxy> {
+        Proxy::start_delayed(target, Duration::ZERO)
+    }
+
+    /// A proxy that delivers every chunk `delay` after it read it, each way.
+    pub fn start_delayed(target: String, delay: Duration) -> io::Result<Proxy> {
         let l = TcpListener::bind("127.0.0.1:0")?;
         l.set_nonblocking(true)?;
         let port = l.local_addr()?.port();
@@ -36,7 +43,7 @@ impl Proxy {
                 match l.accept() {
                     Ok((down, _)) if !c.load(Ordering::SeqCst) => {
                         let id = ids.fetch_add(1, Ordering::Relaxed);
-                        let _ = pipe(id, down, &target, &o);
+                        let _ = pipe(id, down, &target, &o, delay);
                     }
                     Ok(_) => {} // cut: dropped at once
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -82,7 +89,7 @@ impl Drop for Proxy {
 
 /// Connects `down` to `target` with a copying thread each way; the pair leaves `open` when
 /// both have ended.
-fn pipe(id: u64, down: TcpStream, target: &str, open: &Open) -> io::Result<()> {
+fn pipe(id: u64, down: TcpStream, target: &str, open: &Open, delay: Duration) -> io::Result<()> {
     let up = TcpStream::connect_timeout(
         &target
             .parse()
@@ -100,7 +107,10 @@ fn pipe(id: u64, down: TcpStream, target: &str, open: &Open) -> io::Result<()> {
     ] {
         let (left, open) = (left.clone(), open.clone());
         std::thread::spawn(move || {
-            let _ = io::copy(&mut r, &mut w);
+            let _ = match delay.is_zero() {
+                true => io::copy(&mut r, &mut w).map(drop),
+                false => copy_delayed(&mut r, &mut w, delay),
+            };
             let _ = w.shutdown(Shutdown::Both);
             let _ = r.shutdown(Shutdown::Both);
             if left.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -109,6 +119,33 @@ fn pipe(id: u64, down: TcpStream, target: &str, open: &Open) -> io::Result<()> {
                 }
             }
         });
+    }
+    Ok(())
+}
+
+/// Copies `r` to `w`, each chunk written `delay` after it was read: a reader thread stamps
+/// the chunks, this one writes each at its time (so chunks in flight overlap, as on a long
+/// link). Ends when `r` ends or `w` fails.
+fn copy_delayed(r: &mut TcpStream, w: &mut TcpStream, delay: Duration) -> io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+    let mut reader = r.try_clone()?;
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match io::Read::read(&mut reader, &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let at = std::time::Instant::now() + delay;
+                    if tx.send((at, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    for (at, chunk) in rx {
+        std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+        io::Write::write_all(w, &chunk)?;
     }
     Ok(())
 }

@@ -63,8 +63,9 @@ fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
 /// Goal: with three etcd members, killing one (issue 42: "an etcd member with three etcd
 /// members") loses nothing and a client still gets committed answers; the etcd strikes are
 /// counted and timed beside the strikes on the leader; all of it over links that hold every
-/// byte 5 ms each way. Method: `--etcd-members 3 --kills 8 --seed 4 --delay-ms 5` (seed 4
-/// draws 3 etcd strikes among the 8); whether the leader changed is
+/// byte 5 ms each way. Method: `--etcd-members 3 --kills 8 --seed 4 --delay-ms 5` (seed 4's
+/// schedule, from the strikes' own generator: cut, pause, cut, pause, kill, etcd, etcd,
+/// kill); whether the leader changed is
 /// printed, not asserted (an etcd election on a loaded machine may outlast a 1 s lease).
 #[test]
 fn killing_one_of_three_etcd_members_over_delayed_links_loses_nothing() {
@@ -89,7 +90,7 @@ fn killing_one_of_three_etcd_members_over_delayed_links_loses_nothing() {
         .lines()
         .find_map(|l| l.trim_start().strip_prefix("Etcd: "))
         .and_then(|l| l.split(" strikes").next()?.parse::<usize>().ok());
-    assert!(etcd.is_some_and(|n| n >= 1), "no etcd strike: {text}");
+    assert_eq!(etcd, Some(2), "not seed 4's two etcd strikes: {text}");
     let killed = text
         .lines()
         .filter(|l| l.contains(": Etcd member "))

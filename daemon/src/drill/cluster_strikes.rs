@@ -192,6 +192,10 @@ struct Cluster<'a> {
     /// port.
     proxies: Vec<(Vec<Proxy>, Proxy)>,
     b: Batches,
+    /// The strikes' kinds, from a generator of their own: the batches' generator is also
+    /// drawn from as often as timing makes files and streams be sent again, so the same
+    /// seed gives the same schedule only from this one.
+    strike_rng: roost_storage::SplitMix,
     /// Where each sent file (by index in `b.sent`) was delivered.
     node_of: Vec<usize>,
     /// Every answer a client got, by file name (or `stream/KEY`): the acknowledged batches.
@@ -256,6 +260,7 @@ impl<'a> Cluster<'a> {
             nodes,
             proxies,
             b: Batches::new(opts.seed),
+            strike_rng: roost_storage::SplitMix(opts.seed ^ 0x5354_5249_4b45),
             node_of: Vec::new(),
             answers: BTreeMap::new(),
             stream_pending: Vec::new(),
@@ -327,7 +332,7 @@ impl<'a> Cluster<'a> {
     /// answer.
     fn round(&mut self, round: usize) -> anyhow::Result<()> {
         let kinds = if self.etcd.len() >= 3 { 4 } else { 3 };
-        let strike = match self.b.rng.below(kinds) {
+        let strike = match self.strike_rng.below(kinds) {
             0 => Strike::Kill,
             1 => Strike::Pause,
             2 => Strike::Cut,

@@ -15,8 +15,6 @@ mod spare;
 
 pub use lock::{DirLock, LockError, LOCK_FILE};
 pub use real::{RealStorage, FILE_MODE};
-pub use seam::{read_all, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
+pub use seam::{read_all, write_zeros, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 pub use sim::{CrashMode, SimFaults, SimStorage, SplitMix};
-pub use spare::{
-    is_no_space, preallocate, write_zeros, zeros_due, NoRoom, Refilled, Spare, SPARE_FILE,
-};
+pub use spare::{is_no_space, preallocate, zeros_due, NoRoom, Refilled, Spare, SPARE_FILE};

@@ -1,16 +1,14 @@
 //! The storage seam itself: the traits every byte of roost's logs, shard segments and result
 //! files goes through ([`Storage`], [`StorageFile`], [`StorageFs`], and [`MappedFile`] for a
-//! mapped segment's writes and range flushes), the open modes, and [`read_all`]. This module only declares; the real disk is `real.rs`, the simulated one
-//! `sim.rs`. The seam never retries anything and never hides an error: callers latch on the
-//! first one.
+//! mapped segment's writes and range flushes), the open modes, [`read_all`] and [`write_zeros`].
+//! This module only declares; the real disk is `real.rs`, the simulated one `sim.rs`. The seam
+//! never retries anything and never hides an error: callers latch on the first one.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
 
 use memmap2::MmapRaw;
-
-use crate::spare::ZEROS;
 
 /// How to open a file through the seam.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +176,21 @@ pub trait StorageFs: Send + Sync + fmt::Debug {
     /// (a client waiting on `out/` is not woken twice per round). The real disk's then
     /// checks, by a `stat` of the path, that the directory there is still the one held.
     fn sync_dir(&self) -> io::Result<()>;
+}
+
+/// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
+/// until read, and never an allocation.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
+pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64);
+        file.write_at(&ZEROS[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// Reads a whole file through the seam.

@@ -5,9 +5,11 @@
 //! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
+mod cursor;
 pub mod epochs;
 pub mod format;
 mod log;
+mod options;
 mod read;
 pub mod recovery;
 mod roll;
@@ -16,10 +18,8 @@ mod truncate;
 use std::path::PathBuf;
 
 pub use epochs::LeaderEpochs;
-pub use log::{
-    Record, RecoveryReport, Replay, Wal, WalOptions, FIRST_SEGMENT_BYTES, SEGMENT_NAME_DIGITS,
-    SEGMENT_SUFFIX,
-};
+pub use log::{Record, RecoveryReport, Replay, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
+pub use options::{WalOptions, FIRST_SEGMENT_BYTES};
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.
 pub type Lsn = u64;

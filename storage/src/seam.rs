@@ -19,6 +19,9 @@ pub enum OpenMode {
     ReadWrite,
     /// A new file; fails if it exists. The caller syncs the directory afterwards.
     CreateNew,
+    /// As `CreateNew`, readable and writable by its owner only (a key; the simulator keeps
+    /// no modes).
+    CreateNewPrivate,
 }
 
 /// A directory-level view of a disk.

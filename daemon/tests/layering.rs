@@ -158,7 +158,15 @@ fn workspace_crates() -> Vec<(String, PathBuf)> {
 fn no_circle_between_files_in_any_crate() {
     let crates = workspace_crates();
     let names: Vec<&str> = crates.iter().map(|(n, _)| n.as_str()).collect();
-    for must in ["daemon", "storage", "wal", "shards", "replication", "repmodel", "bench"] {
+    for must in [
+        "daemon",
+        "storage",
+        "wal",
+        "shards",
+        "replication",
+        "repmodel",
+        "bench",
+    ] {
         assert!(names.contains(&must), "crate {must} not found in {names:?}");
     }
     let mut text = Vec::new();

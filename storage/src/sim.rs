@@ -103,7 +103,7 @@ impl SimStorage {
 
     fn lock(&self) -> MutexGuard<'_, SimState> {
         // A panic in another test thread must not hide this disk's contents.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.state)
     }
 
     pub fn set_faults(&self, faults: SimFaults) {

@@ -65,6 +65,17 @@ pub enum WalError {
     NoSpace(roost_storage::NoRoom),
 }
 
+/// A failed step of [`roost_storage::replace_file`], with its op and path.
+impl From<roost_storage::ReplaceError> for WalError {
+    fn from(e: roost_storage::ReplaceError) -> Self {
+        WalError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 impl WalError {
     /// True for damage found on disk (exit code "corruption"), as opposed to I/O failure.
     pub fn is_corruption(&self) -> bool {

@@ -135,13 +135,7 @@ pub trait MappedFile: Send + Sync + fmt::Debug {
     /// Zeros over `[from, to)`, written a piece of at most 1 MiB at a time (the pieces
     /// [`crate::write_zeros`] writes to a plain file).
     fn write_zeros(&self, from: u64, to: u64) -> io::Result<()> {
-        let mut at = from;
-        while at < to {
-            let n = (to - at).min(ZEROS.len() as u64);
-            self.write_at(&ZEROS[..n as usize], at)?;
-            at += n;
-        }
-        Ok(())
+        zeros_in_pieces(from, to, |piece, at| self.write_at(piece, at))
     }
 }
 
@@ -187,10 +181,20 @@ static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 /// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
 pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
+    zeros_in_pieces(from, to, |piece, at| file.write_at(piece, at))
+}
+
+/// `write(zeros, at)` over `[from, to)`, a piece of at most 1 MiB at a time, stopping at the
+/// first error.
+fn zeros_in_pieces(
+    from: u64,
+    to: u64,
+    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
+) -> io::Result<()> {
     let mut at = from;
     while at < to {
         let n = (to - at).min(ZEROS.len() as u64);
-        file.write_at(&ZEROS[..n as usize], at)?;
+        write(&ZEROS[..n as usize], at)?;
         at += n;
     }
     Ok(())

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use roost_storage::{replace_file, OpenMode, RealStorage};
 
@@ -62,12 +62,7 @@ pub fn make_ca(dir: &Path, days: u32, force: bool) -> anyhow::Result<(PathBuf, P
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let not_after = validity(&mut p, days)?;
     let cert = p.self_signed(&key).context("signing the CA certificate")?;
-    write_file(
-        &key_path,
-        key.serialize_pem().as_bytes(),
-        OpenMode::CreateNewPrivate,
-    )?;
-    write_file(&cert_path, cert.pem().as_bytes(), OpenMode::CreateNew)?;
+    write_pair((&key_path, &key), (&cert_path, &cert))?;
     Ok((cert_path, key_path, not_after))
 }
 
@@ -97,12 +92,7 @@ pub fn make_member(
     let cert = p
         .signed_by(&key, &issuer)
         .context("signing the member certificate")?;
-    write_file(
-        &key_path,
-        key.serialize_pem().as_bytes(),
-        OpenMode::CreateNewPrivate,
-    )?;
-    write_file(&cert_path, cert.pem().as_bytes(), OpenMode::CreateNew)?;
+    write_pair((&key_path, &key), (&cert_path, &cert))?;
     Ok((cert_path, key_path, not_after))
 }
 
@@ -178,6 +168,13 @@ fn refuse_existing(paths: &[&Path], force: bool) -> anyhow::Result<()> {
         .into()),
         _ => Ok(()),
     }
+}
+
+/// Writes a key (never readable by others) and its certificate, the key first.
+fn write_pair(key: (&Path, &KeyPair), cert: (&Path, &Certificate)) -> anyhow::Result<()> {
+    let pem = key.1.serialize_pem();
+    write_file(key.0, pem.as_bytes(), OpenMode::CreateNewPrivate)?;
+    write_file(cert.0, cert.1.pem().as_bytes(), OpenMode::CreateNew)
 }
 
 /// Writes `bytes` to `path` durably ([`roost_storage::replace_file`]: a temporary, fsync,

@@ -131,6 +131,60 @@ fn no_circle_between_files() {
     );
 }
 
+/// The workspace's crates that have sources: every `members` entry of the root `Cargo.toml`
+/// with a `src` folder, as (name, its `src`).
+fn workspace_crates() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("root Cargo.toml");
+    let start = manifest.find("members = [").expect("a members list");
+    let list = &manifest[start..];
+    let list = &list[list.find('[').expect("[") + 1..list.find(']').expect("]")];
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty())
+        .map(|m| (m.to_owned(), root.join(m).join("src")))
+        .filter(|(_, src)| src.is_dir())
+        .collect()
+}
+
+/// Goal: no two files of any crate in the workspace refer to each other in a circle (issue
+/// 46; `no_circle_between_files` above is the daemon's, with its edge count): in every crate
+/// each file can be read knowing only the files below it.
+/// Method: for each workspace member with a `src` folder, build its file graph as for the
+/// daemon and report every circle, named by crate.
+#[test]
+fn no_circle_between_files_in_any_crate() {
+    let crates = workspace_crates();
+    let names: Vec<&str> = crates.iter().map(|(n, _)| n.as_str()).collect();
+    for must in [
+        "daemon",
+        "storage",
+        "wal",
+        "shards",
+        "replication",
+        "repmodel",
+        "bench",
+    ] {
+        assert!(names.contains(&must), "crate {must} not found in {names:?}");
+    }
+    let mut text = Vec::new();
+    for (name, src) in &crates {
+        let mut list = Vec::new();
+        rust_files(src, &mut list);
+        let g = files::graph(src, &list);
+        for c in files::circles(&g) {
+            text.push(format!("{name}: {}", c.join(", ")));
+        }
+    }
+    assert!(
+        text.is_empty(),
+        "files in one circle, each line:\n{}",
+        text.join("\n")
+    );
+}
+
 /// Goal: the circle finder can fail: a circle of three files through a `use` tree, a
 /// `super::` path and an inline `crate::` call is reported; a re-export and a unit test's
 /// `use` are not edges (else `a/mod.rs` would be in it).

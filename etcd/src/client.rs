@@ -10,7 +10,6 @@
 //! repeated grant leaves an unused lease that expires by itself.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use tokio_rustls::TlsConnector;
 use crate::endpoint::{self, Endpoint};
 use crate::error::EtcdError;
 use crate::http;
+use crate::tls::{self, EtcdTls};
 
 /// The least time one endpoint is given within a call, however many endpoints share the
 /// call's timeout (a loopback connect and a small answer take well under this).
@@ -36,16 +36,6 @@ const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// The most endpoints a client takes (an etcd cluster has 3, 5 or 7 members).
 pub const ENDPOINTS_MAX: usize = 16;
-
-/// Client certificate authentication (etcd `--client-cert-auth`): PEM files.
-#[derive(Debug, Clone)]
-pub struct EtcdTls {
-    /// The CA that signed the members' certificates: the only root trusted.
-    pub ca: PathBuf,
-    /// Our certificate chain (leaf first), signed by a CA etcd trusts.
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
 
 /// What [`Etcd::new`] needs.
 #[derive(Debug, Clone)]
@@ -128,7 +118,7 @@ impl Etcd {
                 "request_timeout must be above zero".into(),
             ));
         }
-        let tls = opts.tls.as_ref().map(crate::tls::connector).transpose()?;
+        let tls = opts.tls.as_ref().map(tls::connector).transpose()?;
         let endpoints = opts
             .endpoints
             .iter()

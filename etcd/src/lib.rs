@@ -32,7 +32,8 @@ mod wire;
 pub mod testing;
 
 pub use calls::PREFIX_KVS_MAX;
-pub use client::{Etcd, EtcdOptions, EtcdTls, ATTEMPT_MIN, ENDPOINTS_MAX, ROUNDS_MAX};
+pub use client::{Etcd, EtcdOptions, ATTEMPT_MIN, ENDPOINTS_MAX, ROUNDS_MAX};
 pub use error::EtcdError;
 pub use http::RESPONSE_BYTES_MAX;
+pub use tls::EtcdTls;
 pub use types::{CmpOp, Compare, Kv, Lease, Op, OpResponse, Txn, TxnResponse};

@@ -1,10 +1,10 @@
-//! The TLS side of [`crate::EtcdOptions`]: the CA, client certificate and key PEM files read
-//! once, when the client is made (an unreadable or unparsable file is a `Config` error that
-//! names it), into a rustls connector. etcd with `--client-cert-auth` refuses a client
+//! The TLS side of [`crate::EtcdOptions`] ([`EtcdTls`]): the CA, client certificate and key
+//! PEM files read once, when the client is made (an unreadable or unparsable file is a
+//! `Config` error that names it), into a rustls connector. etcd with `--client-cert-auth` refuses a client
 //! without a certificate from its trusted CA; the CA file is the only root we trust for the
 //! server (no system roots: an etcd cluster has its own CA).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -12,8 +12,17 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-use crate::client::EtcdTls;
 use crate::error::EtcdError;
+
+/// Client certificate authentication (etcd `--client-cert-auth`): PEM files.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The CA that signed the members' certificates: the only root trusted.
+    pub ca: PathBuf,
+    /// Our certificate chain (leaf first), signed by a CA etcd trusts.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
 
 /// A connector that trusts only `tls.ca` and proves `tls.cert`/`tls.key`.
 pub(crate) fn connector(tls: &EtcdTls) -> Result<TlsConnector, EtcdError> {

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use roost_storage::{OpenMode, Storage};
+use roost_storage::{install, replace_file, OpenMode, Storage};
 
 pub use filter::{probes_for, BITS_PER_KEY_MAX, FILTER_BLOCK_BYTES};
 pub use hash::{key_hash, mix};
@@ -53,6 +53,17 @@ pub enum IndexError {
     },
     #[error("key index: {0}")]
     Invalid(String),
+}
+
+/// A failed step of [`roost_storage::replace_file`] or [`install`], with its op and path.
+impl From<roost_storage::ReplaceError> for IndexError {
+    fn from(e: roost_storage::ReplaceError) -> Self {
+        IndexError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 impl IndexError {
@@ -305,7 +316,7 @@ impl KeyIndex {
         if entries.is_empty() {
             return Ok(());
         }
-        let _w = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let _w = roost_storage::lock(&self.writing);
         if self
             .last_table_lsn()
             .is_some_and(|l| l >= meta.first_table_lsn)
@@ -366,10 +377,7 @@ impl KeyIndex {
         }
         w.finish()?;
         let s = self.storage.as_ref();
-        s.rename(&tmp, &path)
-            .map_err(IndexError::io("rename", &tmp))?;
-        s.sync_dir(&self.dir)
-            .map_err(IndexError::io("fsync", &self.dir))?;
+        install(s, &tmp, &path)?;
         Ok(Arc::new(Run::open(s, &path, seed_check(self.seed))?))
     }
 
@@ -404,7 +412,7 @@ impl KeyIndex {
     /// Removes every run whose newest stamp is below `cutoff_ms` (a prefix: stamps never
     /// decrease along the table). Returns (runs, entries) removed.
     pub fn expire(&self, cutoff_ms: u64) -> Result<(usize, u64), IndexError> {
-        let _w = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let _w = roost_storage::lock(&self.writing);
         let gone: Vec<Arc<Run>> = {
             let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
             // A prefix, found by walking (not a binary search): were a stamp ever to go back
@@ -515,17 +523,7 @@ fn open_seed(
     b.extend_from_slice(&seed.1.to_le_bytes());
     b.extend_from_slice(&crc32fast::hash(&b).to_le_bytes());
     let tmp = dir.join(format!(".{SEED_FILE}.tmp"));
-    let f = storage
-        .open(&tmp, OpenMode::CreateNew)
-        .map_err(IndexError::io("create", &tmp))?;
-    f.write_at(&b, 0).map_err(IndexError::io("write", &tmp))?;
-    f.sync_data().map_err(IndexError::io("fdatasync", &tmp))?;
-    storage
-        .rename(&tmp, &path)
-        .map_err(IndexError::io("rename", &tmp))?;
-    storage
-        .sync_dir(dir)
-        .map_err(IndexError::io("fsync", dir))?;
+    replace_file(storage, &tmp, &path, &b, OpenMode::CreateNew)?;
     Ok(seed)
 }
 

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tracing::warn;
 
-use crate::serve::LeaderOptions;
+use crate::options::LeaderOptions;
 
 /// The leader's count of places.
 pub(crate) struct Admission {

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::time::timeout;
 use tracing::{debug, warn};
 
-use crate::log::{Epoch, LeaderLog, Lsn};
+use crate::log::{Epoch, Forwarded, LeaderLog};
 use crate::task::{blocking, wait_shutdown};
 use crate::transport::{Stream, Transport};
 use crate::wire::{read_frame, write_encoded, Message};
@@ -35,16 +35,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Forwards of one connection the leader runs at once.
 pub const FORWARDS_PER_CONNECTION: usize = 64;
-
-/// What the leader's log made of a forwarded batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Forwarded {
-    /// The batch's result (a result file's JSON), as durable as the leader's own answers;
-    /// `durable_lsn` is the leader's durable log end when it was given.
-    Answer { answer: Vec<u8>, durable_lsn: Lsn },
-    /// Not taken now (not the leader, stepping down, intake paused): nothing was decided.
-    Refused(String),
-}
 
 /// The leader's side of a forwarding connection, from its first `Forward` (already read
 /// and permitted) until the peer closes it, a frame is bad, or shutdown comes.

@@ -14,6 +14,7 @@ pub mod decide;
 mod follow;
 pub mod forward;
 mod log;
+mod options;
 mod serve;
 mod snapshot;
 mod status;
@@ -28,12 +29,15 @@ pub use decide::{
     EPOCH_CEILING, EPOCH_GENERATIONS_AHEAD_MAX,
 };
 pub use follow::{follow, reconcile, FollowEnd, FollowError, FollowerOptions};
-pub use forward::{ForwardError, ForwardReply, Forwarded, Forwarder};
-pub use log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
-pub use serve::{serve_followers, LeaderOptions};
+pub use forward::{ForwardError, ForwardReply, Forwarder};
+pub use log::{
+    Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLog, Lsn, SnapshotFile, SnapshotSource,
+};
+pub use options::LeaderOptions;
+pub use serve::serve_followers;
 pub use snapshot::{
-    fetch_snapshot, SnapshotDone, SnapshotError, SnapshotFile, SnapshotOptions, SnapshotSink,
-    SnapshotSource, SNAPSHOT_CHUNK_BYTES,
+    fetch_snapshot, SnapshotDone, SnapshotError, SnapshotOptions, SnapshotSink,
+    SNAPSHOT_CHUNK_BYTES,
 };
 pub use status::{FollowerStatus, StatusSnapshot};
 pub use transport::{Peer, Stream, TlsIdentity, Transport, TransportError, HANDSHAKE_TIMEOUT};

@@ -1,4 +1,6 @@
-//! What the protocol needs from a node's log. The daemon implements these over its WAL, its
+//! What the protocol needs from a node's log, and what the log hands back: a base backup's
+//! files ([`SnapshotSource`], streamed by `snapshot.rs`) and a forwarded batch's outcome
+//! ([`Forwarded`], carried by `forward.rs`). The daemon implements these over its WAL, its
 //! leader-epoch file and its engine; the tests implement them in memory. Every method is
 //! blocking (the protocol calls them through `spawn_blocking`).
 
@@ -22,6 +24,39 @@ pub struct Entry {
 /// `endOffsetForEpoch`: for the latest epoch the end is the log end; for an older one it is
 /// the start of the next epoch. `None` when the log holds no epoch <= asked.
 pub type EpochEnd = Option<(Epoch, Lsn)>;
+
+/// One file of a base backup, as the leader announces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotFile {
+    /// Relative to the data directory, `/`-separated.
+    pub path: String,
+    /// The file's size on disk (a preallocated segment is larger than its content).
+    pub size: u64,
+    /// How many leading bytes are sent; the rest is zeros.
+    pub len: u64,
+}
+
+/// The leader's side: a consistent set of files, read one after the other. Blocking; the
+/// protocol calls it on the blocking pool. Dropping it ends the copy (and whatever the log
+/// holds still for it).
+pub trait SnapshotSource: Send {
+    /// Where the follower's log starts once the files are in place.
+    fn wal_from(&self) -> Lsn;
+    /// The next file, `None` after the last.
+    fn next_file(&mut self) -> Result<Option<SnapshotFile>, String>;
+    /// Up to `buf.len()` bytes of the current file's first `len`, in order; 0 once all given.
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String>;
+}
+
+/// What the leader's log made of a forwarded batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Forwarded {
+    /// The batch's result (a result file's JSON), as durable as the leader's own answers;
+    /// `durable_lsn` is the leader's durable log end when it was given.
+    Answer { answer: Vec<u8>, durable_lsn: Lsn },
+    /// Not taken now (not the leader, stepping down, intake paused): nothing was decided.
+    Refused(String),
+}
 
 /// The leader's side.
 pub trait LeaderLog: Send + Sync + 'static {
@@ -53,7 +88,7 @@ pub trait LeaderLog: Send + Sync + 'static {
     /// A base backup for follower `replica` (`snapshot.rs`): a consistent copy of the state
     /// at the leader's last checkpoint, held still until the source is dropped. By default
     /// a leader serves none.
-    fn snapshot(&self, replica: &str) -> Result<Box<dyn crate::snapshot::SnapshotSource>, String> {
+    fn snapshot(&self, replica: &str) -> Result<Box<dyn SnapshotSource>, String> {
         Err(format!(
             "this leader serves no base backup (asked by {replica})"
         ))
@@ -61,9 +96,9 @@ pub trait LeaderLog: Send + Sync + 'static {
     /// Member `replica` forwarded a client's batch (`forward.rs`): run it as this leader's
     /// own and answer once the answer is as durable as its own answers. By default a leader
     /// takes none.
-    fn forward(&self, replica: &str, batch: &[u8]) -> crate::forward::Forwarded {
+    fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {
         let _ = batch;
-        crate::forward::Forwarded::Refused(format!(
+        Forwarded::Refused(format!(
             "this leader takes no forwarded batches (from {replica})"
         ))
     }

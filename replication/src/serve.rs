@@ -17,50 +17,13 @@ use tracing::{debug, info, warn};
 use crate::admit::{Admission, Place};
 use crate::decide::{leader_answer, Answer, FetchView};
 use crate::log::{Entry, Epoch, LeaderLog, Lsn};
+use crate::options::LeaderOptions;
 use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
-use crate::transport::{Peer, Stream, Transport};
+use crate::transport::{Peer, Stream};
 use crate::wire::{
-    self, read_frame, write_encoded, Message, WireError, DEFAULT_FRAME_BYTES_MAX,
-    ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES, RECORDS_HEADER_BYTES,
+    self, read_frame, write_encoded, Message, WireError, ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES,
+    RECORDS_HEADER_BYTES,
 };
-
-/// The leader's limits.
-#[derive(Clone, Debug)]
-pub struct LeaderOptions {
-    /// The largest frame read or written (the follower's must match or exceed it).
-    pub frame_bytes_max: u32,
-    /// How long a connection may stay silent before the next `Fetch`.
-    pub idle_timeout: Duration,
-    /// How long writing one answer may take.
-    pub write_timeout: Duration,
-    /// The longest long-poll, whatever the fetch's `wait_ms` asks.
-    pub wait_max: Duration,
-    /// Connections served at once; more are closed at accept.
-    pub connections_max: usize,
-    /// Connections from one IP address (an IPv6 /64) at once, handshaking or served; more
-    /// are closed at accept, so one host cannot take every place.
-    pub connections_per_address_max: usize,
-    /// Connections in their TLS handshake at once (not yet authenticated); more are closed
-    /// at accept, so strangers leave the other places to members.
-    pub handshakes_max: usize,
-    /// How connections are accepted and who may speak (mutual TLS, or plain TCP).
-    pub transport: Transport,
-}
-
-impl Default for LeaderOptions {
-    fn default() -> Self {
-        LeaderOptions {
-            frame_bytes_max: DEFAULT_FRAME_BYTES_MAX,
-            idle_timeout: Duration::from_secs(30),
-            write_timeout: Duration::from_secs(10),
-            wait_max: Duration::from_secs(10),
-            connections_max: 64,
-            connections_per_address_max: 8,
-            handshakes_max: 16,
-            transport: Transport::plain(Vec::new()),
-        }
-    }
-}
 
 /// The long-poll waits on the blocking pool in slices this long, so that shutdown is seen
 /// within one slice and no blocking task outlives it by more.

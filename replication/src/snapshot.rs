@@ -1,7 +1,7 @@
 //! Base backups: a follower behind the leader's retained log (`OutOfRange`) asks, on a
 //! connection of its own, for a copy of the leader's state at its last checkpoint, then
 //! follows from there (Kafka's and PostgreSQL's re-seed from a base backup). The leader's
-//! log hands out the files ([`SnapshotSource`]); this module streams them, and on the
+//! log hands out the files ([`SnapshotSource`], in `log.rs`); this module streams them, and on the
 //! follower's side hands them to a [`SnapshotSink`]. What makes the copy consistent while
 //! the leader keeps running is the log's business (the daemon's `replica/base_backup.rs`); the
 //! protocol only checks that every file arrives whole and that the counts match.
@@ -22,35 +22,12 @@ use tokio::time::timeout;
 use tracing::{info, warn};
 
 use crate::decide::plausible_epoch;
-use crate::log::{Epoch, LeaderLog, Lsn};
+use crate::log::{Epoch, LeaderLog, Lsn, SnapshotFile, SnapshotSource};
 use crate::transport::{Stream, Transport};
 use crate::wire::{read_frame, write_frame, Message};
 
 /// Bytes of file content per `SnapshotData` frame.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
-
-/// One file of a base backup, as the leader announces it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotFile {
-    /// Relative to the data directory, `/`-separated.
-    pub path: String,
-    /// The file's size on disk (a preallocated segment is larger than its content).
-    pub size: u64,
-    /// How many leading bytes are sent; the rest is zeros.
-    pub len: u64,
-}
-
-/// The leader's side: a consistent set of files, read one after the other. Blocking; the
-/// protocol calls it on the blocking pool. Dropping it ends the copy (and whatever the log
-/// holds still for it).
-pub trait SnapshotSource: Send {
-    /// Where the follower's log starts once the files are in place.
-    fn wal_from(&self) -> Lsn;
-    /// The next file, `None` after the last.
-    fn next_file(&mut self) -> Result<Option<SnapshotFile>, String>;
-    /// Up to `buf.len()` bytes of the current file's first `len`, in order; 0 once all given.
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, String>;
-}
 
 /// The follower's side: where the files go. Blocking (called from the follower's start-up
 /// runtime, which runs nothing else).

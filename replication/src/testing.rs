@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::decide::end_offset_in;
 use crate::log::{Entry, Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
-use crate::snapshot::{SnapshotFile, SnapshotSource};
+use crate::log::{SnapshotFile, SnapshotSource};
 
 /// Why a `MemLog` call failed.
 #[derive(Debug, thiserror::Error)]
@@ -377,15 +377,15 @@ impl LeaderLog for MemLog {
         s.higher_epoch_seen = Some(epoch);
     }
     /// Answers `fwd:REPLICA:BATCH` while leading (counting it), else refuses.
-    fn forward(&self, replica: &str, batch: &[u8]) -> crate::forward::Forwarded {
+    fn forward(&self, replica: &str, batch: &[u8]) -> crate::log::Forwarded {
         let mut s = self.lock();
         if s.leader.is_none() {
-            return crate::forward::Forwarded::Refused("not the leader".into());
+            return crate::log::Forwarded::Refused("not the leader".into());
         }
         s.forwarded += 1;
         let mut answer = format!("fwd:{replica}:").into_bytes();
         answer.extend_from_slice(batch);
-        crate::forward::Forwarded::Answer {
+        crate::log::Forwarded::Answer {
             answer,
             durable_lsn: s.durable_end,
         }

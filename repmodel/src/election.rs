@@ -40,6 +40,7 @@ pub mod encode;
 pub mod invariants;
 pub mod print;
 pub mod state;
+mod validate;
 
 pub use invariants::INVARIANTS;
 pub use state::{Ack, Config, ConfigError, Flaw, Flaws, State};

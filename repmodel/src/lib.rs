@@ -6,6 +6,7 @@
 //! | file | TLA+ |
 //! |---|---|
 //! | `types.rs` | CONSTANTS, VARIABLES and their types (`LogRecords`, `ReplicaState`, `QuorumState`) |
+//! | `config.rs` | the constants' limits (`Config::new`) |
 //! | `log.rs` | `FiniteReplicatedLog.tla` (`ReplicaLog!...`) |
 //! | `base.rs` | `KafkaReplication.tla`: `Init` and the shared actions |
 //! | `variants/` | `KafkaTruncateToHighWatermark.tla`, `Kip101.tla`, `Kip279.tla`, `Kip320.tla` |
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod base;
+mod config;
 pub mod election;
 pub mod encode;
 pub mod explorer;

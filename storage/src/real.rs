@@ -1,7 +1,8 @@
 //! [`RealStorage`]: the seam over the operating system's file system, a thin layer over
 //! `std::fs` (positioned reads and writes, `fdatasync`, `posix_fallocate`, directory fsync,
 //! `syncfs`, and read-only shared maps synced by range with `msync`). It adds no buffering, no
-//! retries and no policy; [`FILE_MODE`] is the one mode everything roost creates gets.
+//! retries and no policy; [`FILE_MODE`] is the mode everything roost creates gets, but a
+//! private file ([`OpenMode::CreateNewPrivate`], a key: [`PRIVATE_FILE_MODE`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -29,6 +30,10 @@ impl RealStorage {
 /// get nothing.
 pub const FILE_MODE: u32 = 0o644;
 
+/// File mode of a file [`OpenMode::CreateNewPrivate`] makes (a TLS key): its owner's only,
+/// from the moment it exists.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
 impl Storage for RealStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)
@@ -53,6 +58,10 @@ impl Storage for RealStorage {
             OpenMode::Read => o.read(true),
             OpenMode::ReadWrite => o.read(true).write(true),
             OpenMode::CreateNew => o.read(true).write(true).create_new(true).mode(FILE_MODE),
+            OpenMode::CreateNewPrivate => {
+                let o = o.read(true).write(true).create_new(true);
+                o.mode(PRIVATE_FILE_MODE)
+            }
         };
         Ok(Box::new(RealFile(o.open(path)?)))
     }

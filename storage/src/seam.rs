@@ -1,16 +1,14 @@
 //! The storage seam itself: the traits every byte of roost's logs, shard segments and result
 //! files goes through ([`Storage`], [`StorageFile`], [`StorageFs`], and [`MappedFile`] for a
-//! mapped segment's writes and range flushes), the open modes, and [`read_all`]. This module only declares; the real disk is `real.rs`, the simulated one
-//! `sim.rs`. The seam never retries anything and never hides an error: callers latch on the
-//! first one.
+//! mapped segment's writes and range flushes), the open modes, [`read_all`] and [`write_zeros`].
+//! This module only declares; the real disk is `real.rs`, the simulated one `sim.rs`. The seam
+//! never retries anything and never hides an error: callers latch on the first one.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
 
 use memmap2::MmapRaw;
-
-use crate::spare::ZEROS;
 
 /// How to open a file through the seam.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +19,9 @@ pub enum OpenMode {
     ReadWrite,
     /// A new file; fails if it exists. The caller syncs the directory afterwards.
     CreateNew,
+    /// As `CreateNew`, readable and writable by its owner only (a key; the simulator keeps
+    /// no modes).
+    CreateNewPrivate,
 }
 
 /// A directory-level view of a disk.
@@ -134,13 +135,7 @@ pub trait MappedFile: Send + Sync + fmt::Debug {
     /// Zeros over `[from, to)`, written a piece of at most 1 MiB at a time (the pieces
     /// [`crate::write_zeros`] writes to a plain file).
     fn write_zeros(&self, from: u64, to: u64) -> io::Result<()> {
-        let mut at = from;
-        while at < to {
-            let n = (to - at).min(ZEROS.len() as u64);
-            self.write_at(&ZEROS[..n as usize], at)?;
-            at += n;
-        }
-        Ok(())
+        zeros_in_pieces(from, to, |piece, at| self.write_at(piece, at))
     }
 }
 
@@ -178,6 +173,31 @@ pub trait StorageFs: Send + Sync + fmt::Debug {
     /// (a client waiting on `out/` is not woken twice per round). The real disk's then
     /// checks, by a `stat` of the path, that the directory there is still the one held.
     fn sync_dir(&self) -> io::Result<()>;
+}
+
+/// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
+/// until read, and never an allocation.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
+pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
+    zeros_in_pieces(from, to, |piece, at| file.write_at(piece, at))
+}
+
+/// `write(zeros, at)` over `[from, to)`, a piece of at most 1 MiB at a time, stopping at the
+/// first error.
+fn zeros_in_pieces(
+    from: u64,
+    to: u64,
+    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64);
+        write(&ZEROS[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// Reads a whole file through the seam.

@@ -103,7 +103,7 @@ impl SimStorage {
 
     fn lock(&self) -> MutexGuard<'_, SimState> {
         // A panic in another test thread must not hide this disk's contents.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.state)
     }
 
     pub fn set_faults(&self, faults: SimFaults) {
@@ -309,10 +309,10 @@ impl Storage for SimStorage {
         let mut st = self.lock();
         let exists = st.files.get(path).is_some_and(|f| f.live_linked);
         match mode {
-            OpenMode::CreateNew if exists => {
+            OpenMode::CreateNew | OpenMode::CreateNewPrivate if exists => {
                 return Err(sim_err(io::ErrorKind::AlreadyExists, "file exists"))
             }
-            OpenMode::CreateNew => {
+            OpenMode::CreateNew | OpenMode::CreateNewPrivate => {
                 let f = st.files.entry(path.to_path_buf()).or_default();
                 if f.durable_linked {
                     f.prior = Some(f.durable.clone());

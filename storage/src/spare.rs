@@ -8,7 +8,7 @@
 //!
 //! The spare is never written, only allocated: renamed into place it reads as zeros, which
 //! every log's recovery takes for preallocated space. Once in use, the WAL and the shards
-//! write zeros a little ahead of their end ([`zeros_due`], [`write_zeros`]), so the space
+//! write zeros a little ahead of their end ([`zeros_due`], [`crate::write_zeros`]), so the space
 //! their next appends land in is written extents and their syncs need no extent conversion.
 
 use std::io;
@@ -234,21 +234,6 @@ pub fn preallocate(storage: &dyn Storage, path: &Path, bytes: u64, reuse: bool) 
         }
         Err(e) => Err(e),
     }
-}
-
-/// Zeros for [`write_zeros`]: in the zero-initialised data segment, so it costs no memory
-/// until read, and never an allocation.
-pub(crate) static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
-
-/// Writes zeros over `[from, to)` of `file`, 1 MiB per call.
-pub fn write_zeros(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<()> {
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(ZEROS.len() as u64);
-        file.write_at(&ZEROS[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
 }
 
 /// The zeros to write before data ending at `end` goes into a preallocated segment of `len`

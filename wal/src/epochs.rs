@@ -19,7 +19,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use roost_storage::{read_all, OpenMode, Storage};
+use roost_storage::{read_all, replace_file, OpenMode, Storage};
 use tracing::warn;
 
 use crate::{Lsn, Wal, WalError};
@@ -282,24 +282,13 @@ pub fn decode(b: &[u8]) -> Result<Vec<(u32, Lsn)>, &'static str> {
     Ok(out)
 }
 
-/// Replaces the file with `entries`: a temporary beside it, fdatasynced, renamed over it,
-/// then the directory fsynced. A power loss at any point leaves the old file or the new one.
+/// Replaces the file with `entries` ([`roost_storage::replace_file`]: a temporary beside it,
+/// fdatasynced, renamed over it, the directory fsynced). A power loss at any point leaves the
+/// old file or the new one.
 fn write_file(storage: &dyn Storage, path: &Path, entries: &[(u32, Lsn)]) -> Result<(), WalError> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let tmp = path.with_file_name(name);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    match storage.remove(&tmp) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err("remove", &tmp)(e)),
-        _ => {}
-    }
-    let file = storage
-        .open(&tmp, OpenMode::CreateNew)
-        .map_err(io_err("create", &tmp))?;
-    file.write_at(&encode(entries), 0)
-        .map_err(io_err("write", &tmp))?;
-    file.sync_data().map_err(io_err("sync", &tmp))?;
-    drop(file);
-    storage.rename(&tmp, path).map_err(io_err("rename", &tmp))?;
-    storage.sync_dir(dir).map_err(io_err("sync dir", dir))
+    replace_file(storage, &tmp, path, &encode(entries), OpenMode::CreateNew)?;
+    Ok(())
 }

@@ -5,9 +5,11 @@
 //! `docs/wal-format.md`.
 #![forbid(unsafe_code)]
 
+mod cursor;
 pub mod epochs;
 pub mod format;
 mod log;
+mod options;
 mod read;
 pub mod recovery;
 mod roll;
@@ -16,10 +18,8 @@ mod truncate;
 use std::path::PathBuf;
 
 pub use epochs::LeaderEpochs;
-pub use log::{
-    Record, RecoveryReport, Replay, Wal, WalOptions, FIRST_SEGMENT_BYTES, SEGMENT_NAME_DIGITS,
-    SEGMENT_SUFFIX,
-};
+pub use log::{Record, RecoveryReport, Replay, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
+pub use options::{WalOptions, FIRST_SEGMENT_BYTES};
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.
 pub type Lsn = u64;
@@ -63,6 +63,17 @@ pub enum WalError {
     /// there is room.
     #[error("wal: {0}")]
     NoSpace(roost_storage::NoRoom),
+}
+
+/// A failed step of [`roost_storage::replace_file`], with its op and path.
+impl From<roost_storage::ReplaceError> for WalError {
+    fn from(e: roost_storage::ReplaceError) -> Self {
+        WalError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 impl WalError {

@@ -14,7 +14,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tracing::{info, warn};
 
+use crate::cursor::Cursor;
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
+use crate::options::WalOptions;
 use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, SegmentScan, Step};
 use crate::{Lsn, WalError};
 use roost_storage::{preallocate, read_all, OpenMode, RealStorage, Spare, Storage, StorageFile};
@@ -22,62 +24,6 @@ use roost_storage::{preallocate, read_all, OpenMode, RealStorage, Spare, Storage
 /// Suffix of segment files; the stem is the first lsn, zero-padded to 20 digits.
 pub const SEGMENT_SUFFIX: &str = ".wal";
 pub const SEGMENT_NAME_DIGITS: usize = 20;
-
-/// The default [`WalOptions::first_segment_bytes`]: a new log's first segment takes 1 MiB,
-/// its spare 2 MiB.
-pub const FIRST_SEGMENT_BYTES: u64 = 1 << 20;
-
-/// Tunables of one log.
-#[derive(Clone, Debug)]
-pub struct WalOptions {
-    /// Segments are preallocated to at most this size (unless one record needs more room
-    /// than that leaves, or [`Wal::reserve`] asked for more); a record that does not fit the
-    /// active segment rolls to a new one.
-    pub segment_bytes: u64,
-    /// A new log's first segment is preallocated to this size, and each next one to twice
-    /// the last one's length (at least the record that rolls to it), up to `segment_bytes`:
-    /// a log that holds little takes little disk. The spare is made at the size of the
-    /// segment after the active one. A segment is used up to its own length, so segments of
-    /// any size (older ones of a full `segment_bytes` among them) open and mix.
-    pub first_segment_bytes: u64,
-    /// Largest payload accepted on append and on read (checked before allocating).
-    pub payload_bytes_max: u32,
-    /// Epoch stamped on the records this writer appends, until [`Wal::set_epoch`] (1 until
-    /// replication).
-    pub epoch: u32,
-    /// Open without repairing anything; appends fail. For `roost verify`, `dump`, `audit`
-    /// while a daemon may be writing.
-    pub read_only: bool,
-    /// Zeros written ahead of the log's end, this many bytes at a time (0: none). A segment
-    /// is `posix_fallocate`d, so its space is unwritten extents: the first write into each
-    /// converts it, a metadata change every `fdatasync` must then commit (a journal commit
-    /// on ext4). Zeros written ahead (in the page cache, made durable by the next sync like
-    /// any write) turn the space the next appends land in into written extents, so their
-    /// syncs write data only: one conversion per `zero_ahead_bytes` instead of one per sync.
-    /// Zeros are what the space reads as anyway, so recovery sees no difference.
-    pub zero_ahead_bytes: u64,
-    /// Scan every sealed segment at open (true), or only the newest (false). A segment is
-    /// sealed only after its sync succeeded, so an unscanned sealed segment is whole; what
-    /// is given up is finding damage in it at open (a read of a damaged record still fails
-    /// as corruption, and `roost verify` reads everything). For logs that grow with
-    /// history and are never replayed whole (the audit log, the key table): open time stays
-    /// flat whatever they hold. The batch WAL, bounded by checkpoints, is scanned whole.
-    pub scan_sealed: bool,
-}
-
-impl Default for WalOptions {
-    fn default() -> Self {
-        WalOptions {
-            segment_bytes: 64 << 20,
-            first_segment_bytes: FIRST_SEGMENT_BYTES,
-            payload_bytes_max: 16 << 20,
-            epoch: 1,
-            read_only: false,
-            zero_ahead_bytes: 1 << 20,
-            scan_sealed: true,
-        }
-    }
-}
 
 /// One record as replay yields it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +113,26 @@ pub(crate) struct Inner {
 }
 
 /// Frames encoded by [`Wal::append_many_nowait`] and not yet written.
+/// The spare segment of a writable log (made now if missing), at the size of the segment
+/// after `active`; none when read-only.
+fn open_spare(
+    storage: &dyn Storage,
+    dir: &Path,
+    opts: &WalOptions,
+    active_len: Option<u64>,
+) -> Result<Option<Spare>, WalError> {
+    if opts.read_only {
+        return Ok(None);
+    }
+    Spare::open(storage, dir, opts.next_segment_bytes(active_len, 0))
+        .map(Some)
+        .map_err(|source| WalError::Io {
+            op: "make spare segment",
+            path: dir.join(roost_storage::SPARE_FILE),
+            source,
+        })
+}
+
 #[derive(Default)]
 struct Pending {
     buf: Vec<u8>,
@@ -182,7 +148,7 @@ pub struct Wal {
     pub(crate) synced: Condvar,
     /// Where the last [`Wal::read_from`] stopped. Lock order: this before `inner`; taken by
     /// readers, truncation and retirement (which invalidate it), never by appends.
-    pub(crate) cursor: Mutex<Option<crate::read::Cursor>>,
+    pub(crate) cursor: Mutex<Option<Cursor>>,
     syncs: AtomicU64,
     appends: AtomicU64,
     append_bytes: AtomicU64,
@@ -254,7 +220,12 @@ impl Wal {
             active,
             last_epoch,
         } = recover_segments(storage.as_ref(), &mut segments, &opts)?;
-        let spare = crate::roll::open_spare(storage.as_ref(), &dir, &opts, active.as_ref())?;
+        let spare = open_spare(
+            storage.as_ref(),
+            &dir,
+            &opts,
+            active.as_ref().map(|a| a.len),
+        )?;
         let spare_short = spare.as_ref().is_some_and(|s| s.missing().is_some());
         let epoch = opts.epoch;
         info!(dir = %dir.display(), segments = report.segments, records = report.records,
@@ -638,13 +609,8 @@ impl Wal {
             )));
         }
         let path = dir.join(segment_name(first_lsn.max(1)));
-        preallocate(
-            storage,
-            &path,
-            crate::roll::next_bytes(opts, None, 0),
-            false,
-        )
-        .map_err(io("create segment", &path))?;
+        preallocate(storage, &path, opts.next_segment_bytes(None, 0), false)
+            .map_err(io("create segment", &path))?;
         storage.sync_dir(dir).map_err(io("sync dir", dir))
     }
 

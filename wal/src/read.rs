@@ -11,20 +11,10 @@ use std::sync::{Arc, MutexGuard};
 
 use roost_storage::{OpenMode, StorageFile};
 
+use crate::cursor::Cursor;
 use crate::format::{frame_len, LEN_OFFSET, LSN_OFFSET, RECORD_HEADER_LEN, VERSION_OFFSET};
 use crate::log::{read_frame, Segment, Wal};
 use crate::{Lsn, Record, WalError};
-
-/// Where the last read stopped: record `lsn` starts at `offset` of the segment whose first
-/// lsn is `first_lsn`. A hint only: cleared by truncation and retirement, and every record
-/// read from it is checked (checksum and lsn) all the same.
-pub(crate) struct Cursor {
-    first_lsn: Lsn,
-    path: PathBuf,
-    file: Arc<dyn StorageFile>,
-    offset: u64,
-    lsn: Lsn,
-}
 
 /// A segment open for reading at a known position: record `lsn` starts at `offset`.
 pub(crate) struct Position {

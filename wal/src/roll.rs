@@ -1,6 +1,7 @@
-//! Segment rolls, segment sizes and the spare. When a record does not fit the active segment
-//! the log seals it and moves to the next one: the spare renamed into place, or, for a record
-//! larger than the spare, a segment made for it. Then it makes the spare after it.
+//! Segment rolls and the spare (the sizes are [`crate::WalOptions::next_segment_bytes`]). When
+//! a record does not fit the active segment the log seals it and moves to the next one: the
+//! spare renamed into place, or, for a record larger than the spare, a segment made for it.
+//! Then it makes the spare after it.
 //!
 //! Segments grow with use: a new log's first segment is `first_segment_bytes` (1 MiB), each
 //! next one twice the last one's length, up to `segment_bytes`, and the spare is always made
@@ -17,44 +18,9 @@ use std::sync::{Arc, MutexGuard};
 
 use tracing::{debug, warn};
 
-use crate::log::{segment_name, Active, Inner, Segment, Wal, WalOptions};
+use crate::log::{segment_name, Active, Inner, Segment, Wal};
 use crate::{Lsn, WalError};
-use roost_storage::{is_no_space, preallocate, NoRoom, Refilled, Spare, Storage, StorageFile};
-
-/// The size of the segment after one of `last` bytes (`None`: the log's first), at least
-/// `need` (the record that rolls to it): twice `last`, at least `first_segment_bytes`,
-/// rounded up to 4 KiB pages, never more than `segment_bytes` unless `need` is.
-pub(crate) fn next_bytes(opts: &WalOptions, last: Option<u64>, need: u64) -> u64 {
-    let max = opts.segment_bytes;
-    let first = opts.first_segment_bytes.clamp(1, max);
-    let doubled = last.map_or(first, |l| l.saturating_mul(2));
-    doubled
-        .max(first)
-        .max(need)
-        .next_multiple_of(4096)
-        .min(max)
-        .max(need)
-}
-
-/// The spare segment of a writable log (made now if missing), at the size of the segment
-/// after `active`; none when read-only.
-pub(crate) fn open_spare(
-    storage: &dyn Storage,
-    dir: &Path,
-    opts: &WalOptions,
-    active: Option<&Active>,
-) -> Result<Option<Spare>, WalError> {
-    if opts.read_only {
-        return Ok(None);
-    }
-    Spare::open(storage, dir, next_bytes(opts, active.map(|a| a.len), 0))
-        .map(Some)
-        .map_err(|source| WalError::Io {
-            op: "make spare segment",
-            path: dir.join(roost_storage::SPARE_FILE),
-            source,
-        })
-}
+use roost_storage::{is_no_space, preallocate, NoRoom, Refilled, Spare, StorageFile};
 
 impl Wal {
     /// Rolls to a new segment when a frame of `len` bytes does not fit the active one.
@@ -77,9 +43,9 @@ impl Wal {
 
     /// Seals the active segment (synced, so a sealed segment never has a torn tail), takes
     /// the spare as the next one when it holds `need` bytes (else creates and preallocates
-    /// one of [`next_bytes`]), then makes the next spare. No room for the new segment is
-    /// `NoSpace` with nothing written and the sealed segment still active; no room for the
-    /// next spare only shows in [`Wal::spare_missing`]. An active segment that holds no
+    /// one of [`crate::WalOptions::next_segment_bytes`]), then makes the next spare. No room
+    /// for the new segment is `NoSpace` with nothing written and the sealed segment still
+    /// active; no room for the next spare only shows in [`Wal::spare_missing`]. An active segment that holds no
     /// record is grown instead ([`Wal::grow_empty`]).
     fn roll(
         &self,
@@ -101,7 +67,9 @@ impl Wal {
             g.synced_lsn = g.written_lsn;
             self.synced.notify_all();
         }
-        let bytes = next_bytes(&self.opts, old.as_ref().map(|a| a.len), need);
+        let bytes = self
+            .opts
+            .next_segment_bytes(old.as_ref().map(|a| a.len), need);
         let path = self.dir.join(segment_name(first_lsn));
         let (file, len) = match self.next_segment(g, &path, need, bytes) {
             Ok(made) => made,
@@ -127,7 +95,7 @@ impl Wal {
     /// records (corrupt) and the next one would take its name. Rare, and only for a record
     /// larger than the segment; `NoSpace` when the disk has no room (nothing changed).
     fn grow_empty(&self, g: &mut MutexGuard<'_, Inner>, need: u64) -> Result<(), WalError> {
-        let bytes = next_bytes(&self.opts, None, need);
+        let bytes = self.opts.next_segment_bytes(None, need);
         let Some(a) = g.active.as_mut() else {
             return Err(WalError::Poisoned("no active segment".into()));
         };
@@ -197,7 +165,9 @@ impl Wal {
     /// After a roll: the spare at least the size of the segment after the new active one,
     /// made now (a full disk leaves it short: [`Wal::spare_missing`]).
     fn spare_after(&self, g: &mut MutexGuard<'_, Inner>) -> Result<bool, WalError> {
-        let next = next_bytes(&self.opts, g.active.as_ref().map(|a| a.len), 0);
+        let next = self
+            .opts
+            .next_segment_bytes(g.active.as_ref().map(|a| a.len), 0);
         if let Some(spare) = g.spare.as_mut() {
             spare
                 .grow(self.storage.as_ref(), next)

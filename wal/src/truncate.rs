@@ -15,9 +15,9 @@ use std::sync::Arc;
 use roost_storage::OpenMode;
 use tracing::info;
 
+use crate::cursor::Cursor;
 use crate::format::frame_len;
 use crate::log::{read_frame, Active, Inner, Segment, Wal};
-use crate::read::Cursor;
 use crate::{Lsn, WalError};
 
 /// Where a truncation cuts: segment index, byte offset of the first record removed, and the

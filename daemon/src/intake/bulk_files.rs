@@ -356,12 +356,12 @@ impl<'a> Lines<'a> {
                 Ok(answers) => {
                     for (i, r) in range.zip(answers) {
                         let bytes = lines::result_line(self.lines[i].number, &r);
-                        *self.answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+                        *roost_storage::lock(&self.answers[i]) = Some(bytes);
                     }
                 }
                 Err(e) => self.halt(first, e),
             }
-            let _g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            let _g = roost_storage::lock(&self.progress);
             self.answered.notify_all();
         }
     }
@@ -373,10 +373,7 @@ impl<'a> Lines<'a> {
             let line = self.lines[first].number;
             debug!(file = self.name, line, error = %e, "bulk lines not taken now");
         } else {
-            self.fatal
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(e);
+            roost_storage::lock(&self.fatal).get_or_insert(e);
         }
         self.halted.store(true, Ordering::SeqCst);
     }
@@ -384,13 +381,9 @@ impl<'a> Lines<'a> {
     /// Waits until line `j` (taken earlier, so in flight or answered) has its answer: true,
     /// or the file halts: false. No cycle: a line only ever waits for an earlier one.
     fn wait_answered(&self, j: usize) -> bool {
-        let mut g = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = roost_storage::lock(&self.progress);
         loop {
-            if self.answers[j]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some()
-            {
+            if roost_storage::lock(&self.answers[j]).is_some() {
                 return true;
             }
             if self.halted.load(Ordering::SeqCst) || (self.stop)() {

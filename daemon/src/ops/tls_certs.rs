@@ -8,15 +8,15 @@
 //! a configuration error (78), I/O 74. `roost certs` (`cli/certs.rs`) prints what these make;
 //! the replicated drill and the tests use `member_config`.
 
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
+use roost_storage::{replace_file, OpenMode, RealStorage};
 
 use crate::error::{CommandError, ErrorClass};
 
@@ -62,8 +62,7 @@ pub fn make_ca(dir: &Path, days: u32, force: bool) -> anyhow::Result<(PathBuf, P
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let not_after = validity(&mut p, days)?;
     let cert = p.self_signed(&key).context("signing the CA certificate")?;
-    write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
-    write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
+    write_pair((&key_path, &key), (&cert_path, &cert))?;
     Ok((cert_path, key_path, not_after))
 }
 
@@ -93,8 +92,7 @@ pub fn make_member(
     let cert = p
         .signed_by(&key, &issuer)
         .context("signing the member certificate")?;
-    write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
-    write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
+    write_pair((&key_path, &key), (&cert_path, &cert))?;
     Ok((cert_path, key_path, not_after))
 }
 
@@ -172,23 +170,18 @@ fn refuse_existing(paths: &[&Path], force: bool) -> anyhow::Result<()> {
     }
 }
 
-/// Writes `bytes` to `path` durably: a temporary created with `mode` (a key is never
-/// readable by others, not even for a moment), fsync, rename, fsync of the directory.
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+/// Writes a key (never readable by others) and its certificate, the key first.
+fn write_pair(key: (&Path, &KeyPair), cert: (&Path, &Certificate)) -> anyhow::Result<()> {
+    let pem = key.1.serialize_pem();
+    write_file(key.0, pem.as_bytes(), OpenMode::CreateNewPrivate)?;
+    write_file(cert.0, cert.1.pem().as_bytes(), OpenMode::CreateNew)
+}
+
+/// Writes `bytes` to `path` durably ([`roost_storage::replace_file`]: a temporary, fsync,
+/// rename, fsync of the directory); a key's temporary is created `CreateNewPrivate` (0600), so
+/// a key is never readable by others, not even for a moment.
+fn write_file(path: &Path, bytes: &[u8], create: OpenMode) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let ctx = |what: &str, p: &Path| format!("{what} {}", p.display());
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .with_context(|| ctx("creating", &tmp))?;
-    f.write_all(bytes).with_context(|| ctx("writing", &tmp))?;
-    f.sync_all().with_context(|| ctx("syncing", &tmp))?;
-    std::fs::rename(&tmp, path).with_context(|| ctx("renaming into", path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| ctx("syncing", dir))
+    replace_file(&RealStorage, &tmp, path, bytes, create)
+        .with_context(|| format!("writing {}", path.display()))
 }

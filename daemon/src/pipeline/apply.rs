@@ -26,6 +26,7 @@ use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 
 use roost_replication::Entry;
+use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
@@ -34,7 +35,7 @@ use super::held::{Flushing, FLUSHES_IN_FLIGHT};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
-use super::{lock, Engine, KeyAt};
+use super::{Engine, KeyAt};
 use crate::error::EngineError;
 
 impl Engine {

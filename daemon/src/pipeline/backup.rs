@@ -24,11 +24,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::backup_gate::{BackupGate, Pins};
 use super::log_role::Role;
-use super::{lock, Checkpoint, Engine};
+use super::{Checkpoint, Engine};
 use crate::error::EngineError;
 
 /// How long a backup waits for a running compaction step.

@@ -5,17 +5,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 
 /// How long a copied checkpoint's lsn stays pinned for a standby that does not fetch.
 pub const PIN_TTL: Duration = Duration::from_secs(600);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Shared with the shard owners: base backups running, and compaction steps running.
 #[derive(Debug, Default)]

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use roost_storage::OpenMode;
+use roost_storage::{lock, OpenMode};
 use roost_wal::format::frame_len;
 use roost_wal::{Lsn, WalError};
 use tracing::{debug, info};
@@ -30,7 +30,7 @@ use tracing::{debug, info};
 use super::crash::Step;
 use super::keys::{self, Moved};
 use super::records::{self, read_wal_frames, Checkpoint, KEY_RECORD_TYPE};
-use super::{lock, Engine};
+use super::Engine;
 use crate::error::EngineError;
 
 /// A full key cache makes a checkpoint due at most this often: when the checkpoint cannot

@@ -291,7 +291,7 @@ impl NthCrash {
 
 impl CrashHook for NthCrash {
     fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-        let mut r = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = roost_storage::lock(&self.reached);
         r.push(point);
         if self.crash_at == Some(r.len() as u64) {
             return Err(EngineError::Crashed(point.to_string()));

@@ -19,13 +19,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use roost_shards::TxnOp;
+use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
 use super::owner::{ShardSlot, Turn};
 use super::plan::{is_detached, Slot};
 use super::records::{self, AuditRecord, ClaimRecord, PlannedOp, RecordType};
-use super::{io_err, lock, Engine};
+use super::{io_err, Engine};
 use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
 use crate::spool;

@@ -200,7 +200,7 @@ impl Engine {
 
     /// Keys in the in-memory map (not yet checkpointed, or in flight).
     pub fn cached_keys(&self) -> usize {
-        super::lock(&self.planner).keys.len()
+        roost_storage::lock(&self.planner).keys.len()
     }
 
     pub fn key_index_stats(&self) -> roost_keyindex::IndexStats {

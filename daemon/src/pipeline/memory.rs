@@ -49,7 +49,7 @@ pub struct MemoryReport {
 impl Engine {
     /// Shards that exist, against `shards_max` (issue 25, item 3).
     pub fn shards_known(&self) -> usize {
-        super::lock(&self.known_shards).count()
+        roost_storage::lock(&self.known_shards).count()
     }
 
     pub fn memory(&self) -> MemoryReport {

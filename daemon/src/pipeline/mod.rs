@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
 use roost_shards::ShardOptions;
-use roost_storage::{DirLock, LockError, Storage};
+use roost_storage::{lock, DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
 use crate::config::Config;
@@ -66,7 +66,7 @@ use crate::error::EngineError;
 use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::{CrashHook, CrashPoint};
-use disk::{io_err, lock, replace_file};
+use disk::{io_err, replace_file};
 use owner::{OwnerContext, ShardOpener, ShardSlot};
 use stats::Stats;
 

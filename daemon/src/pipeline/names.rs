@@ -16,13 +16,13 @@
 
 use std::time::Duration;
 
-use roost_storage::{read_all, OpenMode};
+use roost_storage::{lock, read_all, OpenMode};
 use roost_wal::Lsn;
 use tracing::info;
 
 use super::crash::Step;
 use super::records::ClaimRecord;
-use super::{io_err, lock, Engine};
+use super::{io_err, Engine};
 use crate::batch::{self, BatchResult};
 use crate::error::EngineError;
 use crate::spool::{read_dropped, Intake};

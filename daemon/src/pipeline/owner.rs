@@ -30,14 +30,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use roost_shards::{
     CompactOptions, CompactProgress, CompactionStats, Shard, ShardOptions, Txn, TxnOp,
 };
-use roost_storage::{NoRoom, Storage};
+use roost_storage::{lock, NoRoom, Storage};
 use roost_wal::Lsn;
 
 use super::crash::{CrashHook, CrashPoint, Step};
@@ -142,10 +142,6 @@ pub struct ShardSlot {
     /// The bytes its spare segment holds (`Shard::spare_have`), kept current by the owner:
     /// a frame up to this size needs no [`ShardSlot::reserve`] message.
     spare_have: Arc<AtomicU64>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the owner needs from the engine: the crash hook, the progress clock and the pool.

@@ -22,12 +22,13 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use roost_storage::lock;
 use roost_wal::{Lsn, WalError};
 use tracing::{debug, warn};
 
 use super::crash::Step;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{committed_result, io_err, lock, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::{committed_result, io_err, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;

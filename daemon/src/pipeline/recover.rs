@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use roost_wal::Lsn;
 use tracing::info;
 
-use roost_storage::{read_all, OpenMode};
+use roost_storage::{lock, read_all, OpenMode};
 
 use super::keys;
 use super::records::{
     decode_checkpoint, read_audit, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord,
     PlannedOp, WalEntry,
 };
-use super::{io_err, lock, Engine, KeyAt, KeyState};
+use super::{io_err, Engine, KeyAt, KeyState};
 use crate::error::EngineError;
 
 /// What recovery did at open.

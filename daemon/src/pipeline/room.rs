@@ -18,13 +18,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use roost_storage::NoRoom;
+use roost_storage::{lock, NoRoom};
 use roost_wal::format::frame_len;
 use roost_wal::WalError;
 use tracing::{info, warn};
 
 use super::records::{self, AuditRecord, OpKind};
-use super::{lock, Engine};
+use super::Engine;
 use crate::batch::{Batch, BatchOp};
 use crate::error::EngineError;
 

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 
-use super::disk::lock;
 use super::owner::ShardSlot;
 
 /// One answered claim waiting for its round: what closing it needs, owned.

@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
@@ -31,7 +32,7 @@ use super::finish::Tail;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, DoneRecord, RecordType};
 use super::round_queue::Waiting;
-use super::{lock, Engine, Planner};
+use super::{Engine, Planner};
 use crate::error::EngineError;
 
 impl Engine {

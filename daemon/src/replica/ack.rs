@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::{info, warn};
 
 use super::role::{Replication, StandbyState, POSITIONS_KEPT};
 use crate::config::{Ack, StandbyLost};
 use crate::error::EngineError;
-use crate::pipeline::disk::lock;
 use crate::pipeline::Role;
 
 impl Replication {

@@ -228,12 +228,12 @@ impl FollowerLog for Cutter {
     }
 
     fn last_epoch(&self) -> Epoch {
-        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        let epochs = roost_storage::lock(&self.epochs);
         super::epoch_file::last_epoch_of(&self.wal, &epochs)
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
-        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        let epochs = roost_storage::lock(&self.epochs);
         epochs.end_offset_for(epoch, self.wal.next_lsn())
     }
 
@@ -259,10 +259,7 @@ impl FollowerLog for Cutter {
             "standby: cutting records the primary does not have"
         );
         let n = self.wal.truncate_from(lsn)?;
-        self.epochs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .truncate_from_end(lsn)?;
+        roost_storage::lock(&self.epochs).truncate_from_end(lsn)?;
         self.cut.fetch_add(n, Ordering::Relaxed);
         self.cut_effects(lsn)
     }

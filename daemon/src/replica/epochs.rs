@@ -4,13 +4,13 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
 use super::epoch_file::{last_epoch_of, next_epoch, write_epoch_file, EpochFile};
 use super::role::Replication;
 use crate::error::EngineError;
-use crate::pipeline::disk::lock;
 
 impl Replication {
     /// Learns a higher epoch: `EPOCH` is rewritten before this returns (a lower or equal

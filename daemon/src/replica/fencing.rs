@@ -8,12 +8,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::{info, warn};
 
 use super::role::{Replication, StandbyState};
 use crate::config::Ack;
-use crate::pipeline::disk::lock;
 use crate::pipeline::Role;
 
 impl Replication {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use roost_storage::Storage;
+use roost_storage::{lock, Storage};
 use roost_wal::{LeaderEpochs, Lsn, Wal};
 use tracing::info;
 
@@ -20,7 +20,6 @@ use super::epoch_file::{read_epoch_file, EpochFile};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::pipeline::backup_gate::Pins;
-use crate::pipeline::disk::lock;
 use crate::pipeline::log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 
 /// One standby as the primary sees it.

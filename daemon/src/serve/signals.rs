@@ -72,7 +72,7 @@ impl StopRequest {
     /// Enters `phase`. Entering [`Phase::Between`] after a request came exits at once: the
     /// watcher saw `Serving` and left the stop to a loop that no longer runs.
     pub fn enter(&self, phase: Phase) {
-        let mut p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = roost_storage::lock(&self.phase);
         *p = phase;
         if let Phase::Between(what) = phase {
             if self.requested() {
@@ -82,7 +82,7 @@ impl StopRequest {
     }
 
     fn request(&self, name: &str) {
-        let p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let p = roost_storage::lock(&self.phase);
         self.requested.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
         if let Phase::Between(what) = *p {

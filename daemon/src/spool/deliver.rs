@@ -2,9 +2,10 @@
 //! daemon never sees half of it and a power loss never loses an acknowledged delivery.
 //! Used by `roost submit` and the tests; it never waits for a result and never picks a name.
 
-use std::io::{self, Write};
-use std::path::Path;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use roost_storage::{replace_file, OpenMode, RealStorage};
 
 use super::SpoolPaths;
 
@@ -22,32 +23,14 @@ pub fn deliver(spool: &SpoolPaths, name: &str, bytes: &[u8]) -> io::Result<()> {
         .tmp
         .join(format!(".{name}.{}.{seq}", std::process::id()));
     let target = spool.new.join(name);
-    let written = write_synced(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, &target).map_err(named("renaming into", &target)));
-    if let Err(e) = written {
+    // The temporary is in tmp/, the target in new/ (one file system): `replace_file` syncs
+    // new/, the directory the name appears in.
+    let written = replace_file(&RealStorage, &tmp, &target, bytes, OpenMode::CreateNew);
+    written.map_err(|e| {
         // Best effort: a stray dot-file in tmp/ is harmless, but not worth leaving.
         let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::File::open(&spool.new)
-        .and_then(|d| d.sync_all())
-        .map_err(named("syncing", &spool.new))
-}
-
-/// Creates `path` (never over an existing file), writes `bytes` and fsyncs them.
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = std::fs::File::options()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(named("creating", path))?;
-    f.write_all(bytes).map_err(named("writing", path))?;
-    f.sync_all().map_err(named("syncing", path))
-}
-
-/// The same error kind, with the step and the path in front of the message.
-fn named<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Error + 'a {
-    move |e| io::Error::new(e.kind(), format!("{step} {}: {e}", path.display()))
+        io::Error::new(e.source.kind(), e.to_string())
+    })
 }
 
 #[cfg(test)]

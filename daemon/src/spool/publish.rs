@@ -152,7 +152,7 @@ impl Publisher {
     }
 
     fn lock(&self) -> MutexGuard<'_, Round> {
-        self.st.lock().unwrap_or_else(|p| p.into_inner())
+        roost_storage::lock(&self.st)
     }
 
     /// Writes `out/NAME` atomically and durably; returns once it is both.

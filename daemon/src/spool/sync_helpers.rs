@@ -9,10 +9,10 @@
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use roost_storage::StorageFile;
+use roost_storage::{lock, StorageFile};
 
 /// Helper threads for the whole daemon, at most.
 pub(crate) const SYNC_THREADS: usize = 16;
@@ -32,10 +32,6 @@ pub(crate) struct SyncHelpers {
     jobs: Option<Sender<Job>>,
     queue: Arc<Mutex<Receiver<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SyncHelpers {

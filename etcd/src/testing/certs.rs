@@ -11,7 +11,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use crate::client::EtcdTls;
+use crate::tls::EtcdTls;
 
 /// The PEM files [`make_tls`] wrote.
 #[derive(Debug, Clone)]

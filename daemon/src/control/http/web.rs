@@ -115,7 +115,7 @@ impl Web {
     /// The cache of accepted passwords (a poisoned one only costs bcrypt checks: what it
     /// holds is used).
     fn remembered(&self) -> MutexGuard<'_, BTreeMap<String, [u8; 32]>> {
-        self.verified.lock().unwrap_or_else(|p| p.into_inner())
+        roost_storage::lock(&self.verified)
     }
 
     fn digest(&self, password: &str) -> [u8; 32] {

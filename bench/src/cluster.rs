@@ -14,7 +14,7 @@
 //! smoke), `ROOST_BENCH_ROUNDS=N` sets the rounds. Every answer is checked; no figure is
 //! asserted.
 
-mod clients;
+pub(crate) mod clients;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -2,11 +2,11 @@
 //! the same fresh journaled ext4 image (`loopfs.rs`; one per round), beside the image's raw
 //! fdatasync rate. The same batches (10 creates of ~100 B, a unique request key each) go to
 //! both from closed-loop clients in Rust, each a thread with its own connection and one batch
-//! outstanding, for a fixed time per cell: roost's through `cluster/clients.rs`'s stream
-//! client against the bench's in-process `roost serve` (default settings), PostgreSQL's as
-//! one call of the server-side function `apply_batch` (the idempotency-key pattern:
-//! `pg/server.rs`) per batch, on a server the bench starts itself (`fsync` and
-//! `synchronous_commit` on, `shared_buffers = 256MB`) and stops at the end.
+//! outstanding, for a fixed time per cell, after one uncounted second of one client: roost's
+//! through `cluster/clients.rs`'s stream client against the bench's in-process `roost serve`
+//! (default settings), PostgreSQL's as one call of the server-side function `apply_batch`
+//! (the idempotency-key pattern: `pg/server.rs`) per batch, on a server the bench starts
+//! itself (`fsync` and `synchronous_commit` on, `shared_buffers = 256MB`) and stops at the end.
 //!
 //! Checked (the run fails otherwise): every roost answer is committed for its key; every
 //! PostgreSQL answer is committed for its key with 10 distinct ids; once per run a second
@@ -165,9 +165,16 @@ fn one_round(dir: &Path, r: usize, sz: &Sizes) -> anyhow::Result<Round> {
     Ok(round)
 }
 
+/// One uncounted client before the cells of each system (a fresh server's first batches
+/// pay for its start: caches, the first WAL segment): a second, quick 0.2 s.
+fn warm_up(sz: &Sizes) -> Duration {
+    Duration::from_secs_f64(if sz.quick { 0.2 } else { 1.0 })
+}
+
 fn roost_cells(dir: &Path, sz: &Sizes) -> anyhow::Result<Vec<f64>> {
     let roost = Roost::start(dir)?;
     let socket = dir.join("stream.sock");
+    stream_closed_loop(&socket, 1, warm_up(sz), &WORK).context("roost, the warm-up")?;
     let mut rates = Vec::new();
     for c in CLIENTS {
         let rate = stream_closed_loop(&socket, c, sz.cell, &WORK)
@@ -180,8 +187,9 @@ fn roost_cells(dir: &Path, sz: &Sizes) -> anyhow::Result<Vec<f64>> {
 
 fn pg_cells(dir: &Path, r: usize, sz: &Sizes) -> anyhow::Result<Vec<f64>> {
     let server = PgServer::start(dir)?;
+    let (_, mut answered) = pg_closed_loop(&server, &format!("pg{r}-warm"), 1, warm_up(sz))
+        .context("PostgreSQL, the warm-up")?;
     let mut rates = Vec::new();
-    let mut answered = 0;
     for c in CLIENTS {
         let (rate, n) = pg_closed_loop(&server, &format!("pg{r}-{c}"), c, sz.cell)
             .with_context(|| format!("PostgreSQL, {c} clients"))?;

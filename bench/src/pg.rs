@@ -1,12 +1,13 @@
 //! `roost-bench --pg` (issue 47): PostgreSQL 15 as a peer of roost's stream socket, both on
 //! the same fresh journaled ext4 image (`loopfs.rs`; one per round), beside the image's raw
-//! fdatasync rate. The same batches (10 creates of ~100 B, a unique request key each) go to
-//! both from closed-loop clients in Rust, each a thread with its own connection and one batch
-//! outstanding, for a fixed time per cell, after one uncounted second of one client: roost's
-//! through `cluster/clients.rs`'s stream client against the bench's in-process `roost serve`
-//! (default settings), PostgreSQL's as one call of the server-side function `apply_batch`
-//! (the idempotency-key pattern: `pg/server.rs`) per batch, on a server the bench starts
-//! itself (`fsync` and `synchronous_commit` on, `shared_buffers = 256MB`) and stops at the end.
+//! fdatasync rates (appending, and overwriting written blocks). The same batches (10 creates
+//! of ~100 B, a unique request key each) go to both from closed-loop clients in Rust, each a
+//! thread with its own connection and one batch outstanding, for a fixed time per cell, after
+//! one uncounted second of one client: roost's through `cluster/clients.rs`'s stream client
+//! against the bench's in-process `roost serve` (default settings), PostgreSQL's as one call
+//! of the server-side function `apply_batch` (the idempotency-key pattern: `pg/server.rs`)
+//! per batch, on a server the bench starts itself (`fsync` and `synchronous_commit` on,
+//! `shared_buffers = 256MB`) and stops at the end.
 //!
 //! Checked (the run fails otherwise): every roost answer is committed for its key; every
 //! PostgreSQL answer is committed for its key with 10 distinct ids; once per run a second
@@ -74,7 +75,11 @@ fn sizes() -> Sizes {
 struct Round {
     roost: Vec<f64>,
     pg: Vec<f64>,
+    /// The image's raw fdatasync rate, 1.2 KB appended per sync (the bench's raw figure).
     fdatasync: f64,
+    /// The same over written blocks of a small file (a pure data overwrite: one device
+    /// flush per sync, nothing for the journal; what a preallocated log can reach).
+    overwrite: f64,
 }
 
 /// Where a round runs: a fresh journaled image, or (quick, no image possible) a directory.
@@ -125,10 +130,11 @@ pub fn run() -> anyhow::Result<()> {
         let round = one_round(&base.join(format!("round{r}")), r, &sz)
             .with_context(|| format!("round {r}"))?;
         println!(
-            "round {r}: roost {}/s, PostgreSQL {}/s, raw fdatasync {:.0}/s",
+            "round {r}: roost {}/s, PostgreSQL {}/s, raw fdatasync {:.0}/s appending, {:.0}/s overwriting",
             fmt_rates(&round.roost),
             fmt_rates(&round.pg),
-            round.fdatasync
+            round.fdatasync,
+            round.overwrite
         );
         rounds.push(round);
     }
@@ -141,18 +147,10 @@ pub fn run() -> anyhow::Result<()> {
 /// alternates with the round), each system alone on the image while it is measured.
 fn one_round(dir: &Path, r: usize, sz: &Sizes) -> anyhow::Result<Round> {
     let place = Place::make(dir, sz.quick)?;
-    let secs = if sz.quick { 0.5 } else { 2.0 };
-    let fdatasync = raw_fdatasync(
-        &place.dir.join("raw-sync"),
-        1200,
-        Duration::from_secs_f64(secs),
-        SyncFile::Append,
-    )
-    .context("raw fdatasync on the image")?
-    .ops_per_sec;
-    let _ = std::fs::remove_file(place.dir.join("raw-sync"));
+    let (append, overwrite) = raw_syncs(&place.dir, sz)?;
     let mut round = Round {
-        fdatasync,
+        fdatasync: append,
+        overwrite,
         ..Round::default()
     };
     for pg_first in [r % 2 == 0, r % 2 != 0] {
@@ -169,6 +167,28 @@ fn one_round(dir: &Path, r: usize, sz: &Sizes) -> anyhow::Result<Round> {
 /// pay for its start: caches, the first WAL segment): a second, quick 0.2 s.
 fn warm_up(sz: &Sizes) -> Duration {
     Duration::from_secs_f64(if sz.quick { 0.2 } else { 1.0 })
+}
+
+/// The image's raw fdatasync rates, one writer of 1.2 KB per sync: appending, and
+/// overwriting the first 100 writes' blocks again and again (each file removed after).
+fn raw_syncs(dir: &Path, sz: &Sizes) -> anyhow::Result<(f64, f64)> {
+    let dur = Duration::from_secs_f64(if sz.quick { 0.5 } else { 2.0 });
+    let rate = |name: &str, file: SyncFile| {
+        let path = dir.join(name);
+        let r = raw_fdatasync(&path, 1200, dur, file)
+            .with_context(|| format!("raw fdatasync on {}", path.display()));
+        let _ = std::fs::remove_file(&path);
+        r.map(|r| r.ops_per_sec)
+    };
+    let append = rate("raw-append", SyncFile::Append)?;
+    let overwrite = rate(
+        "raw-overwrite",
+        SyncFile::Preallocated {
+            file_bytes: 1200 * 100,
+            wrap_bytes: 1200 * 100,
+        },
+    )?;
+    Ok((append, overwrite))
 }
 
 fn roost_cells(dir: &Path, sz: &Sizes) -> anyhow::Result<Vec<f64>> {
@@ -338,8 +358,9 @@ fn check_idempotent(server: &PgServer, key: &str) -> anyhow::Result<()> {
 /// The table: medians over rounds, each round's figure beside.
 fn print_table(rounds: &[Round]) {
     let sync: Vec<f64> = rounds.iter().map(|r| r.fdatasync).collect();
-    println!("\n| clients | roost batches/s | PostgreSQL batches/s | roost / PG | raw fdatasync/s |");
-    println!("| --- | --- | --- | --- | --- |");
+    let over: Vec<f64> = rounds.iter().map(|r| r.overwrite).collect();
+    println!("\n| clients | roost batches/s | PostgreSQL batches/s | roost / PG | raw fdatasync/s, appending | raw fdatasync/s, overwriting |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for (i, c) in CLIENTS.iter().enumerate() {
         let roost: Vec<f64> = rounds.iter().map(|r| r.roost[i]).collect();
         let pg: Vec<f64> = rounds.iter().map(|r| r.pg[i]).collect();
@@ -349,7 +370,7 @@ fn print_table(rounds: &[Round]) {
             .map(|(a, b)| format!("{:.2}", a / b))
             .collect();
         println!(
-            "| {c} | {:.0} ({}) | {:.0} ({}) | {:.2}x ({}) | {:.0} ({}) |",
+            "| {c} | {:.0} ({}) | {:.0} ({}) | {:.2}x ({}) | {:.0} ({}) | {:.0} ({}) |",
             median(&roost),
             fmt_rates(&roost),
             median(&pg),
@@ -357,7 +378,9 @@ fn print_table(rounds: &[Round]) {
             median(&roost) / median(&pg),
             ratios.join("/"),
             median(&sync),
-            fmt_rates(&sync)
+            fmt_rates(&sync),
+            median(&over),
+            fmt_rates(&over)
         );
     }
 }

@@ -97,7 +97,11 @@ impl Place {
         };
         match made {
             Ok(m) => {
-                println!("fresh journaled ext4 image {} on {}", m.device(), m.dir.display());
+                println!(
+                    "fresh journaled ext4 image {} on {}",
+                    m.device(),
+                    m.dir.display()
+                );
                 Ok(Place {
                     dir: m.dir.clone(),
                     _mount: Some(m),
@@ -106,7 +110,8 @@ impl Place {
             Err(e) if quick => {
                 let dir = base.join("plain");
                 println!("NOT on a journaled image ({e:#}): on the plain directory {} (ROOST_BENCH_QUICK)", dir.display());
-                std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("create {}", dir.display()))?;
                 Ok(Place { dir, _mount: None })
             }
             Err(e) => Err(e.context("--pg runs on a fresh journaled ext4 image and needs root")),
@@ -274,7 +279,9 @@ fn pg_client(mut conn: postgres::Client, tag: &str, dur: Duration) -> anyhow::Re
         let row = conn
             .query_one(&stmt, &[&line])
             .with_context(|| format!("apply_batch for {key}"))?;
-        let answer: String = row.try_get(0).with_context(|| format!("the answer to {key}"))?;
+        let answer: String = row
+            .try_get(0)
+            .with_context(|| format!("the answer to {key}"))?;
         check_answer(&answer, &key)?;
         sent += 1;
     }
@@ -286,7 +293,10 @@ fn check_answer(answer: &str, key: &str) -> anyhow::Result<()> {
     let v: serde_json::Value =
         serde_json::from_str(answer).with_context(|| format!("the answer to {key}: {answer}"))?;
     ensure!(v["status"] == "committed", "the answer to {key}: {answer}");
-    ensure!(v["request_key"] == key, "the answer to {key} names another key: {answer}");
+    ensure!(
+        v["request_key"] == key,
+        "the answer to {key} names another key: {answer}"
+    );
     let mut ids: Vec<i64> = v["ids"]
         .as_array()
         .with_context(|| format!("the answer to {key} has no ids: {answer}"))?
@@ -331,7 +341,10 @@ fn check_stored(server: &PgServer, answered: usize) -> anyhow::Result<()> {
 fn check_idempotent(server: &PgServer, key: &str) -> anyhow::Result<()> {
     let mut c = server.connect()?;
     let stored: String = c
-        .query_one("SELECT answer::text FROM requests WHERE request_key = $1", &[&key])
+        .query_one(
+            "SELECT answer::text FROM requests WHERE request_key = $1",
+            &[&key],
+        )
         .with_context(|| format!("the stored answer to {key}"))?
         .try_get(0)
         .with_context(|| format!("the stored answer to {key}"))?;
@@ -351,7 +364,9 @@ fn check_idempotent(server: &PgServer, key: &str) -> anyhow::Result<()> {
     if again != stored || after != before {
         bail!("a second call for {key} answered {again} ({} records after, {before} before), not the stored {stored}", after);
     }
-    println!("idempotency checked: a second call for {key} returned its stored answer, nothing stored");
+    println!(
+        "idempotency checked: a second call for {key} returned its stored answer, nothing stored"
+    );
     Ok(())
 }
 

@@ -128,7 +128,8 @@ impl PgServer {
 
     fn spawn(&mut self) -> anyhow::Result<()> {
         let log = self.data.join("server.log");
-        let log = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let log =
+            std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let mut c = as_pg_user(&format!("{PG_BIN}/postgres"));
         c.args(["-D", &self.data.to_string_lossy()]);
         for setting in [
@@ -217,7 +218,10 @@ impl Drop for PgServer {
             && !self.signal_and_wait("-INT", STOP_WAIT)
             && !self.signal_and_wait("-QUIT", Duration::from_secs(5))
         {
-            eprintln!("postgres in {} did not stop; killing it", self.data.display());
+            eprintln!(
+                "postgres in {} did not stop; killing it",
+                self.data.display()
+            );
             let _ = self.signal_and_wait("-KILL", Duration::from_secs(5));
             if let Some(c) = self.child.as_mut() {
                 let _ = c.kill();

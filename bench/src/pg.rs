@@ -158,7 +158,8 @@ fn one_round(dir: &Path, r: usize, sz: &Sizes) -> anyhow::Result<Round> {
         overwrite,
         ..Round::default()
     };
-    for pg_first in [r % 2 == 0, r % 2 != 0] {
+    let even = r.is_multiple_of(2);
+    for pg_first in [even, !even] {
         if pg_first {
             round.pg = pg_cells(&place.dir.join("pg"), r, sz)?;
         } else {

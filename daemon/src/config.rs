@@ -532,11 +532,16 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        Config::from_toml(&text, path)
+    }
+
+    /// The configuration `text` holds (read from `path`, which errors name): parsed, named
+    /// from `[cluster]`, validated.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             detail: e.to_string(),
         })?;
-        let mut cfg = cfg;
         cfg.name_from_cluster();
         cfg.validate()?;
         Ok(cfg)

@@ -31,7 +31,7 @@ mod wire;
 
 pub mod testing;
 
-pub use calls::PREFIX_KVS_MAX;
+pub use calls::{decode_answer, PREFIX_KVS_MAX};
 pub use client::{Etcd, EtcdOptions, ATTEMPT_MIN, ENDPOINTS_MAX, ROUNDS_MAX};
 pub use error::EtcdError;
 pub use http::RESPONSE_BYTES_MAX;

@@ -36,7 +36,7 @@ pub use log::{
 pub use options::LeaderOptions;
 pub use serve::serve_followers;
 pub use snapshot::{
-    fetch_snapshot, SnapshotDone, SnapshotError, SnapshotOptions, SnapshotSink,
+    fetch_snapshot, receive_messages, SnapshotDone, SnapshotError, SnapshotOptions, SnapshotSink,
     SNAPSHOT_CHUNK_BYTES,
 };
 pub use status::{FollowerStatus, StatusSnapshot};

@@ -141,6 +141,26 @@ pub async fn fetch_snapshot(
     }
 }
 
+/// The follower's side of a base backup over frames already read, as [`fetch_snapshot`]
+/// takes those off its connection: `Some` once `SnapshotEnd` made the backup whole, `None`
+/// if the frames ran out before it. The fuzz target's way in (issue 45); the daemon uses
+/// `fetch_snapshot`.
+#[doc(hidden)]
+pub fn receive_messages(
+    leader: &str,
+    current_epoch: Epoch,
+    sink: &mut dyn SnapshotSink,
+    msgs: impl IntoIterator<Item = Message>,
+) -> Result<Option<SnapshotDone>, SnapshotError> {
+    let mut rx = Receiving::new(leader, current_epoch, sink);
+    for msg in msgs {
+        if let Some(done) = rx.take(msg)? {
+            return Ok(Some(done));
+        }
+    }
+    Ok(None)
+}
+
 /// The follower's state while files arrive: each frame must be the one the protocol
 /// allows next.
 struct Receiving<'a> {

@@ -17,9 +17,13 @@ pub struct Filter {
     k: u32,
 }
 
+/// The most probes a filter makes per key (what `probes_for` gives at `BITS_PER_KEY_MAX`
+/// and above); a run naming more is refused at open.
+pub const PROBES_MAX: u32 = 8;
+
 /// Probes for a key at about `bits` bits per key (ln 2 times the bits, at least one).
 pub fn probes_for(bits_per_key: u64) -> u32 {
-    ((bits_per_key as f64 * 0.69).round() as u32).clamp(1, 8)
+    ((bits_per_key as f64 * 0.69).round() as u32).clamp(1, PROBES_MAX)
 }
 
 impl Filter {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use roost_storage::{OpenMode, Storage, StorageFile};
 
-use crate::filter::{Filter, FILTER_BLOCK_BYTES};
+use crate::filter::{Filter, FILTER_BLOCK_BYTES, PROBES_MAX};
 use crate::{IndexError, RunMeta};
 
 pub const MAGIC: [u8; 8] = *b"RKEYIDX\0";
@@ -117,7 +117,7 @@ impl Header {
             ));
         }
         let f = |i: usize| le64(b, 16 + 8 * i);
-        Ok(Header {
+        let h = Header {
             count: f(0),
             filter_k: le32(b, 12),
             filter_blocks: f(6),
@@ -129,7 +129,22 @@ impl Header {
                 max_at_ms: f(4),
                 max_batch_lsn: f(5),
             },
-        })
+        };
+        // The header's CRC holds, but its counts size what open reads and each lookup's
+        // work, so they are checked before use: counts whose file length overflows (a
+        // forged count wrapped it, and the tail read allocated for the wrapped size), and
+        // a probe count no writer makes (a forged one made every lookup spin).
+        if !(1..=PROBES_MAX).contains(&h.filter_k) {
+            let k = h.filter_k;
+            return Err(format!("filter probes {k}, outside 1..={PROBES_MAX}"));
+        }
+        if h.checked_file_len().is_none() {
+            return Err(format!(
+                "{} entries and {} filter blocks overflow a file length",
+                h.count, h.filter_blocks
+            ));
+        }
+        Ok(h)
     }
 
     fn blocks(&self) -> u64 {
@@ -140,11 +155,20 @@ impl Header {
         HEADER_LEN as u64 + self.count * ENTRY_LEN as u64
     }
 
+    /// The file length the counts give, `None` if it overflows.
+    fn checked_file_len(&self) -> Option<u64> {
+        let entries = self.count.checked_mul(ENTRY_LEN as u64)?;
+        let filter = self.filter_blocks.checked_mul(FILTER_BLOCK_BYTES as u64)?;
+        let fences = self.blocks().checked_mul(FENCE_LEN as u64)?;
+        (HEADER_LEN as u64 + 4)
+            .checked_add(entries)?
+            .checked_add(filter)?
+            .checked_add(fences)
+    }
+
+    /// The file length; counts that overflow it were refused at decode.
     fn file_len(&self) -> u64 {
-        self.filter_off()
-            + self.filter_blocks * FILTER_BLOCK_BYTES as u64
-            + self.blocks() * FENCE_LEN as u64
-            + 4
+        self.checked_file_len().unwrap_or(u64::MAX)
     }
 }
 

@@ -275,3 +275,37 @@ fn a_run_overlapping_another_is_corruption() {
     let err = KeyIndex::open(storage, Path::new(DIR), opts(1 << 20, 1)).unwrap_err();
     assert!(err.is_corruption(), "{err}");
 }
+
+/// Goal (found by the `keyindex_run` fuzz target, issue 45): a run whose header checksum
+/// holds but whose counts are forged is corruption at open, named, never an overflow, an
+/// allocation sized by the wrapped length, or lookups that spin. Method: a real run's header
+/// rewritten with an entry count whose file length overflows, then with 2^32-1 filter
+/// probes, its CRC recomputed each time.
+#[test]
+fn a_run_header_with_forged_counts_is_corruption() {
+    let disk = SimStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let idx = KeyIndex::open(storage.clone(), Path::new(DIR), opts(1 << 20, 1)).unwrap();
+    let mut model = Model::default();
+    let (e, m) = model.run(&idx, &keys(0, 3, 0), 10);
+    idx.add_run(e, m).unwrap();
+    let path = idx.runs()[0].path.clone();
+    drop(idx);
+    let good = disk.file_bytes(&path).unwrap();
+    let forged = |at: usize, field: &[u8]| {
+        let mut b = good.clone();
+        b[at..at + field.len()].copy_from_slice(field);
+        let crc = crc32fast::hash(&b[..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    for (what, bytes, reason) in [
+        ("count", forged(16, &(1u64 << 62).to_le_bytes()), "overflow a file length"),
+        ("probes", forged(12, &u32::MAX.to_le_bytes()), "filter probes 4294967295"),
+    ] {
+        disk.put_file_bytes(&path, bytes);
+        let err = KeyIndex::open(storage.clone(), Path::new(DIR), opts(1 << 20, 1)).unwrap_err();
+        assert!(err.is_corruption(), "{what}: {err}");
+        assert!(err.to_string().contains(reason), "{what}: {err}");
+    }
+}

@@ -1,7 +1,7 @@
 //! What every fuzz target shares (issue 45, docs/faults.md "Fuzzing"): the memory bound,
-//! a poll loop for async readers over bytes, checksum fix-ups that let the
-//! fuzzer past a CRC, and the small options the targets open files with. Targets are
-//! test code: a panic or an abort is how they report a finding.
+//! a poll loop for async readers over bytes, the choice byte, and checksum fix-ups that let
+//! the fuzzer past a CRC. Targets are test code: a panic or an abort is how they report a
+//! finding.
 #![forbid(unsafe_code)]
 
 use std::future::Future;

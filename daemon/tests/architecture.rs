@@ -19,6 +19,8 @@ const SOURCE_ROOTS: &[&str] = &[
     "benchkit/src",
     "tests/src",
     "packaging/gen/src",
+    "fuzz/src",
+    "fuzz/fuzz_targets",
 ];
 
 /// File kinds a path names; a word in backquotes ending in one of these is a path.

@@ -292,6 +292,12 @@ impl CompactHeader {
         if hdr.lsn_lo > hdr.lsn_hi || u64_at(h, LSN_OFFSET) != hdr.lsn_hi {
             return Err("compact header lsn range inverted");
         }
+        // The segment's length is the header's plus this: a forged one near u64::MAX must
+        // not wrap that sum into the file's real length (found by the shard_segment fuzz
+        // target).
+        if hdr.content_len > u64::MAX - COMPACT_HEADER_LEN as u64 {
+            return Err("compact header content length overflows a segment length");
+        }
         Ok(Some(hdr))
     }
 }

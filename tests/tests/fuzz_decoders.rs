@@ -335,3 +335,32 @@ fn memory_limit_is_in_force() {
         "a 2 GiB allocation succeeded under the limit"
     );
 }
+
+/// Goal (found by the `shard_segment` fuzz target, issue 45): a compacted segment whose
+/// header checksum holds but whose content length is near `u64::MAX` is corruption at open,
+/// in both modes, never an overflow of the header's length plus its content's. Method: a
+/// compact header with that length as a shard's only segment, opened read-only and
+/// read-write; the error must name the header.
+#[test]
+fn compact_header_content_length_near_u64_max_is_an_error() {
+    limit_memory();
+    for content_len in [u64::MAX, u64::MAX - 79, u64::MAX - 80] {
+        let h = frame::CompactHeader {
+            first_seq: 1,
+            lsn_lo: 1,
+            lsn_hi: 1,
+            id_max: 0,
+            live_frames: 0,
+            content_len,
+        };
+        let want = if content_len > u64::MAX - frame::COMPACT_HEADER_LEN as u64 {
+            "content length overflows"
+        } else {
+            "length differs from its header"
+        };
+        for (mode, got) in open_shard(h.encode()).iter().enumerate() {
+            let err = got.as_ref().expect_err("a forged compact header opened");
+            assert!(err.contains(want), "mode {mode}, {content_len}: {err}");
+        }
+    }
+}

@@ -42,11 +42,12 @@ fn fix(c: u8, b: &mut Vec<u8>) {
     }
     if c & 2 == 2 && b.len() >= HEADER_LEN + 4 {
         let count = le64(b, 16);
-        if let Some(off) = count.checked_mul(24).map(|e| e + HEADER_LEN as u64) {
-            let n = b.len() - 4;
-            if (off as usize) <= n {
-                roost_fuzz::fix_crc(b, n, off as usize, n);
-            }
+        let off = count
+            .checked_mul(24)
+            .and_then(|e| e.checked_add(HEADER_LEN as u64));
+        let n = b.len() - 4;
+        if let Some(off) = off.filter(|o| *o <= n as u64) {
+            roost_fuzz::fix_crc(b, n, off as usize, n);
         }
     }
     if c & 4 == 4 && b.len() >= HEADER_LEN {

@@ -300,8 +300,16 @@ fn a_run_header_with_forged_counts_is_corruption() {
         b
     };
     for (what, bytes, reason) in [
-        ("count", forged(16, &(1u64 << 62).to_le_bytes()), "overflow a file length"),
-        ("probes", forged(12, &u32::MAX.to_le_bytes()), "filter probes 4294967295"),
+        (
+            "count",
+            forged(16, &(1u64 << 62).to_le_bytes()),
+            "overflow a file length",
+        ),
+        (
+            "probes",
+            forged(12, &u32::MAX.to_le_bytes()),
+            "filter probes 4294967295",
+        ),
     ] {
         disk.put_file_bytes(&path, bytes);
         let err = KeyIndex::open(storage.clone(), Path::new(DIR), opts(1 << 20, 1)).unwrap_err();

@@ -552,17 +552,24 @@ async fn keep_isr(cl: &Cluster, node: &Node, led_since: Instant) -> Result<Step,
         return Ok(Step::Leading);
     };
     let (add, remove) = isr_changes(cl, node, &now, led_since);
-    if add.is_empty() && remove.is_empty() {
-        return Ok(Step::Leading);
-    }
-    for n in &add {
-        node.repl.isr_add(n);
-    }
     let mut members: BTreeSet<String> = now.union(&add).cloned().collect();
     for n in &remove {
         members.remove(n);
     }
     members.insert(cl.name.clone());
+    // Also when nothing changes here: a join is made in memory first, so a write that
+    // failed (a timeout, which may or may not have applied) is written again until etcd
+    // names the same set (seen under packet loss: a member in sync in memory, never in
+    // etcd, so never electable).
+    let written = cl.view().isr.filter(|v| v.epoch == node.repl.epoch());
+    let same =
+        written.is_some_and(|v| v.members.iter().cloned().collect::<BTreeSet<_>>() == members);
+    if add.is_empty() && remove.is_empty() && same {
+        return Ok(Step::Leading);
+    }
+    for n in &add {
+        node.repl.isr_add(n);
+    }
     let isr = IsrValue {
         epoch: node.repl.epoch(),
         leader: cl.name.clone(),

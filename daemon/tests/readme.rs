@@ -120,7 +120,6 @@ fn run(dir: &Path, steps: &[Step], limit: Duration, what: &str) {
         .arg("-c")
         .arg(script(steps))
         .current_dir(dir)
-        .env("PATH", path_with_roost(dir))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -184,18 +183,9 @@ fn check(steps: &[Step], stdout: &str, ctx: &str) {
     assert_eq!(next, steps.len(), "the block stopped early\n{ctx}");
 }
 
-/// The test's PATH: `DIR/target/release` holds a link to the `roost` this build made (what
-/// README's build line makes), then the inherited PATH.
-fn path_with_roost(dir: &Path) -> String {
-    let bin = dir.join("target/release");
-    if !bin.join("roost").exists() {
-        std::fs::create_dir_all(&bin).unwrap();
-        std::os::unix::fs::symlink(common::BIN, bin.join("roost")).unwrap();
-    }
-    std::env::var("PATH").unwrap_or_default()
-}
-
-/// A fresh directory as the repository's root looks to the blocks: `examples/`.
+/// A fresh directory as the repository's root looks to the blocks: `examples/`, and in
+/// `target/release` a link to the `roost` this build made (what README's build line makes,
+/// found through the block's `export PATH="$PWD/target/release:$PATH"`).
 fn fresh_dir() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -206,6 +196,9 @@ fn fresh_dir() -> tempfile::TempDir {
         .status()
         .unwrap();
     assert!(st.success(), "copying examples/");
+    let bin = t.path().join("target/release");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(common::BIN, bin.join("roost")).unwrap();
     t
 }
 

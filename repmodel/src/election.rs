@@ -31,7 +31,9 @@
 //!   hw) what the standby holds. Truncation on a new epoch cuts to the longest prefix shared
 //!   with the new leader's log, which is where KIP-279's rounds end against a leader whose log
 //!   only grows.
-//! - Not modelled: crashes that lose unsynced data (every claim is durable), the published
+//! - Power loss (`Config::crash`): a node loses what it wrote and had not synced, and its
+//!   leadership; without it every claim is durable in the step that makes it.
+//! - Not modelled: the published
 //!   hw key (the ISR check stands for it), messages lost or reordered other than by the steps
 //!   above, client retries (each batch is claimed at most once), log compaction.
 
@@ -82,6 +84,9 @@ impl Model for Election {
 /// take one batch (two batches and pauses: 4.5 million states), except the one that
 /// `Flaw::EpochFromNode` needs two answers for; `Flaw::IsrGrowAtHw` needs three elections.
 /// Then the handover (issue 42's switchover and graceful stop) on built rows, and its flaw.
+/// Then power loss (issue 42): the design as built (a leader serves only synced records),
+/// a leader that serves records before its own sync (two and three nodes), and the flaw
+/// that lets its hw pass its own durable end.
 pub fn rows() -> Vec<Config> {
     let two = Config::two_nodes;
     let three = Config::three_nodes;
@@ -122,6 +127,24 @@ pub fn rows() -> Vec<Config> {
             .without_gap()
             .with_handover()
             .with(Flaw::ResignBeforeStepDown),
+        two(Ack::Standby).without_gap().with_crash(),
+        two(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written(),
+        three(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written(),
+        two(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written()
+            .with(Flaw::HwPastDurable),
+        two(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with(Flaw::HwPastDurable),
     ]
 }
 

@@ -23,7 +23,7 @@ struct Args {
 
 const USAGE: &str = "usage: roost-repmodel [--replicas N] [--variant hw|kip101|kip279|kip320|all] \
 [--log-size N] [--max-records N] [--max-leader-epoch N] [--no-traces]
-       roost-repmodel election [--nodes N] [--ack local|standby] [--no-gap] [--handover] [--flaw NAME]... \
+       roost-repmodel election [--nodes N] [--ack local|standby] [--no-gap] [--handover] [--crash] [--ship-written] [--flaw NAME]... \
 [--ttl N] [--margin N] [--skew N] [--max-epoch N] [--batches N] [--no-traces]";
 
 /// The election's command line: the configurations to explore, and whether to print traces.
@@ -53,6 +53,8 @@ fn parse_election(
                     nodes: n,
                     gap: c.gap,
                     handover: c.handover,
+                    crash: c.crash,
+                    ship_written: c.ship_written,
                     flaws: c.flaws,
                     ..base
                 };
@@ -66,6 +68,8 @@ fn parse_election(
             }
             "--no-gap" => c.gap = false,
             "--handover" => c.handover = true,
+            "--crash" => c.crash = true,
+            "--ship-written" => c.ship_written = true,
             "--flaw" => {
                 let key = argv.next().ok_or("--flaw needs a value")?;
                 c = c.with(Flaw::parse(&key).ok_or_else(|| format!("unknown flaw {key}"))?);

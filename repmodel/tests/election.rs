@@ -48,6 +48,8 @@ const LOCAL2_TWO_ANSWERS: Config = Config::two_nodes(Ack::Local)
     .without_gap();
 const STANDBY3: Config = Config::three_nodes(Ack::Standby);
 const STANDBY3_THREE_ELECTIONS: Config = STANDBY3.without_gap().with_max_epoch(3);
+const SHIP_WRITTEN2: Config = STANDBY2.without_gap().with_crash().with_ship_written();
+const SHIP_WRITTEN3: Config = STANDBY3.without_gap().with_crash().with_ship_written();
 
 /// The rows of `election::rows()`, in order, with what the explorer found.
 fn pins() -> Vec<Pin> {
@@ -145,6 +147,26 @@ fn pins() -> Vec<Pin> {
                 .with(Flaw::ResignBeforeStepDown),
             (146210, 1128933, 22),
             [OK, fails(6), fails(7), fails(3)],
+        ),
+        pin(
+            STANDBY2.without_gap().with_crash(),
+            (201339, 1204764, 31),
+            [OK; 4],
+        ),
+        pin(SHIP_WRITTEN2, (285469, 1756674, 31), [OK; 4]),
+        pin(SHIP_WRITTEN3, (432191, 3732732, 26), [OK; 4]),
+        pin(
+            SHIP_WRITTEN2.with(Flaw::HwPastDurable),
+            (486279, 3025428, 30),
+            [OK, OK, fails(11), OK],
+        ),
+        pin(
+            STANDBY2
+                .without_gap()
+                .with_crash()
+                .with(Flaw::HwPastDurable),
+            (201339, 1204764, 31),
+            [OK; 4],
         ),
     ]
 }
@@ -381,6 +403,55 @@ fn resigning_before_stepping_down_answers_after_the_key_is_gone() {
             .with(Flaw::ResignBeforeStepDown),
     );
     counterexample(&r, "NoAckLost", "Answer");
+}
+
+/// Power loss (issue 42): a node loses what it had not synced and starts again as a
+/// follower. The design as built (a leader serves standbys only records it has synced) keeps
+/// every invariant; so does a leader that serves records as soon as it has written them, so
+/// that a standby's sync overlaps its own, at two and three nodes, because its hw never
+/// passes its own durable end. Power loss is reached: some behaviour loses a written record.
+#[test]
+fn power_loss_loses_no_acknowledged_batch_when_records_are_shipped_before_the_sync() {
+    for cfg in [
+        STANDBY2.without_gap().with_crash(),
+        SHIP_WRITTEN2,
+        SHIP_WRITTEN3,
+    ] {
+        let r = assert_pinned(cfg);
+        assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
+    }
+    let without = election::check(&STANDBY2.without_gap()).expect("fits");
+    let with = election::check(&STANDBY2.without_gap().with_crash()).expect("fits");
+    assert!(
+        with.distinct > without.distinct,
+        "power loss reaches states the design without it does not"
+    );
+    let shipped = election::check(&SHIP_WRITTEN2).expect("fits");
+    assert!(
+        shipped.distinct > with.distinct,
+        "serving written records reaches states serving synced ones does not"
+    );
+}
+
+/// Mutant (h): the leader's hw counts what standbys hold past its own durable end. r1
+/// writes b0, serves it to r2 before its sync, answers it once r2 holds it, loses power
+/// before its sync, and wins epoch 2 without b0 (11 states). With records served only once
+/// synced, the same flaw changes nothing (the same states): the clamp becomes load-bearing
+/// when records are shipped before the sync.
+#[test]
+fn an_hw_past_the_leaders_durable_end_loses_an_acknowledged_batch_at_power_loss() {
+    let r = assert_pinned(SHIP_WRITTEN2.with(Flaw::HwPastDurable));
+    let states = counterexample(&r, "NoAckLost", "Campaign");
+    let answered_unsynced = states
+        .iter()
+        .any(|s| s.batches[0].answer.is_some() && s.node(0).is_leader() && s.node(0).durable == 0);
+    assert!(answered_unsynced, "b0 answered before its leader synced it");
+    let synced_only = STANDBY2
+        .without_gap()
+        .with_crash()
+        .with(Flaw::HwPastDurable);
+    let r = assert_pinned(synced_only);
+    assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
 }
 
 /// Constants the arrays or the key cannot hold are refused, as is a margin as long as the

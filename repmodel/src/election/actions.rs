@@ -16,6 +16,7 @@ pub fn next(cfg: &Config, s: &State, out: &mut Successors<State>) {
     check_and_fence(cfg, s, out);
     hand_over(cfg, s, out);
     append(cfg, s, out);
+    sync_and_crash(cfg, s, out);
     follow(cfg, s, out);
     fetch(cfg, s, out);
     inc_hw(cfg, s, out);
@@ -225,6 +226,9 @@ fn append(cfg: &Config, s: &State, out: &mut Successors<State>) {
             batch: b,
             epoch: node.epoch,
         });
+        if !cfg.crash {
+            node.durable = node.log.end();
+        }
         let mut next = *s;
         *next.node_mut(l) = node;
         next.next_batch = b + 1;
@@ -241,6 +245,34 @@ fn append(cfg: &Config, s: &State, out: &mut Successors<State>) {
     }
 }
 
+/// With `Config::crash`: `Sync(node)`: what a node wrote is durable (its group commit's
+/// fdatasync returned); `Crash(node)`: it loses power, and starts again with its log cut to
+/// what it had synced, following the epoch it knew (its epoch file is synced before it acts
+/// in an epoch), leading nothing. Its lease, if it held one, runs out in the store.
+fn sync_and_crash(cfg: &Config, s: &State, out: &mut Successors<State>) {
+    for n in cfg.all() {
+        let node = s.node(n);
+        if node.durable < node.log.end() {
+            let mut next = *s;
+            next.node_mut(n).durable = node.log.end();
+            out.push(Label::new("Sync").replica("node", n), next);
+        }
+        if !cfg.crash {
+            continue;
+        }
+        let mut next = *s;
+        *next.node_mut(n) = Node {
+            epoch: node.epoch,
+            log: node.log.cut_to(node.durable),
+            durable: node.durable,
+            ..Node::INIT
+        };
+        if next != *s {
+            out.push(Label::new("Crash").replica("node", n), next);
+        }
+    }
+}
+
 /// `Follow(node, leader)`: a node learns a higher epoch (from the store's key or a fetch
 /// answer) and follows its leader: it stops leading if it did, and truncates the suffix its
 /// log does not share with the leader's, by epoch (Kip320).
@@ -252,9 +284,11 @@ fn follow(cfg: &Config, s: &State, out: &mut Successors<State>) {
             .filter(|&f| f != l && s.node(f).epoch < leader.epoch)
         {
             let mut next = *s;
+            let log = s.node(f).log.truncated_to_match(&leader.log);
             *next.node_mut(f) = Node {
                 epoch: leader.epoch,
-                log: s.node(f).log.truncated_to_match(&leader.log),
+                log,
+                durable: s.node(f).durable.min(log.end()),
                 ..Node::INIT
             };
             let label = Label::new("Follow").replica("node", f);
@@ -263,7 +297,9 @@ fn follow(cfg: &Config, s: &State, out: &mut Successors<State>) {
     }
 }
 
-/// `Fetch(node, leader)`: a standby in the leader's epoch takes the leader's next entry.
+/// `Fetch(node, leader)`: a standby in the leader's epoch takes the leader's next entry:
+/// one the leader has synced, or with `Config::ship_written` one it has written. The standby
+/// syncs it before its next fetch acknowledges it (so its log is durable in this step).
 /// The leader fences a fetch from another epoch (`FencedEpoch`): a standby that follows a
 /// newer leader never fetches from, or acknowledges to, an older one. The fetch is also the
 /// acknowledgement: the leader learns what the standby holds in the same step (`counts`).
@@ -275,11 +311,21 @@ fn fetch(cfg: &Config, s: &State, out: &mut Successors<State>) {
             if node.log.truncated_to_match(&leader.log) != node.log {
                 continue; // diverged (only if two leaders share an epoch: Flaw::EpochFromNode)
             }
+            let served = if cfg.ship_written {
+                leader.log.end()
+            } else {
+                leader.durable
+            };
             let Some(entry) = leader.log.at(node.log.end()) else {
                 continue;
             };
+            if node.log.end() >= served {
+                continue;
+            }
             let mut next = *s;
-            next.node_mut(f).log.push(entry);
+            let standby = next.node_mut(f);
+            standby.log.push(entry);
+            standby.durable = standby.log.end();
             let label = Label::new("Fetch").replica("node", f);
             out.push(label.replica("leader", l), next);
         }
@@ -296,8 +342,10 @@ fn counts(cfg: &Config, s: &State, l: Replica, f: Replica, offset: u8) -> bool {
     in_epoch && s.node(f).log.end() > offset
 }
 
-/// `IncHw(leader)`: the hw passes the next offset once every in-memory ISR standby holds it
-/// (ack=standby), or at once (ack=local). Not a client-facing act: no deadline check.
+/// `IncHw(leader)`: the hw passes the next offset once the leader has synced it and every
+/// in-memory ISR standby holds it (ack=standby), or once the leader has synced it
+/// (ack=local). `Flaw::HwPastDurable` drops the leader's own sync from the rule. Not a
+/// client-facing act: no deadline check.
 fn inc_hw(cfg: &Config, s: &State, out: &mut Successors<State>) {
     for l in leaders(cfg, s) {
         let node = s.node(l);
@@ -306,7 +354,12 @@ fn inc_hw(cfg: &Config, s: &State, out: &mut Successors<State>) {
             Ack::Local => true,
             Ack::Standby => node.isr.iter().all(|f| counts(cfg, s, l, f, hw)),
         };
-        if hw < node.log.end() && acked {
+        let own = if cfg.flaws.has(Flaw::HwPastDurable) {
+            node.log.end()
+        } else {
+            node.durable
+        };
+        if hw < own && acked {
             let mut next = *s;
             next.node_mut(l).hw = hw + 1;
             out.push(Label::new("IncHw").replica("leader", l), next);

@@ -108,6 +108,7 @@ fn push_node(p: &mut Packer, cfg: &Config, x: &Radix, n: &Node) {
     for slot in &n.log.entries[..usize::from(cfg.batches)] {
         p.push(entry_digit(cfg, *slot), x.entry);
     }
+    p.push(u32::from(n.durable), x.hw);
     p.push(u32::from(n.hw), x.hw);
     p.push(u32::from(n.isr.0), x.set);
     p.push(u32::from(n.deadline), x.deadline);
@@ -130,6 +131,7 @@ fn pop_node(u: &mut Unpacker, cfg: &Config, x: &Radix) -> Node {
         role,
         epoch,
         log,
+        durable: u.pop(x.hw) as u8,
         hw: u.pop(x.hw) as u8,
         isr: ReplicaSet(u.pop(x.set) as u8),
         deadline: u.pop(x.deadline) as u8,
@@ -154,7 +156,8 @@ pub fn encode(cfg: &Config, s: &State) -> Option<u128> {
     p.push(u32::from(s.store.lease), x.lease);
     p.push(u32::from(s.store.isr.0), x.set);
     for n in cfg.all() {
-        if !canonical(&s.node(n).log) {
+        let node = s.node(n);
+        if !canonical(&node.log) || node.durable > node.log.end() {
             return None;
         }
         push_node(&mut p, cfg, &x, s.node(n));
@@ -200,7 +203,7 @@ pub fn fits(cfg: &Config) -> bool {
         .into_iter()
         .for_each(&mut most);
     for _ in cfg.all() {
-        [2, x.epoch, x.hw, x.set, x.deadline, x.renewal, 2]
+        [2, x.epoch, x.hw, x.hw, x.set, x.deadline, x.renewal, 2]
             .into_iter()
             .for_each(&mut most);
         (0..cfg.batches).for_each(|_| most(x.entry));

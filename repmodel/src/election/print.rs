@@ -21,6 +21,9 @@ fn node(n: &Node) -> String {
     if !n.is_leader() {
         return format!("follower {text}");
     }
+    if n.durable < n.log.end() {
+        let _ = write!(text, " synced={}", n.durable);
+    }
     let _ = write!(text, " hw={}", n.hw);
     let renewal = match n.renewal {
         Renewal::Idle => "none".to_string(),
@@ -105,6 +108,12 @@ pub fn describe(cfg: &Config) -> String {
     let mut text = format!("ack={ack} {gap}");
     if cfg.handover {
         text.push_str(" handover");
+    }
+    if cfg.crash {
+        text.push_str(" crash");
+    }
+    if cfg.ship_written {
+        text.push_str(" ship-written");
     }
     for flaw in cfg.flaws.iter() {
         let _ = write!(text, " flaw={}", flaw.key());

@@ -46,10 +46,14 @@ pub enum Flaw {
     IsrGrowAtHw,
     /// (g) A leader handing over deletes its key before it stops answering.
     ResignBeforeStepDown,
+    /// (h) A leader's hw may pass its own durable end: it counts what standbys hold of
+    /// records it has written and not yet synced (only visible with `Config::crash`, and
+    /// under ack=standby only when records are shipped before the leader's sync).
+    HwPastDurable,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 8] = [
+    pub const ALL: [Flaw; 9] = [
         Flaw::NoMargin,
         Flaw::CampaignOutsideIsr,
         Flaw::IsrGrowStoreFirst,
@@ -58,6 +62,7 @@ impl Flaw {
         Flaw::EpochFromNode,
         Flaw::IsrGrowAtHw,
         Flaw::ResignBeforeStepDown,
+        Flaw::HwPastDurable,
     ];
 
     /// The name printed in tables and accepted by the command line.
@@ -71,6 +76,7 @@ impl Flaw {
             Flaw::EpochFromNode => "epoch-from-node",
             Flaw::IsrGrowAtHw => "isr-grow-at-hw",
             Flaw::ResignBeforeStepDown => "resign-before-step-down",
+            Flaw::HwPastDurable => "hw-past-durable",
         }
     }
 
@@ -78,14 +84,14 @@ impl Flaw {
         Flaw::ALL.into_iter().find(|f| f.key() == key)
     }
 
-    fn bit(self) -> u8 {
-        1 << (self as u8)
+    fn bit(self) -> u16 {
+        1 << (self as u16)
     }
 }
 
 /// A set of flaws; empty for the design as built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Flaws(u8);
+pub struct Flaws(u16);
 
 impl Flaws {
     pub const NONE: Flaws = Flaws(0);
@@ -124,6 +130,14 @@ pub struct Config {
     /// Whether a leader may hand over (issue 42: a switchover, a graceful stop): it stops
     /// answering (`StepDown`), then deletes its key (`Resign`) so that another may win.
     pub handover: bool,
+    /// Whether a node can lose power (issue 42): its log is cut to what it synced, and it
+    /// starts again as a follower of the epoch it knew. Without it every claim is synced in
+    /// the step that appends it.
+    pub crash: bool,
+    /// Whether a leader serves standbys records it has written and not yet synced (issue 42:
+    /// the standby's sync overlaps the leader's, as Raft's leaders do). Without it a leader
+    /// serves only its durable records (roost until now).
+    pub ship_written: bool,
     pub flaws: Flaws,
 }
 
@@ -153,6 +167,8 @@ impl Config {
             ack,
             gap: true,
             handover: false,
+            crash: false,
+            ship_written: false,
             flaws: Flaws::NONE,
         }
     }
@@ -183,6 +199,22 @@ impl Config {
     pub const fn with_handover(self) -> Config {
         Config {
             handover: true,
+            ..self
+        }
+    }
+
+    /// Nodes may lose power, and lose what they had not synced.
+    pub const fn with_crash(self) -> Config {
+        Config {
+            crash: true,
+            ..self
+        }
+    }
+
+    /// A leader serves records before its own sync.
+    pub const fn with_ship_written(self) -> Config {
+        Config {
+            ship_written: true,
             ..self
         }
     }
@@ -250,6 +282,13 @@ impl Log {
         self.entries[end] = Some(entry);
     }
 
+    /// The log's first `end` entries.
+    pub fn cut_to(&self, end: u8) -> Log {
+        let mut out = *self;
+        out.entries[usize::from(end).min(MAX_BATCHES)..].fill(None);
+        out
+    }
+
     /// The log cut to the longest prefix it shares with `leader`'s: what truncating by epoch
     /// (KIP-279's rounds against a leader whose log only grows) ends with.
     pub fn truncated_to_match(&self, leader: &Log) -> Log {
@@ -287,6 +326,10 @@ pub struct Node {
     /// The epoch it leads or follows; 0 before it knows any.
     pub epoch: u8,
     pub log: Log,
+    /// How much of `log` is synced (a standby syncs what a fetch brought before its next
+    /// fetch acknowledges it, so its whole log is; a leader's claims are synced by `Sync`).
+    /// Without `Config::crash` a claim is synced in the step that appends it.
+    pub durable: u8,
     /// A leader's high watermark: every offset below is held by every in-memory ISR standby
     /// (ack=standby) or by itself (ack=local). It starts at 0 in each term (a new leader
     /// counts again what its ISR holds); 0 for a follower.
@@ -308,6 +351,7 @@ impl Node {
         log: Log {
             entries: [None; MAX_BATCHES],
         },
+        durable: 0,
         hw: 0,
         isr: ReplicaSet::EMPTY,
         deadline: 0,

@@ -69,6 +69,13 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn durable_end(&self) -> Lsn;
     /// Resolves (or times out) once `durable_end() > after`: long-poll support.
     fn wait_durable(&self, after: Lsn, timeout: std::time::Duration) -> Lsn;
+    /// The durable end as a watch, if this log keeps one (it must send every new durable
+    /// end): a caught-up follower's long-poll then waits on it in the runtime, woken by the
+    /// sync itself, instead of in `wait_durable` on a blocking-pool thread that must wake
+    /// the runtime in turn. `None`: `wait_durable`.
+    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        None
+    }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
     /// Records `from..durable_end()`, at least one if any, at most about `max_bytes`.
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;

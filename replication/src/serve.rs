@@ -352,6 +352,12 @@ async fn answer_fetch<L: LeaderLog>(
     }
     let deadline = Instant::now() + fetch.wait;
     let after = fetch.view.fetch_lsn;
+    if let Some(durable) = log.durable_watch() {
+        if !wait_watched(log, fetch, durable, deadline, shutdown).await? {
+            return Ok(None);
+        }
+        return decide_and_read(log, fetch).await.map(Some);
+    }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -369,6 +375,51 @@ async fn answer_fetch<L: LeaderLog>(
     }
     // Decide again: leadership, the hw and the log may all have moved during the wait.
     decide_and_read(log, fetch).await.map(Some)
+}
+
+/// The long-poll on the log's durable-end watch: until the durable end passes the fetch's
+/// lsn or `deadline`; each `WAIT_SLICE` without news renews the follower's acknowledgement
+/// (as `waited` does). `false`: shutdown came first.
+async fn wait_watched<L: LeaderLog>(
+    log: &Arc<L>,
+    fetch: &Fetch,
+    mut durable: watch::Receiver<Lsn>,
+    deadline: Instant,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<bool, Cancelled> {
+    let after = fetch.view.fetch_lsn;
+    while *durable.borrow_and_update() <= after {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let slice = tokio::time::sleep(left.min(WAIT_SLICE));
+        tokio::select! {
+            _ = wait_shutdown(shutdown) => return Ok(false),
+            changed = durable.changed() => {
+                if changed.is_err() {
+                    break; // the log is gone: answer now, from what it says
+                }
+            }
+            () = slice => {
+                // No news for a slice: still caught up at `after`, so the acknowledgement is
+                // renewed; and the durable end is read once more, in case the watch missed it.
+                let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
+                let moved = blocking(log, move |l| {
+                    let moved = l.durable_end() > after;
+                    if !moved && l.leader_epoch() == Some(epoch) {
+                        l.acknowledged(&replica, after);
+                    }
+                    moved
+                })
+                .await?;
+                if moved {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// One slice of a long-poll: waits for the durable end to pass `after`; while it has not,

@@ -115,6 +115,10 @@ pub struct MemLog {
     name: String,
     state: Mutex<State>,
     durable: Condvar,
+    /// With [`MemLog::with_durable_watch`]: the durable end as a watch (`durable_watch`).
+    watch: Option<tokio::sync::watch::Sender<Lsn>>,
+    /// Calls of `wait_durable` (a log with a watch should see none).
+    blocking_waits: std::sync::atomic::AtomicU64,
 }
 
 impl MemLog {
@@ -129,6 +133,31 @@ impl MemLog {
                 ..State::default()
             }),
             durable: Condvar::new(),
+            watch: None,
+            blocking_waits: Default::default(),
+        }
+    }
+
+    /// [`MemLog::new`], offering its durable end as a watch (`LeaderLog::durable_watch`), as
+    /// the daemon's log does: a caught-up follower's long-poll waits on it in the runtime.
+    pub fn with_durable_watch(name: &str) -> Self {
+        MemLog {
+            watch: Some(tokio::sync::watch::channel(1).0),
+            ..MemLog::new(name)
+        }
+    }
+
+    /// How many times `wait_durable` was called.
+    pub fn blocking_waits(&self) -> u64 {
+        self.blocking_waits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Tells the waiters (condvar and watch) the durable end moved.
+    fn durable_moved(&self, durable_end: Lsn) {
+        self.durable.notify_all();
+        if let Some(tx) = &self.watch {
+            tx.send_replace(durable_end);
         }
     }
 
@@ -201,7 +230,7 @@ impl MemLog {
         if isr_empty && s.leader.is_some() {
             s.hw = s.durable_end;
         }
-        self.durable.notify_all();
+        self.durable_moved(s.durable_end);
     }
 
     /// `write` then `sync`.
@@ -218,6 +247,7 @@ impl MemLog {
         s.truncate(durable);
         s.leader = None;
         s.acks.clear();
+        self.durable_moved(s.durable_end);
     }
 
     /// Retires every record below `lsn` (a checkpoint removed them).
@@ -302,6 +332,7 @@ impl MemLog {
             s.current_epoch = s.current_epoch.max(epoch);
         }
         s.durable_end = s.log_end();
+        self.durable_moved(s.durable_end);
     }
 }
 
@@ -318,6 +349,8 @@ impl LeaderLog for MemLog {
         self.lock().durable_end
     }
     fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
+        self.blocking_waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
         while s.durable_end <= after {
@@ -332,6 +365,9 @@ impl LeaderLog for MemLog {
                 .0;
         }
         s.durable_end
+    }
+    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.watch.as_ref().map(|tx| tx.subscribe())
     }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
         let s = self.lock();
@@ -479,7 +515,7 @@ impl FollowerLog for MemLog {
         }
         s.durable_end = s.log_end();
         s.hw = s.hw.max(leader_hw.min(s.log_end()));
-        self.durable.notify_all();
+        self.durable_moved(s.durable_end);
         Ok(())
     }
     fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
@@ -493,6 +529,7 @@ impl FollowerLog for MemLog {
             });
         }
         s.truncate(lsn);
+        self.durable_moved(s.durable_end);
         Ok(())
     }
 }

@@ -330,12 +330,28 @@ async fn garbage_from_a_peer_ends_only_its_connection() {
 }
 
 /// Goal: the leader's long-poll answers as soon as a record is durable, not at its timeout,
-/// and an unsynced record is never served.
+/// and an unsynced record is never served: waiting on the blocking pool (`wait_durable`)
+/// and, as the daemon's log does (issue 42), on the log's durable-end watch, which then
+/// takes no blocking wait at all.
 /// Method: a raw caught-up fetch with wait_ms 5000; a record written but not synced, then
 /// synced 100 ms later; the answer carries it well before 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_poll_wakes_on_durable_records_only() {
-    let a = Arc::new(MemLog::new("a"));
+    let blocking = long_poll_wakes_on_sync(MemLog::new("a")).await;
+    assert!(
+        blocking > 0,
+        "without a watch the long-poll waits in wait_durable"
+    );
+    let watched = long_poll_wakes_on_sync(MemLog::with_durable_watch("a")).await;
+    assert_eq!(
+        watched, 0,
+        "with a watch the long-poll takes no blocking wait"
+    );
+}
+
+/// One run of `long_poll_wakes_on_durable_records_only`; the blocking waits it took.
+async fn long_poll_wakes_on_sync(log: MemLog) -> u64 {
+    let a = Arc::new(log);
     a.become_leader(1, &[]);
     let leader = Leader::start(Arc::clone(&a)).await;
     let mut s = TcpStream::connect(&leader.addr).await.expect("connect");
@@ -358,12 +374,19 @@ async fn long_poll_wakes_on_durable_records_only() {
         other => panic!("expected one record, got {other:?}"),
     }
     leader.stop().await;
+    a.blocking_waits()
 }
 
-/// Goal: shutdown ends a long-poll at once and stops both sides cleanly.
+/// Goal: shutdown ends a long-poll at once and stops both sides cleanly, whether it waits
+/// on the blocking pool or on the log's durable-end watch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_a_long_poll() {
-    let a = Arc::new(MemLog::new("a"));
+    shutdown_ends_a_long_poll_on(MemLog::new("a")).await;
+    shutdown_ends_a_long_poll_on(MemLog::with_durable_watch("a")).await;
+}
+
+async fn shutdown_ends_a_long_poll_on(log: MemLog) {
+    let a = Arc::new(log);
     a.become_leader(1, &[]);
     let leader = Leader::start(Arc::clone(&a)).await;
     let b = Arc::new(MemLog::new("b"));

@@ -18,7 +18,9 @@ mod truncate;
 use std::path::PathBuf;
 
 pub use epochs::LeaderEpochs;
-pub use log::{Record, RecoveryReport, Replay, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
+pub use log::{
+    Record, RecoveryReport, Replay, SyncedHook, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
+};
 pub use options::{WalOptions, FIRST_SEGMENT_BYTES};
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.

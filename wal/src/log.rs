@@ -156,7 +156,12 @@ pub struct Wal {
     /// The spare is missing (kept in step with `Inner::spare` under the lock): the daemon
     /// asks before every batch, and must not take the append lock to hear "no".
     pub(crate) spare_short: AtomicBool,
+    /// Told every new synced lsn ([`Wal::on_synced`]).
+    synced_hook: std::sync::OnceLock<SyncedHook>,
 }
+
+/// What [`Wal::on_synced`] calls with each new synced lsn.
+pub type SyncedHook = Arc<dyn Fn(Lsn) + Send + Sync>;
 
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -253,6 +258,7 @@ impl Wal {
             append_bytes: AtomicU64::new(0),
             report,
             spare_short: AtomicBool::new(spare_short),
+            synced_hook: std::sync::OnceLock::new(),
         })
     }
 
@@ -661,7 +667,10 @@ impl Wal {
             g = self.lock();
             g.syncing = false;
             match r {
-                Ok(()) => g.synced_lsn = g.synced_lsn.max(target),
+                Ok(()) => {
+                    g.synced_lsn = g.synced_lsn.max(target);
+                    self.synced_moved(g.synced_lsn);
+                }
                 Err(source) => {
                     let e = WalError::Io {
                         op: "sync",
@@ -673,6 +682,20 @@ impl Wal {
                 }
             }
             self.synced.notify_all();
+        }
+    }
+
+    /// Calls `hook` with the synced lsn whenever it moves (a group commit, a roll, a cut),
+    /// under the log's lock, so it must be quick and must not call back into the log (a
+    /// replication leader's long-poll watch, woken by the sync itself). One hook per log:
+    /// `false` if one was set already.
+    pub fn on_synced(&self, hook: SyncedHook) -> bool {
+        self.synced_hook.set(hook).is_ok()
+    }
+
+    pub(crate) fn synced_moved(&self, synced: Lsn) {
+        if let Some(hook) = self.synced_hook.get() {
+            hook(synced);
         }
     }
 

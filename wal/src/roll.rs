@@ -66,6 +66,7 @@ impl Wal {
             })?;
             g.synced_lsn = g.written_lsn;
             self.synced.notify_all();
+            self.synced_moved(g.synced_lsn);
         }
         let bytes = self
             .opts

@@ -610,3 +610,36 @@ fn extent_copies_open_as_the_records_before_them_and_create_at_starts_at_its_lsn
         "not over a log"
     );
 }
+
+/// Goal (issue 42): the hook set by `on_synced` hears every move of the synced lsn — a
+/// group commit, a roll (which syncs the sealed segment), a truncation (which lowers it) —
+/// with the value `synced_lsn()` then reads; a second hook is refused.
+#[test]
+fn the_synced_hook_hears_every_move_of_the_synced_lsn() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(256)).unwrap();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::<Lsn>::new()));
+    let sink = Arc::clone(&heard);
+    let hook: roost_wal::SyncedHook = Arc::new(move |lsn| sink.lock().unwrap().push(lsn));
+    assert!(wal.on_synced(hook));
+    assert!(!wal.on_synced(Arc::new(|_| {})), "one hook per log");
+    let last_heard = || *heard.lock().unwrap().last().expect("a call");
+    let lsn = wal.append(1, b"a").unwrap();
+    assert_eq!((last_heard(), wal.synced_lsn()), (lsn, lsn));
+    // Appends without a sync until the segment rolls: the roll syncs what it seals.
+    let before = heard.lock().unwrap().len();
+    let segments = wal.segments().len();
+    while wal.segments().len() == segments {
+        wal.append_nowait(1, &old(7)).unwrap();
+    }
+    assert!(
+        heard.lock().unwrap().len() > before,
+        "the roll's sync was heard"
+    );
+    assert_eq!(last_heard(), wal.synced_lsn());
+    let end = wal.next_lsn() - 1;
+    wal.sync_to(end).unwrap();
+    assert_eq!(last_heard(), end);
+    wal.truncate_from(lsn + 1).unwrap();
+    assert_eq!((last_heard(), wal.synced_lsn()), (lsn, lsn));
+}

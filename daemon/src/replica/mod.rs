@@ -80,6 +80,10 @@ impl LeaderLog for LeaderSide {
             + 1
     }
 
+    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.repl.durable.clone()
+    }
+
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
         self.repl.end_offset_for(epoch)
     }

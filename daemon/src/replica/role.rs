@@ -101,6 +101,9 @@ pub struct Replication {
     /// is taken and no answer given (`fencing.rs`), even before the agent notices.
     pub(super) lease_until_ms: AtomicU64,
     pub(super) opened: Instant,
+    /// The durable end, sent by the WAL's sync itself (`Wal::on_synced`): what a caught-up
+    /// standby's long-poll waits on. `None` if the WAL had a hook already.
+    pub(super) durable: Option<tokio::sync::watch::Receiver<Lsn>>,
 }
 
 /// Opens [`Replication`] as the engine's log role.
@@ -126,6 +129,16 @@ pub fn of(engine: &crate::pipeline::Engine) -> Result<Arc<Replication>, EngineEr
         .map_err(|_| EngineError::Replication("the engine was opened without replication".into()))
 }
 
+/// A watch of `wal`'s durable end (the lsn after the last synced record), kept current by
+/// the WAL's own syncs; `None` if the WAL already has a hook.
+fn durable_watch(wal: &Wal) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+    let (tx, rx) = tokio::sync::watch::channel(wal.synced_lsn() + 1);
+    let hook: roost_wal::SyncedHook = Arc::new(move |synced: Lsn| {
+        tx.send_replace(synced + 1);
+    });
+    wal.on_synced(hook).then_some(rx)
+}
+
 impl Replication {
     /// The role (a standby when `[replication] follow` is set, or in a cluster), the
     /// leader-epoch file (rebuilt from the WAL if missing), and the epoch appends carry
@@ -149,6 +162,7 @@ impl Replication {
     }
 
     fn new(parts: RoleParts, role: Role, file: EpochFile, epochs: LeaderEpochs) -> Replication {
+        let parts_wal = parts.wal.clone();
         Replication {
             storage: parts.storage.clone(),
             config: parts.config.clone(),
@@ -170,6 +184,7 @@ impl Replication {
             isr: Mutex::new(None),
             lease_until_ms: AtomicU64::new(0),
             opened: Instant::now(),
+            durable: durable_watch(&parts_wal),
         }
     }
 

@@ -215,6 +215,7 @@ async fn run<F: FollowerLog>(
             mode,
             answered: false,
             hw_passed: 0,
+            next: None,
         };
         let end = session.run(&mut shutdown).await;
         status.set_connected(false);
@@ -251,6 +252,17 @@ struct Sent {
     last_epoch: Epoch,
 }
 
+impl Sent {
+    /// What the next fetch says of `l` now.
+    fn of<F: FollowerLog>(l: &F) -> Sent {
+        Sent {
+            current_epoch: l.current_epoch(),
+            fetch_lsn: l.log_end(),
+            last_epoch: l.last_epoch(),
+        }
+    }
+}
+
 /// One connection to the leader.
 struct Session<'a, F: FollowerLog> {
     leader: &'a str,
@@ -264,6 +276,9 @@ struct Session<'a, F: FollowerLog> {
     answered: bool,
     /// The hw last given to `append` (an empty answer with a higher one is passed on).
     hw_passed: Lsn,
+    /// The next fetch, read in the same trip to the blocking pool as the append before it:
+    /// the fetch that acknowledges records goes out as soon as they are durable (issue 42).
+    next: Option<Sent>,
 }
 
 impl<F: FollowerLog> Session<'_, F> {
@@ -289,12 +304,10 @@ impl<F: FollowerLog> Session<'_, F> {
             if shutdown_requested(shutdown) {
                 return Err(End::Done(FollowEnd::Shutdown));
             }
-            let sent = blocking(self.log, |l| Sent {
-                current_epoch: l.current_epoch(),
-                fetch_lsn: l.log_end(),
-                last_epoch: l.last_epoch(),
-            })
-            .await?;
+            let sent = match self.next.take() {
+                Some(sent) => sent,
+                None => blocking(self.log, Sent::of).await?,
+            };
             let answer = self.exchange(&mut stream, sent, shutdown).await?;
             self.handle(answer, sent).await?;
             self.answered = true;
@@ -464,16 +477,19 @@ impl<F: FollowerLog> Session<'_, F> {
         let count = entries.len() as u64;
         let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
         if count > 0 || hw > self.hw_passed {
-            blocking(self.log, move |l| l.append(&entries, hw))
-                .await?
-                .map_err(|source| {
-                    End::Fatal(FollowError::Log {
-                        op: "append",
-                        lsn: sent.fetch_lsn,
-                        source,
-                    })
-                })?;
+            let next = blocking(self.log, move |l| {
+                l.append(&entries, hw).map(|()| Sent::of(l))
+            })
+            .await?
+            .map_err(|source| {
+                End::Fatal(FollowError::Log {
+                    op: "append",
+                    lsn: sent.fetch_lsn,
+                    source,
+                })
+            })?;
             self.hw_passed = hw;
+            self.next = Some(next);
         }
         self.status.appended(count, bytes);
         self.status.saw_hw(hw);

@@ -12,8 +12,8 @@
 //! if set (say, the main branch's `roost`, measured on the same data directory): kill -9 and
 //! the time until a fresh `serve` answers `status` and one new batch commits; SIGTERM and the
 //! same; VmRSS and `status.memory` after that restart; then the page cache dropped (root
-//! only, else the figures are marked warm) and [`GETS`] `roost get` of random ids made in the
-//! fill, one process each, each answer checked, p50/p99.
+//! only, else the figures are marked warm) and [`GETS`] (`ROOST_BENCH_GETS`) `roost get` of
+//! random ids made in the fill, one process each, each answer checked, p50/p99.
 //!
 //! Rows go to stdout and to `ROOST_RECORDS_CSV` (default `target/bench-records/records.csv`),
 //! appended. `ROOST_BENCH_QUICK=1`: 20,000 records in files of 2,000 lines. The data
@@ -32,7 +32,7 @@ use crate::keys::{connect_stream, deliver, drop_caches, quantile, rss_kib, Daemo
 
 /// Throughput is over this many files at the start (empty store) and at the end (N records).
 const RATE_FILES: usize = 10;
-/// `roost get` calls timed after each restart.
+/// `roost get` calls timed after each restart (`ROOST_BENCH_GETS` to change).
 const GETS: usize = 200;
 /// (shard, id, record's `n`) sampled from the fill for the gets.
 const SAMPLE: usize = 4096;
@@ -92,7 +92,7 @@ fn env_num(name: &str, quick: usize, full: usize) -> anyhow::Result<usize> {
 }
 
 /// Waits for file `name`'s result, checks every line committed, samples its creates.
-fn finish(d: &Daemon, fill: &mut Fill, f: usize, name: &str) -> anyhow::Result<()> {
+fn finish(d: &mut Daemon, fill: &mut Fill, f: usize, name: &str) -> anyhow::Result<()> {
     let out = d.spool().join("out").join(name);
     let t = Instant::now();
     while !out.exists() {
@@ -127,7 +127,11 @@ fn finish(d: &Daemon, fill: &mut Fill, f: usize, name: &str) -> anyhow::Result<(
         }
         n += 1;
     }
-    ensure!(n == fill.lines, "{name}: {n} results for {} lines", fill.lines);
+    ensure!(
+        n == fill.lines,
+        "{name}: {n} results for {} lines",
+        fill.lines
+    );
     std::fs::remove_file(&out).with_context(|| format!("remove {}", out.display()))?;
     fill.done.push((n, Instant::now()));
     if fill.done.len() + RATE_FILES > fill.files {
@@ -136,7 +140,7 @@ fn finish(d: &Daemon, fill: &mut Fill, f: usize, name: &str) -> anyhow::Result<(
     Ok(())
 }
 
-fn fill_store(d: &Daemon, fill: &mut Fill) -> anyhow::Result<()> {
+fn fill_store(d: &mut Daemon, fill: &mut Fill) -> anyhow::Result<()> {
     let mut in_flight = std::collections::VecDeque::new();
     for f in 0..fill.files {
         let name = format!("rec-{f:07}.jsonl");
@@ -181,9 +185,11 @@ fn restart(d: &mut Daemon, bin: &Path, key: &str) -> anyhow::Result<(f64, f64)> 
 
 /// `roost get` of sampled ids, one process each: latencies in ms, sorted.
 fn gets(d: &Daemon, bin: &Path, fill: &mut Fill) -> anyhow::Result<Vec<f64>> {
-    let mut lat = Vec::with_capacity(GETS);
-    for _ in 0..GETS.min(fill.sample.len()) {
-        let (s, id, n) = fill.sample[(fill.next_rand() % fill.sample.len() as u64) as usize];
+    let n = env_num("ROOST_BENCH_GETS", GETS, GETS)?;
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n.min(fill.sample.len()) {
+        let pick = (fill.next_rand() % fill.sample.len() as u64) as usize;
+        let (s, id, n) = fill.sample[pick];
         let t = Instant::now();
         let out = std::process::Command::new(bin)
             .args(["get", &format!("s{s}"), &id.to_string(), "--data-dir"])
@@ -270,8 +276,10 @@ pub fn run() -> anyhow::Result<()> {
     };
     let mut d = Daemon::start(&bin, &base)?;
     fill.done = vec![(0, Instant::now())];
-    fill_store(&d, &mut fill)?;
-    let secs = fill.done[fill.done.len() - 1].1.duration_since(fill.done[0].1);
+    fill_store(&mut d, &mut fill)?;
+    let secs = fill.done[fill.done.len() - 1]
+        .1
+        .duration_since(fill.done[0].1);
     let (empty, at_n) = (
         fill.rate(0, RATE_FILES),
         fill.rate(fill.files.saturating_sub(RATE_FILES), fill.files),

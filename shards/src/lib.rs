@@ -810,14 +810,15 @@ impl Shard {
         };
         let synced_through = self.opts.synced_through_lsn;
         let max_lsn = &mut self.max_lsn;
-        let end = scan_frames(&bytes, from, last, synced_through, max_lsn, on_frame).map_err(
-            |c| ShardError::Corrupt {
-                segment: seg.path.clone(),
-                offset: c.offset as u64,
-                lsn: c.lsn,
-                reason: c.reason,
-            },
-        )?;
+        let end =
+            scan_frames(&bytes, from, last, synced_through, max_lsn, on_frame).map_err(|c| {
+                ShardError::Corrupt {
+                    segment: seg.path.clone(),
+                    offset: c.offset as u64,
+                    lsn: c.lsn,
+                    reason: c.reason,
+                }
+            })?;
         if last {
             self.write_offset = end.pos;
         }

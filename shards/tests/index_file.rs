@@ -60,9 +60,14 @@ fn txn(i: u64) -> Txn {
         },
     ];
     if i >= 4 && i % 2 == 0 {
-        ops.push(TxnOp::Delete { id: 2 * (i - 4) + 1 });
+        ops.push(TxnOp::Delete {
+            id: 2 * (i - 4) + 1,
+        });
     }
-    Txn { lsn: 3 * i + 1, ops }
+    Txn {
+        lsn: 3 * i + 1,
+        ops,
+    }
 }
 
 fn apply(s: &mut Shard, range: std::ops::Range<u64>) {
@@ -111,7 +116,10 @@ fn open_from_the_index_file_answers_as_a_full_scan_and_reads_only_the_tail() {
     assert_eq!(r.frames, 65, "{r:?}");
     assert!(r.segments > 2, "the history rolls segments: {r:?}");
     assert_eq!(answers(&s), before);
-    assert!(!s.contains(1) && s.contains(2), "id 1 deleted under the cover");
+    assert!(
+        !s.contains(1) && s.contains(2),
+        "id 1 deleted under the cover"
+    );
     assert!(!s.contains(2 * 40 + 1 - 8), "deleted past the cover");
     drop(s);
     assert_eq!(answers(&open_scan(&disk)), before);
@@ -179,7 +187,11 @@ fn a_damaged_old_or_stale_index_file_means_a_full_scan() {
     let cut = answers(&s);
     drop(s);
     let s = open_sim(&d);
-    assert_eq!(s.open_report().indexed_frames, 0, "truncate removed the file");
+    assert_eq!(
+        s.open_report().indexed_frames,
+        0,
+        "truncate removed the file"
+    );
     assert_eq!(answers(&s), cut);
     assert!(!s.holds(txn(25).lsn));
 }

@@ -122,7 +122,6 @@ pub(crate) fn encode_into(
         spill(&mut buf, &mut at, false)?;
     }
     spill(&mut buf, &mut at, true)?;
-    drop(spill);
     let header = header_bytes(c, crc.finalize());
     emit(0, &header)?;
     Ok(at)

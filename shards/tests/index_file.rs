@@ -59,7 +59,7 @@ fn txn(i: u64) -> Txn {
             record: rec(2 * i + 2),
         },
     ];
-    if i >= 4 && i % 2 == 0 {
+    if i >= 4 && i.is_multiple_of(2) {
         ops.push(TxnOp::Delete {
             id: 2 * (i - 4) + 1,
         });

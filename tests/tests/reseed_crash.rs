@@ -115,7 +115,10 @@ fn standby_config() -> Config {
 }
 
 /// Writes `b` into `sink` as the protocol does.
-fn send(b: &Backup, sink: &mut dyn SnapshotSink) -> Result<SnapshotDone, roost::error::EngineError> {
+fn send(
+    b: &Backup,
+    sink: &mut dyn SnapshotSink,
+) -> Result<SnapshotDone, roost::error::EngineError> {
     let err = |e: String| roost::error::EngineError::Replication(e);
     for (f, bytes) in &b.files {
         sink.begin_file(f).map_err(err)?;
@@ -133,7 +136,9 @@ fn send(b: &Backup, sink: &mut dyn SnapshotSink) -> Result<SnapshotDone, roost::
 }
 
 fn reseed(disk: &SimStorage, b: &Backup) -> Result<SnapshotDone, roost::error::EngineError> {
-    reseed_with(Arc::new(disk.clone()), &standby_config(), |sink| send(b, sink))
+    reseed_with(Arc::new(disk.clone()), &standby_config(), |sink| {
+        send(b, sink)
+    })
 }
 
 /// A start as `roost serve` makes it: an interrupted install finished (or a partial
@@ -164,7 +169,11 @@ fn apply(e: &Engine, entries: &[Entry]) {
 
 /// What a standby holds: records (lsn, epoch, type, payload) from `from` on, shard contents,
 /// each claim's audit rows.
-type State = (Vec<(u64, u32, u8, Vec<u8>)>, Contents, BTreeMap<u64, Vec<u32>>);
+type State = (
+    Vec<(u64, u32, u8, Vec<u8>)>,
+    Contents,
+    BTreeMap<u64, Vec<u32>>,
+);
 
 fn state(disk: &SimStorage, from: u64) -> State {
     let w = roost_wal::Wal::open_with(
@@ -193,9 +202,19 @@ fn verified(disk: &SimStorage, what: &str) {
     assert!(report.ok(), "{what}: {:?}", report.violations);
 }
 
+/// A disk holding what `base` holds, all of it durable, its counters at zero.
+fn copy_of(base: &SimStorage, faults: SimFaults) -> SimStorage {
+    let d = SimStorage::new();
+    for p in base.paths() {
+        d.put_file_bytes(&p, base.file_bytes(&p).expect("bytes"));
+    }
+    d.set_faults(faults);
+    d
+}
+
 /// The crash modes of one schedule step `n`: the process stopped after `n` changing calls,
-/// or the power lost after `n` syncs (dropped or torn).
-fn crashed(n: u64, run_on: impl Fn(&SimStorage)) -> Vec<(String, SimStorage)> {
+/// or the power lost after `n` syncs (dropped or torn), each on a copy of `base`.
+fn crashed(base: &SimStorage, n: u64, run_on: impl Fn(&SimStorage)) -> Vec<(String, SimStorage)> {
     let mut out = Vec::new();
     let stop = SimFaults {
         stop_after_ops: Some(n),
@@ -207,10 +226,12 @@ fn crashed(n: u64, run_on: impl Fn(&SimStorage)) -> Vec<(String, SimStorage)> {
     };
     for (faults, modes) in [
         (stop, vec![CrashMode::Process]),
-        (freeze, vec![CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }]),
+        (
+            freeze,
+            vec![CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }],
+        ),
     ] {
-        let disk = SimStorage::new();
-        disk.set_faults(faults.clone());
+        let disk = copy_of(base, faults.clone());
         run_on(&disk);
         for m in modes {
             out.push((format!("{m:?} at {n} ({faults:?})"), disk.crash(m)));
@@ -228,25 +249,22 @@ fn a_crash_at_every_step_of_a_reseed_leaves_the_old_state_or_the_backup() {
     let (pdisk, backup, rest) = primary();
     let old = old_standby();
     let old_state = state(&old, 1);
-    let whole = old.crash(CrashMode::PowerDrop);
-    let (ops0, syncs0) = (whole.op_count(), whole.sync_count());
+    let whole = copy_of(&old, SimFaults::default());
     reseed(&whole, &backup).expect("a whole re-seed");
-    let (ops, syncs) = (whole.op_count() - ops0, whole.sync_count() - syncs0);
-    assert!(ops > 30 && syncs > 10, "a re-seed makes {ops} calls, {syncs} syncs");
+    let (ops, syncs) = (whole.op_count(), whole.sync_count());
+    assert!(
+        ops > 30 && syncs > 10,
+        "a re-seed makes {ops} calls, {syncs} syncs"
+    );
     apply(&open_standby(&whole), &rest);
     let want = state(&pdisk, backup.wal_from);
     assert_eq!(state(&whole, backup.wal_from), want, "a clean re-seed");
     let (mut old_kept, mut installed) = (0, 0);
     for n in 0..ops.max(syncs) {
         let start = |d: &SimStorage| {
-            let base = old.crash(CrashMode::PowerDrop);
-            // The crash disk starts from the old state; its counters start afresh.
-            for p in base.paths() {
-                d.put_file_bytes(&p, base.file_bytes(&p).expect("bytes"));
-            }
             let _ = reseed(d, &backup);
         };
-        for (what, after) in crashed(n, start) {
+        for (what, after) in crashed(&old, n, start) {
             resume_with(&after, &standby_config()).expect("resume");
             if state(&after, 1) == old_state {
                 verified(&after, &what);
@@ -261,14 +279,17 @@ fn a_crash_at_every_step_of_a_reseed_leaves_the_old_state_or_the_backup() {
         }
     }
     println!("re-seed: {ops} changing calls, {syncs} syncs; {old_kept} runs kept the old state, {installed} the backup");
-    assert!(old_kept > 10 && installed > 10, "old {old_kept}, installed {installed}");
+    assert!(
+        old_kept > 10 && installed > 10,
+        "old {old_kept}, installed {installed}"
+    );
 }
 
-/// A standby that applied all of `entries`, after a clean stop.
+/// A standby that applied all of `entries` (stopped: its effects in the page cache).
 fn standby_of(entries: &[Entry]) -> SimStorage {
     let disk = SimStorage::new();
     apply(&open_standby(&disk), entries);
-    disk.crash(CrashMode::PowerDrop)
+    disk
 }
 
 /// Opens the cutter on `disk` and reconciles with a primary whose log ends before `keep`.
@@ -279,7 +300,7 @@ fn cut(disk: &SimStorage, keep: u64) -> Result<(), roost::error::EngineError> {
 }
 
 /// Goal: see the module comment, for the cut. Method: a standby that applied 12 batches of
-/// a primary whose successor holds only the records before `keep` (a claim in the middle);
+/// a primary whose successor holds only the records before `keep` (the middle claim);
 /// count the changing calls and syncs of the cut; for every n, crash there, start again and
 /// cut again (the follower reconciles again), then fetch the successor's records: the
 /// standby holds exactly what a standby that only ever applied those holds.
@@ -291,28 +312,39 @@ fn a_crash_at_every_step_of_a_cut_leaves_the_primarys_prefix() {
         run(&e, "p", 0..12);
         entries(&e, 1)
     };
-    let keep = full[full.len() / 2].lsn;
+    // The primary writes `done` records after a run of claims: the cut goes through the
+    // middle claim, so that claims (and their effects) go with it.
+    let claims: Vec<u64> = full
+        .iter()
+        .filter(|e| e.kind == roost::pipeline::records::RecordType::Claim as u8)
+        .map(|e| e.lsn)
+        .collect();
+    let keep = claims[claims.len() / 2];
     let prefix: Vec<Entry> = full.iter().filter(|x| x.lsn < keep).cloned().collect();
     let reference = SimStorage::new();
     apply(&open_standby(&reference), &prefix);
     let want = state(&reference, 1);
     let base = standby_of(&full);
-    let whole = base.crash(CrashMode::Process);
-    let (ops0, syncs0) = (whole.op_count(), whole.sync_count());
+    assert_ne!(
+        contents(&base, &SHARDS),
+        want.1,
+        "the standby holds effects to cut"
+    );
+    let whole = copy_of(&base, SimFaults::default());
     cut(&whole, keep).expect("a whole cut");
-    let (ops, syncs) = (whole.op_count() - ops0, whole.sync_count() - syncs0);
-    assert!(ops > 5 && syncs > 3, "a cut makes {ops} calls, {syncs} syncs");
+    let (ops, syncs) = (whole.op_count(), whole.sync_count());
+    assert!(
+        ops > 5 && syncs > 3,
+        "a cut makes {ops} calls, {syncs} syncs"
+    );
     apply(&open_standby(&whole), &prefix);
     assert_eq!(state(&whole, 1), want, "a clean cut");
     let mut runs = 0;
     for n in 0..ops.max(syncs) {
         let start = |d: &SimStorage| {
-            for p in base.paths() {
-                d.put_file_bytes(&p, base.file_bytes(&p).expect("bytes"));
-            }
             let _ = cut(d, keep);
         };
-        for (what, after) in crashed(n, start) {
+        for (what, after) in crashed(&base, n, start) {
             cut(&after, keep).unwrap_or_else(|e| panic!("{what}: cut again: {e}"));
             apply(&open_standby(&after), &prefix);
             assert_eq!(state(&after, 1), want, "{what}");

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::seam::{MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
 mod tree;
-use tree::{count_op, settled_by, SimDir};
+use tree::{settled_by, Linked, SimDir};
 
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +46,32 @@ struct SimFile {
     /// Moved or removed with its directory: the directory whose sync settles this entry
     /// (`tree.rs`); its parent's when `None`.
     via: Option<PathBuf>,
+}
+
+impl Linked for SimFile {
+    fn live(&self) -> bool {
+        self.live_linked
+    }
+
+    fn unlink(&mut self, via: Option<PathBuf>) {
+        self.live_linked = false;
+        self.via = via;
+    }
+
+    fn move_over(self, dst: &mut SimFile, via: Option<PathBuf>) {
+        let prior = if dst.durable_linked {
+            Some(dst.durable.clone())
+        } else {
+            dst.prior.take()
+        };
+        *dst = SimFile {
+            live_linked: true,
+            durable_linked: false,
+            prior,
+            via,
+            ..self
+        };
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -98,6 +124,13 @@ struct SimState {
     at_freeze: Option<BTreeMap<PathBuf, SimFile>>,
     writes: u64,
     faults: SimFaults,
+}
+
+impl SimState {
+    /// One changing call ([`SimFaults::stop_after_ops`]).
+    fn count_op(&mut self) -> io::Result<()> {
+        tree::count_op(&mut self.ops, self.faults.stop_after_ops)
+    }
 }
 
 /// An in-memory disk with separate live and durable images. Cheap to clone (shared state).
@@ -330,27 +363,32 @@ impl SplitMix {
 impl Storage for SimStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        count_op(&mut st)?;
-        tree::create_dirs(&mut st, dir);
+        st.count_op()?;
+        tree::create_dirs(&mut st.dirs, dir);
         Ok(())
     }
 
     fn remove_all(&self, path: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        count_op(&mut st)?;
+        st.count_op()?;
         match st.files.get_mut(path) {
             Some(f) if f.live_linked => f.live_linked = false,
-            _ => tree::remove_tree(&mut st, path),
+            _ => {
+                let st = &mut *st;
+                tree::remove_tree(&mut st.files, &mut st.dirs, path)
+            }
         }
         Ok(())
     }
 
     fn list_dirs(&self, dir: &Path) -> io::Result<Vec<String>> {
-        Ok(tree::list_dirs(&self.lock(), dir))
+        let st = self.lock();
+        Ok(tree::list_dirs(&st.files, &st.dirs, dir))
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
-        Ok(tree::exists(&self.lock(), path))
+        let st = self.lock();
+        Ok(tree::exists(&st.files, &st.dirs, path))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
@@ -366,7 +404,7 @@ impl Storage for SimStorage {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
         let mut st = self.lock();
         if matches!(mode, OpenMode::CreateNew | OpenMode::CreateNewPrivate) {
-            count_op(&mut st)?;
+            st.count_op()?;
         }
         let exists = st.files.get(path).is_some_and(|f| f.live_linked);
         match mode {
@@ -405,7 +443,7 @@ impl Storage for SimStorage {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        count_op(&mut st)?;
+        st.count_op()?;
         match st.files.get_mut(path) {
             Some(f) if f.live_linked => {
                 f.live_linked = false;
@@ -417,13 +455,16 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        count_op(&mut st)?;
+        st.count_op()?;
         let src = match st.files.get_mut(from) {
             Some(f) if f.live_linked => {
                 f.live_linked = false;
                 f.clone()
             }
-            _ => return tree::rename_dir(&mut st, from, to),
+            _ => {
+                let st = &mut *st;
+                return tree::rename_dir(&mut st.files, &mut st.dirs, from, to);
+            }
         };
         // The target entry now names the source's inode. Until the directory is synced the
         // durable image still has the old target (if any); its durable content is kept.
@@ -443,7 +484,7 @@ impl Storage for SimStorage {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        count_op(&mut st)?;
+        st.count_op()?;
         if !SimStorage::count_sync(&mut st)? {
             return Ok(());
         }
@@ -485,7 +526,7 @@ struct SimFs {
 impl StorageFs for SimFs {
     fn sync_fs(&self) -> io::Result<()> {
         let mut st = self.disk.lock();
-        count_op(&mut st)?;
+        st.count_op()?;
         if !SimStorage::count_sync(&mut st)? {
             return Ok(());
         }
@@ -528,7 +569,7 @@ impl SimHandle {
             std::thread::sleep(d);
         }
         self.with(|st, p| {
-            count_op(st)?;
+            st.count_op()?;
             let synced =
                 SimStorage::count_sync(st).and_then(|ok| match &st.faults.fail_syncs_under {
                     Some(d) if p.starts_with(d) => {
@@ -635,7 +676,7 @@ impl StorageFile for SimHandle {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.with(|st, p| {
-            count_op(st)?;
+            st.count_op()?;
             st.writes += 1;
             if st.faults.fail_write_at == Some(st.writes) {
                 return Err(sim_err(io::ErrorKind::Other, "write failed (EIO)"));
@@ -673,7 +714,7 @@ impl StorageFile for SimHandle {
 
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.with(|st, p| {
-            count_op(st)?;
+            st.count_op()?;
             let used: u64 = st.files.values().map(|f| f.allocated).sum();
             let cur = file_mut(st, p)?.allocated;
             if let Some(max) = st.faults.space_bytes_max {
@@ -693,7 +734,7 @@ impl StorageFile for SimHandle {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.with(|st, p| {
-            count_op(st)?;
+            st.count_op()?;
             let frozen = st.frozen;
             let f = file_mut(st, p)?;
             resize(f, len, frozen);

@@ -5,10 +5,21 @@
 //! listed). A file moved or removed with its directory becomes durable (moved, or gone) when
 //! the directory that held the moved or removed entry is synced (its `via`), not its own.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{sim_err, SimFile, SimState};
+/// A file entry as the tree sees it (the simulator's `SimFile`): this module knows nothing
+/// else of a file, so it never refers back to `sim.rs`.
+pub(super) trait Linked: Clone + Default {
+    /// Whether the live image has this name.
+    fn live(&self) -> bool;
+    /// Unlinks the live entry; the removal is durable with a sync of `via`.
+    fn unlink(&mut self, via: Option<PathBuf>);
+    /// `self` (a file moved with its directory) now under the name `dst` held; durable
+    /// with a sync of `via` (until then a power loss brings back what `dst` held).
+    fn move_over(self, dst: &mut Self, via: Option<PathBuf>);
+}
 
 /// A directory `create_dir_all` made or a rename moved.
 #[derive(Clone, Debug, Default)]
@@ -19,12 +30,16 @@ pub(super) struct SimDir {
     pub via: Option<PathBuf>,
 }
 
-/// Counts one changing call; past `stop_after_ops` the process has stopped (a crash at that
+fn err(kind: io::ErrorKind, what: &str) -> io::Error {
+    io::Error::new(kind, format!("simulated: {what}"))
+}
+
+/// Counts one changing call; past `stop_after` the process has stopped (a crash at that
 /// call): the call fails and changes nothing, as does every later one.
-pub(super) fn count_op(st: &mut SimState) -> io::Result<()> {
-    st.ops += 1;
-    match st.faults.stop_after_ops {
-        Some(n) if st.ops > n => Err(sim_err(io::ErrorKind::Other, "the process stopped")),
+pub(super) fn count_op(ops: &mut u64, stop_after: Option<u64>) -> io::Result<()> {
+    *ops += 1;
+    match stop_after {
+        Some(n) if *ops > n => Err(err(io::ErrorKind::Other, "the process stopped")),
         _ => Ok(()),
     }
 }
@@ -35,9 +50,9 @@ pub(super) fn settled_by(p: &Path, via: Option<&Path>, dir: &Path) -> bool {
 }
 
 /// `create_dir_all`: `dir` and its ancestors exist (live) from now on.
-pub(super) fn create_dirs(st: &mut SimState, dir: &Path) {
+pub(super) fn create_dirs(dirs: &mut BTreeMap<PathBuf, SimDir>, dir: &Path) {
     for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
-        let e = st.dirs.entry(d.to_path_buf()).or_default();
+        let e = dirs.entry(d.to_path_buf()).or_default();
         if !e.live {
             e.live = true;
             e.via = None;
@@ -52,22 +67,29 @@ fn under<'a>(p: &'a Path, dir: &Path) -> Option<&'a Path> {
 }
 
 /// Whether `path` is a live file, a live directory or holds a live file.
-pub(super) fn exists(st: &SimState, path: &Path) -> bool {
-    st.dirs.get(path).is_some_and(|d| d.live)
-        || st
-            .files
+pub(super) fn exists<F: Linked>(
+    files: &BTreeMap<PathBuf, F>,
+    dirs: &BTreeMap<PathBuf, SimDir>,
+    path: &Path,
+) -> bool {
+    dirs.get(path).is_some_and(|d| d.live)
+        || files
             .iter()
-            .any(|(p, f)| f.live_linked && (p == path || under(p, path).is_some()))
+            .any(|(p, f)| f.live() && (p == path || under(p, path).is_some()))
 }
 
 /// The live directories in `dir`: those made there, and those holding a live file.
-pub(super) fn list_dirs(st: &SimState, dir: &Path) -> Vec<String> {
+pub(super) fn list_dirs<F: Linked>(
+    files: &BTreeMap<PathBuf, F>,
+    dirs: &BTreeMap<PathBuf, SimDir>,
+    dir: &Path,
+) -> Vec<String> {
     let mut names = std::collections::BTreeSet::new();
-    let made = st.dirs.iter().filter(|(_, d)| d.live).map(|(p, _)| p);
+    let made = dirs.iter().filter(|(_, d)| d.live).map(|(p, _)| p);
     for p in made.filter(|p| p.parent() == Some(dir)) {
         names.extend(p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
     }
-    for (p, _) in st.files.iter().filter(|(_, f)| f.live_linked) {
+    for (p, _) in files.iter().filter(|(_, f)| f.live()) {
         let Some(rel) = under(p, dir) else { continue };
         let mut parts = rel.components();
         if let (Some(first), Some(_)) = (parts.next(), parts.next()) {
@@ -79,15 +101,18 @@ pub(super) fn list_dirs(st: &SimState, dir: &Path) -> Vec<String> {
 
 /// `remove_all` of a path that is no live file: every live file and directory under it (and
 /// it) goes, durably once `path`'s parent is synced.
-pub(super) fn remove_tree(st: &mut SimState, path: &Path) {
+pub(super) fn remove_tree<F: Linked>(
+    files: &mut BTreeMap<PathBuf, F>,
+    dirs: &mut BTreeMap<PathBuf, SimDir>,
+    path: &Path,
+) {
     let via = path.parent().map(Path::to_path_buf);
-    for (p, f) in st.files.iter_mut() {
-        if f.live_linked && under(p, path).is_some() {
-            f.live_linked = false;
-            f.via = via.clone();
+    for (p, f) in files.iter_mut() {
+        if f.live() && under(p, path).is_some() {
+            f.unlink(via.clone());
         }
     }
-    for (p, d) in st.dirs.iter_mut() {
+    for (p, d) in dirs.iter_mut() {
         if d.live && (p == path || under(p, path).is_some()) {
             d.live = false;
             d.via = via.clone();
@@ -96,63 +121,45 @@ pub(super) fn remove_tree(st: &mut SimState, path: &Path) {
 }
 
 /// A rename of the directory `from` (no live file) to `to`, which must hold no live file.
-pub(super) fn rename_dir(st: &mut SimState, from: &Path, to: &Path) -> io::Result<()> {
-    if !exists(st, from) {
-        return Err(sim_err(io::ErrorKind::NotFound, "rename source missing"));
+pub(super) fn rename_dir<F: Linked>(
+    files: &mut BTreeMap<PathBuf, F>,
+    dirs: &mut BTreeMap<PathBuf, SimDir>,
+    from: &Path,
+    to: &Path,
+) -> io::Result<()> {
+    if !exists(files, dirs, from) {
+        return Err(err(io::ErrorKind::NotFound, "rename source missing"));
     }
-    if st
-        .files
+    let taken = |(p, f): (&PathBuf, &F)| f.live() && (p == to || under(p, to).is_some());
+    if files.iter().any(taken) {
+        return Err(err(io::ErrorKind::AlreadyExists, "rename target not empty"));
+    }
+    let via_from = from.parent().map(Path::to_path_buf);
+    let via_to = to.parent().map(Path::to_path_buf);
+    let mut moved = Vec::new();
+    for (p, f) in files.iter_mut() {
+        if let Some(rel) = under(p, from).filter(|_| f.live()) {
+            let src = f.clone();
+            f.unlink(via_from.clone());
+            moved.push((to.join(rel), src));
+        }
+    }
+    for (dst, src) in moved {
+        src.move_over(files.entry(dst).or_default(), via_to.clone());
+    }
+    let inside = |p: &Path| p == from || under(p, from).is_some();
+    let moved_dirs: Vec<PathBuf> = dirs
         .iter()
-        .any(|(p, f)| f.live_linked && (p == to || under(p, to).is_some()))
-    {
-        return Err(sim_err(
-            io::ErrorKind::AlreadyExists,
-            "rename target not empty",
-        ));
-    }
-    let (via_from, via_to) = (
-        from.parent().map(Path::to_path_buf),
-        to.parent().map(Path::to_path_buf),
-    );
-    let moved: Vec<(PathBuf, SimFile)> = st
-        .files
-        .iter_mut()
-        .filter(|(p, f)| f.live_linked && under(p, from).is_some())
-        .map(|(p, f)| {
-            f.live_linked = false;
-            f.via = via_from.clone();
-            (p.clone(), f.clone())
-        })
-        .collect();
-    for (p, src) in moved {
-        let Some(rel) = under(&p, from) else { continue };
-        let dst = st.files.entry(to.join(rel)).or_default();
-        let prior = if dst.durable_linked {
-            Some(dst.durable.clone())
-        } else {
-            dst.prior.take()
-        };
-        *dst = SimFile {
-            live_linked: true,
-            durable_linked: false,
-            prior,
-            via: via_to.clone(),
-            ..src
-        };
-    }
-    let dirs: Vec<PathBuf> = st
-        .dirs
-        .iter()
-        .filter(|(p, d)| d.live && (*p == from || under(p, from).is_some()))
+        .filter(|(p, d)| d.live && inside(p))
         .map(|(p, _)| p.clone())
         .collect();
-    for p in dirs {
-        if let Some(d) = st.dirs.get_mut(&p) {
+    for p in moved_dirs {
+        if let Some(d) = dirs.get_mut(&p) {
             d.live = false;
             d.via = via_from.clone();
         }
         let rel = p.strip_prefix(from).unwrap_or(Path::new(""));
-        let dst = st.dirs.entry(to.join(rel)).or_default();
+        let dst = dirs.entry(to.join(rel)).or_default();
         dst.live = true;
         dst.via = via_to.clone();
     }

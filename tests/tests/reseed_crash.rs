@@ -6,7 +6,8 @@
 //! engine opens as a standby) and must end with the primary's records, shard contents and
 //! audit rows (each claim's rows once) and `verify` clean: never a mix of the old state and
 //! the backup, never a record lost or repeated.
-//! The base backup itself is the primary's `EngineBackup`, read through the primary's seam.
+//! The base backup itself is the primary's `EngineBackup`, read through the primary's seam;
+//! a crash while the primary begins one (its checkpoint) is scheduled the same way.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -354,4 +355,54 @@ fn a_crash_at_every_step_of_a_cut_leaves_the_primarys_prefix() {
     }
     println!("cut from lsn {keep}: {ops} changing calls, {syncs} syncs, {runs} runs");
     assert!(runs > 30, "only {runs} runs");
+}
+
+/// Goal: a crash while the primary begins a base backup (it takes a checkpoint first)
+/// loses nothing: the primary opens again with its shards and audit rows, verify clean, and
+/// a backup begins. Method: a primary with 6 batches; count the changing calls and syncs of
+/// `EngineBackup::begin`; for every n, stop the process or lose the power there.
+#[test]
+fn a_crash_at_every_step_of_a_base_backup_keeps_the_primary_whole() {
+    let base = SimStorage::new();
+    run(&open_engine(&base, no_crash()).expect("primary"), "p", 0..6);
+    let want = state(&base, 1);
+    let whole = copy_of(&base, SimFaults::default());
+    let e = open_engine(&whole, no_crash()).expect("open");
+    let (ops0, syncs0) = (whole.op_count(), whole.sync_count());
+    drop(EngineBackup::begin(&e, "standby").expect("a whole backup"));
+    let (ops, syncs) = (whole.op_count() - ops0, whole.sync_count() - syncs0);
+    assert!(
+        ops > 5 && syncs > 2,
+        "a backup's start makes {ops} calls, {syncs} syncs"
+    );
+    drop(e);
+    let mut runs = 0;
+    for n in 0..ops.max(syncs) {
+        for (mode, power) in [
+            (CrashMode::Process, false),
+            (CrashMode::PowerDrop, true),
+            (CrashMode::PowerTear { seed: n }, true),
+        ] {
+            let d = copy_of(&base, SimFaults::default());
+            let e = open_engine(&d, no_crash()).expect("open");
+            d.set_faults(SimFaults {
+                stop_after_ops: (!power).then(|| d.op_count() + n),
+                freeze_after_syncs: power.then(|| d.sync_count() + n),
+                ..SimFaults::default()
+            });
+            let _ = EngineBackup::begin(&e, "standby").map(drop);
+            drop(e);
+            let after = d.crash(mode);
+            let what = format!("{mode:?} at {n}");
+            let e = open_engine(&after, no_crash()).unwrap_or_else(|err| panic!("{what}: {err}"));
+            EngineBackup::begin(&e, "standby").unwrap_or_else(|err| panic!("{what}: {err}"));
+            drop(e);
+            let (_, shards, audit) = state(&after, 1);
+            assert_eq!((shards, audit), (want.1.clone(), want.2.clone()), "{what}");
+            verified(&after, &what);
+            runs += 1;
+        }
+    }
+    println!("base backup: {ops} changing calls, {syncs} syncs, {runs} runs");
+    assert!(runs > 15, "only {runs} runs");
 }

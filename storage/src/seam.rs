@@ -32,8 +32,17 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Atomically replaces `to` with `from` (same directory or file system). Durable after
-    /// `sync_dir` of both parents.
+    /// `sync_dir` of both parents. `from` may be a directory (then `to` must not exist): its
+    /// files move with it, and the move is durable after `sync_dir` of both parents.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes `path`, a file or a directory with everything under it; a missing `path` is
+    /// no error. Durable after `sync_dir` of `path`'s parent.
+    fn remove_all(&self, path: &Path) -> io::Result<()>;
+    /// Names (not paths) of the directories in `dir`, in no particular order; a missing
+    /// `dir` lists nothing.
+    fn list_dirs(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Whether `path` names a file or a directory.
+    fn exists(&self, path: &Path) -> io::Result<bool>;
     /// Makes creations and removals of entries in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// A handle on `dir` and the file system holding it, for [`StorageFs::sync_fs`] and

@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::seam::{MappedFile, OpenMode, Storage, StorageFile, StorageFs};
 
+mod tree;
+use tree::{settled_by, Linked, SimDir};
+
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashMode {
@@ -40,6 +43,35 @@ struct SimFile {
     /// content a power loss brings back under this path (the old inode's durable bytes).
     prior: Option<Vec<u8>>,
     allocated: u64,
+    /// Moved or removed with its directory: the directory whose sync settles this entry
+    /// (`tree.rs`); its parent's when `None`.
+    via: Option<PathBuf>,
+}
+
+impl Linked for SimFile {
+    fn live(&self) -> bool {
+        self.live_linked
+    }
+
+    fn unlink(&mut self, via: Option<PathBuf>) {
+        self.live_linked = false;
+        self.via = via;
+    }
+
+    fn move_over(self, dst: &mut SimFile, via: Option<PathBuf>) {
+        let prior = if dst.durable_linked {
+            Some(dst.durable.clone())
+        } else {
+            dst.prior.take()
+        };
+        *dst = SimFile {
+            live_linked: true,
+            durable_linked: false,
+            prior,
+            via,
+            ..self
+        };
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -69,12 +101,20 @@ pub struct SimFaults {
     /// whichever thread makes it: a test aims a failure at one log, not at a count of syncs
     /// that threads running at once may reorder.
     pub fail_syncs_under: Option<PathBuf>,
+    /// The process stops after this many changing calls (creations, writes, resizes, syncs,
+    /// renames, removals): every later one fails and changes nothing. With
+    /// [`SimStorage::op_count`], a schedule crashes at every seam call.
+    pub stop_after_ops: Option<u64>,
 }
 
 #[derive(Debug, Default)]
 struct SimState {
     files: BTreeMap<PathBuf, SimFile>,
+    /// Directories made or moved (`tree.rs`); files do not need them.
+    dirs: BTreeMap<PathBuf, SimDir>,
     syncs: u64,
+    /// Changing calls so far ([`SimFaults::stop_after_ops`]).
+    ops: u64,
     /// The power went (a sync past `freeze_after_syncs`): nothing written from now on can
     /// reach the disk, so later writes change the live image only, never the pending ones a
     /// torn power loss may keep.
@@ -84,6 +124,13 @@ struct SimState {
     at_freeze: Option<BTreeMap<PathBuf, SimFile>>,
     writes: u64,
     faults: SimFaults,
+}
+
+impl SimState {
+    /// One changing call ([`SimFaults::stop_after_ops`]).
+    fn count_op(&mut self) -> io::Result<()> {
+        tree::count_op(&mut self.ops, self.faults.stop_after_ops)
+    }
 }
 
 /// An in-memory disk with separate live and durable images. Cheap to clone (shared state).
@@ -120,6 +167,11 @@ impl SimStorage {
         self.lock().writes
     }
 
+    /// Changing calls so far (see [`SimFaults::stop_after_ops`]).
+    pub fn op_count(&self) -> u64 {
+        self.lock().ops
+    }
+
     /// The disk a restarted process finds after `mode`. Counters and faults start afresh.
     pub fn crash(&self, mode: CrashMode) -> SimStorage {
         let st = self.lock();
@@ -129,6 +181,7 @@ impl SimStorage {
             return SimStorage {
                 state: Arc::new(Mutex::new(SimState {
                     files: st.files.clone(),
+                    dirs: st.dirs.clone(),
                     ..SimState::default()
                 })),
             };
@@ -174,13 +227,30 @@ impl SimStorage {
                         durable_linked: true,
                         prior: None,
                         allocated: f.allocated,
+                        via: None,
                     },
                 );
             }
         }
+        let dirs = st
+            .dirs
+            .iter()
+            .filter(|(_, d)| d.durable)
+            .map(|(p, _)| {
+                (
+                    p.clone(),
+                    SimDir {
+                        live: true,
+                        durable: true,
+                        via: None,
+                    },
+                )
+            })
+            .collect();
         SimStorage {
             state: Arc::new(Mutex::new(SimState {
                 files,
+                dirs,
                 ..SimState::default()
             })),
         }
@@ -291,8 +361,34 @@ impl SplitMix {
 }
 
 impl Storage for SimStorage {
-    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.count_op()?;
+        tree::create_dirs(&mut st.dirs, dir);
         Ok(())
+    }
+
+    fn remove_all(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.count_op()?;
+        match st.files.get_mut(path) {
+            Some(f) if f.live_linked => f.live_linked = false,
+            _ => {
+                let st = &mut *st;
+                tree::remove_tree(&mut st.files, &mut st.dirs, path)
+            }
+        }
+        Ok(())
+    }
+
+    fn list_dirs(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let st = self.lock();
+        Ok(tree::list_dirs(&st.files, &st.dirs, dir))
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        let st = self.lock();
+        Ok(tree::exists(&st.files, &st.dirs, path))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
@@ -307,6 +403,9 @@ impl Storage for SimStorage {
 
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
         let mut st = self.lock();
+        if matches!(mode, OpenMode::CreateNew | OpenMode::CreateNewPrivate) {
+            st.count_op()?;
+        }
         let exists = st.files.get(path).is_some_and(|f| f.live_linked);
         match mode {
             OpenMode::CreateNew | OpenMode::CreateNewPrivate if exists => {
@@ -330,6 +429,7 @@ impl Storage for SimStorage {
                 });
                 f.live_linked = true;
                 f.allocated = 0;
+                f.via = None;
             }
             _ if !exists => return Err(sim_err(io::ErrorKind::NotFound, "no such file")),
             _ => {}
@@ -343,6 +443,7 @@ impl Storage for SimStorage {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut st = self.lock();
+        st.count_op()?;
         match st.files.get_mut(path) {
             Some(f) if f.live_linked => {
                 f.live_linked = false;
@@ -354,12 +455,16 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.lock();
+        st.count_op()?;
         let src = match st.files.get_mut(from) {
             Some(f) if f.live_linked => {
                 f.live_linked = false;
                 f.clone()
             }
-            _ => return Err(sim_err(io::ErrorKind::NotFound, "rename source missing")),
+            _ => {
+                let st = &mut *st;
+                return tree::rename_dir(&mut st.files, &mut st.dirs, from, to);
+            }
         };
         // The target entry now names the source's inode. Until the directory is synced the
         // durable image still has the old target (if any); its durable content is kept.
@@ -373,20 +478,30 @@ impl Storage for SimStorage {
         dst.live_linked = true;
         dst.durable_linked = false;
         dst.prior = prior;
+        dst.via = None;
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
+        st.count_op()?;
         if !SimStorage::count_sync(&mut st)? {
             return Ok(());
         }
         st.files.retain(|p, f| {
-            if p.parent() == Some(dir) {
+            if settled_by(p, f.via.as_deref(), dir) {
                 f.durable_linked = f.live_linked;
                 f.prior = None;
+                f.via = None;
             }
             f.live_linked || f.durable_linked || f.prior.is_some()
+        });
+        st.dirs.retain(|p, d| {
+            if settled_by(p, d.via.as_deref(), dir) {
+                d.durable = d.live;
+                d.via = None;
+            }
+            d.live || d.durable
         });
         Ok(())
     }
@@ -411,6 +526,7 @@ struct SimFs {
 impl StorageFs for SimFs {
     fn sync_fs(&self) -> io::Result<()> {
         let mut st = self.disk.lock();
+        st.count_op()?;
         if !SimStorage::count_sync(&mut st)? {
             return Ok(());
         }
@@ -453,6 +569,7 @@ impl SimHandle {
             std::thread::sleep(d);
         }
         self.with(|st, p| {
+            st.count_op()?;
             let synced =
                 SimStorage::count_sync(st).and_then(|ok| match &st.faults.fail_syncs_under {
                     Some(d) if p.starts_with(d) => {
@@ -559,6 +676,7 @@ impl StorageFile for SimHandle {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.with(|st, p| {
+            st.count_op()?;
             st.writes += 1;
             if st.faults.fail_write_at == Some(st.writes) {
                 return Err(sim_err(io::ErrorKind::Other, "write failed (EIO)"));
@@ -596,6 +714,7 @@ impl StorageFile for SimHandle {
 
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.with(|st, p| {
+            st.count_op()?;
             let used: u64 = st.files.values().map(|f| f.allocated).sum();
             let cur = file_mut(st, p)?.allocated;
             if let Some(max) = st.faults.space_bytes_max {
@@ -615,6 +734,7 @@ impl StorageFile for SimHandle {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.with(|st, p| {
+            st.count_op()?;
             let frozen = st.frozen;
             let f = file_mut(st, p)?;
             resize(f, len, frozen);

@@ -32,7 +32,7 @@ pub use crate::config::runtime_socket;
 /// 0660 (the daemon's group; the umask never widens it). Call from within the runtime.
 pub fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::remove_file(path);
+    let _ = roost_storage::Storage::remove(&roost_storage::RealStorage, path);
     let listener = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
     Ok(listener)

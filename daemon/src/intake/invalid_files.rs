@@ -15,7 +15,9 @@ pub(crate) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Resul
     let engine = &sh.engine;
     let sp = engine.spool();
     warn!(file = name, error = %inv.error, "invalid batch file: quarantined");
-    let moved = std::fs::rename(sp.new.join(name), sp.failed.join(name));
+    let moved = engine
+        .storage()
+        .rename(&sp.new.join(name), &sp.failed.join(name));
     if moved.is_ok() {
         if let Ok(mut f) = sh.failed.lock() {
             let cfg = engine.config();
@@ -27,7 +29,7 @@ pub(crate) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Resul
     match &moved {
         // The move lasts at once: a file that came back to new/ would be judged again
         // (under a configuration that may have changed since).
-        Ok(()) if wrote.is_ok() => sync_dirs(&[&sp.new, &sp.failed]),
+        Ok(()) if wrote.is_ok() => sync_dirs(engine.storage().as_ref(), &[&sp.new, &sp.failed]),
         Ok(()) => {}
         Err(e) => {
             error!(file = name, error = %e, "cannot quarantine; leaving it in new/");
@@ -38,9 +40,9 @@ pub(crate) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Resul
 }
 
 /// Best effort: quarantine is outside what recovery relies on, so a failed sync is logged.
-fn sync_dirs(dirs: &[&std::path::Path]) {
+fn sync_dirs(storage: &dyn roost_storage::Storage, dirs: &[&std::path::Path]) {
     for d in dirs {
-        if let Err(e) = std::fs::File::open(d).and_then(|f| f.sync_all()) {
+        if let Err(e) = storage.sync_dir(d) {
             warn!(dir = %d.display(), error = %e, "cannot sync a spool folder");
         }
     }

@@ -79,7 +79,11 @@ impl Drop for ClearOnDrop<'_> {
 
 impl Shared {
     pub(crate) fn new(engine: Arc<Engine>) -> Result<Arc<Shared>, EngineError> {
-        let failed = FailedDir::load(&engine.spool().failed, &engine.spool().out);
+        let failed = FailedDir::load(
+            engine.storage().clone(),
+            &engine.spool().failed,
+            &engine.spool().out,
+        );
         let cluster = crate::cluster::Cluster::new(engine.config())?;
         let repl = crate::replica::of(&engine)?;
         Ok(Arc::new(Shared {

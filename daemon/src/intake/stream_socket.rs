@@ -163,7 +163,7 @@ impl Stream {
             .await;
         }
         if self.accept.is_some() {
-            let _ = std::fs::remove_file(&self.socket);
+            let _ = roost_storage::Storage::remove(&roost_storage::RealStorage, &self.socket);
         }
     }
 }

@@ -333,9 +333,10 @@ impl Engine {
     fn fill_known_shards(&self) {
         let mut names: Vec<String> = lock(&self.shards).keys().cloned().collect();
         names.extend(self.synced_through.keys().cloned());
-        if self.storage.is_real() {
-            names.extend(shard_limit::listed_shard_dirs(&self.layout.shards()));
-        }
+        names.extend(shard_limit::listed_shard_dirs(
+            self.storage.as_ref(),
+            &self.layout.shards(),
+        ));
         lock(&self.known_shards).fill(names);
     }
 

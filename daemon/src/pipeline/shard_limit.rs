@@ -12,6 +12,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use roost_storage::Storage;
+
 use crate::batch::{Batch, BatchOp};
 
 /// The shards that exist, as far as the limit is concerned. `None` until the engine has
@@ -73,16 +75,15 @@ impl KnownShards {
     }
 }
 
-/// The directories under `shards` on a real disk (the storage seam lists files only); an
-/// unreadable or missing directory lists nothing (the engine created it at open, and the
-/// shards opened since are noted anyway).
-pub(super) fn listed_shard_dirs(shards: &Path) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(shards) else {
+/// The directories under `shards` (the simulated disk's included); an unreadable or missing
+/// directory lists nothing (the engine created it at open, and the shards opened since are
+/// noted anyway).
+pub(super) fn listed_shard_dirs(storage: &dyn Storage, shards: &Path) -> Vec<String> {
+    let Ok(names) = storage.list_dirs(shards) else {
         return Vec::new();
     };
-    rd.flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+    names
+        .into_iter()
         .filter(|n| crate::batch::valid_shard_name(n))
         .collect()
 }

@@ -1,13 +1,15 @@
 //! The primary's side of a base backup: the files of what the engine holds still
 //! ([`BackupSource`]: `pipeline/backup.rs` says why the copy is consistent) listed, then read
-//! out file by file for the protocol (`roost_replication`'s `SnapshotSource`).
+//! out file by file for the protocol (`roost_replication`'s `SnapshotSource`), through the
+//! engine's storage seam (the crash schedules re-seed a standby from it on the simulated disk).
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use roost_replication::{Lsn, SnapshotFile, SnapshotSource};
+use roost_storage::{OpenMode, Storage, StorageFile};
 use tracing::info;
 
 use crate::error::EngineError;
@@ -33,6 +35,7 @@ pub enum BackupBytes {
 
 /// A base backup being sent.
 pub struct EngineBackup {
+    storage: Arc<dyn Storage>,
     hold: BackupHold,
     files: VecDeque<BackupFile>,
     current: Option<Current>,
@@ -46,7 +49,8 @@ struct Current {
 }
 
 enum Reader {
-    File(File),
+    /// A file and the offset of its next bytes.
+    File(Box<dyn StorageFile>, u64),
     Bytes(VecDeque<u8>),
 }
 
@@ -54,7 +58,8 @@ impl EngineBackup {
     /// Starts a base backup of `engine` for standby `replica`: the engine holds its last
     /// checkpoint still, and the files are listed from it.
     pub fn begin(engine: &Engine, replica: &str) -> Result<EngineBackup, EngineError> {
-        let (hold, files) = engine.begin_backup(replica, list)?;
+        let storage = engine.storage().clone();
+        let (hold, files) = engine.begin_backup(replica, |src| list(storage.as_ref(), src))?;
         let bytes: u64 = files.iter().map(|f| f.len).sum();
         info!(
             replica,
@@ -64,6 +69,7 @@ impl EngineBackup {
             "base backup: started"
         );
         Ok(EngineBackup {
+            storage,
             hold,
             files: files.into(),
             current: None,
@@ -73,7 +79,7 @@ impl EngineBackup {
 
 /// `CHECKPOINT`, `LEADER_EPOCHS` (the epochs of the records below the checkpoint), the key
 /// table and the audit log up to their extents, every shard segment.
-fn list(src: &BackupSource) -> Result<Vec<BackupFile>, EngineError> {
+fn list(disk: &dyn Storage, src: &BackupSource) -> Result<Vec<BackupFile>, EngineError> {
     let bytes = |rel: &str, b: Vec<u8>| BackupFile {
         rel: rel.to_owned(),
         size: b.len() as u64,
@@ -95,19 +101,25 @@ fn list(src: &BackupSource) -> Result<Vec<BackupFile>, EngineError> {
         bytes(LEADER_EPOCHS_FILE, roost_wal::epochs::encode(&src.epochs)),
     ];
     for (path, len) in &src.logs {
-        files.push(disk_file(&src.data_dir, path.clone(), *len)?);
+        files.push(disk_file(disk, &src.data_dir, path.clone(), *len)?);
     }
-    for path in shard_segments(&src.shards_dir)? {
-        files.push(disk_file(&src.data_dir, path, None)?);
+    for path in shard_segments(disk, &src.shards_dir)? {
+        files.push(disk_file(disk, &src.data_dir, path, None)?);
     }
     Ok(files)
 }
 
 /// A file on disk, its first `len` bytes (all of them when `None`).
-fn disk_file(data_dir: &Path, path: PathBuf, len: Option<u64>) -> Result<BackupFile, EngineError> {
-    let size = std::fs::metadata(&path)
-        .map_err(io_err("stat", &path))?
-        .len();
+fn disk_file(
+    disk: &dyn Storage,
+    data_dir: &Path,
+    path: PathBuf,
+    len: Option<u64>,
+) -> Result<BackupFile, EngineError> {
+    let size = disk
+        .open(&path, OpenMode::Read)
+        .and_then(|f| f.len())
+        .map_err(io_err("stat", &path))?;
     let rel = path
         .strip_prefix(data_dir)
         .ok()
@@ -125,22 +137,13 @@ fn disk_file(data_dir: &Path, path: PathBuf, len: Option<u64>) -> Result<BackupF
 }
 
 /// Every shard's segment files (`shards/NAME/*.seg`).
-fn shard_segments(root: &Path) -> Result<Vec<PathBuf>, EngineError> {
+fn shard_segments(disk: &dyn Storage, root: &Path) -> Result<Vec<PathBuf>, EngineError> {
     let mut out = Vec::new();
-    let dirs = match std::fs::read_dir(root) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        r => r.map_err(io_err("list", root))?,
-    };
-    for d in dirs {
-        let d = d.map_err(io_err("list", root))?.path();
-        if !d.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&d).map_err(io_err("list", &d))? {
-            let f = f.map_err(io_err("list", &d))?.path();
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name.ends_with(roost_shards::SEGMENT_SUFFIX) {
-                out.push(f);
+    for name in disk.list_dirs(root).map_err(io_err("list", root))? {
+        let d = root.join(name);
+        for f in disk.list(&d).map_err(io_err("list", &d))? {
+            if f.ends_with(roost_shards::SEGMENT_SUFFIX) {
+                out.push(d.join(f));
             }
         }
     }
@@ -167,7 +170,8 @@ impl SnapshotSource for EngineBackup {
         let from = match f.source {
             BackupBytes::Bytes(b) => Reader::Bytes(b.into()),
             BackupBytes::Path(p) => {
-                Reader::File(File::open(&p).map_err(|e| format!("open {}: {e}", p.display()))?)
+                let file = self.storage.open(&p, OpenMode::Read);
+                Reader::File(file.map_err(|e| format!("open {}: {e}", p.display()))?, 0)
             }
         };
         self.current = Some(Current {
@@ -192,7 +196,10 @@ impl SnapshotSource for EngineBackup {
         }
         let n = match &mut c.from {
             Reader::Bytes(b) => b.read(&mut buf[..want]),
-            Reader::File(f) => f.read(&mut buf[..want]),
+            Reader::File(f, at) => f.read_at(&mut buf[..want], *at).map(|()| {
+                *at += want as u64;
+                want
+            }),
         }
         .map_err(|e| format!("read {}: {e}", c.rel))?;
         if n == 0 {

@@ -124,7 +124,7 @@ impl Cutter {
     }
 
     /// Every shard directory with the lsn `done` records vouch it flushed through: those
-    /// the checkpoint and the WAL name, and on a real disk every directory under `shards/`
+    /// the checkpoint and the WAL name, and every directory under `shards/`
     /// (a shard whose first frames are past the WAL's end is named by no record here).
     fn shard_dirs(&self) -> Result<Vec<(PathBuf, Lsn)>, EngineError> {
         let mut ledger = ClaimLedger {
@@ -146,9 +146,7 @@ impl Cutter {
                 (_, WalEntry::Rejected(_)) => {}
             }
         }
-        if self.storage.is_real() {
-            names.extend(self.listed_shards()?);
-        }
+        names.extend(self.listed_shards()?);
         Ok(names
             .into_iter()
             .map(|n| {
@@ -158,22 +156,16 @@ impl Cutter {
             .collect())
     }
 
-    /// The directories under `shards/` on a real disk.
+    /// The directories under `shards/`.
     fn listed_shards(&self) -> Result<Vec<String>, EngineError> {
         let root = self.layout.shards();
-        match std::fs::read_dir(&root) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(source) => Err(EngineError::Io {
+        self.storage
+            .list_dirs(&root)
+            .map_err(|source| EngineError::Io {
                 op: "list",
                 path: root,
                 source,
-            }),
-            Ok(rd) => Ok(rd
-                .flatten()
-                .filter(|e| e.path().is_dir())
-                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-                .collect()),
-        }
+            })
     }
 
     /// The audit log from its first row of a claim at or past `lsn` on.

@@ -18,12 +18,13 @@
 //! socket are this node's own and are never touched.
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::Write;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
-use roost_replication::{fetch_snapshot, SnapshotFile, SnapshotOptions, SnapshotSink};
-use roost_storage::RealStorage;
+use roost_replication::{
+    fetch_snapshot, SnapshotDone, SnapshotFile, SnapshotOptions, SnapshotSink,
+};
+use roost_storage::{OpenMode, RealStorage, Storage, StorageFile};
 use roost_wal::{Lsn, Wal};
 use tracing::{info, warn};
 
@@ -56,12 +57,7 @@ fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineErr
 /// Fetches a base backup from `leader` and installs it; returns the lsn the WAL now starts
 /// at. `epoch` is the highest this node knows (a leader of an older one is refused).
 pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError> {
-    let layout = Layout::new(&cfg.data_dir);
-    let _lock = lock_data_dir(&RealStorage, &layout)?;
-    let tmp = layout.data_dir().join(RESEED_DIR);
-    remove_any(&tmp)?;
-    std::fs::create_dir(&tmp).map_err(io("create", &tmp))?;
-    let mut sink = DirSink::new(tmp.clone());
+    let tmp = cfg.data_dir.join(RESEED_DIR);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -70,34 +66,14 @@ pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError
         transport: crate::replica::transport::transport(&cfg.replication)?,
         ..SnapshotOptions::new(cfg.replication.node_name())
     };
-    warn!(
-        primary = leader,
-        "standby: behind what the primary retains; fetching a base backup"
-    );
-    let done = rt
-        .block_on(fetch_snapshot(leader, epoch, &opts, &mut sink))
-        .map_err(|e| EngineError::Replication(e.to_string()))?;
-    // Every part exists in the backup, empty or not: at the install, a part missing from
-    // `reseed.tmp/` then means "moved into place already", never "not in this backup".
-    for part in [AUDIT_DIR, SHARDS_DIR, KEYS_DIR] {
-        let d = tmp.join(part);
-        std::fs::create_dir_all(&d).map_err(io("create", &d))?;
-        sink.dirs.insert(d);
-    }
-    trim_audit(cfg, &tmp, done.wal_from)?;
-    sink.sync_dirs()?;
-    Wal::create_at(
-        &RealStorage,
-        &tmp.join(WAL_DIR),
-        &wal_options(cfg),
-        done.wal_from,
-    )?;
-    write_synced(
-        &tmp.join(COMPLETE_FILE),
-        done.wal_from.to_string().as_bytes(),
-    )?;
-    sync_dir(&tmp)?;
-    install(&layout)?;
+    let done = reseed_with(RealStorage::shared(), cfg, |sink| {
+        warn!(
+            primary = leader,
+            "standby: behind what the primary retains; fetching a base backup"
+        );
+        rt.block_on(fetch_snapshot(leader, epoch, &opts, sink))
+            .map_err(|e| EngineError::Replication(e.to_string()))
+    })?;
     info!(
         primary = leader,
         wal_from = done.wal_from,
@@ -109,15 +85,53 @@ pub fn reseed(cfg: &Config, leader: &str, epoch: u32) -> Result<Lsn, EngineError
     Ok(done.wal_from)
 }
 
+/// [`reseed`] through any storage, the backup's files written by `fetch` (the crash
+/// schedules copy an engine's backup on the simulated disk): steps 1 to 3 of the module
+/// comment, every file write through the seam.
+pub fn reseed_with(
+    storage: Arc<dyn Storage>,
+    cfg: &Config,
+    fetch: impl FnOnce(&mut dyn SnapshotSink) -> Result<SnapshotDone, EngineError>,
+) -> Result<SnapshotDone, EngineError> {
+    let layout = Layout::new(&cfg.data_dir);
+    let disk = storage.as_ref();
+    let _lock = lock_data_dir(disk, &layout)?;
+    let tmp = layout.data_dir().join(RESEED_DIR);
+    disk.remove_all(&tmp).map_err(io("remove", &tmp))?;
+    disk.create_dir_all(&tmp).map_err(io("create", &tmp))?;
+    let mut sink = DirSink::new(storage.clone(), tmp.clone());
+    let done = fetch(&mut sink)?;
+    // Every part exists in the backup, empty or not: at the install, a part missing from
+    // `reseed.tmp/` then means "moved into place already", never "not in this backup".
+    for part in [AUDIT_DIR, SHARDS_DIR, KEYS_DIR] {
+        let d = tmp.join(part);
+        disk.create_dir_all(&d).map_err(io("create", &d))?;
+        sink.dirs.insert(d);
+    }
+    trim_audit(&storage, cfg, &tmp, done.wal_from)?;
+    sink.sync_dirs()?;
+    Wal::create_at(disk, &tmp.join(WAL_DIR), &wal_options(cfg), done.wal_from)?;
+    let complete = tmp.join(COMPLETE_FILE);
+    write_synced(disk, &complete, done.wal_from.to_string().as_bytes())?;
+    sync_dir(disk, &tmp)?;
+    install(disk, &layout)?;
+    Ok(done)
+}
+
 /// The copied audit log without the rows of claims at or past `wal_from` (they are written
 /// again when those claims are fetched and applied). The primary appends rows in the order
 /// batches finish, so rows of earlier, finished claims may follow the first row of a later
 /// one: they are kept, moved up to where the cut begins (nothing else rewrites them: their
 /// claims are below the checkpoint). Done in `reseed.tmp/`, before the backup is whole.
-fn trim_audit(cfg: &Config, tmp: &Path, wal_from: Lsn) -> Result<(), EngineError> {
+fn trim_audit(
+    storage: &Arc<dyn Storage>,
+    cfg: &Config,
+    tmp: &Path,
+    wal_from: Lsn,
+) -> Result<(), EngineError> {
     use crate::pipeline::records::{encode, read_audit, RecordType};
-    let audit = Wal::open_with(RealStorage::shared(), tmp.join(AUDIT_DIR), wal_options(cfg))?;
-    let from = crate::pipeline::read_checkpoint(&RealStorage, &Layout::new(tmp))?
+    let audit = Wal::open_with(storage.clone(), tmp.join(AUDIT_DIR), wal_options(cfg))?;
+    let from = crate::pipeline::read_checkpoint(storage.as_ref(), &Layout::new(tmp))?
         .audit_from
         .max(audit.first_lsn());
     let mut cut = None;
@@ -150,70 +164,68 @@ fn trim_audit(cfg: &Config, tmp: &Path, wal_from: Lsn) -> Result<(), EngineError
 /// At start-up, before anything opens the data directory: finishes an install a crash
 /// interrupted, or removes a backup that never became whole.
 pub fn resume(cfg: &Config) -> Result<(), EngineError> {
+    resume_with(&RealStorage, cfg)
+}
+
+/// [`resume`] through any storage.
+pub fn resume_with(disk: &dyn Storage, cfg: &Config) -> Result<(), EngineError> {
     let layout = Layout::new(&cfg.data_dir);
     let tmp = layout.data_dir().join(RESEED_DIR);
-    if !tmp.exists() {
+    if !disk.exists(&tmp).map_err(io("look for", &tmp))? {
         return Ok(());
     }
-    let _lock = lock_data_dir(&RealStorage, &layout)?;
-    if tmp.join(COMPLETE_FILE).exists() {
+    let _lock = lock_data_dir(disk, &layout)?;
+    let complete = tmp.join(COMPLETE_FILE);
+    if disk.exists(&complete).map_err(io("look for", &complete))? {
         warn!(dir = %tmp.display(), "standby: finishing a re-seed a stop interrupted");
-        install(&layout)
+        install(disk, &layout)
     } else {
         warn!(dir = %tmp.display(), "standby: removing a base backup that never arrived whole");
-        remove_any(&tmp)
+        disk.remove_all(&tmp).map_err(io("remove", &tmp))
     }
 }
 
 /// Step 3 (see the module comment).
-fn install(layout: &Layout) -> Result<(), EngineError> {
+fn install(disk: &dyn Storage, layout: &Layout) -> Result<(), EngineError> {
     let data = layout.data_dir();
     let tmp = data.join(RESEED_DIR);
     // The key index files the old key table's positions: it goes, and open rebuilds it
     // from the table installed here.
-    remove_any(&layout.key_index())?;
+    let key_index = layout.key_index();
+    disk.remove_all(&key_index)
+        .map_err(io("remove", &key_index))?;
     for part in PARTS {
         let new = tmp.join(part);
-        if !new.exists() {
+        if !disk.exists(&new).map_err(io("look for", &new))? {
             continue; // installed before a crash (or not in this backup: a fresh log)
         }
         let old = data.join(part);
-        remove_any(&old)?;
-        std::fs::rename(&new, &old).map_err(|source| EngineError::Io {
+        disk.remove_all(&old).map_err(io("remove", &old))?;
+        disk.rename(&new, &old).map_err(|source| EngineError::Io {
             op: "rename into place",
             path: new.join(format!("-> {}", old.display())),
             source,
         })?;
     }
-    sync_dir(data)?;
-    sync_dir(&tmp)?;
+    sync_dir(disk, data)?;
+    sync_dir(disk, &tmp)?;
     let complete = tmp.join(COMPLETE_FILE);
-    std::fs::remove_file(&complete).map_err(io("remove", &complete))?;
-    sync_dir(&tmp)?;
-    remove_any(&tmp)?;
-    sync_dir(data)
+    disk.remove(&complete).map_err(io("remove", &complete))?;
+    sync_dir(disk, &tmp)?;
+    disk.remove_all(&tmp).map_err(io("remove", &tmp))?;
+    sync_dir(disk, data)
 }
 
-fn remove_any(path: &Path) -> Result<(), EngineError> {
-    let r = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-    };
-    r.map_err(io("remove", path))
+fn sync_dir(disk: &dyn Storage, dir: &Path) -> Result<(), EngineError> {
+    disk.sync_dir(dir).map_err(io("sync", dir))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), EngineError> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(io("sync", dir))
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-    let mut f = File::create(path).map_err(io("create", path))?;
-    f.write_all(bytes).map_err(io("write", path))?;
-    f.sync_all().map_err(io("sync", path))
+fn write_synced(disk: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    let f = disk
+        .open(path, OpenMode::CreateNew)
+        .map_err(io("create", path))?;
+    f.write_at(bytes, 0).map_err(io("write", path))?;
+    f.sync_data().map_err(io("sync", path))
 }
 
 /// Whether `rel` (a path the primary sent) names a file a backup may hold: relative, plain
@@ -246,16 +258,19 @@ fn file_bytes_max(rel: &str) -> u64 {
     }
 }
 
-/// Writes the files of a backup under one directory.
+/// Writes the files of a backup under one directory, through the seam.
 struct DirSink {
+    storage: Arc<dyn Storage>,
     root: PathBuf,
-    file: Option<(File, PathBuf)>,
+    /// The file being written, its path and where the next bytes go.
+    file: Option<(Box<dyn StorageFile>, PathBuf, u64)>,
     dirs: BTreeSet<PathBuf>,
 }
 
 impl DirSink {
-    fn new(root: PathBuf) -> DirSink {
+    fn new(storage: Arc<dyn Storage>, root: PathBuf) -> DirSink {
         DirSink {
+            storage,
             root,
             file: None,
             dirs: BTreeSet::new(),
@@ -265,9 +280,9 @@ impl DirSink {
     /// Every directory a file went into, deepest first, then the root.
     fn sync_dirs(&self) -> Result<(), EngineError> {
         for d in self.dirs.iter().rev() {
-            sync_dir(d)?;
+            sync_dir(self.storage.as_ref(), d)?;
         }
-        sync_dir(&self.root)
+        sync_dir(self.storage.as_ref(), &self.root)
     }
 }
 
@@ -288,7 +303,8 @@ impl SnapshotSink for DirSink {
         }
         let path = self.root.join(&f.path);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
+            self.storage
+                .create_dir_all(parent)
                 .map_err(|e| format!("create {}: {e}", parent.display()))?;
             let mut d = parent.to_path_buf();
             while d.starts_with(&self.root) && d != self.root {
@@ -296,26 +312,27 @@ impl SnapshotSink for DirSink {
                 d.pop();
             }
         }
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
+        let file = self
+            .storage
+            .open(&path, OpenMode::CreateNew)
             .map_err(|e| format!("create {}: {e}", path.display()))?;
         file.set_len(f.size)
             .map_err(|e| format!("size {} to {} bytes: {e}", path.display(), f.size))?;
-        self.file = Some((file, path));
+        self.file = Some((file, path, 0));
         Ok(())
     }
 
     fn write(&mut self, data: &[u8]) -> Result<(), String> {
-        let (file, path) = self.file.as_mut().ok_or("write before begin_file")?;
-        file.write_all(data)
-            .map_err(|e| format!("write {}: {e}", path.display()))
+        let (file, path, at) = self.file.as_mut().ok_or("write before begin_file")?;
+        file.write_at(data, *at)
+            .map_err(|e| format!("write {} at offset {at}: {e}", path.display()))?;
+        *at += data.len() as u64;
+        Ok(())
     }
 
     fn end_file(&mut self) -> Result<(), String> {
-        let (file, path) = self.file.take().ok_or("end_file before begin_file")?;
-        file.sync_all()
+        let (file, path, _) = self.file.take().ok_or("end_file before begin_file")?;
+        file.sync_data()
             .map_err(|e| format!("sync {}: {e}", path.display()))
     }
 }
@@ -500,7 +517,7 @@ mod trim_tests {
             encode_checkpoint(&c).expect("c"),
         )
         .expect("checkpoint");
-        trim_audit(&cfg, t.path(), 49).expect("trim");
+        trim_audit(&RealStorage::shared(), &cfg, t.path(), 49).expect("trim");
         let audit = Wal::open(t.path().join(AUDIT_DIR), wal_options(&cfg)).expect("audit");
         let mut got: Vec<(u64, u32)> = read_audit(&audit, 1)
             .map(|r| r.map(|(_, r)| (r.claim_lsn, r.op_index)).expect("row"))

@@ -56,7 +56,7 @@ impl Sidecars {
         if let Some(m) = self.metrics {
             m.abort();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        let _ = roost_storage::Storage::remove(&roost_storage::RealStorage, &self.socket);
     }
 }
 

@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use roost_storage::{replace_file, OpenMode, RealStorage};
+use roost_storage::{replace_file, OpenMode, RealStorage, Storage};
 
 use super::SpoolPaths;
 
@@ -28,7 +28,7 @@ pub fn deliver(spool: &SpoolPaths, name: &str, bytes: &[u8]) -> io::Result<()> {
     let written = replace_file(&RealStorage, &tmp, &target, bytes, OpenMode::CreateNew);
     written.map_err(|e| {
         // Best effort: a stray dot-file in tmp/ is harmless, but not worth leaving.
-        let _ = std::fs::remove_file(&tmp);
+        let _ = RealStorage.remove(&tmp);
         io::Error::new(e.source.kind(), e.to_string())
     })
 }

@@ -1,12 +1,13 @@
 //! The quarantine's bookkeeping: `failed/` keeps at most `failed_files_max` entries and
 //! `failed_bytes_max` bytes of disk blocks, the oldest removed first, so a flood of bad files
-//! cannot fill the disk. Uses `std::fs` directly: quarantined files are outside what recovery
-//! relies on.
+//! cannot fill the disk. It reads `failed/` with `std::fs` (quarantined files are outside what
+//! recovery relies on) and removes through the storage seam.
 
 use tracing::warn;
 
 /// The quarantine's bookkeeping: oldest first, so a flood of bad files cannot fill the disk.
 pub struct FailedDir {
+    storage: std::sync::Arc<dyn roost_storage::Storage>,
     dir: std::path::PathBuf,
     /// `out/`: an evicted file's `invalid` result goes with it, so results of invalid files
     /// are bounded like `failed/` (a result of a later batch under the name stays).
@@ -25,7 +26,11 @@ fn entry_bytes(path: &std::path::Path) -> u64 {
 
 impl FailedDir {
     /// Reads what `failed/` already holds, oldest first by modification time.
-    pub fn load(dir: &std::path::Path, out: &std::path::Path) -> FailedDir {
+    pub fn load(
+        storage: std::sync::Arc<dyn roost_storage::Storage>,
+        dir: &std::path::Path,
+        out: &std::path::Path,
+    ) -> FailedDir {
         let mut found: Vec<(std::time::SystemTime, String, u64)> = std::fs::read_dir(dir)
             .map(|rd| {
                 rd.flatten()
@@ -43,6 +48,7 @@ impl FailedDir {
         found.sort();
         let bytes = found.iter().map(|f| f.2).sum();
         FailedDir {
+            storage,
             dir: dir.to_path_buf(),
             out: out.to_path_buf(),
             entries: found.into_iter().map(|(_, n, b)| (n, b)).collect(),
@@ -69,8 +75,7 @@ impl FailedDir {
             self.bytes -= b;
             let path = self.dir.join(&old);
             let r = match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
-                Ok(_) => std::fs::remove_file(&path),
+                Ok(_) => self.storage.remove_all(&path),
                 Err(e) => Err(e),
             };
             match r {
@@ -95,6 +100,6 @@ impl FailedDir {
             .ok()
             .and_then(|b| serde_json::from_slice::<crate::batch::BatchResult>(&b).ok())
             .is_some_and(|r| r.status() == crate::batch::Status::Invalid);
-        invalid && std::fs::remove_file(&path).is_ok()
+        invalid && self.storage.remove(&path).is_ok()
     }
 }

@@ -1,0 +1,205 @@
+//! Every file the daemon writes goes through the storage seam (issue 46), so the crash
+//! schedules see every write: no `std::fs` (or `tokio::fs`) write in the source of the crates
+//! the daemon is made of, outside `storage/` (the seam itself), the command line and tests.
+//! Reads may use `std::fs` (a read changes nothing a crash could tear).
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+/// The source folders scanned: the crates the daemon is built of (`storage/` is the seam).
+const ROOTS: &[&str] = &[
+    "daemon/src",
+    "wal/src",
+    "shards/src",
+    "keyindex/src",
+    "replication/src",
+    "etcd/src",
+];
+
+/// Where a write around the seam is allowed, and why.
+const EXEMPT: &[(&str, &str)] = &[
+    (
+        "daemon/src/cli/",
+        "the command line, a client of the daemon",
+    ),
+    (
+        "daemon/src/drill/",
+        "`roost drill` drives the daemon as a test does (its own crate in issue 46)",
+    ),
+    (
+        "daemon/src/ops/tls_certs.rs",
+        "`roost certs` (the command line): a key directory made with mode 0700",
+    ),
+    ("etcd/src/testing/", "a test etcd and its certificates"),
+];
+
+/// Calls that create, change or remove a file or directory. A chain from
+/// `OpenOptions::new()` counts when it asks to write or create ([`WRITE_OPTIONS`]).
+const WRITES: &[&str] = &[
+    "fs::write(",
+    "fs::rename(",
+    "fs::remove_file(",
+    "fs::remove_dir(",
+    "fs::remove_dir_all(",
+    "fs::create_dir(",
+    "fs::create_dir_all(",
+    "fs::copy(",
+    "fs::hard_link(",
+    "File::create(",
+    "File::create_new(",
+    "DirBuilder::new(",
+];
+
+const WRITE_OPTIONS: &[&str] = &[
+    ".write(true)",
+    ".append(true)",
+    ".create(true)",
+    ".create_new(true)",
+    ".truncate(true)",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `text` without `//` comments and without the items under `#[cfg(test)]` (a test module
+/// or function, to its closing brace).
+fn production_code(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[cfg(test)]" {
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+            continue;
+        }
+        // Skip to the line where the item's braces close.
+        let mut depth = 0i64;
+        let mut opened = false;
+        while i < lines.len() {
+            for c in lines[i].chars() {
+                match c {
+                    '{' => (depth, opened) = (depth + 1, true),
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            i += 1;
+            if opened && depth <= 0 {
+                break;
+            }
+        }
+        out.push('\n'); // the count of lines stays close enough for a message
+    }
+    out
+}
+
+/// The writes around the seam in `code` (production code), as (line, call).
+fn writes_in(code: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        for w in WRITES.iter().filter(|w| line.contains(**w)) {
+            found.push((n + 1, w.trim_end_matches('(').to_owned()));
+        }
+    }
+    for (at, _) in code.match_indices("OpenOptions::new()") {
+        let chain = &code[at..];
+        let end = chain.find(".open(").or_else(|| chain.find(';'));
+        let chain = &chain[..end.unwrap_or(chain.len())];
+        if WRITE_OPTIONS.iter().any(|o| chain.contains(o)) {
+            let line = code[..at].lines().count().max(1);
+            found.push((line, "OpenOptions for writing".to_owned()));
+        }
+    }
+    found
+}
+
+/// Goal: see the module comment. Method: read every source file of the daemon's crates,
+/// drop comments and `#[cfg(test)]` items, and look for each call of `WRITES` and any
+/// `OpenOptions` opened for writing; a hit outside `EXEMPT` fails with its file and line.
+#[test]
+fn no_file_write_goes_around_the_storage_seam() {
+    let repo = repo();
+    let mut files = Vec::new();
+    for root in ROOTS {
+        rust_files(&repo.join(root), &mut files);
+    }
+    assert!(files.len() > 100, "only {} source files found", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&repo).expect("under the repo");
+        let rel = rel.to_string_lossy().into_owned();
+        if EXEMPT.iter().any(|(p, _)| rel.starts_with(p)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (line, call) in writes_in(&production_code(&text)) {
+            bad.push(format!("{rel}:{line}: {call}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "file writes around the storage seam (use roost_storage::Storage, or say in this \
+         test's EXEMPT why not):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Goal: the scan sees a write in production code, in each form, and not one in a test
+/// module or a comment. Method: a made-up source file.
+#[test]
+fn a_write_around_the_seam_is_seen() {
+    let src = r#"
+use std::fs;
+fn install(a: &Path, b: &Path) {
+    std::fs::rename(a, b).ok(); // moved
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a);
+    let r = std::fs::OpenOptions::new().read(true).open(b);
+    // fs::remove_file(a) is not called here
+}
+#[cfg(test)]
+mod tests {
+    fn helper() {
+        std::fs::write("x", "y").unwrap();
+    }
+}
+fn after() { tokio::fs::create_dir_all("d"); }
+"#;
+    let found = writes_in(&production_code(src));
+    let calls: Vec<&str> = found.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(
+        calls,
+        vec![
+            "fs::rename",
+            "fs::create_dir_all",
+            "OpenOptions for writing"
+        ],
+        "{found:?}"
+    );
+    assert_eq!(found[0].0, 4, "the line of the rename");
+}

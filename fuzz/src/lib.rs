@@ -4,6 +4,8 @@
 //! finding.
 #![forbid(unsafe_code)]
 
+pub mod engine;
+
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

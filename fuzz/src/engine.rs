@@ -396,6 +396,11 @@ impl Run {
                     s.source
                 );
             }
+            if r.status() == Status::Conflict && rival(&pending, s) {
+                // Another batch in flight under this key may hold it now (the second of a
+                // group, planned as new after this one's rejection): its retry is checked.
+                continue;
+            }
             self.oracle
                 .observe(&s.batch, &r)
                 .unwrap_or_else(|m| panic!("retry of {}: {m}", s.source));
@@ -505,6 +510,14 @@ impl Run {
             }
         }
     }
+}
+
+/// Whether another batch in flight has `s`'s key and other content.
+fn rival(pending: &[Sent], s: &Sent) -> bool {
+    let json = s.batch.to_json();
+    pending
+        .iter()
+        .any(|o| o.batch.request_key == s.batch.request_key && o.batch.to_json() != json)
 }
 
 fn verified(disk: &SimStorage, when: &str) {

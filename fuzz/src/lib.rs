@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod repl;
 
 use std::fmt::Debug;
 use std::future::Future;

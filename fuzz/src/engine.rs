@@ -190,6 +190,8 @@ struct Run {
     pending: Vec<Sent>,
     /// Names used so far: every spool file and bulk line has its own.
     sent: usize,
+    /// The power goes after this many syncs (`CrashAt::Syncs`).
+    cut: Option<u64>,
 }
 
 fn open(disk: &SimStorage, crash: Arc<NthCrash>) -> Result<Engine, EngineError> {
@@ -271,6 +273,11 @@ impl Run {
                 e.checkpoint()?;
                 e.sync()?;
                 drop(e);
+                if self.frozen() {
+                    // The power went during the stop: nothing starts again on this machine
+                    // (a start would read the page cache of a machine that is off).
+                    return Err(EngineError::Crashed("power cut during a restart".into()));
+                }
                 return open(&self.disk, hook.clone());
             }
         }
@@ -310,6 +317,10 @@ pub fn run(case: &Case) {
         oracle,
         pending: Vec::new(),
         sent: 0,
+        cut: match case.crash {
+            CrashAt::Syncs(n) => Some(u64::from(n)),
+            CrashAt::Point(_) => None,
+        },
     };
     r.history(case, &hook);
     let at_cut = r.results_at_cut();
@@ -335,7 +346,7 @@ impl Run {
                 Err(EngineError::Crashed(_)) => return,
                 Err(err) => panic!("step {step:?}: {err}"),
             };
-            if self.frozen(case) {
+            if self.frozen() {
                 // The power went during this step: its answers came after the cut (no client
                 // saw them) and nothing later can reach the disk.
                 self.unacknowledge(step, oracle_before);
@@ -345,11 +356,8 @@ impl Run {
         // No crash in the history: the power goes (or the process dies) at its end.
     }
 
-    fn frozen(&self, case: &Case) -> bool {
-        match case.crash {
-            CrashAt::Syncs(n) => self.disk.sync_count() > u64::from(n),
-            CrashAt::Point(_) => false,
-        }
+    fn frozen(&self) -> bool {
+        self.cut.is_some_and(|n| self.disk.sync_count() > n)
     }
 
     /// Moves a step's batches back to pending and restores the oracle from before it.

@@ -306,12 +306,14 @@ pub fn run(case: &Case) {
             (Arc::new(NthCrash::new(None)), true)
         }
     };
-    let mut oracle = Oracle::default();
-    // `contents` names every shard, written or not.
-    oracle.want = SHARDS
-        .iter()
-        .map(|s| (s.to_string(), BTreeMap::new()))
-        .collect();
+    let oracle = Oracle {
+        answers: BTreeMap::new(),
+        // `contents` names every shard, written or not.
+        want: SHARDS
+            .iter()
+            .map(|s| (s.to_string(), BTreeMap::new()))
+            .collect(),
+    };
     let mut r = Run {
         disk: disk.clone(),
         oracle,

@@ -400,7 +400,14 @@ impl Run {
         let pending = std::mem::take(&mut self.pending);
         for s in &pending {
             let r = self.one(&e, s);
-            if let Some(acked) = seen.get(&s.source).filter(|a| **a != r) {
+            // A rejection seen, then its key taken by a fixed batch in flight beside it: the
+            // rejected batch sent again is a conflict (docs/contract.md).
+            let rebound = |a: &BatchResult| {
+                a.status() == Status::Rejected
+                    && r.status() == Status::Conflict
+                    && rival(&pending, s)
+            };
+            if let Some(acked) = seen.get(&s.source).filter(|a| **a != r && !rebound(a)) {
                 panic!(
                     "AckedResultKept: {} saw {acked:?} in out/, the retry answers {r:?}",
                     s.source

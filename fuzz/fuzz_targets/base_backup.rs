@@ -10,7 +10,8 @@
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use roost::replica::reseed::allowed_path;
-use roost_replication::wire::{self, read_frame};
+use roost_fuzz::repl::Any;
+use roost_replication::wire;
 use roost_replication::{receive_messages, Message, SnapshotFile, SnapshotSink};
 
 const FRAME_BYTES_MAX: u32 = 1 << 16;
@@ -34,23 +35,18 @@ const PATHS: [&str; 6] = [
 ];
 
 fn message(s: Sent) -> Message {
-    match s {
-        Sent::File(p, size, len) => Message::SnapshotFile {
-            path: PATHS[usize::from(p) % PATHS.len()].to_owned(),
-            size: u64::from(size),
-            len: u64::from(len),
-        },
-        Sent::Data(data) => Message::SnapshotData { data },
-        Sent::End(leader_epoch, wal_from, files, bytes) => Message::SnapshotEnd {
-            leader_epoch,
-            wal_from,
-            files,
-            bytes,
-        },
-        Sent::Other(e) => Message::NotLeader {
-            epoch: u32::from(e),
-        },
-    }
+    roost_fuzz::repl::message(match s {
+        Sent::File(p, size, len) => Any::SnapshotFile(
+            PATHS[usize::from(p) % PATHS.len()].to_owned(),
+            u64::from(size),
+            u64::from(len),
+        ),
+        Sent::Data(data) => Any::SnapshotData(data),
+        Sent::End(leader_epoch, wal_from, files, bytes) => {
+            Any::SnapshotEnd(leader_epoch, wal_from, files, bytes)
+        }
+        Sent::Other(e) => Any::NotLeader(u32::from(e)),
+    })
 }
 
 /// Files as the daemon's sink would take them, in memory.
@@ -112,11 +108,7 @@ fn frames(c: u8, bytes: &[u8]) -> Vec<u8> {
 fuzz_target!(init: roost_fuzz::limit_memory(), |data: &[u8]| {
     let (c, bytes) = roost_fuzz::choice(data);
     let b = frames(c, bytes);
-    let mut r: &[u8] = &b;
-    let mut msgs = Vec::new();
-    while let Ok(Some(m)) = roost_fuzz::ready(read_frame(&mut r, FRAME_BYTES_MAX)) {
-        msgs.push(m);
-    }
+    let msgs = roost_fuzz::repl::read_frames(&b, FRAME_BYTES_MAX);
     let mut sink = Sink::default();
     let epoch = u32::from(c >> 4);
     if let Ok(Some(done)) = receive_messages("leader", epoch, &mut sink, msgs) {

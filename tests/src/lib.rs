@@ -264,19 +264,8 @@ pub fn check_invariants(
             Status::Committed => {
                 // RetryConverges: base minus deletes plus one record per create, under the
                 // claimed ids of the result.
-                let ops = r.ops();
                 let mut want = base.clone();
-                for (op, res) in b.ops.iter().zip(ops) {
-                    let m = want.entry(op.shard().to_owned()).or_default();
-                    match op {
-                        batch::BatchOp::Create { record, .. } => {
-                            m.insert(res.id, record.clone());
-                        }
-                        batch::BatchOp::Delete { id, .. } => {
-                            m.remove(id);
-                        }
-                    }
-                }
+                apply_committed(&mut want, b, r)?;
                 for s in shards {
                     let w = want.get(*s).cloned().unwrap_or_default();
                     let n = now.get(*s).cloned().unwrap_or_default();
@@ -288,6 +277,38 @@ pub fn check_invariants(
                 }
             }
             other => return Err(format!("unexpected status {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// The effect of `b`'s committed answer `r` on shard contents: each create's record under
+/// the id the answer gives it, each delete's id removed. The model of `RetryConverges`,
+/// shared by the crash schedules and the engine fuzz target (`fuzz/src/engine.rs`). A
+/// committed delete of an id `want` does not hold, or a create over a held id, is an error.
+pub fn apply_committed(want: &mut Contents, b: &Batch, r: &BatchResult) -> Result<(), String> {
+    if r.ops().len() != b.ops.len() {
+        return Err(format!(
+            "the answer to {:?} has {} ops, the batch {}",
+            b.request_key,
+            r.ops().len(),
+            b.ops.len()
+        ));
+    }
+    for (k, (op, res)) in b.ops.iter().zip(r.ops()).enumerate() {
+        let m = want.entry(op.shard().to_owned()).or_default();
+        let clash = match op {
+            batch::BatchOp::Create { record, .. } => m.insert(res.id, record.clone()).is_some(),
+            batch::BatchOp::Delete { id, .. } => m.remove(id).is_none(),
+        };
+        if clash {
+            return Err(format!(
+                "op {k} of {:?} ({} id {} on {}) was committed over shards that hold {m:?}",
+                b.request_key,
+                res.op,
+                res.id,
+                op.shard()
+            ));
         }
     }
     Ok(())

@@ -192,30 +192,7 @@ impl SimStorage {
             _ => SplitMix(0),
         };
         for (path, f) in &st.files {
-            let (linked, content) = match mode {
-                CrashMode::Process => (f.live_linked, f.live.clone()),
-                CrashMode::PowerDrop | CrashMode::PowerTear { .. } if !f.durable_linked => {
-                    match &f.prior {
-                        Some(p) => (true, p.clone()),
-                        None => (false, Vec::new()),
-                    }
-                }
-                CrashMode::PowerDrop => (f.durable_linked, f.durable.clone()),
-                CrashMode::PowerTear { .. } => {
-                    let mut img = f.durable.clone();
-                    let keep = rng.below(f.pending.len() as u64 + 1) as usize;
-                    for (i, w) in f.pending.iter().take(keep).enumerate() {
-                        let torn = i + 1 == keep && !w.resize && !w.bytes.is_empty();
-                        let n = if torn {
-                            rng.below(w.bytes.len() as u64 + 1) as usize
-                        } else {
-                            w.bytes.len()
-                        };
-                        apply_write(&mut img, w, n);
-                    }
-                    (f.durable_linked, img)
-                }
-            };
+            let (linked, content) = power_image(f, mode, &mut rng);
             if linked {
                 files.insert(
                     path.clone(),
@@ -780,6 +757,32 @@ impl MappedFile for SimMap {
     }
     fn flush_in(&self, offset: u64, end: u64) -> io::Result<()> {
         self.file.sync_range(offset, end)
+    }
+}
+
+/// What a power loss of `mode` leaves of file `f`: whether it is linked, and its content.
+fn power_image(f: &SimFile, mode: CrashMode, rng: &mut SplitMix) -> (bool, Vec<u8>) {
+    match mode {
+        CrashMode::Process => (f.live_linked, f.live.clone()),
+        CrashMode::PowerDrop | CrashMode::PowerTear { .. } if !f.durable_linked => match &f.prior {
+            Some(p) => (true, p.clone()),
+            None => (false, Vec::new()),
+        },
+        CrashMode::PowerDrop => (f.durable_linked, f.durable.clone()),
+        CrashMode::PowerTear { .. } => {
+            let mut img = f.durable.clone();
+            let keep = rng.below(f.pending.len() as u64 + 1) as usize;
+            for (i, w) in f.pending.iter().take(keep).enumerate() {
+                let torn = i + 1 == keep && !w.resize && !w.bytes.is_empty();
+                let n = if torn {
+                    rng.below(w.bytes.len() as u64 + 1) as usize
+                } else {
+                    w.bytes.len()
+                };
+                apply_write(&mut img, w, n);
+            }
+            (f.durable_linked, img)
+        }
     }
 }
 

@@ -1213,12 +1213,9 @@ mod tests {
     #[test]
     fn a_shard_closed_while_idle_reopens_and_a_failed_reopen_keeps_its_class() {
         // Two frames applied and flushed, then the shard closes while idle, keeping its
-        // figures; a read reopens it. Closed again, its first frame is damaged on disk, and
-        // so is the index file its close wrote (with a sound one the reopen would scan no
-        // frame it covers: `roost verify` finds such damage, docs/shard-format.md): the
-        // reopen scans every frame, finds damage below the lsn it closed at (corruption,
-        // not a torn tail), and every asker gets it with class Corruption (exit 65), the
-        // apply and the read alike.
+        // figures; a read reopens it. Closed again, its first frame is damaged on disk: the
+        // reopen finds damage below the lsn it closed at (corruption, not a torn tail), and
+        // every asker gets it with class Corruption (exit 65), the apply and the read alike.
         let disk = SimStorage::new();
         let s = slot_on(&disk, None, Some(Duration::from_millis(20)));
         let rx = s.send_apply(creates(&[1, 2])).expect("send");
@@ -1236,12 +1233,6 @@ mod tests {
         let at = bytes.windows(2).position(|w| w == b"{}").expect("frame 1");
         bytes[at] = b'[';
         disk.put_file_bytes(&seg, bytes);
-        let index = PathBuf::from("/sim/s/INDEX");
-        assert!(
-            disk.file_bytes(&index).is_some(),
-            "the close wrote an index file"
-        );
-        disk.put_file_bytes(&index, b"not an index".to_vec());
         let rx = s.send_apply(creates(&[3])).expect("send after");
         let r = answer(&rx, "a failed reopen answers");
         assert!(

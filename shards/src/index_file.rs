@@ -13,7 +13,7 @@ use roost_storage::{install, OpenMode, Storage};
 use tracing::{debug, warn};
 
 use crate::compact::{header_of, seq_of};
-use crate::frame::{u32_at, u64_at, COMPACT_HEADER_LEN};
+use crate::frame::COMPACT_HEADER_LEN;
 use crate::{FrameMeta, Indexed, Loc, Shard, ShardError};
 
 /// The file's name in the shard's directory, and its temporary while it is replaced.
@@ -168,6 +168,18 @@ pub(crate) struct CoveredRef<'a> {
     pub(crate) max_lsn: u64,
     pub(crate) max_id: u64,
     pub(crate) cover_offset: u64,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
 }
 
 /// Checks the header (`h`, the file's first bytes): magic, version, crc, and that the counts

@@ -56,7 +56,7 @@ const RESERVOIR: usize = 4096;
 /// Duplicates sent at each milestone (one at a time).
 const DUPS: usize = 200;
 /// Bound on every wait: a file's result, a start, a stop, an answer.
-pub(crate) const LIMIT: Duration = Duration::from_secs(1800);
+const LIMIT: Duration = Duration::from_secs(1800);
 
 struct Sizes {
     quick: bool,
@@ -100,17 +100,17 @@ fn sizes() -> anyhow::Result<Sizes> {
 }
 
 /// The daemon under test and where it keeps things.
-pub(crate) struct Daemon {
-    pub(crate) bin: PathBuf,
+struct Daemon {
+    bin: PathBuf,
     base: PathBuf,
-    pub(crate) dir: PathBuf,
-    pub(crate) child: ServeChild,
+    dir: PathBuf,
+    child: ServeChild,
     starts: usize,
 }
 
 impl Daemon {
     /// Starts `roost serve` on `dir` (no configuration file) and waits until it answers.
-    pub(crate) fn start(bin: &Path, base: &Path) -> anyhow::Result<Daemon> {
+    fn start(bin: &Path, base: &Path) -> anyhow::Result<Daemon> {
         let dir = base.join("data");
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let (child, _) = spawn_ready(bin, &dir, &base.join("serve-0.log"))?;
@@ -123,11 +123,11 @@ impl Daemon {
         })
     }
 
-    pub(crate) fn spool(&self) -> PathBuf {
+    fn spool(&self) -> PathBuf {
         self.dir.join("spool")
     }
 
-    pub(crate) fn status(&self) -> anyhow::Result<Value> {
+    fn status(&self) -> anyhow::Result<Value> {
         let sock = self.dir.join("roost.sock");
         let text = roost::control::socket::request(&sock, "status")
             .with_context(|| format!("status over {}", sock.display()))?;
@@ -135,7 +135,7 @@ impl Daemon {
     }
 
     /// Starts it again (the old process must be gone): the time to the first `status`.
-    pub(crate) fn restart(&mut self) -> anyhow::Result<Duration> {
+    fn restart(&mut self) -> anyhow::Result<Duration> {
         let log = self.base.join(format!("serve-{}.log", self.starts));
         self.starts += 1;
         let (child, took) = spawn_ready(&self.bin, &self.dir, &log)?;
@@ -192,7 +192,7 @@ fn spawn_ready(bin: &Path, dir: &Path, log: &Path) -> anyhow::Result<(ServeChild
 }
 
 /// VmRSS and RssAnon of process `pid`, KiB.
-pub(crate) fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
     let field = |name: &str| -> anyhow::Result<u64> {
@@ -288,7 +288,7 @@ impl Feed {
 
 /// Writes `text` to `spool/tmp/NAME`, fsyncs it, renames it into `spool/new/` and fsyncs that
 /// directory (the safe delivery `roost submit` makes).
-pub(crate) fn deliver(spool: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+fn deliver(spool: &Path, name: &str, text: &str) -> anyhow::Result<()> {
     let tmp = spool.join("tmp").join(name);
     let mut f = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
     f.write_all(text.as_bytes())
@@ -433,7 +433,7 @@ fn stretch_rate(done: &[(usize, Instant)], skip: usize, files: usize) -> f64 {
 }
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`: `Ok(())` if the caches were dropped, else why not.
-pub(crate) fn drop_caches() -> Result<(), String> {
+fn drop_caches() -> Result<(), String> {
     let st = std::process::Command::new("sync")
         .status()
         .map_err(|e| format!("sync: {e}"))?;
@@ -495,7 +495,7 @@ fn duplicates(d: &Daemon, feed: &mut Feed, n: usize) -> anyhow::Result<Vec<f64>>
 
 /// Connects to the stream socket, retrying for a while: it is bound a moment after the
 /// control socket.
-pub(crate) fn connect_stream(sock: &Path) -> anyhow::Result<UnixStream> {
+fn connect_stream(sock: &Path) -> anyhow::Result<UnixStream> {
     let t = Instant::now();
     loop {
         match UnixStream::connect(sock) {
@@ -508,7 +508,7 @@ pub(crate) fn connect_stream(sock: &Path) -> anyhow::Result<UnixStream> {
     }
 }
 
-pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+fn quantile(sorted: &[f64], q: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted.get(i).copied().unwrap_or(f64::NAN)
 }

@@ -12,9 +12,7 @@
 //! issue 15's (`replication.rs`): `ack = "local"` against `ack = "standby"` on real `roost
 //! serve` processes on loopback; `--keys` is issue 25's (`keys.rs`): a real `roost serve`
 //! fed bulk files until its request-key window holds 100M live keys, with its memory,
-//! restart times, duplicate latency and throughput at milestones on the way; `--records` is
-//! issue 44's (`records.rs`): a real `roost serve` filled with N live records, its memory,
-//! restart times, `roost get` latency and throughput at N, against a second binary if given;
+//! restart times, duplicate latency and throughput at milestones on the way;
 //! `--closed-loop` is the probe for profiling one cell (`probe.rs`); `--pg` is issue 47's
 //! PostgreSQL peer on the stream's closed loops (`pg.rs`).
 #![forbid(unsafe_code)]
@@ -33,7 +31,6 @@ mod peer;
 mod pg;
 mod probe;
 mod profile;
-mod records;
 mod replication;
 mod soak;
 mod spool;
@@ -168,7 +165,6 @@ fn main() -> anyhow::Result<()> {
         Some("--intake") => return intake::run(),
         Some("--pg") => return pg::run(),
         Some("--keys") => return keys::run(),
-        Some("--records") => return records::run(),
         Some("--keys-plot") => {
             let csv = Path::new(args.get(2).context("--keys-plot CSV")?);
             return keys_plot::replot(csv);
@@ -201,7 +197,7 @@ fn main() -> anyhow::Result<()> {
             return probe::run(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --intake | --pg | --keys | --records | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --intake | --pg | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -146,33 +146,6 @@ impl Space {
         s.live = s.live.saturating_sub(bytes);
     }
 
-    /// Segment `si`'s figures as the index file records them: (used, live, max_lsn).
-    pub(crate) fn figures(&self, si: usize) -> (u64, u64, u64) {
-        let s = self.get(si);
-        (s.used, s.live, s.max_lsn)
-    }
-
-    pub(crate) fn is_compacted(&self, si: usize) -> bool {
-        self.segs.get(si).is_some_and(|s| s.compacted.is_some())
-    }
-
-    /// Sets segment `si`'s figures from the index file (`compacted`: its header, read from
-    /// the segment itself).
-    pub(crate) fn restore(
-        &mut self,
-        si: usize,
-        (used, live, max_lsn): (u64, u64, u64),
-        compacted: Option<CompactHeader>,
-    ) {
-        *self.at(si) = SegSpace {
-            used,
-            live,
-            max_lsn,
-            compacted,
-            blocked_until_lsn: 0,
-        };
-    }
-
     fn compacted(&self) -> impl Iterator<Item = &CompactHeader> {
         self.segs.iter().filter_map(|s| s.compacted.as_ref())
     }
@@ -253,7 +226,7 @@ impl Compaction {
     }
 }
 
-pub(crate) fn seq_of(path: &Path) -> Option<u64> {
+fn seq_of(path: &Path) -> Option<u64> {
     path.file_name()
         .and_then(|n| n.to_str())
         .and_then(parse_seg_name)
@@ -707,9 +680,6 @@ impl Shard {
     /// the directory and opens the new file under its name.
     fn swap_in(&mut self, job: &mut Job) -> Result<(), ShardError> {
         self.check_all_placed(job)?;
-        // The index file names segments by position: gone (and the removal durable) before
-        // the compacted segment gets its name, so no open pairs the old file with new segments.
-        self.remove_index_file()?;
         let ro = self.opts.read_only;
         let new = open_seg(self.storage.as_ref(), &job.tmp, ro)?;
         job.new_bytes = file_len(&new).map_err(io_at("stat", &job.tmp))?;

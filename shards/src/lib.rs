@@ -7,7 +7,6 @@
 
 mod compact;
 pub mod frame;
-mod index_file;
 #[allow(unsafe_code)]
 mod mmap;
 
@@ -26,7 +25,6 @@ use tracing::{debug, info, warn};
 pub use compact::{CompactOptions, CompactProgress, CompactionStats, COMPACT_TMP_SUFFIX};
 pub use frame::{Txn, TxnOp};
 use frame::{FRAME_ALIGN, OP_CREATE, OP_HEADER_LEN};
-pub use index_file::{INDEX_FILE, INDEX_FORMAT_VERSION, INDEX_TMP_FILE};
 use mmap::MappedSegment;
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
@@ -64,18 +62,7 @@ pub struct ShardOptions {
     /// ext4), so writing the space ahead once lets the next flushes write data only. Zeros
     /// are what the space reads as anyway. The WAL does the same (`zero_ahead_bytes` there).
     pub zero_ahead_bytes: u64,
-    /// Whether an open may start from the index file (`INDEX`) and scan only the frames past
-    /// it (a writable shard also writes it). `false`: every frame is scanned and the file is
-    /// neither read nor written (`roost verify` reads everything).
-    pub index_file: bool,
-    /// A flush rewrites the index file once the frames and entries it does not cover reach
-    /// this many and half of those it covers (so rewrites cost a constant per record); a
-    /// graceful close ([`Shard::write_index_file`]) writes it whatever the tail.
-    pub index_tail_min: u64,
 }
-
-/// The default [`ShardOptions::index_tail_min`].
-pub const INDEX_TAIL_MIN: u64 = 1 << 16;
 
 impl Default for ShardOptions {
     fn default() -> Self {
@@ -85,8 +72,6 @@ impl Default for ShardOptions {
             read_only: false,
             synced_through_lsn: None,
             zero_ahead_bytes: 1 << 20,
-            index_file: true,
-            index_tail_min: INDEX_TAIL_MIN,
         }
     }
 }
@@ -152,8 +137,6 @@ pub struct OpenReport {
     pub deletes: u64,
     pub torn_bytes_dropped: u64,
     pub max_lsn: u64,
-    /// Frames taken from the index file without reading them (`frames` counts them too).
-    pub indexed_frames: u64,
 }
 
 /// Where a record's create is on disk. 12 bytes; with the u64 id, 20 bytes per record.
@@ -323,7 +306,7 @@ impl Index {
 }
 
 /// One frame the shard holds, in lsn order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 struct FrameMeta {
     lsn: u64,
     seg: u32,
@@ -431,16 +414,6 @@ pub struct Shard {
     /// Per-segment live and dead bytes, compacted segments' ranges, and the compaction under
     /// way (`compact.rs`).
     compaction: compact::Compaction,
-    /// What the index file on disk covers (`None`: no file this binary trusts).
-    indexed: Option<Indexed>,
-}
-
-/// What the index file on disk covers: how many frames and index entries, up to which lsn.
-#[derive(Clone, Copy, Debug)]
-struct Indexed {
-    frames: usize,
-    entries: usize,
-    max_lsn: u64,
 }
 
 impl std::fmt::Debug for Shard {
@@ -518,18 +491,16 @@ struct FrameCorrupt {
 }
 
 /// Scans one segment's frames (`bytes`, the whole segment) with the decision table, calling
-/// `on_frame` with the offset of each accepted frame, from offset `from` on (0, or where the
-/// index file's cover ends); `max_lsn` is the last accepted lsn, in and out. Reads only; the
-/// caller drops a torn tail.
+/// `on_frame` with the offset of each accepted frame; `max_lsn` is the last accepted lsn, in
+/// and out. Reads only; the caller drops a torn tail.
 fn scan_frames(
     bytes: &[u8],
-    from: usize,
     last: bool,
     synced_through_lsn: Option<u64>,
     max_lsn: &mut u64,
     mut on_frame: impl FnMut(usize, &frame::FrameView),
 ) -> Result<SegmentEnd, FrameCorrupt> {
-    let mut pos = from;
+    let mut pos = 0usize;
     while pos < bytes.len() {
         let (seen, view) = frame::probe(&bytes[pos..]);
         let lsn_is_next = matches!(&view, Ok(v) if v.lsn > *max_lsn);
@@ -707,14 +678,8 @@ impl Shard {
             _lock: lock,
             report: OpenReport::default(),
             compaction: compact::Compaction::default(),
-            indexed: None,
         };
-        let use_file = shard.opts.index_file;
-        shard.rebuild(use_file)?;
-        if use_file && !shard.opts.read_only && shard.index_file_due() {
-            // Everything held is durable now (the newest segment was synced at open).
-            shard.write_index_file_logged();
-        }
+        shard.rebuild()?;
         if !shard.opts.read_only {
             let bytes = shard.next_segment_bytes(0);
             let spare = Spare::open(shard.storage.as_ref(), &shard.dir, bytes);
@@ -725,16 +690,14 @@ impl Shard {
             })?);
         }
         info!(shard = %shard.name, segments = shard.report.segments, frames = shard.report.frames,
-            records = shard.report.records, indexed_frames = shard.report.indexed_frames,
-            torn_bytes = shard.report.torn_bytes_dropped,
+            records = shard.report.records, torn_bytes = shard.report.torn_bytes_dropped,
             max_lsn = shard.max_lsn, "shard: opened");
         Ok(shard)
     }
 
     /// Scans every segment, verifies every frame, drops (zeroes, when writable) a torn last
-    /// frame, and rebuilds the index from scratch; with `use_file`, starts from the index file
-    /// when it checks out and scans only the frames past what it covers.
-    fn rebuild(&mut self, use_file: bool) -> Result<(), ShardError> {
+    /// frame, and rebuilds the index from scratch.
+    fn rebuild(&mut self) -> Result<(), ShardError> {
         self.index.clear();
         self.frames.clear();
         self.max_lsn = 0;
@@ -748,27 +711,10 @@ impl Shard {
             ..OpenReport::default()
         };
         let nsegs = self.segs.len();
-        // (first segment to read, offset to start at in it)
-        let (start, from) = match use_file.then(|| self.load_index_file()).flatten() {
-            Some(at) => {
-                report.indexed_frames = self.frames.len() as u64;
-                report.frames = report.indexed_frames;
-                at
-            }
-            None => (0, 0),
-        };
-        for si in start..nsegs {
-            let last = si + 1 == nsegs;
-            let from = if si == start { from } else { 0 };
+        for si in 0..nsegs {
             match compact::header_of(&self.segs[si])? {
-                // Covered by the index file already (never appended to).
-                Some(_) if from > 0 => {
-                    if last {
-                        self.write_offset = self.opts.segment_bytes as usize;
-                    }
-                }
-                Some(h) => self.rebuild_compacted(si, h, last, &mut report)?,
-                None => self.rebuild_segment(si, last, from, &mut report)?,
+                Some(h) => self.rebuild_compacted(si, h, si + 1 == nsegs, &mut report)?,
+                None => self.rebuild_segment(si, si + 1 == nsegs, &mut report)?,
             }
         }
         self.index.shrink();
@@ -784,7 +730,6 @@ impl Shard {
         &mut self,
         si: usize,
         last: bool,
-        from: usize,
         report: &mut OpenReport,
     ) -> Result<(), ShardError> {
         let seg = &self.segs[si];
@@ -809,16 +754,14 @@ impl Shard {
             report.frames += 1;
         };
         let synced_through = self.opts.synced_through_lsn;
-        let max_lsn = &mut self.max_lsn;
-        let end =
-            scan_frames(&bytes, from, last, synced_through, max_lsn, on_frame).map_err(|c| {
-                ShardError::Corrupt {
-                    segment: seg.path.clone(),
-                    offset: c.offset as u64,
-                    lsn: c.lsn,
-                    reason: c.reason,
-                }
-            })?;
+        let end = scan_frames(&bytes, last, synced_through, &mut self.max_lsn, on_frame).map_err(
+            |c| ShardError::Corrupt {
+                segment: seg.path.clone(),
+                offset: c.offset as u64,
+                lsn: c.lsn,
+                reason: c.reason,
+            },
+        )?;
         if last {
             self.write_offset = end.pos;
         }
@@ -1145,9 +1088,6 @@ impl Shard {
             return Err(e);
         }
         self.dirty_from = None;
-        if self.opts.index_file && self.index_file_due() {
-            self.write_index_file_logged();
-        }
         Ok(())
     }
 
@@ -1297,9 +1237,6 @@ impl Shard {
         let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
             return Ok(0);
         };
-        // The file may cover frames about to be zeroed (the flush above may just have written
-        // it): gone, durably, before they are.
-        self.remove_index_file()?;
         let dropped = self.frames.len() - k;
         let first = self.frames[k];
         let si = first.seg as usize;
@@ -1335,7 +1272,7 @@ impl Shard {
             }
         }
         self.sync_dir()?;
-        self.rebuild(false)?;
+        self.rebuild()?;
         info!(shard = %self.name, lsn, dropped, "shard: truncated");
         Ok(dropped)
     }

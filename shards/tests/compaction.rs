@@ -118,17 +118,6 @@ fn base_disk(h: &History) -> SimStorage {
     disk
 }
 
-/// [`base_disk`] with the index file written over every frame: an open reads no frame.
-fn base_disk_indexed(h: &History) -> SimStorage {
-    let disk = base_disk(h);
-    let mut s = open_sim(&disk).unwrap();
-    assert!(s.write_index_file().unwrap(), "the index file is written");
-    drop(s);
-    let s = open_sim(&disk).unwrap();
-    assert_eq!(s.open_report().indexed_frames, s.open_report().frames);
-    disk
-}
-
 /// What a reader can ask a shard, compared before and after a compaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Answers {
@@ -319,18 +308,6 @@ impl Reference {
 /// under way.
 #[test]
 fn crash_at_every_step_of_a_compaction_opens_as_before_or_after() {
-    crash_at_every_step_of_a_compaction(base_disk);
-}
-
-/// Goal: the same with an index file covering every frame when the compaction starts: its
-/// swap moves segments the file names by position, so a crash at any step (the file's
-/// removal first among them) opens as before or after, never through a stale file.
-#[test]
-fn crash_at_every_step_of_a_compaction_with_an_index_file_opens_as_before_or_after() {
-    crash_at_every_step_of_a_compaction(base_disk_indexed);
-}
-
-fn crash_at_every_step_of_a_compaction(base_disk: fn(&History) -> SimStorage) {
     let h = history(60);
     let budget = 300;
     let r = Reference::run(&h, budget);

@@ -460,42 +460,6 @@ fn data_dir_opens_and_carries_on(version: u8) {
     assert!(report.ok(), "{:?}", report.violations);
 }
 
-/// Goal (issue 44): a data directory from before shard index files (none in any fixture)
-/// opens by scanning its frames, gets its file, and then opens from the file to the same
-/// records, read-only too. Method: every fixture's shards, opened writable three times.
-#[test]
-fn shards_without_an_index_file_open_and_then_open_from_one() {
-    for v in VERSIONS.into_iter().chain([KEY_TABLE_WITHOUT_INDEX]) {
-        let (_t, data) = fixture_copy(v);
-        for name in ["a", "b"] {
-            let dir = data.join(SHARDS_DIR).join(name);
-            assert!(!dir.join(roost_shards::INDEX_FILE).exists(), "v{v} {name}");
-            let mut s = Shard::open(&dir, ShardOptions::default()).unwrap();
-            assert_eq!(s.open_report().indexed_frames, 0, "v{v} {name}");
-            let records = s.scan().unwrap();
-            let frames = s.open_report().frames;
-            assert!(s.write_index_file().unwrap(), "v{v} {name}: written");
-            drop(s);
-            let s = Shard::open(&dir, ShardOptions::default()).unwrap();
-            let r = s.open_report().clone();
-            assert_eq!(
-                (r.indexed_frames, r.frames),
-                (frames, frames),
-                "v{v} {name}"
-            );
-            assert_eq!(s.scan().unwrap(), records, "v{v} {name}");
-            drop(s);
-            let ro = ShardOptions {
-                read_only: true,
-                ..ShardOptions::default()
-            };
-            let s = Shard::open(&dir, ro).unwrap();
-            assert_eq!(s.open_report().indexed_frames, frames, "v{v} {name}");
-            assert_eq!(s.scan().unwrap(), records, "v{v} {name} read-only");
-        }
-    }
-}
-
 /// The answers the fixture's four batches got (their result files, v3 on), in order.
 fn original_answers() -> Vec<BatchResult> {
     let op = |op: &str, shard: &str, id| OpResult {

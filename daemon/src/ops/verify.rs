@@ -338,8 +338,6 @@ fn load_shards(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &m
         let opts = ShardOptions {
             read_only: true,
             synced_through_lsn: Some(f.vouched.get(name).copied().unwrap_or(0)),
-            // Verify reads every frame: the index file would skip the ones it covers.
-            index_file: false,
             ..ShardOptions::default()
         };
         let opened = Shard::open_with(storage.clone(), &dir, opts)

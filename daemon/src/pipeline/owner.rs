@@ -722,10 +722,9 @@ impl Held {
     /// durable, so the reopen vouches for them (`synced_through_lsn`), and damage below it
     /// found then is corruption, not a torn tail.
     fn close(&mut self) {
-        let Some(mut shard) = self.shard.take() else {
+        let Some(shard) = self.shard.take() else {
             return;
         };
-        write_index_file(&mut shard);
         self.records = shard.len();
         self.max_id = shard.max_id();
         self.compaction = shard.compaction_stats();
@@ -760,22 +759,9 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(shard) = self.shard.as_mut() {
-            write_index_file(shard);
+        if self.shard.is_some() {
             self.stats.shards_open.fetch_sub(1, Ordering::Relaxed);
         }
-    }
-}
-
-/// At a close (idle, or the daemon stopping): the shard's index file made to cover every
-/// frame, so the next open scans none, when every frame is durable (an unflushed shard is
-/// left as it is: its reopen scans the frames past the file). A failure costs only that scan.
-fn write_index_file(shard: &mut Shard) {
-    if shard.unflushed() {
-        return;
-    }
-    if let Err(e) = shard.write_index_file() {
-        tracing::warn!(shard = %shard.name(), error = %e, "shard: index file not written at close");
     }
 }
 

@@ -12,7 +12,7 @@ use crate::log::{Epoch, EpochEnd, FollowerLog, LeaderLog, Lsn};
 pub trait LeaderView {
     fn leader_epoch(&self) -> Option<Epoch>;
     fn log_start(&self) -> Lsn;
-    fn durable_end(&self) -> Lsn;
+    fn shippable_end(&self) -> Lsn;
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
 }
 
@@ -23,8 +23,8 @@ impl<L: LeaderLog> LeaderView for L {
     fn log_start(&self) -> Lsn {
         LeaderLog::log_start(self)
     }
-    fn durable_end(&self) -> Lsn {
-        LeaderLog::durable_end(self)
+    fn shippable_end(&self) -> Lsn {
+        LeaderLog::shippable_end(self)
     }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
         LeaderLog::end_offset_for(self, epoch)
@@ -90,9 +90,9 @@ pub enum Answer {
 ///    log_start }` when the leader still holds its whole history (the follower empties
 ///    itself), else `OutOfRange` (nothing below log_start can be compared any more);
 /// 4. `fetch_lsn < log_start` -> `OutOfRange`;
-/// 5. `fetch_lsn > durable_end` (the follower holds records the leader never served, say
+/// 5. `fetch_lsn > shippable_end` (the follower holds records the leader never served, say
 ///    a leader that lost an unsynced tail kept its epoch) -> `Diverging { last_epoch,
-///    durable_end }`;
+///    shippable_end }`;
 /// 6. else `Read`.
 ///
 /// A fetch with `last_epoch == 0` claims no records (an empty or freshly re-seeded log), so
@@ -136,15 +136,15 @@ pub fn leader_answer<V: LeaderView + ?Sized>(view: &V, fetch: &FetchView) -> Ans
     if fetch.fetch_lsn < log_start {
         return Answer::OutOfRange { log_start };
     }
-    let durable_end = view.durable_end();
-    if fetch.fetch_lsn > durable_end {
+    let shippable_end = view.shippable_end();
+    if fetch.fetch_lsn > shippable_end {
         // Step 3 found the fetch's last epoch on the leader (or there is none), so answering
-        // with it makes the follower cut exactly to the durable end: answering with the
+        // with it makes the follower cut exactly to the shippable end: answering with the
         // leader's latest epoch instead would leave a follower that lacks it where it is.
         return Answer::Diverging {
             leader_epoch,
             epoch: fetch.last_epoch,
-            end_lsn: durable_end,
+            end_lsn: shippable_end,
         };
     }
     Answer::Read { leader_epoch }
@@ -243,7 +243,7 @@ mod tests {
     struct Table {
         leader: Option<Epoch>,
         log_start: Lsn,
-        durable_end: Lsn,
+        shippable_end: Lsn,
         log_end: Lsn,
         epochs: Vec<(Epoch, Lsn)>,
     }
@@ -255,8 +255,8 @@ mod tests {
         fn log_start(&self) -> Lsn {
             self.log_start
         }
-        fn durable_end(&self) -> Lsn {
-            self.durable_end
+        fn shippable_end(&self) -> Lsn {
+            self.shippable_end
         }
         fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
             end_offset_in(&self.epochs, self.log_end, epoch)
@@ -277,7 +277,7 @@ mod tests {
         Table {
             leader: Some(5),
             log_start: 1,
-            durable_end: 9,
+            shippable_end: 9,
             log_end: 10,
             epochs: vec![(1, 1), (3, 3), (5, 6)],
         }
@@ -454,7 +454,7 @@ mod tests {
         let f = Table {
             leader: None,
             log_start: 1,
-            durable_end: 8,
+            shippable_end: 8,
             log_end: 8,
             epochs: vec![(1, 1), (2, 3), (4, 5)],
         };
@@ -481,7 +481,7 @@ mod tests {
         let empty = Table {
             leader: None,
             log_start: 1,
-            durable_end: 1,
+            shippable_end: 1,
             log_end: 1,
             epochs: vec![],
         };

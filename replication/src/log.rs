@@ -65,19 +65,24 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn leader_epoch(&self) -> Option<Epoch>;
     /// The first lsn still held (below it the WAL was retired by a checkpoint).
     fn log_start(&self) -> Lsn;
-    /// The lsn after the last durable record: only records below it are served.
-    fn durable_end(&self) -> Lsn;
-    /// Resolves (or times out) once `durable_end() > after`: long-poll support.
+    /// The lsn after the last record a follower may be sent: only records below it are
+    /// served. The durable end, or (a leader that may ship records before its own sync, in
+    /// an epoch no restart of it can resume: `docs/replication-model.md`, "shipped before
+    /// the sync") the written end. The high watermark stays below the leader's own durable
+    /// end either way (`acknowledged`).
+    fn shippable_end(&self) -> Lsn;
+    /// Resolves (or times out) once the durable end passes `after`: long-poll support for a
+    /// log without a watch (it never ships before its sync).
     fn wait_durable(&self, after: Lsn, timeout: std::time::Duration) -> Lsn;
-    /// The durable end as a watch, if this log keeps one (it must send every new durable
-    /// end): a caught-up follower's long-poll then waits on it in the runtime, woken by the
-    /// sync itself, instead of in `wait_durable` on a blocking-pool thread that must wake
+    /// The shippable end as a watch, if this log keeps one (it must send every new end): a
+    /// caught-up follower's long-poll then waits on it in the runtime, woken by the write
+    /// or sync itself, instead of in `wait_durable` on a blocking-pool thread that must wake
     /// the runtime in turn. `None`: `wait_durable`.
-    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+    fn shippable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
         None
     }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
-    /// Records `from..durable_end()`, at least one if any, at most about `max_bytes`.
+    /// Records `from..shippable_end()`, at least one if any, at most about `max_bytes`.
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;
     /// A follower fetched at `fetch_lsn`: every record below it is durable there. Returns
     /// the high watermark to send back.

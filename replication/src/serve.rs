@@ -352,7 +352,7 @@ async fn answer_fetch<L: LeaderLog>(
     }
     let deadline = Instant::now() + fetch.wait;
     let after = fetch.view.fetch_lsn;
-    if let Some(durable) = log.durable_watch() {
+    if let Some(durable) = log.shippable_watch() {
         if !wait_watched(log, fetch, durable, deadline, shutdown).await? {
             return Ok(None);
         }
@@ -406,7 +406,7 @@ async fn wait_watched<L: LeaderLog>(
                 // renewed; and the durable end is read once more, in case the watch missed it.
                 let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
                 let moved = blocking(log, move |l| {
-                    let moved = l.durable_end() > after;
+                    let moved = l.shippable_end() > after;
                     if !moved && l.leader_epoch() == Some(epoch) {
                         l.acknowledged(&replica, after);
                     }
@@ -506,7 +506,7 @@ fn read_records<L: LeaderLog>(
 ) -> Message {
     let hw = l.acknowledged(replica, fetch_lsn);
     let log_start = l.log_start();
-    let mut entries = if fetch_lsn < l.durable_end() {
+    let mut entries = if fetch_lsn < l.shippable_end() {
         match l.read(fetch_lsn, max_bytes) {
             Ok(entries) => entries,
             Err(e) => {

@@ -44,7 +44,7 @@ struct State {
     entries: Vec<Entry>,
     /// `(epoch, first lsn)`, increasing in both.
     epochs: Vec<(Epoch, Lsn)>,
-    durable_end: Lsn,
+    shippable_end: Lsn,
     current_epoch: Epoch,
     leader: Option<Epoch>,
     isr: Vec<String>,
@@ -79,7 +79,7 @@ impl State {
         let keep = lsn.saturating_sub(self.log_start) as usize;
         self.entries.truncate(keep);
         self.epochs.retain(|&(_, start)| start < lsn);
-        self.durable_end = self.durable_end.min(lsn);
+        self.shippable_end = self.shippable_end.min(lsn);
         self.hw = self.hw.min(lsn);
     }
 }
@@ -115,7 +115,7 @@ pub struct MemLog {
     name: String,
     state: Mutex<State>,
     durable: Condvar,
-    /// With [`MemLog::with_durable_watch`]: the durable end as a watch (`durable_watch`).
+    /// With [`MemLog::with_shippable_watch`]: the durable end as a watch (`shippable_watch`).
     watch: Option<tokio::sync::watch::Sender<Lsn>>,
     /// Calls of `wait_durable` (a log with a watch should see none).
     blocking_waits: std::sync::atomic::AtomicU64,
@@ -128,7 +128,7 @@ impl MemLog {
             name: name.to_string(),
             state: Mutex::new(State {
                 log_start: 1,
-                durable_end: 1,
+                shippable_end: 1,
                 hw: 1,
                 ..State::default()
             }),
@@ -138,9 +138,9 @@ impl MemLog {
         }
     }
 
-    /// [`MemLog::new`], offering its durable end as a watch (`LeaderLog::durable_watch`), as
+    /// [`MemLog::new`], offering its durable end as a watch (`LeaderLog::shippable_watch`), as
     /// the daemon's log does: a caught-up follower's long-poll waits on it in the runtime.
-    pub fn with_durable_watch(name: &str) -> Self {
+    pub fn with_shippable_watch(name: &str) -> Self {
         MemLog {
             watch: Some(tokio::sync::watch::channel(1).0),
             ..MemLog::new(name)
@@ -154,10 +154,10 @@ impl MemLog {
     }
 
     /// Tells the waiters (condvar and watch) the durable end moved.
-    fn durable_moved(&self, durable_end: Lsn) {
+    fn durable_moved(&self, shippable_end: Lsn) {
         self.durable.notify_all();
         if let Some(tx) = &self.watch {
-            tx.send_replace(durable_end);
+            tx.send_replace(shippable_end);
         }
     }
 
@@ -225,12 +225,12 @@ impl MemLog {
     /// Makes every record durable (and visible to fetches).
     pub fn sync(&self) {
         let mut s = self.lock();
-        s.durable_end = s.log_end();
+        s.shippable_end = s.log_end();
         let isr_empty = s.isr.is_empty();
         if isr_empty && s.leader.is_some() {
-            s.hw = s.durable_end;
+            s.hw = s.shippable_end;
         }
-        self.durable_moved(s.durable_end);
+        self.durable_moved(s.shippable_end);
     }
 
     /// `write` then `sync`.
@@ -243,11 +243,11 @@ impl MemLog {
     /// A power cut: records that were not durable are gone; leadership is lost.
     pub fn crash(&self) {
         let mut s = self.lock();
-        let durable = s.durable_end;
+        let durable = s.shippable_end;
         s.truncate(durable);
         s.leader = None;
         s.acks.clear();
-        self.durable_moved(s.durable_end);
+        self.durable_moved(s.shippable_end);
     }
 
     /// Retires every record below `lsn` (a checkpoint removed them).
@@ -331,8 +331,8 @@ impl MemLog {
             });
             s.current_epoch = s.current_epoch.max(epoch);
         }
-        s.durable_end = s.log_end();
-        self.durable_moved(s.durable_end);
+        s.shippable_end = s.log_end();
+        self.durable_moved(s.shippable_end);
     }
 }
 
@@ -345,15 +345,15 @@ impl LeaderLog for MemLog {
     fn log_start(&self) -> Lsn {
         self.lock().log_start
     }
-    fn durable_end(&self) -> Lsn {
-        self.lock().durable_end
+    fn shippable_end(&self) -> Lsn {
+        self.lock().shippable_end
     }
     fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
         self.blocking_waits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
-        while s.durable_end <= after {
+        while s.shippable_end <= after {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -364,9 +364,9 @@ impl LeaderLog for MemLog {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        s.durable_end
+        s.shippable_end
     }
-    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+    fn shippable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
         self.watch.as_ref().map(|tx| tx.subscribe())
     }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
@@ -378,7 +378,7 @@ impl LeaderLog for MemLog {
         let mut out = Vec::new();
         let mut bytes = 0;
         let first = from.saturating_sub(s.log_start) as usize;
-        let last = s.durable_end.saturating_sub(s.log_start) as usize;
+        let last = s.shippable_end.saturating_sub(s.log_start) as usize;
         for e in s.entries.iter().take(last).skip(first) {
             if !out.is_empty() && bytes + e.payload.len() > max_bytes {
                 break;
@@ -396,7 +396,7 @@ impl LeaderLog for MemLog {
             .iter()
             .map(|r| s.acks.get(r).copied().unwrap_or(0))
             .min();
-        let candidate = acked.unwrap_or(Lsn::MAX).min(s.durable_end);
+        let candidate = acked.unwrap_or(Lsn::MAX).min(s.shippable_end);
         s.hw = s.hw.max(candidate);
         s.hw
     }
@@ -423,7 +423,7 @@ impl LeaderLog for MemLog {
         answer.extend_from_slice(batch);
         crate::log::Forwarded::Answer {
             answer,
-            durable_lsn: s.durable_end,
+            durable_lsn: s.shippable_end,
         }
     }
 
@@ -513,9 +513,9 @@ impl FollowerLog for MemLog {
             }
             s.push(e.clone());
         }
-        s.durable_end = s.log_end();
+        s.shippable_end = s.log_end();
         s.hw = s.hw.max(leader_hw.min(s.log_end()));
-        self.durable_moved(s.durable_end);
+        self.durable_moved(s.shippable_end);
         Ok(())
     }
     fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
@@ -529,7 +529,7 @@ impl FollowerLog for MemLog {
             });
         }
         s.truncate(lsn);
-        self.durable_moved(s.durable_end);
+        self.durable_moved(s.shippable_end);
         Ok(())
     }
 }

@@ -342,7 +342,7 @@ async fn long_poll_wakes_on_durable_records_only() {
         blocking > 0,
         "without a watch the long-poll waits in wait_durable"
     );
-    let watched = long_poll_wakes_on_sync(MemLog::with_durable_watch("a")).await;
+    let watched = long_poll_wakes_on_sync(MemLog::with_shippable_watch("a")).await;
     assert_eq!(
         watched, 0,
         "with a watch the long-poll takes no blocking wait"
@@ -365,7 +365,7 @@ async fn long_poll_wakes_on_sync(log: MemLog) -> u64 {
     a.write(0, b"x");
     let started = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(LeaderLog::durable_end(&*a), 1);
+    assert_eq!(LeaderLog::shippable_end(&*a), 1);
     a.sync();
     let answer = within("long-poll", read_frame(&mut s, DEFAULT_FRAME_BYTES_MAX)).await;
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -382,7 +382,7 @@ async fn long_poll_wakes_on_sync(log: MemLog) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_a_long_poll() {
     shutdown_ends_a_long_poll_on(MemLog::new("a")).await;
-    shutdown_ends_a_long_poll_on(MemLog::with_durable_watch("a")).await;
+    shutdown_ends_a_long_poll_on(MemLog::with_shippable_watch("a")).await;
 }
 
 async fn shutdown_ends_a_long_poll_on(log: MemLog) {

@@ -158,9 +158,12 @@ pub struct Wal {
     pub(crate) spare_short: AtomicBool,
     /// Told every new synced lsn ([`Wal::on_synced`]).
     synced_hook: std::sync::OnceLock<SyncedHook>,
+    /// Told every new written lsn ([`Wal::on_written`]).
+    written_hook: std::sync::OnceLock<SyncedHook>,
 }
 
-/// What [`Wal::on_synced`] calls with each new synced lsn.
+/// What [`Wal::on_synced`] calls with each new synced lsn (and [`Wal::on_written`] with each
+/// new written lsn).
 pub type SyncedHook = Arc<dyn Fn(Lsn) + Send + Sync>;
 
 impl std::fmt::Debug for Wal {
@@ -259,6 +262,7 @@ impl Wal {
             report,
             spare_short: AtomicBool::new(spare_short),
             synced_hook: std::sync::OnceLock::new(),
+            written_hook: std::sync::OnceLock::new(),
         })
     }
 
@@ -444,6 +448,7 @@ impl Wal {
         self.write_at_end(g, &pending.buf)?;
         g.next_lsn += pending.frames;
         g.written_lsn = g.next_lsn - 1;
+        self.written_moved(g.written_lsn);
         g.last_epoch = epoch;
         self.appends.fetch_add(pending.frames, Ordering::Relaxed);
         self.append_bytes
@@ -493,6 +498,7 @@ impl Wal {
         let offset = self.write_at_end(&mut g, &frame)?;
         g.next_lsn = lsn + 1;
         g.written_lsn = lsn;
+        self.written_moved(lsn);
         g.last_epoch = epoch;
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.append_bytes
@@ -691,6 +697,20 @@ impl Wal {
     /// `false` if one was set already.
     pub fn on_synced(&self, hook: SyncedHook) -> bool {
         self.synced_hook.set(hook).is_ok()
+    }
+
+    /// Calls `hook` with the written lsn whenever it moves (an append, or a cut that takes
+    /// records back), under the log's lock, as [`Wal::on_synced`] does: a leader that ships
+    /// records before its own sync wakes its standbys' long-polls at the write. One hook per
+    /// log: `false` if one was set already.
+    pub fn on_written(&self, hook: SyncedHook) -> bool {
+        self.written_hook.set(hook).is_ok()
+    }
+
+    pub(crate) fn written_moved(&self, written: Lsn) {
+        if let Some(hook) = self.written_hook.get() {
+            hook(written);
+        }
     }
 
     pub(crate) fn synced_moved(&self, synced: Lsn) {

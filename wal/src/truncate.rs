@@ -136,6 +136,7 @@ impl Wal {
         g.next_lsn = lsn;
         g.written_lsn = lsn - 1;
         g.synced_lsn = g.synced_lsn.min(lsn - 1);
+        self.written_moved(g.written_lsn);
         self.synced_moved(g.synced_lsn);
         g.last_epoch = cut.last_epoch;
         Ok(())

@@ -45,6 +45,7 @@ impl Replication {
             epochs.truncate_from_end(next)?;
             epochs.assign(led, next)?;
         }
+        self.ship_written.store(false, Ordering::SeqCst);
         self.wal.set_epoch(led)?;
         info!(epoch = led, next_lsn = next, "leader epoch resumed");
         Ok(led)
@@ -81,6 +82,9 @@ impl Replication {
         }
         let taken = self.take_epoch(epoch)?;
         *lock(&self.isr) = Some(isr);
+        // An epoch won in etcd is never resumed (a cluster node starts as a follower), so its
+        // records may reach a standby before this node's own sync (`shippable_end`).
+        self.ship_written.store(true, Ordering::SeqCst);
         Ok(taken)
     }
 
@@ -102,6 +106,7 @@ impl Replication {
     }
 
     fn take_epoch_unlatched(&self, epoch: u32) -> Result<u32, EngineError> {
+        self.ship_written.store(false, Ordering::SeqCst);
         let next = self.wal.next_lsn();
         let mut epochs = lock(&self.epochs);
         self.write_epochs(EpochFile {

@@ -69,8 +69,8 @@ impl LeaderLog for LeaderSide {
         self.engine.wal().first_lsn()
     }
 
-    fn durable_end(&self) -> Lsn {
-        self.repl.durable_end()
+    fn shippable_end(&self) -> Lsn {
+        self.repl.shippable_end()
     }
 
     fn wait_durable(&self, after: Lsn, timeout: Duration) -> Lsn {
@@ -80,8 +80,8 @@ impl LeaderLog for LeaderSide {
             + 1
     }
 
-    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
-        self.repl.durable.clone()
+    fn shippable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.repl.shippable_watch()
     }
 
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
@@ -89,7 +89,7 @@ impl LeaderLog for LeaderSide {
     }
 
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, EngineError> {
-        let until = self.repl.durable_end();
+        let until = self.repl.shippable_end();
         let records = self.engine.wal().read_from(from, until, max_bytes)?;
         Ok(records
             .into_iter()

@@ -101,9 +101,13 @@ pub struct Replication {
     /// is taken and no answer given (`fencing.rs`), even before the agent notices.
     pub(super) lease_until_ms: AtomicU64,
     pub(super) opened: Instant,
-    /// The durable end, sent by the WAL's sync itself (`Wal::on_synced`): what a caught-up
-    /// standby's long-poll waits on. `None` if the WAL had a hook already.
-    pub(super) durable: Option<tokio::sync::watch::Receiver<Lsn>>,
+    /// The shippable end (`shippable_end`), sent by the WAL's own writes and syncs
+    /// (`Wal::on_written`, `Wal::on_synced`): what a caught-up standby's long-poll waits
+    /// on. `None` if the WAL had a hook already.
+    pub(super) shippable: Option<tokio::sync::watch::Receiver<Lsn>>,
+    /// Set while this node leads an epoch it won in etcd: records may be shipped before
+    /// this node's own sync (`shippable_end`).
+    pub(super) ship_written: Arc<AtomicBool>,
 }
 
 /// Opens [`Replication`] as the engine's log role.
@@ -129,14 +133,28 @@ pub fn of(engine: &crate::pipeline::Engine) -> Result<Arc<Replication>, EngineEr
         .map_err(|_| EngineError::Replication("the engine was opened without replication".into()))
 }
 
-/// A watch of `wal`'s durable end (the lsn after the last synced record), kept current by
-/// the WAL's own syncs; `None` if the WAL already has a hook.
-fn durable_watch(wal: &Wal) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+/// A watch of `wal`'s shippable end, kept current by the WAL's own writes and syncs: the
+/// written end while `ship_written` is set, else the durable end (the lsn after the last
+/// synced record). `None` if the WAL already has a hook.
+fn shippable_watch(
+    wal: &Wal,
+    ship_written: &Arc<AtomicBool>,
+) -> Option<tokio::sync::watch::Receiver<Lsn>> {
     let (tx, rx) = tokio::sync::watch::channel(wal.synced_lsn() + 1);
-    let hook: roost_wal::SyncedHook = Arc::new(move |synced: Lsn| {
-        tx.send_replace(synced + 1);
+    let tx = Arc::new(tx);
+    let (synced_tx, early) = (tx.clone(), ship_written.clone());
+    let synced: roost_wal::SyncedHook = Arc::new(move |synced: Lsn| {
+        if !early.load(Ordering::SeqCst) {
+            synced_tx.send_replace(synced + 1);
+        }
     });
-    wal.on_synced(hook).then_some(rx)
+    let early = ship_written.clone();
+    let written: roost_wal::SyncedHook = Arc::new(move |written: Lsn| {
+        if early.load(Ordering::SeqCst) {
+            tx.send_replace(written + 1);
+        }
+    });
+    (wal.on_synced(synced) && wal.on_written(written)).then_some(rx)
 }
 
 impl Replication {
@@ -163,6 +181,7 @@ impl Replication {
 
     fn new(parts: RoleParts, role: Role, file: EpochFile, epochs: LeaderEpochs) -> Replication {
         let parts_wal = parts.wal.clone();
+        let ship_written = Arc::new(AtomicBool::new(false));
         Replication {
             storage: parts.storage.clone(),
             config: parts.config.clone(),
@@ -184,7 +203,8 @@ impl Replication {
             isr: Mutex::new(None),
             lease_until_ms: AtomicU64::new(0),
             opened: Instant::now(),
-            durable: durable_watch(&parts_wal),
+            shippable: shippable_watch(&parts_wal, &ship_written),
+            ship_written,
         }
     }
 
@@ -225,9 +245,31 @@ impl Replication {
         (self.role() == Role::Primary).then(|| self.epoch())
     }
 
-    /// The lsn after the last durable record: what a standby may be sent.
+    /// The lsn after the last durable record.
     pub fn durable_end(&self) -> Lsn {
         self.wal.synced_lsn() + 1
+    }
+
+    /// The lsn after the last record a standby may be sent: the written end while this node
+    /// leads an epoch it won in etcd, else the durable end. Early shipping lets a standby's
+    /// sync overlap this node's own; it is safe only in an epoch that no restart of this
+    /// node can resume (a cluster node always starts as a follower and leads only a newer
+    /// epoch it wins), since a standby may keep a record this node then loses in a power
+    /// cut: the next leader's epoch cuts it. The high watermark stays below the durable end
+    /// (`ack.rs`, `fencing.rs`): nothing is answered on the standby's copy alone.
+    /// `docs/replication-model.md`, "shipped before the sync", is the model.
+    pub fn shippable_end(&self) -> Lsn {
+        if self.ship_written.load(Ordering::SeqCst) && self.role() == Role::Primary {
+            self.wal.next_lsn()
+        } else {
+            self.durable_end()
+        }
+    }
+
+    /// [`Replication::shippable_end`] as a watch, sent at every write and sync (`None` if
+    /// the WAL had hooks already): what a caught-up standby's long-poll waits on.
+    pub fn shippable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.shippable.clone()
     }
 }
 

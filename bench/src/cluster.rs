@@ -11,7 +11,9 @@
 //! and one bulk file at the leader, then one at the standby. The raw disk's fdatasync rate is
 //! printed beside them. A standby's figures include the forward to the leader: the answer
 //! waits until the standby holds the claim. `ROOST_BENCH_QUICK=1` makes it tiny (the CI
-//! smoke), `ROOST_BENCH_ROUNDS=N` sets the rounds. Every answer is checked; no figure is
+//! smoke), `ROOST_BENCH_ROUNDS=N` sets the rounds, `ROOST_BENCH_CLIENTS=1,4` the client
+//! counts. Each round's line ends with the leader's whole `latency_ms` (where an answer's
+//! time went: plan, claim, commit, replicate, batch). Every answer is checked; no figure is
 //! asserted.
 
 pub(crate) mod clients;
@@ -51,6 +53,17 @@ fn sizes() -> Sizes {
     let rounds = std::env::var("ROOST_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok());
+    let clients: Option<Vec<usize>> = std::env::var("ROOST_BENCH_CLIENTS")
+        .ok()
+        .and_then(|v| v.split(',').map(|n| n.trim().parse().ok()).collect());
+    let mut sz = default_sizes(rounds);
+    if let Some(c) = clients.filter(|c| !c.is_empty() && !c.contains(&0)) {
+        sz.clients = c;
+    }
+    sz
+}
+
+fn default_sizes(rounds: Option<usize>) -> Sizes {
     match std::env::var_os("ROOST_BENCH_QUICK") {
         Some(_) => Sizes {
             burst: 100,
@@ -211,6 +224,8 @@ struct Round {
     /// The leader's wait for its standbys, p50/p99 (ms, bucket bounds), and its batches per
     /// WAL sync, over the whole round.
     replicate: Value,
+    /// The leader's whole `latency_ms` at the round's end.
+    latency: Value,
     per_sync: f64,
     /// Batches the measured standby forwarded to the leader and answered, over the round.
     forwarded_out: u64,
@@ -231,12 +246,14 @@ fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<R
     })?;
     let st = nodes[0].status().unwrap_or(Value::Null);
     let replicate = st["latency_ms"]["replicate"].clone();
+    let latency = st["latency_ms"].clone();
     let per_sync = st["wal_batches_per_sync"].as_f64().unwrap_or(f64::NAN);
     let standby = nodes[1].status().unwrap_or(Value::Null);
     let forwarded_out = standby["cluster"]["forwarded_out"].as_u64().unwrap_or(0);
     c.stop()?;
     Ok(Round {
         replicate,
+        latency,
         per_sync,
         burst,
         at,
@@ -324,10 +341,10 @@ fn print_round(r: usize, ack: &str, x: &Round, sz: &Sizes) {
     let [lead, standby] = &x.at;
     let most = sz.clients.len().saturating_sub(1);
     println!(
-        "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s; the leader's wait for standbys (ms) {}, {:.1} batches per WAL sync; files at a standby {:?}/s; stream clients {:?}: leader {:?}/s, standby {:?}/s; bulk {} lines: leader {:.0}/s, standby {:.0}/s; the standby forwarded {}",
+        "round {r} ack={ack:<7}: burst {:.0}/s; leader {:?} clients {:?}/s; standby (forwarded) {}/s; the leader's wait for standbys (ms) {}, {:.1} batches per WAL sync; files at a standby {:?}/s; stream clients {:?}: leader {:?}/s, standby {:?}/s; bulk {} lines: leader {:.0}/s, standby {:.0}/s; the standby forwarded {}; the leader's latency_ms {}",
         x.burst, sz.clients, rounded(&lead.files), standby.get(Intake::Files, most).round(), x.replicate, x.per_sync,
         rounded(&standby.files), sz.clients, rounded(&lead.stream), rounded(&standby.stream),
-        sz.bulk, lead.bulk, standby.bulk, x.forwarded_out
+        sz.bulk, lead.bulk, standby.bulk, x.forwarded_out, x.latency
     );
 }
 

@@ -1,6 +1,12 @@
-//! [`Cursor`]: where a follower's last ranged read stopped. The log keeps one (a field of
-//! [`crate::Wal`]), `read.rs` moves it and truncation and retirement clear it; it is a hint
-//! and never read without checking what it points at.
+//! [`Cursors`]: where the followers' last ranged reads stopped. The log keeps a few (a field
+//! of [`crate::Wal`]), `read.rs` moves them and truncation and retirement clear them; each is
+//! a hint and never read without checking what it points at.
+//!
+//! One per reader, not one for all: with two standbys fetching at different lsns, a single
+//! cursor was always where the *other* standby stopped, so every fetch walked its segment's
+//! headers from the start (issue 42: 5 % of the CPU copying segment bytes, and answers that
+//! waited tens of milliseconds as the segment grew). The set is bounded ([`CURSORS_MAX`]);
+//! the cursor used longest ago goes first.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,13 +15,50 @@ use roost_storage::StorageFile;
 
 use crate::Lsn;
 
-/// Where the last read stopped: record `lsn` starts at `offset` of the segment whose first
-/// lsn is `first_lsn`. A hint only: cleared by truncation and retirement, and every record
-/// read from it is checked (checksum and lsn) all the same.
+/// Cursors kept: a leader's standbys (two in a three-node cluster) and a reader or two
+/// beside them (a re-seed, a lagging standby catching up), each continuing where it stopped.
+pub(crate) const CURSORS_MAX: usize = 4;
+
+/// Where a read stopped: record `lsn` starts at `offset` of the segment whose first lsn is
+/// `first_lsn`. A hint only: cleared by truncation and retirement, and every record read
+/// from it is checked (checksum and lsn) all the same.
 pub(crate) struct Cursor {
     pub(crate) first_lsn: Lsn,
     pub(crate) path: PathBuf,
     pub(crate) file: Arc<dyn StorageFile>,
     pub(crate) offset: u64,
     pub(crate) lsn: Lsn,
+}
+
+/// At most [`CURSORS_MAX`] cursors, the most recently used last.
+#[derive(Default)]
+pub(crate) struct Cursors(Vec<Cursor>);
+
+impl Cursors {
+    /// Takes out the cursor in segment `first_lsn` nearest at or before `lsn`, if any.
+    pub(crate) fn take_best(&mut self, first_lsn: Lsn, lsn: Lsn) -> Option<Cursor> {
+        let best = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.first_lsn == first_lsn && c.lsn <= lsn)
+            .max_by_key(|(_, c)| c.lsn)
+            .map(|(i, _)| i)?;
+        Some(self.0.remove(best))
+    }
+
+    /// Keeps `c` as the most recently used (replacing one at the same place), dropping the
+    /// least recently used beyond [`CURSORS_MAX`].
+    pub(crate) fn put(&mut self, c: Cursor) {
+        self.0
+            .retain(|o| !(o.first_lsn == c.first_lsn && o.lsn == c.lsn));
+        if self.0.len() >= CURSORS_MAX {
+            self.0.remove(0);
+        }
+        self.0.push(c);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
 }

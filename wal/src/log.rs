@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tracing::{info, warn};
 
-use crate::cursor::Cursor;
+use crate::cursor::Cursors;
 use crate::format::{encode_frame, frame_len, PAYLOAD_BYTES_MAX_LIMIT};
 use crate::options::WalOptions;
 use crate::recovery::{scan_segment, step, CorruptAt, Ending, ScanState, SegmentScan, Step};
@@ -148,7 +148,10 @@ pub struct Wal {
     pub(crate) synced: Condvar,
     /// Where the last [`Wal::read_from`] stopped. Lock order: this before `inner`; taken by
     /// readers, truncation and retirement (which invalidate it), never by appends.
-    pub(crate) cursor: Mutex<Option<Cursor>>,
+    pub(crate) cursor: Mutex<Cursors>,
+    /// Record headers walked to find where a read starts (`read.rs`): reads that continue
+    /// where a reader stopped walk none.
+    pub(crate) walked: AtomicU64,
     syncs: AtomicU64,
     appends: AtomicU64,
     append_bytes: AtomicU64,
@@ -255,7 +258,8 @@ impl Wal {
                 last_epoch,
             }),
             synced: Condvar::new(),
-            cursor: Mutex::new(None),
+            cursor: Mutex::new(Cursors::default()),
+            walked: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             appends: AtomicU64::new(0),
             append_bytes: AtomicU64::new(0),
@@ -783,7 +787,7 @@ impl Wal {
             removed += 1;
         }
         if removed > 0 {
-            *cur = None;
+            cur.clear();
             self.sync_dir()?;
         }
         Ok(removed)

@@ -7,11 +7,12 @@
 //! cache even while appends go on after them.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
 use roost_storage::{OpenMode, StorageFile};
 
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, Cursors};
 use crate::format::{frame_len, LEN_OFFSET, LSN_OFFSET, RECORD_HEADER_LEN, VERSION_OFFSET};
 use crate::log::{read_frame, Segment, Wal};
 use crate::{Lsn, Record, WalError};
@@ -25,11 +26,11 @@ pub(crate) struct Position {
 }
 
 impl Wal {
-    pub(crate) fn lock_cursor(&self) -> MutexGuard<'_, Option<Cursor>> {
-        // The cursor is a hint: after a panic elsewhere, forget it.
+    pub(crate) fn lock_cursor(&self) -> MutexGuard<'_, Cursors> {
+        // The cursors are hints: after a panic elsewhere, forget them.
         self.cursor.lock().unwrap_or_else(|p| {
             let mut g = p.into_inner();
-            *g = None;
+            g.clear();
             g
         })
     }
@@ -78,7 +79,7 @@ impl Wal {
                 out.push(r);
             }
             lsn = pos.lsn;
-            *cur = Some(Cursor {
+            cur.put(Cursor {
                 first_lsn: seg.first_lsn,
                 path: pos.path,
                 file: pos.file,
@@ -90,28 +91,37 @@ impl Wal {
     }
 
     /// Segment `seg` open at record `lsn` (which it holds, or which is its end): from the
-    /// cursor when it is in this segment at or before `lsn`, else from the segment's start.
+    /// nearest cursor in this segment at or before `lsn`, else from the segment's start.
     pub(crate) fn position(
         &self,
-        cur: &mut Option<Cursor>,
+        cur: &mut Cursors,
         seg: &Segment,
         lsn: Lsn,
     ) -> Result<Position, WalError> {
-        let start = match cur.take() {
-            Some(c) if c.first_lsn == seg.first_lsn && c.lsn <= lsn => Position {
+        let start = match cur.take_best(seg.first_lsn, lsn) {
+            Some(c) => Position {
                 file: c.file,
                 path: c.path,
                 offset: c.offset,
                 lsn: c.lsn,
             },
-            _ => Position {
+            None => Position {
                 file: self.open_segment(&seg.path)?,
                 path: seg.path.clone(),
                 offset: 0,
                 lsn: seg.first_lsn,
             },
         };
-        skip_to(start, lsn, self.opts.payload_bytes_max)
+        let from = start.lsn;
+        let pos = skip_to(start, lsn, self.opts.payload_bytes_max)?;
+        self.walked.fetch_add(pos.lsn - from, Ordering::Relaxed);
+        Ok(pos)
+    }
+
+    /// Record headers walked so far to find where a read or a cut starts (none when each
+    /// reader continues where it stopped).
+    pub fn headers_walked(&self) -> u64 {
+        self.walked.load(Ordering::Relaxed)
     }
 
     fn open_segment(&self, path: &Path) -> Result<Arc<dyn StorageFile>, WalError> {

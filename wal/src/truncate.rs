@@ -15,7 +15,7 @@ use std::sync::Arc;
 use roost_storage::OpenMode;
 use tracing::info;
 
-use crate::cursor::Cursor;
+use crate::cursor::Cursors;
 use crate::format::frame_len;
 use crate::log::{read_frame, Active, Inner, Segment, Wal};
 use crate::{Lsn, WalError};
@@ -53,9 +53,9 @@ impl Wal {
         if lsn > g.next_lsn || lsn < first {
             return Err(WalError::Missing { lsn });
         }
-        *cur = None;
+        cur.clear();
         let cut = self.find_cut(&mut cur, &g, lsn)?;
-        *cur = None;
+        cur.clear();
         let removed = g.next_lsn - lsn;
         if let Err(e) = self.cut_at(&mut g, &cut, lsn) {
             g.poisoned.get_or_insert_with(|| e.to_string());
@@ -67,7 +67,7 @@ impl Wal {
 
     /// Finds the segment and offset of record `lsn` (checked: it is read whole) and the
     /// epoch of record `lsn - 1`.
-    fn find_cut(&self, cur: &mut Option<Cursor>, g: &Inner, lsn: Lsn) -> Result<Cut, WalError> {
+    fn find_cut(&self, cur: &mut Cursors, g: &Inner, lsn: Lsn) -> Result<Cut, WalError> {
         let index = g.segments.partition_point(|s| s.first_lsn <= lsn) - 1;
         let seg = &g.segments[index];
         let max = self.opts.payload_bytes_max;

@@ -241,6 +241,55 @@ fn read_from_continues_from_its_cursor_without_walking_the_segment() {
     }
 }
 
+/// Goal: two followers reading on in turn, each from where it stopped, never walk record
+/// headers: each continues at its own cursor (issue 42: with one cursor for all, every
+/// fetch of the standby behind walked its segment from the start). A fifth reader beyond
+/// the bound still reads right, walking from the segment's start.
+#[test]
+fn two_followers_reading_in_turn_walk_no_headers() {
+    let disk = SimStorage::new();
+    let wal = open(&disk, opts(1 << 20)).unwrap();
+    for lsn in 1..=400u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(400).unwrap();
+    assert_eq!(wal.segments().len(), 1);
+    let (mut a, mut b) = (1u64, 1u64);
+    for _ in 0..20 {
+        for (from, n) in [(&mut a, 13u64), (&mut b, 7u64)] {
+            let got = wal.read_from(*from, *from + n, usize::MAX).unwrap();
+            assert_eq!(got.first().map(|r| r.lsn), Some(*from));
+            assert_eq!(got.len() as u64, n);
+            *from += n;
+        }
+    }
+    assert_eq!((a, b), (261, 141));
+    assert_eq!(
+        wal.headers_walked(),
+        0,
+        "each follower continued at its cursor"
+    );
+    // Four readers near the segment's start, going back (so each needs a cursor of its own),
+    // push the two followers' cursors out: the read at `b` then walks from the nearest one
+    // left (at 5).
+    for from in (1..=4u64).rev() {
+        wal.read_from(from, from + 1, usize::MAX).unwrap();
+    }
+    let walked = wal.headers_walked();
+    assert_eq!(
+        walked,
+        1 + 2 + 3,
+        "readers at 2, 3 and 4 walked from the start"
+    );
+    let got = wal.read_from(b, b + 1, usize::MAX).unwrap();
+    assert_eq!((got[0].lsn, &got[0].payload), (b, &old(b)));
+    assert_eq!(
+        wal.headers_walked() - walked,
+        b - 5,
+        "b's cursor was dropped"
+    );
+}
+
 /// Goal: a reader keeps up with a writer: every record below the synced lsn can be read
 /// while appends go on after it in the same segment.
 #[test]

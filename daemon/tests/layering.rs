@@ -1,4 +1,4 @@
-//! The daemon's folders are layers (ARCHITECTURE.md, "daemon/"): each part may use only the
+//! The daemon's folders are layers (ARCHITECTURE.md, "Code map"): each part may use only the
 //! parts below it, so there is no module cycle. Cargo enforces the crate graph; this test
 //! enforces the module graph inside the `roost` crate.
 #![forbid(unsafe_code)]

@@ -23,6 +23,7 @@ use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
+use super::invariants;
 use super::owner::{ShardSlot, Turn};
 use super::plan::{is_detached, Slot};
 use super::records::{self, AuditRecord, ClaimRecord, PlannedOp, RecordType};
@@ -236,7 +237,9 @@ impl Engine {
         started: Option<Instant>,
         prepared: Option<Prepared<'_>>,
     ) -> Result<Vec<BatchResult>, EngineError> {
+        let synced = self.wal.synced_lsn();
         for (lsn, _) in claims {
+            invariants::answer_is_durable(*lsn, synced);
             self.wait_replicated(*lsn)?;
         }
         let mut answers = Vec::with_capacity(claims.len());

@@ -34,6 +34,7 @@ mod effects_flush;
 mod finish;
 mod held;
 pub mod intake_bytes;
+mod invariants;
 mod keys;
 pub mod log_role;
 mod memory;
@@ -165,6 +166,9 @@ struct Planner {
     open: BTreeMap<Lsn, Lsn>,
     /// Per shard, the largest claim lsn with a `done` record: every frame up to it flushed.
     vouched: HashMap<String, Lsn>,
+    /// The last claim this planner made: its lsn and the id after its ids (checked by
+    /// `invariants::claim_follows`).
+    last_claim: (Lsn, u64),
 }
 
 impl Planner {
@@ -176,6 +180,7 @@ impl Planner {
             tails: tails::Tails::default(),
             open: BTreeMap::new(),
             vouched: HashMap::new(),
+            last_claim: (0, 0),
         }
     }
 }

@@ -27,6 +27,7 @@ use roost_wal::{Lsn, WalError};
 use tracing::{debug, warn};
 
 use super::crash::Step;
+use super::invariants;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
 use super::{committed_result, io_err, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
@@ -474,6 +475,8 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         };
+        invariants::claim_follows(p.last_claim, lsn, first_id);
+        p.last_claim = (lsn, p.next_id);
         self.register_claim(p, lsn, offset, &claim)?;
         Ok((lsn, claim))
     }

@@ -7,25 +7,28 @@
 
 mod compact;
 pub mod frame;
+mod index;
 #[allow(unsafe_code)]
 mod mmap;
+mod segment;
 
-use std::borrow::Cow;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
 use roost_storage::{
-    preallocate, read_all, zeros_due, DirLock, LockError, NoRoom, OpenMode, RealStorage, Refilled,
-    Spare, Storage, StorageFile,
+    preallocate, zeros_due, DirLock, NoRoom, OpenMode, RealStorage, Refilled, Spare, Storage,
 };
 use tracing::{debug, info, warn};
 
 pub use compact::{CompactOptions, CompactProgress, CompactionStats, COMPACT_TMP_SUFFIX};
 pub use frame::{Txn, TxnOp};
-use frame::{FRAME_ALIGN, OP_CREATE, OP_HEADER_LEN};
-use mmap::MappedSegment;
+use frame::{OP_CREATE, OP_HEADER_LEN};
+use index::{Index, Loc, DEAD, GONE};
+use segment::{
+    create_and_lock, map_segment, open_segments, parse_seg_name, scan_frames, seg_name, Seg,
+    SegData,
+};
 
 pub const SEGMENT_SUFFIX: &str = ".seg";
 /// The default [`ShardOptions::first_segment_bytes`]: a new shard's first segment and its
@@ -139,172 +142,6 @@ pub struct OpenReport {
     pub max_lsn: u64,
 }
 
-/// Where a record's create is on disk. 12 bytes; with the u64 id, 20 bytes per record.
-/// `seg` carries the state: a segment index (live), the index with `DEAD` set (deleted, but
-/// its create is still on disk there: compaction must keep the delete that hides it), or
-/// `GONE` (nothing on disk any more; the entry can be dropped). A dead record is never read,
-/// so its `offset` holds the index of the segment whose frame deleted it instead: compaction
-/// may drop the create only once that delete is vouched for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Loc {
-    seg: u32,
-    offset: u32,
-    len: u32,
-}
-
-const GONE: u32 = u32::MAX;
-const DEAD: u32 = 1 << 31;
-
-impl Loc {
-    fn is_live(&self) -> bool {
-        self.seg & DEAD == 0
-    }
-    fn is_gone(&self) -> bool {
-        self.seg == GONE
-    }
-    /// The segment holding the create, live or dead; `None` when gone.
-    fn on_disk_seg(&self) -> Option<usize> {
-        (!self.is_gone()).then_some((self.seg & !DEAD) as usize)
-    }
-}
-
-/// The in-memory index: ids sorted, with their locations in a parallel vector (8 + 12 = 20
-/// bytes per record, no hash table overhead). Ids are minted in increasing order and a shard
-/// applies transactions in lsn order, so inserts are appends. A delete marks the entry dead
-/// and keeps where its create is: until compaction drops that create, the delete must stay
-/// on disk too (`compact.rs`). Entries whose create is gone are dropped once they are half.
-#[derive(Debug, Default)]
-struct Index {
-    ids: Vec<u64>,
-    locs: Vec<Loc>,
-    live: usize,
-    gone: usize,
-}
-
-impl Index {
-    fn clear(&mut self) {
-        self.ids.clear();
-        self.locs.clear();
-        self.live = 0;
-        self.gone = 0;
-    }
-
-    fn find(&self, id: u64) -> Result<usize, usize> {
-        // Fast path: the newest id.
-        match self.ids.last() {
-            Some(last) if *last < id => Err(self.ids.len()),
-            _ => self.ids.binary_search(&id),
-        }
-    }
-
-    fn insert(&mut self, id: u64, loc: Loc) {
-        match self.find(id) {
-            Ok(i) => {
-                if !self.locs[i].is_live() {
-                    self.live += 1;
-                }
-                if self.locs[i].is_gone() {
-                    self.gone -= 1;
-                }
-                self.locs[i] = loc;
-            }
-            Err(i) => {
-                self.ids.insert(i, id);
-                self.locs.insert(i, loc);
-                self.live += 1;
-            }
-        }
-    }
-
-    /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.
-    fn remove(&mut self, id: u64, by_seg: usize) -> Option<Loc> {
-        let i = self.find(id).ok()?;
-        let loc = self.locs[i];
-        if !loc.is_live() {
-            return None;
-        }
-        self.locs[i].seg |= DEAD;
-        self.locs[i].offset = by_seg as u32;
-        self.live -= 1;
-        Some(loc)
-    }
-
-    /// The entry for `id`, live or dead (`None` when absent or gone).
-    fn entry(&self, id: u64) -> Option<Loc> {
-        self.find(id)
-            .ok()
-            .map(|i| self.locs[i])
-            .filter(|l| !l.is_gone())
-    }
-
-    /// Rewrites every entry's location (compaction moving and dropping creates); `f` returns
-    /// the new location, or `GONE` in `seg`. Drops gone entries once they are half.
-    fn relocate(&mut self, mut f: impl FnMut(u64, Loc) -> Loc) {
-        for i in 0..self.ids.len() {
-            let loc = self.locs[i];
-            if loc.is_gone() {
-                continue;
-            }
-            let new = f(self.ids[i], loc);
-            if new.is_gone() {
-                self.gone += 1;
-                if loc.is_live() {
-                    self.live -= 1;
-                }
-            }
-            self.locs[i] = new;
-        }
-        if self.gone > 1024 && self.gone * 2 > self.ids.len() {
-            self.compact();
-        }
-    }
-
-    fn compact(&mut self) {
-        let mut w = 0;
-        for r in 0..self.ids.len() {
-            if !self.locs[r].is_gone() {
-                self.ids[w] = self.ids[r];
-                self.locs[w] = self.locs[r];
-                w += 1;
-            }
-        }
-        self.ids.truncate(w);
-        self.locs.truncate(w);
-        self.gone = 0;
-    }
-
-    fn get(&self, id: u64) -> Option<Loc> {
-        self.find(id)
-            .ok()
-            .map(|i| self.locs[i])
-            .filter(Loc::is_live)
-    }
-
-    fn len(&self) -> usize {
-        self.live
-    }
-
-    /// Live ids in increasing order.
-    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ids
-            .iter()
-            .zip(&self.locs)
-            .filter(|(_, l)| l.is_live())
-            .map(|(id, _)| *id)
-    }
-
-    /// Drops gone entries and spare capacity (after a rebuild).
-    fn shrink(&mut self) {
-        self.compact();
-        self.ids.shrink_to_fit();
-        self.locs.shrink_to_fit();
-    }
-
-    fn capacity(&self) -> usize {
-        self.ids.capacity()
-    }
-}
-
 /// One frame the shard holds, in lsn order.
 #[derive(Clone, Copy, Debug)]
 struct FrameMeta {
@@ -320,70 +157,6 @@ pub struct FrameSummary {
     pub lsn: u64,
     pub creates: Vec<u64>,
     pub deletes: Vec<u64>,
-}
-
-/// A writable shard maps each segment through the seam (the real disk and the simulator
-/// alike); a read-only one reads it with positioned I/O and never maps it.
-enum SegData {
-    Mapped(MappedSegment),
-    Plain(Box<dyn StorageFile>),
-}
-
-struct Seg {
-    path: PathBuf,
-    data: SegData,
-}
-
-/// A read-only shard's segment refuses writes (the shard checks first; this is the backstop).
-fn plain_is_read_only() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        "segment opened read-only: writes and flushes go through a mapped segment",
-    )
-}
-
-impl Seg {
-    fn bytes(&self) -> io::Result<Cow<'_, [u8]>> {
-        match &self.data {
-            SegData::Mapped(m) => m.bytes(),
-            SegData::Plain(f) => Ok(Cow::Owned(read_all(f.as_ref())?)),
-        }
-    }
-    fn read(&self, offset: usize, len: usize) -> io::Result<Vec<u8>> {
-        match &self.data {
-            SegData::Mapped(m) => m.read(offset, len),
-            SegData::Plain(f) => {
-                let mut buf = vec![0u8; len];
-                f.read_at(&mut buf, offset as u64)?;
-                Ok(buf)
-            }
-        }
-    }
-    fn write(&mut self, offset: usize, bytes: &[u8]) -> io::Result<()> {
-        match &mut self.data {
-            SegData::Mapped(m) => m.write_at(offset, bytes),
-            SegData::Plain(_) => Err(plain_is_read_only()),
-        }
-    }
-    fn zero(&mut self, from: usize, to: usize) -> io::Result<()> {
-        match &mut self.data {
-            SegData::Mapped(m) => m.zero(from, to.saturating_sub(from)),
-            SegData::Plain(_) => Err(plain_is_read_only()),
-        }
-    }
-    /// The segment's length: mapped, or on disk.
-    fn len(&self) -> usize {
-        match &self.data {
-            SegData::Mapped(m) => m.len(),
-            SegData::Plain(f) => f.len().map_or(0, |l| l as usize),
-        }
-    }
-    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
-        match &self.data {
-            SegData::Mapped(m) => m.flush_range(offset, len),
-            SegData::Plain(_) => Err(plain_is_read_only()),
-        }
-    }
 }
 
 /// A single-writer record store. Every write takes `&mut self`; one owner per shard.
@@ -424,15 +197,6 @@ impl std::fmt::Debug for Shard {
     }
 }
 
-fn seg_name(seq: u64) -> String {
-    format!("{seq:010}{SEGMENT_SUFFIX}")
-}
-
-fn parse_seg_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(SEGMENT_SUFFIX)?;
-    (stem.len() == 10 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
-}
-
 /// Applies one verified frame (at `at` in segment `seg`) to the index: creates insert their
 /// location, deletes mark dead. Counts the bytes compaction would keep (`Space`): a live
 /// create, and a delete whose create is in an earlier segment. Returns (creates, deletes).
@@ -468,169 +232,6 @@ fn index_frame(
         }
     }
     (creates, deletes)
-}
-
-fn valid_follows(bytes: &[u8], from: usize) -> bool {
-    valid_record_follows(bytes, from, FRAME_ALIGN, |b| {
-        frame::probe(b).0 == Seen::Valid
-    })
-}
-
-/// Where a scan of one segment stopped: `pos` is just past the last accepted frame; `torn`,
-/// when set, is the offset and reason of a torn tail to drop.
-struct SegmentEnd {
-    pos: usize,
-    torn: Option<(usize, &'static str)>,
-}
-
-/// A scan's refusal to go on: the offset, the last good lsn, and why.
-struct FrameCorrupt {
-    offset: usize,
-    lsn: u64,
-    reason: String,
-}
-
-/// Scans one segment's frames (`bytes`, the whole segment) with the decision table, calling
-/// `on_frame` with the offset of each accepted frame; `max_lsn` is the last accepted lsn, in
-/// and out. Reads only; the caller drops a torn tail.
-fn scan_frames(
-    bytes: &[u8],
-    last: bool,
-    synced_through_lsn: Option<u64>,
-    max_lsn: &mut u64,
-    mut on_frame: impl FnMut(usize, &frame::FrameView),
-) -> Result<SegmentEnd, FrameCorrupt> {
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        let (seen, view) = frame::probe(&bytes[pos..]);
-        let lsn_is_next = matches!(&view, Ok(v) if v.lsn > *max_lsn);
-        let follows = seen != Seen::Valid && valid_follows(bytes, pos + FRAME_ALIGN);
-        let unsynced = synced_through_lsn.is_some_and(|t| *max_lsn >= t);
-        if last && follows && unsynced {
-            // A gap among frames never flushed: drop it and everything after it.
-            let torn = Some((
-                pos,
-                "gap among unflushed frames (pages written back out of order before a power loss)",
-            ));
-            return Ok(SegmentEnd { pos, torn });
-        }
-        let obs = Observation {
-            seen,
-            lsn_is_next,
-            last_segment: last,
-            valid_follows: follows,
-            // The check above already cut a gap past the vouched lsn; what reaches the table is
-            // covered by a flush, or the shard has no evidence either way (the old rule).
-            below_synced: !unsynced,
-        };
-        let corrupt = |reason: String| FrameCorrupt {
-            offset: pos,
-            lsn: *max_lsn,
-            reason,
-        };
-        match (decide(obs), view) {
-            (Action::Accept, Ok(v)) => {
-                on_frame(pos, &v);
-                *max_lsn = v.lsn;
-                pos += v.len;
-            }
-            (Action::EndOfSegment | Action::EndOfLog, _) => break,
-            (Action::TruncateTail, v) => {
-                let torn = Some((pos, v.err().unwrap_or("torn frame")));
-                return Ok(SegmentEnd { pos, torn });
-            }
-            (Action::Corrupt(reason), v) => {
-                let detail = match v {
-                    Err(why) => format!("{reason} ({why})"),
-                    Ok(_) => reason.to_owned(),
-                };
-                return Err(corrupt(detail));
-            }
-            (Action::Accept, Err(_)) => {
-                return Err(corrupt("decision table accepted a non-frame".into()))
-            }
-        }
-    }
-    Ok(SegmentEnd { pos, torn: None })
-}
-
-/// Maps a writable segment file over its whole length through the seam.
-fn map_segment(file: &dyn StorageFile) -> io::Result<MappedSegment> {
-    MappedSegment::map(file, file.len()?)
-}
-
-/// Creates a writable shard's directory and, on a real disk, locks it for this process.
-fn create_and_lock(storage: &dyn Storage, dir: &Path) -> Result<Option<DirLock>, ShardError> {
-    storage
-        .create_dir_all(dir)
-        .map_err(|source| ShardError::Io {
-            op: "create dir",
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    // A new directory lasts only once its parent is synced; its segments' names only once it is.
-    for d in [Some(dir), dir.parent()].into_iter().flatten() {
-        storage.sync_dir(d).map_err(|source| ShardError::Io {
-            op: "sync dir at open",
-            path: d.to_path_buf(),
-            source,
-        })?;
-    }
-    if !storage.is_real() {
-        return Ok(None);
-    }
-    match DirLock::acquire(dir) {
-        Ok(lock) => Ok(Some(lock)),
-        Err(LockError::Held { path }) => Err(ShardError::Locked { path }),
-        Err(LockError::Io { op, path, source }) => Err(ShardError::Io { op, path, source }),
-    }
-}
-
-/// Opens every segment file in `dir`, oldest first: mapped through the seam when the shard is
-/// writable, positioned I/O otherwise. A read-only open of a missing
-/// directory finds no segments.
-fn open_segments(
-    storage: &dyn Storage,
-    dir: &Path,
-    read_only: bool,
-) -> Result<Vec<Seg>, ShardError> {
-    let io = |op: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ShardError::Io { op, path, source }
-    };
-    let mut seqs: Vec<u64> = match storage.list(dir) {
-        Ok(names) => names.iter().filter_map(|n| parse_seg_name(n)).collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound && read_only => Vec::new(),
-        Err(e) => return Err(io("list", dir)(e)),
-    };
-    seqs.sort_unstable();
-    let mode = if read_only {
-        OpenMode::Read
-    } else {
-        OpenMode::ReadWrite
-    };
-    let mut segs = Vec::with_capacity(seqs.len());
-    let newest = seqs.last().copied();
-    for seq in seqs {
-        let path = dir.join(seg_name(seq));
-        let file = storage.open(&path, mode).map_err(io("open", &path))?;
-        if !read_only && Some(seq) == newest {
-            // After a process crash the page cache may hold frames that were applied but never
-            // flushed: make the whole file durable before recovery counts them as held. Only
-            // the newest segment can: a roll flushes the old one first (a failed flush
-            // poisons the shard before the next segment exists).
-            file.sync_data().map_err(io("sync at open", &path))?;
-            // Pages a failed writeback marked clean may still be cached: read the disk.
-            file.drop_cache().map_err(io("drop cache at open", &path))?;
-        }
-        let data = if !read_only {
-            SegData::Mapped(map_segment(file.as_ref()).map_err(io("map", &path))?)
-        } else {
-            SegData::Plain(file)
-        };
-        segs.push(Seg { path, data });
-    }
-    Ok(segs)
 }
 
 impl Shard {

@@ -12,10 +12,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::seam::{MappedFile, OpenMode, Storage, StorageFile, StorageFs};
+use crate::seam::{OpenMode, Storage, StorageFile, StorageFs};
 
+mod handle;
+mod state;
 mod tree;
-use tree::{settled_by, Linked, SimDir};
+use handle::SimHandle;
+pub use state::SimFaults;
+use state::{apply_write, sim_err, PendingWrite, SimFile, SimState};
+use tree::{settled_by, SimDir};
 
 /// What a simulated crash keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,117 +35,10 @@ pub enum CrashMode {
     PowerTear { seed: u64 },
 }
 
-#[derive(Clone, Debug, Default)]
-struct SimFile {
-    live: Vec<u8>,
-    durable: Vec<u8>,
-    /// Writes (offset, bytes) and resizes (offset = len, bytes empty, `resize` true) since the
-    /// last sync of this file, in order.
-    pending: Vec<PendingWrite>,
-    live_linked: bool,
-    durable_linked: bool,
-    /// After a rename or re-creation over an entry whose new name is not yet durable: the
-    /// content a power loss brings back under this path (the old inode's durable bytes).
-    prior: Option<Vec<u8>>,
-    allocated: u64,
-    /// Moved or removed with its directory: the directory whose sync settles this entry
-    /// (`tree.rs`); its parent's when `None`.
-    via: Option<PathBuf>,
-}
-
-impl Linked for SimFile {
-    fn live(&self) -> bool {
-        self.live_linked
-    }
-
-    fn unlink(&mut self, via: Option<PathBuf>) {
-        self.live_linked = false;
-        self.via = via;
-    }
-
-    fn move_over(self, dst: &mut SimFile, via: Option<PathBuf>) {
-        let prior = if dst.durable_linked {
-            Some(dst.durable.clone())
-        } else {
-            dst.prior.take()
-        };
-        *dst = SimFile {
-            live_linked: true,
-            durable_linked: false,
-            prior,
-            via,
-            ..self
-        };
-    }
-}
-
-#[derive(Clone, Debug)]
-struct PendingWrite {
-    offset: u64,
-    bytes: Vec<u8>,
-    resize: bool,
-}
-
-/// Knobs a crash test turns on a [`SimStorage`].
-#[derive(Clone, Debug, Default)]
-pub struct SimFaults {
-    /// After this many successful `sync_data`/`sync_dir` calls, further syncs report success
-    /// but make nothing durable: the power went at that instant.
-    pub freeze_after_syncs: Option<u64>,
-    /// The n-th write (1-based) fails with EIO.
-    pub fail_write_at: Option<u64>,
-    /// The n-th sync (1-based) fails with EIO.
-    pub fail_sync_at: Option<u64>,
-    /// Total bytes `allocate` may reserve across all files; past it, ENOSPC.
-    pub space_bytes_max: Option<u64>,
-    /// Every file `sync_data` takes this long (outside the disk's lock), as on a real disk:
-    /// where syncs cost nothing, concurrent writers rarely overlap and group commit cannot
-    /// be seen.
-    pub sync_latency: Option<std::time::Duration>,
-    /// Every file sync (`sync_data`, a range flush) of a file under this path fails with EIO,
-    /// whichever thread makes it: a test aims a failure at one log, not at a count of syncs
-    /// that threads running at once may reorder.
-    pub fail_syncs_under: Option<PathBuf>,
-    /// The process stops after this many changing calls (creations, writes, resizes, syncs,
-    /// renames, removals): every later one fails and changes nothing. With
-    /// [`SimStorage::op_count`], a schedule crashes at every seam call.
-    pub stop_after_ops: Option<u64>,
-}
-
-#[derive(Debug, Default)]
-struct SimState {
-    files: BTreeMap<PathBuf, SimFile>,
-    /// Directories made or moved (`tree.rs`); files do not need them.
-    dirs: BTreeMap<PathBuf, SimDir>,
-    syncs: u64,
-    /// Changing calls so far ([`SimFaults::stop_after_ops`]).
-    ops: u64,
-    /// The power went (a sync past `freeze_after_syncs`): nothing written from now on can
-    /// reach the disk, so later writes change the live image only, never the pending ones a
-    /// torn power loss may keep.
-    frozen: bool,
-    /// The files as they were when the power went (the first sync past the limit): what a
-    /// client could have read before the cut.
-    at_freeze: Option<BTreeMap<PathBuf, SimFile>>,
-    writes: u64,
-    faults: SimFaults,
-}
-
-impl SimState {
-    /// One changing call ([`SimFaults::stop_after_ops`]).
-    fn count_op(&mut self) -> io::Result<()> {
-        tree::count_op(&mut self.ops, self.faults.stop_after_ops)
-    }
-}
-
 /// An in-memory disk with separate live and durable images. Cheap to clone (shared state).
 #[derive(Clone, Debug, Default)]
 pub struct SimStorage {
     state: Arc<Mutex<SimState>>,
-}
-
-fn sim_err(kind: io::ErrorKind, what: &str) -> io::Error {
-    io::Error::new(kind, format!("simulated: {what}"))
 }
 
 impl SimStorage {
@@ -273,46 +171,6 @@ impl SimStorage {
             .map(|(p, _)| p.clone())
             .collect()
     }
-
-    fn count_sync(st: &mut SimState) -> io::Result<bool> {
-        let n = st.syncs + 1;
-        if st.faults.fail_sync_at == Some(n) {
-            st.syncs = n;
-            return Err(sim_err(io::ErrorKind::Other, "sync failed (EIO)"));
-        }
-        st.syncs = n;
-        if !st.frozen && st.faults.freeze_after_syncs.is_some_and(|f| n > f) {
-            st.frozen = true;
-            st.at_freeze = Some(st.files.clone());
-        }
-        Ok(!st.frozen)
-    }
-}
-
-/// Resizes the live image to `len`; the resize is pending (a power loss may or may not keep
-/// it) unless the power already went.
-fn resize(f: &mut SimFile, len: u64, frozen: bool) {
-    let w = PendingWrite {
-        offset: len,
-        bytes: Vec::new(),
-        resize: true,
-    };
-    apply_write(&mut f.live, &w, 0);
-    if !frozen {
-        f.pending.push(w);
-    }
-}
-
-fn apply_write(img: &mut Vec<u8>, w: &PendingWrite, n: usize) {
-    if w.resize {
-        img.resize(w.offset as usize, 0);
-        return;
-    }
-    let off = w.offset as usize;
-    if img.len() < off + n {
-        img.resize(off + n, 0);
-    }
-    img[off..off + n].copy_from_slice(&w.bytes[..n]);
 }
 
 /// A tiny deterministic generator (SplitMix64) so torn crashes replay from a seed.
@@ -411,11 +269,11 @@ impl Storage for SimStorage {
             _ if !exists => return Err(sim_err(io::ErrorKind::NotFound, "no such file")),
             _ => {}
         }
-        Ok(Box::new(SimHandle {
-            disk: self.clone(),
-            path: path.to_path_buf(),
-            writable: mode != OpenMode::Read,
-        }))
+        Ok(Box::new(SimHandle::new(
+            self.state.clone(),
+            path.to_path_buf(),
+            mode != OpenMode::Read,
+        )))
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -462,7 +320,7 @@ impl Storage for SimStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
         st.count_op()?;
-        if !SimStorage::count_sync(&mut st)? {
+        if !st.count_sync()? {
             return Ok(());
         }
         st.files.retain(|p, f| {
@@ -504,7 +362,7 @@ impl StorageFs for SimFs {
     fn sync_fs(&self) -> io::Result<()> {
         let mut st = self.disk.lock();
         st.count_op()?;
-        if !SimStorage::count_sync(&mut st)? {
+        if !st.count_sync()? {
             return Ok(());
         }
         for (p, f) in st.files.iter_mut() {
@@ -518,245 +376,6 @@ impl StorageFs for SimFs {
 
     fn sync_dir(&self) -> io::Result<()> {
         self.disk.sync_dir(&self.dir)
-    }
-}
-
-#[derive(Clone, Debug)]
-struct SimHandle {
-    disk: SimStorage,
-    path: PathBuf,
-    /// Opened for writing: only such a handle may be mapped, as on the real disk.
-    writable: bool,
-}
-
-impl SimHandle {
-    fn with<R>(&self, f: impl FnOnce(&mut SimState, &PathBuf) -> io::Result<R>) -> io::Result<R> {
-        let mut st = self.disk.lock();
-        f(&mut st, &self.path)
-    }
-}
-
-impl SimHandle {
-    /// `fdatasync` (the whole file) or `msync` of a mapped range: counts as one sync, makes
-    /// the pending writes' bytes inside `[from, to)` durable and keeps the rest pending. A
-    /// pending resize is the metadata a read of the data needs, so any sync takes it.
-    fn sync_range(&self, from: u64, to: u64) -> io::Result<()> {
-        let latency = self.disk.lock().faults.sync_latency;
-        if let Some(d) = latency {
-            std::thread::sleep(d);
-        }
-        self.with(|st, p| {
-            st.count_op()?;
-            let synced =
-                SimStorage::count_sync(st).and_then(|ok| match &st.faults.fail_syncs_under {
-                    Some(d) if p.starts_with(d) => {
-                        Err(sim_err(io::ErrorKind::Other, "sync failed (EIO)"))
-                    }
-                    _ => Ok(ok),
-                });
-            if let Ok(false) = synced {
-                return Ok(()); // the power went: nothing more becomes durable
-            }
-            let f = file_mut(st, p)?;
-            let (inside, outside) = split_pending(std::mem::take(&mut f.pending), from, to);
-            f.pending = outside;
-            // After a failed writeback the kernel marks the range's pages clean: what they
-            // hold stays readable in the cache but never reaches the disk. Only what is dirty
-            // is written: pages a failed sync marked clean are not.
-            synced?;
-            for w in &inside {
-                apply_write(&mut f.durable, w, w.bytes.len());
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Splits pending writes at `[from, to)`: the pieces inside (and every resize), and the
-/// pieces outside, each list in write order. A write is first cut at every later shrink:
-/// a truncate drops the dirty pages past its length, so those bytes can never reach the
-/// disk after it, and the resize (taken by any sync) must not be followed by them.
-fn split_pending(
-    pending: Vec<PendingWrite>,
-    from: u64,
-    to: u64,
-) -> (Vec<PendingWrite>, Vec<PendingWrite>) {
-    let (mut inside, mut outside) = (Vec::new(), Vec::new());
-    for w in cut_at_later_shrinks(pending) {
-        let end = w.offset + w.bytes.len() as u64;
-        if w.resize || (w.offset >= from && end <= to) {
-            inside.push(w);
-            continue;
-        }
-        let piece = |a: u64, b: u64| PendingWrite {
-            offset: a,
-            bytes: w.bytes[(a - w.offset) as usize..(b - w.offset) as usize].to_vec(),
-            resize: false,
-        };
-        let (lo, hi) = (w.offset.max(from), end.min(to));
-        if lo < hi {
-            inside.push(piece(lo, hi));
-        }
-        if w.offset < from.min(end) {
-            outside.push(piece(w.offset, from.min(end)));
-        }
-        if to.max(w.offset) < end {
-            outside.push(piece(to.max(w.offset), end));
-        }
-    }
-    (inside, outside)
-}
-
-/// Each pending write cut to the smallest length a later resize gives the file (a write
-/// wholly past it goes); resizes are kept as they are.
-fn cut_at_later_shrinks(pending: Vec<PendingWrite>) -> Vec<PendingWrite> {
-    let mut limit = u64::MAX;
-    let mut kept: Vec<PendingWrite> = Vec::with_capacity(pending.len());
-    for mut w in pending.into_iter().rev() {
-        if w.resize {
-            limit = limit.min(w.offset);
-        } else if w.offset >= limit {
-            continue;
-        } else {
-            let room = usize::try_from(limit - w.offset).unwrap_or(usize::MAX);
-            w.bytes.truncate(room);
-        }
-        kept.push(w);
-    }
-    kept.reverse();
-    kept
-}
-
-fn file_mut<'a>(st: &'a mut SimState, path: &Path) -> io::Result<&'a mut SimFile> {
-    st.files
-        .get_mut(path)
-        .ok_or_else(|| sim_err(io::ErrorKind::NotFound, "file vanished"))
-}
-
-impl StorageFile for SimHandle {
-    fn len(&self) -> io::Result<u64> {
-        self.with(|st, p| Ok(file_mut(st, p)?.live.len() as u64))
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.with(|st, p| {
-            let f = file_mut(st, p)?;
-            let off = offset as usize;
-            let end = off
-                .checked_add(buf.len())
-                .filter(|e| *e <= f.live.len())
-                .ok_or_else(|| sim_err(io::ErrorKind::UnexpectedEof, "read past end"))?;
-            buf.copy_from_slice(&f.live[off..end]);
-            Ok(())
-        })
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.with(|st, p| {
-            st.count_op()?;
-            st.writes += 1;
-            if st.faults.fail_write_at == Some(st.writes) {
-                return Err(sim_err(io::ErrorKind::Other, "write failed (EIO)"));
-            }
-            let frozen = st.frozen;
-            let f = file_mut(st, p)?;
-            let w = PendingWrite {
-                offset,
-                bytes: buf.to_vec(),
-                resize: false,
-            };
-            apply_write(&mut f.live, &w, buf.len());
-            if !frozen {
-                f.pending.push(w);
-            }
-            Ok(())
-        })
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        self.sync_range(0, u64::MAX)
-    }
-
-    fn drop_cache(&self) -> io::Result<()> {
-        self.with(|st, p| {
-            let f = file_mut(st, p)?;
-            let mut img = f.durable.clone();
-            for w in &f.pending {
-                apply_write(&mut img, w, w.bytes.len());
-            }
-            f.live = img;
-            Ok(())
-        })
-    }
-
-    fn allocate(&self, len: u64) -> io::Result<()> {
-        self.with(|st, p| {
-            st.count_op()?;
-            let used: u64 = st.files.values().map(|f| f.allocated).sum();
-            let cur = file_mut(st, p)?.allocated;
-            if let Some(max) = st.faults.space_bytes_max {
-                if len > cur && used + (len - cur) > max {
-                    return Err(io::Error::from_raw_os_error(28)); // ENOSPC
-                }
-            }
-            let frozen = st.frozen;
-            let f = file_mut(st, p)?;
-            f.allocated = f.allocated.max(len);
-            if (f.live.len() as u64) < len {
-                resize(f, len, frozen);
-            }
-            Ok(())
-        })
-    }
-
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.with(|st, p| {
-            st.count_op()?;
-            let frozen = st.frozen;
-            let f = file_mut(st, p)?;
-            resize(f, len, frozen);
-            f.allocated = f.allocated.min(len);
-            Ok(())
-        })
-    }
-
-    fn map(&self, len: u64) -> io::Result<Box<dyn MappedFile>> {
-        let actual = self.len()?;
-        if actual < len {
-            let why = format!("file is {actual} bytes, expected at least {len}: refusing to map");
-            return Err(sim_err(io::ErrorKind::InvalidData, &why));
-        }
-        if !self.writable {
-            let why = "file is not open for writing: refusing to map";
-            return Err(sim_err(io::ErrorKind::PermissionDenied, why));
-        }
-        Ok(Box::new(SimMap {
-            file: self.clone(),
-            len,
-        }))
-    }
-}
-
-/// A simulated map: reads and writes go to the file's live image (counted and failed like any
-/// write), and `flush_range` makes durable only what was written inside its range.
-#[derive(Debug)]
-struct SimMap {
-    file: SimHandle,
-    len: u64,
-}
-
-impl MappedFile for SimMap {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn read_in(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.file.read_at(buf, offset)
-    }
-    fn write_in(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.file.write_at(buf, offset)
-    }
-    fn flush_in(&self, offset: u64, end: u64) -> io::Result<()> {
-        self.file.sync_range(offset, end)
     }
 }
 
@@ -789,6 +408,7 @@ fn power_image(f: &SimFile, mode: CrashMode, rng: &mut SplitMix) -> (bool, Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seam::MappedFile;
 
     /// Goal: the simulated disk keeps unsynced writes across a process crash and drops them on
     /// a power loss, and a new file is gone after power loss until its directory is synced.

@@ -9,19 +9,20 @@ mod cursor;
 pub mod epochs;
 pub mod format;
 mod log;
+mod open;
 mod options;
 mod read;
 pub mod recovery;
+mod replay;
 mod roll;
 mod truncate;
 
 use std::path::PathBuf;
 
 pub use epochs::LeaderEpochs;
-pub use log::{
-    Record, RecoveryReport, Replay, SyncedHook, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX,
-};
+pub use log::{Record, RecoveryReport, SyncedHook, Wal, SEGMENT_NAME_DIGITS, SEGMENT_SUFFIX};
 pub use options::{WalOptions, FIRST_SEGMENT_BYTES};
+pub use replay::Replay;
 
 /// A log sequence number: 1 for the first record, +1 per record, never reused.
 pub type Lsn = u64;

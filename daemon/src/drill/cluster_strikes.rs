@@ -38,9 +38,10 @@
 //! At the end every node stops gracefully and the drill checks: every acknowledged batch,
 //! sent again, gets its original answer; every committed create is in every node's shards,
 //! none twice; the WALs agree at every lsn and end at the same one; the shards are equal;
-//! `verify` holds on every node. The verdicts are `verdict.rs`'s.
+//! `verify` holds on every node. The verdicts are `verdict.rs`'s. The other modes' rounds are
+//! in `cluster_modes.rs`, the end of a run in `cluster_final.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +50,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use roost_etcd::testing::EtcdCluster;
-use roost_storage::RealStorage;
 use rustix::process::Signal;
 use serde_json::Value;
 
@@ -58,23 +58,22 @@ use super::node::Node;
 use super::probe::{self, Probe};
 use super::proxy::Proxy;
 use super::setup::DrillOptions;
-use super::verdict;
 use crate::batch::BatchResult;
 
-const NAMES: [&str; 3] = ["a", "b", "c"];
+pub(super) const NAMES: [&str; 3] = ["a", "b", "c"];
 /// How long the files of a round may take to be answered, plus this per file.
-const ANSWER_LIMIT: Duration = Duration::from_secs(60);
-const ANSWER_PER_FILE: Duration = Duration::from_millis(50);
+pub(super) const ANSWER_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const ANSWER_PER_FILE: Duration = Duration::from_millis(50);
 /// The longest a new leader may take before the drill gives up on the round.
-const ELECTION_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const ELECTION_LIMIT: Duration = Duration::from_secs(60);
 /// Streamed batches per node per round.
-const STREAMED: usize = 3;
+pub(super) const STREAMED: usize = 3;
 /// A rolling restart's stop: the node must exit 0 within this long of its SIGTERM.
-const TERM_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const TERM_LIMIT: Duration = Duration::from_secs(10);
 /// A quiet round's batches (files while `--batches` allows, then streamed in their place),
 /// and the pause between rounds, which also bounds their count.
-const QUIET_ROUND_BATCHES: usize = 30;
-const QUIET_PAUSE: Duration = Duration::from_millis(100);
+pub(super) const QUIET_ROUND_BATCHES: usize = 30;
+pub(super) const QUIET_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the cluster drill does between the start and the final checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +137,7 @@ pub fn run_cluster(opts: &DrillOptions, run: &ClusterRun) -> anyhow::Result<usiz
 /// How a round strikes a node: the leader (`Kill`, `Pause`, `Cut`), or with `--rolling`
 /// each node in turn (`Term`, a graceful stop).
 #[derive(Clone, Copy, Debug)]
-enum Strike {
+pub(super) enum Strike {
     Kill,
     Pause,
     Cut,
@@ -150,9 +149,9 @@ enum Strike {
 }
 
 impl Strike {
-    const KINDS: [&'static str; 6] = ["Kill", "Pause", "Cut", "Term", "Switch", "Etcd"];
+    pub(super) const KINDS: [&'static str; 6] = ["Kill", "Pause", "Cut", "Term", "Switch", "Etcd"];
 
-    fn kind(self) -> &'static str {
+    pub(super) fn kind(self) -> &'static str {
         match self {
             Strike::Kill => Strike::KINDS[0],
             Strike::Pause => Strike::KINDS[1],
@@ -166,61 +165,61 @@ impl Strike {
 
 /// A node's name and its (`cluster.elections_won`, `cluster.fenced`) from status at a quiet
 /// run's end (`None`: it did not answer).
-type NodeCounters = (&'static str, Option<(u64, u64)>);
+pub(super) type NodeCounters = (&'static str, Option<(u64, u64)>);
 
 /// What the status watcher saw: each epoch's leader, and the violations.
 #[derive(Default)]
-struct Seen {
-    leaders: BTreeMap<u64, String>,
-    two_in_one_epoch: Vec<String>,
+pub(super) struct Seen {
+    pub(super) leaders: BTreeMap<u64, String>,
+    pub(super) two_in_one_epoch: Vec<String>,
 }
 
-struct Cluster<'a> {
-    opts: &'a DrillOptions,
-    lease_ms: u64,
-    delay_ms: u64,
-    mode: ClusterMode,
+pub(super) struct Cluster<'a> {
+    pub(super) opts: &'a DrillOptions,
+    pub(super) lease_ms: u64,
+    pub(super) delay_ms: u64,
+    pub(super) mode: ClusterMode,
     /// A quiet run's end: each node's `cluster.elections_won` and `cluster.fenced` from
     /// status (`None`: it did not answer), read before the final stop.
-    quiet_counters: Option<Vec<NodeCounters>>,
+    pub(super) quiet_counters: Option<Vec<NodeCounters>>,
     /// A quiet run's report line (`quiet_verdict`), once judged.
-    quiet_line: Option<String>,
-    bin: PathBuf,
-    etcd: EtcdCluster,
-    nodes: Vec<Node>,
+    pub(super) quiet_line: Option<String>,
+    pub(super) bin: PathBuf,
+    pub(super) etcd: EtcdCluster,
+    pub(super) nodes: Vec<Node>,
     /// Per node: its proxies to the etcd members, and the proxy in front of its replication
     /// port.
-    proxies: Vec<(Vec<Proxy>, Proxy)>,
-    b: Batches,
+    pub(super) proxies: Vec<(Vec<Proxy>, Proxy)>,
+    pub(super) b: Batches,
     /// The strikes' kinds, from a generator of their own: the batches' generator is also
     /// drawn from as often as timing makes files and streams be sent again, so the same
     /// seed gives the same schedule only from this one.
-    strike_rng: roost_storage::SplitMix,
+    pub(super) strike_rng: roost_storage::SplitMix,
     /// Where each sent file (by index in `b.sent`) was delivered.
-    node_of: Vec<usize>,
+    pub(super) node_of: Vec<usize>,
     /// Every answer a client got, by file name (or `stream/KEY`): the acknowledged batches.
-    answers: BTreeMap<String, BatchResult>,
+    pub(super) answers: BTreeMap<String, BatchResult>,
     /// Streamed batches (key, body) not answered yet.
-    stream_pending: Vec<(String, Vec<u8>)>,
-    stream_bodies: BTreeMap<String, Vec<u8>>,
-    seen: Arc<Mutex<Seen>>,
-    watching: Arc<AtomicBool>,
-    failovers: Vec<(Strike, Duration)>,
+    pub(super) stream_pending: Vec<(String, Vec<u8>)>,
+    pub(super) stream_bodies: BTreeMap<String, Vec<u8>>,
+    pub(super) seen: Arc<Mutex<Seen>>,
+    pub(super) watching: Arc<AtomicBool>,
+    pub(super) failovers: Vec<(Strike, Duration)>,
     /// Per strike, what the probe client waited (`probe.rs`).
-    waits: Vec<probe::Waited>,
+    pub(super) waits: Vec<probe::Waited>,
     /// The probes' tries over all strikes.
-    probe_counts: probe::Counts,
-    violations: Vec<String>,
-    log: Vec<String>,
-    per_round: usize,
-    next: usize,
+    pub(super) probe_counts: probe::Counts,
+    pub(super) violations: Vec<String>,
+    pub(super) log: Vec<String>,
+    pub(super) per_round: usize,
+    pub(super) next: usize,
     /// Streamed batches made so far (each one's key is unique).
-    streamed: usize,
-    unavailable: usize,
+    pub(super) streamed: usize,
+    pub(super) unavailable: usize,
 }
 
 impl<'a> Cluster<'a> {
-    fn new(opts: &'a DrillOptions, run: &ClusterRun) -> anyhow::Result<Cluster<'a>> {
+    pub(super) fn new(opts: &'a DrillOptions, run: &ClusterRun) -> anyhow::Result<Cluster<'a>> {
         let (lease_ms, mode) = (run.lease_ms, run.mode);
         let delay = Duration::from_millis(run.delay_ms);
         let root = &opts.data_dir;
@@ -279,7 +278,7 @@ impl<'a> Cluster<'a> {
         })
     }
 
-    fn start_all(&mut self) -> anyhow::Result<()> {
+    pub(super) fn start_all(&mut self) -> anyhow::Result<()> {
         for n in 0..3 {
             self.nodes[n].spawn(&self.bin, None, None)?;
         }
@@ -293,7 +292,7 @@ impl<'a> Cluster<'a> {
 
     /// A thread that reads every node's status every 50 ms until the drill ends: an epoch
     /// led by two nodes is a violation.
-    fn watch(&self) {
+    pub(super) fn watch(&self) {
         let sockets: Vec<PathBuf> = self
             .nodes
             .iter()
@@ -311,7 +310,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// The node that leads (not `not`), once one says so, within `limit`.
-    fn leader(&self, not: Option<usize>, limit: Duration) -> anyhow::Result<usize> {
+    pub(super) fn leader(&self, not: Option<usize>, limit: Duration) -> anyhow::Result<usize> {
         let until = Instant::now() + limit;
         while Instant::now() < until {
             for (i, n) in self.nodes.iter().enumerate() {
@@ -330,7 +329,7 @@ impl<'a> Cluster<'a> {
     /// One round: half the files and the streams, a strike on the leader with the probe
     /// client started at it, the other half, the struck node back, the probe's end, every
     /// answer.
-    fn round(&mut self, round: usize) -> anyhow::Result<()> {
+    pub(super) fn round(&mut self, round: usize) -> anyhow::Result<()> {
         let kinds = if self.etcd.len() >= 3 { 4 } else { 3 };
         let strike = match self.strike_rng.below(kinds) {
             0 => Strike::Kill,
@@ -368,7 +367,7 @@ impl<'a> Cluster<'a> {
     /// more): no node is struck, the probe streams to every node, and the member starts
     /// again two leases later (every renewal of the leader's lease in between goes to the
     /// others). A leader change is logged, not a violation: the strike is a fault.
-    fn etcd_round(&mut self, round: usize) -> anyhow::Result<()> {
+    pub(super) fn etcd_round(&mut self, round: usize) -> anyhow::Result<()> {
         let from = self.b.sent.len();
         let m = round % self.etcd.len();
         let l = self.leader(None, ELECTION_LIMIT)?;
@@ -404,225 +403,14 @@ impl<'a> Cluster<'a> {
         self.wait_answers(from)
     }
 
-    /// One round of the rolling restart: half the files and the streams, a graceful stop of
-    /// node `round % 3` (leader or not) with the probe started at its SIGTERM, the other
-    /// half, the node started again, the probe's end, every answer, and the node back in
-    /// the leader's in-sync set before the next stop.
-    fn rolling_round(&mut self, round: usize) -> anyhow::Result<()> {
-        let from = self.b.sent.len();
-        let n = round % NAMES.len();
-        let l = self.leader(None, ELECTION_LIMIT)?;
-        self.send_files(self.per_round / 2)?;
-        self.stream_all();
-        std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
-        let t0 = Instant::now();
-        self.strike(n, Strike::Term);
-        let probe = self.start_probe(round, n, t0)?;
-        let new_leader = self.stopped(round, n, n == l, t0)?;
-        self.send_files(self.per_round - self.per_round / 2)?;
-        self.recover(n, Strike::Term)?;
-        probe.struck_node_back();
-        self.stream_all();
-        self.take_probe(round, (Strike::Term, new_leader), probe.finish()?);
-        self.wait_answers(from)?;
-        self.wait_in_sync(round, n, t0)
-    }
-
-    /// One round of `--switchovers`: half the files and the streams, `roost cluster
-    /// switchover` from the leader to the next node with the probe started at it, the other
-    /// half, the probe's end, every answer, and every node back in the in-sync set.
-    fn switchover_round(&mut self, round: usize) -> anyhow::Result<()> {
-        let from = self.b.sent.len();
-        let l = self.leader(None, ELECTION_LIMIT)?;
-        let to = (l + 1) % NAMES.len();
-        self.send_files(self.per_round / 2)?;
-        self.stream_all();
-        std::thread::sleep(Duration::from_millis(self.b.rng.below(300)));
-        let t0 = Instant::now();
-        let probe = self.start_probe(round, l, t0)?;
-        let took = self.switch_over(round, l, to, t0)?;
-        self.send_files(self.per_round - self.per_round / 2)?;
-        probe.struck_node_back();
-        self.stream_all();
-        self.take_probe(round, (Strike::Switch, took), probe.finish()?);
-        self.wait_answers(from)?;
-        self.wait_in_sync(round, to, t0)
-    }
-
-    /// Runs `roost cluster switchover NAMES[to]` on `l`'s configuration: anything but exit 0
-    /// with `to` leading is a violation. Returns the time to `to` leading.
-    fn switch_over(
-        &mut self,
-        round: usize,
-        l: usize,
-        to: usize,
-        t0: Instant,
-    ) -> anyhow::Result<Option<Duration>> {
-        let out = std::process::Command::new(&self.bin)
-            .arg("--config")
-            .arg(&self.nodes[l].config)
-            .args(["cluster", "switchover", NAMES[to]])
-            .output()
-            .context("running roost cluster switchover")?;
-        let text = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .replace('\n', "; ");
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        let now = self.leader(None, ELECTION_LIMIT)?;
-        if !out.status.success() || now != to {
-            self.violations.push(format!(
-                "round {round}: switchover {} -> {}: {} ({text}{err}; {} leads)",
-                NAMES[l], NAMES[to], out.status, NAMES[now]
-            ));
-            return Ok(None);
-        }
-        let took = t0.elapsed();
-        self.failovers.push((Strike::Switch, took));
-        self.log.push(format!(
-            "round {round}: Switch {} -> {}: {text}",
-            NAMES[l], NAMES[to]
-        ));
-        Ok(Some(took))
-    }
-
-    /// Waits for node `n`, sent SIGTERM at `t0`, to exit: anything but exit 0 within
-    /// `TERM_LIMIT` is a violation (a node still running is killed). If it `led`, waits for
-    /// another node to lead and returns that time (a failover of the report).
-    fn stopped(
-        &mut self,
-        round: usize,
-        n: usize,
-        led: bool,
-        t0: Instant,
-    ) -> anyhow::Result<Option<Duration>> {
-        let name = self.nodes[n].name;
-        let log = self.nodes[n].log_path(self.nodes[n].starts.saturating_sub(1));
-        let exit = self.nodes[n].wait_exit(TERM_LIMIT);
-        let mut line = format!(
-            "round {round}: Term {name} ({}), exited after {} ms",
-            if led { "leader" } else { "standby" },
-            t0.elapsed().as_millis()
-        );
-        let bad = match exit {
-            Ok(Some(st)) if st.success() => None,
-            Ok(Some(st)) => Some(format!("exited with {st}")),
-            Ok(None) => Some(format!(
-                "still ran {} s after SIGTERM",
-                TERM_LIMIT.as_secs()
-            )),
-            Err(e) => Some(format!("{e:#}")),
-        };
-        if let Some(why) = bad {
-            self.nodes[n].kill();
-            line = format!("round {round}: Term {name}: {why}");
-            self.violations.push(format!(
-                "round {round}: graceful stop of {name}: {why} (log {})",
-                log.display()
-            ));
-        }
-        let took = match led {
-            true => {
-                let l2 = self.leader(Some(n), ELECTION_LIMIT)?;
-                let took = t0.elapsed();
-                self.failovers.push((Strike::Term, took));
-                line += &format!(", {} leads after {} ms", NAMES[l2], took.as_millis());
-                Some(took)
-            }
-            false => None,
-        };
-        self.log.push(line);
-        Ok(took)
-    }
-
-    /// Waits (bounded) until the leader's in-sync set names every node again, as an upgrade
-    /// waits before it stops the next node: only nodes in the set may campaign, so stopping
-    /// the leader while the others are out of it would leave no node electable. Not in time
-    /// is a violation.
-    fn wait_in_sync(&mut self, round: usize, n: usize, t0: Instant) -> anyhow::Result<()> {
-        let until = Instant::now() + ELECTION_LIMIT;
-        while Instant::now() < until {
-            let l = self.leader(None, ELECTION_LIMIT)?;
-            let isr = self.nodes[l].status().map(|s| s["cluster"]["isr"].clone());
-            if isr.is_some_and(|v| names_every_node(&v)) {
-                self.log.push(format!(
-                    "round {round}: {} in the in-sync set again {} ms after the strike",
-                    NAMES[n],
-                    t0.elapsed().as_millis()
-                ));
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.violations.push(format!(
-            "round {round}: {} not in the leader's in-sync set within {} s of its start",
-            NAMES[n],
-            ELECTION_LIMIT.as_secs()
-        ));
-        Ok(())
-    }
-
-    /// The quiet run (`--quiet-secs`): rounds of load without a fault until `secs` have
-    /// passed, each waiting for every answer; then every acknowledged batch sent again, and
-    /// the nodes' cluster counters read (they count since each process started: before the
-    /// final stop ends them).
-    fn quiet(&mut self, secs: Duration) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        let rounds_max = secs.as_millis() / QUIET_PAUSE.as_millis() + 1;
-        let mut rounds = 0;
-        while t0.elapsed() < secs && rounds < rounds_max {
-            let from = self.b.sent.len();
-            // Files while `--batches` allows; then fresh streamed batches in their place, so
-            // the load lasts the whole run whatever `--batches` says.
-            let files = self.send_files(QUIET_ROUND_BATCHES)?;
-            let instead = (QUIET_ROUND_BATCHES - files).div_ceil(NAMES.len());
-            self.stream_new(STREAMED + instead);
-            self.wait_answers(from)?;
-            rounds += 1;
-            std::thread::sleep(QUIET_PAUSE.min(secs.saturating_sub(t0.elapsed())));
-        }
-        self.log.push(format!(
-            "quiet: {rounds} rounds of load over {} ms, no strike",
-            t0.elapsed().as_millis()
-        ));
-        self.retry_acknowledged()?;
-        self.quiet_counters = Some(self.cluster_counters());
-        Ok(())
-    }
-
-    /// Each node's `cluster.elections_won` and `cluster.fenced` (a few tries each).
-    fn cluster_counters(&self) -> Vec<NodeCounters> {
-        let read = |n: &Node| {
-            let s = n.status()?;
-            let c = &s["cluster"];
-            Some((c["elections_won"].as_u64()?, c["fenced"].as_u64()?))
-        };
-        let mut out = Vec::new();
-        for n in &self.nodes {
-            let got = (0..5).find_map(|_| {
-                read(n).or_else(|| {
-                    std::thread::sleep(Duration::from_millis(100));
-                    None
-                })
-            });
-            out.push((n.name, got));
-        }
-        out
-    }
-
-    /// A quiet run's verdict, once the watcher has stopped: its line and its violations.
-    fn judge_quiet(&mut self) {
-        let Some(counters) = self.quiet_counters.take() else {
-            return;
-        };
-        let epochs = self.seen.lock().map(|s| s.leaders.len()).unwrap_or(0);
-        let (line, violations) = quiet_verdict(epochs, &counters);
-        self.quiet_line = Some(line);
-        self.violations.extend(violations);
-    }
-
     /// Starts the probe client at the strike on `struck` (at `t0`), with batches of its own
     /// (a random source drawn from the drill's, so the same seed gives the same batches).
-    fn start_probe(&mut self, round: usize, struck: usize, t0: Instant) -> anyhow::Result<Probe> {
+    pub(super) fn start_probe(
+        &mut self,
+        round: usize,
+        struck: usize,
+        t0: Instant,
+    ) -> anyhow::Result<Probe> {
         let to = (0..NAMES.len())
             .filter(|i| *i != struck)
             .map(|i| (NAMES[i], self.nodes[i].data.join("stream.sock")))
@@ -641,7 +429,7 @@ impl<'a> Cluster<'a> {
     /// Takes what the probe of `round`'s strike saw: its figures, its answered batches into
     /// the acknowledged set (checked at the end like every answer), the others into the
     /// streamed batches to send again until answered.
-    fn take_probe(
+    pub(super) fn take_probe(
         &mut self,
         round: usize,
         (strike, new_leader): (Strike, Option<Duration>),
@@ -672,7 +460,7 @@ impl<'a> Cluster<'a> {
         }
     }
 
-    fn strike(&mut self, l: usize, s: Strike) {
+    pub(super) fn strike(&mut self, l: usize, s: Strike) {
         match s {
             // Run by `switchover_round`, which waits for the command.
             Strike::Switch => {}
@@ -689,7 +477,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// Brings the struck node back (once another leads, if it led).
-    fn recover(&mut self, l: usize, s: Strike) -> anyhow::Result<()> {
+    pub(super) fn recover(&mut self, l: usize, s: Strike) -> anyhow::Result<()> {
         match s {
             Strike::Switch => {}
             Strike::Kill | Strike::Term => {
@@ -712,7 +500,7 @@ impl<'a> Cluster<'a> {
 
     /// `n` more batch files (fewer once `--batches` are sent), each into a node picked at
     /// random (a retry goes anywhere too); how many were sent.
-    fn send_files(&mut self, n: usize) -> anyhow::Result<usize> {
+    pub(super) fn send_files(&mut self, n: usize) -> anyhow::Result<usize> {
         let quota = self.opts.batches.saturating_sub(self.next).min(n);
         for _ in 0..quota {
             let to = self.b.rng.below(3) as usize;
@@ -724,14 +512,14 @@ impl<'a> Cluster<'a> {
     }
 
     /// `STREAMED` new streamed batches to every node (`stream_new`).
-    fn stream_all(&mut self) {
+    pub(super) fn stream_all(&mut self) {
         self.stream_new(STREAMED);
     }
 
     /// `per_node` new streamed batches to every running node, and the ones still
     /// unanswered again; each answered one is acknowledged, an `unavailable` one kept for
     /// the next time.
-    fn stream_new(&mut self, per_node: usize) {
+    pub(super) fn stream_new(&mut self, per_node: usize) {
         for (i, n) in NAMES.iter().enumerate() {
             for _ in 0..per_node {
                 // A tag of its own for every streamed batch: a key sent again with other
@@ -753,7 +541,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// Keeps the answered streamed batches; returns the ones to send again.
-    fn take_stream_answers(
+    pub(super) fn take_stream_answers(
         &mut self,
         sent: Vec<(String, Vec<u8>)>,
         answers: Vec<Value>,
@@ -776,7 +564,7 @@ impl<'a> Cluster<'a> {
 
     /// Waits until every file from `from` on is answered where it was dropped, and every
     /// streamed batch is answered (sent again until it is).
-    fn wait_answers(&mut self, from: usize) -> anyhow::Result<()> {
+    pub(super) fn wait_answers(&mut self, from: usize) -> anyhow::Result<()> {
         let n = self.b.sent.len() - from;
         let until = Instant::now() + ANSWER_LIMIT + ANSWER_PER_FILE * n as u32;
         let mut pending: Vec<usize> = (from..self.b.sent.len()).collect();
@@ -809,7 +597,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// Reads file `i`'s result where it was dropped; true once answered.
-    fn collect(&mut self, i: usize) -> bool {
+    pub(super) fn collect(&mut self, i: usize) -> bool {
         let (name, node) = (self.b.sent[i].name.clone(), self.node_of[i]);
         let Some(r) = self.nodes[node].result(&name) else {
             return false;
@@ -824,234 +612,10 @@ impl<'a> Cluster<'a> {
         self.answers.insert(name, r);
         true
     }
-
-    /// The rest of the batches without a strike, then every acknowledged batch sent again
-    /// (files into a random node's spool): each must get its original answer.
-    fn last_round(&mut self) -> anyhow::Result<()> {
-        let from = self.b.sent.len();
-        let rest = self.opts.batches.saturating_sub(self.next);
-        self.send_files(rest)?;
-        self.stream_all();
-        self.wait_answers(from)?;
-        self.retry_acknowledged()
-    }
-
-    fn retry_acknowledged(&mut self) -> anyhow::Result<()> {
-        let mut retried: BTreeMap<String, Option<BatchResult>> = BTreeMap::new();
-        let mut waiting = Vec::new();
-        let files = self.file_bodies();
-        for (k, name) in self.answers.keys().enumerate() {
-            let Some(body) = self.body_of(&files, name) else {
-                retried.insert(name.clone(), None);
-                continue;
-            };
-            let to = k % 3;
-            let file = format!("retry-{k:06}.json");
-            crate::spool::deliver(&self.nodes[to].spool(), &file, body)?;
-            waiting.push((name.clone(), to, file));
-        }
-        let until = Instant::now() + ANSWER_LIMIT + ANSWER_PER_FILE * waiting.len() as u32;
-        while !waiting.is_empty() && Instant::now() < until {
-            waiting.retain(|(name, to, file)| match self.nodes[*to].result(file) {
-                Some(r) => {
-                    retried.insert(name.clone(), Some(r));
-                    false
-                }
-                None => true,
-            });
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for (name, _, _) in waiting {
-            retried.insert(name, None);
-        }
-        let lost = verdict::lost_acknowledged(&self.answers, &retried);
-        self.log.push(format!(
-            "retried {} acknowledged batches; lost: {}",
-            retried.len(),
-            lost.len()
-        ));
-        self.violations.extend(lost);
-        Ok(())
-    }
-
-    /// The content sent under answer `name` (a file's, from `files`, or a streamed batch's).
-    fn body_of<'b>(&'b self, files: &HashMap<&str, &'b [u8]>, name: &str) -> Option<&'b [u8]> {
-        match name.strip_prefix("stream/") {
-            Some(key) => self.stream_bodies.get(key).map(Vec::as_slice),
-            None => files.get(name).copied(),
-        }
-    }
-
-    /// Every file sent, by name, to its content (a retry's is its original's): one index,
-    /// as a search per answer would be quadratic in a long quiet run's tens of thousands.
-    fn file_bodies(&self) -> HashMap<&str, &[u8]> {
-        let by_key: HashMap<&str, &[u8]> = self
-            .b
-            .bodies
-            .iter()
-            .map(|(k, b)| (k.as_str(), b.as_slice()))
-            .collect();
-        let body = |s: &'_ super::batches::Sent| by_key.get(s.key.as_str()).copied();
-        self.b
-            .sent
-            .iter()
-            .filter_map(|s| Some((s.name.as_str(), body(s)?)))
-            .collect()
-    }
-
-    /// Stops every node gracefully and checks their files.
-    fn finish(&mut self) -> anyhow::Result<()> {
-        self.settle();
-        self.watching.store(false, Ordering::SeqCst);
-        let l = self.leader(None, ELECTION_LIMIT).ok();
-        let order: Vec<usize> = (0..3).filter(|i| Some(*i) != l).chain(l).collect();
-        for n in order {
-            if let Err(e) = self.nodes[n].stop() {
-                self.violations.push(format!("graceful stop: {e:#}"));
-                self.nodes[n].kill();
-            }
-        }
-        self.compare_logs()?;
-        let records: Vec<verdict::Records> = self
-            .nodes
-            .iter()
-            .map(Node::records)
-            .collect::<anyhow::Result<_>>()?;
-        let live = verdict::live_creates(&self.answers);
-        for (i, r) in records.iter().enumerate() {
-            let name = self.nodes[i].name;
-            self.violations
-                .extend(verdict::missing_creates(name, &live, r));
-            self.violations.extend(verdict::doubled_creates(name, r));
-            let diff = verdict::shard_divergences(&records[0], r, 5);
-            self.violations
-                .extend(diff.into_iter().map(|d| format!("shards a/{name}: {d}")));
-            let v = crate::ops::verify::verify(RealStorage::shared(), &self.nodes[i].data);
-            self.violations
-                .extend(v.violations.iter().map(|v| format!("verify {name}: {v}")));
-        }
-        let seen = self
-            .seen
-            .lock()
-            .map(|s| s.two_in_one_epoch.clone())
-            .unwrap_or_default();
-        self.violations.extend(seen);
-        self.violations
-            .extend(verdict::unexpected_answers(&self.b.sent, &self.answers));
-        Ok(())
-    }
-
-    /// Waits (bounded) until the leader is quiet and every node holds its whole log.
-    fn settle(&mut self) {
-        let until = Instant::now() + ANSWER_LIMIT;
-        while Instant::now() < until {
-            let Ok(l) = self.leader(None, Duration::from_secs(5)) else {
-                continue;
-            };
-            let (a, b) = (self.nodes[l].quiet_end(), self.nodes[l].quiet_end());
-            let end = a.filter(|_| a == b);
-            let all = end.is_some_and(|e| {
-                self.nodes
-                    .iter()
-                    .all(|n| n.last_lsn().is_some_and(|x| x >= e))
-            });
-            if all {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.log
-            .push("the nodes did not settle before the stop".into());
-    }
-
-    /// Every pair of WALs agrees at every lsn both hold, and all end at the same lsn.
-    fn compare_logs(&mut self) -> anyhow::Result<()> {
-        let wals: Vec<BTreeMap<u64, Value>> = self
-            .nodes
-            .iter()
-            .map(|n| n.wal(&self.bin))
-            .collect::<anyhow::Result<_>>()?;
-        let ends: Vec<Option<u64>> = wals.iter().map(|w| w.keys().next_back().copied()).collect();
-        if ends.windows(2).any(|w| w[0] != w[1]) {
-            self.violations
-                .push(format!("stopped, the logs end at different lsns: {ends:?}"));
-        }
-        for j in 1..3 {
-            let (common, diff) = verdict::wal_divergences(&wals[0], &wals[j]);
-            self.log.push(format!(
-                "wal a/{}: {common} lsns in common, {} differ",
-                NAMES[j],
-                diff.len()
-            ));
-            self.violations
-                .extend(diff.into_iter().map(|d| format!("wal a/{}: {d}", NAMES[j])));
-        }
-        Ok(())
-    }
-
-    fn report(&self) {
-        let mut text = format!(
-            "roost drill --cluster: seed {}, lease_ms {}, etcd members {}, delay {} ms each way, {} files and {} streamed batches, {} failovers\n",
-            self.opts.seed,
-            self.lease_ms,
-            self.etcd.len(),
-            self.delay_ms,
-            self.b.sent.len(),
-            self.stream_bodies.len(),
-            self.failovers.len()
-        );
-        for l in &self.log {
-            text += &format!("  {l}\n");
-        }
-        let mut ms: Vec<u128> = self.failovers.iter().map(|(_, d)| d.as_millis()).collect();
-        ms.sort_unstable();
-        let q = |p: f64| {
-            ms.get(((ms.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-                .unwrap_or(0)
-        };
-        text += &format!(
-            "  time to a new leader (ms): p50 {} p99 {} max {} (lease {} ms)\n",
-            q(0.5),
-            q(0.99),
-            ms.last().copied().unwrap_or(0),
-            self.lease_ms
-        );
-        text += &probe::summary(&self.waits, &Strike::KINDS, &self.probe_counts);
-        match self.mode {
-            ClusterMode::Rolling => {
-                text +=
-                    &probe::rolling_line(&self.waits, Strike::Term.kind(), "the rolling restart")
-            }
-            ClusterMode::Switchovers => {
-                text += &probe::rolling_line(&self.waits, Strike::Switch.kind(), "the switchovers")
-            }
-            _ => {}
-        }
-        if let Some(l) = &self.quiet_line {
-            text += l;
-        }
-        let epochs = self.seen.lock().map(|s| s.leaders.len()).unwrap_or(0);
-        text += &format!(
-            "  acknowledged: {} ({} stream answers unavailable, sent again); epochs seen led: {epochs}\n",
-            self.answers.len(),
-            self.unavailable
-        );
-        match self.violations.len() {
-            0 => text += "  violations: none\n",
-            n => {
-                text += &format!("  violations: {n}\n");
-                for v in self.violations.iter().take(50) {
-                    text += &format!("    {v}\n");
-                }
-            }
-        }
-        let _ = std::io::stdout().write_all(text.as_bytes());
-    }
 }
 
 /// Records the epoch `socket`'s node says it leads; two names for one epoch is a violation.
-fn note_leader(seen: &Mutex<Seen>, name: &str, socket: &std::path::Path) {
+pub(super) fn note_leader(seen: &Mutex<Seen>, name: &str, socket: &std::path::Path) {
     let Ok(text) = crate::control::socket::request(socket, "status") else {
         return;
     };
@@ -1069,7 +633,7 @@ fn note_leader(seen: &Mutex<Seen>, name: &str, socket: &std::path::Path) {
 
 impl Seen {
     /// `name` said it leads `epoch`.
-    fn saw(&mut self, epoch: u64, name: &str) {
+    pub(super) fn saw(&mut self, epoch: u64, name: &str) {
         match self.leaders.get(&epoch) {
             Some(other) if other != name => {
                 let msg = format!("epoch {epoch} led by {other} and by {name}");
@@ -1084,7 +648,7 @@ impl Seen {
 }
 
 /// Whether `isr` (a status's `cluster.isr`) names every node.
-fn names_every_node(isr: &Value) -> bool {
+pub(super) fn names_every_node(isr: &Value) -> bool {
     isr.as_array()
         .is_some_and(|m| NAMES.iter().all(|n| m.iter().any(|v| v == n)))
 }
@@ -1095,7 +659,7 @@ fn names_every_node(isr: &Value) -> bool {
 /// so are counters that say the watcher missed one (more than one election won over the
 /// nodes, or a fence: each node runs one process the whole run), and a node that did not
 /// tell them.
-fn quiet_verdict(epochs: usize, counters: &[NodeCounters]) -> (String, Vec<String>) {
+pub(super) fn quiet_verdict(epochs: usize, counters: &[NodeCounters]) -> (String, Vec<String>) {
     let k = epochs.saturating_sub(1);
     let won: u64 = counters.iter().filter_map(|(_, c)| c.map(|c| c.0)).sum();
     let fenced: u64 = counters.iter().filter_map(|(_, c)| c.map(|c| c.1)).sum();
@@ -1131,7 +695,10 @@ fn quiet_verdict(epochs: usize, counters: &[NodeCounters]) -> (String, Vec<Strin
 }
 
 /// Sends `batches` on one stream connection and reads one answer line each (bounded).
-fn stream_to(sock: &std::path::Path, batches: &[(String, Vec<u8>)]) -> anyhow::Result<Vec<Value>> {
+pub(super) fn stream_to(
+    sock: &std::path::Path,
+    batches: &[(String, Vec<u8>)],
+) -> anyhow::Result<Vec<Value>> {
     let mut s = std::os::unix::net::UnixStream::connect(sock)?;
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -1155,7 +722,7 @@ mod tests {
     /// leader change (a second epoch seen, a second election or a fence the watcher missed,
     /// a node that does not tell) is a violation the exit code carries.
     #[test]
-    fn a_leader_change_without_a_fault_is_a_violation() {
+    pub(super) fn a_leader_change_without_a_fault_is_a_violation() {
         let clean = [
             ("a", Some((1, 0))),
             ("b", Some((0, 0))),
@@ -1184,14 +751,14 @@ mod tests {
     }
 
     #[test]
-    fn the_in_sync_set_names_every_node_or_not() {
+    pub(super) fn the_in_sync_set_names_every_node_or_not() {
         assert!(names_every_node(&serde_json::json!(["c", "a", "b"])));
         assert!(!names_every_node(&serde_json::json!(["a", "b"])));
         assert!(!names_every_node(&serde_json::Value::Null));
     }
 
     #[test]
-    fn two_nodes_leading_one_epoch_is_a_violation() {
+    pub(super) fn two_nodes_leading_one_epoch_is_a_violation() {
         let mut s = Seen::default();
         s.saw(3, "a");
         s.saw(3, "a");

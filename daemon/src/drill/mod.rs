@@ -27,6 +27,8 @@ mod batches;
 mod bulk_judge;
 pub mod child;
 mod claims;
+mod cluster_final;
+mod cluster_modes;
 mod cluster_strikes;
 mod node;
 mod probe;

@@ -246,3 +246,51 @@ fn no_two_files_share_a_name() {
         .collect();
     assert!(twice.is_empty(), "files that share a name: {twice:?}");
 }
+
+/// The crates the engine (`daemon/src/pipeline/`) must not name: it sees replication only
+/// through `LogRole` and `Fetched` (issue 46), etcd and the CLI not at all. (tokio is not
+/// listed: `pipeline/intake_bytes.rs`, the intakes' byte budget, is an async semaphore.)
+const ENGINE_MUST_NOT_NAME: &[&str] = &["roost_replication", "roost_etcd", "clap::"];
+
+/// The forbidden crate paths a source text names outside comments.
+fn forbidden_in(text: &str) -> Vec<&'static str> {
+    let code: Vec<&str> = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect();
+    ENGINE_MUST_NOT_NAME
+        .iter()
+        .filter(|c| code.iter().any(|l| l.contains(*c)))
+        .copied()
+        .collect()
+}
+
+/// Goal: the engine names no replication, etcd or CLI crate: the replication
+/// protocol's types stay in the replica adapter (`daemon/src/replica/`), which implements
+/// the engine's traits for them.
+/// Method: read every file under `daemon/src/pipeline/` and look for those crates' paths
+/// outside comments; the check itself is shown to fail on a text that names one.
+#[test]
+fn the_engine_names_no_replication_etcd_or_cli_crate() {
+    assert_eq!(
+        forbidden_in("use roost_replication::Entry;"),
+        ["roost_replication"]
+    );
+    assert_eq!(forbidden_in("use roost_etcd as e;"), ["roost_etcd"]);
+    assert!(forbidden_in("// roost_replication::Entry is the adapter's").is_empty());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pipeline");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 20, "only {} engine files", files.len());
+    let bad: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let names = forbidden_in(&std::fs::read_to_string(f).expect("read"));
+            (!names.is_empty()).then(|| format!("{}: {names:?}", f.display()))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "the engine names crates it must not: {bad:#?}"
+    );
+}

@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 
-use roost_replication::Entry;
 use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
@@ -38,10 +37,20 @@ use super::records::{self, ClaimRecord, WalEntry};
 use super::{Engine, KeyAt};
 use crate::error::EngineError;
 
+/// A record fetched from the primary, as the engine sees it: the replication protocol's
+/// record type is the replica adapter's (`replica/mod.rs` implements this for it), so the
+/// engine does not depend on the protocol.
+pub trait Fetched {
+    fn lsn(&self) -> Lsn;
+    fn epoch(&self) -> u32;
+    fn kind(&self) -> u8;
+    fn payload(&self) -> &[u8];
+}
+
 impl Engine {
     /// Applies records fetched from the primary (see the module comment); `entries[0]`
     /// continues this WAL. A failure latches the engine like any write failure.
-    pub fn apply_replicated(&self, entries: &[Entry]) -> Result<(), EngineError> {
+    pub fn apply_replicated<E: Fetched>(&self, entries: &[E]) -> Result<(), EngineError> {
         let _one = lock(&self.held.apply_lock);
         if self.role() != Role::Standby {
             return Err(EngineError::NotPrimary {
@@ -56,7 +65,7 @@ impl Engine {
         let mut ledger = lock(&self.held.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
             let at = KeyAt::Wal { offset };
-            super::recover::absorb(&mut p, &mut ledger, e.lsn, at, d, audit_mark)?;
+            super::recover::absorb(&mut p, &mut ledger, e.lsn(), at, d, audit_mark)?;
         }
         p.vouched = ledger.vouched.clone();
         Ok(())
@@ -64,31 +73,31 @@ impl Engine {
 
     /// Steps 1 to 3 of the module comment; returns each record's offset in its segment.
     /// The chunk's effects start flushing behind it (step 4).
-    fn apply_chunk(&self, decoded: &[(&Entry, WalEntry)]) -> Result<Vec<u64>, EngineError> {
+    fn apply_chunk<E: Fetched>(&self, decoded: &[(&E, WalEntry)]) -> Result<Vec<u64>, EngineError> {
         let mut offsets = Vec::with_capacity(decoded.len());
         for (e, d) in decoded {
             match d {
                 // Fetched claims have no audit rows here yet: rows past the WAL's end were
                 // cut at start-up.
-                WalEntry::Claim(c) => self.apply_unflushed(e.lsn, c)?,
+                WalEntry::Claim(c) => self.apply_unflushed(e.lsn(), c)?,
                 WalEntry::Done(done) => self.effects_durable(done.claim_lsn)?,
                 _ => {}
             }
-            offsets.push(self.append_entry(e)?);
+            offsets.push(self.append_entry(*e)?);
         }
         if let Some((last, _)) = decoded.last() {
-            self.wal.sync_to(last.lsn)?;
+            self.wal.sync_to(last.lsn())?;
         }
         self.flush_behind()?;
         Ok(offsets)
     }
 
     /// One record into this WAL (a new epoch first into `LEADER_EPOCHS`); its offset.
-    fn append_entry(&self, e: &Entry) -> Result<u64, EngineError> {
-        self.log_role.note_epoch(e.epoch, e.lsn)?;
-        let (_, offset) = self
-            .wal
-            .append_replicated_at(e.lsn, e.epoch, e.kind, &e.payload)?;
+    fn append_entry<E: Fetched>(&self, e: &E) -> Result<u64, EngineError> {
+        self.log_role.note_epoch(e.epoch(), e.lsn())?;
+        let (_, offset) =
+            self.wal
+                .append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
         Ok(offset)
     }
 
@@ -273,10 +282,10 @@ impl Engine {
 
 /// Decodes every fetched record before anything is written: a record this node cannot
 /// read stops the chunk whole.
-fn decode_entries(entries: &[Entry]) -> Result<Vec<(&Entry, WalEntry)>, EngineError> {
+fn decode_entries<E: Fetched>(entries: &[E]) -> Result<Vec<(&E, WalEntry)>, EngineError> {
     entries
         .iter()
-        .map(|e| records::decode_wal_parts(e.lsn, e.kind, &e.payload).map(|d| (e, d)))
+        .map(|e| records::decode_wal_parts(e.lsn(), e.kind(), e.payload()).map(|d| (e, d)))
         .collect()
 }
 

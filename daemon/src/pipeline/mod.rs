@@ -71,6 +71,7 @@ use disk::{io_err, replace_file};
 use owner::{OwnerContext, ShardOpener, ShardSlot};
 use stats::Stats;
 
+pub use apply::Fetched;
 pub use finish::committed_result;
 pub use keys::now_ms;
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};

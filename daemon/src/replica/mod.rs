@@ -181,6 +181,23 @@ fn answer(engine: &Engine, r: &crate::batch::BatchResult) -> Forwarded {
     }
 }
 
+/// The protocol's record, as the engine takes fetched records (`pipeline::Fetched`): the
+/// engine does not know the replication crate's types.
+impl crate::pipeline::Fetched for Entry {
+    fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+    fn kind(&self) -> u8 {
+        self.kind
+    }
+    fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
 /// A running standby's log: appends apply through the engine; truncation is refused (it
 /// happens at start-up, see the module comment).
 pub struct FollowerSide {

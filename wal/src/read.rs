@@ -59,6 +59,7 @@ impl Wal {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut lsn = from;
+        let mut last = None;
         for (i, seg) in segs.iter().enumerate() {
             if lsn >= end || (!out.is_empty() && bytes >= max_bytes) {
                 break;
@@ -79,13 +80,18 @@ impl Wal {
                 out.push(r);
             }
             lsn = pos.lsn;
-            cur.put(Cursor {
+            last = Some(Cursor {
                 first_lsn: seg.first_lsn,
                 path: pos.path,
                 file: pos.file,
                 offset: pos.offset,
                 lsn: pos.lsn,
             });
+        }
+        // Only where this read stopped: a cursor at the end of a segment it read through
+        // would take the place of another follower's.
+        if let Some(c) = last {
+            cur.put(c);
         }
         Ok(out)
     }

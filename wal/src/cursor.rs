@@ -4,9 +4,9 @@
 //!
 //! One per reader, not one for all: with two standbys fetching at different lsns, a single
 //! cursor was always where the *other* standby stopped, so every fetch walked its segment's
-//! headers from the start (issue 42: 5 % of the CPU copying segment bytes, and answers that
-//! waited tens of milliseconds as the segment grew). The set is bounded ([`CURSORS_MAX`]);
-//! the cursor used longest ago goes first.
+//! headers from the start (issue 42: in a loaded three-node run, 11 % of the leader's
+//! worker-thread samples were these reads, more as the segment grew). The set is bounded
+//! ([`CURSORS_MAX`]); the cursor used longest ago goes first.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,8 +1,9 @@
 //! Reading ranges of records by lsn for a follower ([`Wal::read_from`]), and finding a
 //! record's offset in its segment (shared with truncation). A follower streams: each call
-//! starts where the previous one stopped, so the log keeps one [`Cursor`] (segment, offset,
-//! lsn) and starts there when it fits; otherwise it walks the segment's headers from its
-//! start (one header read per record, no payloads). This module only reads; it never writes
+//! starts where the previous one stopped, so the log keeps a [`Cursor`] (segment, offset,
+//! lsn) per follower, at most [`crate::cursor::CURSORS_MAX`], and starts at the nearest one
+//! that fits; otherwise it walks the segment's headers from its start (one header read per
+//! record, no payloads). This module only reads; it never writes
 //! a segment, and it reads only records below the log's next lsn, which are whole in the page
 //! cache even while appends go on after them.
 

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::decide::{follower_truncation, plausible_epoch, Truncation};
 use crate::log::{Entry, Epoch, FollowerLog, Lsn};
 use crate::status::FollowerStatus;
-use crate::task::{blocking, shutdown_requested, wait_shutdown, Cancelled};
+use crate::task::{follow_call, shutdown_requested, wait_shutdown, Cancelled};
 use crate::transport::{Stream, Transport};
 use crate::wire::{self, read_frame, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
 
@@ -306,7 +306,7 @@ impl<F: FollowerLog> Session<'_, F> {
             }
             let sent = match self.next.take() {
                 Some(sent) => sent,
-                None => blocking(self.log, Sent::of).await?,
+                None => follow_call(self.log, Sent::of).await?,
             };
             let answer = self.exchange(&mut stream, sent, shutdown).await?;
             self.handle(answer, sent).await?;
@@ -477,7 +477,7 @@ impl<F: FollowerLog> Session<'_, F> {
         let count = entries.len() as u64;
         let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
         if count > 0 || hw > self.hw_passed {
-            let next = blocking(self.log, move |l| {
+            let next = follow_call(self.log, move |l| {
                 l.append(&entries, hw).map(|()| Sent::of(l))
             })
             .await?
@@ -519,7 +519,7 @@ impl<F: FollowerLog> Session<'_, F> {
                 log_end,
             }));
         }
-        let t = blocking(self.log, move |l| truncate(l, epoch, end_lsn)).await?;
+        let t = follow_call(self.log, move |l| truncate(l, epoch, end_lsn)).await?;
         let t = match t {
             Ok(t) => t,
             Err(Trunc::Stuck { log_end }) => {
@@ -565,7 +565,7 @@ impl<F: FollowerLog> Session<'_, F> {
             )));
         }
         self.status.answered(leader_epoch);
-        blocking(self.log, move |l| l.set_current_epoch(leader_epoch))
+        follow_call(self.log, move |l| l.set_current_epoch(leader_epoch))
             .await?
             .map_err(|source| {
                 End::Fatal(FollowError::Log {

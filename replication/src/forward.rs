@@ -26,7 +26,7 @@ use tokio::time::timeout;
 use tracing::{debug, warn};
 
 use crate::log::{Epoch, Forwarded, LeaderLog};
-use crate::task::{blocking, wait_shutdown};
+use crate::task::{lead_call, wait_shutdown};
 use crate::transport::{Stream, Transport};
 use crate::wire::{read_frame, write_encoded, Message};
 
@@ -105,7 +105,7 @@ async fn next_forward(
 
 /// One forwarded batch through the leader's log, as the message that answers it.
 async fn run_one<L: LeaderLog>(log: &Arc<L>, replica: String, id: u64, batch: Vec<u8>) -> Message {
-    let r = blocking(log, move |l| {
+    let r = lead_call(log, move |l| {
         (l.forward(&replica, &batch), l.leader_epoch())
     });
     let (done, epoch) = match r.await {

@@ -34,11 +34,14 @@ pub use log::{
     Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLog, Lsn, SnapshotFile, SnapshotSource,
 };
 pub use options::LeaderOptions;
-pub use serve::serve_followers;
+pub use serve::{serve_followers, serve_followers_on};
 pub use snapshot::{
     fetch_snapshot, receive_messages, SnapshotDone, SnapshotError, SnapshotOptions, SnapshotSink,
     SNAPSHOT_CHUNK_BYTES,
 };
 pub use status::{FollowerStatus, StatusSnapshot};
-pub use transport::{Peer, Stream, TlsIdentity, Transport, TransportError, HANDSHAKE_TIMEOUT};
+pub use transport::{
+    Dial, Io, IoFuture, Listen, Peer, Stream, TlsIdentity, Transport, TransportError,
+    HANDSHAKE_TIMEOUT,
+};
 pub use wire::{Message, WireError, PROTOCOL_VERSION};

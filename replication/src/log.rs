@@ -2,7 +2,8 @@
 //! files ([`SnapshotSource`], streamed by `snapshot.rs`) and a forwarded batch's outcome
 //! ([`Forwarded`], carried by `forward.rs`). The daemon implements these over its WAL, its
 //! leader-epoch file and its engine; the tests implement them in memory. Every method is
-//! blocking (the protocol calls them through `spawn_blocking`).
+//! blocking (the protocol calls them through `spawn_blocking`), unless the log says it never
+//! blocks (`calls_inline`: a simulator's log, called on the runtime's thread).
 
 /// A log sequence number: 1 for the first record, +1 per record.
 pub type Lsn = u64;
@@ -97,6 +98,12 @@ pub trait LeaderLog: Send + Sync + 'static {
     }
     /// A peer knows a higher epoch than this leader's: step down at once.
     fn saw_higher_epoch(&self, epoch: Epoch);
+    /// True: this log never blocks, and the protocol calls it on the runtime's own thread,
+    /// not the blocking pool (a deterministic simulator's log: `roost-sim`). The daemon's
+    /// log blocks (fsync, the engine) and keeps the default.
+    fn calls_inline(&self) -> bool {
+        false
+    }
     /// A base backup for follower `replica` (`snapshot.rs`): a consistent copy of the state
     /// at the leader's last checkpoint, held still until the source is dropped. By default
     /// a leader serves none.
@@ -134,4 +141,8 @@ pub trait FollowerLog: Send + Sync + 'static {
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), Self::Error>;
     /// Removes every record at or above `lsn` (and all that was applied from them).
     fn truncate_to(&self, lsn: Lsn) -> Result<(), Self::Error>;
+    /// As `LeaderLog::calls_inline`.
+    fn calls_inline(&self) -> bool {
+        false
+    }
 }

@@ -3,12 +3,14 @@
 //! caught up. It owns the sockets and the waiting; it never decides (that is `decide`) and
 //! never touches the log except through `LeaderLog`, whose every call runs on the blocking
 //! pool. A bad peer (garbage, a timeout, a closed socket) ends only its own connection.
+//! `serve_followers_on` is the same server on another network than the kernel's (a
+//! simulator's: `roost-sim` passes turmoil's listener).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
@@ -18,8 +20,8 @@ use crate::admit::{Admission, Place};
 use crate::decide::{leader_answer, Answer, FetchView};
 use crate::log::{Entry, Epoch, LeaderLog, Lsn};
 use crate::options::LeaderOptions;
-use crate::task::{blocking, check_join, shutdown_requested, wait_shutdown, Cancelled};
-use crate::transport::{Peer, Stream};
+use crate::task::{check_join, lead_call, shutdown_requested, wait_shutdown, Cancelled};
+use crate::transport::{Accepted, Listen, Peer, Stream};
 use crate::wire::{
     self, read_frame, write_encoded, Message, WireError, ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES,
     RECORDS_HEADER_BYTES,
@@ -68,6 +70,42 @@ pub async fn serve_followers<L: LeaderLog>(
     listener: TcpListener,
     log: Arc<L>,
     opts: LeaderOptions,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve(Listener::Tcp(listener), log, opts, shutdown).await;
+}
+
+/// [`serve_followers`] on connections from `listener` (another network than the kernel's;
+/// the transport must be plain).
+pub async fn serve_followers_on<L: LeaderLog>(
+    listener: Box<dyn Listen>,
+    log: Arc<L>,
+    opts: LeaderOptions,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve(Listener::Other(listener), log, opts, shutdown).await;
+}
+
+/// Where connections come from.
+enum Listener {
+    Tcp(TcpListener),
+    Other(Box<dyn Listen>),
+}
+
+impl Listener {
+    /// Cancel-safe, as both kinds' `accept` are.
+    async fn accept(&mut self) -> std::io::Result<(Accepted, SocketAddr)> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, a)| (Accepted::Tcp(s), a)),
+            Listener::Other(l) => l.accept().await.map(|(s, a)| (Accepted::Other(s), a)),
+        }
+    }
+}
+
+async fn serve<L: LeaderLog>(
+    mut listener: Listener,
+    log: Arc<L>,
+    opts: LeaderOptions,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
@@ -96,7 +134,7 @@ pub async fn serve_followers<L: LeaderLog>(
 }
 
 async fn serve_connection<L: LeaderLog>(
-    (tcp, mut place): (TcpStream, Place),
+    (conn, mut place): (Accepted, Place),
     addr: SocketAddr,
     log: Arc<L>,
     opts: LeaderOptions,
@@ -104,7 +142,7 @@ async fn serve_connection<L: LeaderLog>(
 ) {
     let accepted = tokio::select! {
         _ = wait_shutdown(&mut shutdown) => return,
-        a = opts.transport.accept(tcp, addr) => a,
+        a = opts.transport.accept_any(conn, addr) => a,
     };
     place.handshake_done();
     let (mut stream, peer) = match accepted {
@@ -130,7 +168,7 @@ async fn serve_connection<L: LeaderLog>(
         Err(e) => warn!(error = %e, "follower connection ended"),
     }
     if let Some(name) = replica {
-        let _ = blocking(&log, move |l| l.disconnected(&name)).await;
+        let _ = lead_call(&log, move |l| l.disconnected(&name)).await;
     }
 }
 
@@ -367,7 +405,7 @@ async fn answer_fetch<L: LeaderLog>(
         let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
         let durable = tokio::select! {
             _ = wait_shutdown(shutdown) => return Ok(None),
-            d = blocking(log, move |l| waited(l, (&replica, epoch), after, slice)) => d?,
+            d = lead_call(log, move |l| waited(l, (&replica, epoch), after, slice)) => d?,
         };
         if durable > after {
             break;
@@ -405,7 +443,7 @@ async fn wait_watched<L: LeaderLog>(
                 // No news for a slice: still caught up at `after`, so the acknowledgement is
                 // renewed; and the durable end is read once more, in case the watch missed it.
                 let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
-                let moved = blocking(log, move |l| {
+                let moved = lead_call(log, move |l| {
                     let moved = l.shippable_end() > after;
                     if !moved && l.leader_epoch() == Some(epoch) {
                         l.acknowledged(&replica, after);
@@ -445,7 +483,7 @@ async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Me
     let replica = fetch.replica.clone();
     let view = fetch.view;
     let max_bytes = fetch.max_bytes;
-    blocking(log, move |l| match leader_answer(l, &view) {
+    lead_call(log, move |l| match leader_answer(l, &view) {
         Answer::NotLeader { epoch } => Message::NotLeader { epoch },
         Answer::UnknownEpoch { leader_epoch } => {
             info!(

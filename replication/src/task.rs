@@ -1,5 +1,6 @@
 //! The small pieces of tokio plumbing `serve` and `follow` share: running a blocking log
-//! call on the blocking pool, watching the shutdown signal, and re-raising a task's panic
+//! call on the blocking pool (or inline, for a log that says it never blocks: a
+//! simulator's, whose runs must not depend on real threads), watching the shutdown signal, and re-raising a task's panic
 //! (a crash is a crash: a panicking task must not vanish into its `JoinHandle`).
 
 use std::sync::Arc;
@@ -7,17 +8,44 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinError;
 
+use crate::log::{FollowerLog, LeaderLog};
+
 /// The blocking pool dropped a task: the runtime is shutting down.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cancelled;
 
-/// Runs `f(&shared)` on the blocking pool. A panic in `f` is re-raised in the caller.
-pub(crate) async fn blocking<S, T, Fn>(shared: &Arc<S>, f: Fn) -> Result<T, Cancelled>
+/// Runs `f(&log)` for the leader's side: on the blocking pool, or inline when the log says
+/// so (`LeaderLog::calls_inline`).
+pub(crate) async fn lead_call<L, T, Fn>(log: &Arc<L>, f: Fn) -> Result<T, Cancelled>
+where
+    L: LeaderLog,
+    T: Send + 'static,
+    Fn: FnOnce(&L) -> T + Send + 'static,
+{
+    blocking(LeaderLog::calls_inline(&**log), log, f).await
+}
+
+/// [`lead_call`] for the follower's side (`FollowerLog::calls_inline`).
+pub(crate) async fn follow_call<F, T, Fn>(log: &Arc<F>, f: Fn) -> Result<T, Cancelled>
+where
+    F: FollowerLog,
+    T: Send + 'static,
+    Fn: FnOnce(&F) -> T + Send + 'static,
+{
+    blocking(FollowerLog::calls_inline(&**log), log, f).await
+}
+
+/// Runs `f(&shared)` on the blocking pool, or at once when `inline`. A panic in `f` is
+/// re-raised in the caller.
+async fn blocking<S, T, Fn>(inline: bool, shared: &Arc<S>, f: Fn) -> Result<T, Cancelled>
 where
     S: Send + Sync + 'static + ?Sized,
     T: Send + 'static,
     Fn: FnOnce(&S) -> T + Send + 'static,
 {
+    if inline {
+        return Ok(f(shared));
+    }
     let shared = Arc::clone(shared);
     match tokio::task::spawn_blocking(move || f(&shared)).await {
         Ok(v) => Ok(v),

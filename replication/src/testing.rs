@@ -200,6 +200,13 @@ impl MemLog {
         s.acks.clear();
     }
 
+    /// Replaces the in-sync set of a leader (replica names whose acknowledgements the hw
+    /// waits for), keeping the acknowledgements already counted: a standby joining or
+    /// leaving mid-epoch.
+    pub fn set_isr(&self, isr: &[&str]) {
+        self.lock().isr = isr.iter().map(|r| r.to_string()).collect();
+    }
+
     /// Stops leading (a follower now, or down).
     pub fn resign(&self) {
         self.lock().leader = None;

@@ -9,6 +9,7 @@
 //! the certificates' bytes ([`TlsIdentity`]).
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -67,6 +68,36 @@ pub enum TransportError {
 pub struct Transport {
     inner: Arc<Inner>,
     handshake_timeout: Duration,
+    /// Dials instead of `tokio::net::TcpStream::connect` (a simulated network, plain only).
+    dial: Option<Arc<dyn Dial>>,
+}
+
+/// A byte stream other than tokio's TCP: a simulated network's socket (`roost-sim` passes
+/// turmoil's). Only a plain transport carries one; TLS runs over tokio's TCP alone.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// A boxed future, as the network seams below return.
+pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send + 'a>>;
+
+/// Connects to `addr` (host:port) over another network than the kernel's
+/// ([`Transport::with_dialer`]).
+pub trait Dial: Send + Sync + 'static {
+    fn dial<'a>(&'a self, addr: &'a str) -> IoFuture<'a, Box<dyn Io>>;
+}
+
+/// Accepts connections from another network than the kernel's
+/// (`serve_followers_on`). `accept` must be cancel-safe, as `TcpListener::accept` is: the
+/// server polls it in a `select!`.
+pub trait Listen: Send + 'static {
+    fn accept(&mut self) -> IoFuture<'_, (Box<dyn Io>, SocketAddr)>;
+}
+
+/// An accepted connection before its handshake.
+pub(crate) enum Accepted {
+    Tcp(TcpStream),
+    Other(Box<dyn Io>),
 }
 
 struct Inner {
@@ -130,7 +161,15 @@ impl Transport {
                 members: members.into(),
             }),
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            dial: None,
         }
+    }
+
+    /// The same plain transport, connecting through `dial` instead of the kernel's TCP (a
+    /// simulated network). A TLS transport refuses to connect through a dialer.
+    pub fn with_dialer(mut self, dial: Arc<dyn Dial>) -> Transport {
+        self.dial = Some(dial);
+        self
     }
 
     /// The same transport with another handshake limit.
@@ -150,6 +189,9 @@ impl Transport {
     /// Connects to `addr` (host:port) within `limit`, then (TLS) completes the handshake
     /// within the handshake limit: the peer must be a member.
     pub async fn connect(&self, addr: &str, limit: Duration) -> io::Result<Stream> {
+        if let Some(dial) = &self.dial {
+            return self.connect_dialed(dial.as_ref(), addr, limit).await;
+        }
         let tcp = match timeout(limit, TcpStream::connect(addr)).await {
             Ok(r) => r?,
             Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting")),
@@ -185,6 +227,40 @@ impl Transport {
         };
         let peer = self.peer(addr, Some(leaf));
         Ok((Stream::Tls(Box::new(s.into())), peer))
+    }
+
+    /// [`Transport::connect`] through a dialer: plain only.
+    async fn connect_dialed(
+        &self,
+        dial: &dyn Dial,
+        addr: &str,
+        limit: Duration,
+    ) -> io::Result<Stream> {
+        if self.is_tls() {
+            let msg = "a dialed connection cannot carry TLS";
+            return Err(io::Error::new(io::ErrorKind::Unsupported, msg));
+        }
+        match timeout(limit, dial.dial(addr)).await {
+            Ok(r) => Ok(Stream::Other(r?)),
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connecting")),
+        }
+    }
+
+    /// [`Transport::accept`] for a connection from either kind of listener; one from a
+    /// [`Listen`] only on a plain transport.
+    pub(crate) async fn accept_any(
+        &self,
+        conn: Accepted,
+        addr: SocketAddr,
+    ) -> io::Result<(Stream, Peer)> {
+        match conn {
+            Accepted::Tcp(tcp) => self.accept(tcp, addr).await,
+            Accepted::Other(_) if self.is_tls() => {
+                let msg = "a connection from another network cannot carry TLS";
+                Err(io::Error::new(io::ErrorKind::Unsupported, msg))
+            }
+            Accepted::Other(io) => Ok((Stream::Other(io), self.peer(addr, None))),
+        }
     }
 
     fn peer(&self, addr: SocketAddr, cert: Option<CertificateDer<'static>>) -> Peer {
@@ -344,10 +420,12 @@ impl ServerCertVerifier for MemberVerifier {
     }
 }
 
-/// A replication connection, plain or TLS.
+/// A replication connection, plain or TLS (or plain over a simulated network).
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+    /// Through a [`Dial`] or a [`Listen`]: a simulated network's socket.
+    Other(Box<dyn Io>),
 }
 
 impl AsyncRead for Stream {
@@ -359,6 +437,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Other(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -372,6 +451,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Other(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -379,6 +459,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Other(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -386,6 +467,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Other(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -47,10 +47,6 @@ use crate::error::EngineError;
 mod pool;
 mod run;
 
-use pool::{Cell, Mailbox, Where, FULL_TICK_EVERY};
-pub use pool::{PoolHandle, ShardPool, TICK};
-use run::{Held, Owner};
-
 /// Messages a shard's owner answers. Bounded channel: a worker blocks rather than queue
 /// without limit.
 pub enum ShardMsg {
@@ -324,5 +320,100 @@ impl Drop for ShardSlot {
 /// How often the pool runs the shards that asked for it (an owner waiting for an earlier
 /// turn, or compacting) with no message for them; every [`FULL_TICK_EVERY`] ticks it runs
 /// every shard once (a checkpoint may have made compaction possible).
+pub const TICK: Duration = Duration::from_millis(200);
+
+const FULL_TICK_EVERY: u64 = 25;
+
+/// A shard's mail, and whether the shard is queued on (or running on) the pool.
+#[derive(Default)]
+struct Mailbox {
+    msgs: VecDeque<ShardMsg>,
+    /// Queued or running: a sender does not queue it again, so at most one pool thread runs
+    /// it at a time (the single writer).
+    scheduled: bool,
+    /// The slot was dropped (or its owner panicked): nothing more is taken.
+    closed: bool,
+}
+
+/// One shard on the pool: its mailbox and its owner.
+struct Cell {
+    name: String,
+    mailbox: Mutex<Mailbox>,
+    /// Signalled when the mailbox has room again (a full one blocks its senders: bounded).
+    space: Condvar,
+    /// `None` once closed.
+    owner: Mutex<Option<Owner>>,
+    pool: Weak<ShardPool>,
+    /// Run this shard on the next tick (it waits for a turn, or compaction has work).
+    tick: AtomicBool,
+}
+
+/// Who runs the round that a message starts, when no round of its shard is queued or running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    /// A pool thread.
+    Pool,
+    /// The sender, before [`Cell::post`] returns.
+    Here,
+}
+
+/// The threads every shard's rounds run on (`shard_threads`), and the shards to tick.
+pub struct ShardPool {
+    queue: Mutex<VecDeque<Arc<Cell>>>,
+    ready: Condvar,
+    stop: AtomicBool,
+    /// Every shard owner started on this pool (dropped ones are pruned on a tick).
+    cells: Mutex<Vec<Weak<Cell>>>,
+    /// When the last tick ran, and how many ran.
+    ticked: Mutex<(Instant, u64)>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The engine's hold on its pool: dropping it stops the threads (after the shards, which
+/// the engine drops first).
+pub struct PoolHandle(pub Arc<ShardPool>);
+
+/// Where a worker waits for its shard transaction to be applied, or flushed.
+type Reply = Sender<Result<(), EngineError>>;
+
+/// A shard owner's state: the only holder of its `Shard`, run by one pool thread at a time.
+struct Owner {
+    name: String,
+    /// The shard, open or closed while idle.
+    held: Held,
+    /// When a message last needed the shard (an apply, a flush, a read, a refill; not a
+    /// status poll): the idle close counts from here.
+    used_at: Instant,
+    turns: Turns,
+    room: Room,
+    spare_have: Arc<AtomicU64>,
+    ctx: OwnerContext,
+    /// Transactions received, waiting for their turn, by lsn; the last of a message holds
+    /// its reply.
+    pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Option<Reply>)>,
+    /// Flush requests of this round (shard position in the batch, reply).
+    flushes: Vec<(usize, Reply)>,
+    /// Once a step fails (I/O, or an injected crash), this owner answers every later request
+    /// with the failure (its class kept) and writes nothing more.
+    dead: Option<EngineError>,
+    /// When compaction last ran (its budget is the rate times the time since).
+    compacted_at: Instant,
+}
+
+/// An owner's hold on its shard: open, or closed after `shard_idle_close_ms` idle, keeping
+/// what the engine asks of a shard without needing it (`Stats` and `Compaction` answer from
+/// it: status and memory polls neither reopen a shard nor keep it open).
+struct Held {
+    /// `None` while closed: no map, no file descriptor, no directory lock.
+    shard: Option<Shard>,
+    /// The figures of the shard when it closed.
+    records: usize,
+    max_id: u64,
+    compaction: CompactionStats,
+    opener: ShardOpener,
+    /// Counts open shards (`shards_open`), closes and reopens.
+    stats: Arc<Stats>,
+}
+
 #[cfg(test)]
 mod owner_tests;

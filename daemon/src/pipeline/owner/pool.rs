@@ -2,43 +2,6 @@
 //! (`shard_threads` of them; the module comment of `owner.rs` says how).
 
 use super::*;
-
-pub const TICK: Duration = Duration::from_millis(200);
-pub(super) const FULL_TICK_EVERY: u64 = 25;
-
-/// A shard's mail, and whether the shard is queued on (or running on) the pool.
-#[derive(Default)]
-pub(super) struct Mailbox {
-    pub(super) msgs: VecDeque<ShardMsg>,
-    /// Queued or running: a sender does not queue it again, so at most one pool thread runs
-    /// it at a time (the single writer).
-    pub(super) scheduled: bool,
-    /// The slot was dropped (or its owner panicked): nothing more is taken.
-    pub(super) closed: bool,
-}
-
-/// One shard on the pool: its mailbox and its owner.
-pub(super) struct Cell {
-    pub(super) name: String,
-    pub(super) mailbox: Mutex<Mailbox>,
-    /// Signalled when the mailbox has room again (a full one blocks its senders: bounded).
-    pub(super) space: Condvar,
-    /// `None` once closed.
-    pub(super) owner: Mutex<Option<Owner>>,
-    pub(super) pool: Weak<ShardPool>,
-    /// Run this shard on the next tick (it waits for a turn, or compaction has work).
-    pub(super) tick: AtomicBool,
-}
-
-/// Who runs the round that a message starts, when no round of its shard is queued or running.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Where {
-    /// A pool thread.
-    Pool,
-    /// The sender, before [`Cell::post`] returns.
-    Here,
-}
-
 impl Cell {
     /// Queues `msg` (blocking while the mailbox is full); if no round of the shard is queued
     /// or running, starts one `at` the pool or here. Either way `scheduled` is taken first,
@@ -138,18 +101,6 @@ impl Cell {
     }
 }
 
-/// The threads every shard's rounds run on (`shard_threads`), and the shards to tick.
-pub struct ShardPool {
-    queue: Mutex<VecDeque<Arc<Cell>>>,
-    ready: Condvar,
-    stop: AtomicBool,
-    /// Every shard owner started on this pool (dropped ones are pruned on a tick).
-    pub(super) cells: Mutex<Vec<Weak<Cell>>>,
-    /// When the last tick ran, and how many ran.
-    ticked: Mutex<(Instant, u64)>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
 impl ShardPool {
     /// Starts `threads` pool threads (at least one).
     pub fn start(threads: usize) -> std::io::Result<Arc<ShardPool>> {
@@ -227,10 +178,6 @@ impl ShardPool {
         }
     }
 }
-
-/// The engine's hold on its pool: dropping it stops the threads (after the shards, which
-/// the engine drops first).
-pub struct PoolHandle(pub Arc<ShardPool>);
 
 impl Drop for PoolHandle {
     fn drop(&mut self) {

@@ -3,34 +3,6 @@
 //! closing the shard while idle.
 
 use super::*;
-
-/// Where a worker waits for its shard transaction to be applied, or flushed.
-type Reply = Sender<Result<(), EngineError>>;
-
-/// A shard owner's state: the only holder of its `Shard`, run by one pool thread at a time.
-pub(super) struct Owner {
-    pub(super) name: String,
-    /// The shard, open or closed while idle.
-    pub(super) held: Held,
-    /// When a message last needed the shard (an apply, a flush, a read, a refill; not a
-    /// status poll): the idle close counts from here.
-    pub(super) used_at: Instant,
-    pub(super) turns: Turns,
-    pub(super) room: Room,
-    pub(super) spare_have: Arc<AtomicU64>,
-    pub(super) ctx: OwnerContext,
-    /// Transactions received, waiting for their turn, by lsn; the last of a message holds
-    /// its reply.
-    pub(super) pending: BTreeMap<Lsn, (usize, Vec<TxnOp>, Option<Reply>)>,
-    /// Flush requests of this round (shard position in the batch, reply).
-    pub(super) flushes: Vec<(usize, Reply)>,
-    /// Once a step fails (I/O, or an injected crash), this owner answers every later request
-    /// with the failure (its class kept) and writes nothing more.
-    pub(super) dead: Option<EngineError>,
-    /// When compaction last ran (its budget is the rate times the time since).
-    pub(super) compacted_at: Instant,
-}
-
 impl Owner {
     /// One round: `msgs` in order, then (unless dead) every apply whose turn it is, one
     /// flush for the round's flush requests, and, on the pool, a compaction step and the
@@ -112,21 +84,6 @@ impl Owner {
             }
         }
     }
-}
-
-/// An owner's hold on its shard: open, or closed after `shard_idle_close_ms` idle, keeping
-/// what the engine asks of a shard without needing it (`Stats` and `Compaction` answer from
-/// it: status and memory polls neither reopen a shard nor keep it open).
-pub(super) struct Held {
-    /// `None` while closed: no map, no file descriptor, no directory lock.
-    pub(super) shard: Option<Shard>,
-    /// The figures of the shard when it closed.
-    pub(super) records: usize,
-    pub(super) max_id: u64,
-    pub(super) compaction: CompactionStats,
-    pub(super) opener: ShardOpener,
-    /// Counts open shards (`shards_open`), closes and reopens.
-    pub(super) stats: Arc<Stats>,
 }
 
 impl Held {

@@ -185,6 +185,66 @@ fn no_circle_between_files_in_any_crate() {
     );
 }
 
+/// The most lines a source file may hold (issue 46): a file longer than this holds more than
+/// one job. Unit-test files (`*tests.rs`) are not counted; an inline `#[cfg(test)]` module is.
+const FILE_LINES_MAX: usize = 800;
+
+/// The source files of `crates` over [`FILE_LINES_MAX`] lines, as "path (lines)".
+fn files_over_the_limit(crates: &[(String, PathBuf)]) -> Vec<String> {
+    let mut over = Vec::new();
+    for (name, src) in crates {
+        let mut list = Vec::new();
+        rust_files(src, &mut list);
+        for f in list {
+            let file_name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+            if file_name.is_some_and(|n| n.ends_with("tests.rs")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).expect("a source file");
+            let lines = text.lines().count();
+            if lines > FILE_LINES_MAX {
+                let rel = f
+                    .strip_prefix(src)
+                    .expect("under src")
+                    .display()
+                    .to_string();
+                over.push(format!("{name}/src/{rel} ({lines})"));
+            }
+        }
+    }
+    over
+}
+
+/// Goal: no source file of any workspace crate is over 800 lines (issue 46), so a file's name
+/// can say the one thing it holds.
+/// Method: count the lines of every `.rs` file under each member's `src`, unit-test files
+/// aside; the check is seen failing by `a_long_file_is_seen`.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let crates = workspace_crates();
+    assert!(crates.len() >= 10, "too few crates found: {}", crates.len());
+    let over = files_over_the_limit(&crates);
+    assert!(
+        over.is_empty(),
+        "files over {FILE_LINES_MAX} lines: {over:?}"
+    );
+}
+
+/// Goal: the size check can fail: a file of 801 lines is reported, one of 800 and a unit-test
+/// file of 900 are not.
+#[test]
+fn a_long_file_is_seen() {
+    let dir = std::env::temp_dir().join(format!("roost-size-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("long.rs"), "//\n".repeat(801)).unwrap();
+    std::fs::write(src.join("fits.rs"), "//\n".repeat(800)).unwrap();
+    std::fs::write(src.join("long_tests.rs"), "//\n".repeat(900)).unwrap();
+    let over = files_over_the_limit(&[("x".to_owned(), src)]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(over, vec!["x/src/long.rs (801)".to_owned()]);
+}
+
 /// Goal: the circle finder can fail: a circle of three files through a `use` tree, a
 /// `super::` path and an inline `crate::` call is reported; a re-export and a unit test's
 /// `use` are not edges (else `a/mod.rs` would be in it).

@@ -23,6 +23,7 @@ const SOURCE_ROOTS: &[&str] = &[
     "packaging/gen/src",
     "fuzz/src",
     "fuzz/fuzz_targets",
+    "sim/src",
 ];
 
 /// File kinds a path names; a word in backquotes ending in one of these is a path.

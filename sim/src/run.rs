@@ -100,6 +100,7 @@ fn plan(cfg: &Config, rng: &mut Rng, base_latency: Duration) -> Vec<(Duration, A
 }
 
 fn apply(sim: &mut turmoil::Sim<'_>, w: &World, action: &Action) {
+    w.runner_at(sim.elapsed());
     w.event(format!("fault {action:?}"));
     match *action {
         Action::Partition(a, b) => sim.partition(a, b),
@@ -110,6 +111,8 @@ fn apply(sim: &mut turmoil::Sim<'_>, w: &World, action: &Action) {
             if w.record().running[n] {
                 sim.crash(HOSTS[n]);
                 w.set_running(n, false);
+                // A power cut: what was not synced is gone now, and so is leadership.
+                w.logs[n].mem.crash();
             }
         }
         Action::Bounce(n) => {
@@ -169,6 +172,7 @@ fn drive(sim: &mut turmoil::Sim<'_>, w: &World, plan: Vec<(Duration, Action)>) -
             w.violation(format!("a host failed: {e}"));
         }
         steps += 1;
+        w.runner_at(sim.elapsed());
         if steps % CHECK_EVERY == 0 {
             check_logs(w);
         }
@@ -225,6 +229,7 @@ fn step_for(sim: &mut turmoil::Sim<'_>, w: &World, d: Duration, done: impl Fn() 
             break;
         }
         steps += 1;
+        w.runner_at(sim.elapsed());
         if steps % CHECK_EVERY == 0 {
             check_logs(w);
         }

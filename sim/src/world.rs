@@ -4,6 +4,7 @@
 //! the answers leaders gave, the violations found, and which nodes are running.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use roost_replication::{Entry, Epoch};
 use roost_repmodel::election::{Flaw, Flaws};
 use tokio::sync::watch;
 
-use crate::etcd::{now, SharedStore, Store};
+use crate::etcd::{SharedStore, Store};
 use crate::log::SimLog;
 
 /// One run's constants.
@@ -80,6 +81,9 @@ pub struct World {
     pub logs: Vec<Arc<SimLog>>,
     pub stop: watch::Sender<bool>,
     record: Mutex<Record>,
+    /// The simulated time the runner last stepped to (nanoseconds): the time of what the
+    /// runner records between steps, where no host's clock is current.
+    runner_ns: AtomicU64,
 }
 
 impl World {
@@ -97,6 +101,7 @@ impl World {
                 running: vec![false; nodes],
                 ..Record::default()
             }),
+            runner_ns: AtomicU64::new(0),
         }
     }
 
@@ -108,9 +113,17 @@ impl World {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a line to the trace (time first).
+    /// Adds a line to the trace (time first: the current host's, else the runner's).
     pub fn event(&self, what: impl AsRef<str>) {
-        self.event_at(now(), what.as_ref());
+        let at = turmoil::sim_elapsed()
+            .unwrap_or_else(|| Duration::from_nanos(self.runner_ns.load(Ordering::Relaxed)));
+        self.event_at(at, what.as_ref());
+    }
+
+    /// The runner stepped to `at`.
+    pub fn runner_at(&self, at: Duration) {
+        let ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        self.runner_ns.store(ns, Ordering::Relaxed);
     }
 
     pub fn event_at(&self, at: Duration, what: &str) {

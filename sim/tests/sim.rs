@@ -60,6 +60,27 @@ fn one_seed_replays_one_run_exactly() {
     assert_eq!(a.tail, b.tail);
 }
 
+/// Regression (found by `sim-run` at seeds 170 and 100194): a leader's host crashed and its
+/// log, cut only when the host started again, still said it led; the checker took it for
+/// the newest leader and saw the next epoch's committed records missing. A crash now cuts
+/// the log at once (a power cut); both seeds must pass.
+#[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable (sim/run ci)"
+)]
+fn a_crashed_leader_leads_nothing_until_it_wins_again() {
+    for seed in [170, 100_194] {
+        let o = run(Config::new(seed, Flaws::NONE));
+        assert!(o.violations.is_empty(), "{}", report(&o));
+        assert!(
+            o.elections > 1,
+            "seed {seed} no longer fails over: {}",
+            report(&o)
+        );
+    }
+}
+
 /// Goal: flaw (a) of the election model, a leader believing its lease valid until its send
 /// time plus the TTL (no fencing margin), is caught. Method: seeds from 0 until a violation; with clock
 /// skew the leader answers after etcd dropped its key (AnswersWithinLease).

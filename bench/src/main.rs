@@ -70,8 +70,25 @@ pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::Engi
             ..cfg
         }),
         crash: Arc::new(NoCrash),
-        log_role: std::sync::Arc::new(roost::replica::Opener),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
     })
+}
+
+/// [`open_engine`] with the replication state opened beside it, as `roost serve` holds them.
+pub fn open_node(
+    dir: &Path,
+    cfg: Config,
+) -> Result<roost::replica::Node, roost::error::EngineError> {
+    let opts = EngineOptions {
+        storage: RealStorage::shared(),
+        config: Arc::new(Config {
+            data_dir: dir.to_path_buf(),
+            ..cfg
+        }),
+        crash: Arc::new(NoCrash),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
+    };
+    roost::replica::Node::open(opts, &|_, _, _| {})
 }
 
 impl Roost {
@@ -95,11 +112,12 @@ impl Roost {
             result_sync,
             ..Config::default()
         };
-        let engine = Arc::new(open_engine(dir, cfg)?);
+        let node = open_node(dir, cfg)?;
+        let engine = node.engine.clone();
         let stop = Arc::new(tokio::sync::Notify::new());
-        let (e, s) = (engine.clone(), stop.clone());
+        let s = stop.clone();
         let thread = std::thread::spawn(move || {
-            if let Err(err) = roost::serve::serve_until(e, s) {
+            if let Err(err) = roost::serve::serve_until(node, s) {
                 eprintln!("roost serve failed: {err}");
             }
         });

@@ -63,7 +63,7 @@ fn corpus_table() {
         storage: Arc::new(disk.clone()),
         config: Arc::new(cfg.clone()),
         crash: Arc::new(NoCrash),
-        log_role: std::sync::Arc::new(roost::replica::Opener),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
     })
     .unwrap();
     let cases = manifest();

@@ -354,3 +354,30 @@ fn the_engine_names_no_replication_etcd_or_cli_crate() {
         "the engine names crates it must not: {bad:#?}"
     );
 }
+
+/// Goal: nothing above the engine turns its log role back into the concrete replication type
+/// (issue 46: `LogRole::into_any` and `replica::of` downcast it from six places); what needs
+/// the replication state holds it beside the engine (`replica::Node`).
+/// Method: no `into_any`, `dyn Any` or downcast to a type (`downcast::<`, as opposed to an
+/// error's `downcast_ref`, which the exit code's class needs) in the daemon's sources,
+/// outside comments.
+#[test]
+fn no_downcast_of_the_log_role() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut list = Vec::new();
+    rust_files(&src, &mut list);
+    let mut found = Vec::new();
+    for f in &list {
+        let text = std::fs::read_to_string(f).expect("a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.find("//").map_or(line, |i| &line[..i]);
+            if ["into_any", "downcast::<", "dyn Any"]
+                .iter()
+                .any(|w| code.contains(w))
+            {
+                found.push(format!("{}:{}", f.display(), n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "a downcast of the role: {found:?}");
+}

@@ -77,7 +77,7 @@ pub fn open_engine_with(
         storage: Arc::new(disk.clone()),
         config: Arc::new(cfg),
         crash,
-        log_role: Arc::new(roost::replica::Opener),
+        log_role: Arc::new(roost::replica::Opener::default()),
     })
 }
 
@@ -90,7 +90,7 @@ pub fn open_engine_on(
         storage,
         config: Arc::new(test_config()),
         crash,
-        log_role: Arc::new(roost::replica::Opener),
+        log_role: Arc::new(roost::replica::Opener::default()),
     })
 }
 

@@ -95,7 +95,7 @@ fn open_with(cfg: Config) -> Engine {
         storage: RealStorage::shared(),
         config: Arc::new(cfg),
         crash: no_crash(),
-        log_role: std::sync::Arc::new(roost::replica::Opener),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
     })
     .unwrap_or_else(|e| panic!("open {}: {e}", data.display()))
 }

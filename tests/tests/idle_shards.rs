@@ -90,7 +90,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
         storage: RealStorage::shared(),
         config: Arc::new(cfg),
         crash: no_crash(),
-        log_role: std::sync::Arc::new(roost::replica::Opener),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
     })
     .expect("open");
     let made = ids(&e

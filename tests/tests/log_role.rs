@@ -6,7 +6,6 @@
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,9 +69,6 @@ impl LogRole for Switched {
     fn epochs_below(&self, lsn: Lsn) -> Vec<(u32, Lsn)> {
         self.inner.epochs_below(lsn)
     }
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
-    }
 }
 
 /// Opens the real role and keeps the switched one for the test.
@@ -82,7 +78,7 @@ struct SwitchedOpener(Mutex<Option<Arc<Switched>>>);
 impl OpenLogRole for SwitchedOpener {
     fn open(&self, parts: RoleParts) -> Result<Arc<dyn LogRole>, EngineError> {
         let role = Arc::new(Switched {
-            inner: OpenLogRole::open(&roost::replica::Opener, parts)?,
+            inner: OpenLogRole::open(&roost::replica::Opener::default(), parts)?,
             refuse: AtomicBool::new(false),
             hold: AtomicBool::new(false),
             waited: Mutex::new(Vec::new()),

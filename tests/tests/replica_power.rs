@@ -82,7 +82,7 @@ fn open_standby(disk: &SimStorage) -> Engine {
         storage: Arc::new(disk.clone()),
         config: Arc::new(cfg),
         crash: no_crash(),
-        log_role: std::sync::Arc::new(roost::replica::Opener),
+        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
     })
     .expect("open standby")
 }

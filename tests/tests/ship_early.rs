@@ -92,19 +92,20 @@ fn lead_and_submit(tune: fn(&mut Config), lead: Option<Lead>) -> Vec<Seen> {
     let mut cfg = test_config();
     tune(&mut cfg);
     let look = Arc::new(Look::default());
+    let opener = Arc::new(roost::replica::Opener::default());
     let engine = Arc::new(
         Engine::open(EngineOptions {
             storage: Arc::new(disk.clone()),
             config: Arc::new(cfg),
             crash: look.clone(),
-            log_role: Arc::new(roost::replica::Opener),
+            log_role: opener.clone(),
         })
         .expect("open"),
     );
     if let Some(lead) = lead {
         engine.promote(lead).expect("promote");
     }
-    let repl = roost::replica::of(&engine).expect("replication");
+    let repl = opener.made().expect("replication");
     assert!(
         repl.shippable_watch().is_some(),
         "the WAL's hooks were taken"

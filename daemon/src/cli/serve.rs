@@ -14,7 +14,8 @@ use crate::config::{Config, ConfigError};
 use crate::control::notify;
 use crate::error::EXIT_OK;
 use crate::layout::{AUDIT_DIR, SHARDS_DIR, WAL_DIR};
-use crate::pipeline::{Engine, EngineOptions};
+use crate::pipeline::EngineOptions;
+use crate::replica::Node;
 use crate::serve::signals::{self, Phase};
 
 pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
@@ -48,32 +49,32 @@ pub(super) fn serve(cfg: Config) -> anyhow::Result<i32> {
             cutter.cut_past_end()?;
         }
     }
-    let engine = open(cfg, crash)?;
-    crate::serve::serve(Arc::new(engine)).context("serving")?;
+    let node = open(cfg, crash)?;
+    crate::serve::serve(node).context("serving")?;
     Ok(EXIT_OK)
 }
 
 /// Recovery with a progress bar and STATUS= for systemd.
-fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<Engine> {
+fn open(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> anyhow::Result<Node> {
     let data_dir = cfg.data_dir.clone();
     notify::status("recovering: opening the data directory");
     if let Ok(stop) = signals::install() {
         stop.enter(Phase::Between("recovering"));
     }
     let progress = RecoveryProgress::new();
-    let engine = Engine::open_with_progress(
+    let node = Node::open(
         EngineOptions {
             storage: RealStorage::shared(),
             config: Arc::new(cfg),
             crash,
-            log_role: std::sync::Arc::new(crate::replica::Opener),
+            log_role: Arc::new(crate::replica::Opener::default()),
         },
         &|phase: &str, done: u64, total: u64| progress.report(phase, done, total),
     )
     .inspect_err(|e| notify::status(&format!("failed: {e}")))
     .with_context(|| format!("opening data directory {}", data_dir.display()))?;
     progress.finish();
-    Ok(engine)
+    Ok(node)
 }
 
 /// A cluster node (issue 27, docs/cluster.md): each life starts as a follower of whoever
@@ -88,9 +89,9 @@ fn serve_cluster(cfg: Config, crash: Arc<crate::pipeline::crash::EnvCrash>) -> a
         signal.enter(Phase::Between("joining the cluster as a follower"));
         tracing::info!("cluster: joining as a follower");
         join_cluster(&cfg)?;
-        let engine = Arc::new(open(cfg.clone(), crash.clone())?);
+        let node = open(cfg.clone(), crash.clone())?;
         let stop = Arc::new(tokio::sync::Notify::new());
-        match crate::serve::serve_until(engine, stop).context("serving")? {
+        match crate::serve::serve_until(node, stop).context("serving")? {
             Ended::Stopped => return Ok(EXIT_OK),
             Ended::Rejoin => {
                 // A SIGTERM that came while the life ended exits here.

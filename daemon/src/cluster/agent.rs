@@ -27,14 +27,10 @@ use tracing::{info, warn};
 use super::etcd_keys::{self as keys, IsrValue, LeaderValue, MemberValue};
 use super::handle::Cluster;
 use crate::config::{Ack, StandbyLost};
-use crate::pipeline::{Engine, Lead, Role};
-use crate::replica::Replication;
+use crate::pipeline::{Lead, Role};
 
 /// The engine and its replication state, as the agent drives them.
-pub struct Node {
-    pub engine: Arc<Engine>,
-    pub repl: Arc<Replication>,
-}
+pub use crate::replica::Node;
 
 /// Runs until `stop`; then revokes this node's lease.
 pub(super) async fn run(cl: Arc<Cluster>, node: Arc<Node>, mut stop: watch::Receiver<bool>) {

@@ -12,7 +12,6 @@ use tokio::sync::{watch, Notify};
 use super::etcd_keys::{self, IsrValue, Keys, LeaderValue, MemberValue, SwitchoverValue};
 use crate::config::{ClusterConfig, Config};
 use crate::error::EngineError;
-use crate::pipeline::Engine;
 
 /// What this node knows of the cluster now (for the serve loop, forwarding and status).
 #[derive(Clone, Debug, Default)]
@@ -132,7 +131,8 @@ impl Cluster {
     }
 
     /// The `cluster` object of `roost status`.
-    pub fn status_json(&self, engine: &Engine) -> serde_json::Value {
+    pub fn status_json(&self, node: &crate::replica::Node) -> serde_json::Value {
+        let engine = &*node.engine;
         let v = self.view();
         let leader = match (&v.leader, v.leading_rev) {
             (_, Some(_)) => Some(self.name.clone()),
@@ -147,7 +147,7 @@ impl Cluster {
             "lease_ms": self.cfg.lease_ms,
             "leader": leader,
             "leader_advertise": v.leader.as_ref().map(|l| l.advertise.clone()),
-            "epoch": crate::replica::of(engine).map_or(0, |r| r.epoch()),
+            "epoch": node.repl.epoch(),
             "leading": v.leading(),
             "lease_left_ms": v.lease_left_ms(),
             "isr": v.isr.as_ref().map(|i| i.members.clone()),

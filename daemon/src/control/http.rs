@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use super::metrics::{render, Format};
 use crate::cluster::Cluster;
-use crate::pipeline::Engine;
+use crate::replica::Node;
 use health::{Check, Health};
 use web::Web;
 
@@ -68,7 +68,7 @@ pub fn bind_metrics(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// What every connection needs: the engine, the cluster agent, the listener's security.
 #[derive(Clone)]
 struct Served {
-    engine: Arc<Engine>,
+    node: Node,
     cluster: Option<Arc<Cluster>>,
     web: Arc<Web>,
 }
@@ -77,15 +77,11 @@ struct Served {
 pub async fn serve_metrics_tcp(
     listener: TcpListener,
     web: Arc<Web>,
-    engine: Arc<Engine>,
+    node: Node,
     cluster: Option<Arc<Cluster>>,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
-    let served = Served {
-        engine,
-        cluster,
-        web,
-    };
+    let served = Served { node, cluster, web };
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -177,7 +173,7 @@ async fn answer<B>(req: &Request<B>, served: Served) -> Response<Full<Bytes>> {
         return r;
     }
     if let Some(check) = Check::of_path(req.uri().path()) {
-        return health_answer(check, &served.engine, served.cluster.as_deref());
+        return health_answer(check, &served.node, served.cluster.as_deref());
     }
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::from_accept(accept);
@@ -189,7 +185,7 @@ async fn answer<B>(req: &Request<B>, served: Served) -> Response<Full<Bytes>> {
         if !served.web.authorized(authorization.as_deref()) {
             return unauthorized();
         }
-        metrics_answer(format, &served.engine, served.cluster.as_ref())
+        metrics_answer(format, &served.node, served.cluster.as_ref())
     })
     .await
     .unwrap_or_else(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))
@@ -204,12 +200,8 @@ fn unauthorized() -> Response<Full<Bytes>> {
 }
 
 /// A health check: 200 when it passes, 503 when not, and why as JSON.
-fn health_answer(
-    check: Check,
-    engine: &Engine,
-    cluster: Option<&Cluster>,
-) -> Response<Full<Bytes>> {
-    let h = Health::read(engine, cluster);
+fn health_answer(check: Check, node: &Node, cluster: Option<&Cluster>) -> Response<Full<Bytes>> {
+    let h = Health::read(node, cluster);
     let status = match h.passes(check) {
         true => StatusCode::OK,
         false => StatusCode::SERVICE_UNAVAILABLE,
@@ -227,10 +219,10 @@ fn health_answer(
 /// metrics in the format `Accept` asks for.
 fn metrics_answer(
     format: Format,
-    engine: &Arc<Engine>,
+    node: &Node,
     cluster: Option<&Arc<Cluster>>,
 ) -> Response<Full<Bytes>> {
-    match render(engine, cluster, format) {
+    match render(node, cluster, format) {
         Ok(text) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));
             let ct = HeaderValue::from_static(format.content_type());

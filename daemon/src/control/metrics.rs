@@ -19,6 +19,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::cluster::Cluster;
 use crate::pipeline::{now_ms, Engine};
+use crate::replica::{Node, Replication};
 
 /// The two text formats roost writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +54,14 @@ impl Format {
 
 /// Every metric of `engine` (and of a cluster node) in `format`.
 pub fn render(
-    engine: &Arc<Engine>,
+    node: &Node,
     cluster: Option<&Arc<Cluster>>,
     format: Format,
 ) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Figures {
-        engine: engine.clone(),
+        engine: node.engine.clone(),
+        repl: node.repl.clone(),
         cluster: cluster.cloned(),
     }));
     let mut out = String::new();
@@ -75,6 +77,7 @@ pub fn render(
 /// The collector: reads the engine's figures on every scrape.
 struct Figures {
     engine: Arc<Engine>,
+    repl: Arc<Replication>,
     cluster: Option<Arc<Cluster>>,
 }
 
@@ -96,16 +99,16 @@ impl Collector for Figures {
         write_all(&mut enc, intake_figures(e))?;
         write_all(&mut enc, file_figures(e))?;
         write_all(&mut enc, memory_figures(e))?;
-        write_all(&mut enc, replication_figures(e))?;
+        write_all(&mut enc, replication_figures(e, &self.repl))?;
         per_shard(&mut enc, e)?;
         per_part(&mut enc, e)?;
         role(&mut enc, e)?;
         latency(&mut enc, e)?;
         if let Some(c) = &self.cluster {
-            write_all(&mut enc, cluster_figures(e, c))?;
+            write_all(&mut enc, cluster_figures(e, &self.repl, c))?;
         }
         if e.config().metrics_legacy_names {
-            write_all(&mut enc, legacy_figures(e))?;
+            write_all(&mut enc, legacy_figures(e, &self.repl))?;
         }
         Ok(())
     }
@@ -113,19 +116,19 @@ impl Collector for Figures {
 
 /// The old names of renamed metrics, only with `metrics_legacy_names = true`
 /// (docs/metrics.md, "Renamed"): the same values as their new names.
-fn legacy_figures(engine: &Engine) -> Vec<Figure> {
-    let mut out = vec![gauge(
-        "roost_checkpoint_wal_from",
-        "Deprecated: the old name of roost_checkpoint_wal_from_lsn (docs/metrics.md).",
-        checkpoint_lsn(engine),
-    )];
-    if let Ok(repl) = crate::replica::of(engine) {
-        out.push(gauge(
+fn legacy_figures(engine: &Engine, repl: &Replication) -> Vec<Figure> {
+    let out = vec![
+        gauge(
+            "roost_checkpoint_wal_from",
+            "Deprecated: the old name of roost_checkpoint_wal_from_lsn (docs/metrics.md).",
+            checkpoint_lsn(engine),
+        ),
+        gauge(
             "roost_replication_hw",
             "Deprecated: the old name of roost_replication_high_watermark_lsn (docs/metrics.md).",
             repl.high_watermark().saturating_sub(1),
-        ));
-    }
+        ),
+    ];
     out
 }
 
@@ -485,12 +488,7 @@ fn memory_figures(engine: &Engine) -> Vec<Figure> {
 
 /// The replication figures: epoch, high watermark, the largest standby lag, answers given
 /// alone, whether answers wait for a standby, plain TCP.
-fn replication_figures(engine: &Engine) -> Vec<Figure> {
-    // Every engine the daemon serves has replication state; one opened without has none
-    // to show.
-    let Ok(repl) = crate::replica::of(engine) else {
-        return Vec::new();
-    };
+fn replication_figures(engine: &Engine, repl: &Replication) -> Vec<Figure> {
     let end = repl.durable_end();
     let lag = repl
         .standbys()
@@ -650,7 +648,7 @@ impl EncodeMetric for Histogram {
 }
 
 /// A cluster node's figures (issue 27).
-fn cluster_figures(engine: &Engine, c: &Cluster) -> Vec<Figure> {
+fn cluster_figures(engine: &Engine, repl: &Replication, c: &Cluster) -> Vec<Figure> {
     let v = c.view();
     let s = &engine.stats;
     let lease_left = v.lease_left_ms().unwrap_or(0) as f64 / 1e3;
@@ -663,7 +661,7 @@ fn cluster_figures(engine: &Engine, c: &Cluster) -> Vec<Figure> {
         gauge(
             "roost_cluster_epoch",
             "The highest leader epoch this node knows.",
-            u64::from(crate::replica::of(engine).map_or(0, |r| r.epoch())),
+            u64::from(repl.epoch()),
         ),
         seconds(
             "roost_cluster_lease_left",

@@ -18,6 +18,7 @@ use super::status_json::status_with;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::pipeline::{Engine, Lead};
+use crate::replica::Node;
 
 /// `$RUNTIME_DIRECTORY/roost.sock` under systemd, else `<data-dir>/roost.sock`; the config's
 /// `control_socket` overrides both.
@@ -42,13 +43,13 @@ pub fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 /// dropped: a request line of at most 256 bytes, read within 5 s.
 pub async fn serve_socket(
     path: PathBuf,
-    engine: Arc<Engine>,
+    node: Node,
     cluster: Option<Arc<Cluster>>,
 ) -> std::io::Result<()> {
     let listener = bind_socket(&path)?;
     loop {
         let (stream, _) = listener.accept().await?;
-        let (engine, cluster) = (engine.clone(), cluster.clone());
+        let (node, cluster) = (node.clone(), cluster.clone());
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
@@ -57,7 +58,7 @@ pub async fn serve_socket(
             if !matches!(read.await, Ok(Ok(_))) {
                 return;
             }
-            let text = answer(line.trim(), &engine, cluster.as_ref()).await;
+            let text = answer(line.trim(), &node, cluster.as_ref()).await;
             if let Err(e) = w.write_all(text.as_bytes()).await {
                 debug!(error = %e, "control client went away");
             }
@@ -66,16 +67,16 @@ pub async fn serve_socket(
 }
 
 /// The answer to one request line.
-async fn answer(request: &str, engine: &Arc<Engine>, cluster: Option<&Arc<Cluster>>) -> String {
+async fn answer(request: &str, node: &Node, cluster: Option<&Arc<Cluster>>) -> String {
     match request {
-        "status" => format!("{}\n", status_with(engine, cluster.map(|c| &**c))),
-        "metrics" => render(engine, cluster, Format::Text004)
+        "status" => format!("{}\n", status_with(node, cluster.map(|c| &**c))),
+        "metrics" => render(node, cluster, Format::Text004)
             .unwrap_or_else(|e| format!("# metrics could not be rendered: {e}\n")),
         "promote" if cluster.is_some() => format!(
             "{}\n",
             json!({"promoted": false, "error": "this node is in a [cluster]: etcd elects the leader (stop the leader, or let its lease run out)"})
         ),
-        "promote" => format!("{}\n", promote(engine).await),
+        "promote" => format!("{}\n", promote(&node.engine).await),
         other => format!(
             "{}\n",
             json!({"error": format!("unknown request {other:?}: try status, metrics or promote")})

@@ -8,18 +8,20 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::pipeline::{now_ms, Engine};
+use crate::replica::{Node, Replication};
 
 /// [`status_json`] with the `cluster` object of a cluster node.
-pub fn status_with(engine: &Engine, cluster: Option<&Cluster>) -> serde_json::Value {
-    let mut v = status_json(engine);
+pub fn status_with(node: &Node, cluster: Option<&Cluster>) -> serde_json::Value {
+    let mut v = status_json(node);
     if let (Some(c), Some(obj)) = (cluster, v.as_object_mut()) {
-        obj.insert("cluster".into(), c.status_json(engine));
+        obj.insert("cluster".into(), c.status_json(node));
     }
     v
 }
 
 /// Everything `roost status --json` shows.
-pub fn status_json(engine: &Engine) -> serde_json::Value {
+pub fn status_json(node: &Node) -> serde_json::Value {
+    let engine = &*node.engine;
     let s = &engine.stats;
     let (appends, syncs) = engine.wal_stats();
     let (rounds, published) = engine.publish_stats();
@@ -27,8 +29,8 @@ pub fn status_json(engine: &Engine) -> serde_json::Value {
     let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
     let rec = engine.recovery_report();
     json!({
-        "epoch": crate::replica::of(engine).map_or(1, |r| r.epoch_shown()),
-        "replication": replication_json(engine),
+        "epoch": node.repl.epoch_shown(),
+        "replication": replication_json(engine, &node.repl),
         "last_lsn": engine.last_lsn(),
         "in_flight": s.in_flight.load(Ordering::Relaxed),
         "committed": committed,
@@ -229,11 +231,7 @@ fn checkpoint_json(engine: &Engine) -> serde_json::Value {
 
 /// The replication part of the status: role, epoch, high watermark, the standbys this
 /// primary serves (lag in lsns), or the primary this standby follows.
-fn replication_json(engine: &Engine) -> serde_json::Value {
-    let repl = match crate::replica::of(engine) {
-        Ok(repl) => repl,
-        Err(e) => return json!({"error": e.to_string()}),
-    };
+fn replication_json(engine: &Engine, repl: &Replication) -> serde_json::Value {
     let r = &engine.config().replication;
     let end = repl.durable_end();
     let standbys: Vec<serde_json::Value> = repl

@@ -78,14 +78,14 @@ impl Drop for ClearOnDrop<'_> {
 }
 
 impl Shared {
-    pub(crate) fn new(engine: Arc<Engine>) -> Result<Arc<Shared>, EngineError> {
+    pub(crate) fn new(node: crate::replica::Node) -> Result<Arc<Shared>, EngineError> {
+        let crate::replica::Node { engine, repl } = node;
         let failed = FailedDir::load(
             engine.storage().clone(),
             &engine.spool().failed,
             &engine.spool().out,
         );
         let cluster = crate::cluster::Cluster::new(engine.config())?;
-        let repl = crate::replica::of(&engine)?;
         Ok(Arc::new(Shared {
             engine,
             repl,

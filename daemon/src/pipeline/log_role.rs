@@ -7,7 +7,6 @@
 //! role, wakes the engine's waiters (`RoleParts::changed`), and the engine sees the change
 //! at its next `check_primary` or `still_answering`.
 
-use std::any::Any;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -51,7 +50,7 @@ pub enum Lead {
 }
 
 /// What the engine asks of replication. Every method is cheap unless it says it waits.
-pub trait LogRole: Any + Send + Sync {
+pub trait LogRole: Send + Sync {
     fn role(&self) -> Role;
     /// `Ok` while this node may take batches (the primary, its lease not lapsed).
     fn check_primary(&self) -> Result<(), EngineError>;
@@ -81,8 +80,6 @@ pub trait LogRole: Any + Send + Sync {
     fn note_epoch(&self, epoch: u32, lsn: Lsn) -> Result<(), EngineError>;
     /// The leader epochs of the records below `lsn` (a base backup's).
     fn epochs_below(&self, lsn: Lsn) -> Vec<(u32, Lsn)>;
-    /// The concrete type, for the parts above the engine that hold it.
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
 /// What a log role is opened from, by the engine, once its WAL is open.

@@ -20,7 +20,7 @@ pub mod role;
 pub mod tasks;
 pub mod transport;
 
-pub use role::{of, FollowLink, Opener, Replication, StandbyState};
+pub use role::{FollowLink, Opener, Replication, StandbyState};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,31 @@ use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLo
 
 use crate::error::EngineError;
 use crate::pipeline::{one_answer, Deliver, Engine};
+
+/// An engine and the replication state opened with it: what the serve loop, the control
+/// socket, the health endpoints and the cluster agent hold (no downcast of the engine's role).
+#[derive(Clone)]
+pub struct Node {
+    pub engine: Arc<Engine>,
+    pub repl: Arc<Replication>,
+}
+
+impl Node {
+    /// Opens the engine of `opts` with a fresh [`Opener`] as its log role (whatever
+    /// `opts.log_role` held is replaced), reporting recovery as `Engine::open_with_progress`.
+    pub fn open(
+        mut opts: crate::pipeline::EngineOptions,
+        progress: &dyn Fn(&str, u64, u64),
+    ) -> Result<Node, EngineError> {
+        let opener = Arc::new(Opener::default());
+        opts.log_role = opener.clone();
+        let engine = Engine::open_with_progress(opts, progress)?;
+        Ok(Node {
+            engine: Arc::new(engine),
+            repl: opener.made()?,
+        })
+    }
+}
 
 /// The error that tells the operator to re-seed this standby, and how.
 pub fn reseed(detail: String) -> EngineError {

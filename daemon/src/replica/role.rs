@@ -6,7 +6,6 @@
 //! `epochs.rs` (epochs taken and learnt; the `EPOCH` file and the epoch arithmetic are
 //! `epoch_file.rs`), `fencing.rs` (the lease, the in-sync set).
 
-use std::any::Any;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -110,27 +109,29 @@ pub struct Replication {
     pub(super) ship_written: Arc<AtomicBool>,
 }
 
-/// Opens [`Replication`] as the engine's log role.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Opener;
+/// Opens [`Replication`] as the engine's log role, and keeps what it opened for the parts
+/// above the engine that need it ([`Opener::made`]): the serve loop, the control socket,
+/// the cluster agent. (Before issue 46 they downcast the engine's role back to it.)
+#[derive(Default)]
+pub struct Opener {
+    made: Mutex<Option<Arc<Replication>>>,
+}
 
 impl OpenLogRole for Opener {
     fn open(&self, parts: RoleParts) -> Result<Arc<dyn LogRole>, EngineError> {
-        Ok(Arc::new(Replication::open(parts)?))
+        let repl = Arc::new(Replication::open(parts)?);
+        *lock(&self.made) = Some(repl.clone());
+        Ok(repl)
     }
 }
 
-/// The engine's log role as [`Replication`] (every engine the daemon opens has one; an
-/// engine opened with another `OpenLogRole`, as a test may, shows no replication status).
-/// What holds it holds the engine too: the `Replication` writes `EPOCH` and
-/// `LEADER_EPOCHS`, which the engine's directory lock covers.
-pub fn of(engine: &crate::pipeline::Engine) -> Result<Arc<Replication>, EngineError> {
-    engine
-        .log_role()
-        .clone()
-        .into_any()
-        .downcast::<Replication>()
-        .map_err(|_| EngineError::Replication("the engine was opened without replication".into()))
+impl Opener {
+    /// The [`Replication`] opened last (the engine's, once `Engine::open` returned).
+    pub fn made(&self) -> Result<Arc<Replication>, EngineError> {
+        lock(&self.made)
+            .clone()
+            .ok_or_else(|| EngineError::Replication("no engine was opened with this opener".into()))
+    }
 }
 
 /// A watch of `wal`'s shippable end, kept current by the WAL's own writes and syncs: the
@@ -398,9 +399,5 @@ impl LogRole for Replication {
             .copied()
             .filter(|(_, start)| *start < lsn)
             .collect()
-    }
-
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
     }
 }

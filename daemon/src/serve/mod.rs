@@ -28,6 +28,7 @@ use crate::intake::events::Hints;
 use crate::intake::{stream_socket as stream, worker, ClearOnDrop, Shared};
 use crate::pipeline::Engine;
 use crate::replica::tasks::{FollowerEnd, Host, ReplTasks};
+use crate::replica::Node;
 use crate::spool;
 use sidecars::Sidecars;
 use signals::StopRequest;
@@ -43,13 +44,14 @@ pub enum Ended {
 }
 
 /// Runs until SIGTERM/SIGINT (Ok) or a pipeline failure (Err, after in-flight work settles).
-pub fn serve(engine: Arc<Engine>) -> Result<(), EngineError> {
-    serve_until(engine, Arc::new(Notify::new())).map(|_| ())
+pub fn serve(node: Node) -> Result<(), EngineError> {
+    serve_until(node, Arc::new(Notify::new())).map(|_| ())
 }
 
 /// [`serve`], also stopping (the same graceful way) when `stop` is notified: for embedding
 /// the daemon in another program, such as the benchmark.
-pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, EngineError> {
+pub fn serve_until(node: Node, stop: Arc<Notify>) -> Result<Ended, EngineError> {
+    let engine = &node.engine;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(blocking_threads(engine.config()))
@@ -60,7 +62,7 @@ pub fn serve_until(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, Engi
             path: engine.data_dir().to_path_buf(),
             source,
         })?;
-    rt.block_on(serve_async(engine, stop))
+    rt.block_on(serve_async(node, stop))
 }
 
 /// Blocking threads beyond the bounded intake: a standby's fetches and acknowledgements
@@ -103,13 +105,13 @@ fn warn_waiting_files(new_dir: &Path) {
     }
 }
 
-async fn serve_async(engine: Arc<Engine>, stop: Arc<Notify>) -> Result<Ended, EngineError> {
-    let cfg = engine.config().clone();
+async fn serve_async(node: Node, stop: Arc<Notify>) -> Result<Ended, EngineError> {
+    let cfg = node.engine.config().clone();
     let workers = cfg.batches_in_flight_max;
-    let new_dir = engine.spool().new.clone();
-    let shared = Shared::new(engine)?;
+    let new_dir = node.engine.spool().new.clone();
+    let shared = Shared::new(node.clone())?;
     let mut passes = Passes::start(&cfg, &new_dir)?;
-    let sidecars = Sidecars::start(&cfg, &shared.engine, shared.cluster.clone());
+    let sidecars = Sidecars::start(&cfg, &node, shared.cluster.clone());
     let mut repl = match ReplTasks::start(repl_host(&shared)).await {
         Ok(r) => r,
         Err(e) => {

@@ -43,9 +43,9 @@ fn open_real(
     dir: &std::path::Path,
     crash: Arc<dyn crate::pipeline::crash::CrashHook>,
     rescan_interval_ms: u64,
-) -> Result<Engine, EngineError> {
+) -> Result<crate::replica::Node, EngineError> {
     use crate::config::Config;
-    Engine::open(crate::pipeline::EngineOptions {
+    let opts = crate::pipeline::EngineOptions {
         storage: roost_storage::RealStorage::shared(),
         config: Arc::new(Config {
             data_dir: dir.to_path_buf(),
@@ -54,8 +54,9 @@ fn open_real(
             ..Config::default()
         }),
         crash,
-        log_role: std::sync::Arc::new(crate::replica::Opener),
-    })
+        log_role: std::sync::Arc::new(crate::replica::Opener::default()),
+    };
+    crate::replica::Node::open(opts, &|_, _, _| {})
 }
 
 /// `serve_until` on its own thread; `stop` asks it to stop and joins it.
@@ -65,10 +66,10 @@ struct Serving {
 }
 
 impl Serving {
-    fn start(engine: Arc<Engine>) -> Serving {
+    fn start(node: crate::replica::Node) -> Serving {
         let stop = Arc::new(Notify::new());
         let s = stop.clone();
-        let thread = std::thread::spawn(move || serve_until(engine, s).map(|_| ()));
+        let thread = std::thread::spawn(move || serve_until(node, s).map(|_| ()));
         Serving { stop, thread }
     }
 
@@ -106,11 +107,12 @@ fn serve_releases_the_engine_when_it_returns() {
     let dir = t.path().join("data");
     let open = || open_real(&dir, Arc::new(crate::pipeline::crash::NoCrash), 1_000);
     for round in 0..10 {
-        let engine = Arc::new(open().unwrap_or_else(|e| panic!("round {round}: {e}")));
+        let node = open().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let engine = node.engine.clone();
         // A file arrives while serving, so the watcher has fired.
         let name = format!("f{round}.json");
         drop_in(&dir.join("spool"), &name, &format!("k{round}"));
-        let serving = Serving::start(engine.clone());
+        let serving = Serving::start(node);
         let out = dir.join("spool/out").join(&name);
         wait_until(&format!("no result in round {round}"), || out.exists());
         drop(engine);
@@ -131,8 +133,9 @@ fn a_name_reused_during_the_tail_is_taken_when_the_worker_is_done() {
     let (hold, handle) = HoldOnce::new(Step::AfterResult.at());
     let t = tempfile::tempdir().expect("tempdir");
     let dir = t.path().join("data");
-    let engine = Arc::new(open_real(&dir, hold, 3_600_000).expect("open"));
-    let serving = Serving::start(engine.clone());
+    let node = open_real(&dir, hold, 3_600_000).expect("open");
+    let engine = node.engine.clone();
+    let serving = Serving::start(node);
     let spool = dir.join("spool");
     drop_in(&spool, "same.json", "first");
     assert!(

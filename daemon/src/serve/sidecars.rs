@@ -12,6 +12,7 @@ use tracing::warn;
 use crate::config::Config;
 use crate::control::{http, notify, socket};
 use crate::pipeline::Engine;
+use crate::replica::Node;
 
 pub(super) struct Sidecars {
     pub socket: PathBuf,
@@ -25,23 +26,23 @@ impl Sidecars {
     /// (READY=1 first: the ticker's first WATCHDOG=1 must not overtake it).
     pub fn start(
         cfg: &Config,
-        engine: &Arc<Engine>,
+        node: &Node,
         cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Sidecars {
         let socket = socket::socket_path(cfg);
         let control = tokio::spawn({
-            let (sock, engine, cluster) = (socket.clone(), engine.clone(), cluster.clone());
+            let (sock, node, cluster) = (socket.clone(), node.clone(), cluster.clone());
             async move {
-                if let Err(e) = socket::serve_socket(sock.clone(), engine, cluster).await {
+                if let Err(e) = socket::serve_socket(sock.clone(), node, cluster).await {
                     warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
                 }
             }
         });
         let metrics = cfg
             .metrics_listen
-            .and_then(|addr| start_metrics(cfg, addr, engine, cluster));
+            .and_then(|addr| start_metrics(cfg, addr, node, cluster));
         notify::ready();
-        let ticker = tokio::spawn(notify_loop(engine.clone()));
+        let ticker = tokio::spawn(notify_loop(node.engine.clone()));
         Sidecars {
             socket,
             control,
@@ -67,7 +68,7 @@ impl Sidecars {
 fn start_metrics(
     cfg: &Config,
     addr: std::net::SocketAddr,
-    engine: &Arc<Engine>,
+    node: &Node,
     cluster: Option<Arc<crate::cluster::Cluster>>,
 ) -> Option<JoinHandle<()>> {
     let web = match http::web::Web::load(cfg) {
@@ -86,9 +87,9 @@ fn start_metrics(
     };
     // The bound address (the port the kernel picked, for port 0).
     web.log_listening(listener.local_addr().unwrap_or(addr));
-    let engine = engine.clone();
+    let node = node.clone();
     Some(tokio::spawn(async move {
-        if let Err(e) = http::serve_metrics_tcp(listener, web, engine, cluster).await {
+        if let Err(e) = http::serve_metrics_tcp(listener, web, node, cluster).await {
             warn!(%addr, error = %e, "metrics endpoint unavailable");
         }
     }))

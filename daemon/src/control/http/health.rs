@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::pipeline::{Engine, Role};
+use crate::replica::Node;
 
 /// The three checks, by path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,10 +76,10 @@ pub struct Health {
 
 impl Health {
     /// Reads the engine's and the cluster agent's state now.
-    pub fn read(engine: &Engine, cluster: Option<&Cluster>) -> Health {
+    pub fn read(node: &Node, cluster: Option<&Cluster>) -> Health {
+        let (engine, repl) = (&*node.engine, &node.repl);
         let role = engine.role();
-        let repl = crate::replica::of(engine).ok();
-        let draining = repl.as_ref().is_some_and(|r| r.draining());
+        let draining = repl.draining();
         let mut h = Health {
             role,
             intake: if draining {
@@ -91,7 +92,7 @@ impl Health {
             leading: role == Role::Primary,
             in_sync: role == Role::Primary,
             following: false,
-            epoch: repl.as_ref().map_or(0, |r| r.epoch()),
+            epoch: repl.epoch(),
             leader: None,
         };
         match cluster {
@@ -109,9 +110,7 @@ impl Health {
                 };
             }
             None => {
-                let connected = repl
-                    .and_then(|r| r.follow_status())
-                    .is_some_and(|f| f.connected);
+                let connected = repl.follow_status().is_some_and(|f| f.connected);
                 h.following = role == Role::Standby && connected;
                 h.in_sync = h.in_sync || h.following;
             }

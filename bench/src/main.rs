@@ -14,13 +14,15 @@
 //! fed bulk files until its request-key window holds 100M live keys, with its memory,
 //! restart times, duplicate latency and throughput at milestones on the way;
 //! `--closed-loop` is the probe for profiling one cell (`probe.rs`); `--pg` is issue 47's
-//! PostgreSQL peer on the stream's closed loops (`pg.rs`).
+//! PostgreSQL peer on the stream's closed loops (`pg.rs`); `--instructions` counts the
+//! instructions per batch of each intake with callgrind (`instructions.rs`).
 #![forbid(unsafe_code)]
 
 mod ceiling;
 mod cluster;
 mod compaction;
 mod end_to_end;
+mod instructions;
 mod intake;
 mod intake_plot;
 mod keys;
@@ -182,6 +184,7 @@ fn main() -> anyhow::Result<()> {
         Some("--cluster") => return cluster::run(),
         Some("--intake") => return intake::run(),
         Some("--pg") => return pg::run(),
+        Some("--instructions") => return instructions::run(),
         Some("--keys") => return keys::run(),
         Some("--keys-plot") => {
             let csv = Path::new(args.get(2).context("--keys-plot CSV")?);

@@ -37,8 +37,19 @@ pub fn stream_closed_loop(
     dur: Duration,
     w: &Workload,
 ) -> anyhow::Result<f64> {
-    let cell = cell_id();
     let start = Instant::now();
+    let n = stream_closed_loop_count(socket, clients, dur, w)?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// [`stream_closed_loop`], returning how many batches were answered.
+pub fn stream_closed_loop_count(
+    socket: &Path,
+    clients: usize,
+    dur: Duration,
+    w: &Workload,
+) -> anyhow::Result<usize> {
+    let cell = cell_id();
     let counts = std::thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
             .map(|c| s.spawn(move || stream_client(socket, &format!("sl{cell}-{c}"), dur, w)))
@@ -52,8 +63,7 @@ pub fn stream_closed_loop(
         }
         Ok::<_, anyhow::Error>(counts)
     })?;
-    let n: usize = counts.iter().sum();
-    Ok(n as f64 / start.elapsed().as_secs_f64())
+    Ok(counts.iter().sum())
 }
 
 /// One connection's closed loop: batches `{tag}-{i}` one at a time until `dur` has passed;

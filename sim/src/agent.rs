@@ -33,60 +33,19 @@ use roost_replication::{
     Transport,
 };
 use roost_repmodel::election::Flaw;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::etcd::{Client, Cmp, Op};
+use crate::keys::{
+    decode, encode, isr_after_win, may_campaign, IsrVal, LeaderVal, KEY_EPOCH, KEY_ISR, KEY_LEADER,
+    REPL_PORT,
+};
 use crate::log::SimLog;
 use crate::net::{SimDial, SimListen};
 use crate::rng::Rng;
 use crate::world::World;
-
-pub const KEY_LEADER: &str = "roost/leader";
-pub const KEY_EPOCH: &str = "roost/epoch";
-pub const KEY_ISR: &str = "roost/isr";
-/// The replication port on every node.
-pub const REPL_PORT: u16 = 7000;
-
-/// The leader key's value (`LeaderValue`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaderVal {
-    pub name: String,
-    pub epoch: u32,
-}
-
-/// The ISR key's value (`IsrValue`): written only under the leader's key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IsrVal {
-    pub epoch: u32,
-    pub leader: String,
-    pub members: Vec<String>,
-}
-
-/// `etcd_keys::may_campaign`.
-pub fn may_campaign(isr: Option<&IsrVal>, name: &str) -> bool {
-    isr.is_none_or(|v| v.members.iter().any(|n| n == name))
-}
-
-/// `etcd_keys::isr_after_win`.
-pub fn isr_after_win(old: Option<&IsrVal>, winner: &str) -> Vec<String> {
-    let mut m: Vec<String> = old
-        .map(|v| {
-            v.members
-                .iter()
-                .filter(|n| **n != v.leader)
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
-    if !m.iter().any(|n| n == winner) {
-        m.push(winner.to_owned());
-    }
-    m.sort();
-    m
-}
 
 /// A task of a role (following one leader, or serving followers) and how to stop it.
 struct RoleTask {
@@ -301,14 +260,6 @@ impl Node {
             t.handle.abort();
         }
     }
-}
-
-pub fn decode<T: serde::de::DeserializeOwned>(value: &str) -> Result<T, String> {
-    serde_json::from_str(value).map_err(|e| format!("bad value {value:?}: {e}"))
-}
-
-pub fn encode<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_default()
 }
 
 impl Node {

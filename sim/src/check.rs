@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use roost_replication::{Entry, Epoch, Lsn};
 
-use crate::agent::{LeaderVal, KEY_LEADER};
+use crate::keys::{LeaderVal, KEY_LEADER};
 use crate::world::{Answered, World};
 
 /// A leader (`by`) answers the batch `entry` in `epoch` at `at`: checked, then recorded.

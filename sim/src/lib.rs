@@ -7,7 +7,7 @@
 //! (`decide.rs`), on `roost_replication::testing::MemLog` as each node's log (`log.rs`
 //! wraps it, keeping per-standby state and asking for inline log calls). What is a PORT is
 //! the election driver (`agent.rs`): the cluster agent's rules (daemon/src/cluster/agent.rs,
-//! etcd_keys.rs) rewritten over the simulator's etcd stand-in (`etcd.rs`), because the real
+//! etcd_keys.rs, ported in `keys.rs`) rewritten over the simulator's etcd stand-in (`etcd.rs`), because the real
 //! agent needs the engine and the real etcd client. The invariants are in `check.rs`, the
 //! run and its faults in `run.rs`.
 //!
@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod check;
 pub mod etcd;
+pub mod keys;
 pub mod log;
 pub mod net;
 pub mod rng;

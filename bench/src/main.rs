@@ -63,9 +63,10 @@ pub struct Roost {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The engine on the real disk over `dir` (spool in `dir/spool`), with `cfg` pointed at `dir`.
-pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::EngineError> {
-    Engine::open(EngineOptions {
+/// What the engine on the real disk over `dir` opens with (spool in `dir/spool`), with `cfg`
+/// pointed at `dir`.
+fn engine_options(dir: &Path, cfg: Config) -> EngineOptions {
+    EngineOptions {
         storage: RealStorage::shared(),
         config: Arc::new(Config {
             data_dir: dir.to_path_buf(),
@@ -73,7 +74,12 @@ pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::Engi
         }),
         crash: Arc::new(NoCrash),
         log_role: std::sync::Arc::new(roost::replica::Opener::default()),
-    })
+    }
+}
+
+/// The engine on the real disk over `dir` (spool in `dir/spool`), with `cfg` pointed at `dir`.
+pub fn open_engine(dir: &Path, cfg: Config) -> Result<Engine, roost::error::EngineError> {
+    Engine::open(engine_options(dir, cfg))
 }
 
 /// [`open_engine`] with the replication state opened beside it, as `roost serve` holds them.
@@ -81,16 +87,7 @@ pub fn open_node(
     dir: &Path,
     cfg: Config,
 ) -> Result<roost::replica::Node, roost::error::EngineError> {
-    let opts = EngineOptions {
-        storage: RealStorage::shared(),
-        config: Arc::new(Config {
-            data_dir: dir.to_path_buf(),
-            ..cfg
-        }),
-        crash: Arc::new(NoCrash),
-        log_role: std::sync::Arc::new(roost::replica::Opener::default()),
-    };
-    roost::replica::Node::open(opts, &|_, _, _| {})
+    roost::replica::Node::open(engine_options(dir, cfg), &|_, _, _| {})
 }
 
 impl Roost {

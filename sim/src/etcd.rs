@@ -305,28 +305,37 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// Goal: the semantics the agent relies on: a key under a lease goes when the lease
-    /// expires (counted from the last keepalive etcd received), and a transaction applies
-    /// only when every revision compares equal.
-    #[test]
-    fn leases_expire_with_their_keys_and_txns_compare_revisions() {
-        let mut s = Store::default();
-        let Resp::Granted { id, .. } = s.apply(Req::Grant { ttl_ms: 100 }, ms(0)) else {
-            panic!("grant")
-        };
-        let put = |lease| Op::Put {
+    /// A transaction putting the leader key (under `lease`) if it does not exist, at `at`.
+    fn win(s: &mut Store, lease: Option<i64>, at: u64) -> Resp {
+        let put = Op::Put {
             key: "leader".into(),
             value: "a".into(),
             lease,
         };
-        let win = vec![Cmp::CreateRevision("leader".into(), 0)];
-        let r = s.apply(
+        let compare = vec![Cmp::CreateRevision("leader".into(), 0)];
+        s.apply(
             Req::Txn {
-                compare: win.clone(),
-                success: vec![put(Some(id))],
+                compare,
+                success: vec![put],
             },
-            ms(10),
-        );
+            ms(at),
+        )
+    }
+
+    fn grant(s: &mut Store) -> i64 {
+        match s.apply(Req::Grant { ttl_ms: 100 }, ms(0)) {
+            Resp::Granted { id, .. } => id,
+            other => panic!("grant answered {other:?}"),
+        }
+    }
+
+    /// Goal: a transaction applies only when every revision compares equal: the first
+    /// winner's put holds, a second one's does not.
+    #[test]
+    fn a_txn_applies_only_when_its_revisions_compare_equal() {
+        let mut s = Store::default();
+        let id = grant(&mut s);
+        let r = win(&mut s, Some(id), 10);
         assert!(
             matches!(
                 r,
@@ -337,13 +346,7 @@ mod tests {
             ),
             "{r:?}"
         );
-        let r = s.apply(
-            Req::Txn {
-                compare: win.clone(),
-                success: vec![put(None)],
-            },
-            ms(20),
-        );
+        let r = win(&mut s, None, 20);
         assert!(
             matches!(
                 r,
@@ -354,35 +357,36 @@ mod tests {
             ),
             "{r:?}"
         );
+    }
+
+    /// Goal: a key under a lease goes when the lease expires, counted from the last
+    /// keepalive etcd received; a put under an expired lease fails.
+    #[test]
+    fn leases_expire_with_their_keys() {
+        let mut s = Store::default();
+        let id = grant(&mut s);
         assert!(matches!(
-            s.apply(Req::KeepAlive { id }, ms(90)),
-            Resp::Alive(Some(100))
+            win(&mut s, Some(id), 10),
+            Resp::Txn {
+                succeeded: true,
+                ..
+            }
         ));
+        let alive = s.apply(Req::KeepAlive { id }, ms(90));
+        assert!(matches!(alive, Resp::Alive(Some(100))), "{alive:?}");
         assert!(s.get_at("leader", ms(189)).is_some());
-        assert!(
-            s.get_at("leader", ms(190)).is_none(),
-            "the deadline counts from the keepalive"
-        );
-        assert!(matches!(
-            s.apply(Req::KeepAlive { id }, ms(190)),
-            Resp::Alive(None)
-        ));
-        assert!(matches!(
-            s.apply(
-                Req::Get {
-                    key: "leader".into()
-                },
-                ms(191)
-            ),
-            Resp::Got(None)
-        ));
-        let r = s.apply(
-            Req::Txn {
-                compare: win,
-                success: vec![put(Some(id))],
+        let gone = s.get_at("leader", ms(190));
+        assert!(gone.is_none(), "the deadline counts from the keepalive");
+        let alive = s.apply(Req::KeepAlive { id }, ms(190));
+        assert!(matches!(alive, Resp::Alive(None)), "{alive:?}");
+        let got = s.apply(
+            Req::Get {
+                key: "leader".into(),
             },
-            ms(200),
+            ms(191),
         );
+        assert!(matches!(got, Resp::Got(None)), "{got:?}");
+        let r = win(&mut s, Some(id), 200);
         assert!(
             matches!(r, Resp::Error(_)),
             "a put under an expired lease fails: {r:?}"

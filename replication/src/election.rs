@@ -1,4 +1,7 @@
-//! The cluster's keys in etcd (docs/cluster.md), all under `[cluster] prefix`:
+//! The cluster's election in etcd (docs/cluster.md): its keys and values, and the pure rules
+//! the cluster agent (`daemon/src/cluster/agent.rs`) and the simulator (`sim/`) both apply:
+//! who may campaign, the in-sync set a win writes, how long a renewal keeps a leader
+//! answering. The keys, all under `[cluster] prefix`:
 //!
 //! | key | value | written by |
 //! |---|---|---|
@@ -115,6 +118,13 @@ pub fn isr_after_win(old: Option<&IsrValue>, winner: &str) -> Vec<String> {
     m
 }
 
+/// How long after a renewal was sent a leader may still answer under a lease of `ttl`: the
+/// TTL less a quarter of it, the fencing margin (`RoostElection`'s `margin`: it covers a
+/// clock that runs slow by up to a quarter against etcd's).
+pub fn fence_after(ttl: std::time::Duration) -> std::time::Duration {
+    ttl - ttl / 4
+}
+
 /// Whether `name` may campaign under `isr`: a member of it, or anyone while there is none
 /// (a cluster that never elected: nothing was acknowledged yet).
 pub fn may_campaign(isr: Option<&IsrValue>, name: &str) -> bool {
@@ -124,6 +134,16 @@ pub fn may_campaign(isr: Option<&IsrValue>, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_answers_for_three_quarters_of_its_ttl_after_a_renewal() {
+        use std::time::Duration;
+        assert_eq!(fence_after(Duration::from_secs(4)), Duration::from_secs(3));
+        assert_eq!(
+            fence_after(Duration::from_millis(1000)),
+            Duration::from_millis(750)
+        );
+    }
 
     fn isr(leader: &str, members: &[&str]) -> IsrValue {
         IsrValue {

@@ -11,6 +11,7 @@
 mod admit;
 mod announce;
 pub mod decide;
+pub mod election;
 mod follow;
 pub mod forward;
 mod log;

@@ -299,8 +299,7 @@ async fn renew_after_win(cl: &Cluster, before: Instant) -> Instant {
 /// How long after sending a successful renewal a leader may still answer: the TTL minus
 /// the fencing margin (a quarter of it).
 fn fence_after(ttl_secs: i64) -> Duration {
-    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
-    ttl - ttl / 4
+    keys::fence_after(Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0)))
 }
 
 /// The winning transaction; `Some(revision)` when this node won.

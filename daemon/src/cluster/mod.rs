@@ -2,7 +2,7 @@
 //! from etcd, a spool on every node.
 //!
 //! - `handle.rs`: `Cluster`, this node's handle (the etcd client, the forwarder, the view).
-//! - `etcd_keys.rs`: the keys in etcd and their values, the ISR rules (who may campaign).
+//! - `etcd_keys.rs`: the keys in etcd and the ISR rules (`roost_replication::election`, shared with the simulator).
 //! - `agent.rs`: the loop beside the serve loop: renews this node's lease, campaigns when
 //!   no one leads and this node is in sync, fences a leader whose lease may have run out,
 //!   keeps the in-sync set, and tells the serve loop whom to follow.

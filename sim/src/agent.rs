@@ -1,6 +1,8 @@
 //! The election driver of one node: a PORT of the cluster agent (daemon/src/cluster/
-//! agent.rs and the rules of daemon/src/cluster/etcd_keys.rs), not the agent itself, which
-//! needs the engine and the real etcd client. Its rules, step for step:
+//! agent.rs), not the agent itself, which needs the engine and the real etcd client; the
+//! pure rules it applies (`may_campaign`, `isr_after_win`, `fence_after`) and the keys'
+//! values are the real ones, shared with the daemon (`roost_replication::election`, through
+//! `keys.rs`). Its steps:
 //!
 //! - **Following** (every quarter TTL): renew the lease (a new one when it expired), read the
 //!   leader key; another node there: follow it (the real `follow`); no one: campaign, only if
@@ -39,8 +41,8 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::etcd::{Client, Cmp, Op};
 use crate::keys::{
-    decode, encode, isr_after_win, may_campaign, IsrVal, LeaderVal, KEY_EPOCH, KEY_ISR, KEY_LEADER,
-    REPL_PORT,
+    decode, encode, fence_after, isr_after_win, may_campaign, IsrVal, LeaderVal, KEY_EPOCH,
+    KEY_ISR, KEY_LEADER, REPL_PORT,
 };
 use crate::log::SimLog;
 use crate::net::{SimDial, SimListen};
@@ -287,6 +289,7 @@ impl Node {
         let rev = |kv: &Option<crate::etcd::Kv>| kv.as_ref().map_or(0, |k| k.mod_revision);
         let leader = LeaderVal {
             name: self.name.clone(),
+            advertise: format!("{}:{REPL_PORT}", self.name),
             epoch,
         };
         let new_isr = IsrVal {
@@ -321,7 +324,7 @@ impl Node {
         let valid = if self.world.cfg.has(Flaw::NoMargin) {
             ttl
         } else {
-            ttl - ttl / 4
+            fence_after(ttl)
         };
         self.local(valid)
     }

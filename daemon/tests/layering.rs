@@ -230,6 +230,72 @@ fn no_source_file_is_over_800_lines() {
     );
 }
 
+/// The unit-test files (`*tests.rs`) of `crates` not declared as `#[cfg(test)] mod NAME;` by
+/// the file of their parent module, as paths.
+fn test_files_not_under_cfg_test(crates: &[(String, PathBuf)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (_, src) in crates {
+        let mut list = Vec::new();
+        rust_files(src, &mut list);
+        for f in list
+            .iter()
+            .filter(|f| f.to_string_lossy().ends_with("tests.rs"))
+        {
+            let stem = f.file_stem().map(|s| s.to_string_lossy().into_owned());
+            let dir = f.parent().expect("a folder");
+            let parents = [
+                dir.join("mod.rs"),
+                dir.join("lib.rs"),
+                dir.with_extension("rs"),
+            ];
+            let declared = stem.is_some_and(|stem| {
+                let decl = format!("#[cfg(test)]\nmod {stem};");
+                parents.iter().any(|p| {
+                    std::fs::read_to_string(p).is_ok_and(|t| t.replace("\r", "").contains(&decl))
+                })
+            });
+            if !declared {
+                bad.push(f.display().to_string());
+            }
+        }
+    }
+    bad
+}
+
+/// Goal: a unit-test file (`*tests.rs`, which the size check and `seam_writes.rs` pass over)
+/// is compiled only for tests: its parent module declares it `#[cfg(test)] mod NAME;`.
+/// Method: for each such file in every workspace crate, look for that declaration in its
+/// parent module's file (`mod.rs`, `lib.rs` or the folder's `.rs`); a test below sees it fail.
+#[test]
+fn every_test_file_is_declared_under_cfg_test() {
+    let crates = workspace_crates();
+    let bad = test_files_not_under_cfg_test(&crates);
+    assert!(
+        bad.is_empty(),
+        "test files not declared under #[cfg(test)]: {bad:?}"
+    );
+}
+
+/// Goal: the declaration check can fail: `x_tests.rs` declared without `#[cfg(test)]` is
+/// reported, `y_tests.rs` declared with it is not.
+#[test]
+fn a_test_file_outside_cfg_test_is_seen() {
+    let dir = std::env::temp_dir().join(format!("roost-testfiles-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    std::fs::write(
+        src.join("a.rs"),
+        "mod x_tests;\n#[cfg(test)]\nmod y_tests;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("a/x_tests.rs"), "").unwrap();
+    std::fs::write(src.join("a/y_tests.rs"), "").unwrap();
+    let bad = test_files_not_under_cfg_test(&[("x".to_owned(), src)]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].ends_with("a/x_tests.rs"), "{bad:?}");
+}
+
 /// Goal: the size check can fail: a file of 801 lines is reported, one of 800 and a unit-test
 /// file of 900 are not.
 #[test]

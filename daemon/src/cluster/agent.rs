@@ -194,7 +194,7 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
 
 /// Keeps the switchover request found (issue 42) in the view; true when it names another
 /// node, which this one then lets campaign first for as long as the request's lease lasts
-/// (`roost cluster switchover` gives it about two leases), campaigning after that as after
+/// (`roost cluster switchover` gives it the leader's handover and two leases), campaigning after that as after
 /// any loss of a leader. The target itself looks again every [`TARGET_TICK`].
 fn note_switchover(cl: &Cluster, found: Option<keys::SwitchoverValue>) -> bool {
     let other = found.as_ref().is_some_and(|v| v.to != cl.name);

@@ -18,6 +18,7 @@ use crate::cluster::etcd_keys::{self, IsrValue, Keys, LeaderValue, SwitchoverVal
 use crate::cluster::unclean::place;
 use crate::config::{ClusterConfig, Config};
 use crate::error::{CommandError, ErrorClass, EXIT_OK};
+use crate::serve::{STANDBY_GRACE_AT_STOP, SWITCHOVER_WAIT};
 
 /// How long the command waits for etcd per call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -154,10 +155,15 @@ async fn ask(
     Ok(())
 }
 
-/// The request's lease: about two leases (the leader sees it within a quarter lease), at
-/// least 2 s (etcd's leases are whole seconds).
+/// The request's lease: the leader's whole handover and two leases (the leader sees the
+/// request within a quarter lease; its in-flight batches then get up to
+/// `STANDBY_GRACE_AT_STOP` and the target up to `SWITCHOVER_WAIT` to catch up, and the
+/// target must still find the request when the leader key goes, or another member may win
+/// first: a drill under load saw a handover take 4.5 s past a request of 2 s); etcd's leases
+/// are whole seconds.
 fn request_ttl_secs(lease_ms: u64) -> i64 {
-    i64::try_from((2 * lease_ms).div_ceil(1000).max(2)).unwrap_or(60)
+    let handover = STANDBY_GRACE_AT_STOP + SWITCHOVER_WAIT + Duration::from_millis(2 * lease_ms);
+    i64::try_from(handover.as_millis().div_ceil(1000).max(2)).unwrap_or(60)
 }
 
 /// Until etcd names `to` the leader in a later epoch; another winner, or no winner before
@@ -191,4 +197,21 @@ async fn wait_for(
          list`, and the leader's log)",
         limit.as_millis()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the request outlives the leader's longest handover (in-flight grace and the
+    /// target's catch-up, 4 s) by two leases, so the target still finds it when the leader
+    /// key goes.
+    #[test]
+    fn the_request_outlives_the_leaders_handover() {
+        assert_eq!(request_ttl_secs(1000), 6);
+        assert_eq!(request_ttl_secs(3000), 10);
+        assert_eq!(request_ttl_secs(250), 5);
+        let handover = (STANDBY_GRACE_AT_STOP + SWITCHOVER_WAIT).as_secs() as i64;
+        assert!(request_ttl_secs(1000) > handover);
+    }
 }

@@ -1,32 +1,28 @@
 //! The simulator's own random numbers (splitmix64): every choice a run makes outside turmoil
 //! (faults, skew, the workload) comes from the seed through here, so one seed is one run.
+//! The generator is the storage simulator's (`roost_storage::SplitMix`); this adds the draws
+//! the run needs.
 
 use std::time::Duration;
 
+use roost_storage::SplitMix;
+
 /// A small deterministic generator.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+        Rng(SplitMix(seed ^ 0x5DEE_CE66_D1CE_4E5B))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
+        self.0.below(n)
     }
 
     /// True with probability `p`.

@@ -200,24 +200,111 @@ pub fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
 
+/// A fault aimed at one step of the protocol (issue 45): the next write of the in-sync set
+/// that etcd receives is lost before it applies (`Lost`) or after (`Unanswered`: applied,
+/// its answer never sent), and its writer is then cut off from etcd for a while. Such a
+/// write is the only moment where the order of the in-sync set's two copies (the leader's
+/// memory and etcd) decides whether an answered batch can be lost; random partitions hit
+/// that moment of one round trip rarely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsrWriteFault {
+    Lost,
+    Unanswered,
+}
+
+/// An armed fault: what happens to the write, how long its writer is cut off from etcd,
+/// and `also`: a node (by its distance from the writer, 1 or 2) the writer is cut off from
+/// for as long, so that a standby the write named can fall behind while it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aim {
+    pub fault: IsrWriteFault,
+    pub cut_for: Duration,
+    pub also: Option<usize>,
+}
+
+/// The aimed faults armed by the runner, and those that fired (the writer to cut off, and
+/// for how long), for the runner to act on after its step.
+#[derive(Debug, Default)]
+pub struct Aimed {
+    armed: Mutex<Option<Aim>>,
+    fired: Mutex<Vec<(String, Aim)>>,
+}
+
+impl Aimed {
+    /// Arms `fault` for the next in-sync-set write (replacing one armed before).
+    pub fn arm(&self, aim: Aim) {
+        *self.armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(aim);
+    }
+
+    /// Nothing armed, nothing fired (the run heals at its end).
+    pub fn disarm(&self) {
+        self.armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.take_fired();
+    }
+
+    /// The faults that fired since the last call, each with its writer.
+    pub fn take_fired(&self) -> Vec<(String, Aim)> {
+        std::mem::take(&mut *self.fired.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The armed fault, taken, when `req` writes the in-sync set (its writer recorded).
+    fn strike(&self, req: &Req) -> Option<IsrWriteFault> {
+        let Req::Txn { success, .. } = req else {
+            return None;
+        };
+        let writer = success.iter().find_map(|op| match op {
+            Op::Put { key, value, .. } if key == crate::keys::KEY_ISR => {
+                crate::keys::decode::<crate::keys::IsrVal>(value).ok()
+            }
+            _ => None,
+        })?;
+        let aim = self
+            .armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()?;
+        let mut fired = self.fired.lock().unwrap_or_else(PoisonError::into_inner);
+        fired.push((writer.leader, aim));
+        Some(aim.fault)
+    }
+}
+
 /// The etcd host: serves the store until the simulation ends.
-pub async fn serve(store: SharedStore) -> turmoil::Result {
+pub async fn serve(store: SharedStore, aimed: Arc<Aimed>) -> turmoil::Result {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", 2379)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         let store = Arc::clone(&store);
+        let aimed = Arc::clone(&aimed);
         tokio::task::spawn_local(async move {
-            let _ = serve_conn(stream, store).await;
+            let _ = serve_conn(stream, store, aimed).await;
         });
     }
 }
 
-async fn serve_conn(stream: turmoil::net::TcpStream, store: SharedStore) -> std::io::Result<()> {
+async fn serve_conn(
+    stream: turmoil::net::TcpStream,
+    store: SharedStore,
+    aimed: Arc<Aimed>,
+) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut lines = BufReader::new(r).lines();
     while let Some(line) = lines.next_line().await? {
         let resp = match serde_json::from_str::<Req>(&line) {
-            Ok(req) => lock(&store).apply(req, now()),
+            Ok(req) => match aimed.strike(&req) {
+                Some(fault) => {
+                    if fault == IsrWriteFault::Unanswered {
+                        lock(&store).apply(req, now());
+                    }
+                    // Silent from here on, as a cut link is: the caller times out.
+                    while lines.next_line().await?.is_some() {}
+                    return Ok(());
+                }
+                None => lock(&store).apply(req, now()),
+            },
             Err(e) => Resp::Error(format!("bad request: {e}")),
         };
         let mut out = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
@@ -327,6 +414,50 @@ mod tests {
             Resp::Granted { id, .. } => id,
             other => panic!("grant answered {other:?}"),
         }
+    }
+
+    fn isr_write(leader: &str) -> Req {
+        let isr = crate::keys::IsrVal {
+            epoch: 3,
+            leader: leader.into(),
+            members: vec![leader.into()],
+        };
+        Req::Txn {
+            compare: vec![],
+            success: vec![Op::Put {
+                key: crate::keys::KEY_ISR.into(),
+                value: crate::keys::encode(&isr),
+                lease: None,
+            }],
+        }
+    }
+
+    /// Goal: an aimed fault strikes the first write of the in-sync set after it is armed,
+    /// once, and names its writer; other requests pass it by.
+    #[test]
+    fn an_aimed_fault_strikes_the_next_isr_write_once() {
+        let a = Aimed::default();
+        assert_eq!(a.strike(&isr_write("n1")), None, "nothing armed");
+        let aim = Aim {
+            fault: IsrWriteFault::Unanswered,
+            cut_for: ms(700),
+            also: Some(2),
+        };
+        a.arm(aim);
+        assert_eq!(
+            a.strike(&Req::Get {
+                key: "roost/isr".into()
+            }),
+            None
+        );
+        assert_eq!(a.strike(&Req::Grant { ttl_ms: 5 }), None);
+        assert_eq!(a.strike(&isr_write("n2")), Some(IsrWriteFault::Unanswered));
+        assert_eq!(a.strike(&isr_write("n2")), None, "it strikes once");
+        assert_eq!(a.take_fired(), vec![("n2".to_string(), aim)]);
+        assert!(a.take_fired().is_empty());
+        a.arm(aim);
+        a.disarm();
+        assert_eq!(a.strike(&isr_write("n0")), None, "disarmed");
     }
 
     /// Goal: a transaction applies only when every revision compares equal: the first

@@ -5,12 +5,13 @@
 //! node and checks that each stops within the bound. The trace's hash (with every log's
 //! final content) is the run's fingerprint: one seed, one hash.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::node_main;
 use crate::check::check_logs;
-use crate::etcd;
+use crate::etcd::{self, Aim, IsrWriteFault};
 use crate::rng::Rng;
 use crate::world::{Config, World};
 
@@ -43,6 +44,9 @@ enum Action {
     Crash(usize),
     Bounce(usize),
     Latency(Duration),
+    /// The next write of the in-sync set is lost (or its answer is), and its writer is cut
+    /// off from etcd (and maybe a standby) for a while (`etcd::Aimed`).
+    Aim(Aim),
 }
 
 const HOSTS: [&str; 4] = ["n0", "n1", "n2", "etcd"];
@@ -95,6 +99,25 @@ fn plan(cfg: &Config, rng: &mut Rng, base_latency: Duration) -> Vec<(Duration, A
             }
         }
     }
+    // Drawn after the faults above, so that these stay what they were for every seed.
+    for _ in 0..rng.below(3) {
+        let at = rng.ms(500, end_ms.saturating_sub(2000));
+        let fault = if rng.chance(0.5) {
+            IsrWriteFault::Lost
+        } else {
+            IsrWriteFault::Unanswered
+        };
+        let cut_for = rng.ms(500, 3000);
+        let also = rng.chance(0.5).then(|| 1 + rng.below(2) as usize);
+        out.push((
+            at,
+            Action::Aim(Aim {
+                fault,
+                cut_for,
+                also,
+            }),
+        ));
+    }
     out.sort_by_key(|(at, _)| *at);
     out
 }
@@ -121,6 +144,31 @@ fn apply(sim: &mut turmoil::Sim<'_>, w: &World, action: &Action) {
             }
         }
         Action::Latency(d) => sim.set_max_message_latency(d),
+        Action::Aim(aim) => w.aimed.arm(aim),
+    }
+}
+
+/// The aimed faults that fired in the last step: each writer cut off from etcd (and from
+/// the node `also` names) now, the links repaired later (inserted into `plan`, which stays
+/// in time order).
+fn aimed_fired(sim: &mut turmoil::Sim<'_>, w: &World, plan: &mut VecDeque<(Duration, Action)>) {
+    for (writer, aim) in w.aimed.take_fired() {
+        let Some(n) = (0..NODES).find(|n| HOSTS[*n] == writer) else {
+            w.violation(format!(
+                "an in-sync set written by an unknown node {writer:?}"
+            ));
+            continue;
+        };
+        let mut cut = vec![(HOSTS[n], "etcd")];
+        if let Some(k) = aim.also {
+            cut.push((HOSTS[n], HOSTS[(n + k) % NODES]));
+        }
+        let at = sim.elapsed() + aim.cut_for;
+        for (a, b) in cut {
+            apply(sim, w, &Action::Partition(a, b));
+            let k = plan.partition_point(|(t, _)| *t <= at);
+            plan.insert(k, (at, Action::Repair(a, b)));
+        }
     }
 }
 
@@ -141,7 +189,10 @@ pub fn run(cfg: Config) -> Outcome {
     }
     let mut sim = b.build();
     let store = Arc::clone(&world.store);
-    sim.host("etcd", move || etcd::serve(Arc::clone(&store)));
+    let aimed = Arc::clone(&world.aimed);
+    sim.host("etcd", move || {
+        etcd::serve(Arc::clone(&store), Arc::clone(&aimed))
+    });
     for (i, host) in HOSTS.iter().enumerate().take(NODES) {
         let w = Arc::clone(&world);
         let node_rng = rng.fork();
@@ -162,15 +213,18 @@ pub fn run(cfg: Config) -> Outcome {
 
 /// Steps through the faults until the run's duration or a violation.
 fn drive(sim: &mut turmoil::Sim<'_>, w: &World, plan: Vec<(Duration, Action)>) -> u64 {
-    let mut plan = plan.into_iter().peekable();
+    let mut plan = VecDeque::from(plan);
     let mut steps = 0;
     while sim.elapsed() < w.cfg.duration {
-        while let Some((_, action)) = plan.next_if(|(at, _)| *at <= sim.elapsed()) {
-            apply(sim, w, &action);
+        while plan.front().is_some_and(|(at, _)| *at <= sim.elapsed()) {
+            if let Some((_, action)) = plan.pop_front() {
+                apply(sim, w, &action);
+            }
         }
         if let Err(e) = sim.step() {
             w.violation(format!("a host failed: {e}"));
         }
+        aimed_fired(sim, w, &mut plan);
         steps += 1;
         w.runner_at(sim.elapsed());
         if steps % CHECK_EVERY == 0 {
@@ -187,6 +241,7 @@ fn drive(sim: &mut turmoil::Sim<'_>, w: &World, plan: Vec<(Duration, Action)>) -
 /// every node: each must stop within the bound (EveryStopStops).
 fn finish(sim: &mut turmoil::Sim<'_>, w: &World, mut steps: u64) -> Outcome {
     if w.record().violations.is_empty() {
+        w.aimed.disarm();
         for a in HOSTS {
             for b in HOSTS {
                 if a < b {

@@ -12,7 +12,7 @@ use roost_replication::{Entry, Epoch};
 use roost_repmodel::election::{Flaw, Flaws};
 use tokio::sync::watch;
 
-use crate::etcd::{SharedStore, Store};
+use crate::etcd::{Aimed, SharedStore, Store};
 use crate::log::SimLog;
 
 /// One run's constants.
@@ -78,6 +78,8 @@ pub struct World {
     pub cfg: Config,
     pub names: Vec<String>,
     pub store: SharedStore,
+    /// Faults aimed at a protocol step (`etcd::Aimed`), armed by the runner.
+    pub aimed: Arc<Aimed>,
     pub logs: Vec<Arc<SimLog>>,
     pub stop: watch::Sender<bool>,
     record: Mutex<Record>,
@@ -94,6 +96,7 @@ impl World {
             cfg,
             names,
             store: Arc::new(Mutex::new(Store::default())),
+            aimed: Arc::new(Aimed::default()),
             logs,
             stop: watch::channel(false).0,
             record: Mutex::new(Record {

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::decide::end_offset_in;
@@ -41,7 +41,9 @@ struct State {
     /// The epoch of the record just below `log_start` (0 if none): `last_epoch` of a log
     /// whose records were all retired.
     start_epoch: Epoch,
-    entries: Vec<Entry>,
+    /// Shared with readers that take the whole log (`entries_shared`, a simulator's checker
+    /// every few steps): copied only when written while a reader holds it.
+    entries: Arc<Vec<Entry>>,
     /// `(epoch, first lsn)`, increasing in both.
     epochs: Vec<(Epoch, Lsn)>,
     shippable_end: Lsn,
@@ -72,12 +74,12 @@ impl State {
         if self.epochs.last().is_none_or(|&(e, _)| entry.epoch > e) {
             self.epochs.push((entry.epoch, entry.lsn));
         }
-        self.entries.push(entry);
+        Arc::make_mut(&mut self.entries).push(entry);
     }
 
     fn truncate(&mut self, lsn: Lsn) {
         let keep = lsn.saturating_sub(self.log_start) as usize;
-        self.entries.truncate(keep);
+        Arc::make_mut(&mut self.entries).truncate(keep);
         self.epochs.retain(|&(_, start)| start < lsn);
         self.shippable_end = self.shippable_end.min(lsn);
         self.hw = self.hw.min(lsn);
@@ -263,7 +265,7 @@ impl MemLog {
         let drop = lsn.saturating_sub(s.log_start).min(s.entries.len() as Lsn) as usize;
         if drop > 0 {
             s.start_epoch = s.entries[drop - 1].epoch;
-            s.entries.drain(..drop);
+            Arc::make_mut(&mut s.entries).drain(..drop);
             s.log_start += drop as Lsn;
         }
     }
@@ -285,7 +287,11 @@ impl MemLog {
     }
 
     pub fn entries(&self) -> Vec<Entry> {
-        self.lock().entries.clone()
+        self.lock().entries.to_vec()
+    }
+    /// The log's records without a copy (a later write copies them if this is still held).
+    pub fn entries_shared(&self) -> Arc<Vec<Entry>> {
+        Arc::clone(&self.lock().entries)
     }
     pub fn payloads(&self) -> Vec<Vec<u8>> {
         self.lock()

@@ -12,6 +12,7 @@
 //!   committed prefix.
 //! - **EveryStopStops** is checked where stops are asked (`agent.rs`, `run.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use roost_replication::{Entry, Epoch, Lsn};
@@ -60,7 +61,7 @@ pub fn on_answer(w: &World, by: usize, epoch: Epoch, entry: Entry, at: Duration)
 struct NodeView {
     leader: Option<Epoch>,
     hw: Lsn,
-    entries: Vec<Entry>,
+    entries: Arc<Vec<Entry>>,
 }
 
 impl NodeView {
@@ -78,23 +79,31 @@ pub fn check_logs(w: &World) {
         .map(|l| NodeView {
             leader: roost_replication::LeaderLog::leader_epoch(l.as_ref()),
             hw: l.mem.hw(),
-            entries: l.mem.entries(),
+            entries: l.mem.entries_shared(),
         })
         .collect();
-    let answers = w.record().answers.clone();
+    // The record's lock is let go before a violation is recorded (which takes it).
+    let lost = first_lost(w, &nodes, &w.record().answers);
+    match lost {
+        Some(v) => w.violation(v),
+        None => agree_below_hw(w, &nodes),
+    }
+}
+
+/// NoAckLost: the first answer a leader's log lacks, said.
+fn first_lost(w: &World, nodes: &[NodeView], answers: &[Answered]) -> Option<String> {
     for (i, n) in nodes.iter().enumerate() {
         let Some(epoch) = n.leader else { continue };
         for a in answers.iter().filter(|a| a.epoch <= epoch) {
             if n.at(a.entry.lsn) != Some(&a.entry) {
-                w.violation(format!(
+                return Some(format!(
                     "NoAckLost: {} leads epoch {epoch} without lsn {} answered by {} in epoch {} (holds {:?})",
                     w.names[i], a.entry.lsn, w.names[a.by], a.epoch, n.at(a.entry.lsn)
                 ));
-                return;
             }
         }
     }
-    agree_below_hw(w, &nodes);
+    None
 }
 
 fn agree_below_hw(w: &World, nodes: &[NodeView]) {

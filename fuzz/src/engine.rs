@@ -398,8 +398,10 @@ impl Run {
             .unwrap_or_else(|err| panic!("recovery refused to open: {err}"));
         self.check_recovered();
         let pending = std::mem::take(&mut self.pending);
-        for s in &pending {
-            let r = self.one(&e, s);
+        let recovered_end = e.wal().next_lsn();
+        let answered: Vec<(&Sent, BatchResult)> =
+            pending.iter().map(|s| (s, self.one(&e, s))).collect();
+        for (s, r) in in_commit_order(answered, recovered_end) {
             // A rejection seen, then its key taken by a fixed batch in flight beside it: the
             // rejected batch sent again is a conflict (docs/contract.md).
             let rebound = |a: &BatchResult| {
@@ -542,4 +544,26 @@ fn verified(disk: &SimStorage, when: &str) {
     if !report.ok() {
         panic!("verify {when}: {:?}", report.violations);
     }
+}
+
+/// The retries' answers in the order the engine applied them: the batches recovery finished
+/// (claimed before the crash, committed below `recovered_end`) in lsn order, before every
+/// retry, whatever the order they were sent again in; then the others as sent. A retry that
+/// deletes what a batch finished by recovery created is checked against the shards that
+/// hold it (found by this target: a retried delete of an id minted by a later batch of its
+/// group, which recovery had finished).
+fn in_commit_order<'s>(
+    answered: Vec<(&'s Sent, BatchResult)>,
+    recovered_end: roost_wal::Lsn,
+) -> Vec<(&'s Sent, BatchResult)> {
+    let recovered_lsn = |r: &BatchResult| match r {
+        BatchResult::Committed { lsn, .. } if *lsn < recovered_end => Some(*lsn),
+        _ => None,
+    };
+    let (mut first, rest): (Vec<_>, Vec<_>) = answered
+        .into_iter()
+        .partition(|(_, r)| recovered_lsn(r).is_some());
+    first.sort_by_key(|(_, r)| recovered_lsn(r));
+    first.extend(rest);
+    first
 }

@@ -552,10 +552,10 @@ fn verified(disk: &SimStorage, when: &str) {
 /// deletes what a batch finished by recovery created is checked against the shards that
 /// hold it (found by this target: a retried delete of an id minted by a later batch of its
 /// group, which recovery had finished).
-fn in_commit_order<'s>(
-    answered: Vec<(&'s Sent, BatchResult)>,
+fn in_commit_order(
+    answered: Vec<(&Sent, BatchResult)>,
     recovered_end: roost_wal::Lsn,
-) -> Vec<(&'s Sent, BatchResult)> {
+) -> Vec<(&Sent, BatchResult)> {
     let recovered_lsn = |r: &BatchResult| match r {
         BatchResult::Committed { lsn, .. } if *lsn < recovered_end => Some(*lsn),
         _ => None,

@@ -32,7 +32,7 @@ fuzz_target!(init: roost_fuzz::limit_memory(), |data: &[u8]| {
     for l in &lines {
         let at = l.offset as usize;
         assert_eq!(&data[at..at + l.bytes.len()], l.bytes);
-        assert!(l.number as u64 <= LIMITS.lines_max);
+        assert!(l.number <= LIMITS.lines_max);
         match bulk_lines::parse_line(l, &LIMITS) {
             Err(inv) => {
                 if let Some(n) = json_error_line(&inv.error) {

@@ -20,6 +20,7 @@ use roost::pipeline::crash::NthCrash;
 use roost::pipeline::{Deliver, Engine};
 use roost_storage::{CrashMode, SimFaults, SimStorage};
 use roost_tests::{apply_committed, check_invariants, contents, open_engine_with, Contents};
+use roost_wal::Lsn;
 
 /// Shards a case writes to, and request keys it draws from (few, so keys repeat).
 pub const SHARDS: &[&str] = &["s0", "s1", "s2"];
@@ -90,6 +91,10 @@ struct Sent {
 struct Oracle {
     answers: BTreeMap<String, (Vec<u8>, BatchResult)>,
     want: Contents,
+    /// While a retry's answer is taken: the shards once every batch recovery finished is
+    /// applied (a rejection decided after recovery has its reason there, one recorded before
+    /// the crash in `want`: the answer does not say which).
+    after_recovery: Option<Contents>,
 }
 
 impl Oracle {
@@ -131,13 +136,10 @@ impl Oracle {
     /// earlier ops): RejectedBatchWritesNothing is checked on the files; this checks the
     /// engine did not reject a batch it should have committed.
     fn rejection_has_a_reason(&self, b: &Batch, r: &BatchResult) -> Result<(), String> {
-        let mut held = self.want.clone();
-        for op in &b.ops {
-            if let roost::batch::BatchOp::Delete { shard, id, .. } = op {
-                let gone = held.entry(shard.clone()).or_default().remove(id).is_none();
-                if gone {
-                    return Ok(());
-                }
+        let states = std::iter::once(&self.want).chain(self.after_recovery.as_ref());
+        for held in states {
+            if names_an_absent_id(held, b) {
+                return Ok(());
             }
         }
         Err(format!(
@@ -145,6 +147,17 @@ impl Oracle {
             b.request_key
         ))
     }
+}
+
+/// A delete of `b` names an id its shard does not hold (after `b`'s own earlier ops).
+fn names_an_absent_id(held: &Contents, b: &Batch) -> bool {
+    let mut held = held.clone();
+    b.ops.iter().any(|op| match op {
+        roost::batch::BatchOp::Delete { shard, id, .. } => {
+            held.entry(shard.clone()).or_default().remove(id).is_none()
+        }
+        _ => false,
+    })
 }
 
 fn op_json(key: &str, k: usize, op: &OpSpec) -> serde_json::Value {
@@ -308,6 +321,7 @@ pub fn run(case: &Case) {
     };
     let oracle = Oracle {
         answers: BTreeMap::new(),
+        after_recovery: None,
         // `contents` names every shard, written or not.
         want: SHARDS
             .iter()
@@ -401,7 +415,15 @@ impl Run {
         let recovered_end = e.wal().next_lsn();
         let answered: Vec<(&Sent, BatchResult)> =
             pending.iter().map(|s| (s, self.one(&e, s))).collect();
-        for (s, r) in in_commit_order(answered, recovered_end) {
+        for (k, left) in commit_order(&answered, recovered_end) {
+            let (s, r) = (answered[k].0, answered[k].1.clone());
+            if r.status() == Status::Rejected {
+                let mut state = self.oracle.want.clone();
+                for j in left {
+                    let _ = apply_committed(&mut state, &answered[j].0.batch, &answered[j].1);
+                }
+                self.oracle.after_recovery = Some(state);
+            }
             // A rejection seen, then its key taken by a fixed batch in flight beside it: the
             // rejected batch sent again is a conflict (docs/contract.md).
             let rebound = |a: &BatchResult| {
@@ -423,6 +445,7 @@ impl Run {
             self.oracle
                 .observe(&s.batch, &r)
                 .unwrap_or_else(|m| panic!("retry of {}: {m}", s.source));
+            self.oracle.after_recovery = None;
         }
         self.resend_acknowledged(&e);
         e.settle()
@@ -546,24 +569,38 @@ fn verified(disk: &SimStorage, when: &str) {
     }
 }
 
-/// The retries' answers in the order the engine applied them: the batches recovery finished
-/// (claimed before the crash, committed below `recovered_end`) in lsn order, before every
-/// retry, whatever the order they were sent again in; then the others as sent. A retry that
-/// deletes what a batch finished by recovery created is checked against the shards that
-/// hold it (found by this target: a retried delete of an id minted by a later batch of its
-/// group, which recovery had finished).
-fn in_commit_order(
-    answered: Vec<(&Sent, BatchResult)>,
-    recovered_end: roost_wal::Lsn,
-) -> Vec<(&Sent, BatchResult)> {
-    let recovered_lsn = |r: &BatchResult| match r {
-        BatchResult::Committed { lsn, .. } if *lsn < recovered_end => Some(*lsn),
+/// The order the retries' answers are taken in, each with the batches recovery finished that
+/// come after it (indices into `answered`). Everything decided before the crash was planned
+/// in the order sent, recovery's commits (below `recovered_end`) included; what is decided
+/// after recovery comes after all of those. A commit at `recovered_end` or later is such a
+/// decision: every recovered commit not yet taken is taken before it (found by this target:
+/// a retried delete of an id that a later batch of its group minted, which recovery had
+/// finished). A rejection does not say when it was decided: `Oracle::after_recovery`.
+fn commit_order(answered: &[(&Sent, BatchResult)], recovered_end: Lsn) -> Vec<(usize, Vec<usize>)> {
+    let lsn_of = |i: usize| match &answered[i].1 {
+        BatchResult::Committed { lsn, .. } => Some(*lsn),
         _ => None,
     };
-    let (mut first, rest): (Vec<_>, Vec<_>) = answered
-        .into_iter()
-        .partition(|(_, r)| recovered_lsn(r).is_some());
-    first.sort_by_key(|(_, r)| recovered_lsn(r));
-    first.extend(rest);
-    first
+    let mut recovered: Vec<usize> = (0..answered.len())
+        .filter(|&i| lsn_of(i).is_some_and(|l| l < recovered_end))
+        .collect();
+    recovered.sort_by_key(|&i| lsn_of(i));
+    let mut taken = vec![false; answered.len()];
+    let mut out = Vec::with_capacity(answered.len());
+    for i in 0..answered.len() {
+        if taken[i] {
+            continue;
+        }
+        if lsn_of(i).is_some_and(|l| l >= recovered_end) {
+            for &j in &recovered {
+                if !std::mem::replace(&mut taken[j], true) {
+                    out.push((j, Vec::new()));
+                }
+            }
+        }
+        taken[i] = true;
+        let left = recovered.iter().copied().filter(|&j| !taken[j]).collect();
+        out.push((i, left));
+    }
+    out
 }

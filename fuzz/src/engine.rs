@@ -424,13 +424,11 @@ impl Run {
                 }
                 self.oracle.after_recovery = Some(state);
             }
-            // A rejection seen, then its key taken by a fixed batch in flight beside it: the
-            // rejected batch sent again is a conflict (docs/contract.md).
-            let rebound = |a: &BatchResult| {
-                a.status() == Status::Rejected
-                    && r.status() == Status::Conflict
-                    && rival(&pending, s)
-            };
+            // A rejection seen, then its key taken by another batch in flight beside it: the
+            // key remembers that batch, so the rejected one sent again is a conflict (the
+            // other committed) or planned as new (the other was rejected too), and the oracle
+            // checks it as such (docs/contract.md).
+            let rebound = |a: &BatchResult| a.status() == Status::Rejected && rival(&pending, s);
             if let Some(acked) = seen.get(&s.source).filter(|a| **a != r && !rebound(a)) {
                 panic!(
                     "AckedResultKept: {} saw {acked:?} in out/, the retry answers {r:?}",

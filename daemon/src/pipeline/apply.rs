@@ -33,6 +33,7 @@ use super::effects_flush::{self, SentFlush};
 use super::held::{Flushing, FLUSHES_IN_FLIGHT};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
+use super::finish::SentCommits;
 use super::records::{self, ClaimRecord, WalEntry};
 use super::{Engine, KeyAt};
 use crate::error::EngineError;
@@ -72,22 +73,36 @@ impl Engine {
     }
 
     /// Steps 1 to 3 of the module comment; returns each record's offset in its segment.
+    /// The claims' transactions go to the shard owners together (one message per shard
+    /// for a run of claims) and are waited for after the WAL sync, so that the owners
+    /// apply (behind a flush of the chunk before, perhaps) while the WAL syncs: the next
+    /// fetch, which acknowledges the chunk, waits for the longer of the two, not for both.
     /// The chunk's effects start flushing behind it (step 4).
     fn apply_chunk<E: Fetched>(&self, decoded: &[(&E, WalEntry)]) -> Result<Vec<u64>, EngineError> {
         let mut offsets = Vec::with_capacity(decoded.len());
+        let mut run: Vec<(Lsn, &ClaimRecord)> = Vec::new();
         for (e, d) in decoded {
             match d {
-                // Fetched claims have no audit rows here yet: rows past the WAL's end were
-                // cut at start-up.
-                WalEntry::Claim(c) => self.apply_unflushed(e.lsn(), c)?,
-                WalEntry::Done(done) => self.effects_durable(done.claim_lsn)?,
+                WalEntry::Claim(c) => run.push((e.lsn(), c)),
+                WalEntry::Done(done) => {
+                    if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
+                        let sent = self.send_unflushed(&std::mem::take(&mut run))?;
+                        self.wait_unflushed(sent)?;
+                    }
+                    self.effects_durable(done.claim_lsn)?;
+                }
                 _ => {}
             }
             offsets.push(self.append_entry(*e)?);
         }
-        if let Some((last, _)) = decoded.last() {
-            self.wal.sync_to(last.lsn())?;
-        }
+        let sent = self.send_unflushed(&run)?;
+        let synced = match decoded.last() {
+            Some((last, _)) => self.wal.sync_to(last.lsn()),
+            None => Ok(()),
+        };
+        let applied = self.wait_unflushed(sent);
+        synced?;
+        applied?;
         self.flush_behind()?;
         Ok(offsets)
     }
@@ -101,17 +116,44 @@ impl Engine {
         Ok(offset)
     }
 
-    /// A claim's shard transactions and audit rows, remembered until flushed.
-    fn apply_unflushed(&self, lsn: Lsn, claim: &ClaimRecord) -> Result<(), EngineError> {
-        let touched = self.commit(lsn, claim)?;
-        let row = self.write_audit_rows(lsn, claim, &HashSet::new())?;
-        let mut u = lock(&self.held.unflushed);
-        u.claims.insert(lsn);
-        for t in touched {
-            u.shards.insert(t.name.to_owned(), t.slot);
+    /// A run of claims' shard transactions sent to their owners and their audit rows
+    /// written (fetched claims have no audit rows here yet: rows past the WAL's end were
+    /// cut at start-up); remembered until flushed. [`Engine::wait_unflushed`] waits for
+    /// the owners.
+    fn send_unflushed<'c>(
+        &self,
+        run: &[(Lsn, &'c ClaimRecord)],
+    ) -> Result<Option<SentCommits<'c>>, EngineError> {
+        if run.is_empty() {
+            return Ok(None);
         }
-        u.last_row = row.or(u.last_row);
-        Ok(())
+        let sent = self.send_commits(run)?;
+        let row = self.write_group_audit_rows(run, &[]);
+        let mut u = lock(&self.held.unflushed);
+        u.claims.extend(run.iter().map(|(lsn, _)| *lsn));
+        for t in sent.touched().flatten() {
+            u.shards.insert(t.name.to_owned(), t.slot.clone());
+        }
+        drop(u);
+        match row {
+            Ok(row) => {
+                let mut u = lock(&self.held.unflushed);
+                u.last_row = row.or(u.last_row);
+                Ok(Some(sent))
+            }
+            Err(e) => {
+                // The owners still answer before this returns (no owner writing after it).
+                let _ = self.wait_commits(sent);
+                Err(e)
+            }
+        }
+    }
+
+    fn wait_unflushed(&self, sent: Option<SentCommits<'_>>) -> Result<(), EngineError> {
+        match sent {
+            Some(sent) => self.wait_commits(sent).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Step 2: before the `done` of `claim_lsn` is appended, its effects are durable: the

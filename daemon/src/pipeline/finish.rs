@@ -15,7 +15,7 @@
 //! done means nothing is left to redo.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use roost_shards::TxnOp;
@@ -39,6 +39,22 @@ pub(super) struct Touched<'a> {
     pub name: &'a str,
     pub slot: Arc<ShardSlot>,
     pub ids: Vec<(u64, bool)>,
+}
+
+/// Claims' transactions sent to their shards' owners and not yet waited for
+/// ([`Engine::send_commits`]): each claim's touched shards, the answers to wait for, and a
+/// failure to send.
+pub(super) struct SentCommits<'c> {
+    touched: Vec<Vec<Touched<'c>>>,
+    sent: Vec<(Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>)>,
+    first_err: Option<EngineError>,
+}
+
+impl<'c> SentCommits<'c> {
+    /// Every claim's touched shards.
+    pub(super) fn touched(&self) -> impl Iterator<Item = &[Touched<'c>]> {
+        self.touched.iter().map(Vec::as_slice)
+    }
 }
 
 /// What a group still owes once its answers are made: each claim's touched shards (to
@@ -121,15 +137,23 @@ impl Engine {
             .collect())
     }
 
-    /// Every claim's transactions sent, one message per touched shard for the whole group
-    /// (its transactions in lsn order; each owner applies in lsn order), then every shard's
-    /// answer collected (all of them, even after a failure, so no owner is still writing
-    /// when this returns), then the planning overlays cleared under one lock. Returns each
-    /// claim's touched shards.
+    /// Every claim's transactions sent and applied ([`Engine::send_commits`], then
+    /// [`Engine::wait_commits`]). Returns each claim's touched shards.
     fn commit_claims<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
     ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
+        let sent = self.send_commits(claims)?;
+        self.wait_commits(sent)
+    }
+
+    /// Every claim's transactions sent, one message per touched shard for the whole group
+    /// (its transactions in lsn order; each owner applies in lsn order), not waited for: a
+    /// standby syncs its WAL while its owners apply (`apply.rs`).
+    pub(super) fn send_commits<'c>(
+        &self,
+        claims: &[(Lsn, &'c ClaimRecord)],
+    ) -> Result<SentCommits<'c>, EngineError> {
         let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
         let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
         for (lsn, c) in claims {
@@ -150,18 +174,31 @@ impl Engine {
             }
             touched.push(mine);
         }
-        let mut sent = Vec::with_capacity(by_shard.len());
-        let mut first_err = None;
+        let mut sent = SentCommits {
+            touched,
+            sent: Vec::with_capacity(by_shard.len()),
+            first_err: None,
+        };
         for (slot, turns) in by_shard.into_values() {
             match slot.send_apply(turns) {
-                Ok(rx) => sent.push((slot, rx)),
+                Ok(rx) => sent.sent.push((slot, rx)),
                 Err(e) => {
-                    first_err = Some(e);
+                    sent.first_err = Some(e);
                     break;
                 }
             }
         }
-        for (slot, rx) in sent {
+        Ok(sent)
+    }
+
+    /// Every shard's answer collected (all of them, even after a failure, so no owner is
+    /// still writing when this returns), then the planning overlays cleared under one lock.
+    pub(super) fn wait_commits<'c>(
+        &self,
+        s: SentCommits<'c>,
+    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
+        let mut first_err = s.first_err;
+        for (slot, rx) in s.sent {
             if let Err(e) = slot.wait(&rx, &|| self.is_failed()) {
                 first_err.get_or_insert(e);
             }
@@ -169,8 +206,8 @@ impl Engine {
         if let Some(e) = first_err {
             return Err(e);
         }
-        self.clear_overlays(touched.iter().flatten());
-        Ok(touched)
+        self.clear_overlays(s.touched.iter().flatten());
+        Ok(s.touched)
     }
 
     /// The shards hold the batches' ops now: planning no longer needs their overlays.
@@ -199,7 +236,7 @@ impl Engine {
 
     /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
     /// write, then each row's crash point in order; returns the last row's lsn.
-    fn write_group_audit_rows(
+    pub(super) fn write_group_audit_rows(
         &self,
         claims: &[(Lsn, &ClaimRecord)],
         audited: &[&HashSet<u32>],

@@ -30,10 +30,10 @@ use roost_wal::Lsn;
 use tracing::info;
 
 use super::effects_flush::{self, SentFlush};
+use super::finish::SentCommits;
 use super::held::{Flushing, FLUSHES_IN_FLIGHT};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
-use super::finish::SentCommits;
 use super::records::{self, ClaimRecord, WalEntry};
 use super::{Engine, KeyAt};
 use crate::error::EngineError;

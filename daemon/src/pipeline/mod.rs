@@ -210,6 +210,11 @@ pub struct Engine {
     backup_gate: Arc<backup_gate::BackupGate>,
     /// WAL lsns kept for standbys that were just re-seeded (`backup_gate.rs`).
     backup_pins: Arc<backup_gate::Pins>,
+    /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
+    /// Declared (so dropped) before `shards` and `pool`: a flush it waits for is answered
+    /// by a pool thread, and a pool stopped first would leave it waiting for ever (a hang
+    /// at drop seen in `reseed_crash`).
+    effects_flusher: effects_flush::EffectsFlusher,
     shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
     /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `shards`
     /// when both are held, never before.
@@ -240,8 +245,6 @@ pub struct Engine {
     rounds: round_queue::Rounds,
     /// The thread that syncs a claim step's WAL records while its results are prepared.
     claim_syncer: claim_sync::ClaimSyncer,
-    /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
-    effects_flusher: effects_flush::EffectsFlusher,
     pub stats: Arc<Stats>,
     /// Unanswered input held by the bulk files and by the stream (`intake_bytes.rs`).
     pub intake: intake_bytes::Intakes,

@@ -3,7 +3,8 @@
 //!
 //! One fetched chunk, record by record in lsn order, is the primary's own rule replayed:
 //! 1. a claim's effects (shard frames and audit rows exactly as recovery writes them) are
-//!    applied, not flushed, and the claim is appended to the WAL;
+//!    applied, not flushed, and the claim is appended to the WAL; a run of claims goes to
+//!    the shard owners in one message per shard, waited for after the chunk's WAL sync;
 //! 2. before a `done` record is appended, the effects of its claim are made durable (every
 //!    shard touched since the last flush, then the audit log): a `done` is never durable
 //!    before what it vouches for;

@@ -25,6 +25,15 @@ fn first_caught(flaw: Flaw, max: u64) -> Option<(u64, Vec<String>)> {
         .map(|o| (o.seed, o.violations))
 }
 
+/// Asserts that `flaw` is caught within the first `max` seeds.
+fn assert_caught(flaw: Flaw, max: u64) {
+    assert!(
+        first_caught(flaw, max).is_some(),
+        "{} not caught in {max} seeds",
+        flaw.key()
+    );
+}
+
 /// Goal: the design holds. Method: DESIGN_SEEDS seeds of 20 simulated seconds each, with
 /// partitions, held links, paused hosts, crashes and latency spikes; no invariant may
 /// break, and the runs must have answered batches and failed over (a run where nothing
@@ -90,11 +99,7 @@ fn a_crashed_leader_leads_nothing_until_it_wins_again() {
     ignore = "needs --cfg tokio_unstable (sim/run ci)"
 )]
 fn mutant_no_margin_is_caught() {
-    let caught = first_caught(Flaw::NoMargin, MAX_NO_MARGIN);
-    assert!(
-        caught.is_some(),
-        "no-margin not caught in {MAX_NO_MARGIN} seeds"
-    );
+    assert_caught(Flaw::NoMargin, MAX_NO_MARGIN);
 }
 
 /// Goal: flaw (b), a node campaigning outside the in-sync set, is caught. Method: seeds from
@@ -105,11 +110,7 @@ fn mutant_no_margin_is_caught() {
     ignore = "needs --cfg tokio_unstable (sim/run ci)"
 )]
 fn mutant_campaign_outside_isr_is_caught() {
-    let caught = first_caught(Flaw::CampaignOutsideIsr, MAX_CAMPAIGN_OUTSIDE_ISR);
-    assert!(
-        caught.is_some(),
-        "campaign-outside-isr not caught in {MAX_CAMPAIGN_OUTSIDE_ISR} seeds"
-    );
+    assert_caught(Flaw::CampaignOutsideIsr, MAX_CAMPAIGN_OUTSIDE_ISR);
 }
 
 /// Goal: flaw (e), the winner's epoch from its own log rather than etcd's counter, is
@@ -121,11 +122,7 @@ fn mutant_campaign_outside_isr_is_caught() {
     ignore = "needs --cfg tokio_unstable (sim/run ci)"
 )]
 fn mutant_epoch_from_node_is_caught() {
-    let caught = first_caught(Flaw::EpochFromNode, MAX_EPOCH_FROM_NODE);
-    assert!(
-        caught.is_some(),
-        "epoch-from-node not caught in {MAX_EPOCH_FROM_NODE} seeds"
-    );
+    assert_caught(Flaw::EpochFromNode, MAX_EPOCH_FROM_NODE);
 }
 
 /// Goal: flaw (c), a leader shrinking the in-sync set in its memory before etcd holds the
@@ -139,11 +136,7 @@ fn mutant_epoch_from_node_is_caught() {
     ignore = "needs --cfg tokio_unstable (sim/run ci)"
 )]
 fn mutant_isr_shrink_memory_first_is_caught() {
-    let caught = first_caught(Flaw::IsrShrinkMemoryFirst, MAX_ISR_SHRINK_MEMORY_FIRST);
-    assert!(
-        caught.is_some(),
-        "isr-shrink-memory-first not caught in {MAX_ISR_SHRINK_MEMORY_FIRST} seeds"
-    );
+    assert_caught(Flaw::IsrShrinkMemoryFirst, MAX_ISR_SHRINK_MEMORY_FIRST);
 }
 
 /// Goal: flaw (d), a leader adding a standby to the in-sync set in etcd before its memory
@@ -156,11 +149,7 @@ fn mutant_isr_shrink_memory_first_is_caught() {
     ignore = "needs --cfg tokio_unstable (sim/run ci)"
 )]
 fn mutant_isr_grow_store_first_is_caught() {
-    let caught = first_caught(Flaw::IsrGrowStoreFirst, MAX_ISR_GROW_STORE_FIRST);
-    assert!(
-        caught.is_some(),
-        "isr-grow-store-first not caught in {MAX_ISR_GROW_STORE_FIRST} seeds"
-    );
+    assert_caught(Flaw::IsrGrowStoreFirst, MAX_ISR_GROW_STORE_FIRST);
 }
 
 /// The seeds each mutant may take (bounds measured under `sim/run`, with room: caught at

@@ -46,9 +46,12 @@ pub(super) struct Touched<'a> {
 /// failure to send.
 pub(super) struct SentCommits<'c> {
     touched: Vec<Vec<Touched<'c>>>,
-    sent: Vec<(Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>)>,
+    sent: Vec<Sent>,
     first_err: Option<EngineError>,
 }
+
+/// A message sent to a shard owner, and where its answer comes.
+type Sent = (Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>);
 
 impl<'c> SentCommits<'c> {
     /// Every claim's touched shards.

@@ -91,10 +91,10 @@ struct Sent {
 struct Oracle {
     answers: BTreeMap<String, (Vec<u8>, BatchResult)>,
     want: Contents,
-    /// While a retry's answer is taken: the shards once every batch recovery finished is
-    /// applied (a rejection decided after recovery has its reason there, one recorded before
-    /// the crash in `want`: the answer does not say which).
-    after_recovery: Option<Contents>,
+    /// The shards before each commit that recovery finished was taken: a rejection recorded
+    /// before the crash was decided in one of these states (the answer does not say which),
+    /// one decided after recovery in `want`.
+    before_recovered: Vec<Contents>,
 }
 
 impl Oracle {
@@ -136,7 +136,7 @@ impl Oracle {
     /// earlier ops): RejectedBatchWritesNothing is checked on the files; this checks the
     /// engine did not reject a batch it should have committed.
     fn rejection_has_a_reason(&self, b: &Batch, r: &BatchResult) -> Result<(), String> {
-        let states = std::iter::once(&self.want).chain(self.after_recovery.as_ref());
+        let states = std::iter::once(&self.want).chain(&self.before_recovered);
         for held in states {
             if names_an_absent_id(held, b) {
                 return Ok(());
@@ -321,7 +321,7 @@ pub fn run(case: &Case) {
     };
     let oracle = Oracle {
         answers: BTreeMap::new(),
-        after_recovery: None,
+        before_recovered: Vec::new(),
         // `contents` names every shard, written or not.
         want: SHARDS
             .iter()
@@ -415,14 +415,14 @@ impl Run {
         let recovered_end = e.wal().next_lsn();
         let answered: Vec<(&Sent, BatchResult)> =
             pending.iter().map(|s| (s, self.one(&e, s))).collect();
-        for (k, left) in commit_order(&answered, recovered_end) {
+        let mut recovering = true;
+        for (k, recovered) in commit_order(&answered, recovered_end) {
             let (s, r) = (answered[k].0, answered[k].1.clone());
-            if r.status() == Status::Rejected {
-                let mut state = self.oracle.want.clone();
-                for j in left {
-                    let _ = apply_committed(&mut state, &answered[j].0.batch, &answered[j].1);
-                }
-                self.oracle.after_recovery = Some(state);
+            if recovering {
+                // The state before this recovered commit, or after the last of them.
+                let before = self.oracle.want.clone();
+                self.oracle.before_recovered.push(before);
+                recovering = recovered;
             }
             // A rejection seen, then its key taken by another batch in flight beside it: the
             // key remembers that batch, so the rejected one sent again is a conflict (the
@@ -443,7 +443,6 @@ impl Run {
             self.oracle
                 .observe(&s.batch, &r)
                 .unwrap_or_else(|m| panic!("retry of {}: {m}", s.source));
-            self.oracle.after_recovery = None;
         }
         self.resend_acknowledged(&e);
         e.settle()
@@ -567,38 +566,22 @@ fn verified(disk: &SimStorage, when: &str) {
     }
 }
 
-/// The order the retries' answers are taken in, each with the batches recovery finished that
-/// come after it (indices into `answered`). Everything decided before the crash was planned
-/// in the order sent, recovery's commits (below `recovered_end`) included; what is decided
-/// after recovery comes after all of those. A commit at `recovered_end` or later is such a
-/// decision: every recovered commit not yet taken is taken before it (found by this target:
-/// a retried delete of an id that a later batch of its group minted, which recovery had
-/// finished). A rejection does not say when it was decided: `Oracle::after_recovery`.
-fn commit_order(answered: &[(&Sent, BatchResult)], recovered_end: Lsn) -> Vec<(usize, Vec<usize>)> {
-    let lsn_of = |i: usize| match &answered[i].1 {
-        BatchResult::Committed { lsn, .. } => Some(*lsn),
+/// The order the retries' answers are taken in (indices into `answered`, each with whether
+/// it is a commit recovery finished): the commits recovery finished (below
+/// `recovered_end`) in lsn order, which come before anything decided after recovery, then
+/// the others as sent. Found by this target: a retried delete of an id that a later batch of
+/// its group minted, which recovery had finished; and a retry answered with the commit of a
+/// later batch of the same content under the same key. A rejection recorded before the
+/// crash was decided among the recovered commits: `Oracle::before_recovered`.
+fn commit_order(answered: &[(&Sent, BatchResult)], recovered_end: Lsn) -> Vec<(usize, bool)> {
+    let recovered_lsn = |i: usize| match &answered[i].1 {
+        BatchResult::Committed { lsn, .. } if *lsn < recovered_end => Some(*lsn),
         _ => None,
     };
-    let mut recovered: Vec<usize> = (0..answered.len())
-        .filter(|&i| lsn_of(i).is_some_and(|l| l < recovered_end))
-        .collect();
-    recovered.sort_by_key(|&i| lsn_of(i));
-    let mut taken = vec![false; answered.len()];
-    let mut out = Vec::with_capacity(answered.len());
-    for i in 0..answered.len() {
-        if taken[i] {
-            continue;
-        }
-        if lsn_of(i).is_some_and(|l| l >= recovered_end) {
-            for &j in &recovered {
-                if !std::mem::replace(&mut taken[j], true) {
-                    out.push((j, Vec::new()));
-                }
-            }
-        }
-        taken[i] = true;
-        let left = recovered.iter().copied().filter(|&j| !taken[j]).collect();
-        out.push((i, left));
-    }
+    let (mut first, rest): (Vec<usize>, Vec<usize>) =
+        (0..answered.len()).partition(|&i| recovered_lsn(i).is_some());
+    first.sort_by_key(|&i| recovered_lsn(i));
+    let mut out: Vec<(usize, bool)> = first.into_iter().map(|i| (i, true)).collect();
+    out.extend(rest.into_iter().map(|i| (i, false)));
     out
 }

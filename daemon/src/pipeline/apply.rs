@@ -129,25 +129,21 @@ impl Engine {
             return Ok(None);
         }
         let sent = self.send_commits(run)?;
-        let row = self.write_group_audit_rows(run, &[]);
+        let row = match self.write_group_audit_rows(run, &[]) {
+            Ok(row) => row,
+            Err(e) => {
+                // The owners still answer before this returns (no owner writing after it).
+                let _ = self.wait_commits(sent);
+                return Err(e);
+            }
+        };
         let mut u = lock(&self.held.unflushed);
         u.claims.extend(run.iter().map(|(lsn, _)| *lsn));
         for t in sent.touched().flatten() {
             u.shards.insert(t.name.to_owned(), t.slot.clone());
         }
-        drop(u);
-        match row {
-            Ok(row) => {
-                let mut u = lock(&self.held.unflushed);
-                u.last_row = row.or(u.last_row);
-                Ok(Some(sent))
-            }
-            Err(e) => {
-                // The owners still answer before this returns (no owner writing after it).
-                let _ = self.wait_commits(sent);
-                Err(e)
-            }
-        }
+        u.last_row = row.or(u.last_row);
+        Ok(Some(sent))
     }
 
     fn wait_unflushed(&self, sent: Option<SentCommits<'_>>) -> Result<(), EngineError> {

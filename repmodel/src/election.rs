@@ -86,7 +86,9 @@ impl Model for Election {
 /// Then the handover (issue 42's switchover and graceful stop) on built rows, and its flaw.
 /// Then power loss (issue 42): the design as built (a leader serves only synced records),
 /// a leader that serves records before its own sync (two and three nodes), and the flaw
-/// that lets its hw pass its own durable end.
+/// that lets its hw pass its own durable end. Then a standby that fetches before it syncs
+/// and acknowledges its durable end apart from its fetch position (two and three nodes),
+/// and the flaw that acknowledges what it has only written.
 pub fn rows() -> Vec<Config> {
     let two = Config::two_nodes;
     let three = Config::three_nodes;
@@ -145,6 +147,22 @@ pub fn rows() -> Vec<Config> {
             .without_gap()
             .with_crash()
             .with(Flaw::HwPastDurable),
+        two(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written()
+            .with_fetch_before_sync(),
+        three(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written()
+            .with_fetch_before_sync(),
+        two(Ack::Standby)
+            .without_gap()
+            .with_crash()
+            .with_ship_written()
+            .with_fetch_before_sync()
+            .with(Flaw::AckWritten),
     ]
 }
 

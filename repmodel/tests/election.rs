@@ -50,6 +50,8 @@ const STANDBY3: Config = Config::three_nodes(Ack::Standby);
 const STANDBY3_THREE_ELECTIONS: Config = STANDBY3.without_gap().with_max_epoch(3);
 const SHIP_WRITTEN2: Config = STANDBY2.without_gap().with_crash().with_ship_written();
 const SHIP_WRITTEN3: Config = STANDBY3.without_gap().with_crash().with_ship_written();
+const FETCH_BEFORE_SYNC2: Config = SHIP_WRITTEN2.with_fetch_before_sync();
+const FETCH_BEFORE_SYNC3: Config = SHIP_WRITTEN3.with_fetch_before_sync();
 
 /// The rows of `election::rows()`, in order, with what the explorer found.
 fn pins() -> Vec<Pin> {
@@ -167,6 +169,13 @@ fn pins() -> Vec<Pin> {
                 .with(Flaw::HwPastDurable),
             (201339, 1204764, 31),
             [OK; 4],
+        ),
+        pin(FETCH_BEFORE_SYNC2, (398101, 2600560, 33), [OK; 4]),
+        pin(FETCH_BEFORE_SYNC3, (731378, 6884316, 28), [OK; 4]),
+        pin(
+            FETCH_BEFORE_SYNC2.with(Flaw::AckWritten),
+            (739411, 4868268, 33),
+            [OK, OK, fails(12), OK],
         ),
     ]
 }
@@ -452,6 +461,28 @@ fn an_hw_past_the_leaders_durable_end_loses_an_acknowledged_batch_at_power_loss(
         .with(Flaw::HwPastDurable);
     let r = assert_pinned(synced_only);
     assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
+}
+
+/// A standby that fetches again before it syncs (issue 42, the convoy in docs/scaling.md)
+/// keeps every invariant at two and three nodes while the leader counts only what it has
+/// synced, for the hw and for its return to the ISR; counting what it has written
+/// (`Flaw::AckWritten`) loses an acknowledged batch: the standby acknowledges b0 unsynced,
+/// the power takes it, and it is elected without b0.
+#[test]
+fn a_standby_that_acknowledges_what_it_has_not_synced_loses_an_acknowledged_batch() {
+    for cfg in [FETCH_BEFORE_SYNC2, FETCH_BEFORE_SYNC3] {
+        let r = assert_pinned(cfg);
+        assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
+    }
+    let r = assert_pinned(FETCH_BEFORE_SYNC2.with(Flaw::AckWritten));
+    let states = counterexample(&r, "NoAckLost", "Campaign");
+    let lost_unsynced = states.windows(2).any(|w| {
+        let (before, after) = (w[0].node(1), w[1].node(1));
+        before.log.end() > before.durable && after.log.end() < before.log.end()
+    });
+    assert!(lost_unsynced, "the standby lost a record it had acknowledged unsynced");
+    let answered = states.last().is_some_and(|s| s.batches[0].answer.is_some());
+    assert!(answered, "b0 was answered");
 }
 
 /// Constants the arrays or the key cannot hold are refused, as is a margin as long as the

@@ -299,7 +299,8 @@ fn follow(cfg: &Config, s: &State, out: &mut Successors<State>) {
 
 /// `Fetch(node, leader)`: a standby in the leader's epoch takes the leader's next entry:
 /// one the leader has synced, or with `Config::ship_written` one it has written. The standby
-/// syncs it before its next fetch acknowledges it (so its log is durable in this step).
+/// syncs it before its next fetch acknowledges it (so its log is durable in this step), or,
+/// with `Config::fetch_before_sync`, takes it unsynced (its `Sync` comes later).
 /// The leader fences a fetch from another epoch (`FencedEpoch`): a standby that follows a
 /// newer leader never fetches from, or acknowledges to, an older one. The fetch is also the
 /// acknowledgement: the leader learns what the standby holds in the same step (`counts`).
@@ -325,7 +326,9 @@ fn fetch(cfg: &Config, s: &State, out: &mut Successors<State>) {
             let mut next = *s;
             let standby = next.node_mut(f);
             standby.log.push(entry);
-            standby.durable = standby.log.end();
+            if !cfg.fetch_before_sync {
+                standby.durable = standby.log.end();
+            }
             let label = Label::new("Fetch").replica("node", f);
             out.push(label.replica("leader", l), next);
         }
@@ -336,10 +339,18 @@ fn fetch(cfg: &Config, s: &State, out: &mut Successors<State>) {
 /// in `l`'s epoch. (As in Kip320, the standby's state is read in the same step: what a fetch
 /// told the leader is what the standby held when it sent it, and a standby's log only grows
 /// while it follows one epoch.) `Flaw::AcksAcrossEpochs` counts a standby in any epoch.
+/// With `Config::fetch_before_sync` the acknowledgement is the standby's durable end
+/// (`Flaw::AckWritten`: its log end again).
 fn counts(cfg: &Config, s: &State, l: Replica, f: Replica, offset: u8) -> bool {
     let standby = f != l && !s.node(f).is_leader();
     let in_epoch = follows(s, f, l) || (standby && cfg.flaws.has(Flaw::AcksAcrossEpochs));
-    in_epoch && s.node(f).log.end() > offset
+    let node = s.node(f);
+    let held = if cfg.fetch_before_sync && !cfg.flaws.has(Flaw::AckWritten) {
+        node.durable
+    } else {
+        node.log.end()
+    };
+    in_epoch && held > offset
 }
 
 /// `IncHw(leader)`: the hw passes the next offset once the leader has synced it and every
@@ -428,7 +439,10 @@ fn answer_forwarded(cfg: &Config, s: &State, out: &mut Successors<State>) {
 /// Whether `f` has caught up with leader `l`: it follows `l`'s epoch and holds `l`'s whole
 /// log (its log is a prefix of `l`'s, so that is its end reaching `l`'s). Reaching `l`'s hw
 /// is not enough (`Flaw::IsrGrowAtHw`): a new leader's hw can lag entries an earlier leader
-/// acknowledged.
+/// acknowledged. With `Config::fetch_before_sync` what counts is what `f` has synced (its
+/// acknowledgement), as for the hw: a standby admitted on what it had only written could lose
+/// it in a crash, and be elected without an acknowledged batch (`Flaw::AckWritten` keeps the
+/// log end here too).
 fn caught_up(cfg: &Config, s: &State, l: Replica, f: Replica) -> bool {
     let leader = s.node(l);
     let target = if cfg.flaws.has(Flaw::IsrGrowAtHw) {
@@ -436,7 +450,13 @@ fn caught_up(cfg: &Config, s: &State, l: Replica, f: Replica) -> bool {
     } else {
         leader.log.end()
     };
-    follows(s, f, l) && s.node(f).log.end() >= target
+    let node = s.node(f);
+    let held = if cfg.fetch_before_sync && !cfg.flaws.has(Flaw::AckWritten) {
+        node.durable
+    } else {
+        node.log.end()
+    };
+    follows(s, f, l) && held >= target
 }
 
 /// The ISR grows when a standby catches up: `IsrGrowMemory(leader, node)` first (the hw

@@ -115,6 +115,9 @@ pub fn describe(cfg: &Config) -> String {
     if cfg.ship_written {
         text.push_str(" ship-written");
     }
+    if cfg.fetch_before_sync {
+        text.push_str(" fetch-before-sync");
+    }
     for flaw in cfg.flaws.iter() {
         let _ = write!(text, " flaw={}", flaw.key());
     }

@@ -50,10 +50,13 @@ pub enum Flaw {
     /// records it has written and not yet synced (only visible with `Config::crash`, and
     /// under ack=standby only when records are shipped before the leader's sync).
     HwPastDurable,
+    /// (i) With `Config::fetch_before_sync`, the leader counts what a standby has written
+    /// (its log end), not what it has synced: the acknowledgement is the fetch position again.
+    AckWritten,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 9] = [
+    pub const ALL: [Flaw; 10] = [
         Flaw::NoMargin,
         Flaw::CampaignOutsideIsr,
         Flaw::IsrGrowStoreFirst,
@@ -63,6 +66,7 @@ impl Flaw {
         Flaw::IsrGrowAtHw,
         Flaw::ResignBeforeStepDown,
         Flaw::HwPastDurable,
+        Flaw::AckWritten,
     ];
 
     /// The name printed in tables and accepted by the command line.
@@ -77,6 +81,7 @@ impl Flaw {
             Flaw::IsrGrowAtHw => "isr-grow-at-hw",
             Flaw::ResignBeforeStepDown => "resign-before-step-down",
             Flaw::HwPastDurable => "hw-past-durable",
+            Flaw::AckWritten => "ack-written",
         }
     }
 
@@ -138,6 +143,12 @@ pub struct Config {
     /// the standby's sync overlaps the leader's, as Raft's leaders do). Without it a leader
     /// serves only its durable records (roost until now).
     pub ship_written: bool,
+    /// Whether a standby fetches again before it has synced what it fetched (issue 42: a
+    /// fetch in flight while the standby syncs, the convoy in docs/scaling.md): its log takes
+    /// a record unsynced (its `Sync` step comes later), and its acknowledgement carries its
+    /// durable end, apart from its fetch position. Without it a standby syncs what it
+    /// fetched in the step that takes it, and its next fetch acknowledges it.
+    pub fetch_before_sync: bool,
     pub flaws: Flaws,
 }
 
@@ -169,6 +180,7 @@ impl Config {
             handover: false,
             crash: false,
             ship_written: false,
+            fetch_before_sync: false,
             flaws: Flaws::NONE,
         }
     }
@@ -215,6 +227,14 @@ impl Config {
     pub const fn with_ship_written(self) -> Config {
         Config {
             ship_written: true,
+            ..self
+        }
+    }
+
+    /// A standby fetches before it syncs, and acknowledges its durable end.
+    pub const fn with_fetch_before_sync(self) -> Config {
+        Config {
+            fetch_before_sync: true,
             ..self
         }
     }

@@ -480,7 +480,10 @@ fn a_standby_that_acknowledges_what_it_has_not_synced_loses_an_acknowledged_batc
         let (before, after) = (w[0].node(1), w[1].node(1));
         before.log.end() > before.durable && after.log.end() < before.log.end()
     });
-    assert!(lost_unsynced, "the standby lost a record it had acknowledged unsynced");
+    assert!(
+        lost_unsynced,
+        "the standby lost a record it had acknowledged unsynced"
+    );
     let answered = states.last().is_some_and(|s| s.batches[0].answer.is_some());
     assert!(answered, "b0 was answered");
 }

@@ -28,7 +28,7 @@
 //! - A pause is a node taking no step. With `Config::gap`, a leader's deadline check and its
 //!   act are two steps, so a pause can fall between them: one act after a stale check.
 //! - A fetch is one step: the standby takes the next entry, and the leader learns (for its
-//!   hw) what the standby holds. Truncation on a new epoch cuts to the longest prefix shared
+//!   hw) what the standby holds (with `Config::fetch_before_sync`, what it holds durably). Truncation on a new epoch cuts to the longest prefix shared
 //!   with the new leader's log, which is where KIP-279's rounds end against a leader whose log
 //!   only grows.
 //! - Power loss (`Config::crash`): a node loses what it wrote and had not synced, and its
@@ -95,7 +95,7 @@ pub fn rows() -> Vec<Config> {
     let local = two(Ack::Local).with_batches(1);
     let local_two_answers = two(Ack::Local).with_max_epoch(2).without_gap();
     let three_elections = three(Ack::Standby).without_gap().with_max_epoch(3);
-    vec![
+    let mut rows = vec![
         two(Ack::Standby),
         two(Ack::Standby).without_gap(),
         local,
@@ -129,6 +129,26 @@ pub fn rows() -> Vec<Config> {
             .without_gap()
             .with_handover()
             .with(Flaw::ResignBeforeStepDown),
+    ];
+    rows.extend(power_loss_rows());
+    rows
+}
+
+/// The power-loss rows of [`rows`] (issue 42).
+fn power_loss_rows() -> Vec<Config> {
+    let two = Config::two_nodes;
+    let three = Config::three_nodes;
+    let fetch2 = two(Ack::Standby)
+        .without_gap()
+        .with_crash()
+        .with_ship_written()
+        .with_fetch_before_sync();
+    let fetch3 = three(Ack::Standby)
+        .without_gap()
+        .with_crash()
+        .with_ship_written()
+        .with_fetch_before_sync();
+    vec![
         two(Ack::Standby).without_gap().with_crash(),
         two(Ack::Standby)
             .without_gap()
@@ -147,22 +167,10 @@ pub fn rows() -> Vec<Config> {
             .without_gap()
             .with_crash()
             .with(Flaw::HwPastDurable),
-        two(Ack::Standby)
-            .without_gap()
-            .with_crash()
-            .with_ship_written()
-            .with_fetch_before_sync(),
-        three(Ack::Standby)
-            .without_gap()
-            .with_crash()
-            .with_ship_written()
-            .with_fetch_before_sync(),
-        two(Ack::Standby)
-            .without_gap()
-            .with_crash()
-            .with_ship_written()
-            .with_fetch_before_sync()
-            .with(Flaw::AckWritten),
+        fetch2,
+        fetch3,
+        fetch2.with(Flaw::AckWritten),
+        fetch3.with(Flaw::CatchUpWritten),
     ]
 }
 

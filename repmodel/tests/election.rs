@@ -177,6 +177,11 @@ fn pins() -> Vec<Pin> {
             (739411, 4868268, 33),
             [OK, OK, fails(12), OK],
         ),
+        pin(
+            FETCH_BEFORE_SYNC3.with(Flaw::CatchUpWritten),
+            (944030, 8915670, 31),
+            [OK, OK, fails(19), OK],
+        ),
     ]
 }
 
@@ -467,7 +472,10 @@ fn an_hw_past_the_leaders_durable_end_loses_an_acknowledged_batch_at_power_loss(
 /// keeps every invariant at two and three nodes while the leader counts only what it has
 /// synced, for the hw and for its return to the ISR; counting what it has written
 /// (`Flaw::AckWritten`) loses an acknowledged batch: the standby acknowledges b0 unsynced,
-/// the power takes it, and it is elected without b0.
+/// the power takes it, and it is elected without b0. Counting it for the return to the ISR
+/// alone (`Flaw::CatchUpWritten`, the model's first version) loses one at three nodes: r3,
+/// given up, is let back into the leader's memory on b0 unsynced, loses it, rejoins the
+/// store's ISR and wins.
 #[test]
 fn a_standby_that_acknowledges_what_it_has_not_synced_loses_an_acknowledged_batch() {
     for cfg in [FETCH_BEFORE_SYNC2, FETCH_BEFORE_SYNC3] {
@@ -484,8 +492,28 @@ fn a_standby_that_acknowledges_what_it_has_not_synced_loses_an_acknowledged_batc
         lost_unsynced,
         "the standby lost a record it had acknowledged unsynced"
     );
+    let counted_unsynced = states
+        .iter()
+        .any(|s| s.node(0).hw > 0 && s.node(1).durable == 0 && s.node(1).log.end() > 0);
+    assert!(
+        counted_unsynced,
+        "r1's hw passed b0 while r2 held it unsynced"
+    );
     let answered = states.last().is_some_and(|s| s.batches[0].answer.is_some());
     assert!(answered, "b0 was answered");
+    let r = assert_pinned(FETCH_BEFORE_SYNC3.with(Flaw::CatchUpWritten));
+    let states = counterexample(&r, "NoAckLost", "Campaign");
+    let readmitted_unsynced = states.windows(2).any(|w| {
+        let (before, after) = (&w[0], &w[1]);
+        let r3 = after.node(2);
+        !before.node(0).isr.contains(2)
+            && after.node(0).isr.contains(2)
+            && r3.durable < r3.log.end()
+    });
+    assert!(
+        readmitted_unsynced,
+        "r3 rejoined r1's ISR holding b0 unsynced"
+    );
 }
 
 /// Constants the arrays or the key cannot hold are refused, as is a margin as long as the

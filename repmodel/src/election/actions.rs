@@ -303,7 +303,9 @@ fn follow(cfg: &Config, s: &State, out: &mut Successors<State>) {
 /// with `Config::fetch_before_sync`, takes it unsynced (its `Sync` comes later).
 /// The leader fences a fetch from another epoch (`FencedEpoch`): a standby that follows a
 /// newer leader never fetches from, or acknowledges to, an older one. The fetch is also the
-/// acknowledgement: the leader learns what the standby holds in the same step (`counts`).
+/// acknowledgement: the leader learns what the standby holds in the same step (`counts`);
+/// with `Config::fetch_before_sync` it learns the standby's durable end, so a later `Sync`
+/// counts at once (that end only grows while the standby follows one epoch).
 fn fetch(cfg: &Config, s: &State, out: &mut Successors<State>) {
     for l in leaders(cfg, s) {
         let leader = s.node(l);
@@ -337,20 +339,27 @@ fn fetch(cfg: &Config, s: &State, out: &mut Successors<State>) {
 
 /// Whether leader `l` counts standby `f` as holding `offset`: `f` acknowledged it by a fetch
 /// in `l`'s epoch. (As in Kip320, the standby's state is read in the same step: what a fetch
-/// told the leader is what the standby held when it sent it, and a standby's log only grows
-/// while it follows one epoch.) `Flaw::AcksAcrossEpochs` counts a standby in any epoch.
-/// With `Config::fetch_before_sync` the acknowledgement is the standby's durable end
-/// (`Flaw::AckWritten`: its log end again).
+/// told the leader is what the standby held when it sent it, and what a standby holds
+/// durably only grows while it follows one epoch: a `Crash` cuts its log to that.)
+/// `Flaw::AcksAcrossEpochs` counts a standby in any epoch.
 fn counts(cfg: &Config, s: &State, l: Replica, f: Replica, offset: u8) -> bool {
-    let standby = f != l && !s.node(f).is_leader();
-    let in_epoch = follows(s, f, l) || (standby && cfg.flaws.has(Flaw::AcksAcrossEpochs));
     let node = s.node(f);
-    let held = if cfg.fetch_before_sync && !cfg.flaws.has(Flaw::AckWritten) {
+    let standby = f != l && !node.is_leader();
+    let in_epoch = follows(s, f, l) || (standby && cfg.flaws.has(Flaw::AcksAcrossEpochs));
+    in_epoch && acknowledged(cfg, node, Flaw::AckWritten) > offset
+}
+
+/// What a standby's acknowledgement says it holds: its log, which is all durable, or with
+/// `Config::fetch_before_sync` its durable end; under `written_flaw` its log end again
+/// (`Flaw::AckWritten` for the hw and the catch-up, `Flaw::CatchUpWritten` for the catch-up
+/// alone).
+fn acknowledged(cfg: &Config, node: &Node, written_flaw: Flaw) -> u8 {
+    let written = cfg.flaws.has(Flaw::AckWritten) || cfg.flaws.has(written_flaw);
+    if cfg.fetch_before_sync && !written {
         node.durable
     } else {
         node.log.end()
-    };
-    in_epoch && held > offset
+    }
 }
 
 /// `IncHw(leader)`: the hw passes the next offset once the leader has synced it and every
@@ -409,7 +418,8 @@ fn answer(cfg: &Config, s: &State, out: &mut Successors<State>) {
 }
 
 /// `AnswerForwarded(node, batch)`: the standby that forwarded a batch answers it once it
-/// holds the claim durably and its leader's hw has passed it: the leader's acknowledgement,
+/// holds the claim and its leader's hw has passed it (so every node that may be elected holds
+/// it durably, with `Config::fetch_before_sync` too): the leader's acknowledgement,
 /// relayed, for a claim that cannot be lost from under it. (The hw reaches the standby in a
 /// fetch answer; reading the leader's in the same step only answers sooner.)
 fn answer_forwarded(cfg: &Config, s: &State, out: &mut Successors<State>) {
@@ -441,8 +451,7 @@ fn answer_forwarded(cfg: &Config, s: &State, out: &mut Successors<State>) {
 /// is not enough (`Flaw::IsrGrowAtHw`): a new leader's hw can lag entries an earlier leader
 /// acknowledged. With `Config::fetch_before_sync` what counts is what `f` has synced (its
 /// acknowledgement), as for the hw: a standby admitted on what it had only written could lose
-/// it in a crash, and be elected without an acknowledged batch (`Flaw::AckWritten` keeps the
-/// log end here too).
+/// it in a crash, and be elected without an acknowledged batch (`Flaw::CatchUpWritten`).
 fn caught_up(cfg: &Config, s: &State, l: Replica, f: Replica) -> bool {
     let leader = s.node(l);
     let target = if cfg.flaws.has(Flaw::IsrGrowAtHw) {
@@ -450,13 +459,7 @@ fn caught_up(cfg: &Config, s: &State, l: Replica, f: Replica) -> bool {
     } else {
         leader.log.end()
     };
-    let node = s.node(f);
-    let held = if cfg.fetch_before_sync && !cfg.flaws.has(Flaw::AckWritten) {
-        node.durable
-    } else {
-        node.log.end()
-    };
-    follows(s, f, l) && held >= target
+    follows(s, f, l) && acknowledged(cfg, s.node(f), Flaw::CatchUpWritten) >= target
 }
 
 /// The ISR grows when a standby catches up: `IsrGrowMemory(leader, node)` first (the hw

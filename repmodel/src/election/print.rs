@@ -18,11 +18,11 @@ pub fn log(l: &Log) -> String {
 
 fn node(n: &Node) -> String {
     let mut text = format!("e{} log={}", n.epoch, log(&n.log));
-    if !n.is_leader() {
-        return format!("follower {text}");
-    }
     if n.durable < n.log.end() {
         let _ = write!(text, " synced={}", n.durable);
+    }
+    if !n.is_leader() {
+        return format!("follower {text}");
     }
     let _ = write!(text, " hw={}", n.hw);
     let renewal = match n.renewal {

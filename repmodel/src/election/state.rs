@@ -51,12 +51,16 @@ pub enum Flaw {
     /// under ack=standby only when records are shipped before the leader's sync).
     HwPastDurable,
     /// (i) With `Config::fetch_before_sync`, the leader counts what a standby has written
-    /// (its log end), not what it has synced: the acknowledgement is the fetch position again.
+    /// (its log end), not what it has synced, for its hw and for the standby's catch-up: the
+    /// acknowledgement is the fetch position again.
     AckWritten,
+    /// (i') With `Config::fetch_before_sync`, the hw counts a standby's durable end but its
+    /// catch-up (its return to the ISR) counts its log end.
+    CatchUpWritten,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 10] = [
+    pub const ALL: [Flaw; 11] = [
         Flaw::NoMargin,
         Flaw::CampaignOutsideIsr,
         Flaw::IsrGrowStoreFirst,
@@ -67,6 +71,7 @@ impl Flaw {
         Flaw::ResignBeforeStepDown,
         Flaw::HwPastDurable,
         Flaw::AckWritten,
+        Flaw::CatchUpWritten,
     ];
 
     /// The name printed in tables and accepted by the command line.
@@ -82,6 +87,7 @@ impl Flaw {
             Flaw::ResignBeforeStepDown => "resign-before-step-down",
             Flaw::HwPastDurable => "hw-past-durable",
             Flaw::AckWritten => "ack-written",
+            Flaw::CatchUpWritten => "catch-up-written",
         }
     }
 
@@ -347,7 +353,8 @@ pub struct Node {
     pub epoch: u8,
     pub log: Log,
     /// How much of `log` is synced (a standby syncs what a fetch brought before its next
-    /// fetch acknowledges it, so its whole log is; a leader's claims are synced by `Sync`).
+    /// fetch acknowledges it, so its whole log is, except with `Config::fetch_before_sync`;
+    /// a leader's claims, and then a standby's records, are synced by `Sync`).
     /// Without `Config::crash` a claim is synced in the step that appends it.
     pub durable: u8,
     /// A leader's high watermark: every offset below is held by every in-memory ISR standby

@@ -127,23 +127,47 @@ fn audit_by_claim(disk: &SimStorage) -> BTreeMap<u64, Vec<u32>> {
     m
 }
 
+/// What a standby must end with: the primary's records (lsn, epoch, type, payload), shard
+/// contents and audit rows by claim.
+struct Want {
+    records: Vec<(u64, u32, u8, Vec<u8>)>,
+    shards: Contents,
+    audit: BTreeMap<u64, Vec<u32>>,
+}
+
+impl Want {
+    fn of(pdisk: &SimStorage, entries: &[Entry]) -> Want {
+        Want {
+            records: (entries.iter())
+                .map(|e| (e.lsn, e.epoch, e.kind, e.payload.clone()))
+                .collect(),
+            shards: contents(pdisk, &SHARDS),
+            audit: audit_by_claim(pdisk),
+        }
+    }
+
+    /// The standby's disk `after` holds what the primary does, and `verify` is clean.
+    fn check(&self, after: &SimStorage, what: &str) {
+        assert_eq!(records(after), self.records, "{what}: records");
+        assert_eq!(contents(after, &SHARDS), self.shards, "{what}: shards");
+        assert_eq!(audit_by_claim(after), self.audit, "{what}: audit rows");
+        let report = roost::ops::verify::verify(Arc::new(after.clone()), &data_dir());
+        assert!(report.ok(), "{what}: {:?}", report.violations);
+    }
+}
+
 /// Goal: see the module comment. Method: count the syncs of a whole standby run, then for
 /// every n, freeze durability at the n-th sync, lose the power (dropped or torn), restart the
 /// standby and let it fetch the rest.
 #[test]
 fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
     let (pdisk, entries) = primary();
-    let want_records: Vec<_> = entries
-        .iter()
-        .map(|e| (e.lsn, e.epoch, e.kind, e.payload.clone()))
-        .collect();
-    let want = contents(&pdisk, &SHARDS);
-    let want_audit = audit_by_claim(&pdisk);
+    let want = Want::of(&pdisk, &entries);
     let whole = SimStorage::new();
     apply(&open_standby(&whole), &entries, 3);
     let syncs = whole.sync_count();
     assert!(syncs > 20, "a standby run syncs {syncs} times");
-    assert_eq!(records(&whole), want_records);
+    assert_eq!(records(&whole), want.records);
     let mut runs = 0;
     for n in 0..syncs {
         for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }] {
@@ -155,12 +179,7 @@ fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
             apply(&open_standby(&disk), &entries, 3);
             let after = disk.crash(mode);
             apply(&open_standby(&after), &entries, 3);
-            let what = format!("power loss ({mode:?}) after sync {n}");
-            assert_eq!(records(&after), want_records, "{what}: records");
-            assert_eq!(contents(&after, &SHARDS), want, "{what}: shards");
-            assert_eq!(audit_by_claim(&after), want_audit, "{what}: audit rows");
-            let report = roost::ops::verify::verify(Arc::new(after.clone()), &data_dir());
-            assert!(report.ok(), "{what}: {:?}", report.violations);
+            want.check(&after, &format!("power loss ({mode:?}) after sync {n}"));
             runs += 1;
         }
     }
@@ -179,12 +198,7 @@ fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
 #[test]
 fn a_failed_write_at_every_point_of_a_standbys_apply_loses_and_repeats_nothing() {
     let (pdisk, entries) = primary();
-    let want_records: Vec<_> = entries
-        .iter()
-        .map(|e| (e.lsn, e.epoch, e.kind, e.payload.clone()))
-        .collect();
-    let want = contents(&pdisk, &SHARDS);
-    let want_audit = audit_by_claim(&pdisk);
+    let want = Want::of(&pdisk, &entries);
     let whole = SimStorage::new();
     let e = open_standby(&whole);
     let w0 = whole.write_count();
@@ -207,11 +221,7 @@ fn a_failed_write_at_every_point_of_a_standbys_apply_loses_and_repeats_nothing()
         drop(e);
         let after = disk.crash(CrashMode::Process);
         apply(&open_standby(&after), &entries, 3);
-        assert_eq!(records(&after), want_records, "{what}: records");
-        assert_eq!(contents(&after, &SHARDS), want, "{what}: shards");
-        assert_eq!(audit_by_claim(&after), want_audit, "{what}: audit rows");
-        let report = roost::ops::verify::verify(Arc::new(after.clone()), &data_dir());
-        assert!(report.ok(), "{what}: {:?}", report.violations);
+        want.check(&after, &what);
     }
     println!("a failed write at each of {writes} points");
 }

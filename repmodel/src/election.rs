@@ -28,9 +28,9 @@
 //! - A pause is a node taking no step. With `Config::gap`, a leader's deadline check and its
 //!   act are two steps, so a pause can fall between them: one act after a stale check.
 //! - A fetch is one step: the standby takes the next entry, and the leader learns (for its
-//!   hw) what the standby holds (with `Config::fetch_before_sync`, what it holds durably). Truncation on a new epoch cuts to the longest prefix shared
-//!   with the new leader's log, which is where KIP-279's rounds end against a leader whose log
-//!   only grows.
+//!   hw) what the standby holds (with `Config::fetch_before_sync`, what it holds durably).
+//!   Truncation on a new epoch cuts to the longest prefix shared with the new leader's log,
+//!   which is where KIP-279's rounds end against a leader whose log only grows.
 //! - Power loss (`Config::crash`): a node loses what it wrote and had not synced, and its
 //!   leadership; without it every claim is durable in the step that makes it.
 //! - Not modelled: the published
@@ -88,7 +88,8 @@ impl Model for Election {
 /// a leader that serves records before its own sync (two and three nodes), and the flaw
 /// that lets its hw pass its own durable end. Then a standby that fetches before it syncs
 /// and acknowledges its durable end apart from its fetch position (two and three nodes),
-/// and the flaw that acknowledges what it has only written.
+/// and the flaws that count what it has only written (for the hw and its catch-up, or for
+/// its catch-up alone).
 pub fn rows() -> Vec<Config> {
     let two = Config::two_nodes;
     let three = Config::three_nodes;

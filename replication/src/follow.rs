@@ -18,7 +18,9 @@ use crate::log::{Entry, Epoch, FollowerLog, Lsn};
 use crate::status::FollowerStatus;
 use crate::task::{follow_call, shutdown_requested, wait_shutdown, Cancelled};
 use crate::transport::{Stream, Transport};
-use crate::wire::{self, read_frame, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
+use crate::wire::{self, FrameReader, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
+
+mod ahead;
 
 /// The follower's identity and limits.
 #[derive(Clone, Debug)]
@@ -44,6 +46,10 @@ pub struct FollowerOptions {
     pub truncate_allowed: bool,
     /// How the leader is reached (mutual TLS or plain TCP).
     pub transport: Transport,
+    /// Fetch the next records while the last ones sync (`FetchAhead` and `Durable`,
+    /// issue 42); off after a leader refused a `FetchAhead` (it predates them), and never
+    /// while reconciling.
+    pub fetch_ahead: bool,
 }
 
 impl FollowerOptions {
@@ -63,6 +69,7 @@ impl FollowerOptions {
             backoff_max: Duration::from_secs(5),
             truncate_allowed: true,
             transport: Transport::plain(Vec::new()),
+            fetch_ahead: true,
         }
     }
 }
@@ -203,6 +210,7 @@ async fn run<F: FollowerLog>(
 ) -> Result<FollowEnd, FollowError<F::Error>> {
     status.set_leader(&addr);
     let mut backoff = opts.backoff_min;
+    let mut ahead = opts.fetch_ahead && mode == Mode::Follow;
     loop {
         if shutdown_requested(&shutdown) {
             return Ok(FollowEnd::Shutdown);
@@ -216,8 +224,12 @@ async fn run<F: FollowerLog>(
             answered: false,
             hw_passed: 0,
             next: None,
+            ahead,
+            pending: None,
+            durable: 0,
         };
         let end = session.run(&mut shutdown).await;
+        ahead = session.ahead;
         status.set_connected(false);
         let retry = match end {
             End::Done(done) => return Ok(done),
@@ -278,14 +290,42 @@ struct Session<'a, F: FollowerLog> {
     hw_passed: Lsn,
     /// The next fetch, read in the same trip to the blocking pool as the append before it:
     /// the fetch that acknowledges records goes out as soon as they are durable (issue 42).
+    /// Fetching ahead, what the log will say once the pending append is done.
     next: Option<Sent>,
+    /// Fetching ahead (`FollowerOptions::fetch_ahead`): the next fetch goes out while the
+    /// last records sync; `durable` is what it acknowledges.
+    ahead: bool,
+    /// The append running while the next fetch is in flight (only fetching ahead; when
+    /// set, so is `next`).
+    pending: Option<Pending<F::Error>>,
+    /// The log's durable end as this session knows it (fetching ahead).
+    durable: Lsn,
 }
+
+/// An append running beside the next fetch.
+struct Pending<E> {
+    run: std::pin::Pin<Box<dyn std::future::Future<Output = Appended<E>> + Send>>,
+    /// Where the log ends once it is done.
+    due: Sent,
+    /// The fetch whose answer it appends, and that answer's record count and bytes.
+    from: Lsn,
+    count: u64,
+    bytes: u64,
+}
+
+/// What an append gave: the log as the next fetch reads it.
+type Appended<E> = Result<Result<Sent, E>, Cancelled>;
 
 impl<F: FollowerLog> Session<'_, F> {
     async fn run(&mut self, shutdown: &mut watch::Receiver<bool>) -> End<F::Error> {
-        match self.fetch_loop(shutdown).await {
+        let end = match self.fetch_loop(shutdown).await {
             Ok(never) => match never {},
             Err(end) => end,
+        };
+        // No session (and no return) leaves an append running: the next reads the log.
+        match self.settle().await {
+            Err(fatal @ End::Fatal(_)) => fatal,
+            _ => end,
         }
     }
 
@@ -294,10 +334,12 @@ impl<F: FollowerLog> Session<'_, F> {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<std::convert::Infallible, End<F::Error>> {
         let mut stream = self.connect(shutdown).await?;
+        let mut reader = FrameReader::default();
         self.status.set_connected(true);
         info!(
             leader = self.leader,
             replica = self.opts.replica,
+            ahead = self.ahead,
             "connected to the leader"
         );
         loop {
@@ -306,15 +348,24 @@ impl<F: FollowerLog> Session<'_, F> {
             }
             let sent = match self.next.take() {
                 Some(sent) => sent,
-                None => follow_call(self.log, Sent::of).await?,
+                None => {
+                    let sent = follow_call(self.log, Sent::of).await?;
+                    self.durable = sent.fetch_lsn;
+                    sent
+                }
             };
-            let answer = self.exchange(&mut stream, sent, shutdown).await?;
+            let answer = self
+                .exchange((&mut stream, &mut reader), sent, shutdown)
+                .await?;
             self.handle(answer, sent).await?;
             self.answered = true;
         }
     }
 
-    async fn connect(&self, shutdown: &mut watch::Receiver<bool>) -> Result<Stream, End<F::Error>> {
+    async fn connect(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Stream, End<F::Error>> {
         let attempt = self
             .opts
             .transport
@@ -326,47 +377,35 @@ impl<F: FollowerLog> Session<'_, F> {
         }
     }
 
-    /// Sends one fetch and reads its answer, within the timeouts and watching shutdown.
+    /// Sends one fetch and reads its answer, within the timeouts and watching shutdown;
+    /// fetching ahead, the pending append lands meanwhile and is acknowledged at once
+    /// (`Durable`).
     async fn exchange(
-        &self,
-        stream: &mut Stream,
+        &mut self,
+        (stream, reader): (&mut Stream, &mut FrameReader),
         sent: Sent,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Message, End<F::Error>> {
-        let leader = || self.leader.to_string();
-        let fetch = Message::Fetch {
-            replica: self.opts.replica.clone(),
-            current_epoch: sent.current_epoch,
-            fetch_lsn: sent.fetch_lsn,
-            last_epoch: sent.last_epoch,
-            max_bytes: self.opts.fetch_bytes_max,
-            wait_ms: self.wait_ms(),
-        };
-        let write = timeout(
-            self.opts.write_timeout,
-            wire::write_frame(stream, &fetch, self.opts.frame_bytes_max),
-        );
-        match write.await {
-            Err(_) => {
-                return Err(End::Retry(RetryError::Timeout {
-                    leader: leader(),
-                    what: "writing a Fetch",
-                }))
-            }
-            Ok(Err(source)) => {
-                return Err(End::Retry(RetryError::Wire {
-                    leader: leader(),
-                    what: "writing a Fetch",
-                    source,
-                }))
-            }
-            Ok(Ok(())) => {}
-        }
+        let fetch = self.fetch(sent);
+        self.write(stream, &fetch, "writing a Fetch").await?;
+        let mut told = self.durable;
         let limit = self.opts.read_timeout + Duration::from_millis(u64::from(self.wait_ms()));
-        let read = tokio::select! {
-            _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
-            r = timeout(limit, read_frame(stream, self.opts.frame_bytes_max)) => r,
+        let deadline = tokio::time::Instant::now() + limit;
+        let read = loop {
+            tokio::select! {
+                _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
+                r = tokio::time::timeout_at(deadline, reader.next(stream, self.opts.frame_bytes_max)) => break r,
+                landed = ahead::finished(&mut self.pending) => {
+                    self.landed(landed)?;
+                    if self.durable > told {
+                        told = self.durable;
+                        let durable = Message::Durable { durable_lsn: told };
+                        self.write(stream, &durable, "writing a Durable").await?;
+                    }
+                }
+            }
         };
+        let leader = || self.leader.to_string();
         match read {
             Err(_) => Err(End::Retry(RetryError::Timeout {
                 leader: leader(),
@@ -385,8 +424,64 @@ impl<F: FollowerLog> Session<'_, F> {
         }
     }
 
+    /// The fetch for `sent`: a `FetchAhead` (acknowledging `durable`) or a `Fetch`.
+    fn fetch(&self, sent: Sent) -> Message {
+        let (replica, max_bytes, wait_ms) = (
+            self.opts.replica.clone(),
+            self.opts.fetch_bytes_max,
+            self.wait_ms(),
+        );
+        if self.ahead {
+            return Message::FetchAhead {
+                replica,
+                current_epoch: sent.current_epoch,
+                fetch_lsn: sent.fetch_lsn,
+                durable_lsn: self.durable,
+                last_epoch: sent.last_epoch,
+                max_bytes,
+                wait_ms,
+            };
+        }
+        Message::Fetch {
+            replica,
+            current_epoch: sent.current_epoch,
+            fetch_lsn: sent.fetch_lsn,
+            last_epoch: sent.last_epoch,
+            max_bytes,
+            wait_ms,
+        }
+    }
+
+    /// Writes one frame within the write timeout.
+    async fn write(
+        &mut self,
+        stream: &mut Stream,
+        msg: &Message,
+        what: &'static str,
+    ) -> Result<(), End<F::Error>> {
+        let leader = || self.leader.to_string();
+        let write = timeout(
+            self.opts.write_timeout,
+            wire::write_frame(stream, msg, self.opts.frame_bytes_max),
+        );
+        match write.await {
+            Err(_) => Err(End::Retry(RetryError::Timeout {
+                leader: leader(),
+                what,
+            })),
+            Ok(Err(source)) => Err(End::Retry(RetryError::Wire {
+                leader: leader(),
+                what,
+                source,
+            })),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
     async fn handle(&mut self, answer: Message, sent: Sent) -> Result<(), End<F::Error>> {
         let leader = self.leader.to_string();
+        // Every answer but records acts on the log as it is: the pending append first.
+        self.settle().await?;
         match answer {
             Message::Records {
                 leader_epoch,
@@ -414,9 +509,12 @@ impl<F: FollowerLog> Session<'_, F> {
                 Err(End::Retry(RetryError::NotLeader { leader, epoch }))
             }
             Message::Error { message } => {
+                self.refused_ahead(&message);
                 Err(End::Retry(RetryError::LeaderError { leader, message }))
             }
             other @ (Message::Fetch { .. }
+            | Message::FetchAhead { .. }
+            | Message::Durable { .. }
             | Message::Snapshot { .. }
             | Message::SnapshotFile { .. }
             | Message::SnapshotData { .. }
@@ -476,7 +574,9 @@ impl<F: FollowerLog> Session<'_, F> {
         self.status.answered(leader_epoch);
         let count = entries.len() as u64;
         let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
-        if count > 0 || hw > self.hw_passed {
+        if self.ahead {
+            self.append_ahead(sent, hw, entries);
+        } else if count > 0 || hw > self.hw_passed {
             let next = follow_call(self.log, move |l| {
                 l.append(&entries, hw).map(|()| Sent::of(l))
             })
@@ -490,8 +590,8 @@ impl<F: FollowerLog> Session<'_, F> {
             })?;
             self.hw_passed = hw;
             self.next = Some(next);
+            self.status.appended(count, bytes);
         }
-        self.status.appended(count, bytes);
         self.status.saw_hw(hw);
         if self.mode == Mode::Reconcile {
             let log_end = sent.fetch_lsn + count;

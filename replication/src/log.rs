@@ -85,9 +85,10 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
     /// Records `from..shippable_end()`, at least one if any, at most about `max_bytes`.
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;
-    /// A follower fetched at `fetch_lsn`: every record below it is durable there. Returns
-    /// the high watermark to send back.
-    fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn;
+    /// Follower `replica` acknowledged `durable_lsn`: every record below it is durable there
+    /// (a `Fetch`'s `fetch_lsn`, a `FetchAhead`'s or a `Durable` frame's `durable_lsn`; never
+    /// more than its fetches established). Returns the high watermark to send back.
+    fn acknowledged(&self, replica: &str, durable_lsn: Lsn) -> Lsn;
     /// A follower connection closed (the in-sync set may shrink).
     fn disconnected(&self, replica: &str);
     /// Follower `replica` was told its log diverges or is behind what this leader retains:

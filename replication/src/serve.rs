@@ -1,6 +1,7 @@
 //! The leader's side of the protocol: `serve_followers` accepts follower connections and
-//! answers each `Fetch` with `decide::leader_answer`, long-polling when the follower is
-//! caught up. It owns the sockets and the waiting; it never decides (that is `decide`) and
+//! answers each `Fetch` (or `FetchAhead`) with `decide::leader_answer`, long-polling when
+//! the follower is caught up, and takes `Durable` frames whenever they come, a long-poll
+//! included (`Conn`). It owns the sockets and the waiting; it never decides (that is `decide`) and
 //! never touches the log except through `LeaderLog`, whose every call runs on the blocking
 //! pool. A bad peer (garbage, a timeout, a closed socket) ends only its own connection.
 //! `serve_followers_on` is the same server on another network than the kernel's (a
@@ -23,8 +24,8 @@ use crate::options::LeaderOptions;
 use crate::task::{check_join, lead_call, shutdown_requested, wait_shutdown, Cancelled};
 use crate::transport::{Accepted, Listen, Peer, Stream};
 use crate::wire::{
-    self, read_frame, write_encoded, Message, WireError, ENTRY_HEADER_BYTES, FRAME_HEADER_BYTES,
-    RECORDS_HEADER_BYTES,
+    self, kind, kind_name, write_encoded, FrameReader, Message, WireError, ENTRY_HEADER_BYTES,
+    FRAME_HEADER_BYTES, RECORDS_HEADER_BYTES,
 };
 
 /// The long-poll waits on the blocking pool in slices this long, so that shutdown is seen
@@ -187,23 +188,45 @@ async fn connection_loop<L: LeaderLog>(
     // The name this connection speaks as (any request); `replica` is set by fetches only:
     // the standby whose connection state `disconnected` clears at the end.
     let mut bound: Option<String> = None;
+    let mut conn = Conn {
+        stream,
+        reader: FrameReader::default(),
+        addr: peer.addr,
+        log,
+        opts,
+        acks: Acks::default(),
+    };
     loop {
-        let request = match next_request(stream, peer.addr, opts, shutdown).await? {
+        let request = match next_request(&mut conn, shutdown).await? {
             None => return Ok(None),
             Some(r) => r,
         };
-        permitted(stream, peer, opts, request.replica()).await?;
-        same_replica(&mut bound, peer, request.replica())?;
+        let Some(name) = request.replica() else {
+            if let Request::Durable(durable) = request {
+                conn.on_durable(durable).await?;
+            }
+            continue;
+        };
+        permitted(conn.stream, peer, opts, name).await?;
+        same_replica(&mut bound, peer, name)?;
         let fetch = match request {
             Request::Fetch(f) => f,
+            Request::Durable(_) => continue,
             Request::Snapshot {
                 replica,
                 current_epoch,
             } => {
                 let limits = (opts.frame_bytes_max, opts.write_timeout);
                 let addr = peer.addr;
-                crate::snapshot::serve_snapshot(stream, addr, log, limits, replica, current_epoch)
-                    .await;
+                crate::snapshot::serve_snapshot(
+                    conn.stream,
+                    addr,
+                    log,
+                    limits,
+                    replica,
+                    current_epoch,
+                )
+                .await;
                 return Ok(None);
             }
             // Only as a connection's first request: a fetching connection stays one.
@@ -223,13 +246,111 @@ async fn connection_loop<L: LeaderLog>(
             }
         };
         replica.get_or_insert_with(|| fetch.replica.clone());
-        let Some(answer) = answer_fetch(log, &fetch, shutdown)
-            .await
-            .map_err(|_| ConnError::Cancelled { peer: peer.addr })?
-        else {
+        let Some(answer) = answer_fetch(&mut conn, &fetch, shutdown).await? else {
             return Ok(None);
         };
-        send(stream, peer.addr, &answer, opts).await?;
+        send(conn.stream, peer.addr, &answer, opts).await?;
+    }
+}
+
+/// One follower connection: its stream, read through one cancel-safe reader (a `Durable`
+/// frame is read during a long-poll), and what the follower has acknowledged on it.
+struct Conn<'a, L: LeaderLog> {
+    stream: &'a mut Stream,
+    reader: FrameReader,
+    addr: SocketAddr,
+    log: &'a Arc<L>,
+    opts: &'a LeaderOptions,
+    acks: Acks,
+}
+
+/// What a follower's fetches on one connection established: the replica and epoch of the
+/// last fetch answered with records, the lsn that fetch started at (the logs agree below
+/// it: a `Durable` frame may acknowledge up to there, no further) and what it has
+/// acknowledged so far.
+#[derive(Default)]
+struct Acks {
+    replica: Option<String>,
+    epoch: Epoch,
+    agreed: Lsn,
+    durable: Lsn,
+}
+
+impl<L: LeaderLog> Conn<'_, L> {
+    /// `fetch` was decided with `acked` as its acknowledgement: a `Records` answer means the
+    /// logs agree below its `fetch_lsn` and `acked` counted (`read_records`).
+    fn answered(&mut self, fetch: &Fetch, answer: &Message, acked: Lsn) {
+        if let Message::Records { .. } = answer {
+            self.acks = Acks {
+                replica: Some(fetch.replica.clone()),
+                epoch: fetch.view.current_epoch,
+                agreed: fetch.view.fetch_lsn,
+                durable: acked,
+            };
+        }
+    }
+
+    /// A `Durable` frame: acknowledged at once if it moves the follower's durable end and
+    /// stays within what the logs agree on, while this node still leads that fetch's
+    /// epoch. Anything else is ignored: acknowledging less is always safe.
+    async fn on_durable(&mut self, durable: Lsn) -> Result<(), ConnError> {
+        let Some(replica) = self.acks.replica.clone() else {
+            return Ok(());
+        };
+        if durable <= self.acks.durable || durable > self.acks.agreed {
+            debug!(peer = %self.addr, durable, acked = self.acks.durable, agreed = self.acks.agreed, "a Durable frame moved nothing");
+            return Ok(());
+        }
+        self.acks.durable = durable;
+        let epoch = self.acks.epoch;
+        lead_call(self.log, move |l| {
+            if l.leader_epoch() == Some(epoch) {
+                l.acknowledged(&replica, durable);
+            }
+        })
+        .await
+        .map_err(|_| ConnError::Cancelled { peer: self.addr })
+    }
+
+    /// The acknowledgement renewed by a long-poll with no news (as `waited` did): still
+    /// caught up, still fetching, still durable up to what it last said.
+    async fn renew(&mut self, fetch: &Fetch) -> Result<bool, ConnError> {
+        let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
+        let (after, durable) = (fetch.view.fetch_lsn, self.acks.durable.max(fetch.acked));
+        lead_call(self.log, move |l| {
+            let moved = l.shippable_end() > after;
+            if !moved && l.leader_epoch() == Some(epoch) {
+                l.acknowledged(&replica, durable);
+            }
+            moved
+        })
+        .await
+        .map_err(|_| ConnError::Cancelled { peer: self.addr })
+    }
+
+    /// A frame read during a long-poll: only a `Durable` may come while a fetch waits for
+    /// its answer (one fetch in flight per connection).
+    async fn during_poll(
+        &mut self,
+        frame: Result<Option<Message>, WireError>,
+    ) -> Result<bool, ConnError> {
+        let peer = self.addr;
+        match frame {
+            Ok(Some(Message::Durable { durable_lsn })) => {
+                self.on_durable(durable_lsn).await?;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Ok(Some(other)) => Err(ConnError::Unexpected {
+                peer,
+                got: other.name(),
+            }),
+            Err(source) => Err(ConnError::Wire {
+                peer,
+                what: "reading during a long-poll",
+                source,
+            }),
+        }
     }
 }
 
@@ -274,6 +395,8 @@ async fn permitted(
 /// What a follower may send.
 enum Request {
     Fetch(Fetch),
+    /// A `Durable` frame between fetches (`Conn::on_durable`).
+    Durable(Lsn),
     /// A base backup (`snapshot.rs`); the connection ends after it.
     Snapshot {
         replica: String,
@@ -288,27 +411,28 @@ enum Request {
 }
 
 impl Request {
-    /// The replica the request speaks as.
-    fn replica(&self) -> &str {
+    /// The replica the request speaks as (`None`: it names none, it belongs to the
+    /// connection's fetches).
+    fn replica(&self) -> Option<&str> {
         match self {
-            Request::Fetch(f) => &f.replica,
-            Request::Snapshot { replica, .. } | Request::Forward { replica, .. } => replica,
+            Request::Fetch(f) => Some(&f.replica),
+            Request::Durable(_) => None,
+            Request::Snapshot { replica, .. } | Request::Forward { replica, .. } => Some(replica),
         }
     }
 }
 
-/// Reads the next `Fetch` (or `Snapshot`) within the idle timeout. `None`: the peer closed
-/// the connection or shutdown came. A bad frame or another message is answered with an
-/// `Error` (best effort) and ends the connection.
-async fn next_request(
-    stream: &mut Stream,
-    peer: SocketAddr,
-    opts: &LeaderOptions,
+/// Reads the next request within the idle timeout. `None`: the peer closed the connection
+/// or shutdown came. A bad frame or another message is answered with an `Error` (best
+/// effort) and ends the connection.
+async fn next_request<L: LeaderLog>(
+    conn: &mut Conn<'_, L>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Option<Request>, ConnError> {
+    let (peer, opts) = (conn.addr, conn.opts);
     let read = tokio::select! {
         _ = wait_shutdown(shutdown) => return Ok(None),
-        r = timeout(opts.idle_timeout, read_frame(stream, opts.frame_bytes_max)) => r,
+        r = timeout(opts.idle_timeout, conn.reader.next(conn.stream, opts.frame_bytes_max)) => r,
     };
     let msg = match read {
         Err(_) => {
@@ -319,54 +443,101 @@ async fn next_request(
         Ok(Ok(Some(msg))) => msg,
         Ok(Err(source)) => {
             let message = format!("bad frame: {source}");
-            let _ = send(stream, peer, &Message::Error { message }, opts).await;
+            let _ = send(conn.stream, peer, &Message::Error { message }, opts).await;
             let what = "reading a Fetch";
             return Err(ConnError::Wire { peer, what, source });
         }
     };
-    if let Message::Snapshot {
-        replica,
-        current_epoch,
-    } = msg
-    {
-        return Ok(Some(Request::Snapshot {
+    match request(msg, opts) {
+        Ok(r) => Ok(Some(r)),
+        Err(message) => {
+            let got = kind_name(message.0);
+            let _ = send(
+                conn.stream,
+                peer,
+                &Message::Error { message: message.1 },
+                opts,
+            )
+            .await;
+            Err(ConnError::Unexpected { peer, got })
+        }
+    }
+}
+
+/// The request a follower's message is; `Err((type, why))` for a message no follower sends
+/// to a leader, or a `FetchAhead` that acknowledges more than it holds.
+fn request(msg: Message, opts: &LeaderOptions) -> Result<Request, (u8, String)> {
+    let (replica, view, acked, max_bytes, wait_ms) = match msg {
+        Message::Snapshot {
             replica,
             current_epoch,
-        }));
-    }
-    if let Message::Forward { replica, id, batch } = msg {
-        return Ok(Some(Request::Forward { replica, id, batch }));
-    }
-    let Message::Fetch {
-        replica,
-        current_epoch,
-        fetch_lsn,
-        last_epoch,
-        max_bytes,
-        wait_ms,
-    } = msg
-    else {
-        let got = msg.name();
-        let message = format!("expected a Fetch, got {got}");
-        let _ = send(stream, peer, &Message::Error { message }, opts).await;
-        return Err(ConnError::Unexpected { peer, got });
-    };
-    Ok(Some(Request::Fetch(Fetch {
-        replica,
-        view: FetchView {
+        } => {
+            return Ok(Request::Snapshot {
+                replica,
+                current_epoch,
+            })
+        }
+        Message::Forward { replica, id, batch } => {
+            return Ok(Request::Forward { replica, id, batch })
+        }
+        Message::Durable { durable_lsn } => return Ok(Request::Durable(durable_lsn)),
+        Message::Fetch {
+            replica,
             current_epoch,
             fetch_lsn,
             last_epoch,
-        },
+            max_bytes,
+            wait_ms,
+        } => {
+            let view = FetchView {
+                current_epoch,
+                fetch_lsn,
+                last_epoch,
+            };
+            (replica, view, fetch_lsn, max_bytes, wait_ms)
+        }
+        Message::FetchAhead {
+            replica,
+            current_epoch,
+            fetch_lsn,
+            durable_lsn,
+            last_epoch,
+            max_bytes,
+            wait_ms,
+        } => {
+            if durable_lsn > fetch_lsn {
+                let why =
+                    format!("a FetchAhead at lsn {fetch_lsn} says lsn {durable_lsn} is durable");
+                return Err((kind::FETCH_AHEAD, why));
+            }
+            let view = FetchView {
+                current_epoch,
+                fetch_lsn,
+                last_epoch,
+            };
+            (replica, view, durable_lsn, max_bytes, wait_ms)
+        }
+        other => {
+            let got = other.name();
+            return Err((other.kind(), format!("expected a Fetch, got {got}")));
+        }
+    };
+    Ok(Request::Fetch(Fetch {
+        replica,
+        view,
+        acked,
         max_bytes: fetch_bytes(max_bytes, opts.frame_bytes_max),
         wait: Duration::from_millis(u64::from(wait_ms)).min(opts.wait_max),
-    })))
+    }))
 }
 
 /// One decoded fetch, with its limits already clamped to the leader's.
 struct Fetch {
     replica: String,
     view: FetchView,
+    /// What the fetch acknowledges: every record below it is durable on the follower
+    /// (`fetch_lsn` for a `Fetch`, `durable_lsn` for a `FetchAhead`).
+    acked: Lsn,
     max_bytes: usize,
     wait: Duration,
 }
@@ -377,109 +548,125 @@ fn fetch_bytes(asked: u32, frame_bytes_max: u32) -> usize {
     (asked as usize).min(room)
 }
 
-/// The answer to one fetch; `None` when shutdown came during the long-poll.
+/// The answer to one fetch; `None` when shutdown came during the long-poll (or the
+/// follower closed the connection).
 async fn answer_fetch<L: LeaderLog>(
-    log: &Arc<L>,
+    conn: &mut Conn<'_, L>,
     fetch: &Fetch,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<Option<Message>, Cancelled> {
-    let first = decide_and_read(log, fetch).await?;
+) -> Result<Option<Message>, ConnError> {
+    let cancelled = |_| ConnError::Cancelled { peer: conn.addr };
+    let first = decide_and_read(conn.log, fetch, fetch.acked)
+        .await
+        .map_err(cancelled)?;
+    conn.answered(fetch, &first, fetch.acked);
     let caught_up = matches!(&first, Message::Records { entries, .. } if entries.is_empty());
     if !caught_up || fetch.wait.is_zero() {
         return Ok(Some(first));
     }
     let deadline = Instant::now() + fetch.wait;
-    let after = fetch.view.fetch_lsn;
-    if let Some(durable) = log.shippable_watch() {
-        if !wait_watched(log, fetch, durable, deadline, shutdown).await? {
-            return Ok(None);
-        }
-        return decide_and_read(log, fetch).await.map(Some);
+    if !long_poll(conn, fetch, deadline, shutdown).await? {
+        return Ok(None);
     }
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        let slice = left.min(WAIT_SLICE);
-        let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
-        let durable = tokio::select! {
-            _ = wait_shutdown(shutdown) => return Ok(None),
-            d = lead_call(log, move |l| waited(l, (&replica, epoch), after, slice)) => d?,
-        };
-        if durable > after {
-            break;
-        }
-    }
-    // Decide again: leadership, the hw and the log may all have moved during the wait.
-    decide_and_read(log, fetch).await.map(Some)
+    // Decide again: leadership, the hw and the log may all have moved during the wait; and
+    // the follower's acknowledgement, if `Durable` frames came (never back below them).
+    let acked = conn.acks.durable.max(fetch.acked);
+    let again = decide_and_read(conn.log, fetch, acked).await;
+    let again = again.map_err(|_| ConnError::Cancelled { peer: conn.addr })?;
+    conn.answered(fetch, &again, acked);
+    Ok(Some(again))
 }
 
-/// The long-poll on the log's durable-end watch: until the durable end passes the fetch's
-/// lsn or `deadline`; each `WAIT_SLICE` without news renews the follower's acknowledgement
-/// (as `waited` does). `false`: shutdown came first.
-async fn wait_watched<L: LeaderLog>(
-    log: &Arc<L>,
+/// The long-poll: until the shippable end passes the fetch's lsn or `deadline`, on the
+/// log's watch (woken by the write or sync itself) or, for a log without one, in
+/// `wait_durable` slices on the blocking pool (one at a time). `Durable` frames are taken
+/// as they come; each `WAIT_SLICE` without news renews the follower's acknowledgement.
+/// `false`: shutdown came first, or the follower closed the connection.
+async fn long_poll<L: LeaderLog>(
+    conn: &mut Conn<'_, L>,
     fetch: &Fetch,
-    mut durable: watch::Receiver<Lsn>,
     deadline: Instant,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<bool, Cancelled> {
+) -> Result<bool, ConnError> {
     let after = fetch.view.fetch_lsn;
-    while *durable.borrow_and_update() <= after {
+    let mut durable = conn.log.shippable_watch();
+    let mut slice_wait: Option<SliceWait> = None;
+    loop {
+        if durable
+            .as_mut()
+            .is_some_and(|d| *d.borrow_and_update() > after)
+        {
+            return Ok(true);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            break;
+            return Ok(true);
         }
-        let slice = tokio::time::sleep(left.min(WAIT_SLICE));
+        let slice = left.min(WAIT_SLICE);
+        if durable.is_none() && slice_wait.is_none() {
+            let log = Arc::clone(conn.log);
+            let wait = async move { lead_call(&log, move |l| l.wait_durable(after, slice)).await };
+            slice_wait = Some(Box::pin(wait));
+        }
+        let max = conn.opts.frame_bytes_max;
         tokio::select! {
             _ = wait_shutdown(shutdown) => return Ok(false),
-            changed = durable.changed() => {
-                if changed.is_err() {
-                    break; // the log is gone: answer now, from what it says
+            frame = conn.reader.next(conn.stream, max) => {
+                if !conn.during_poll(frame).await? {
+                    return Ok(false);
                 }
             }
-            () = slice => {
+            changed = changed(&mut durable) => {
+                if changed.is_err() {
+                    return Ok(true); // the log is gone: answer now, from what it says
+                }
+            }
+            waited = finished(&mut slice_wait) => {
+                slice_wait = None;
+                let end = waited.map_err(|_| ConnError::Cancelled { peer: conn.addr })?;
+                if end > after || conn.renew(fetch).await? {
+                    return Ok(true);
+                }
+            }
+            () = tokio::time::sleep(slice), if durable.is_some() => {
                 // No news for a slice: still caught up at `after`, so the acknowledgement is
-                // renewed; and the durable end is read once more, in case the watch missed it.
-                let (replica, epoch) = (fetch.replica.clone(), fetch.view.current_epoch);
-                let moved = lead_call(log, move |l| {
-                    let moved = l.shippable_end() > after;
-                    if !moved && l.leader_epoch() == Some(epoch) {
-                        l.acknowledged(&replica, after);
-                    }
-                    moved
-                })
-                .await?;
-                if moved {
-                    break;
+                // renewed; and the end is read once more, in case the watch missed it.
+                if conn.renew(fetch).await? {
+                    return Ok(true);
                 }
             }
         }
     }
-    Ok(true)
 }
 
-/// One slice of a long-poll: waits for the durable end to pass `after`; while it has not,
-/// the follower is still caught up at `after` and still fetching, so its acknowledgement is
-/// renewed (as long as this node still leads the fetch's epoch). Without it a standby idle
-/// in a long-poll longer than `standby_timeout_ms` looked lost (issue 27).
-fn waited<L: LeaderLog>(
-    l: &L,
-    (replica, epoch): (&str, Epoch),
-    after: Lsn,
-    slice: Duration,
-) -> Lsn {
-    let durable = l.wait_durable(after, slice);
-    if durable <= after && l.leader_epoch() == Some(epoch) {
-        l.acknowledged(replica, after);
+/// One `wait_durable` slice on the blocking pool, kept across the long-poll's turns so
+/// that a `Durable` frame does not start a second.
+type SliceWait =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Lsn, Cancelled>> + Send>>;
+
+/// The watch's next change; never, without a watch.
+async fn changed(w: &mut Option<watch::Receiver<Lsn>>) -> Result<(), watch::error::RecvError> {
+    match w {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
     }
-    durable
+}
+
+/// The slice's end; never, without one.
+async fn finished(w: &mut Option<SliceWait>) -> Result<Lsn, Cancelled> {
+    match w {
+        Some(w) => w.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `leader_answer`, and for `Read` the acknowledgement and the records, in one trip to the
 /// blocking pool. `saw_higher_epoch` is called here for `UnknownEpoch`.
-async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Message, Cancelled> {
+async fn decide_and_read<L: LeaderLog>(
+    log: &Arc<L>,
+    fetch: &Fetch,
+    acked: Lsn,
+) -> Result<Message, Cancelled> {
     let replica = fetch.replica.clone();
     let view = fetch.view;
     let max_bytes = fetch.max_bytes;
@@ -526,23 +713,27 @@ async fn decide_and_read<L: LeaderLog>(log: &Arc<L>, fetch: &Fetch) -> Result<Me
             l.fell_behind(&replica, "it is behind what this leader retains");
             Message::OutOfRange { log_start }
         }
-        Answer::Read { leader_epoch } => {
-            read_records(l, &replica, view.fetch_lsn, leader_epoch, max_bytes)
-        }
+        Answer::Read { leader_epoch } => read_records(
+            l,
+            &replica,
+            (view.fetch_lsn, acked),
+            leader_epoch,
+            max_bytes,
+        ),
     })
     .await
 }
 
-/// The `Records` answer: acknowledge (this fetch passed every check, so its lsn counts
-/// toward the hw, Kip320's fenced hw rule), then read from `fetch_lsn`.
+/// The `Records` answer: acknowledge (this fetch passed every check, so what it says is
+/// durable counts toward the hw, Kip320's fenced hw rule), then read from `fetch_lsn`.
 fn read_records<L: LeaderLog>(
     l: &L,
     replica: &str,
-    fetch_lsn: Lsn,
+    (fetch_lsn, acked): (Lsn, Lsn),
     leader_epoch: Epoch,
     max_bytes: usize,
 ) -> Message {
-    let hw = l.acknowledged(replica, fetch_lsn);
+    let hw = l.acknowledged(replica, acked);
     let log_start = l.log_start();
     let mut entries = if fetch_lsn < l.shippable_end() {
         match l.read(fetch_lsn, max_bytes) {

@@ -63,6 +63,8 @@ struct State {
     /// Base backups handed out.
     snapshots_taken: u32,
     forwarded: u64,
+    /// The highest lsn `read` was asked to read from (where a follower's fetch stood).
+    furthest_read: Lsn,
 }
 
 impl State {
@@ -300,6 +302,14 @@ impl MemLog {
             .map(|e| e.payload.clone())
             .collect()
     }
+    /// What `replica` acknowledged last (leader side): every record below it is durable there.
+    pub fn acked(&self, replica: &str) -> Option<Lsn> {
+        self.lock().acks.get(replica).copied()
+    }
+    /// The highest lsn a follower's fetch was served records from (leader side).
+    pub fn furthest_read(&self) -> Lsn {
+        self.lock().furthest_read
+    }
     pub fn hw(&self) -> Lsn {
         self.lock().hw
     }
@@ -387,7 +397,8 @@ impl LeaderLog for MemLog {
         end_offset_in(&s.epochs, s.log_end(), epoch)
     }
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, MemError> {
-        let s = self.lock();
+        let mut s = self.lock();
+        s.furthest_read = s.furthest_read.max(from);
         let mut out = Vec::new();
         let mut bytes = 0;
         let first = from.saturating_sub(s.log_start) as usize;

@@ -48,6 +48,8 @@ pub mod kind {
     pub const FORWARD: u8 = 13;
     pub const FORWARD_ANSWER: u8 = 14;
     pub const FORWARD_REFUSED: u8 = 15;
+    pub const FETCH_AHEAD: u8 = 16;
+    pub const DURABLE: u8 = 17;
 }
 
 /// Every message of the protocol. The follower sends `Fetch`, and the leader answers each
@@ -67,6 +69,24 @@ pub enum Message {
         max_bytes: u32,
         wait_ms: u32,
     },
+    /// A `Fetch` sent before the follower's log is durable up to `fetch_lsn` (issue 42: the
+    /// follower fetches again while it syncs). Only `durable_lsn` (<= `fetch_lsn`) is the
+    /// acknowledgement: every record below it is durable there; `fetch_lsn` is where the
+    /// answer's records start. A type of its own, so that a leader that does not know it
+    /// refuses it instead of reading `fetch_lsn` as an acknowledgement.
+    FetchAhead {
+        replica: String,
+        current_epoch: Epoch,
+        fetch_lsn: Lsn,
+        durable_lsn: Lsn,
+        last_epoch: Epoch,
+        max_bytes: u32,
+        wait_ms: u32,
+    },
+    /// Sent without an answer by a follower that fetches ahead, on the connection of its
+    /// fetches, whenever its log became durable further: every record below `durable_lsn`
+    /// is durable there. The leader takes it at once, even during a long-poll.
+    Durable { durable_lsn: Lsn },
     /// Records from the fetch's `fetch_lsn` on (none after a long-poll that timed out).
     Records {
         leader_epoch: Epoch,
@@ -153,6 +173,8 @@ impl Message {
             Message::Forward { .. } => kind::FORWARD,
             Message::ForwardAnswer { .. } => kind::FORWARD_ANSWER,
             Message::ForwardRefused { .. } => kind::FORWARD_REFUSED,
+            Message::FetchAhead { .. } => kind::FETCH_AHEAD,
+            Message::Durable { .. } => kind::DURABLE,
         }
     }
 
@@ -180,6 +202,8 @@ pub fn kind_name(kind: u8) -> &'static str {
         kind::FORWARD => "Forward",
         kind::FORWARD_ANSWER => "ForwardAnswer",
         kind::FORWARD_REFUSED => "ForwardRefused",
+        kind::FETCH_AHEAD => "FetchAhead",
+        kind::DURABLE => "Durable",
         _ => "unknown",
     }
 }
@@ -263,6 +287,27 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
                 wait_ms,
             ],
         ),
+        Message::FetchAhead {
+            replica,
+            current_epoch,
+            fetch_lsn,
+            durable_lsn,
+            last_epoch,
+            max_bytes,
+            wait_ms,
+        } => put(
+            out,
+            &[
+                replica,
+                current_epoch,
+                fetch_lsn,
+                durable_lsn,
+                last_epoch,
+                max_bytes,
+                wait_ms,
+            ],
+        ),
+        Message::Durable { durable_lsn } => durable_lsn.put(out),
         Message::Records {
             leader_epoch,
             hw,
@@ -449,6 +494,18 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Message, WireError> {
         },
         kind::SNAPSHOT..=kind::SNAPSHOT_END => decode_snapshot(kind, r)?,
         kind::FORWARD..=kind::FORWARD_REFUSED => decode_forward(kind, r)?,
+        kind::FETCH_AHEAD => Message::FetchAhead {
+            replica: r.string("replica")?,
+            current_epoch: r.u32("current_epoch")?,
+            fetch_lsn: r.u64("fetch_lsn")?,
+            durable_lsn: r.u64("durable_lsn")?,
+            last_epoch: r.u32("last_epoch")?,
+            max_bytes: r.u32("max_bytes")?,
+            wait_ms: r.u32("wait_ms")?,
+        },
+        kind::DURABLE => Message::Durable {
+            durable_lsn: r.u64("durable_lsn")?,
+        },
         other => return Err(WireError::UnknownKind(other)),
     })
 }
@@ -579,40 +636,81 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     frame_bytes_max: u32,
 ) -> Result<Option<Message>, WireError> {
-    let mut len_buf = [0u8; LEN_PREFIX_BYTES];
-    let mut got = 0;
-    while got < LEN_PREFIX_BYTES {
-        let n = match r.read(&mut len_buf[got..]).await {
-            // A TLS peer that closed its socket between frames without a close_notify: a
-            // close like any other there (nothing of a frame was cut).
-            Err(e) if got == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-            r => r?,
-        };
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(WireError::UnexpectedEof)
+    FrameReader::default().next(r, frame_bytes_max).await
+}
+
+/// Reads frames one after another, cancel-safe: what a dropped [`FrameReader::next`] had
+/// read stays here for the next call, so `next` may race another future in a `select!`
+/// (a follower's sync beside the answer it waits for, a leader's long-poll beside the
+/// follower's next frame). It never reads past the frame it is reading: what follows stays
+/// in the socket for whoever reads it next.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    got: usize,
+}
+
+/// A reader keeps at most this much buffer between frames (a larger one is let go).
+const KEPT_BUFFER_BYTES: usize = 64 << 10;
+
+impl FrameReader {
+    /// The next frame, as [`read_frame`] reads it.
+    pub async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        frame_bytes_max: u32,
+    ) -> Result<Option<Message>, WireError> {
+        loop {
+            let want = self.want(frame_bytes_max)?;
+            if self.got == want {
+                let frame = decode_frame(&self.buf[LEN_PREFIX_BYTES..want]);
+                self.got = 0;
+                if self.buf.capacity() > KEPT_BUFFER_BYTES {
+                    self.buf = Vec::new();
+                }
+                return frame.map(Some);
+            }
+            if self.buf.len() < want {
+                self.buf.resize(want, 0);
+            }
+            let n = match r.read(&mut self.buf[self.got..want]).await {
+                // A TLS peer that closed its socket between frames without a close_notify: a
+                // close like any other there (nothing of a frame was cut).
+                Err(e) if self.got == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(WireError::UnexpectedEof)
+                }
+                r => r?,
             };
+            if n == 0 {
+                return if self.got == 0 {
+                    Ok(None)
+                } else {
+                    Err(WireError::UnexpectedEof)
+                };
+            }
+            self.got += n;
         }
-        got += n;
     }
-    let len = u32::from_le_bytes(len_buf);
-    if len > frame_bytes_max {
-        return Err(WireError::TooLarge {
-            len: u64::from(len),
-            max: frame_bytes_max,
-        });
+
+    /// The bytes the frame being read takes, length prefix included (only the prefix while
+    /// its length is not read yet); its length checked against the limits.
+    fn want(&self, frame_bytes_max: u32) -> Result<usize, WireError> {
+        if self.got < LEN_PREFIX_BYTES {
+            return Ok(LEN_PREFIX_BYTES);
+        }
+        let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        if len > frame_bytes_max {
+            return Err(WireError::TooLarge {
+                len: u64::from(len),
+                max: frame_bytes_max,
+            });
+        }
+        if (len as usize) < FRAME_HEADER_BYTES {
+            return Err(WireError::TooShort { len });
+        }
+        Ok(LEN_PREFIX_BYTES + len as usize)
     }
-    if (len as usize) < FRAME_HEADER_BYTES {
-        return Err(WireError::TooShort { len });
-    }
-    let mut frame = vec![0u8; len as usize];
-    r.read_exact(&mut frame).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => WireError::UnexpectedEof,
-        _ => WireError::Io(e),
-    })?;
-    decode_frame(&frame).map(Some)
 }
 
 /// Encodes and writes one frame, then flushes.

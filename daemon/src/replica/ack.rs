@@ -36,8 +36,11 @@ impl Replication {
         }
     }
 
-    /// A standby fetched at `fetch_lsn` (everything below it durable there): returns the
-    /// high watermark, the lsn below which every record is durable here and on a standby.
+    /// A standby acknowledged `fetch_lsn`: everything below it is durable there (a classic
+    /// fetch's lsn, or the durable end a standby fetching ahead reports: never what it
+    /// holds unsynced, so the hw and the in-sync catch-up both read a durable end). Returns
+    /// the high watermark, the lsn below which every record is durable here and on a
+    /// standby.
     pub fn standby_acked(&self, name: &str, fetch_lsn: Lsn) -> Lsn {
         let mut s = lock(&self.standbys);
         let e = s

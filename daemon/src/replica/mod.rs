@@ -127,8 +127,8 @@ impl LeaderLog for LeaderSide {
             .collect())
     }
 
-    fn acknowledged(&self, replica: &str, fetch_lsn: Lsn) -> Lsn {
-        self.repl.standby_acked(replica, fetch_lsn)
+    fn acknowledged(&self, replica: &str, durable_lsn: Lsn) -> Lsn {
+        self.repl.standby_acked(replica, durable_lsn)
     }
 
     fn disconnected(&self, replica: &str) {

@@ -24,6 +24,8 @@ pub enum Any {
     Forward(String, u64, Vec<u8>),
     ForwardAnswer(u64, u32, u64, Vec<u8>),
     ForwardRefused(u64, u32, String),
+    FetchAhead(String, u32, (u64, u64), u32, u32, u32),
+    Durable(u64),
 }
 
 pub fn message(a: Any) -> Message {
@@ -86,6 +88,23 @@ pub fn message(a: Any) -> Message {
             leader_epoch,
             reason,
         },
+        Any::FetchAhead(
+            replica,
+            current_epoch,
+            (fetch_lsn, durable_lsn),
+            last_epoch,
+            max_bytes,
+            wait_ms,
+        ) => Message::FetchAhead {
+            replica,
+            current_epoch,
+            fetch_lsn,
+            durable_lsn,
+            last_epoch,
+            max_bytes,
+            wait_ms,
+        },
+        Any::Durable(durable_lsn) => Message::Durable { durable_lsn },
     }
 }
 

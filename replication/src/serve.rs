@@ -188,14 +188,7 @@ async fn connection_loop<L: LeaderLog>(
     // The name this connection speaks as (any request); `replica` is set by fetches only:
     // the standby whose connection state `disconnected` clears at the end.
     let mut bound: Option<String> = None;
-    let mut conn = Conn {
-        stream,
-        reader: FrameReader::default(),
-        addr: peer.addr,
-        log,
-        opts,
-        acks: Acks::default(),
-    };
+    let mut conn = Conn::new(stream, peer.addr, log, opts);
     loop {
         let request = match next_request(&mut conn, shutdown).await? {
             None => return Ok(None),
@@ -276,7 +269,23 @@ struct Acks {
     durable: Lsn,
 }
 
-impl<L: LeaderLog> Conn<'_, L> {
+impl<'a, L: LeaderLog> Conn<'a, L> {
+    fn new(
+        stream: &'a mut Stream,
+        addr: SocketAddr,
+        log: &'a Arc<L>,
+        opts: &'a LeaderOptions,
+    ) -> Self {
+        Conn {
+            stream,
+            reader: FrameReader::default(),
+            addr,
+            log,
+            opts,
+            acks: Acks::default(),
+        }
+    }
+
     /// `fetch` was decided with `acked` as its acknowledgement: a `Records` answer means the
     /// logs agree below its `fetch_lsn` and `acked` counted (`read_records`).
     fn answered(&mut self, fetch: &Fetch, answer: &Message, acked: Lsn) {

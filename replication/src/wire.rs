@@ -269,6 +269,44 @@ pub fn entries_bytes(entries: &[Entry]) -> usize {
 
 fn encode_body(msg: &Message, out: &mut Vec<u8>) {
     match msg {
+        Message::Fetch { .. } | Message::FetchAhead { .. } | Message::Durable { .. } => {
+            encode_fetch(msg, out)
+        }
+        Message::Records {
+            leader_epoch,
+            hw,
+            log_start,
+            entries,
+        } => {
+            put(out, &[leader_epoch, hw, log_start, &(entries.len() as u32)]);
+            for e in entries {
+                put(out, &[&e.lsn, &e.epoch, &e.kind, &e.payload]);
+            }
+        }
+        Message::Diverging {
+            leader_epoch,
+            epoch,
+            end_lsn,
+        } => put(out, &[leader_epoch, epoch, end_lsn]),
+        Message::FencedEpoch { leader_epoch } | Message::UnknownEpoch { leader_epoch } => {
+            leader_epoch.put(out)
+        }
+        Message::OutOfRange { log_start } => log_start.put(out),
+        Message::NotLeader { epoch } => epoch.put(out),
+        Message::Error { message } => message.put(out),
+        Message::Snapshot { .. }
+        | Message::SnapshotFile { .. }
+        | Message::SnapshotData { .. }
+        | Message::SnapshotEnd { .. } => encode_snapshot(msg, out),
+        Message::Forward { .. }
+        | Message::ForwardAnswer { .. }
+        | Message::ForwardRefused { .. } => encode_forward(msg, out),
+    }
+}
+
+/// A follower's fetches and acknowledgements (their bodies; nothing for any other).
+fn encode_fetch(msg: &Message, out: &mut Vec<u8>) {
+    match msg {
         Message::Fetch {
             replica,
             current_epoch,
@@ -308,35 +346,7 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
             ],
         ),
         Message::Durable { durable_lsn } => durable_lsn.put(out),
-        Message::Records {
-            leader_epoch,
-            hw,
-            log_start,
-            entries,
-        } => {
-            put(out, &[leader_epoch, hw, log_start, &(entries.len() as u32)]);
-            for e in entries {
-                put(out, &[&e.lsn, &e.epoch, &e.kind, &e.payload]);
-            }
-        }
-        Message::Diverging {
-            leader_epoch,
-            epoch,
-            end_lsn,
-        } => put(out, &[leader_epoch, epoch, end_lsn]),
-        Message::FencedEpoch { leader_epoch } | Message::UnknownEpoch { leader_epoch } => {
-            leader_epoch.put(out)
-        }
-        Message::OutOfRange { log_start } => log_start.put(out),
-        Message::NotLeader { epoch } => epoch.put(out),
-        Message::Error { message } => message.put(out),
-        Message::Snapshot { .. }
-        | Message::SnapshotFile { .. }
-        | Message::SnapshotData { .. }
-        | Message::SnapshotEnd { .. } => encode_snapshot(msg, out),
-        Message::Forward { .. }
-        | Message::ForwardAnswer { .. }
-        | Message::ForwardRefused { .. } => encode_forward(msg, out),
+        _ => {}
     }
 }
 

@@ -7,75 +7,14 @@
 
 mod common;
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use roost_replication::testing::{MemError, MemLog};
+use roost_replication::testing::MemLog;
 use roost_replication::wire::{read_frame, write_frame, DEFAULT_FRAME_BYTES_MAX};
-use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, LeaderOptions, Lsn, Message};
+use roost_replication::{LeaderOptions, Lsn, Message};
 use tokio::net::{TcpListener, TcpStream};
-
-/// A follower's log whose appends wait until the test opens its gate (a sync that takes
-/// as long as the test wants); `waiting` counts the appends that reached the gate.
-struct Gated {
-    log: Arc<MemLog>,
-    open: Mutex<bool>,
-    opened: Condvar,
-    waiting: Mutex<u32>,
-}
-
-impl Gated {
-    fn new(log: &Arc<MemLog>) -> Arc<Gated> {
-        Arc::new(Gated {
-            log: Arc::clone(log),
-            open: Mutex::new(false),
-            opened: Condvar::new(),
-            waiting: Mutex::new(0),
-        })
-    }
-
-    fn open(&self) {
-        *self.open.lock().expect("gate") = true;
-        self.opened.notify_all();
-    }
-
-    fn waiting(&self) -> u32 {
-        *self.waiting.lock().expect("waiting")
-    }
-}
-
-impl FollowerLog for Gated {
-    type Error = MemError;
-    fn current_epoch(&self) -> Epoch {
-        FollowerLog::current_epoch(&*self.log)
-    }
-    fn set_current_epoch(&self, epoch: Epoch) -> Result<(), MemError> {
-        self.log.set_current_epoch(epoch)
-    }
-    fn log_end(&self) -> Lsn {
-        FollowerLog::log_end(&*self.log)
-    }
-    fn last_epoch(&self) -> Epoch {
-        self.log.last_epoch()
-    }
-    fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
-        FollowerLog::end_offset_for(&*self.log, epoch)
-    }
-    fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), MemError> {
-        *self.waiting.lock().expect("waiting") += 1;
-        let open = self.open.lock().expect("gate");
-        // Bounded: a test that never opens the gate fails on its own waits, not here.
-        let _open = self
-            .opened
-            .wait_timeout_while(open, LIMIT, |open| !*open)
-            .expect("gate");
-        self.log.append(entries, leader_hw)
-    }
-    fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
-        FollowerLog::truncate_to(&*self.log, lsn)
-    }
-}
 
 /// Goal: a follower fetches its next records while the last ones sync, the leader counts
 /// none of them before they are durable there, and learns at once when they are (a
@@ -106,11 +45,14 @@ async fn fetches_ahead(watch: bool) {
     };
     let server = Leader::start_with(Arc::clone(&leader), long).await;
     let flog = Arc::new(MemLog::new("f"));
-    let gated = Gated::new(&flog);
+    let gated = TestFollower::gated(&flog);
     let mut opts = fast_opts("f");
     opts.wait_ms = 60_000;
     let f = Follower::start(&server.addr, Arc::clone(&gated), opts);
-    eventually("the first append reaches the gate", || gated.waiting() >= 1).await;
+    eventually("the first append reaches the gate", || {
+        gated.gate.reached() >= 1
+    })
+    .await;
     leader.write_durable(0, b"d");
     eventually(
         "the leader reads lsn 4 for a fetch sent while 1-3 sync",
@@ -128,7 +70,7 @@ async fn fetches_ahead(watch: bool) {
         "hw {} before the follower synced",
         leader.hw()
     );
-    gated.open();
+    gated.gate.open();
     eventually(
         "a Durable frame acknowledges lsn 1-4 during the long-poll",
         || leader.acked("f") == Some(5),

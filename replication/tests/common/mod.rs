@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use roost_replication::testing::{MemError, MemLog};
@@ -162,6 +163,8 @@ impl Follower {
 pub struct TestFollower {
     pub log: Arc<MemLog>,
     pub hw_truncation: bool,
+    /// Appends wait until it is open (a sync that takes as long as the test wants).
+    pub gate: Gate,
 }
 
 impl TestFollower {
@@ -169,6 +172,16 @@ impl TestFollower {
         Arc::new(TestFollower {
             log: Arc::clone(log),
             hw_truncation,
+            gate: Gate::new(true),
+        })
+    }
+
+    /// Roost's rule, with appends held at a shut gate until the test opens it.
+    pub fn gated(log: &Arc<MemLog>) -> Arc<Self> {
+        Arc::new(TestFollower {
+            log: Arc::clone(log),
+            hw_truncation: false,
+            gate: Gate::new(false),
         })
     }
 
@@ -203,10 +216,49 @@ impl FollowerLog for TestFollower {
         FollowerLog::end_offset_for(&*self.log, epoch)
     }
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), MemError> {
+        self.gate.pass();
         self.log.append(entries, leader_hw)
     }
     fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
         FollowerLog::truncate_to(&*self.log, lsn)
+    }
+}
+
+/// A gate blocking calls until it opens; counts the calls that reached it.
+pub struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    reached: AtomicU32,
+}
+
+impl Gate {
+    pub fn new(open: bool) -> Gate {
+        Gate {
+            open: Mutex::new(open),
+            opened: Condvar::new(),
+            reached: AtomicU32::new(0),
+        }
+    }
+
+    pub fn open(&self) {
+        *self.open.lock().expect("gate") = true;
+        self.opened.notify_all();
+    }
+
+    /// Calls that reached the gate so far.
+    pub fn reached(&self) -> u32 {
+        self.reached.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the gate is open; bounded by `LIMIT` (a test that never opens it fails
+    /// on its own waits, not here).
+    fn pass(&self) {
+        self.reached.fetch_add(1, Ordering::SeqCst);
+        let open = self.open.lock().expect("gate");
+        let _open = self
+            .opened
+            .wait_timeout_while(open, LIMIT, |open| !*open)
+            .expect("gate");
     }
 }
 

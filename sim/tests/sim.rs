@@ -153,9 +153,10 @@ fn mutant_isr_grow_store_first_is_caught() {
 }
 
 /// The seeds each mutant may take (bounds measured under `sim/run`, with room: caught at
-/// seeds 2, 8, 9, 19 and 26 from 0, and within 74 from 1000, on 6 December 2026).
+/// seeds 24, 13, 46, 19 and 40 from 0, and within 115 from 1000, on 6 December 2026, after
+/// followers began to fetch ahead; 2, 8, 9, 19 and 26 before).
 const MAX_NO_MARGIN: u64 = 40;
 const MAX_CAMPAIGN_OUTSIDE_ISR: u64 = 40;
-const MAX_EPOCH_FROM_NODE: u64 = 40;
+const MAX_EPOCH_FROM_NODE: u64 = 120;
 const MAX_ISR_SHRINK_MEMORY_FIRST: u64 = 40;
 const MAX_ISR_GROW_STORE_FIRST: u64 = 60;

@@ -62,7 +62,8 @@ pub enum Forwarded {
 /// The leader's side.
 pub trait LeaderLog: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
-    /// The leader's epoch, or `None` once it is not (or no longer) the leader.
+    /// The leader's epoch, or `None` once it is not (or no longer) the leader. Locks only
+    /// (see `acknowledged`).
     fn leader_epoch(&self) -> Option<Epoch>;
     /// The first lsn still held (below it the WAL was retired by a checkpoint).
     fn log_start(&self) -> Lsn;
@@ -87,7 +88,9 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;
     /// Follower `replica` acknowledged `durable_lsn`: every record below it is durable there
     /// (a `Fetch`'s `fetch_lsn`, a `FetchAhead`'s or a `Durable` frame's `durable_lsn`; never
-    /// more than its fetches established). Returns the high watermark to send back.
+    /// more than its fetches established). Returns the high watermark to send back. Unlike
+    /// the others, it and `leader_epoch` must not block on I/O (locks only): a `Durable`
+    /// frame calls both on the runtime's thread.
     fn acknowledged(&self, replica: &str, durable_lsn: Lsn) -> Lsn;
     /// A follower connection closed (the in-sync set may shrink).
     fn disconnected(&self, replica: &str);

@@ -196,7 +196,7 @@ async fn connection_loop<L: LeaderLog>(
         };
         let Some(name) = request.replica() else {
             if let Request::Durable(durable) = request {
-                conn.on_durable(durable).await?;
+                conn.on_durable(durable)?;
             }
             continue;
         };
@@ -302,7 +302,7 @@ impl<'a, L: LeaderLog> Conn<'a, L> {
     /// A `Durable` frame: acknowledged at once if it moves the follower's durable end and
     /// stays within what the logs agree on, while this node still leads that fetch's
     /// epoch. Anything else is ignored: acknowledging less is always safe.
-    async fn on_durable(&mut self, durable: Lsn) -> Result<(), ConnError> {
+    fn on_durable(&mut self, durable: Lsn) -> Result<(), ConnError> {
         let Some(replica) = self.acks.replica.clone() else {
             return Ok(());
         };
@@ -311,14 +311,12 @@ impl<'a, L: LeaderLog> Conn<'a, L> {
             return Ok(());
         }
         self.acks.durable = durable;
-        let epoch = self.acks.epoch;
-        lead_call(self.log, move |l| {
-            if l.leader_epoch() == Some(epoch) {
-                l.acknowledged(&replica, durable);
-            }
-        })
-        .await
-        .map_err(|_| ConnError::Cancelled { peer: self.addr })
+        // On this thread: both calls take locks only (`LeaderLog::acknowledged`), and a trip
+        // to the blocking pool would add a thread's wake-up to every answer that waits.
+        if self.log.leader_epoch() == Some(self.acks.epoch) {
+            self.log.acknowledged(&replica, durable);
+        }
+        Ok(())
     }
 
     /// The acknowledgement renewed by a long-poll with no news (as `waited` did): still
@@ -346,7 +344,7 @@ impl<'a, L: LeaderLog> Conn<'a, L> {
         let peer = self.addr;
         match frame {
             Ok(Some(Message::Durable { durable_lsn })) => {
-                self.on_durable(durable_lsn).await?;
+                self.on_durable(durable_lsn)?;
                 Ok(true)
             }
             Ok(None) => Ok(false),

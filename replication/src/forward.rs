@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 use crate::log::{Epoch, Forwarded, LeaderLog};
 use crate::task::{lead_call, wait_shutdown};
 use crate::transport::{Stream, Transport};
-use crate::wire::{read_frame, write_encoded, Message};
+use crate::wire::{read_frame, write_encoded, FrameReader, Message};
 
 /// The longest a member's write of one forward may take (a leader that stops reading).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,43 +47,84 @@ pub(crate) async fn serve_forwards<L: LeaderLog>(
     first: (u64, Vec<u8>),
 ) {
     let (mut reader, writer) = tokio::io::split(stream);
+    let mut frames = FrameReader::default();
     let (tx, rx) = mpsc::channel::<Message>(FORWARDS_PER_CONNECTION);
     let writing = tokio::spawn(write_answers(writer, rx, frame_bytes_max, write_timeout));
     let slots = Arc::new(Semaphore::new(FORWARDS_PER_CONNECTION));
     let mut next = Some(first);
     loop {
-        let (id, batch) = match next.take() {
+        let one = match next.take() {
             Some(f) => f,
-            None => match next_forward(&mut reader, &peer, frame_bytes_max, &mut shutdown).await {
-                Some(f) => f,
-                None => break,
-            },
+            None => {
+                let read = (&mut reader, &mut frames);
+                match next_forward(read, &peer, frame_bytes_max, &mut shutdown).await {
+                    Some(f) => f,
+                    None => break,
+                }
+            }
         };
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
+        let mut group = vec![one];
+        let mut ended = false;
+        // What else came with it, already read into the socket: one group, one run.
+        while group.len() < FORWARDS_PER_CONNECTION {
+            let Ok(more) = slots.clone().try_acquire_owned() else {
+                break;
+            };
+            let read = (&mut reader, &mut frames);
+            match ready_now(next_forward(read, &peer, frame_bytes_max, &mut shutdown)) {
+                Some(Some(f)) => {
+                    more.forget();
+                    group.push(f);
+                }
+                Some(None) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
         let (log, tx, replica) = (log.clone(), tx.clone(), peer.1.clone());
+        let (slots_back, extra) = (slots.clone(), group.len() - 1);
         tokio::spawn(async move {
-            let msg = run_one(&log, replica, id, batch).await;
-            let _ = tx.send(msg).await;
+            for msg in run_group(&log, replica, group).await {
+                let _ = tx.send(msg).await;
+            }
             drop(slot);
+            slots_back.add_permits(extra);
         });
+        if ended {
+            break;
+        }
     }
     drop(tx);
     let _ = writing.await;
 }
 
+/// `f`'s outcome if it is ready at the first poll (what is already in the socket), else
+/// `None`. Only for a cancel-safe `f` (`FrameReader::next`): what it began stays begun.
+fn ready_now<F: std::future::Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// The next `Forward` on the connection; `None` at its end (closed, shutdown, a bad frame
 /// or another message, logged).
 async fn next_forward(
-    reader: &mut ReadHalf<Stream>,
+    (reader, frames): (&mut ReadHalf<Stream>, &mut FrameReader),
     (addr, replica): &(SocketAddr, String),
     frame_bytes_max: u32,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<(u64, Vec<u8>)> {
     let read = tokio::select! {
         _ = wait_shutdown(shutdown) => return None,
-        r = read_frame(reader, frame_bytes_max) => r,
+        r = frames.next(reader, frame_bytes_max) => r,
     };
     match read {
         Ok(Some(Message::Forward {
@@ -103,35 +144,52 @@ async fn next_forward(
     }
 }
 
-/// One forwarded batch through the leader's log, as the message that answers it.
-async fn run_one<L: LeaderLog>(log: &Arc<L>, replica: String, id: u64, batch: Vec<u8>) -> Message {
+/// Forwarded batches that came together, through the leader's log as one group
+/// (`LeaderLog::forward_group`), as the messages that answer them, in order.
+async fn run_group<L: LeaderLog>(
+    log: &Arc<L>,
+    replica: String,
+    group: Vec<(u64, Vec<u8>)>,
+) -> Vec<Message> {
+    let (ids, batches): (Vec<u64>, Vec<Vec<u8>>) = group.into_iter().unzip();
+    let n = ids.len();
     let r = lead_call(log, move |l| {
-        (l.forward(&replica, &batch), l.leader_epoch())
+        (l.forward_group(&replica, &batches), l.leader_epoch())
     });
-    let (done, epoch) = match r.await {
-        Ok(v) => v,
-        Err(_) => (
-            Forwarded::Refused("the leader is shutting down".into()),
-            None,
-        ),
+    let (outcomes, epoch) = match r.await {
+        Ok((outcomes, epoch)) if outcomes.len() == n => (outcomes, epoch),
+        Ok((outcomes, _)) => {
+            let why = format!(
+                "the leader gave {} outcomes for {n} batches",
+                outcomes.len()
+            );
+            (vec![Forwarded::Refused(why); n], None)
+        }
+        Err(_) => {
+            let why = Forwarded::Refused("the leader is shutting down".into());
+            (vec![why; n], None)
+        }
     };
     let leader_epoch = epoch.unwrap_or(0);
-    match done {
-        Forwarded::Answer {
-            answer,
-            durable_lsn,
-        } => Message::ForwardAnswer {
-            id,
-            leader_epoch,
-            durable_lsn,
-            answer,
-        },
-        Forwarded::Refused(reason) => Message::ForwardRefused {
-            id,
-            leader_epoch,
-            reason,
-        },
-    }
+    ids.into_iter()
+        .zip(outcomes)
+        .map(|(id, done)| match done {
+            Forwarded::Answer {
+                answer,
+                durable_lsn,
+            } => Message::ForwardAnswer {
+                id,
+                leader_epoch,
+                durable_lsn,
+                answer,
+            },
+            Forwarded::Refused(reason) => Message::ForwardRefused {
+                id,
+                leader_epoch,
+                reason,
+            },
+        })
+        .collect()
 }
 
 /// Writes answers as they come, each within `write_timeout`; stops at the first failure

@@ -125,6 +125,12 @@ pub trait LeaderLog: Send + Sync + 'static {
             "this leader takes no forwarded batches (from {replica})"
         ))
     }
+    /// Several of `replica`'s forwarded batches that came together: one outcome each, in
+    /// order. A leader that can run them as one group (one plan, one sync) does; by
+    /// default each is `forward`ed alone.
+    fn forward_group(&self, replica: &str, batches: &[Vec<u8>]) -> Vec<Forwarded> {
+        batches.iter().map(|b| self.forward(replica, b)).collect()
+    }
 }
 
 /// The follower's side.

@@ -65,6 +65,8 @@ struct State {
     forwarded: u64,
     /// The highest lsn `read` was asked to read from (where a follower's fetch stood).
     furthest_read: Lsn,
+    /// The most forwarded batches run as one group.
+    largest_forward_group: usize,
 }
 
 impl State {
@@ -179,6 +181,11 @@ impl MemLog {
     /// How many forwarded batches this leader answered.
     pub fn forwarded(&self) -> u64 {
         self.lock().forwarded
+    }
+
+    /// The most forwarded batches run as one group (`forward_group`).
+    pub fn largest_forward_group(&self) -> usize {
+        self.lock().largest_forward_group
     }
 
     /// How many base backups were handed out.
@@ -449,6 +456,14 @@ impl LeaderLog for MemLog {
             answer,
             durable_lsn: s.shippable_end,
         }
+    }
+
+    fn forward_group(&self, replica: &str, batches: &[Vec<u8>]) -> Vec<crate::log::Forwarded> {
+        {
+            let mut s = self.lock();
+            s.largest_forward_group = s.largest_forward_group.max(batches.len());
+        }
+        batches.iter().map(|b| self.forward(replica, b)).collect()
     }
 
     fn snapshot(&self, replica: &str) -> Result<Box<dyn SnapshotSource>, String> {

@@ -422,3 +422,48 @@ async fn a_member_forwards_batches_and_only_as_itself() {
     assert!(matches!(reply.outcome, Forwarded::Refused(_)), "{reply:?}");
     leader.stop().await;
 }
+
+/// Goal: forwards that come together run as one group (`LeaderLog::forward_group`: one
+/// plan and one sync on the daemon's leader, issue 42), each still answered under its own
+/// id with its own batch's outcome. Method: ten `Forward` frames in one write on a member's
+/// connection; the leader's largest group holds more than one, and every answer pairs
+/// with its batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_that_come_together_run_as_one_group() {
+    use roost_replication::wire::{encode, read_frame, DEFAULT_FRAME_BYTES_MAX};
+    use tokio::io::AsyncWriteExt;
+    let ca = Ca::new("cluster");
+    let (a, leader) = tls_leader(&ca).await;
+    let mut s = connect_as(&ca, "b", &leader.addr).await;
+    let mut bytes = Vec::new();
+    for id in 0..10u64 {
+        let f = Message::Forward {
+            replica: "b".into(),
+            id: 100 + id,
+            batch: format!("batch-{id}").into_bytes(),
+        };
+        bytes.extend(encode(&f, DEFAULT_FRAME_BYTES_MAX).expect("encodes"));
+    }
+    s.write_all(&bytes).await.expect("write");
+    s.flush().await.expect("flush");
+    let mut answered = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let msg = within("an answer", read_frame(&mut s, DEFAULT_FRAME_BYTES_MAX)).await;
+        match msg.expect("reads").expect("not closed") {
+            Message::ForwardAnswer { id, answer, .. } => {
+                let want = format!("fwd:b:batch-{}", id - 100).into_bytes();
+                assert_eq!(answer, want, "forward {id} got another batch's answer");
+                assert!(answered.insert(id), "forward {id} answered twice");
+            }
+            other => panic!("expected a ForwardAnswer, got {other:?}"),
+        }
+    }
+    assert_eq!(answered.len(), 10);
+    assert_eq!(a.forwarded(), 10);
+    let group = a.largest_forward_group();
+    assert!(
+        group > 1,
+        "ten forwards in one write ran one by one (largest group {group})"
+    );
+    leader.stop().await;
+}

@@ -28,7 +28,7 @@ use std::time::Duration;
 use roost_replication::{Entry, Epoch, EpochEnd, FollowerLog, Forwarded, LeaderLog, Lsn};
 
 use crate::error::EngineError;
-use crate::pipeline::{one_answer, Deliver, Engine};
+use crate::pipeline::{Deliver, Engine};
 
 /// An engine and the replication state opened with it: what the serve loop, the control
 /// socket, the health endpoints and the cluster agent hold (no downcast of the engine's role).
@@ -154,42 +154,76 @@ impl LeaderLog for LeaderSide {
     }
 
     fn forward(&self, replica: &str, batch: &[u8]) -> Forwarded {
-        forward_here(&self.engine, replica, batch)
+        let one = forward_here(&self.engine, replica, &[batch.to_vec()]);
+        let none = || Forwarded::Refused("the leader gave no outcome".into());
+        one.into_iter().next().unwrap_or_else(none)
+    }
+
+    fn forward_group(&self, replica: &str, batches: &[Vec<u8>]) -> Vec<Forwarded> {
+        forward_here(&self.engine, replica, batches)
     }
 }
 
 /// Forwarded batches run here so far, for their sources' names.
 static FORWARDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// A batch member `replica` forwarded (issue 27): run as a detached batch of this leader's
-/// (source `fwd/REPLICA/N`), answered once as durable as this leader's own answers. The
-/// standby parsed it already; an invalid one is answered as such all the same.
-fn forward_here(engine: &Engine, replica: &str, batch: &[u8]) -> Forwarded {
+/// Batches member `replica` forwarded (issue 27), that came together: run as detached
+/// batches of this leader's (sources `fwd/REPLICA/N`) in one group (one plan, one claim
+/// sync, as a bulk file's lines), each answered once as durable as this leader's own
+/// answers. The standby parsed them already; an invalid one is answered as such all the
+/// same.
+fn forward_here(engine: &Engine, replica: &str, batches: &[Vec<u8>]) -> Vec<Forwarded> {
     use std::sync::atomic::Ordering;
     let cfg = engine.config();
-    let parsed = match crate::batch::parse(batch, cfg.batch_ops_max) {
-        Ok(b) => b,
-        Err(inv) => {
-            let r = crate::batch::BatchResult::invalid(&inv);
-            return answer(engine, &r);
+    let mut out: Vec<Option<Forwarded>> = vec![None; batches.len()];
+    let mut parsed = Vec::with_capacity(batches.len());
+    for (i, batch) in batches.iter().enumerate() {
+        match crate::batch::parse(batch, cfg.batch_ops_max) {
+            Ok(b) => {
+                let n = FORWARDED.fetch_add(1, Ordering::Relaxed);
+                parsed.push((i, b, format!("fwd/{replica}/{n}")));
+            }
+            Err(inv) => out[i] = Some(answer(engine, &crate::batch::BatchResult::invalid(&inv))),
         }
+    }
+    let items: Vec<_> = parsed.iter().map(|(_, b, s)| (b, s.as_str())).collect();
+    let ran = match items.is_empty() {
+        true => Ok(Vec::new()),
+        false => engine.submit(&items, Deliver::Returned),
     };
-    let n = FORWARDED.fetch_add(1, Ordering::Relaxed);
-    let source = format!("fwd/{replica}/{n}");
-    let items = [(&parsed, source.as_str())];
-    match engine
-        .submit(&items, Deliver::Returned)
-        .and_then(one_answer)
-    {
-        Ok(r) => {
-            engine.stats.forwarded_in.fetch_add(1, Ordering::Relaxed);
-            answer(engine, &r)
+    match ran {
+        Ok(results) if results.len() == parsed.len() => {
+            for ((i, _, _), r) in parsed.iter().zip(results) {
+                engine.stats.forwarded_in.fetch_add(1, Ordering::Relaxed);
+                out[*i] = Some(answer(engine, &r));
+            }
         }
-        Err(e) if e.latches_nothing() => Forwarded::Refused(e.to_string()),
+        Ok(results) => {
+            let why = format!(
+                "the leader answered {} of {} batches",
+                results.len(),
+                parsed.len()
+            );
+            tracing::error!(replica, "{why}");
+            refuse(&mut out, &parsed, &why);
+        }
+        Err(e) if e.latches_nothing() => refuse(&mut out, &parsed, &e.to_string()),
         Err(e) => {
-            tracing::error!(replica, request_key = %parsed.request_key, error = %e, "a forwarded batch failed");
-            Forwarded::Refused(format!("the leader failed: {e}"))
+            let first = parsed
+                .first()
+                .map_or("", |(_, b, _)| b.request_key.as_str());
+            tracing::error!(replica, batches = parsed.len(), request_key = %first, error = %e, "forwarded batches failed");
+            refuse(&mut out, &parsed, &format!("the leader failed: {e}"));
         }
+    }
+    let none = || Forwarded::Refused("the leader gave no outcome".into());
+    out.into_iter().map(|o| o.unwrap_or_else(none)).collect()
+}
+
+/// Every parsed batch of a forwarded group refused for `why` (nothing was decided for it).
+fn refuse<B, S>(out: &mut [Option<Forwarded>], parsed: &[(usize, B, S)], why: &str) {
+    for (i, _, _) in parsed {
+        out[*i] = Some(Forwarded::Refused(why.to_owned()));
     }
 }
 

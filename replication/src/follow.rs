@@ -349,8 +349,9 @@ impl<F: FollowerLog> Session<'_, F> {
             let sent = match self.next.take() {
                 Some(sent) => sent,
                 None => {
-                    let sent = follow_call(self.log, Sent::of).await?;
-                    self.durable = sent.fetch_lsn;
+                    let of = |l: &F| (Sent::of(l), l.durable_end());
+                    let (sent, durable) = follow_call(self.log, of).await?;
+                    self.durable = durable.min(sent.fetch_lsn);
                     sent
                 }
             };
@@ -391,11 +392,12 @@ impl<F: FollowerLog> Session<'_, F> {
         let mut told = self.durable;
         let limit = self.opts.read_timeout + Duration::from_millis(u64::from(self.wait_ms()));
         let deadline = tokio::time::Instant::now() + limit;
+        let max = self.opts.frame_bytes_max;
         let read = loop {
             tokio::select! {
                 _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
-                r = tokio::time::timeout_at(deadline, reader.next(stream, self.opts.frame_bytes_max)) => break r,
-                landed = ahead::finished(&mut self.pending) => {
+                r = tokio::time::timeout_at(deadline, reader.next(stream, max)) => break r,
+                landed = self.landing() => {
                     self.landed(landed)?;
                     if self.durable > told {
                         told = self.durable;
@@ -480,7 +482,8 @@ impl<F: FollowerLog> Session<'_, F> {
 
     async fn handle(&mut self, answer: Message, sent: Sent) -> Result<(), End<F::Error>> {
         let leader = self.leader.to_string();
-        // Every answer but records acts on the log as it is: the pending append first.
+        // Every answer acts on the log as it is once the pending append has landed (records
+        // continue it; a truncation or a new epoch must not race it).
         self.settle().await?;
         match answer {
             Message::Records {

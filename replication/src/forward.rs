@@ -63,7 +63,7 @@ pub(crate) async fn serve_forwards<L: LeaderLog>(
                 }
             }
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        let Ok(mut slot) = slots.clone().acquire_owned().await else {
             break;
         };
         let mut group = vec![one];
@@ -76,7 +76,7 @@ pub(crate) async fn serve_forwards<L: LeaderLog>(
             let read = (&mut reader, &mut frames);
             match ready_now(next_forward(read, &peer, frame_bytes_max, &mut shutdown)) {
                 Some(Some(f)) => {
-                    more.forget();
+                    slot.merge(more);
                     group.push(f);
                 }
                 Some(None) => {
@@ -87,13 +87,11 @@ pub(crate) async fn serve_forwards<L: LeaderLog>(
             }
         }
         let (log, tx, replica) = (log.clone(), tx.clone(), peer.1.clone());
-        let (slots_back, extra) = (slots.clone(), group.len() - 1);
         tokio::spawn(async move {
             for msg in run_group(&log, replica, group).await {
                 let _ = tx.send(msg).await;
             }
-            drop(slot);
-            slots_back.add_permits(extra);
+            drop(slot); // one permit per forward of the group, however the task ends
         });
         if ended {
             break;
@@ -152,7 +150,7 @@ async fn run_group<L: LeaderLog>(
     group: Vec<(u64, Vec<u8>)>,
 ) -> Vec<Message> {
     let (ids, batches): (Vec<u64>, Vec<Vec<u8>>) = group.into_iter().unzip();
-    let n = ids.len();
+    let (n, who) = (ids.len(), replica.clone());
     let r = lead_call(log, move |l| {
         (l.forward_group(&replica, &batches), l.leader_epoch())
     });
@@ -163,6 +161,7 @@ async fn run_group<L: LeaderLog>(
                 "the leader gave {} outcomes for {n} batches",
                 outcomes.len()
             );
+            warn!(replica = %who, "{why}");
             (vec![Forwarded::Refused(why); n], None)
         }
         Err(_) => {

@@ -12,6 +12,7 @@ mod admit;
 mod announce;
 pub mod decide;
 pub mod election;
+mod fetching;
 mod follow;
 pub mod forward;
 mod log;

@@ -62,8 +62,7 @@ pub enum Forwarded {
 /// The leader's side.
 pub trait LeaderLog: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
-    /// The leader's epoch, or `None` once it is not (or no longer) the leader. Locks only
-    /// (see `acknowledged`).
+    /// The leader's epoch, or `None` once it is not (or no longer) the leader.
     fn leader_epoch(&self) -> Option<Epoch>;
     /// The first lsn still held (below it the WAL was retired by a checkpoint).
     fn log_start(&self) -> Lsn;
@@ -88,9 +87,7 @@ pub trait LeaderLog: Send + Sync + 'static {
     fn read(&self, from: Lsn, max_bytes: usize) -> Result<Vec<Entry>, Self::Error>;
     /// Follower `replica` acknowledged `durable_lsn`: every record below it is durable there
     /// (a `Fetch`'s `fetch_lsn`, a `FetchAhead`'s or a `Durable` frame's `durable_lsn`; never
-    /// more than its fetches established). Returns the high watermark to send back. Unlike
-    /// the others, it and `leader_epoch` must not block on I/O (locks only): a `Durable`
-    /// frame calls both on the runtime's thread.
+    /// more than its fetches established). Returns the high watermark to send back.
     fn acknowledged(&self, replica: &str, durable_lsn: Lsn) -> Lsn;
     /// A follower connection closed (the in-sync set may shrink).
     fn disconnected(&self, replica: &str);
@@ -142,6 +139,12 @@ pub trait FollowerLog: Send + Sync + 'static {
     fn set_current_epoch(&self, epoch: Epoch) -> Result<(), Self::Error>;
     /// The lsn after the last record (the next fetch's `fetch_lsn`).
     fn log_end(&self) -> Lsn;
+    /// The lsn after the last record known durable: what a follower fetching ahead
+    /// acknowledges when a connection starts. By default the log end, for a log whose
+    /// appends are durable when they return and that nobody reads while one runs.
+    fn durable_end(&self) -> Lsn {
+        self.log_end()
+    }
     /// The epoch of the last record, 0 when the log is empty.
     fn last_epoch(&self) -> Epoch;
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;

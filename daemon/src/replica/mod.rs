@@ -279,6 +279,10 @@ impl FollowerLog for FollowerSide {
         self.engine.wal().next_lsn()
     }
 
+    fn durable_end(&self) -> Lsn {
+        self.engine.wal().synced_lsn() + 1
+    }
+
     fn last_epoch(&self) -> Epoch {
         self.repl.last_epoch()
     }

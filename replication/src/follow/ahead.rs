@@ -42,6 +42,11 @@ impl<F: FollowerLog> Session<'_, F> {
         self.next = Some(due);
     }
 
+    /// The pending append's outcome once it lands ([`finished`]); never, with none.
+    pub(super) async fn landing(&mut self) -> (Option<Pending<F::Error>>, Appended<F::Error>) {
+        finished(&mut self.pending).await
+    }
+
     /// Waits for the pending append, if any, to land.
     pub(super) async fn settle(&mut self) -> Result<(), End<F::Error>> {
         if self.pending.is_none() {
@@ -84,7 +89,7 @@ impl<F: FollowerLog> Session<'_, F> {
     /// the classic way from then on (the connection is ended and made again).
     pub(super) fn refused_ahead(&mut self, message: &str) {
         let unknown = format!("unknown message type {}", kind::FETCH_AHEAD);
-        if self.ahead && message.contains(&unknown) {
+        if self.ahead && message.ends_with(&unknown) {
             warn!(
                 leader = self.leader,
                 "the leader does not know FetchAhead: fetching after each sync"
@@ -96,9 +101,7 @@ impl<F: FollowerLog> Session<'_, F> {
 
 /// The pending append's outcome once it lands, taking it; never, with none. Cancel-safe:
 /// dropped before it lands, the append stays pending.
-pub(super) async fn finished<E>(
-    pending: &mut Option<Pending<E>>,
-) -> (Option<Pending<E>>, Appended<E>) {
+async fn finished<E>(pending: &mut Option<Pending<E>>) -> (Option<Pending<E>>, Appended<E>) {
     let Some(p) = pending.as_mut() else {
         return std::future::pending().await;
     };

@@ -580,6 +580,8 @@ impl<F: FollowerLog> Session<'_, F> {
         if self.ahead {
             self.append_ahead(sent, hw, entries);
         } else if count > 0 || hw > self.hw_passed {
+            // Not `append_ahead` then `settle`: the next fetch reads the log as it is, not as
+            // predicted (the start-up reconcile's log, `replica/cut.rs`, appends nothing).
             let next = follow_call(self.log, move |l| {
                 l.append(&entries, hw).map(|()| Sent::of(l))
             })

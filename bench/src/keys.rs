@@ -26,6 +26,10 @@
 //!
 //! Writes `docs/keys-window.csv` (a row as each milestone is measured) and
 //! `docs/keys-window.svg`; `ROOST_KEYS_CSV=PATH` writes them elsewhere (the plot beside it).
+//! `ROOST_KEYS_RECORDS=1` is issue 44's records mode: lines only create (nothing is deleted),
+//! so live records grow with live keys, over `ROOST_KEYS_SHARDS` shards (default 4); it
+//! writes `docs/records.csv` by default. Every milestone also prints `status.memory`.
+//!
 //! `ROOST_BENCH_QUICK=1` makes it tiny (20,000 keys in files of 2,000 lines) and writes both
 //! into `ROOST_BENCH_DIR` (default `target/bench-keys`, on the real disk; the daemon's data
 //! directory and logs go in its `keys/`, removed after the run unless `ROOST_BENCH_KEEP` is
@@ -49,7 +53,8 @@ const DEPTH: usize = 2;
 /// The throughput at a milestone is over this many files before it (fewer if the stretch
 /// since the last milestone is shorter).
 const RATE_FILES: usize = 10;
-/// Shards the records spread over (line `l` uses shard `l % SHARDS`).
+/// Shards the records spread over (line `l` uses shard `l % shards`), unless
+/// `ROOST_KEYS_SHARDS` says otherwise.
 const SHARDS: usize = 4;
 /// Lines kept for duplicates: a uniform sample over every line sent.
 const RESERVOIR: usize = 4096;
@@ -60,6 +65,10 @@ const LIMIT: Duration = Duration::from_secs(1800);
 
 struct Sizes {
     quick: bool,
+    /// `ROOST_KEYS_RECORDS=1` (issue 44): every line only creates, so live records grow with
+    /// live keys; the CSV goes to `docs/records.csv` by default.
+    records: bool,
+    shards: usize,
     lines: usize,
     /// Files done at each milestone (each milestone's keys rounded up to whole files).
     milestones: Vec<usize>,
@@ -91,8 +100,18 @@ fn sizes() -> anyhow::Result<Sizes> {
         .map(|m| m.div_ceil(lines as u64) as usize)
         .collect();
     milestones.dedup();
+    let shards = match std::env::var("ROOST_KEYS_SHARDS") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("ROOST_KEYS_SHARDS={v:?} is not a number"))?,
+        Err(_) => SHARDS,
+    };
+    ensure!(shards > 0, "ROOST_KEYS_SHARDS must be > 0");
     Ok(Sizes {
         quick,
+        records: std::env::var_os("ROOST_KEYS_RECORDS").is_some_and(|v| v == "1"),
+        shards,
         lines,
         milestones,
         dups: if quick { 50 } else { DUPS },
@@ -220,6 +239,9 @@ struct InFlight {
 /// The client's state across the run.
 struct Feed {
     lines: usize,
+    shards: usize,
+    /// Lines only create (records mode): nothing is deleted.
+    create_only: bool,
     next_file: usize,
     /// Create ids by line of the files answered whose records are not deleted yet, oldest first.
     ids: VecDeque<Vec<u64>>,
@@ -232,9 +254,11 @@ struct Feed {
 }
 
 impl Feed {
-    fn new(lines: usize) -> Feed {
+    fn new(sz: &Sizes) -> Feed {
         Feed {
-            lines,
+            lines: sz.lines,
+            shards: sz.shards,
+            create_only: sz.records,
             next_file: 0,
             ids: VecDeque::new(),
             in_flight: VecDeque::new(),
@@ -257,7 +281,7 @@ impl Feed {
     /// File `f`'s text: line `l` is key `k<f*lines+l>`, one create and (from file `DEPTH` on)
     /// the delete of what line `l` of file `f - DEPTH` created.
     fn file_text(&self, f: usize) -> anyhow::Result<String> {
-        let victims = if f >= DEPTH {
+        let victims = if f >= DEPTH && !self.create_only {
             Some(
                 self.ids
                     .front()
@@ -268,7 +292,7 @@ impl Feed {
         };
         let mut text = String::with_capacity(self.lines * 140);
         for l in 0..self.lines {
-            let (n, s) = (f * self.lines + l, l % SHARDS);
+            let (n, s) = (f * self.lines + l, l % self.shards);
             let create = format!(r#"{{"op":"create","shard":"s{s}","record":{{"n":{n}}}}}"#);
             let delete = match victims {
                 Some(v) => {
@@ -305,7 +329,7 @@ fn deliver(spool: &Path, name: &str, text: &str) -> anyhow::Result<()> {
 fn submit_next(d: &Daemon, feed: &mut Feed) -> anyhow::Result<()> {
     let f = feed.next_file;
     let text = feed.file_text(f)?;
-    if f >= DEPTH {
+    if f >= DEPTH && !feed.create_only {
         feed.ids.pop_front();
     }
     let name = format!("keys-{f:07}.jsonl");
@@ -520,6 +544,7 @@ fn milestone(d: &mut Daemon, feed: &mut Feed, sz: &Sizes, t0: Instant) -> anyhow
         .as_u64()
         .context("status without live_keys")?;
     let keys_bytes = st["disk_bytes"]["keys"].as_u64().unwrap_or(0);
+    eprintln!("  status.memory: {}", st["memory"]);
     let (rss, anon) = rss_kib(d.child.id())?;
     // The first stretch's first DEPTH files delete nothing: left out, as from the baseline.
     let first = feed.next_file + 1 == feed.done.len();
@@ -565,6 +590,7 @@ fn csv_path(sz: &Sizes, base: &Path) -> PathBuf {
     match std::env::var_os("ROOST_KEYS_CSV") {
         Some(p) => PathBuf::from(p),
         None if sz.quick => base.join("keys-window.csv"),
+        None if sz.records => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/records.csv"),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/keys-window.csv"),
     }
 }
@@ -582,12 +608,17 @@ pub fn run() -> anyhow::Result<()> {
     std::fs::write(&csv, format!("{}\n", Row::CSV_HEADER))
         .with_context(|| format!("write {}", csv.display()))?;
     let last = sz.milestones.last().copied().unwrap_or(0);
+    let ops = if sz.records {
+        "1 create each, nothing deleted"
+    } else {
+        "1 create + 1 delete each"
+    };
     println!(
-        "roost keys-window bench in {} ({}): {} keys in bulk files of {} lines (1 create + 1 delete each), {DEPTH} in flight, default configuration",
-        base.display(), bin.display(), last * sz.lines, sz.lines
+        "roost keys-window bench in {} ({}): {} keys in bulk files of {} lines ({ops}) over {} shards, {DEPTH} in flight, default configuration",
+        base.display(), bin.display(), last * sz.lines, sz.lines, sz.shards
     );
     let mut d = Daemon::start(&bin, &base)?;
-    let mut feed = Feed::new(sz.lines);
+    let mut feed = Feed::new(&sz);
     let (t0, mut rows, mut baseline) = (Instant::now(), Vec::new(), f64::NAN);
     for &files in &sz.milestones {
         feed_until(&mut d, &mut feed, files)?;

@@ -16,6 +16,7 @@ mod segment;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use roost_storage::{
@@ -37,6 +38,10 @@ pub const SEGMENT_SUFFIX: &str = ".seg";
 /// spare take 64 KiB each.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
 pub use roost_storage::LOCK_FILE;
+/// Record reads through the maps after which a shard lets go of every segment's resident
+/// pages ([`Shard::release_pages`]). A read maps at most the kernel's fault-around (16 pages,
+/// 64 KiB), so what reads keep resident stays under 16 MiB a shard (issue 44).
+pub const RELEASE_PAGES_AFTER_READS: u32 = 256;
 
 /// Tunables of one shard.
 #[derive(Clone, Debug)]
@@ -186,6 +191,8 @@ pub struct Shard {
     /// Held for the shard's lifetime when writable on a real disk.
     _lock: Option<DirLock>,
     report: OpenReport,
+    /// Record reads since the segments' pages were last released.
+    reads_since_release: AtomicU32,
     /// Per-segment live and dead bytes, compacted segments' ranges, and the compaction under
     /// way (`compact.rs`).
     compaction: compact::Compaction,
@@ -248,9 +255,14 @@ impl Shard {
         self.index.get(id).is_some()
     }
 
-    /// Bytes of the in-memory index's table (for the memory benchmark).
+    /// Entries the in-memory index has room for (for the memory benchmark).
     pub fn index_capacity(&self) -> usize {
         self.index.capacity()
+    }
+
+    /// Bytes the in-memory index takes, room not yet used included (`status.memory`).
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
     }
 
     fn io_err(&self, op: &'static str, seg: usize) -> impl FnOnce(io::Error) -> ShardError + '_ {
@@ -269,9 +281,27 @@ impl Shard {
             return Ok(None);
         };
         let seg = &self.segs[loc.seg as usize];
-        seg.read(loc.offset as usize, loc.len as usize)
-            .map(Some)
-            .map_err(self.io_err("read", loc.seg as usize))
+        let rec = seg
+            .read(loc.offset as usize, loc.len as usize)
+            .map_err(self.io_err("read", loc.seg as usize))?;
+        if self.reads_since_release.fetch_add(1, Ordering::Relaxed) + 1 >= RELEASE_PAGES_AFTER_READS
+        {
+            self.release_pages();
+        }
+        Ok(Some(rec))
+    }
+
+    /// Lets go of every segment's resident pages (`madvise(MADV_DONTNEED)` of the maps): what
+    /// open's scan, a `scan`, `verify` or many reads touched stops counting in the process's
+    /// resident set; the next read maps the page again. Advisory: a refusal is logged.
+    pub fn release_pages(&self) {
+        self.reads_since_release.store(0, Ordering::Relaxed);
+        for seg in &self.segs {
+            if let Err(e) = seg.release_pages() {
+                warn!(shard = %self.name, segment = %seg.path.display(), error = %e,
+                    "shard: releasing resident pages failed");
+            }
+        }
     }
 
     /// Every live record in id order.
@@ -283,6 +313,7 @@ impl Shard {
                 out.push((id, r));
             }
         }
+        self.release_pages();
         Ok(out)
     }
 
@@ -308,6 +339,7 @@ impl Shard {
                 deletes: d.iter().map(|o| o.id).collect(),
             });
         }
+        self.release_pages();
         Ok(out)
     }
 

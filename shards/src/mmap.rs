@@ -108,6 +108,27 @@ impl MappedSegment {
         self.map.write_zeros(offset as u64, end as u64)
     }
 
+    /// Lets go of this process's resident pages of the map (`madvise(MADV_DONTNEED)` on the
+    /// real map; nothing in the simulator, which has none): the next read faults them in
+    /// again from the page cache or the disk, with the same bytes. Makes what a scan or
+    /// many reads touched stop counting in the resident set (issue 44: RSS must not grow
+    /// with the records read). The page cache keeps them as the kernel sees fit.
+    pub fn release_pages(&self) -> io::Result<()> {
+        let Some(raw) = self.map.os_map() else {
+            return Ok(());
+        };
+        if raw.len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: `MADV_DONTNEED` on a shared file mapping only drops page-table entries:
+        // the pages stay in the page cache with any dirty state, and the next access maps the
+        // same file bytes again, so no byte a live borrow from `os_slice` sees changes (the
+        // mapping is the seam's `MAP_SHARED` read-only map of the file; `memmap2` marks the
+        // advice unchecked because on a private mapping it would zero copied pages, which a
+        // shared one does not have). The range is exactly the mapping `raw` owns (point 0).
+        unsafe { raw.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }
+    }
+
     /// `msync(MS_SYNC)` of the range through the seam: durable are the writes in the range,
     /// and on the real disk the metadata needed to read them (Linux: `vfs_fsync_range`, the
     /// range's part of `fdatasync`). Writes outside it are not made durable by this call.

@@ -85,6 +85,7 @@ impl Shard {
             spare: None,
             _lock: lock,
             report: OpenReport::default(),
+            reads_since_release: Default::default(),
             compaction: compact::Compaction::default(),
         };
         shard.rebuild()?;
@@ -126,6 +127,8 @@ impl Shard {
             }
         }
         self.index.shrink();
+        // The scan read every segment through its map: none of it stays resident.
+        self.release_pages();
         report.records = self.index.len() as u64;
         report.max_lsn = self.max_lsn;
         self.report = report;

@@ -70,6 +70,14 @@ impl Seg {
             SegData::Plain(f) => f.len().map_or(0, |l| l as usize),
         }
     }
+    /// Lets go of the resident pages of a mapped segment (`MappedSegment::release_pages`); a
+    /// read-only segment has no map.
+    pub(crate) fn release_pages(&self) -> io::Result<()> {
+        match &self.data {
+            SegData::Mapped(m) => m.release_pages(),
+            SegData::Plain(_) => Ok(()),
+        }
+    }
     pub(crate) fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         match &self.data {
             SegData::Mapped(m) => m.flush_range(offset, len),

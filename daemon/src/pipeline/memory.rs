@@ -10,9 +10,6 @@ use crate::config::KEY_CACHE_BYTES_PER_KEY;
 
 use super::Engine;
 
-/// A shard's in-memory index per record: a sorted id (8 bytes) and its location (12).
-pub const SHARD_INDEX_BYTES_PER_RECORD: u64 = 20;
-
 /// Bytes held, by part.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryReport {
@@ -21,7 +18,8 @@ pub struct MemoryReport {
     pub key_fence_bytes: u64,
     pub key_cache_keys: u64,
     pub key_cache_bytes: u64,
-    /// Live records of the open shards (a shard closed while idle holds no index).
+    /// Live records of the open shards (a shard closed while idle holds no index) and the
+    /// bytes their indexes take, room for growth included.
     pub shard_index_records: u64,
     pub shard_index_bytes: u64,
     /// Unanswered input held now by the bulk files and the stream, their peaks since the
@@ -56,12 +54,13 @@ impl Engine {
         let ix = self.index.stats();
         let cache_keys = self.cached_keys() as u64;
         // A closed shard's index is not in memory.
-        let records: u64 = self
+        let open: Vec<_> = self
             .shard_figures()
-            .values()
+            .into_values()
             .filter(|f| f.open)
-            .map(|f| f.records as u64)
-            .sum();
+            .collect();
+        let records: u64 = open.iter().map(|f| f.records as u64).sum();
+        let index_bytes: u64 = open.iter().map(|f| f.index_bytes).sum();
         let (bulk, stream) = (&self.intake.bulk, &self.intake.stream);
         let rss = Rss::of_self();
         let mut m = MemoryReport {
@@ -71,7 +70,7 @@ impl Engine {
             key_cache_keys: cache_keys,
             key_cache_bytes: cache_keys * KEY_CACHE_BYTES_PER_KEY,
             shard_index_records: records,
-            shard_index_bytes: records * SHARD_INDEX_BYTES_PER_RECORD,
+            shard_index_bytes: index_bytes,
             intake_bulk_bytes: bulk.held(),
             intake_bulk_bytes_peak: bulk.peak(),
             intake_stream_bytes: stream.held(),

@@ -96,6 +96,8 @@ pub struct ShardFigures {
     pub max_id: u64,
     /// Whether the `Shard` is open (false: closed while idle; its index is not in memory).
     pub open: bool,
+    /// Bytes its in-memory index takes (0 when closed).
+    pub index_bytes: u64,
 }
 
 /// How a shard is opened: at its first use (`Engine::slot`) and, after an idle close, by its

@@ -136,11 +136,13 @@ impl Held {
                 records: s.len(),
                 max_id: s.max_id(),
                 open: true,
+                index_bytes: s.index_bytes() as u64,
             },
             None => ShardFigures {
                 records: self.records,
                 max_id: self.max_id,
                 open: false,
+                index_bytes: 0,
             },
         }
     }

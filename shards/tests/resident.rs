@@ -1,0 +1,103 @@
+//! What a shard keeps resident of its segments' maps on the real disk (issue 44): open's scan,
+//! a `scan` and many reads must not leave the segments' pages counted in the process's
+//! resident set. Measured per mapping from `/proc/self/smaps`, so other tests running in the
+//! same process do not blur it.
+#![forbid(unsafe_code)]
+// Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use roost_shards::{Shard, ShardOptions, Txn, TxnOp, RELEASE_PAGES_AFTER_READS};
+
+/// KiB resident (`Rss:` in `/proc/self/smaps`) of every mapping of a file under `dir`, and how
+/// many such mappings there are.
+fn resident_kib(dir: &Path) -> (u64, usize) {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let dir = dir.to_str().unwrap();
+    let (mut kib, mut maps, mut inside) = (0, 0, false);
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            inside = line
+                .split_whitespace()
+                .nth(5)
+                .is_some_and(|p| p.starts_with(dir));
+            maps += usize::from(inside);
+        } else if inside {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                kib += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    (kib, maps)
+}
+
+fn record(id: u64) -> Vec<u8> {
+    format!("{{\"n\":{id},\"pad\":\"{}\"}}", "x".repeat(200)).into_bytes()
+}
+
+/// A shard of several 64 KiB segments, each frame 16 records of about 220 bytes.
+fn filled(dir: &Path) -> (ShardOptions, u64) {
+    let opts = ShardOptions {
+        segment_bytes: 64 << 10,
+        first_segment_bytes: 64 << 10,
+        ..ShardOptions::default()
+    };
+    let mut s = Shard::open(dir, opts.clone()).unwrap();
+    let mut id = 0;
+    for lsn in 1..=100 {
+        let ops = (0..16)
+            .map(|_| {
+                id += 1;
+                TxnOp::Create {
+                    id,
+                    record: record(id),
+                }
+            })
+            .collect();
+        s.apply(&Txn { lsn, ops }).unwrap();
+    }
+    s.flush().unwrap();
+    (opts, id)
+}
+
+#[test]
+fn open_scan_and_reads_leave_no_segment_pages_resident() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard");
+    let (opts, ids) = filled(&dir);
+    let s = Shard::open(&dir, opts).unwrap();
+    let (kib, maps) = resident_kib(&dir);
+    assert!(maps >= 5, "expected several mapped segments, found {maps}");
+    assert_eq!(kib, 0, "open's scan left {kib} KiB of segments resident");
+
+    // Reads map pages in (the measure can see them) ...
+    for id in 1..RELEASE_PAGES_AFTER_READS as u64 {
+        assert_eq!(
+            s.get(id * 7 % ids + 1).unwrap().unwrap(),
+            record(id * 7 % ids + 1)
+        );
+    }
+    let (kib, _) = resident_kib(&dir);
+    assert!(
+        kib > 0,
+        "reads left nothing resident: the measure sees nothing"
+    );
+    // ... and the read that reaches the bound lets go of them.
+    assert_eq!(s.get(1).unwrap().unwrap(), record(1));
+    let (kib, _) = resident_kib(&dir);
+    assert_eq!(kib, 0, "{kib} KiB resident after the bound's read");
+
+    // A scan reads every record and leaves nothing resident either.
+    let all = s.scan().unwrap();
+    assert_eq!(all.len() as u64, ids);
+    assert!(all.iter().all(|(id, r)| *r == record(*id)));
+    let (kib, _) = resident_kib(&dir);
+    assert_eq!(kib, 0, "a scan left {kib} KiB of segments resident");
+}

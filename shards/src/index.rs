@@ -30,6 +30,14 @@ impl Loc {
     }
 }
 
+/// Makes room for one more element of `v`, by an eighth of its length (at least 4,096) when
+/// it is full: see [`Index::grow`].
+pub(crate) fn grow_by_eighth<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 8).max(4096));
+    }
+}
+
 /// The in-memory index: ids sorted, with their locations in a parallel vector (8 + 12 = 20
 /// bytes per record, no hash table overhead). Ids are minted in increasing order and a shard
 /// applies transactions in lsn order, so inserts are appends. A delete marks the entry dead
@@ -84,12 +92,8 @@ impl Index {
     /// eighth of it (issue 44: doubling left up to half of 2.1 GB unused at 100M records, and
     /// uncounted). A large block grows in place or by `mremap`, not by a copy.
     fn grow(&mut self) {
-        if self.ids.len() < self.ids.capacity() && self.locs.len() < self.locs.capacity() {
-            return;
-        }
-        let more = (self.ids.len() / 8).max(4096);
-        self.ids.reserve_exact(more);
-        self.locs.reserve_exact(more);
+        grow_by_eighth(&mut self.ids);
+        grow_by_eighth(&mut self.locs);
     }
 
     /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.

@@ -260,9 +260,11 @@ impl Shard {
         self.index.capacity()
     }
 
-    /// Bytes the in-memory index takes, room not yet used included (`status.memory`).
+    /// Bytes the in-memory index takes, room not yet used included, with the list of frames
+    /// held (one entry a frame: a batch on the spool is one frame a shard), for
+    /// `status.memory`.
     pub fn index_bytes(&self) -> usize {
-        self.index.bytes()
+        self.index.bytes() + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
     }
 
     fn io_err(&self, op: &'static str, seg: usize) -> impl FnOnce(io::Error) -> ShardError + '_ {
@@ -412,6 +414,7 @@ impl Shard {
         let space = &mut self.compaction.space;
         space.on_frame(si, len, txn.lsn);
         index_frame(&mut self.index, &mut self.max_id, space, si, at, &view);
+        index::grow_by_eighth(&mut self.frames);
         self.frames.push(FrameMeta {
             lsn: txn.lsn,
             seg: si as u32,

@@ -127,6 +127,7 @@ impl Shard {
             }
         }
         self.index.shrink();
+        self.frames.shrink_to_fit();
         // The scan read every segment through its map: none of it stays resident.
         self.release_pages();
         report.records = self.index.len() as u64;

@@ -101,3 +101,41 @@ fn open_scan_and_reads_leave_no_segment_pages_resident() {
     let (kib, _) = resident_kib(&dir);
     assert_eq!(kib, 0, "a scan left {kib} KiB of segments resident");
 }
+
+/// `index_bytes` (what `status.memory.shard_index_bytes` sums) counts each record's entry (20
+/// B) and each frame's (24 B), and the room for growth stays under an eighth (or the first
+/// 4,096 entries) once the tables are past that.
+#[test]
+fn index_bytes_count_records_and_frames_with_bounded_room() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard");
+    let opts = ShardOptions {
+        segment_bytes: 1 << 20,
+        first_segment_bytes: 1 << 20,
+        ..ShardOptions::default()
+    };
+    let mut s = Shard::open(&dir, opts.clone()).unwrap();
+    let frames: u64 = 40_000;
+    for lsn in 1..=frames {
+        let ops = vec![TxnOp::Create {
+            id: lsn,
+            record: b"{}".to_vec(),
+        }];
+        s.apply(&Txn { lsn, ops }).unwrap();
+    }
+    let used = frames * (20 + 24);
+    let bytes = s.index_bytes() as u64;
+    assert!(bytes >= used, "index_bytes {bytes} < {used} used");
+    assert!(
+        bytes <= used + used / 8 + 4096 * 44,
+        "index_bytes {bytes}: room over an eighth"
+    );
+    s.flush().unwrap();
+    drop(s);
+    let s = Shard::open(&dir, opts).unwrap();
+    assert_eq!(
+        s.index_bytes() as u64,
+        used,
+        "a reopened shard holds no room"
+    );
+}

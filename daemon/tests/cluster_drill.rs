@@ -44,8 +44,9 @@ fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
     println!("{text}");
     assert!(
         out.status.success(),
-        "drill failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "drill failed: {text}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        kept(t)
     );
     assert!(text.contains("violations: none"), "{text}");
     assert!(text.contains(", 20 failovers"), "{text}");
@@ -183,10 +184,17 @@ fn drill(extra: &[&str]) -> String {
     println!("{text}");
     assert!(
         out.status.success(),
-        "drill failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "drill failed: {text}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        kept(t)
     );
     text
+}
+
+/// A failed drill's directory (every node's log, etcd's, the data) is kept for reading: its
+/// path, for the failure's message.
+fn kept(t: tempfile::TempDir) -> String {
+    format!("drill directory kept: {}", t.keep().display())
 }
 
 /// What a client waits (issue 42): every strike has its three figures, per kind and

@@ -30,14 +30,6 @@ impl Loc {
     }
 }
 
-/// Makes room for one more element of `v`, by an eighth of its length (at least 4,096) when
-/// it is full: see [`Index::grow`].
-pub(crate) fn grow_by_eighth<T>(v: &mut Vec<T>) {
-    if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 8).max(4096));
-    }
-}
-
 /// The in-memory index: ids sorted, with their locations in a parallel vector (8 + 12 = 20
 /// bytes per record, no hash table overhead). Ids are minted in increasing order and a shard
 /// applies transactions in lsn order, so inserts are appends. A delete marks the entry dead
@@ -79,21 +71,11 @@ impl Index {
                 self.locs[i] = loc;
             }
             Err(i) => {
-                self.grow();
                 self.ids.insert(i, id);
                 self.locs.insert(i, loc);
                 self.live += 1;
             }
         }
-    }
-
-    /// Room for one more entry, grown by an eighth (at least 4,096 entries) instead of the
-    /// doubling `Vec` does by itself: what the index holds and does not use stays under an
-    /// eighth of it (issue 44: doubling left up to half of 2.1 GB unused at 100M records, and
-    /// uncounted). A large block grows in place or by `mremap`, not by a copy.
-    fn grow(&mut self) {
-        grow_by_eighth(&mut self.ids);
-        grow_by_eighth(&mut self.locs);
     }
 
     /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.
@@ -184,9 +166,9 @@ impl Index {
         self.ids.capacity()
     }
 
-    /// Bytes the index's two tables take, used or not.
+    /// Bytes of the entries held: what is resident. The room a table keeps for growth is
+    /// never touched until used, so it is address space, not memory.
     pub(crate) fn bytes(&self) -> usize {
-        self.ids.capacity() * std::mem::size_of::<u64>()
-            + self.locs.capacity() * std::mem::size_of::<Loc>()
+        self.ids.len() * std::mem::size_of::<u64>() + self.locs.len() * std::mem::size_of::<Loc>()
     }
 }

@@ -38,9 +38,10 @@ pub const SEGMENT_SUFFIX: &str = ".seg";
 /// spare take 64 KiB each.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
 pub use roost_storage::LOCK_FILE;
-/// Record reads through the maps after which a shard lets go of every segment's resident
-/// pages ([`Shard::release_pages`]). A read maps at most the kernel's fault-around (16 pages,
-/// 64 KiB), so what reads keep resident stays under 16 MiB a shard (issue 44).
+/// Record reads through the maps (`get`, and recovery's check of a held frame) after which a
+/// shard lets go of every segment's resident pages ([`Shard::release_pages`]). A read of a
+/// small record maps at most the kernel's fault-around (16 pages, 64 KiB by default), so what
+/// reads keep resident stays near 16 MiB a shard (issue 44).
 pub const RELEASE_PAGES_AFTER_READS: u32 = 256;
 
 /// Tunables of one shard.
@@ -260,11 +261,10 @@ impl Shard {
         self.index.capacity()
     }
 
-    /// Bytes the in-memory index takes, room not yet used included, with the list of frames
-    /// held (one entry a frame: a batch on the spool is one frame a shard), for
-    /// `status.memory`.
+    /// Bytes the in-memory index holds: its entries, and the list of frames held (one entry
+    /// a frame: a batch on the spool is one frame a shard), for `status.memory`.
     pub fn index_bytes(&self) -> usize {
-        self.index.bytes() + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
+        self.index.bytes() + self.frames.len() * std::mem::size_of::<FrameMeta>()
     }
 
     fn io_err(&self, op: &'static str, seg: usize) -> impl FnOnce(io::Error) -> ShardError + '_ {
@@ -282,15 +282,24 @@ impl Shard {
         let Some(loc) = self.index.get(id) else {
             return Ok(None);
         };
+        let rec = self.read_record(loc)?;
+        self.count_read();
+        Ok(Some(rec))
+    }
+
+    fn read_record(&self, loc: Loc) -> Result<Vec<u8>, ShardError> {
         let seg = &self.segs[loc.seg as usize];
-        let rec = seg
-            .read(loc.offset as usize, loc.len as usize)
-            .map_err(self.io_err("read", loc.seg as usize))?;
-        if self.reads_since_release.fetch_add(1, Ordering::Relaxed) + 1 >= RELEASE_PAGES_AFTER_READS
-        {
+        seg.read(loc.offset as usize, loc.len as usize)
+            .map_err(self.io_err("read", loc.seg as usize))
+    }
+
+    /// One more read through the maps: the one that reaches [`RELEASE_PAGES_AFTER_READS`]
+    /// lets go of every segment's pages.
+    fn count_read(&self) {
+        let n = self.reads_since_release.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= RELEASE_PAGES_AFTER_READS {
             self.release_pages();
         }
-        Ok(Some(rec))
     }
 
     /// Lets go of every segment's resident pages (`madvise(MADV_DONTNEED)` of the maps): what
@@ -311,10 +320,11 @@ impl Shard {
         let ids: Vec<u64> = self.index.ids().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(r) = self.get(id)? {
-                out.push((id, r));
+            if let Some(loc) = self.index.get(id) {
+                out.push((id, self.read_record(loc)?));
             }
         }
+        // Once at the end, not every few reads: a release walks every segment.
         self.release_pages();
         Ok(out)
     }
@@ -414,7 +424,6 @@ impl Shard {
         let space = &mut self.compaction.space;
         space.on_frame(si, len, txn.lsn);
         index_frame(&mut self.index, &mut self.max_id, space, si, at, &view);
-        index::grow_by_eighth(&mut self.frames);
         self.frames.push(FrameMeta {
             lsn: txn.lsn,
             seg: si as u32,
@@ -465,6 +474,7 @@ impl Shard {
         let stored = self.segs[si]
             .read(m.offset as usize, m.len as usize)
             .map_err(self.io_err("read", si))?;
+        self.count_read();
         if stored == frame::encode(txn) {
             return Ok(());
         }

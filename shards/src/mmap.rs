@@ -124,8 +124,10 @@ impl MappedSegment {
         // the pages stay in the page cache with any dirty state, and the next access maps the
         // same file bytes again, so no byte a live borrow from `os_slice` sees changes (the
         // mapping is the seam's `MAP_SHARED` read-only map of the file; `memmap2` marks the
-        // advice unchecked because on a private mapping it would zero copied pages, which a
-        // shared one does not have). The range is exactly the mapping `raw` owns (point 0).
+        // advice unchecked because on a private mapping it drops the process's own copies of
+        // written pages, which a shared read-only one does not have). `msync` of a range
+        // later still flushes its dirty pages: it syncs the file's range, not the mapping's
+        // entries. The range is exactly the mapping `raw` owns (point 0).
         unsafe { raw.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }
     }
 

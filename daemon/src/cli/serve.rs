@@ -242,11 +242,26 @@ type ReconcileResult =
     Result<roost_replication::FollowEnd, roost_replication::FollowError<crate::error::EngineError>>;
 
 /// The protocol's reconcile against `addr`, given up on after [`RECONCILE_WAIT`] without an
-/// answer (down, or frozen with its socket still accepting).
+/// answer (down, or frozen with its socket still accepting), counted from the start or from
+/// the last answer: a primary that answered (a cut began) and then stopped answering (it
+/// was fenced, and now refuses every fetch with `NotLeader`) is not waited for either. The
+/// cluster drill saw a rejoining node cut its log against the leader etcd named, that
+/// leader lose its lease a moment later, and the node ask it again and again for minutes,
+/// never looking for the new one (issue 42).
 fn reconcile_with(
     cfg: &Config,
     addr: &str,
     cutter: &Arc<crate::replica::cut::Cutter>,
+) -> anyhow::Result<ReconcileResult> {
+    reconcile_waiting(cfg, addr, cutter, RECONCILE_WAIT)
+}
+
+/// [`reconcile_with`] with its wait as a parameter (the tests shorten it).
+fn reconcile_waiting(
+    cfg: &Config,
+    addr: &str,
+    cutter: &Arc<crate::replica::cut::Cutter>,
+    wait: Duration,
 ) -> anyhow::Result<ReconcileResult> {
     use roost_replication::{FollowerOptions, FollowerStatus};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -270,15 +285,29 @@ fn reconcile_with(
         tokio::pin!(reconcile);
         tokio::select! {
             r = &mut reconcile => r,
-            _ = tokio::time::sleep(RECONCILE_WAIT) => {
-                // A reconcile that got answers (cutting) finishes first.
-                if status.snapshot().last_fetch_unix_ms == 0 {
-                    let _ = stop.send(true);
-                }
+            _ = silent_for(&status, wait) => {
+                // A cut under way ends first: the stop is seen between the follower's steps.
+                let _ = stop.send(true);
                 reconcile.await
             }
         }
     }))
+}
+
+/// Returns once the primary has answered no fetch for `wait`: since the start, or since
+/// its last answer (a change of `FollowerStatus::last_fetch_unix_ms`, looked at ten times a
+/// `wait` and timed on the monotonic clock, so a step of the wall clock changes nothing).
+async fn silent_for(status: &roost_replication::FollowerStatus, wait: Duration) {
+    let look = (wait / 10).max(Duration::from_millis(1));
+    let mut seen = status.snapshot().last_fetch_unix_ms;
+    let mut since = Instant::now();
+    while since.elapsed() < wait {
+        tokio::time::sleep(look.min(wait.saturating_sub(since.elapsed()))).await;
+        let last = status.snapshot().last_fetch_unix_ms;
+        if last != seen {
+            (seen, since) = (last, Instant::now());
+        }
+    }
 }
 
 /// Recovery progress: a bar when a person is watching (stderr is a terminal), and STATUS=
@@ -421,5 +450,81 @@ mod tests {
         let e = r.expect_err("five refusals in a row");
         assert!(format!("{e:#}").contains("NotLeader"), "{e:#}");
         assert_eq!(tries, 5);
+    }
+
+    /// Goal (issue 42, found by the cluster drill beside a CPU hog): a primary that answered
+    /// a joining node's reconcile (a cut began) and then refuses every fetch as `NotLeader`
+    /// (it lost its lease) is given up after the wait, as one that never answered is; the
+    /// node then serves, and follows whoever etcd names. Before, it asked the former leader
+    /// again and again for minutes and never looked for the new one.
+    #[test]
+    fn a_primary_that_answered_and_then_refuses_is_not_waited_for() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let (addr, refusals) = former_leader();
+        let cutter = Arc::new(crate::replica::cut::Cutter::open(&cfg).expect("open the cutter"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use roost_replication::FollowerLog;
+            let wait = Duration::from_millis(1500);
+            let r = reconcile_waiting(&cfg, &addr, &cutter, wait).map(|r| format!("{r:?}"));
+            let _ = tx.send((r, cutter.current_epoch()));
+        });
+        let (r, epoch) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the reconcile gave the former leader up within 30 s");
+        let r = r.expect("the reconcile ran");
+        assert!(r.contains("Shutdown"), "{r}");
+        assert_eq!(epoch, 1, "the first answer (a newer epoch) was taken");
+        let refused = refusals.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(refused >= 2, "asked again after refusals: {refused}");
+    }
+
+    /// A former leader on loopback: its first answer moves the follower to epoch 1
+    /// (`FencedEpoch`, an answer), and every later fetch is refused as `NotLeader`. Returns
+    /// its address and how many fetches it refused. At most 100 connections.
+    fn former_leader() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use roost_replication::wire::{read_frame, write_frame, DEFAULT_FRAME_BYTES_MAX};
+        use roost_replication::Message;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let refused = Arc::new(AtomicUsize::new(0));
+        let count = refused.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let mut answered = false;
+                for _ in 0..100 {
+                    let Ok((mut s, _)) = listener.accept().await else {
+                        return;
+                    };
+                    while let Ok(Some(_)) = read_frame(&mut s, DEFAULT_FRAME_BYTES_MAX).await {
+                        let answer = if answered {
+                            count.fetch_add(1, Ordering::SeqCst);
+                            Message::NotLeader { epoch: 2 }
+                        } else {
+                            answered = true;
+                            Message::FencedEpoch { leader_epoch: 1 }
+                        };
+                        if write_frame(&mut s, &answer, DEFAULT_FRAME_BYTES_MAX)
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            });
+        });
+        (addr, refused)
     }
 }

@@ -151,26 +151,51 @@ impl Cluster<'_> {
         n: usize,
         t0: Instant,
     ) -> anyhow::Result<()> {
+        if self.until_in_sync()? {
+            self.log.push(format!(
+                "round {round}: {} in the in-sync set again {} ms after the strike",
+                NAMES[n],
+                t0.elapsed().as_millis()
+            ));
+        } else {
+            self.violations.push(format!(
+                "round {round}: {} not in the leader's in-sync set within {} s of its start",
+                NAMES[n],
+                ELECTION_LIMIT.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// At the start, before the first strike: the standbys join the in-sync set as they
+    /// catch up. Not in time is a violation.
+    pub(super) fn wait_in_sync_at_start(&mut self, t0: Instant) -> anyhow::Result<()> {
+        if self.until_in_sync()? {
+            self.log.push(format!(
+                "start: every node in the in-sync set after {} ms",
+                t0.elapsed().as_millis()
+            ));
+        } else {
+            self.violations.push(format!(
+                "start: the in-sync set did not name every node within {} s",
+                ELECTION_LIMIT.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the leader's in-sync set names every node within `ELECTION_LIMIT`.
+    fn until_in_sync(&mut self) -> anyhow::Result<bool> {
         let until = Instant::now() + ELECTION_LIMIT;
         while Instant::now() < until {
             let l = self.leader(None, ELECTION_LIMIT)?;
             let isr = self.nodes[l].status().map(|s| s["cluster"]["isr"].clone());
             if isr.is_some_and(|v| names_every_node(&v)) {
-                self.log.push(format!(
-                    "round {round}: {} in the in-sync set again {} ms after the strike",
-                    NAMES[n],
-                    t0.elapsed().as_millis()
-                ));
-                return Ok(());
+                return Ok(true);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.violations.push(format!(
-            "round {round}: {} not in the leader's in-sync set within {} s of its start",
-            NAMES[n],
-            ELECTION_LIMIT.as_secs()
-        ));
-        Ok(())
+        Ok(false)
     }
 
     /// The quiet run (`--quiet-secs`): rounds of load without a fault until `secs` have

@@ -367,6 +367,55 @@ fn a_leader_cut_off_from_etcd_fences_itself() {
     same_logs(&nodes[l2], &nodes[l]);
 }
 
+/// Goal (issue 42, found by the cluster drill beside a CPU hog): a campaign whose winning
+/// transaction etcd applied while its answer was lost ("txn: no answer within 251ms") leaves
+/// etcd naming a leader that does not lead, under that node's live lease; the node gives the
+/// key up and an election follows. Before, it ignored its own key, which it kept renewing
+/// with its lease: nobody led for the whole minute the drill waited. Method: three nodes;
+/// the leader key and the epoch counter written by hand as standby `x`'s lost win would
+/// have written them (a newer epoch, `x`'s advertised address, `x`'s current lease, read
+/// from its member key); then a node must lead in a later epoch still.
+#[test]
+fn a_win_whose_answer_was_lost_is_given_up_and_another_election_follows() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let server = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let mut nodes = three(t.path(), server.client_url(), "");
+    start_all(&mut nodes);
+    let l = one_leader(&nodes, LIMIT);
+    isr_names_all(&nodes, l);
+    let x = (l + 1) % 3;
+    let (etcd, rt) = etcd_client(&server);
+    let key = |k: &str| format!("/roost/default/{k}");
+    let get = |k: &str| {
+        let (kv, _) = rt.block_on(etcd.get(&key(k))).expect("get");
+        kv.unwrap_or_else(|| panic!("no key {k}"))
+    };
+    let member = get(&format!("members/{}", nodes[x].name));
+    let advertise = serde_json::from_slice::<Value>(&member.value).expect("member")["advertise"]
+        .as_str()
+        .expect("advertise")
+        .to_owned();
+    let epoch: u64 = serde_json::from_slice(&get("epoch").value).expect("epoch");
+    let won = epoch + 1;
+    let leader = serde_json::json!({"name": nodes[x].name, "advertise": advertise, "epoch": won});
+    rt.block_on(etcd.put(&key("epoch"), won.to_string().as_bytes(), None))
+        .expect("put epoch");
+    let value = serde_json::to_vec(&leader).expect("json");
+    rt.block_on(etcd.put(&key("leader"), &value, Some(member.lease)))
+        .expect("put leader");
+    wait_for("a node leading an epoch after the lost win", LIMIT, || {
+        nodes.iter().any(|n| {
+            let c = cluster(n);
+            c["leading"] == true && c["epoch"].as_u64().is_some_and(|e| e > won)
+        })
+    });
+    let l2 = one_leader(&nodes, LIMIT);
+    submit_at(&nodes[l2], "after-the-lost-win");
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+}
+
 /// Runs `roost cluster unclean-election` with `node`'s configuration; its exit code and
 /// stdout.
 fn unclean(node: &Node, args: &[&str]) -> (i32, String) {
@@ -498,16 +547,7 @@ fn an_unclean_election_writes_only_when_no_node_may_campaign() {
     let t = tempfile::tempdir().expect("tempdir");
     let server = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
     let nodes = three(t.path(), server.client_url(), "");
-    let etcd = roost_etcd::Etcd::new(roost_etcd::EtcdOptions {
-        endpoints: vec![server.client_url().to_owned()],
-        tls: None,
-        request_timeout: Duration::from_secs(5),
-    })
-    .expect("client");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let (etcd, rt) = etcd_client(&server);
     let put = |k: &str, v: &str| {
         rt.block_on(etcd.put(&format!("/roost/default/{k}"), v.as_bytes(), None))
             .expect("put");
@@ -555,4 +595,19 @@ fn an_unclean_election_writes_only_when_no_node_may_campaign() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("no in-sync set yet"), "{text}");
     assert_eq!(isr(), None, "a set written where none was");
+}
+
+/// A plain client of `server` and a runtime to drive it, for keys read and put by hand.
+fn etcd_client(server: &EtcdServer) -> (roost_etcd::Etcd, tokio::runtime::Runtime) {
+    let etcd = roost_etcd::Etcd::new(roost_etcd::EtcdOptions {
+        endpoints: vec![server.client_url().to_owned()],
+        tls: None,
+        request_timeout: Duration::from_secs(5),
+    })
+    .expect("client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    (etcd, rt)
 }

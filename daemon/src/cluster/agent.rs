@@ -161,6 +161,7 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     cl.update(|v| v.etcd_error = None);
+    let key_lease = kv.as_ref().map_or(0, |kv| kv.lease);
     let leader = match kv {
         Some(kv) => Some(keys::decode::<LeaderValue>(&kv.key, &kv.value)?),
         None => None,
@@ -177,9 +178,15 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
             Ok(())
         }
         // This node's own key from before a restart: it leads nothing now; the key goes
-        // with its old lease.
-        Some(_) => {
+        // with its old lease. Under its current lease, its own campaign won in etcd while
+        // the answer was lost (a timeout), so etcd names a leader that does not lead, for
+        // as long as this node renews that lease: it is given up (`resign_unknown_win`).
+        Some(l) => {
             cl.update(|v| v.leader = None);
+            let lease = cl.view().lease_id;
+            if lease != 0 && key_lease == lease {
+                resign_unknown_win(cl, l.epoch).await;
+            }
             Ok(())
         }
         None => {
@@ -190,6 +197,25 @@ async fn follow_step(cl: &Cluster, node: &Node) -> Result<(), String> {
             campaign(cl, node, (sent, ttl)).await
         }
     }
+}
+
+/// Gives up a leader key this node holds under its current lease without leading: its
+/// winning transaction was applied while its answer was lost (the cluster drill saw "txn:
+/// no answer within 251ms", then no leader for a minute: the key stayed, renewed with the
+/// lease, and every node, this one included, waited on it). The lease is revoked, as a
+/// winner that cannot promote does, which deletes the key; the next step takes a new lease
+/// and may campaign again. Nothing was answered in that epoch (this node never promoted), so
+/// giving it up loses nothing; a failed revoke leaves the lease to expire unrenewed.
+async fn resign_unknown_win(cl: &Cluster, epoch: u32) {
+    let id = cl.view().lease_id;
+    warn!(
+        epoch,
+        "cluster: etcd names this node the leader under its current lease, but it does not lead (a winning transaction whose answer was lost): giving the key up"
+    );
+    if let Err(e) = cl.etcd.revoke(id).await {
+        warn!(error = %e, "cluster: cannot revoke the lease; it expires by itself");
+    }
+    cl.update(|v| v.lease_id = 0);
 }
 
 /// Keeps the switchover request found (issue 42) in the view; true when it names another

@@ -173,6 +173,7 @@ impl Node {
     async fn follow_step(&mut self) -> Result<(), String> {
         let renewed = self.renew().await?;
         let kv = self.etcd.get(KEY_LEADER).await?;
+        let key_lease = kv.as_ref().and_then(|kv| kv.lease);
         let leader: Option<LeaderVal> = kv.map(|kv| decode(&kv.value)).transpose()?;
         match leader {
             Some(l) if l.name != self.name => {
@@ -180,8 +181,18 @@ impl Node {
                 self.ensure_following(&l.name).await;
                 Ok(())
             }
+            // Its own key: from an earlier lease, it goes with it; under the current one, a
+            // win whose answer was lost (the daemon's `resign_unknown_win`): given up.
             Some(_) => {
                 self.leader = None;
+                if self.lease_id != 0 && key_lease == Some(self.lease_id) {
+                    self.world.event(format!(
+                        "{} gives up a win whose answer was lost",
+                        self.name
+                    ));
+                    let _ = self.etcd.revoke(self.lease_id).await;
+                    self.lease_id = 0;
+                }
                 Ok(())
             }
             None => {

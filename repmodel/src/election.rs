@@ -89,7 +89,8 @@ impl Model for Election {
 /// that lets its hw pass its own durable end. Then a standby that fetches before it syncs
 /// and acknowledges its durable end apart from its fetch position (two and three nodes),
 /// and the flaws that count what it has only written (for the hw and its catch-up, or for
-/// its catch-up alone).
+/// its catch-up alone). Last, a campaign whose answer is lost (two and three nodes) and the
+/// flaw that adopts such a win with a fresh view of the lease.
 pub fn rows() -> Vec<Config> {
     let two = Config::two_nodes;
     let three = Config::three_nodes;
@@ -172,6 +173,12 @@ fn power_loss_rows() -> Vec<Config> {
         fetch3,
         fetch2.with(Flaw::AckWritten),
         fetch3.with(Flaw::CatchUpWritten),
+        two(Ack::Standby).without_gap().with_lost_win(),
+        three(Ack::Standby).without_gap().with_lost_win(),
+        two(Ack::Standby)
+            .without_gap()
+            .with_lost_win()
+            .with(Flaw::AdoptLostWinFresh),
     ]
 }
 

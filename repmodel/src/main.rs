@@ -23,7 +23,7 @@ struct Args {
 
 const USAGE: &str = "usage: roost-repmodel [--replicas N] [--variant hw|kip101|kip279|kip320|all] \
 [--log-size N] [--max-records N] [--max-leader-epoch N] [--no-traces]
-       roost-repmodel election [--nodes N] [--ack local|standby] [--no-gap] [--handover] [--crash] [--ship-written] [--fetch-before-sync] [--flaw NAME]... \
+       roost-repmodel election [--nodes N] [--ack local|standby] [--no-gap] [--handover] [--crash] [--ship-written] [--fetch-before-sync] [--lost-win] [--flaw NAME]... \
 [--ttl N] [--margin N] [--skew N] [--max-epoch N] [--batches N] [--no-traces]";
 
 /// The election's command line: the configurations to explore, and whether to print traces.
@@ -56,6 +56,7 @@ fn parse_election(
                     crash: c.crash,
                     ship_written: c.ship_written,
                     fetch_before_sync: c.fetch_before_sync,
+                    lost_win: c.lost_win,
                     flaws: c.flaws,
                     ..base
                 };
@@ -72,6 +73,7 @@ fn parse_election(
             "--crash" => c.crash = true,
             "--ship-written" => c.ship_written = true,
             "--fetch-before-sync" => c.fetch_before_sync = true,
+            "--lost-win" => c.lost_win = true,
             "--flaw" => {
                 let key = argv.next().ok_or("--flaw needs a value")?;
                 c = c.with(Flaw::parse(&key).ok_or_else(|| format!("unknown flaw {key}"))?);

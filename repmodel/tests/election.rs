@@ -182,6 +182,24 @@ fn pins() -> Vec<Pin> {
             (944030, 8915670, 31),
             [OK, OK, fails(19), OK],
         ),
+        pin(
+            STANDBY2.without_gap().with_lost_win(),
+            (141173, 610120, 29),
+            [OK; 4],
+        ),
+        pin(
+            STANDBY3.without_gap().with_lost_win(),
+            (250997, 1693719, 25),
+            [OK; 4],
+        ),
+        pin(
+            STANDBY2
+                .without_gap()
+                .with_lost_win()
+                .with(Flaw::AdoptLostWinFresh),
+            (297597, 1297544, 44),
+            [OK, fails(14), OK, fails(9)],
+        ),
     ]
 }
 
@@ -573,4 +591,37 @@ fn state_keys_round_trip_and_refuse_ill_typed_states() {
             "Campaign(node=r3)"
         ]
     );
+}
+
+/// A win whose answer was lost (issue 42: etcd applied a campaign's transaction and the
+/// node's call timed out): the store names a node that stays a follower
+/// (`CampaignAnswerLost`), and the node gives the key up (`Resign`, as the daemon revokes
+/// its lease). Every invariant holds at two and three nodes, and those rows reach states the
+/// design without lost answers does not.
+#[test]
+fn a_lost_win_given_up_keeps_every_invariant() {
+    for cfg in [STANDBY2.without_gap(), STANDBY3.without_gap()] {
+        let r = assert_pinned(cfg.with_lost_win());
+        assert!(r.verdicts.iter().all(|v| v.counterexample.is_none()));
+        let plain = election::check(&cfg).expect("fits");
+        assert!(
+            r.distinct > plain.distinct,
+            "lost answers reach states the design without them does not"
+        );
+    }
+}
+
+/// Mutant (j): the node adopts the lost win instead, with its view of the lease counted from
+/// the moment it found the key (the wrong fix): it answers after its lease ran out
+/// (`AnswersWithinLease`, 14 states) and believes it holds a key that is gone
+/// (`OneLeaderKey`, 9 states).
+#[test]
+fn adopting_a_lost_win_with_a_fresh_view_answers_after_the_lease() {
+    let r = assert_pinned(
+        STANDBY2
+            .without_gap()
+            .with_lost_win()
+            .with(Flaw::AdoptLostWinFresh),
+    );
+    counterexample(&r, "AnswersWithinLease", "Answer");
 }

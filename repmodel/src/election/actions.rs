@@ -87,6 +87,9 @@ fn campaign(cfg: &Config, s: &State, out: &mut Successors<State>) {
             lease: cfg.ttl,
             isr: s.store.isr,
         };
+        if cfg.lost_win {
+            out.push(Label::new("CampaignAnswerLost").replica("node", n), next);
+        }
         *next.node_mut(n) = Node {
             role: Role::Leader,
             epoch,
@@ -165,12 +168,12 @@ fn check_and_fence(cfg: &Config, s: &State, out: &mut Successors<State>) {
 /// win at once (whoever wins: that a switchover's target is preferred only narrows who
 /// campaigns). `Flaw::ResignBeforeStepDown` lets a leader delete its key while it leads.
 fn hand_over(cfg: &Config, s: &State, out: &mut Successors<State>) {
-    if !cfg.handover {
+    if !cfg.handover && !cfg.lost_win {
         return;
     }
     for n in cfg.all() {
         let node = s.node(n);
-        if node.is_leader() {
+        if node.is_leader() && cfg.handover {
             let mut next = *s;
             *next.node_mut(n) = Node {
                 role: Role::Follower,
@@ -182,6 +185,19 @@ fn hand_over(cfg: &Config, s: &State, out: &mut Successors<State>) {
                 ..*node
             };
             out.push(Label::new("StepDown").replica("node", n), next);
+        }
+        if s.holds_key(n) && !node.is_leader() && cfg.flaws.has(Flaw::AdoptLostWinFresh) {
+            let mut next = *s;
+            *next.node_mut(n) = Node {
+                role: Role::Leader,
+                epoch: s.store.epoch,
+                isr: s.store.isr.without(n),
+                deadline: cfg.view_max(),
+                renewal: Renewal::Idle,
+                checked: false,
+                ..*node
+            };
+            out.push(Label::new("AdoptWin").replica("node", n), next);
         }
         let may_resign = !node.is_leader() || cfg.flaws.has(Flaw::ResignBeforeStepDown);
         if s.holds_key(n) && may_resign {

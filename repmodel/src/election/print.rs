@@ -118,6 +118,9 @@ pub fn describe(cfg: &Config) -> String {
     if cfg.fetch_before_sync {
         text.push_str(" fetch-before-sync");
     }
+    if cfg.lost_win {
+        text.push_str(" lost-win");
+    }
     for flaw in cfg.flaws.iter() {
         let _ = write!(text, " flaw={}", flaw.key());
     }

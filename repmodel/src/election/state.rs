@@ -57,10 +57,14 @@ pub enum Flaw {
     /// (i') With `Config::fetch_before_sync`, the hw counts a standby's durable end but its
     /// catch-up (its return to the ISR) counts its log end.
     CatchUpWritten,
+    /// (j) With `Config::lost_win`, a node that finds the store naming it without leading
+    /// adopts the win (`AdoptWin`) with its view of the lease counted from then, not from
+    /// the renewal before its campaign: the wrong fix of a lost answer.
+    AdoptLostWinFresh,
 }
 
 impl Flaw {
-    pub const ALL: [Flaw; 11] = [
+    pub const ALL: [Flaw; 12] = [
         Flaw::NoMargin,
         Flaw::CampaignOutsideIsr,
         Flaw::IsrGrowStoreFirst,
@@ -72,6 +76,7 @@ impl Flaw {
         Flaw::HwPastDurable,
         Flaw::AckWritten,
         Flaw::CatchUpWritten,
+        Flaw::AdoptLostWinFresh,
     ];
 
     /// The name printed in tables and accepted by the command line.
@@ -88,6 +93,7 @@ impl Flaw {
             Flaw::HwPastDurable => "hw-past-durable",
             Flaw::AckWritten => "ack-written",
             Flaw::CatchUpWritten => "catch-up-written",
+            Flaw::AdoptLostWinFresh => "adopt-lost-win-fresh",
         }
     }
 
@@ -155,6 +161,11 @@ pub struct Config {
     /// durable end, apart from its fetch position. Without it a standby syncs what it
     /// fetched in the step that takes it, and its next fetch acknowledges it.
     pub fetch_before_sync: bool,
+    /// Whether a campaign's winning transaction may be applied while its answer is lost
+    /// (issue 42: "txn: no answer within 251ms", then no leader for a minute): the store
+    /// names the node, which stays a follower of the epoch it knew (`CampaignAnswerLost`) and
+    /// may then give the key up (`Resign`, as after a handover: the daemon revokes its lease).
+    pub lost_win: bool,
     pub flaws: Flaws,
 }
 
@@ -187,6 +198,7 @@ impl Config {
             crash: false,
             ship_written: false,
             fetch_before_sync: false,
+            lost_win: false,
             flaws: Flaws::NONE,
         }
     }
@@ -217,6 +229,14 @@ impl Config {
     pub const fn with_handover(self) -> Config {
         Config {
             handover: true,
+            ..self
+        }
+    }
+
+    /// A winning campaign's answer may be lost (`Config::lost_win`).
+    pub const fn with_lost_win(self) -> Config {
+        Config {
+            lost_win: true,
             ..self
         }
     }

@@ -1,0 +1,260 @@
+//! The shard pool as one part of the engine: the shards opened since start (each behind its
+//! owner, `owner.rs`), the set of shards that exist (`shard_limit.rs`), the threads the
+//! owners run on, recovery's vouched lsns, the compaction horizon and gate, and the thread
+//! that finishes a standby's flushes. It opens shards and answers about them; it never plans,
+//! claims or answers a batch.
+//!
+//! Declaration order is drop order and matters here: the effects flusher first (a flush it
+//! waits for is answered by a pool thread), then the owners, then the pool's threads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use roost_shards::{CompactionStats, ShardOptions};
+use roost_storage::{lock, NoRoom, OpenMode, Storage};
+use roost_wal::Lsn;
+
+use super::backup_gate::BackupGate;
+use super::crash::CrashHook;
+use super::effects_flush::EffectsFlusher;
+use super::owner::{OwnerContext, PoolHandle, ShardFigures, ShardOpener, ShardSlot};
+use super::shard_limit::{self, KnownShards};
+use super::stats::Stats;
+use crate::batch::Batch;
+use crate::config::Config;
+use crate::error::EngineError;
+
+/// What a shard is opened on and its owner runs with, taken from the engine at open.
+pub(super) struct ShardGround {
+    pub storage: Arc<dyn Storage>,
+    /// `shards/` in the data directory.
+    pub dir: PathBuf,
+    pub config: Arc<Config>,
+    pub crash: Arc<dyn CrashHook>,
+    pub stats: Arc<Stats>,
+    pub opened: Instant,
+}
+
+pub(super) struct ShardSet {
+    /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
+    /// Declared (so dropped) before `slots` and `pool`: a flush it waits for is answered
+    /// by a pool thread, and a pool stopped first would leave it waiting for ever (a hang
+    /// at drop seen in `reseed_crash`).
+    flusher: EffectsFlusher,
+    slots: Mutex<HashMap<String, Arc<ShardSlot>>>,
+    /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `slots`
+    /// when both are held, never before.
+    known: Mutex<KnownShards>,
+    /// The threads shard owners run on (`shard_threads`); declared after `slots`, so the
+    /// owners are closed before the threads stop.
+    pool: PoolHandle,
+    /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
+    /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
+    /// was flushed before that record was written, and anything later is rebuilt from its
+    /// claim. Lets a shard opened later drop a gap among never-flushed frames after a power
+    /// loss rather than call it corruption. (The planner's `vouched` is the live figure; a
+    /// shard is opened under the planner lock, so it reads this copy.)
+    synced_through: HashMap<String, Lsn>,
+    /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
+    /// every batch is finished and never applied again.
+    horizon: Arc<AtomicU64>,
+    /// Base backups running and compaction steps running (`backup_gate.rs`).
+    gate: Arc<BackupGate>,
+    ground: ShardGround,
+}
+
+impl ShardSet {
+    pub(super) fn new(flusher: EffectsFlusher, pool: PoolHandle, ground: ShardGround) -> ShardSet {
+        ShardSet {
+            flusher,
+            slots: Mutex::new(HashMap::new()),
+            known: Mutex::default(),
+            pool,
+            synced_through: HashMap::new(),
+            horizon: Arc::new(AtomicU64::new(0)),
+            gate: Arc::default(),
+            ground,
+        }
+    }
+
+    /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
+    /// The owner keeps the `ShardOpener` to reopen the shard after an idle close, the same
+    /// way, vouched through the lsn it closed at.
+    pub(super) fn slot(&self, name: &str) -> Result<Arc<ShardSlot>, EngineError> {
+        let mut shards = lock(&self.slots);
+        if let Some(s) = shards.get(name) {
+            return Ok(s.clone());
+        }
+        let g = &self.ground;
+        let opener = ShardOpener {
+            storage: g.storage.clone(),
+            dir: g.dir.join(name),
+            opts: ShardOptions {
+                segment_bytes: g.config.shard_segment_bytes,
+                read_only: false,
+                synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
+                zero_ahead_bytes: g.config.zero_ahead_bytes,
+                ..ShardOptions::default()
+            },
+        };
+        let shard = opener.open(name)?;
+        let idle_close_ms = g.config.shard_idle_close_ms;
+        let ctx = OwnerContext {
+            pool: self.pool.0.clone(),
+            crash: g.crash.clone(),
+            stats: g.stats.clone(),
+            opened: g.opened,
+            horizon: self.horizon.clone(),
+            gate: self.gate.clone(),
+            compact_rate: g.config.shard_compact_bytes_per_sec,
+            compact_dead: g.config.shard_compact_dead_fraction,
+            idle_close: (idle_close_ms > 0).then(|| Duration::from_millis(idle_close_ms)),
+        };
+        let slot = Arc::new(ShardSlot::spawn(name, shard, opener, ctx));
+        shards.insert(name.to_owned(), slot.clone());
+        lock(&self.known).note(name);
+        Ok(slot)
+    }
+
+    /// The owner of shard `name` if it was opened since start.
+    pub(super) fn opened(&self, name: &str) -> Option<Arc<ShardSlot>> {
+        lock(&self.slots).get(name).cloned()
+    }
+
+    /// The names of the shards opened since start.
+    pub(super) fn names(&self) -> Vec<String> {
+        lock(&self.slots).keys().cloned().collect()
+    }
+
+    /// Every shard opened since start, with its owner.
+    pub(super) fn slots(&self) -> Vec<(String, Arc<ShardSlot>)> {
+        lock(&self.slots)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Each shard opened since start: its records, largest id, and whether it is open now.
+    pub(super) fn figures(&self) -> BTreeMap<String, ShardFigures> {
+        self.slots()
+            .into_iter()
+            .filter_map(|(k, s)| s.stats().ok().map(|f| (k, f)))
+            .collect()
+    }
+
+    /// Compaction figures per open shard.
+    pub(super) fn compaction(&self) -> BTreeMap<String, CompactionStats> {
+        self.slots()
+            .into_iter()
+            .filter_map(|(k, s)| s.compaction().ok().map(|c| (k, c)))
+            .collect()
+    }
+
+    /// The first shard (by name) with no spare segment, and why.
+    pub(super) fn shortage(&self) -> Option<(String, NoRoom)> {
+        let slots = lock(&self.slots);
+        let mut names: Vec<&String> = slots.keys().collect();
+        names.sort();
+        names.into_iter().find_map(|name| {
+            let why = lock(&slots[name].room).clone()?;
+            Some((format!("shard {name}"), why))
+        })
+    }
+
+    /// Makes the spare segment again of every shard that had none.
+    pub(super) fn refill(&self) -> Result<(), EngineError> {
+        let slots: Vec<_> = lock(&self.slots).values().cloned().collect();
+        for slot in slots {
+            if lock(&slot.room).is_some() {
+                slot.refill()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes on disk of the shards opened since start (segments and spares, as
+    /// preallocated; a compacted shard segment is as long as its content).
+    pub(super) fn disk_bytes(&self) -> u64 {
+        let storage = self.ground.storage.as_ref();
+        let file_len = |p: &std::path::Path| {
+            storage
+                .open(p, OpenMode::Read)
+                .and_then(|f| f.len())
+                .unwrap_or(0)
+        };
+        self.names()
+            .iter()
+            .map(|name| {
+                let dir = self.ground.dir.join(name);
+                let files = storage.list(&dir).unwrap_or_default();
+                files
+                    .iter()
+                    .filter(|n| {
+                        n.ends_with(roost_shards::SEGMENT_SUFFIX) || *n == roost_storage::SPARE_FILE
+                    })
+                    .map(|n| file_len(&dir.join(n)))
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Whether shard `shard` has segments on disk (a shard never written has none).
+    pub(super) fn has_segments(&self, shard: &str) -> bool {
+        match self.ground.storage.list(&self.ground.dir.join(shard)) {
+            Ok(names) => names
+                .iter()
+                .any(|n| n.ends_with(roost_shards::SEGMENT_SUFFIX)),
+            Err(_) => false,
+        }
+    }
+
+    /// Recovery's vouched lsns per shard (see `synced_through`).
+    pub(super) fn set_synced_through(&mut self, vouched: HashMap<String, Lsn>) {
+        self.synced_through = vouched;
+    }
+
+    /// Starts the count of shards for `shards_max` once recovery has opened what it needed:
+    /// the directories on disk, the shards recovery knows of, and the shards open now.
+    pub(super) fn fill_known(&self) {
+        let mut names = self.names();
+        names.extend(self.synced_through.keys().cloned());
+        names.extend(shard_limit::listed_shard_dirs(
+            self.ground.storage.as_ref(),
+            &self.ground.dir,
+        ));
+        lock(&self.known).fill(names);
+    }
+
+    /// How many shards exist (0 before recovery filled the set).
+    pub(super) fn known_count(&self) -> usize {
+        lock(&self.known).count()
+    }
+
+    /// [`KnownShards::first_over`] under its lock.
+    pub(super) fn first_over(
+        &self,
+        batch: &Batch,
+        limit: usize,
+        shards_max: usize,
+    ) -> Option<(usize, String)> {
+        lock(&self.known).first_over(batch, limit, shards_max)
+    }
+
+    /// The lsn at or below which owners may compact.
+    pub(super) fn horizon(&self) -> &AtomicU64 {
+        &self.horizon
+    }
+
+    /// Base backups and compaction steps running.
+    pub(super) fn gate(&self) -> &Arc<BackupGate> {
+        &self.gate
+    }
+
+    /// The thread that finishes a standby's flushes.
+    pub(super) fn flusher(&self) -> &EffectsFlusher {
+        &self.flusher
+    }
+}

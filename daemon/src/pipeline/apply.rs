@@ -29,11 +29,11 @@ use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::finish::SentCommits;
 use super::held::{self, FlushWith};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
+use super::shard_set::SentCommits;
 use super::{Engine, KeyAt};
 use crate::error::EngineError;
 
@@ -137,7 +137,7 @@ impl Engine {
         if run.is_empty() {
             return Ok(None);
         }
-        let sent = self.send_commits(run)?;
+        let sent = self.shards.send_commits(run)?;
         let row = match self.write_group_audit_rows(run, &[]) {
             Ok(row) => row,
             Err(e) => {
@@ -176,7 +176,7 @@ impl Engine {
         let mut last_row = None;
         let none = HashSet::new();
         for (lsn, claim) in claims {
-            let sent = self.send_commits(&[(lsn, claim)])?;
+            let sent = self.shards.send_commits(&[(lsn, claim)])?;
             for t in self.wait_commits(sent)?.into_iter().flatten() {
                 touched.insert(t.name.to_owned(), t.slot);
             }

@@ -17,48 +17,24 @@ use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
 
+/// Built by `Engine::open`; the latch is read and set only through its methods.
 pub(super) struct Env {
     pub storage: Arc<dyn Storage>,
     pub layout: Layout,
     pub config: Arc<Config>,
-    crash: Arc<dyn CrashHook>,
+    pub crash: Arc<dyn CrashHook>,
     /// The engine's latch: set by the first failed write or sync, never cleared.
-    failed: Arc<AtomicBool>,
+    pub failed: Arc<AtomicBool>,
     /// Signalled when a batch finishes, or the role changes, or the engine fails (a
     /// duplicate of an in-flight key waits on it).
     pub finished_cv: Arc<Condvar>,
     pub opened: Instant,
-    stats: Arc<Stats>,
+    pub stats: Arc<Stats>,
     /// Released last: every part is closed before another process may open the directory.
-    _lock: Option<DirLock>,
+    pub _lock: Option<DirLock>,
 }
 
 impl Env {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        storage: Arc<dyn Storage>,
-        layout: Layout,
-        config: Arc<Config>,
-        crash: Arc<dyn CrashHook>,
-        failed: Arc<AtomicBool>,
-        finished_cv: Arc<Condvar>,
-        opened: Instant,
-        stats: Arc<Stats>,
-        lock: Option<DirLock>,
-    ) -> Env {
-        Env {
-            storage,
-            layout,
-            config,
-            crash,
-            failed,
-            finished_cv,
-            opened,
-            stats,
-            _lock: lock,
-        }
-    }
-
     pub(super) fn is_failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
     }

@@ -14,50 +14,21 @@
 //! log's syncs come off the client's wait. The `done` record is appended only after them:
 //! done means nothing is left to redo.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{mpsc, Arc};
+use std::collections::HashSet;
 use std::time::Instant;
 
-use roost_shards::TxnOp;
 use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
 use super::invariants;
-use super::owner::{ShardSlot, Turn};
 use super::plan::{is_detached, Slot};
-use super::records::{self, AuditRecord, ClaimRecord, PlannedOp, RecordType};
+use super::records::{self, AuditRecord, ClaimRecord, RecordType};
+use super::shard_set::{SentCommits, Touched};
 use super::Engine;
 use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
 use crate::spool::Prepared;
-
-/// One touched shard of a batch: its owner and the ids its transaction creates (true) or
-/// deletes (false), for the planning overlay.
-pub(super) struct Touched<'a> {
-    pub name: &'a str,
-    pub slot: Arc<ShardSlot>,
-    pub ids: Vec<(u64, bool)>,
-}
-
-/// Claims' transactions sent to their shards' owners and not yet waited for
-/// ([`Engine::send_commits`]): each claim's touched shards, the answers to wait for, and a
-/// failure to send.
-pub(super) struct SentCommits<'c> {
-    touched: Vec<Vec<Touched<'c>>>,
-    sent: Vec<Sent>,
-    first_err: Option<EngineError>,
-}
-
-/// A message sent to a shard owner, and where its answer comes.
-type Sent = (Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>);
-
-impl<'c> SentCommits<'c> {
-    /// Every claim's touched shards.
-    pub(super) fn touched(&self) -> impl Iterator<Item = &[Touched<'c>]> {
-        self.touched.iter().map(Vec::as_slice)
-    }
-}
 
 /// What a group still owes once its answers are made: each claim's touched shards (to
 /// flush, then to close the claim with) and the last audit row written (to sync).
@@ -117,7 +88,7 @@ impl Engine {
         if claims.is_empty() {
             return Ok((Vec::new(), tail));
         }
-        tail.touched = self.wait_commits(self.send_commits(claims)?)?;
+        tail.touched = self.wait_commits(self.shards.send_commits(claims)?)?;
         tail.committed = Instant::now();
         for _ in claims {
             self.stats.latency.commit.record(tail.committed - t_commit);
@@ -126,68 +97,16 @@ impl Engine {
         Ok((self.answer_claims(claims, started, prepared)?, tail))
     }
 
-    /// Every claim's transactions sent, one message per touched shard for the whole group
-    /// (its transactions in lsn order; each owner applies in lsn order), not waited for: a
-    /// standby syncs its WAL while its owners apply (`apply.rs`).
-    pub(super) fn send_commits<'c>(
-        &self,
-        claims: &[(Lsn, &'c ClaimRecord)],
-    ) -> Result<SentCommits<'c>, EngineError> {
-        let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
-        let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
-        for (lsn, c) in claims {
-            let mut mine = Vec::new();
-            for (k, (name, ops)) in transactions(c).into_iter().enumerate() {
-                let slot = match by_shard.get(name) {
-                    Some((slot, _)) => slot.clone(),
-                    None => self.shards.slot(name)?,
-                };
-                let ids = touched_ids(&ops);
-                let turn = Turn { lsn: *lsn, k, ops };
-                by_shard
-                    .entry(name)
-                    .or_insert_with(|| (slot.clone(), Vec::new()))
-                    .1
-                    .push(turn);
-                mine.push(Touched { name, slot, ids });
-            }
-            touched.push(mine);
-        }
-        let mut sent = SentCommits {
-            touched,
-            sent: Vec::with_capacity(by_shard.len()),
-            first_err: None,
-        };
-        for (slot, turns) in by_shard.into_values() {
-            match slot.send_apply(turns) {
-                Ok(rx) => sent.sent.push((slot, rx)),
-                Err(e) => {
-                    sent.first_err = Some(e);
-                    break;
-                }
-            }
-        }
-        Ok(sent)
-    }
-
     /// Every shard's answer collected (all of them, even after a failure, so no owner is
     /// still writing when this returns), then the planning overlays cleared under one lock.
     pub(super) fn wait_commits<'c>(
         &self,
         s: SentCommits<'c>,
     ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let mut first_err = s.first_err;
-        for (slot, rx) in s.sent {
-            if let Err(e) = slot.wait(&rx, &|| self.is_failed()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        let touched = s.touched.iter().flatten();
-        lock(&self.planner).applied(touched.map(|t| (t.name, t.ids.as_slice())));
-        Ok(s.touched)
+        let touched = s.wait(&|| self.is_failed())?;
+        let all = touched.iter().flatten();
+        lock(&self.planner).applied(all.map(|t| (t.name, t.ids.as_slice())));
+        Ok(touched)
     }
 
     /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
@@ -365,23 +284,6 @@ impl Engine {
     }
 }
 
-/// The claim's ops as one transaction per shard, in shard-name order (the order that names
-/// the crash points `after_commit.K`).
-fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
-    let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
-    for op in &claim.ops {
-        let t = match op {
-            PlannedOp::Create { id, record, .. } => TxnOp::Create {
-                id: *id,
-                record: record.clone(),
-            },
-            PlannedOp::Delete { id, .. } => TxnOp::Delete { id: *id },
-        };
-        by_shard.entry(op.shard()).or_default().push(t);
-    }
-    by_shard
-}
-
 /// The claim's audit rows (op index, encoded row), one per op not in `audited`.
 fn audit_rows(
     lsn: Lsn,
@@ -405,16 +307,6 @@ fn audit_rows(
         rows.push((i, payload));
     }
     Ok(rows)
-}
-
-/// The ids a shard transaction creates (true) or deletes (false).
-fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
-    ops.iter()
-        .map(|op| match op {
-            TxnOp::Create { id, .. } => (*id, true),
-            TxnOp::Delete { id } => (*id, false),
-        })
-        .collect()
 }
 
 /// The committed result of a claim: the same whenever it is rebuilt.

@@ -266,7 +266,7 @@ impl KeyWindow {
     /// The key table's record at (`lsn`, `offset`), decoded.
     pub(super) fn read(&self, lsn: Lsn, offset: u64) -> Result<KeyRecord, EngineError> {
         let rec = self.table.read_record(lsn, offset)?;
-        Ok(records::decode_key(&rec)?)
+        records::decode_key(&rec)
     }
 
     /// The table's bytes on disk.

@@ -274,7 +274,7 @@ impl Engine {
         let answers = answers::Answers::new(storage.clone(), config.clone(), spool, publisher);
         let window_secs = config.request_key_window_secs;
         let key_window = keys::KeyWindow::new(key_table, index, window_secs, stats.clone());
-        let env = env::Env::new(
+        let env = env::Env {
             storage,
             layout,
             config,
@@ -282,9 +282,9 @@ impl Engine {
             failed,
             finished_cv,
             opened,
-            stats.clone(),
-            lock_file,
-        );
+            stats: stats.clone(),
+            _lock: lock_file,
+        };
         let engine = Engine {
             answers,
             keys: key_window,
@@ -325,7 +325,7 @@ impl Engine {
     }
 
     pub fn wal(&self) -> &Wal {
-        &self.log.wal()
+        self.log.wal()
     }
 
     pub fn is_failed(&self) -> bool {

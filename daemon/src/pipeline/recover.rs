@@ -145,7 +145,7 @@ impl Engine {
         let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
         let mut records = 0u64;
         let mut p = lock(&self.planner);
-        for entry in read_wal_frames(&self.log.wal(), ckpt.wal_from) {
+        for entry in read_wal_frames(self.log.wal(), ckpt.wal_from) {
             let (rec, entry) = entry?;
             records += 1;
             progress.report("replaying records", records, total);

@@ -1,8 +1,8 @@
 //! The shard pool as one part of the engine: the shards opened since start (each behind its
 //! owner, `owner.rs`), the set of shards that exist (`shard_limit.rs`), the threads the
 //! owners run on, recovery's vouched lsns, the compaction horizon and gate, and the thread
-//! that finishes a standby's flushes. It opens shards and answers about them; it never plans,
-//! claims or answers a batch.
+//! that finishes a standby's flushes. It opens shards, sends each claim's transactions to
+//! their owners and answers about them; it never plans, claims or answers a batch.
 //!
 //! Declaration order is drop order and matters here: the effects flusher first (a flush it
 //! waits for is answered by a pool thread), then the owners, then the pool's threads.
@@ -10,17 +10,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use roost_shards::{CompactionStats, ShardOptions};
+use roost_shards::{CompactionStats, ShardOptions, TxnOp};
 use roost_storage::{lock, NoRoom, OpenMode, Storage};
 use roost_wal::Lsn;
 
 use super::backup_gate::BackupGate;
 use super::crash::CrashHook;
 use super::effects_flush::EffectsFlusher;
-use super::owner::{OwnerContext, PoolHandle, ShardFigures, ShardOpener, ShardSlot};
+use super::owner::{OwnerContext, PoolHandle, ShardFigures, ShardOpener, ShardSlot, Turn};
+use super::records::{ClaimRecord, PlannedOp};
 use super::shard_limit::{self, KnownShards};
 use super::stats::Stats;
 use crate::batch::Batch;
@@ -36,6 +38,51 @@ pub(super) struct ShardGround {
     pub crash: Arc<dyn CrashHook>,
     pub stats: Arc<Stats>,
     pub opened: Instant,
+}
+
+/// One touched shard of a batch: its owner and the ids its transaction creates (true) or
+/// deletes (false), for the planning overlay.
+pub(super) struct Touched<'a> {
+    pub name: &'a str,
+    pub slot: Arc<ShardSlot>,
+    pub ids: Vec<(u64, bool)>,
+}
+
+/// Claims' transactions sent to their shards' owners and not yet waited for
+/// ([`ShardSet::send_commits`]): each claim's touched shards, the answers to wait for, and a
+/// failure to send.
+pub(super) struct SentCommits<'c> {
+    touched: Vec<Vec<Touched<'c>>>,
+    sent: Vec<Sent>,
+    first_err: Option<EngineError>,
+}
+
+/// A message sent to a shard owner, and where its answer comes.
+type Sent = (Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>);
+
+impl<'c> SentCommits<'c> {
+    /// Every shard's answer collected (all of them, even after a failure, so no owner is
+    /// still writing when this returns); every claim's touched shards, or the first failure.
+    pub(super) fn wait(
+        self,
+        failed: &dyn Fn() -> bool,
+    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
+        let mut first_err = self.first_err;
+        for (slot, rx) in self.sent {
+            if let Err(e) = slot.wait(&rx, failed) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(self.touched),
+        }
+    }
+
+    /// Every claim's touched shards.
+    pub(super) fn touched(&self) -> impl Iterator<Item = &[Touched<'c>]> {
+        self.touched.iter().map(Vec::as_slice)
+    }
 }
 
 pub(super) struct ShardSet {
@@ -117,6 +164,50 @@ impl ShardSet {
         shards.insert(name.to_owned(), slot.clone());
         lock(&self.known).note(name);
         Ok(slot)
+    }
+
+    /// Every claim's transactions sent, one message per touched shard for the whole group
+    /// (its transactions in lsn order; each owner applies in lsn order), not waited for: a
+    /// standby syncs its WAL while its owners apply (`apply.rs`).
+    pub(super) fn send_commits<'c>(
+        &self,
+        claims: &[(Lsn, &'c ClaimRecord)],
+    ) -> Result<SentCommits<'c>, EngineError> {
+        let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
+        let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
+        for (lsn, c) in claims {
+            let mut mine = Vec::new();
+            for (k, (name, ops)) in transactions(c).into_iter().enumerate() {
+                let slot = match by_shard.get(name) {
+                    Some((slot, _)) => slot.clone(),
+                    None => self.slot(name)?,
+                };
+                let ids = touched_ids(&ops);
+                let turn = Turn { lsn: *lsn, k, ops };
+                by_shard
+                    .entry(name)
+                    .or_insert_with(|| (slot.clone(), Vec::new()))
+                    .1
+                    .push(turn);
+                mine.push(Touched { name, slot, ids });
+            }
+            touched.push(mine);
+        }
+        let mut sent = SentCommits {
+            touched,
+            sent: Vec::with_capacity(by_shard.len()),
+            first_err: None,
+        };
+        for (slot, turns) in by_shard.into_values() {
+            match slot.send_apply(turns) {
+                Ok(rx) => sent.sent.push((slot, rx)),
+                Err(e) => {
+                    sent.first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        Ok(sent)
     }
 
     /// The owner of shard `name` if it was opened since start.
@@ -257,4 +348,31 @@ impl ShardSet {
     pub(super) fn flusher(&self) -> &EffectsFlusher {
         &self.flusher
     }
+}
+
+/// The claim's ops as one transaction per shard, in shard-name order (the order that names
+/// the crash points `after_commit.K`).
+fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
+    let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
+    for op in &claim.ops {
+        let t = match op {
+            PlannedOp::Create { id, record, .. } => TxnOp::Create {
+                id: *id,
+                record: record.clone(),
+            },
+            PlannedOp::Delete { id, .. } => TxnOp::Delete { id: *id },
+        };
+        by_shard.entry(op.shard()).or_default().push(t);
+    }
+    by_shard
+}
+
+/// The ids a shard transaction creates (true) or deletes (false).
+fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
+    ops.iter()
+        .map(|op| match op {
+            TxnOp::Create { id, .. } => (*id, true),
+            TxnOp::Delete { id } => (*id, false),
+        })
+        .collect()
 }

@@ -62,7 +62,7 @@ pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -268,13 +268,7 @@ impl Engine {
         let log_role = log_role.open(parts)?;
         let log = logs::Logs::new(wal, audit.clone(), backup_pins, storage.is_real());
         let (stats, opened) = (Arc::new(Stats::default()), Instant::now());
-        let ground = shard_ground(&storage, &layout, &config, &crash, &stats, opened);
-        let shards = start_shards(ground, layout.data_dir(), &audit, &failed)?;
-        let intake = intake_bytes::Intakes::new(config.intake_bytes());
-        let answers = answers::Answers::new(storage.clone(), config.clone(), spool, publisher);
-        let window_secs = config.request_key_window_secs;
-        let key_window = keys::KeyWindow::new(key_table, index, window_secs, stats.clone());
-        let env = env::Env {
+        let mut env = env::Env {
             storage,
             layout,
             config,
@@ -283,8 +277,18 @@ impl Engine {
             finished_cv,
             opened,
             stats: stats.clone(),
-            _lock: lock_file,
+            _lock: None,
         };
+        let shards = shard_set::ShardSet::start(&env, &audit)
+            .map_err(io_err("start shard threads", env.layout.data_dir()))?;
+        // The lock joins `env` once every part has started: an open that fails before drops
+        // it after them, last.
+        env._lock = lock_file;
+        let config = &env.config;
+        let intake = intake_bytes::Intakes::new(config.intake_bytes());
+        let answers = answers::Answers::new(env.storage.clone(), config.clone(), spool, publisher);
+        let window_secs = config.request_key_window_secs;
+        let key_window = keys::KeyWindow::new(key_table, index, window_secs, stats.clone());
         let engine = Engine {
             answers,
             keys: key_window,
@@ -431,42 +435,6 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-/// What the shard pool opens shards on and runs their owners with.
-fn shard_ground(
-    storage: &Arc<dyn Storage>,
-    layout: &Layout,
-    config: &Arc<Config>,
-    crash: &Arc<dyn CrashHook>,
-    stats: &Arc<Stats>,
-    opened: Instant,
-) -> shard_set::ShardGround {
-    shard_set::ShardGround {
-        storage: storage.clone(),
-        dir: layout.shards(),
-        config: config.clone(),
-        crash: crash.clone(),
-        stats: stats.clone(),
-        opened,
-    }
-}
-
-/// The shard pool started: the standby's effects flusher, then the threads.
-fn start_shards(
-    ground: shard_set::ShardGround,
-    data_dir: &Path,
-    audit: &Arc<Wal>,
-    failed: &Arc<AtomicBool>,
-) -> Result<shard_set::ShardSet, EngineError> {
-    let effects_flusher = effects_flush::EffectsFlusher::start(audit.clone(), failed.clone());
-    let pool = owner::ShardPool::start(ground.config.shard_threads)
-        .map_err(io_err("start shard threads", data_dir))?;
-    Ok(shard_set::ShardSet::new(
-        effects_flusher,
-        owner::PoolHandle(pool),
-        ground,
-    ))
 }
 
 /// The engine's logs: the WAL, the audit log, the request-key table and its index.

@@ -8,37 +8,25 @@
 //! waits for is answered by a pool thread), then the owners, then the pool's threads.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use roost_shards::{CompactionStats, ShardOptions, TxnOp};
-use roost_storage::{lock, NoRoom, OpenMode, Storage};
-use roost_wal::Lsn;
+use roost_storage::{lock, NoRoom, OpenMode};
+use roost_wal::{Lsn, Wal};
 
 use super::backup_gate::BackupGate;
-use super::crash::CrashHook;
 use super::effects_flush::EffectsFlusher;
-use super::owner::{OwnerContext, PoolHandle, ShardFigures, ShardOpener, ShardSlot, Turn};
+use super::env::Env;
+use super::owner::{
+    OwnerContext, PoolHandle, ShardFigures, ShardOpener, ShardPool, ShardSlot, Turn,
+};
 use super::records::{ClaimRecord, PlannedOp};
 use super::shard_limit::{self, KnownShards};
-use super::stats::Stats;
 use crate::batch::Batch;
-use crate::config::Config;
 use crate::error::EngineError;
-
-/// What a shard is opened on and its owner runs with, taken from the engine at open.
-pub(super) struct ShardGround {
-    pub storage: Arc<dyn Storage>,
-    /// `shards/` in the data directory.
-    pub dir: PathBuf,
-    pub config: Arc<Config>,
-    pub crash: Arc<dyn CrashHook>,
-    pub stats: Arc<Stats>,
-    pub opened: Instant,
-}
 
 /// One touched shard of a batch: its owner and the ids its transaction creates (true) or
 /// deletes (false), for the planning overlay.
@@ -87,7 +75,7 @@ impl<'c> SentCommits<'c> {
 
 pub(super) struct ShardSet {
     /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
-    /// Declared (so dropped) before `slots` and `pool`: a flush it waits for is answered
+    /// Declared (so dropped) before `slots` and `_pool`: a flush it waits for is answered
     /// by a pool thread, and a pool stopped first would leave it waiting for ever (a hang
     /// at drop seen in `reseed_crash`).
     flusher: EffectsFlusher,
@@ -97,7 +85,7 @@ pub(super) struct ShardSet {
     known: Mutex<KnownShards>,
     /// The threads shard owners run on (`shard_threads`); declared after `slots`, so the
     /// owners are closed before the threads stop.
-    pool: PoolHandle,
+    _pool: PoolHandle,
     /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
     /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
     /// was flushed before that record was written, and anything later is rebuilt from its
@@ -105,26 +93,52 @@ pub(super) struct ShardSet {
     /// loss rather than call it corruption. (The planner's `vouched` is the live figure; a
     /// shard is opened under the planner lock, so it reads this copy.)
     synced_through: HashMap<String, Lsn>,
-    /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
-    /// every batch is finished and never applied again.
-    horizon: Arc<AtomicU64>,
-    /// Base backups running and compaction steps running (`backup_gate.rs`).
-    gate: Arc<BackupGate>,
-    ground: ShardGround,
+    /// How every shard is opened: the storage, `shards/`, and the options but the vouched
+    /// lsn (`synced_through`, set per shard).
+    opener: ShardOpener,
+    /// What every owner runs with: the pool's threads, the crash hook, the progress clock,
+    /// compaction's settings, its horizon (frames at or below the last checkpoint, whose
+    /// batches are finished and never applied again) and its gate (`backup_gate.rs`).
+    owners: OwnerContext,
 }
 
 impl ShardSet {
-    pub(super) fn new(flusher: EffectsFlusher, pool: PoolHandle, ground: ShardGround) -> ShardSet {
-        ShardSet {
+    /// Starts the standby's effects flusher, then the pool's `shard_threads` threads.
+    pub(super) fn start(env: &Env, audit: &Arc<Wal>) -> std::io::Result<ShardSet> {
+        let flusher = EffectsFlusher::start(audit.clone(), env.failed.clone());
+        let pool = ShardPool::start(env.config.shard_threads)?;
+        let c = &env.config;
+        let idle_close_ms = c.shard_idle_close_ms;
+        let owners = OwnerContext {
+            pool: pool.clone(),
+            crash: env.crash.clone(),
+            stats: env.stats.clone(),
+            opened: env.opened,
+            horizon: Arc::new(AtomicU64::new(0)),
+            gate: Arc::default(),
+            compact_rate: c.shard_compact_bytes_per_sec,
+            compact_dead: c.shard_compact_dead_fraction,
+            idle_close: (idle_close_ms > 0).then(|| Duration::from_millis(idle_close_ms)),
+        };
+        let opener = ShardOpener {
+            storage: env.storage.clone(),
+            dir: env.layout.shards(),
+            opts: ShardOptions {
+                segment_bytes: c.shard_segment_bytes,
+                read_only: false,
+                zero_ahead_bytes: c.zero_ahead_bytes,
+                ..ShardOptions::default()
+            },
+        };
+        Ok(ShardSet {
             flusher,
             slots: Mutex::new(HashMap::new()),
             known: Mutex::default(),
-            pool,
+            _pool: PoolHandle(pool),
             synced_through: HashMap::new(),
-            horizon: Arc::new(AtomicU64::new(0)),
-            gate: Arc::default(),
-            ground,
-        }
+            opener,
+            owners,
+        })
     }
 
     /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
@@ -135,32 +149,17 @@ impl ShardSet {
         if let Some(s) = shards.get(name) {
             return Ok(s.clone());
         }
-        let g = &self.ground;
+        let base = &self.opener;
         let opener = ShardOpener {
-            storage: g.storage.clone(),
-            dir: g.dir.join(name),
+            storage: base.storage.clone(),
+            dir: base.dir.join(name),
             opts: ShardOptions {
-                segment_bytes: g.config.shard_segment_bytes,
-                read_only: false,
                 synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
-                zero_ahead_bytes: g.config.zero_ahead_bytes,
-                ..ShardOptions::default()
+                ..base.opts.clone()
             },
         };
         let shard = opener.open(name)?;
-        let idle_close_ms = g.config.shard_idle_close_ms;
-        let ctx = OwnerContext {
-            pool: self.pool.0.clone(),
-            crash: g.crash.clone(),
-            stats: g.stats.clone(),
-            opened: g.opened,
-            horizon: self.horizon.clone(),
-            gate: self.gate.clone(),
-            compact_rate: g.config.shard_compact_bytes_per_sec,
-            compact_dead: g.config.shard_compact_dead_fraction,
-            idle_close: (idle_close_ms > 0).then(|| Duration::from_millis(idle_close_ms)),
-        };
-        let slot = Arc::new(ShardSlot::spawn(name, shard, opener, ctx));
+        let slot = Arc::new(ShardSlot::spawn(name, shard, opener, self.owners.clone()));
         shards.insert(name.to_owned(), slot.clone());
         lock(&self.known).note(name);
         Ok(slot)
@@ -269,7 +268,7 @@ impl ShardSet {
     /// Bytes on disk of the shards opened since start (segments and spares, as
     /// preallocated; a compacted shard segment is as long as its content).
     pub(super) fn disk_bytes(&self) -> u64 {
-        let storage = self.ground.storage.as_ref();
+        let storage = self.opener.storage.as_ref();
         let file_len = |p: &std::path::Path| {
             storage
                 .open(p, OpenMode::Read)
@@ -279,7 +278,7 @@ impl ShardSet {
         self.names()
             .iter()
             .map(|name| {
-                let dir = self.ground.dir.join(name);
+                let dir = self.opener.dir.join(name);
                 let files = storage.list(&dir).unwrap_or_default();
                 files
                     .iter()
@@ -294,7 +293,7 @@ impl ShardSet {
 
     /// Whether shard `shard` has segments on disk (a shard never written has none).
     pub(super) fn has_segments(&self, shard: &str) -> bool {
-        match self.ground.storage.list(&self.ground.dir.join(shard)) {
+        match self.opener.storage.list(&self.opener.dir.join(shard)) {
             Ok(names) => names
                 .iter()
                 .any(|n| n.ends_with(roost_shards::SEGMENT_SUFFIX)),
@@ -313,8 +312,8 @@ impl ShardSet {
         let mut names = self.names();
         names.extend(self.synced_through.keys().cloned());
         names.extend(shard_limit::listed_shard_dirs(
-            self.ground.storage.as_ref(),
-            &self.ground.dir,
+            self.opener.storage.as_ref(),
+            &self.opener.dir,
         ));
         lock(&self.known).fill(names);
     }
@@ -336,12 +335,12 @@ impl ShardSet {
 
     /// The lsn at or below which owners may compact.
     pub(super) fn horizon(&self) -> &AtomicU64 {
-        &self.horizon
+        &self.owners.horizon
     }
 
     /// Base backups and compaction steps running.
     pub(super) fn gate(&self) -> &Arc<BackupGate> {
-        &self.gate
+        &self.owners.gate
     }
 
     /// The thread that finishes a standby's flushes.

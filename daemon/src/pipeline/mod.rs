@@ -181,12 +181,12 @@ impl Planner {
         self.open.remove(&c.lsn);
     }
 
-    /// Step 3: keys whose batch is below the checkpoint leave the map (a key a newer batch
-    /// took stays): the index answers them from now on. Every batch below `wal_from` is
-    /// finished and its key is in the table and its index: the keys this checkpoint moved,
-    /// and those an earlier checkpoint copied and indexed before a crash kept its
-    /// `CHECKPOINT` from being written (the replay put them back in the map; their WAL goes
-    /// next).
+    /// A checkpoint's step 3 (`checkpoint.rs`): keys whose batch is below `wal_from` leave
+    /// the map (a key a newer batch took stays): the index answers them from now on. Every
+    /// batch below `wal_from` is finished and its key is in the table and its index: the
+    /// keys this checkpoint moved, and those an earlier checkpoint copied and indexed before
+    /// a crash kept its `CHECKPOINT` from being written (the replay put them back in the
+    /// map; their WAL goes next).
     fn forget_below(&mut self, wal_from: Lsn) {
         self.keys.retain(|_, k| k.lsn >= wal_from);
         if self.keys.capacity() > 4 * self.keys.len().max(1024) {

@@ -23,19 +23,17 @@
 //! (`replica/cut.rs`) and come back with the same records.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 
 use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::effects_flush::{self, SentFlush};
-use super::finish::SentCommits;
-use super::held::{Flushing, FLUSHES_IN_FLIGHT};
+use super::held::{self, FlushWith};
 use super::log_role::{Lead, Role};
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
+use super::shard_set::SentCommits;
 use super::{Engine, KeyAt};
 use crate::error::EngineError;
 
@@ -59,10 +57,12 @@ impl Engine {
                 role: self.role().name(),
             });
         }
-        self.check()?;
+        self.env.check()?;
         let decoded = decode_entries(entries)?;
-        let audit_mark = self.audit.next_lsn();
-        let offsets = self.apply_chunk(&decoded).inspect_err(|_| self.fail())?;
+        let audit_mark = self.log.audit().next_lsn();
+        let offsets = self
+            .apply_chunk(&decoded)
+            .inspect_err(|_| self.env.fail())?;
         let mut p = lock(&self.planner);
         let mut ledger = lock(&self.held.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
@@ -90,7 +90,11 @@ impl Engine {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
                         self.wait_unflushed(sent)?;
                     }
-                    self.effects_durable(done.claim_lsn)?;
+                    let w = FlushWith {
+                        audit: self.log.audit(),
+                        failed: &|| self.is_failed(),
+                    };
+                    self.held.effects_durable(done.claim_lsn, &w)?;
                 }
                 _ => {}
             }
@@ -98,13 +102,17 @@ impl Engine {
         }
         let sent = self.send_unflushed(&run)?;
         let synced = match decoded.last() {
-            Some((last, _)) => self.wal.sync_to(last.lsn()),
+            Some((last, _)) => self.log.wal().sync_to(last.lsn()),
             None => Ok(()),
         };
         let applied = self.wait_unflushed(sent);
         synced?;
         applied?;
-        self.flush_behind()?;
+        let w = FlushWith {
+            audit: self.log.audit(),
+            failed: &|| self.is_failed(),
+        };
+        self.held.flush_behind(self.shards.flusher(), &w)?;
         Ok(offsets)
     }
 
@@ -112,7 +120,8 @@ impl Engine {
     fn append_entry<E: Fetched>(&self, e: &E) -> Result<u64, EngineError> {
         self.log_role.note_epoch(e.epoch(), e.lsn())?;
         let (_, offset) =
-            self.wal
+            self.log
+                .wal()
                 .append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
         Ok(offset)
     }
@@ -128,7 +137,7 @@ impl Engine {
         if run.is_empty() {
             return Ok(None);
         }
-        let sent = self.send_commits(run)?;
+        let sent = self.shards.send_commits(run)?;
         let row = match self.write_group_audit_rows(run, &[]) {
             Ok(row) => row,
             Err(e) => {
@@ -153,88 +162,6 @@ impl Engine {
         }
     }
 
-    /// Step 2: before the `done` of `claim_lsn` is appended, its effects are durable: the
-    /// flushes begun behind earlier chunks up to the one holding it are waited for (they
-    /// finish in order), or, when its claim came in this chunk, flushed now.
-    fn effects_durable(&self, claim_lsn: Lsn) -> Result<(), EngineError> {
-        let mut flushing = lock(&self.held.flushing);
-        if let Some(k) = flushing.iter().position(|f| f.claims.contains(&claim_lsn)) {
-            for f in flushing.drain(..=k) {
-                f.outcome.recv().map_err(|_| EngineError::Failed)??;
-            }
-            return Ok(());
-        }
-        drop(flushing);
-        if lock(&self.held.unflushed).claims.contains(&claim_lsn) {
-            let u = std::mem::take(&mut *lock(&self.held.unflushed));
-            return self.flush_effects(&u.shards, u.last_row);
-        }
-        Ok(())
-    }
-
-    /// Step 4: the effects applied so far start flushing while the leader finishes them
-    /// (`effects_flush.rs`); flushes already finished are collected (a failure latches).
-    /// With [`FLUSHES_IN_FLIGHT`] running, the effects wait for the next chunk.
-    fn flush_behind(&self) -> Result<(), EngineError> {
-        let mut flushing = lock(&self.held.flushing);
-        while let Some(f) = flushing.front() {
-            match f.outcome.try_recv() {
-                Ok(r) => {
-                    flushing.pop_front();
-                    r?;
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return Err(EngineError::Failed),
-            }
-        }
-        let mut u = lock(&self.held.unflushed);
-        if u.claims.is_empty() || flushing.len() >= FLUSHES_IN_FLIGHT {
-            return Ok(());
-        }
-        let u = std::mem::take(&mut *u);
-        let sent = send_flushes(&u.shards)?;
-        match self.effects_flusher.ask(sent, u.last_row) {
-            Ok(outcome) => flushing.push_back(Flushing {
-                claims: u.claims,
-                outcome,
-            }),
-            // No thread: waited for here, as before the flusher.
-            Err(sent) => self.finish_flushes(&sent, u.last_row)?,
-        }
-        Ok(())
-    }
-
-    fn flush_effects(
-        &self,
-        shards: &BTreeMap<String, Arc<ShardSlot>>,
-        last_row: Option<Lsn>,
-    ) -> Result<(), EngineError> {
-        let sent = send_flushes(shards)?;
-        self.finish_flushes(&sent, last_row)
-    }
-
-    /// Every shard's flush answered, then the audit log synced through `last_row`.
-    fn finish_flushes(&self, sent: &[SentFlush], last_row: Option<Lsn>) -> Result<(), EngineError> {
-        effects_flush::finish(sent, last_row, &self.audit, &|| self.is_failed())
-    }
-
-    /// Every flush begun behind the fetches waited for (promotion, before intake opens).
-    fn drain_flushing(&self) -> Result<(), EngineError> {
-        let flushing = std::mem::take(&mut *lock(&self.held.flushing));
-        let mut first = Ok(());
-        for f in flushing {
-            let r = f
-                .outcome
-                .recv()
-                .map_err(|_| EngineError::Failed)
-                .and_then(|r| r);
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
-    }
-
     /// A standby's recovery: each claim's shard transactions and audit rows (held lsns and
     /// rows already written are skipped), then every touched shard flushed once and the
     /// audit log synced. No result, no `done` record: the primary writes those.
@@ -249,15 +176,20 @@ impl Engine {
         let mut last_row = None;
         let none = HashSet::new();
         for (lsn, claim) in claims {
-            for t in self.commit(lsn, claim)? {
+            let sent = self.shards.send_commits(&[(lsn, claim)])?;
+            for t in self.wait_commits(sent)?.into_iter().flatten() {
                 touched.insert(t.name.to_owned(), t.slot);
             }
             let done_rows = audited.get(&lsn).unwrap_or(&none);
-            if let Some(row) = self.write_audit_rows(lsn, claim, done_rows)? {
+            if let Some(row) = self.write_group_audit_rows(&[(lsn, claim)], &[done_rows])? {
                 last_row = Some(row);
             }
         }
-        self.flush_effects(&touched, last_row)
+        let w = FlushWith {
+            audit: self.log.audit(),
+            failed: &|| self.is_failed(),
+        };
+        held::flush_effects(&touched, last_row, &w)
     }
 
     /// Promotion (`roost promote`, or an election won in etcd): this standby becomes the
@@ -271,8 +203,8 @@ impl Engine {
                 self.role().name()
             )));
         }
-        self.check()?;
-        self.drain_flushing()?;
+        self.env.check()?;
+        self.held.drain_flushing()?;
         let epoch = self.log_role.take_lead(lead)?;
         let unfinished = std::mem::take(&mut lock(&self.held.ledger).unfinished);
         let n = unfinished.len();
@@ -281,7 +213,7 @@ impl Engine {
         info!(
             epoch,
             claims_to_finish = n,
-            next_lsn = self.wal.next_lsn(),
+            next_lsn = self.log.wal().next_lsn(),
             "promoted: this node is the primary"
         );
         Ok(epoch)
@@ -301,11 +233,8 @@ impl Engine {
         if claims.is_empty() {
             return Ok(0);
         }
-        let from = lock(&self.checkpoints)
-            .last
-            .as_ref()
-            .map_or(1, |c| c.audit_from);
-        let audited = self.audited_rows(&claims, from)?;
+        let from = self.log.state().last.as_ref().map_or(1, |c| c.audit_from);
+        let audited = self.log.audited_rows(&claims, from)?;
         let none = HashSet::new();
         for (lsn, claim) in &claims {
             info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
@@ -325,14 +254,5 @@ fn decode_entries<E: Fetched>(entries: &[E]) -> Result<Vec<(&E, WalEntry)>, Engi
     entries
         .iter()
         .map(|e| records::decode_wal_parts(e.lsn(), e.kind(), e.payload()).map(|d| (e, d)))
-        .collect()
-}
-
-/// Each shard's flush sent to its owner, in the order of the map.
-fn send_flushes(shards: &BTreeMap<String, Arc<ShardSlot>>) -> Result<Vec<SentFlush>, EngineError> {
-    shards
-        .values()
-        .enumerate()
-        .map(|(k, slot)| Ok((slot.clone(), slot.send_flush(k)?)))
         .collect()
 }

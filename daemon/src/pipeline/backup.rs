@@ -22,9 +22,8 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::backup_gate::{BackupGate, Pins};
@@ -80,43 +79,30 @@ impl Engine {
         }
         self.checkpoint()?;
         // One at a time: a copy holds checkpoints, and a second standby retries.
-        if self.backup_gate.running.fetch_add(1, Ordering::SeqCst) > 0 {
-            self.backup_gate.running.fetch_sub(1, Ordering::SeqCst);
+        if self.shards.gate().running.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.shards.gate().running.fetch_sub(1, Ordering::SeqCst);
             return Err(EngineError::Replication(format!(
                 "a base backup is already being sent; {replica} retries"
             )));
         }
         let mut hold = BackupHold {
-            gate: self.backup_gate.clone(),
-            pins: self.backup_pins.clone(),
+            gate: self.shards.gate().clone(),
+            pins: self.log.pins().clone(),
             replica: replica.to_owned(),
             checkpoint: Checkpoint::default(),
         };
         // A checkpoint already running finishes first; later ones see the hold.
-        drop(lock(&self.checkpoint_running));
-        self.wait_compaction()?;
-        let Some(c) = lock(&self.checkpoints).last.clone() else {
+        drop(self.log.one_checkpoint());
+        self.shards.gate().wait_compaction(COMPACTION_WAIT)?;
+        let Some(c) = self.log.state().last.clone() else {
             return Err(EngineError::Replication(format!(
                 "no checkpoint to copy yet for {replica}: this primary holds its whole WAL"
             )));
         };
         let listed = list(&self.backup_source(c.clone()))?;
-        self.backup_pins.pin(replica, c.wal_from);
+        self.log.pins().pin(replica, c.wal_from);
         hold.checkpoint = c;
         Ok((hold, listed))
-    }
-
-    fn wait_compaction(&self) -> Result<(), EngineError> {
-        let t0 = Instant::now();
-        while self.backup_gate.compacting.load(Ordering::SeqCst) > 0 {
-            if t0.elapsed() > COMPACTION_WAIT {
-                return Err(EngineError::Replication(format!(
-                    "a shard compaction step did not finish within {COMPACTION_WAIT:?}"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
     }
 
     /// What the copy of checkpoint `c` covers: the epochs below it, the key table and the
@@ -124,13 +110,13 @@ impl Engine {
     fn backup_source(&self, c: Checkpoint) -> BackupSource {
         let epochs = self.log_role.epochs_below(c.wal_from);
         let mut logs = self.keys.extent();
-        logs.extend(self.audit.extent());
+        logs.extend(self.log.audit().extent());
         BackupSource {
             checkpoint: c,
             epochs,
             logs,
-            data_dir: self.layout.data_dir().to_path_buf(),
-            shards_dir: self.layout.shards(),
+            data_dir: self.env.layout.data_dir().to_path_buf(),
+            shards_dir: self.env.layout.shards(),
         }
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use roost_storage::lock;
 use roost_wal::Lsn;
 
+use crate::error::EngineError;
+
 /// How long a copied checkpoint's lsn stays pinned for a standby that does not fetch.
 pub const PIN_TTL: Duration = Duration::from_secs(600);
 
@@ -24,6 +26,21 @@ pub struct BackupGate {
 }
 
 impl BackupGate {
+    /// Waits until no compaction step runs (a backup counted itself first, so no new step
+    /// starts); gives up after `max`.
+    pub fn wait_compaction(&self, max: Duration) -> Result<(), EngineError> {
+        let t0 = Instant::now();
+        while self.compacting.load(Ordering::SeqCst) > 0 {
+            if t0.elapsed() > max {
+                return Err(EngineError::Replication(format!(
+                    "a shard compaction step did not finish within {max:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
     /// A compaction step may start (and is counted until `compaction_done`) unless a backup
     /// runs. Both sides count first and look second (sequentially consistent), so either
     /// the step sees the backup or the backup sees the step.

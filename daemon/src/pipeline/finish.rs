@@ -14,51 +14,21 @@
 //! log's syncs come off the client's wait. The `done` record is appended only after them:
 //! done means nothing is left to redo.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{mpsc, Arc};
+use std::collections::HashSet;
 use std::time::Instant;
 
-use roost_shards::TxnOp;
 use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
 use super::invariants;
-use super::owner::{ShardSlot, Turn};
 use super::plan::{is_detached, Slot};
-use super::records::{self, AuditRecord, ClaimRecord, PlannedOp, RecordType};
-use super::{io_err, Engine};
+use super::records::{self, AuditRecord, ClaimRecord, RecordType};
+use super::shard_set::{SentCommits, Touched};
+use super::Engine;
 use crate::batch::{Batch, BatchResult, OpResult};
 use crate::error::EngineError;
-use crate::spool;
 use crate::spool::Prepared;
-
-/// One touched shard of a batch: its owner and the ids its transaction creates (true) or
-/// deletes (false), for the planning overlay.
-pub(super) struct Touched<'a> {
-    pub name: &'a str,
-    pub slot: Arc<ShardSlot>,
-    pub ids: Vec<(u64, bool)>,
-}
-
-/// Claims' transactions sent to their shards' owners and not yet waited for
-/// ([`Engine::send_commits`]): each claim's touched shards, the answers to wait for, and a
-/// failure to send.
-pub(super) struct SentCommits<'c> {
-    touched: Vec<Vec<Touched<'c>>>,
-    sent: Vec<Sent>,
-    first_err: Option<EngineError>,
-}
-
-/// A message sent to a shard owner, and where its answer comes.
-type Sent = (Arc<ShardSlot>, mpsc::Receiver<Result<(), EngineError>>);
-
-impl<'c> SentCommits<'c> {
-    /// Every claim's touched shards.
-    pub(super) fn touched(&self) -> impl Iterator<Item = &[Touched<'c>]> {
-        self.touched.iter().map(Vec::as_slice)
-    }
-}
 
 /// What a group still owes once its answers are made: each claim's touched shards (to
 /// flush, then to close the claim with) and the last audit row written (to sync).
@@ -118,7 +88,7 @@ impl Engine {
         if claims.is_empty() {
             return Ok((Vec::new(), tail));
         }
-        tail.touched = self.commit_claims(claims)?;
+        tail.touched = self.wait_commits(self.shards.send_commits(claims)?)?;
         tail.committed = Instant::now();
         for _ in claims {
             self.stats.latency.commit.record(tail.committed - t_commit);
@@ -127,114 +97,16 @@ impl Engine {
         Ok((self.answer_claims(claims, started, prepared)?, tail))
     }
 
-    /// One claim's transactions, applied (a standby's effects, `apply.rs`).
-    pub(super) fn commit<'c>(
-        &self,
-        lsn: Lsn,
-        claim: &'c ClaimRecord,
-    ) -> Result<Vec<Touched<'c>>, EngineError> {
-        Ok(self
-            .commit_claims(&[(lsn, claim)])?
-            .into_iter()
-            .flatten()
-            .collect())
-    }
-
-    /// Every claim's transactions sent and applied ([`Engine::send_commits`], then
-    /// [`Engine::wait_commits`]). Returns each claim's touched shards.
-    fn commit_claims<'c>(
-        &self,
-        claims: &[(Lsn, &'c ClaimRecord)],
-    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let sent = self.send_commits(claims)?;
-        self.wait_commits(sent)
-    }
-
-    /// Every claim's transactions sent, one message per touched shard for the whole group
-    /// (its transactions in lsn order; each owner applies in lsn order), not waited for: a
-    /// standby syncs its WAL while its owners apply (`apply.rs`).
-    pub(super) fn send_commits<'c>(
-        &self,
-        claims: &[(Lsn, &'c ClaimRecord)],
-    ) -> Result<SentCommits<'c>, EngineError> {
-        let mut touched: Vec<Vec<Touched<'c>>> = Vec::with_capacity(claims.len());
-        let mut by_shard: BTreeMap<&str, (Arc<ShardSlot>, Vec<Turn>)> = BTreeMap::new();
-        for (lsn, c) in claims {
-            let mut mine = Vec::new();
-            for (k, (name, ops)) in transactions(c).into_iter().enumerate() {
-                let slot = match by_shard.get(name) {
-                    Some((slot, _)) => slot.clone(),
-                    None => self.slot(name)?,
-                };
-                let ids = touched_ids(&ops);
-                let turn = Turn { lsn: *lsn, k, ops };
-                by_shard
-                    .entry(name)
-                    .or_insert_with(|| (slot.clone(), Vec::new()))
-                    .1
-                    .push(turn);
-                mine.push(Touched { name, slot, ids });
-            }
-            touched.push(mine);
-        }
-        let mut sent = SentCommits {
-            touched,
-            sent: Vec::with_capacity(by_shard.len()),
-            first_err: None,
-        };
-        for (slot, turns) in by_shard.into_values() {
-            match slot.send_apply(turns) {
-                Ok(rx) => sent.sent.push((slot, rx)),
-                Err(e) => {
-                    sent.first_err = Some(e);
-                    break;
-                }
-            }
-        }
-        Ok(sent)
-    }
-
     /// Every shard's answer collected (all of them, even after a failure, so no owner is
     /// still writing when this returns), then the planning overlays cleared under one lock.
     pub(super) fn wait_commits<'c>(
         &self,
         s: SentCommits<'c>,
     ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let mut first_err = s.first_err;
-        for (slot, rx) in s.sent {
-            if let Err(e) = slot.wait(&rx, &|| self.is_failed()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        self.clear_overlays(s.touched.iter().flatten());
-        Ok(s.touched)
-    }
-
-    /// The shards hold the batches' ops now: planning no longer needs their overlays.
-    fn clear_overlays<'t, 'c: 't>(&self, touched: impl Iterator<Item = &'t Touched<'c>>) {
-        let mut p = lock(&self.planner);
-        for t in touched {
-            let Some(o) = p.overlay.get_mut(t.name) else {
-                continue;
-            };
-            for &(id, created) in &t.ids {
-                o.applied(id, created);
-            }
-        }
-    }
-
-    /// One claim's audit rows not already in `audited`, in one write (a standby's effects,
-    /// `apply.rs`); returns the last row's lsn in the audit log.
-    pub(super) fn write_audit_rows(
-        &self,
-        lsn: Lsn,
-        claim: &ClaimRecord,
-        audited: &HashSet<u32>,
-    ) -> Result<Option<Lsn>, EngineError> {
-        self.write_group_audit_rows(&[(lsn, claim)], &[audited])
+        let touched = s.wait(&|| self.is_failed())?;
+        let all = touched.iter().flatten();
+        lock(&self.planner).applied(all.map(|t| (t.name, t.ids.as_slice())));
+        Ok(touched)
     }
 
     /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
@@ -252,9 +124,9 @@ impl Engine {
             .iter()
             .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
             .collect();
-        let lsns = self.audit.append_many_nowait(&frames)?;
+        let lsns = self.log.audit().append_many_nowait(&frames)?;
         for (i, _) in &rows {
-            self.hit(Step::AfterAudit.nth(*i))?;
+            self.env.hit(Step::AfterAudit.nth(*i))?;
         }
         Ok(lsns.last().copied())
     }
@@ -277,7 +149,7 @@ impl Engine {
         started: Option<Instant>,
         prepared: Option<Prepared<'_>>,
     ) -> Result<Vec<BatchResult>, EngineError> {
-        let synced = self.wal.synced_lsn();
+        let synced = self.log.wal().synced_lsn();
         for (lsn, _) in claims {
             invariants::answer_is_durable(*lsn, synced);
             self.wait_replicated(*lsn)?;
@@ -288,68 +160,26 @@ impl Engine {
         for (lsn, c) in claims {
             let r = committed_result(*lsn, c);
             if is_detached(&c.source) {
-                self.hit(Step::AfterResult.at())?;
+                self.env.hit(Step::AfterResult.at())?;
             } else if started.is_none() {
                 self.recovery_answer(c, &r)?;
-                self.hit(Step::AfterResult.at())?;
+                self.env.hit(Step::AfterResult.at())?;
             } else {
                 self.settle_name(&c.source, Some(*lsn))?;
-                self.remove_input(&c.source)?;
-                self.hit(Step::AfterInputRemoved.at())?;
+                self.answers.remove_input(&c.source)?;
+                self.env.hit(Step::AfterInputRemoved.at())?;
                 files.push((c.source.as_str(), answers.len()));
             }
             answers.push(r);
         }
-        self.publish_claims(&files, &answers, prepared)?;
+        self.answers.publish_claims(&files, &answers, prepared)?;
         for _ in &files {
             if let Some(t0) = started {
                 self.stats.latency.batch.record(t0.elapsed());
             }
-            self.hit(Step::AfterResult.at())?;
+            self.env.hit(Step::AfterResult.at())?;
         }
         Ok(answers)
-    }
-
-    /// The results of `files` (name, place in `answers`) published in one round: the
-    /// `prepared` group's temporaries renamed if it holds exactly these names (it was made
-    /// from the same claims, so a difference is a bug: nothing is published and the engine
-    /// stops), else written now. Prepared results are not serialized again.
-    fn publish_claims(
-        &self,
-        files: &[(&str, usize)],
-        answers: &[BatchResult],
-        prepared: Option<Prepared<'_>>,
-    ) -> Result<(), EngineError> {
-        let at = self.spool.out.join(files.first().map_or("", |(n, _)| *n));
-        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
-        let r = match prepared {
-            Some(p) if p.holds(&names) => p.publish(),
-            Some(_) => {
-                return Err(EngineError::Inconsistent {
-                    lsn: 0,
-                    detail: format!(
-                        "the results prepared at the claims differ from the committed ones \
-                         (a group of {}, the first {})",
-                        files.len(),
-                        at.display()
-                    ),
-                })
-            }
-            None if files.is_empty() => return Ok(()),
-            None => {
-                let lines: Vec<Vec<u8>> = files
-                    .iter()
-                    .map(|(_, i)| answers[*i].to_json_line())
-                    .collect();
-                let many: Vec<(&str, &[u8])> = names
-                    .iter()
-                    .zip(&lines)
-                    .map(|(n, l)| (*n, l.as_slice()))
-                    .collect();
-                self.publisher.publish_many(&many)
-            }
-        };
-        r.map_err(io_err("write result", &at))
     }
 
     /// Every item's answer that needs no other batch to finish first, handed to `hand` as
@@ -418,15 +248,8 @@ impl Engine {
             return Ok(r);
         }
         self.publish(source, &r)?;
-        self.remove_input_synced(source)?;
+        self.answers.remove_input_synced(source)?;
         Ok(r)
-    }
-
-    /// Removes `new/NAME` (not synced here: for a committed batch the claim holds it, and a
-    /// file that comes back gives the same answer).
-    pub(super) fn remove_input(&self, source: &str) -> Result<(), EngineError> {
-        spool::remove_input(self.storage.as_ref(), &self.spool, source)
-            .map_err(io_err("remove input", &self.spool.new.join(source)))
     }
 
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
@@ -437,7 +260,7 @@ impl Engine {
             _ => None,
         };
         self.settle_name(source, own)?;
-        self.publish_settled(source, r)
+        self.answers.publish(source, r)
     }
 
     /// An answer to spool file `name` that no claim of this node finishes, once it is
@@ -456,43 +279,9 @@ impl Engine {
         if settle {
             self.settle_name(name, None)?;
         }
-        self.publisher
-            .publish_bytes(name, bytes)
-            .map_err(io_err("write result", &self.spool.out.join(name)))?;
-        self.remove_input_synced(name)
+        self.answers.publish_bytes(name, bytes)?;
+        self.answers.remove_input_synced(name)
     }
-
-    /// Removes `new/NAME` and syncs `new/` at once.
-    fn remove_input_synced(&self, name: &str) -> Result<(), EngineError> {
-        self.remove_input(name)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))
-    }
-
-    /// [`Engine::publish`] once the name is settled.
-    fn publish_settled(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
-        self.publisher
-            .publish(source, r)
-            .map_err(io_err("write result", &self.spool.out.join(source)))
-    }
-}
-
-/// The claim's ops as one transaction per shard, in shard-name order (the order that names
-/// the crash points `after_commit.K`).
-fn transactions(claim: &ClaimRecord) -> BTreeMap<&str, Vec<TxnOp>> {
-    let mut by_shard: BTreeMap<&str, Vec<TxnOp>> = BTreeMap::new();
-    for op in &claim.ops {
-        let t = match op {
-            PlannedOp::Create { id, record, .. } => TxnOp::Create {
-                id: *id,
-                record: record.clone(),
-            },
-            PlannedOp::Delete { id, .. } => TxnOp::Delete { id: *id },
-        };
-        by_shard.entry(op.shard()).or_default().push(t);
-    }
-    by_shard
 }
 
 /// The claim's audit rows (op index, encoded row), one per op not in `audited`.
@@ -518,16 +307,6 @@ fn audit_rows(
         rows.push((i, payload));
     }
     Ok(rows)
-}
-
-/// The ids a shard transaction creates (true) or deletes (false).
-fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
-    ops.iter()
-        .map(|op| match op {
-            TxnOp::Create { id, .. } => (*id, true),
-            TxnOp::Delete { id } => (*id, false),
-        })
-        .collect()
 }
 
 /// The committed result of a claim: the same whenever it is rebuilt.

@@ -1,13 +1,15 @@
 //! What a standby holds of its claims between fetches, and the claims a node finishes before
 //! intake opens (`apply.rs` works on them; recovery fills them). It knows nothing of the
-//! engine.
+//! engine: the flushes it starts and waits for are given the audit log and the latch.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 
-use roost_wal::Lsn;
+use roost_storage::lock;
+use roost_wal::{Lsn, Wal};
 
+use super::effects_flush::{self, EffectsFlusher, SentFlush};
 use super::owner::ShardSlot;
 use super::records::{ClaimLedger, ClaimRecord};
 use crate::error::EngineError;
@@ -47,4 +49,104 @@ pub(super) const FLUSHES_IN_FLIGHT: usize = 4;
 pub(super) struct Flushing {
     pub(super) claims: BTreeSet<Lsn>,
     pub(super) outcome: Receiver<Result<(), EngineError>>,
+}
+
+/// What the standby's flushes need of the engine: the audit log to sync, and the latch.
+pub(super) struct FlushWith<'a> {
+    pub audit: &'a Wal,
+    pub failed: &'a dyn Fn() -> bool,
+}
+
+impl HeldClaims {
+    /// Step 2 of `apply.rs`: before the `done` of `claim_lsn` is appended, its effects are
+    /// durable: the flushes begun behind earlier chunks up to the one holding it are waited
+    /// for (they finish in order), or, when its claim came in this chunk, flushed now.
+    pub(super) fn effects_durable(&self, claim_lsn: Lsn, w: &FlushWith) -> Result<(), EngineError> {
+        let mut flushing = lock(&self.flushing);
+        if let Some(k) = flushing.iter().position(|f| f.claims.contains(&claim_lsn)) {
+            for f in flushing.drain(..=k) {
+                f.outcome.recv().map_err(|_| EngineError::Failed)??;
+            }
+            return Ok(());
+        }
+        drop(flushing);
+        if lock(&self.unflushed).claims.contains(&claim_lsn) {
+            let u = std::mem::take(&mut *lock(&self.unflushed));
+            return flush_effects(&u.shards, u.last_row, w);
+        }
+        Ok(())
+    }
+
+    /// Step 4 of `apply.rs`: the effects applied so far start flushing while the leader
+    /// finishes them (`effects_flush.rs`); flushes already finished are collected (a failure
+    /// latches). With [`FLUSHES_IN_FLIGHT`] running, the effects wait for the next chunk.
+    pub(super) fn flush_behind(
+        &self,
+        flusher: &EffectsFlusher,
+        w: &FlushWith,
+    ) -> Result<(), EngineError> {
+        let mut flushing = lock(&self.flushing);
+        while let Some(f) = flushing.front() {
+            match f.outcome.try_recv() {
+                Ok(r) => {
+                    flushing.pop_front();
+                    r?;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err(EngineError::Failed),
+            }
+        }
+        let mut u = lock(&self.unflushed);
+        if u.claims.is_empty() || flushing.len() >= FLUSHES_IN_FLIGHT {
+            return Ok(());
+        }
+        let u = std::mem::take(&mut *u);
+        let sent = send_flushes(&u.shards)?;
+        match flusher.ask(sent, u.last_row) {
+            Ok(outcome) => flushing.push_back(Flushing {
+                claims: u.claims,
+                outcome,
+            }),
+            // No thread: waited for here, as before the flusher.
+            Err(sent) => effects_flush::finish(&sent, u.last_row, w.audit, w.failed)?,
+        }
+        Ok(())
+    }
+
+    /// Every flush begun behind the fetches waited for (promotion, before intake opens).
+    pub(super) fn drain_flushing(&self) -> Result<(), EngineError> {
+        let flushing = std::mem::take(&mut *lock(&self.flushing));
+        let mut first = Ok(());
+        for f in flushing {
+            let r = f
+                .outcome
+                .recv()
+                .map_err(|_| EngineError::Failed)
+                .and_then(|r| r);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+/// Each shard's flush sent to its owner, then every flush answered and the audit log
+/// synced through `last_row`.
+pub(super) fn flush_effects(
+    shards: &BTreeMap<String, Arc<ShardSlot>>,
+    last_row: Option<Lsn>,
+    w: &FlushWith,
+) -> Result<(), EngineError> {
+    let sent = send_flushes(shards)?;
+    effects_flush::finish(&sent, last_row, w.audit, w.failed)
+}
+
+/// Each shard's flush sent to its owner, in the order of the map.
+fn send_flushes(shards: &BTreeMap<String, Arc<ShardSlot>>) -> Result<Vec<SentFlush>, EngineError> {
+    shards
+        .values()
+        .enumerate()
+        .map(|(k, slot)| Ok((slot.clone(), slot.send_flush(k)?)))
+        .collect()
 }

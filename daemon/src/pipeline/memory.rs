@@ -47,11 +47,26 @@ pub struct MemoryReport {
 impl Engine {
     /// Shards that exist, against `shards_max` (issue 25, item 3).
     pub fn shards_known(&self) -> usize {
-        roost_storage::lock(&self.known_shards).count()
+        self.shards.known_count()
+    }
+
+    /// Keys remembered now: those the WAL answers plus those the index holds (a run's keys
+    /// count until the run expires whole).
+    pub fn live_keys(&self) -> usize {
+        self.cached_keys() + self.keys.index_stats().entries as usize
+    }
+
+    /// Keys in the in-memory map (not yet checkpointed, or in flight).
+    pub fn cached_keys(&self) -> usize {
+        roost_storage::lock(&self.planner).keys.len()
+    }
+
+    pub fn key_index_stats(&self) -> roost_keyindex::IndexStats {
+        self.keys.index_stats()
     }
 
     pub fn memory(&self) -> MemoryReport {
-        let ix = self.index.stats();
+        let ix = self.keys.index_stats();
         let cache_keys = self.cached_keys() as u64;
         // A closed shard's index is not in memory.
         let open: Vec<_> = self
@@ -64,7 +79,7 @@ impl Engine {
         let (bulk, stream) = (&self.intake.bulk, &self.intake.stream);
         let rss = Rss::of_self();
         let mut m = MemoryReport {
-            budget_bytes: self.config.memory_budget_bytes,
+            budget_bytes: self.env.config.memory_budget_bytes,
             key_filter_bytes: ix.filter_bytes,
             key_fence_bytes: ix.fence_bytes,
             key_cache_keys: cache_keys,

@@ -16,12 +16,17 @@
 //! - A failure of any write or sync latches the engine (`failed`): the daemon exits non-zero
 //!   and recovery on restart repairs (`recover.rs`).
 //!
-//! Files: `plan` (the way in, Plan and Claim), `finish` (Commit, Finish and the tail),
-//! `recover` (open-time replay), `records` (the WAL and audit payloads), `owner` (shard owners
-//! on a thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
-//! (counters, histograms), `names` (spool names reused during a tail), `room` (intake pauses
-//! on a full disk).
+//! The engine's parts, each owning its state: `logs` (the WAL, the audit log, the claim
+//! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
+//! `shard_set` (the shard pool), `answers` (the spool and the publisher), `pause` (intake
+//! paused on a full disk), `env` (storage, configuration, the latch, the directory lock).
+//! The steps that coordinate them: `plan` (the way in, Plan and Claim), `finish` (Commit,
+//! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
+//! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
+//! and audit payloads), `owner` (shard owners on a thread pool), `crash` (named crash
+//! points), `trigger` (before-triggers), `stats` (counters, histograms).
 
+mod answers;
 mod apply;
 pub mod backup;
 pub mod backup_gate;
@@ -31,15 +36,18 @@ mod claim_sync;
 pub mod crash;
 pub mod disk;
 mod effects_flush;
+mod env;
 mod finish;
 mod held;
 pub mod intake_bytes;
 mod invariants;
 mod keys;
 pub mod log_role;
+mod logs;
 mod memory;
 mod names;
 mod owner;
+mod pause;
 mod plan;
 pub mod records;
 mod recover;
@@ -47,28 +55,28 @@ mod room;
 mod round_queue;
 mod settle;
 mod shard_limit;
+mod shard_set;
 pub mod stats;
 mod tails;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
-use roost_shards::ShardOptions;
-use roost_storage::{lock, DirLock, LockError, Storage};
+use roost_storage::{DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
-use crash::{CrashHook, CrashPoint};
-use disk::{io_err, replace_file};
-use owner::{OwnerContext, ShardOpener, ShardSlot};
+use crash::CrashHook;
+use disk::io_err;
+use keys::{KeyAt, KeyFound, KeyState};
 use stats::Stats;
 
 pub use apply::Fetched;
@@ -77,10 +85,10 @@ pub use keys::now_ms;
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
+pub use pause::Pause;
 pub use plan::{is_detached, one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
-pub use room::Pause;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
 /// spool directories) and the crash hook.
@@ -91,48 +99,6 @@ pub struct EngineOptions {
     pub crash: Arc<dyn CrashHook>,
     /// Makes the engine's [`LogRole`] once its WAL is open (`roost::replica::Opener`).
     pub log_role: Arc<dyn OpenLogRole>,
-}
-
-#[derive(Clone, Copy)]
-struct KeyState {
-    lsn: Lsn,
-    fingerprint: u64,
-    done: bool,
-    /// `lsn` is a recorded rejection (not a claim): the same batch gets it again, another
-    /// batch under the key is planned as new.
-    rejected: bool,
-    /// Where the record that answers it is: one record read, never a segment scan.
-    at: KeyAt,
-}
-
-/// Where a key's answer is read from.
-#[derive(Clone, Copy, Debug)]
-enum KeyAt {
-    /// The claim or rejection at the key's lsn, at this offset of its WAL segment.
-    Wal { offset: u64 },
-    /// The key table's record `lsn`, at `offset` (the WAL below a checkpoint may be gone).
-    Keys { lsn: Lsn, offset: u64 },
-}
-
-impl KeyState {
-    /// What a batch with fingerprint `fp` finds under this key.
-    fn check(self, fp: u64) -> KeyFound {
-        match self {
-            k if k.rejected && k.fingerprint != fp => KeyFound::Free,
-            k if k.fingerprint != fp || k.done => KeyFound::Answered(k),
-            _ => KeyFound::InFlight,
-        }
-    }
-}
-
-/// What a key holds for a batch.
-enum KeyFound {
-    /// Nothing that binds it: plan the batch.
-    Free,
-    /// An answer: a conflict, or the original result (committed or rejected).
-    Answered(KeyState),
-    /// The same batch, claimed and not yet finished.
-    InFlight,
 }
 
 /// Ids planned but not yet committed, per shard: planning sees committed state plus these.
@@ -184,73 +150,81 @@ impl Planner {
             last_claim: (0, 0),
         }
     }
+
+    /// The shards hold these batches' ops now (each touched shard's name and the ids its
+    /// transaction creates or deletes): planning no longer needs their overlays.
+    fn applied<'t>(&mut self, touched: impl Iterator<Item = (&'t str, &'t [(u64, bool)])>) {
+        for (name, ids) in touched {
+            let Some(o) = self.overlay.get_mut(name) else {
+                continue;
+            };
+            for &(id, created) in ids {
+                o.applied(id, created);
+            }
+        }
+    }
+
+    /// The claim `c` is settled and its `done` record appended at `done`: a checkpoint may
+    /// pass it, a later batch under its spool name may be answered once the `done` is
+    /// durable, and every frame of its shards up to its lsn is flushed (they apply in lsn
+    /// order). The caller wakes the waiters once the lock is released.
+    fn close(&mut self, c: &round_queue::Waiting, done: Lsn) {
+        self.tails.done(&c.source, c.lsn, done);
+        for (name, _) in &c.shards {
+            match self.vouched.get_mut(name) {
+                Some(v) => *v = (*v).max(c.lsn),
+                None => {
+                    self.vouched.insert(name.clone(), c.lsn);
+                }
+            }
+        }
+        self.open.remove(&c.lsn);
+    }
+
+    /// A checkpoint's step 3 (`checkpoint.rs`): keys whose batch is below `wal_from` leave
+    /// the map (a key a newer batch took stays): the index answers them from now on. Every
+    /// batch below `wal_from` is finished and its key is in the table and its index: the
+    /// keys this checkpoint moved, and those an earlier checkpoint copied and indexed before
+    /// a crash kept its `CHECKPOINT` from being written (the replay put them back in the
+    /// map; their WAL goes next).
+    fn forget_below(&mut self, wal_from: Lsn) {
+        self.keys.retain(|_, k| k.lsn >= wal_from);
+        if self.keys.capacity() > 4 * self.keys.len().max(1024) {
+            self.keys.shrink_to_fit(); // give back what a burst between checkpoints took
+        }
+    }
 }
 
+/// The engine coordinates its parts; each owns its state behind a narrow interface.
+/// Declaration order is drop order: the publisher's helpers stop first, then the shard pool
+/// (its effects flusher, its owners, its threads, in that order), then the log role, then
+/// the logs (the claim syncer last among them), and the data directory's lock goes last, in
+/// `env`.
 pub struct Engine {
-    storage: Arc<dyn Storage>,
-    layout: Layout,
-    spool: SpoolPaths,
-    publisher: Publisher,
-    config: Arc<Config>,
-    crash: Arc<dyn CrashHook>,
-    wal: Arc<Wal>,
-    audit: Arc<Wal>,
-    /// The request-key table (`keys.rs`).
-    keys: Wal,
-    /// The key table's index on disk (`keys.rs`, `roost_keyindex`).
-    index: KeyIndex,
-    /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
-    checkpoints: Mutex<checkpoint_state::CheckpointState>,
-    /// Held while a checkpoint runs: one at a time.
-    checkpoint_running: Mutex<()>,
-    /// Shard owners compact only frames at or below this lsn: below the last checkpoint,
-    /// every batch is finished and never applied again.
-    compact_horizon: Arc<std::sync::atomic::AtomicU64>,
-    /// Base backups running and compaction steps running (`backup_gate.rs`).
-    backup_gate: Arc<backup_gate::BackupGate>,
-    /// WAL lsns kept for standbys that were just re-seeded (`backup_gate.rs`).
-    backup_pins: Arc<backup_gate::Pins>,
-    /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
-    /// Declared (so dropped) before `shards` and `pool`: a flush it waits for is answered
-    /// by a pool thread, and a pool stopped first would leave it waiting for ever (a hang
-    /// at drop seen in `reseed_crash`).
-    effects_flusher: effects_flush::EffectsFlusher,
-    shards: Mutex<HashMap<String, Arc<ShardSlot>>>,
-    /// The shards that exist, for `shards_max` (`shard_limit.rs`); taken after `shards`
-    /// when both are held, never before.
-    known_shards: Mutex<shard_limit::KnownShards>,
-    /// The threads shard owners run on (`shard_threads`); declared after `shards`, so the
-    /// owners are closed before the threads stop.
-    pool: owner::PoolHandle,
-    /// Per shard, the largest claim lsn with a `done` record, as recovery found it (the
-    /// checkpoint's figure, then the `done` records replayed after it): every frame up to it
-    /// was flushed before that record was written, and anything later is rebuilt from its
-    /// claim. Lets a shard opened later drop a gap among never-flushed frames after a power
-    /// loss rather than call it corruption. (The planner's `vouched` is the live figure; a
-    /// shard is opened under the planner lock, so it reads this copy.)
-    synced_through: HashMap<String, Lsn>,
-    planner: Mutex<Planner>,
-    /// Signalled when a batch finishes, or the role changes (a duplicate of an in-flight
-    /// key waits on it).
-    finished_cv: Arc<Condvar>,
-    failed: Arc<AtomicBool>,
-    /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
-    pause: Mutex<Option<Pause>>,
+    /// Publishing answers: the spool and the publisher (`answers.rs`).
+    answers: answers::Answers,
+    /// The key window: the request-key table and its index on disk (`keys.rs`).
+    keys: keys::KeyWindow,
+    /// The shard pool (`shard_set.rs`): the owners, the threads they run on, the standby's
+    /// effects flusher; it stops them in that order when dropped.
+    shards: shard_set::ShardSet,
     /// What the engine sees of replication (`log_role.rs`): role, epochs, the wait for a
     /// standby, behind a small interface.
     log_role: Arc<dyn LogRole>,
+    /// The log and claims (`logs.rs`): the WAL, the audit log, the claim syncer, the
+    /// checkpoint state, the rounds waiting for their tail.
+    log: logs::Logs,
+    planner: Mutex<Planner>,
     /// A standby's claims held back or applied unflushed (`apply.rs`).
     held: held::HeldClaims,
-    /// Answered claims waiting for their durability tail's round (`settle.rs`).
-    rounds: round_queue::Rounds,
-    /// The thread that syncs a claim step's WAL records while its results are prepared.
-    claim_syncer: claim_sync::ClaimSyncer,
+    /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
+    pause: pause::IntakePause,
     pub stats: Arc<Stats>,
     /// Unanswered input held by the bulk files and by the stream (`intake_bytes.rs`).
     pub intake: intake_bytes::Intakes,
-    opened: Instant,
     recovery: RecoveryReport,
-    _lock: Option<DirLock>,
+    /// The storage, the names, the configuration, the latch, the directory lock (`env.rs`).
+    env: env::Env,
 }
 
 impl Engine {
@@ -284,7 +258,7 @@ impl Engine {
         spool
             .create(storage.as_ref())
             .map_err(io_err("create", &spool.root))?;
-        let (wal, audit, keys, index) = open_logs(&storage, &layout, &config)?;
+        let (wal, audit, key_table, index) = open_logs(&storage, &layout, &config)?;
         let publisher = Publisher::new(storage.clone(), &spool.out, config.result_sync)
             .map_err(io_err("open", &spool.out))?;
         sync_new_dirs(storage.as_ref(), &layout, &spool)?;
@@ -292,61 +266,46 @@ impl Engine {
         let (failed, finished_cv) = (parts.failed.clone(), parts.changed.clone());
         let backup_pins = parts.pins.clone();
         let log_role = log_role.open(parts)?;
-        let claim_syncer = claim_sync::ClaimSyncer::start(wal.clone());
-        let effects_flusher = effects_flush::EffectsFlusher::start(audit.clone(), failed.clone());
-        let pool = owner::ShardPool::start(config.shard_threads)
-            .map_err(io_err("start shard threads", layout.data_dir()))?;
-        let intake = intake_bytes::Intakes::new(config.intake_bytes());
-        let engine = Engine {
+        let log = logs::Logs::new(wal, audit.clone(), backup_pins, storage.is_real());
+        let (stats, opened) = (Arc::new(Stats::default()), Instant::now());
+        let mut env = env::Env {
             storage,
             layout,
-            spool,
-            publisher,
             config,
             crash,
-            wal,
-            audit,
-            keys,
-            index,
-            checkpoints: Mutex::new(checkpoint_state::CheckpointState::default()),
-            checkpoint_running: Mutex::new(()),
-            compact_horizon: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            backup_gate: Arc::default(),
-            backup_pins,
-            shards: Mutex::new(HashMap::new()),
-            known_shards: Mutex::default(),
-            pool: owner::PoolHandle(pool),
-            synced_through: HashMap::new(),
-            planner: Mutex::new(Planner::new()),
-            finished_cv,
             failed,
-            pause: Mutex::new(None),
+            finished_cv,
+            opened,
+            stats: stats.clone(),
+            _lock: None,
+        };
+        let shards = shard_set::ShardSet::start(&env, &audit)
+            .map_err(io_err("start shard threads", env.layout.data_dir()))?;
+        // The lock joins `env` once every part has started: an open that fails before drops
+        // it after them, last.
+        env._lock = lock_file;
+        let config = &env.config;
+        let intake = intake_bytes::Intakes::new(config.intake_bytes());
+        let answers = answers::Answers::new(env.storage.clone(), config.clone(), spool, publisher);
+        let window_secs = config.request_key_window_secs;
+        let key_window = keys::KeyWindow::new(key_table, index, window_secs, stats.clone());
+        let engine = Engine {
+            answers,
+            keys: key_window,
+            shards,
             log_role,
+            log,
+            planner: Mutex::new(Planner::new()),
             held: held::HeldClaims::default(),
-            rounds: round_queue::Rounds::default(),
-            claim_syncer,
-            effects_flusher,
-            stats: Arc::new(Stats::default()),
+            pause: pause::IntakePause::new(stats.clone()),
+            stats,
             intake,
-            opened: Instant::now(),
             recovery: RecoveryReport::default(),
-            _lock: lock_file,
+            env,
         };
         let engine = engine.recover(started, progress)?;
-        engine.fill_known_shards();
+        engine.shards.fill_known();
         Ok(engine)
-    }
-
-    /// Starts the count of shards for `shards_max` once recovery has opened what it needed:
-    /// the directories on disk, the shards recovery knows of, and the shards open now.
-    fn fill_known_shards(&self) {
-        let mut names: Vec<String> = lock(&self.shards).keys().cloned().collect();
-        names.extend(self.synced_through.keys().cloned());
-        names.extend(shard_limit::listed_shard_dirs(
-            self.storage.as_ref(),
-            &self.layout.shards(),
-        ));
-        lock(&self.known_shards).fill(names);
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -354,27 +313,27 @@ impl Engine {
     }
 
     pub fn spool(&self) -> &SpoolPaths {
-        &self.spool
+        self.answers.spool()
     }
 
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.env.config
     }
 
     pub fn data_dir(&self) -> &Path {
-        self.layout.data_dir()
+        self.env.layout.data_dir()
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
-        &self.storage
+        &self.env.storage
     }
 
     pub fn wal(&self) -> &Wal {
-        &self.wal
+        self.log.wal()
     }
 
     pub fn is_failed(&self) -> bool {
-        self.failed.load(Ordering::SeqCst)
+        self.env.is_failed()
     }
 
     /// Record counts per shard opened since start (a shard closed while idle answers with
@@ -388,14 +347,7 @@ impl Engine {
 
     /// Each shard opened since start: its records, largest id, and whether it is open now.
     pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
-        let slots: Vec<(String, Arc<ShardSlot>)> = lock(&self.shards)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        slots
-            .into_iter()
-            .filter_map(|(k, s)| s.stats().ok().map(|f| (k, f)))
-            .collect()
+        self.shards.figures()
     }
 
     /// Shards whose `Shard` is open now (maps, file descriptors and lock held); those that
@@ -404,65 +356,14 @@ impl Engine {
         self.stats.shards_open.load(Ordering::Relaxed)
     }
 
-    /// The owner of shard `name`, opening the shard (and starting its owner) on first use.
-    /// The owner keeps the `ShardOpener` to reopen the shard after an idle close, the same
-    /// way, vouched through the lsn it closed at.
-    fn slot(&self, name: &str) -> Result<Arc<ShardSlot>, EngineError> {
-        let mut shards = lock(&self.shards);
-        if let Some(s) = shards.get(name) {
-            return Ok(s.clone());
-        }
-        let opener = ShardOpener {
-            storage: self.storage.clone(),
-            dir: self.layout.shard(name),
-            opts: ShardOptions {
-                segment_bytes: self.config.shard_segment_bytes,
-                read_only: false,
-                synced_through_lsn: Some(self.synced_through.get(name).copied().unwrap_or(0)),
-                zero_ahead_bytes: self.config.zero_ahead_bytes,
-                ..ShardOptions::default()
-            },
-        };
-        let shard = opener.open(name)?;
-        let idle_close_ms = self.config.shard_idle_close_ms;
-        let ctx = OwnerContext {
-            pool: self.pool.0.clone(),
-            crash: self.crash.clone(),
-            stats: self.stats.clone(),
-            opened: self.opened,
-            horizon: self.compact_horizon.clone(),
-            gate: self.backup_gate.clone(),
-            compact_rate: self.config.shard_compact_bytes_per_sec,
-            compact_dead: self.config.shard_compact_dead_fraction,
-            idle_close: (idle_close_ms > 0).then(|| Duration::from_millis(idle_close_ms)),
-        };
-        let slot = Arc::new(ShardSlot::spawn(name, shard, opener, ctx));
-        shards.insert(name.to_owned(), slot.clone());
-        lock(&self.known_shards).note(name);
-        Ok(slot)
-    }
-
-    /// [`replace_file`] on this engine's storage; a failure latches the engine.
-    fn replace_file(&self, path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-        replace_file(self.storage.as_ref(), path, bytes).inspect_err(|_| self.fail())
-    }
-
-    /// A step boundary: progress for the watchdog, and the crash hook.
-    fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-        self.stats
-            .last_progress_ms
-            .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
-        self.crash.hit(point).inspect_err(|_| self.fail())
-    }
-
     /// Milliseconds since open.
     pub fn uptime_ms(&self) -> u64 {
-        self.opened.elapsed().as_millis() as u64
+        self.env.uptime_ms()
     }
 
     /// The last lsn written to the WAL.
     pub fn last_lsn(&self) -> Lsn {
-        self.wal.next_lsn() - 1
+        self.log.wal().next_lsn() - 1
     }
 
     /// False when batches are in flight but none has moved for `stall`: a wedged shard or
@@ -491,46 +392,31 @@ impl Engine {
         }
         let last = self.last_lsn();
         if last > 0 {
-            self.wal.sync_to(last)?;
+            self.log.wal().sync_to(last)?;
         }
         Ok(())
     }
 
     pub fn wal_stats(&self) -> (u64, u64) {
-        (self.wal.append_count(), self.wal.sync_count())
+        (self.log.wal().append_count(), self.log.wal().sync_count())
     }
 
     /// (appends, syncs) of the audit log since open.
     pub fn audit_stats(&self) -> (u64, u64) {
-        (self.audit.append_count(), self.audit.sync_count())
+        (
+            self.log.audit().append_count(),
+            self.log.audit().sync_count(),
+        )
     }
 
     /// (rounds, results) published since start.
     pub fn publish_stats(&self) -> (u64, u64) {
-        self.publisher.stats()
+        self.answers.stats()
     }
 
     /// Records an invalid input: counted, result written, input already moved by the caller.
     pub fn note_invalid(&self) {
         self.stats.invalid.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn fail(&self) {
-        self.failed.store(true, Ordering::SeqCst);
-        self.finished_cv.notify_all();
-    }
-
-    fn check(&self) -> Result<(), EngineError> {
-        if self.is_failed() {
-            Err(EngineError::Failed)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// What this engine sees of replication (`log_role.rs`).
-    pub fn log_role(&self) -> &Arc<dyn LogRole> {
-        &self.log_role
     }
 
     pub fn role(&self) -> Role {
@@ -542,12 +428,7 @@ impl Engine {
     /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
     /// the batch stays claimed for recovery (or for the new primary).
     fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
-        let below = || {
-            lock(&self.checkpoints)
-                .last
-                .as_ref()
-                .map_or(1, |c| c.wal_from)
-        };
+        let below = || self.log.checkpoint_from();
         let waited = self.log_role.wait_replicated(lsn, &below)?;
         if let Some(t) = waited {
             self.stats.latency.replicate.record(t);

@@ -100,7 +100,7 @@ pub struct ShardFigures {
     pub index_bytes: u64,
 }
 
-/// How a shard is opened: at its first use (`Engine::slot`) and, after an idle close, by its
+/// How a shard is opened: at its first use (`ShardSet::slot`) and, after an idle close, by its
 /// owner again, the same way (its segments recovered, its directory created and locked).
 pub struct ShardOpener {
     pub storage: Arc<dyn Storage>,

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 use super::crash::Step;
 use super::invariants;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{committed_result, io_err, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 use crate::spool;
@@ -107,7 +107,7 @@ impl Engine {
         (request_key, source): (&str, &str),
         work: impl FnOnce() -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
-        self.check()?;
+        self.env.check()?;
         self.log_role.check_primary()?;
         self.gate()?;
         self.stats.in_flight.fetch_add(n, Ordering::Relaxed);
@@ -120,7 +120,7 @@ impl Engine {
             if !matches!(e, EngineError::Failed) {
                 warn!(error = %e, request_key, source, "pipeline failed");
             }
-            self.fail();
+            self.env.fail();
         }
         r
     }
@@ -176,7 +176,7 @@ impl Engine {
             .collect();
         let (prepared, synced) = self.sync_claims(&claims)?;
         for _ in &claims {
-            self.hit(Step::AfterClaimSync.at())?;
+            self.env.hit(Step::AfterClaimSync.at())?;
             self.stats.latency.plan.record(planned - t0);
             self.stats
                 .latency
@@ -212,7 +212,7 @@ impl Engine {
         let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
             return Ok((None, Instant::now()));
         };
-        let sync = || self.wal.sync_to(last).map(|()| Instant::now());
+        let sync = || self.log.wal().sync_to(last).map(|()| Instant::now());
         let files: Vec<(&str, Vec<u8>)> = claims
             .iter()
             .filter(|(_, c)| !is_detached(&c.source))
@@ -223,17 +223,16 @@ impl Engine {
         }
         let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         let prepare = || -> Result<Prepared<'p>, EngineError> {
-            let at = &self.spool.out;
-            let p = (self.publisher.prepare(&many)).map_err(io_err("prepare results in", at))?;
-            self.hit(Step::AfterResultsPrepared.at())?;
+            let p = self.answers.prepare(&many)?;
+            self.env.hit(Step::AfterResultsPrepared.at())?;
             Ok(p)
         };
-        if !self.publisher.syncs_each() {
+        if !self.answers.syncs_each() {
             // `syncfs`: the temporaries' data is synced by the round, after the claim.
             let p = prepare()?;
             return Ok((Some(p), sync()?));
         }
-        let asked = self.claim_syncer.ask(last);
+        let asked = self.log.ask_sync(last);
         let prepared = prepare();
         let synced = match asked.map(|rx| rx.recv()) {
             Some(Ok(r)) => r,
@@ -288,7 +287,7 @@ impl Engine {
         drop(p);
         for s in slots.iter() {
             if let Slot::Claimed(..) = s {
-                self.hit(Step::AfterClaimAppend.at())?;
+                self.env.hit(Step::AfterClaimAppend.at())?;
             }
         }
         Ok(halt)
@@ -303,7 +302,7 @@ impl Engine {
         fp: u64,
         static_reject: Option<(usize, String)>,
     ) -> Result<Slot, EngineError> {
-        self.check()?;
+        self.env.check()?;
         // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
         self.gate_wal()?;
         match self.key_state(p, &b.request_key)?.map(|k| k.check(fp)) {
@@ -317,7 +316,7 @@ impl Engine {
             let r = self.rejected(&rec.request_key, rec.op_index as usize, rec.reason);
             return Ok(Slot::Rejected(lsn, r));
         }
-        self.hit(Step::AfterPlan.at())?;
+        self.env.hit(Step::AfterPlan.at())?;
         self.reserve_room(b)?;
         let (lsn, claim) = self.claim(p, b, source, fp)?;
         Ok(Slot::Claimed(lsn, claim))
@@ -328,7 +327,7 @@ impl Engine {
     /// attempt.
     pub(super) fn precheck(&self, batch: &Batch) -> Option<(usize, String)> {
         for (i, op) in batch.ops.iter().enumerate() {
-            let Some(sc) = self.config.shard(op.shard()) else {
+            let Some(sc) = self.env.config.shard(op.shard()) else {
                 let reason = format!(
                     "shard {:?} is not declared in the configuration",
                     op.shard()
@@ -366,6 +365,20 @@ impl Engine {
         self.answer_for(key, fp, k)
     }
 
+    /// What the planner knows of `key`: the map (keys the WAL still answers), else the
+    /// index on disk. Called under the planner lock: a checkpoint adds a key's run before
+    /// it takes the key out of the map, so a key is always in one or the other.
+    pub(super) fn key_state(
+        &self,
+        p: &Planner,
+        key: &str,
+    ) -> Result<Option<KeyState>, EngineError> {
+        match p.keys.get(key) {
+            Some(k) => Ok(Some(*k)),
+            None => self.keys.indexed(key),
+        }
+    }
+
     /// Must be called without the planner lock (it may sync the WAL).
     pub(super) fn answer_for(
         &self,
@@ -395,13 +408,14 @@ impl Engine {
     fn wait_in_flight(&self, key: &str, fp: u64) -> Result<(), EngineError> {
         let mut p = lock(&self.planner);
         loop {
-            self.check()?;
+            self.env.check()?;
             match self.key_state(&p, key)?.map(|k| k.check(fp)) {
                 // The batch in flight gave up its answer (a stop, a step down): so does this.
                 Some(KeyFound::InFlight) => self.log_role.still_answering(p.keys[key].lsn)?,
                 None | Some(KeyFound::Free | KeyFound::Answered(_)) => return Ok(()),
             }
             p = self
+                .env
                 .finished_cv
                 .wait_timeout(p, Duration::from_millis(50))
                 .map(|(g, _)| g)
@@ -418,7 +432,9 @@ impl Engine {
         batch: &Batch,
         limit: usize,
     ) -> Result<Option<(usize, String)>, EngineError> {
-        let over = lock(&self.known_shards).first_over(batch, limit, self.config.shards_max);
+        let over = self
+            .shards
+            .first_over(batch, limit, self.env.config.shards_max);
         let limit = over.as_ref().map_or(limit, |(i, _)| *i);
         Ok(self.plan_deletes(p, batch, limit)?.or(over))
     }
@@ -465,7 +481,11 @@ impl Engine {
             ops: mint(p, batch),
         };
         let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
-        let (lsn, offset) = match self.wal.append_nowait_at(RecordType::Claim as u8, &payload) {
+        let (lsn, offset) = match self
+            .log
+            .wal()
+            .append_nowait_at(RecordType::Claim as u8, &payload)
+        {
             Ok(at) => at,
             // No room for a new WAL segment: nothing written; the ids go back unused.
             Err(WalError::NoSpace(why)) => {
@@ -492,7 +512,7 @@ impl Engine {
         claim: &ClaimRecord,
     ) -> Result<(), EngineError> {
         for name in claim.touched_shards() {
-            let slot = self.slot(name)?;
+            let slot = self.shards.slot(name)?;
             lock(&slot.turns).insert(lsn);
         }
         for op in &claim.ops {
@@ -517,7 +537,7 @@ impl Engine {
         };
         p.keys.insert(claim.request_key.clone(), key);
         p.tails.claimed(&claim.source, lsn);
-        p.open.insert(lsn, self.audit.next_lsn());
+        p.open.insert(lsn, self.log.audit().next_lsn());
         Ok(())
     }
 
@@ -540,7 +560,8 @@ impl Engine {
         };
         let payload = records::encode("rejected", &rec).map_err(EngineError::Encode)?;
         let (lsn, offset) = match self
-            .wal
+            .log
+            .wal()
             .append_nowait_at(RecordType::Rejected as u8, &payload)
         {
             Ok(at) => at,
@@ -564,7 +585,7 @@ impl Engine {
     /// The record at `lsn` that an answer cites is durable (here, and on a standby under
     /// `ack = "standby"`) before the answer is published.
     pub(super) fn answer_durable(&self, lsn: Lsn) -> Result<(), EngineError> {
-        self.wal.sync_to(lsn)?;
+        self.log.wal().sync_to(lsn)?;
         self.wait_replicated(lsn)
     }
 
@@ -580,22 +601,13 @@ impl Engine {
         }
         // A shard never written has no segments yet: nothing exists on it, and a rejected
         // delete must not create it.
-        let open = lock(&self.shards).get(shard).cloned();
+        let open = self.shards.opened(shard);
         let slot = match open {
             Some(s) => s,
-            None if self.shard_has_segments(shard) => self.slot(shard)?,
+            None if self.shards.has_segments(shard) => self.shards.slot(shard)?,
             None => return Ok(false),
         };
         slot.contains(id)
-    }
-
-    fn shard_has_segments(&self, shard: &str) -> bool {
-        match self.storage.list(&self.layout.shard(shard)) {
-            Ok(names) => names
-                .iter()
-                .any(|n| n.ends_with(roost_shards::SEGMENT_SUFFIX)),
-            Err(_) => false,
-        }
     }
 
     pub(super) fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
@@ -628,7 +640,7 @@ impl Engine {
         };
         match k.at {
             KeyAt::Wal { offset } => {
-                let rec = match self.wal.read_record(lsn, offset) {
+                let rec = match self.log.wal().read_record(lsn, offset) {
                     // A checkpoint moved the key to the table and retired the segment since
                     // `k` was read: read where the key points now.
                     Err(WalError::Missing { .. }) => {
@@ -651,8 +663,7 @@ impl Engine {
                 }
             }
             KeyAt::Keys { lsn: at, offset } => {
-                let rec = self.keys.read_record(at, offset)?;
-                let kr = records::decode_key(&rec)?;
+                let kr = self.keys.read(at, offset)?;
                 if kr.lsn != lsn || kr.request_key != key {
                     return Err(inconsistent("the key table holds another key there"));
                 }

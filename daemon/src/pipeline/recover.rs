@@ -13,8 +13,7 @@ use roost_storage::{lock, read_all, OpenMode};
 
 use super::keys;
 use super::records::{
-    decode_checkpoint, read_audit, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord,
-    PlannedOp, WalEntry,
+    decode_checkpoint, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord, PlannedOp, WalEntry,
 };
 use super::{io_err, Engine, KeyAt, KeyState};
 use crate::error::EngineError;
@@ -61,9 +60,13 @@ impl Engine {
             last_log: Instant::now(),
         };
         let ckpt = self.load_checkpoint()?;
-        callback("replaying records", 0, self.wal.recovery_report().records);
+        callback(
+            "replaying records",
+            0,
+            self.log.wal().recovery_report().records,
+        );
         let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
-        self.synced_through = ledger.vouched.clone();
+        self.shards.set_synced_through(ledger.vouched.clone());
         self.open_named_shards(&shard_names)?;
         let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
         if finished > 0 {
@@ -75,15 +78,15 @@ impl Engine {
             duration: started.elapsed(),
             wal_records: records,
             batches_finished: finished,
-            wal_torn_bytes: self.wal.recovery_report().torn_bytes_truncated,
-            audit_torn_bytes: self.audit.recovery_report().torn_bytes_truncated,
+            wal_torn_bytes: self.log.wal().recovery_report().torn_bytes_truncated,
+            audit_torn_bytes: self.log.audit().recovery_report().torn_bytes_truncated,
         };
         info!(
             records,
             batches_finished = finished,
             checkpoint = ckpt.wal_from,
             ms = self.recovery.duration.as_millis() as u64,
-            next_lsn = self.wal.next_lsn(),
+            next_lsn = self.log.wal().next_lsn(),
             "recovery: done"
         );
         Ok(self)
@@ -93,33 +96,34 @@ impl Engine {
     /// keys still in the window, the id counter and each shard's flushed mark.
     fn load_checkpoint(&mut self) -> Result<Checkpoint, EngineError> {
         let _ = self
+            .env
             .storage
-            .remove(&self.layout.checkpoint().with_extension("tmp"));
-        let c = read_checkpoint(self.storage.as_ref(), &self.layout)?;
+            .remove(&self.env.layout.checkpoint().with_extension("tmp"));
+        let c = read_checkpoint(self.env.storage.as_ref(), &self.env.layout)?;
         let now = keys::now_ms();
-        let table_through = self.catch_up_key_index()?;
+        let table_through = self.keys.catch_up_index()?;
         let mut p = lock(&self.planner);
         p.next_id = p.next_id.max(c.next_id);
         p.vouched = c.shards.iter().cloned().collect();
         drop(p);
-        self.compact_horizon.store(
+        self.shards.horizon().store(
             c.wal_from.saturating_sub(1),
             std::sync::atomic::Ordering::Relaxed,
         );
-        let mut st = lock(&self.checkpoints);
+        let mut st = self.log.state();
         st.keys_through = table_through.max(c.keys_through);
         // Stamps never go back along the table, even if the clock did: a run written after
         // the last CHECKPOINT (a crash between them) may hold a newer one.
-        st.last_at_ms = c.at_ms.max(self.index.max_at_ms());
+        st.last_at_ms = c.at_ms.max(self.keys.max_at_ms());
         // The interval counts from the checkpoint itself, not from this start; the WAL found
         // here counts towards the next checkpoint's bytes.
-        let interval = Duration::from_millis(self.config.checkpoint_interval_ms);
+        let interval = Duration::from_millis(self.env.config.checkpoint_interval_ms);
         let age = match c.at_ms {
             0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
             at => Duration::from_millis(now.saturating_sub(at)).min(interval),
         };
         st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
-        st.found_at_open = self.wal.recovery_report().bytes_scanned;
+        st.found_at_open = self.log.wal().recovery_report().bytes_scanned;
         st.last = (c.wal_from > 1).then(|| c.clone());
         Ok(c)
     }
@@ -132,7 +136,7 @@ impl Engine {
         ckpt: &Checkpoint,
         progress: &mut Progress<'_>,
     ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
-        let total = self.wal.recovery_report().records;
+        let total = self.log.wal().recovery_report().records;
         let mut ledger = ClaimLedger {
             from: ckpt.wal_from,
             vouched: ckpt.shards.iter().cloned().collect(),
@@ -141,7 +145,7 @@ impl Engine {
         let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
         let mut records = 0u64;
         let mut p = lock(&self.planner);
-        for entry in read_wal_frames(&self.wal, ckpt.wal_from) {
+        for entry in read_wal_frames(self.log.wal(), ckpt.wal_from) {
             let (rec, entry) = entry?;
             records += 1;
             progress.report("replaying records", records, total);
@@ -159,31 +163,12 @@ impl Engine {
     /// retired below a create, because each shard remembers its largest id.
     fn open_named_shards(&self, names: &BTreeSet<String>) -> Result<(), EngineError> {
         for name in names {
-            let slot = self.slot(name)?;
+            let slot = self.shards.slot(name)?;
             let max_id = slot.stats()?.max_id;
             let mut p = lock(&self.planner);
             p.next_id = p.next_id.max(max_id + 1);
         }
         Ok(())
-    }
-
-    /// Step 3: the audit rows already written for unfinished claims, by claim lsn.
-    pub(super) fn audited_rows(
-        &self,
-        unfinished: &BTreeMap<Lsn, ClaimRecord>,
-        from: Lsn,
-    ) -> Result<HashMap<Lsn, HashSet<u32>>, EngineError> {
-        let mut audited: HashMap<Lsn, HashSet<u32>> = HashMap::new();
-        let Some(first) = unfinished.keys().next().copied() else {
-            return Ok(audited);
-        };
-        for row in read_audit(&self.audit, from) {
-            let (_, a) = row?;
-            if a.claim_lsn >= first && unfinished.contains_key(&a.claim_lsn) {
-                audited.entry(a.claim_lsn).or_default().insert(a.op_index);
-            }
-        }
-        Ok(audited)
     }
 
     /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes
@@ -197,11 +182,11 @@ impl Engine {
         ckpt: &Checkpoint,
         progress: &mut Progress<'_>,
     ) -> Result<u64, EngineError> {
-        let r = &self.config.replication;
+        let r = &self.env.config.replication;
         if self.role() == super::Role::Standby {
             let claims = ledger.unfinished.clone();
             *lock(&self.held.ledger) = ledger;
-            let audited = self.audited_rows(&claims, ckpt.audit_from)?;
+            let audited = self.log.audited_rows(&claims, ckpt.audit_from)?;
             self.apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
             return Ok(0);
         }
@@ -212,7 +197,7 @@ impl Engine {
             lock(&self.held.deferred).extend(ledger.unfinished);
             return Ok(0);
         }
-        let audited = self.audited_rows(&ledger.unfinished, ckpt.audit_from)?;
+        let audited = self.log.audited_rows(&ledger.unfinished, ckpt.audit_from)?;
         self.finish_unfinished(&ledger.unfinished, &audited, progress)
     }
 

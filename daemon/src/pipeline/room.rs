@@ -15,47 +15,26 @@
 //! were written still stops the daemon (fail-stop, no fsync retry), and so does a roll that
 //! finds neither a spare nor room, which takes more than a segment of in-flight records.
 
-use std::sync::atomic::Ordering;
-use std::time::Instant;
-
 use roost_storage::{lock, NoRoom};
 use roost_wal::format::frame_len;
 use roost_wal::WalError;
-use tracing::{info, warn};
 
+use super::pause::Pause;
 use super::records::{self, AuditRecord, OpKind};
 use super::Engine;
 use crate::batch::{Batch, BatchOp};
 use crate::error::EngineError;
 
-/// Why intake is paused, and since when.
-#[derive(Clone, Debug)]
-pub struct Pause {
-    /// `wal`, `audit` or `shard NAME`.
-    pub part: String,
-    pub why: NoRoom,
-    pub since: Instant,
-}
-
 impl Engine {
     /// The first log with no spare segment: which part, and why.
     fn shortage(&self) -> Option<(String, NoRoom)> {
-        if let Some(why) = self.wal.spare_missing() {
-            return Some(("wal".into(), why));
-        }
-        if let Some(why) = self.audit.spare_missing() {
-            return Some(("audit".into(), why));
+        if let Some(short) = self.log.shortage() {
+            return Some(short);
         }
         if let Some(why) = self.keys.spare_missing() {
             return Some(("keys".into(), why));
         }
-        let slots = lock(&self.shards);
-        let mut names: Vec<&String> = slots.keys().collect();
-        names.sort();
-        names.into_iter().find_map(|name| {
-            let why = lock(&slots[name].room).clone()?;
-            Some((format!("shard {name}"), why))
-        })
+        self.shards.shortage()
     }
 
     /// Before planning a new batch: `Paused` (nothing written, nothing latched) while a log
@@ -63,7 +42,7 @@ impl Engine {
     pub(super) fn gate(&self) -> Result<(), EngineError> {
         match self.shortage() {
             None => Ok(()),
-            Some((part, why)) => self.refuse(part, why),
+            Some((part, why)) => self.pause.refuse(part, why),
         }
     }
 
@@ -71,9 +50,9 @@ impl Engine {
     /// may roll the WAL and use its spare (the other logs and the shards roll only after
     /// planning, and `gate` saw them for the whole group).
     pub(super) fn gate_wal(&self) -> Result<(), EngineError> {
-        match self.wal.spare_missing() {
+        match self.log.wal().spare_missing() {
             None => Ok(()),
-            Some(why) => self.refuse("wal".into(), why),
+            Some(why) => self.pause.refuse("wal".into(), why),
         }
     }
 
@@ -92,73 +71,43 @@ impl Engine {
                 BatchOp::Create { record, .. } => Some(record.len()),
                 BatchOp::Delete { .. } => None,
             }));
-            let slot = self.slot(name)?;
+            let slot = self.shards.slot(name)?;
             if !slot.reserve(frame as u64)? {
                 let why = lock(&slot.room).clone().unwrap_or_else(|| NoRoom {
-                    path: self.layout.shard(name),
+                    path: self.env.layout.shard(name),
                     needed_bytes: frame as u64,
                     error: "no room for the batch's frame".into(),
                 });
-                return self.refuse(format!("shard {name}"), why);
+                return self.pause.refuse(format!("shard {name}"), why);
             }
             audit_bytes += ops.count() as u64 * audit_row_bytes(&b.request_key, name)?;
         }
-        match self.audit.reserve(audit_bytes) {
+        match self.log.audit().reserve(audit_bytes) {
             Ok(()) => Ok(()),
-            Err(WalError::NoSpace(why)) => self.refuse("audit".into(), why),
+            Err(WalError::NoSpace(why)) => self.pause.refuse("audit".into(), why),
             Err(e) => Err(e.into()),
-        }
-    }
-
-    fn refuse(&self, part: String, why: NoRoom) -> Result<(), EngineError> {
-        self.note_pause(&part, &why);
-        Err(EngineError::Paused { part, why })
-    }
-
-    fn note_pause(&self, part: &str, why: &NoRoom) {
-        let mut p = lock(&self.pause);
-        if p.is_none() {
-            warn!(part, file = %why.path.display(), needed_bytes = why.needed_bytes,
-                error = %why.error,
-                "intake paused: the disk has no room for the next segment; free space on it, \
-                 intake resumes by itself");
-            self.stats.intake_pauses.fetch_add(1, Ordering::Relaxed);
-            *p = Some(Pause {
-                part: part.to_owned(),
-                why: why.clone(),
-                since: Instant::now(),
-            });
         }
     }
 
     /// Why intake is paused, if it is.
     pub fn paused(&self) -> Option<Pause> {
-        lock(&self.pause).clone()
+        self.pause.current()
     }
 
     /// Tries to make every missing spare segment. Ok(true) when intake may go on (logged when
     /// it had been paused); Ok(false) while some log still has no room; Err when making one
     /// failed otherwise (an I/O error: the daemon stops).
     pub fn try_resume(&self) -> Result<bool, EngineError> {
-        self.wal.refill_spare()?;
-        self.audit.refill_spare()?;
+        self.log.refill_spares()?;
         self.keys.refill_spare()?;
-        let slots: Vec<_> = lock(&self.shards).values().cloned().collect();
-        for slot in slots {
-            if lock(&slot.room).is_some() {
-                slot.refill()?;
-            }
-        }
+        self.shards.refill()?;
         match self.shortage() {
             Some((part, why)) => {
-                self.note_pause(&part, &why);
+                self.pause.note(&part, &why);
                 Ok(false)
             }
             None => {
-                if let Some(p) = lock(&self.pause).take() {
-                    info!(part = %p.part, paused_ms = p.since.elapsed().as_millis() as u64,
-                        "intake resumed: the spare segments are made again");
-                }
+                self.pause.resumed();
                 Ok(true)
             }
         }

@@ -60,10 +60,10 @@ impl Engine {
         self.stats
             .tail_waiting
             .fetch_add(claims.len() as u64, Ordering::Relaxed);
-        let n = self.rounds.hand_in(handed, last_row);
+        let n = self.log.rounds().hand_in(handed, last_row);
         drop(p);
-        self.finished_cv.notify_all();
-        if n >= self.config.tail_round_claims.max(1) {
+        self.env.finished_cv.notify_all();
+        if n >= self.env.config.tail_round_claims.max(1) {
             self.settle()?;
         }
         Ok(())
@@ -88,24 +88,25 @@ impl Engine {
     /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
     /// closed. A failure latches the engine: the claims it held stay open for recovery.
     pub fn settle(&self) -> Result<usize, EngineError> {
-        let _one = lock(&self.rounds.running);
-        if self.rounds.waiting() == 0 {
+        let _one = lock(&self.log.rounds().running);
+        if self.log.rounds().waiting() == 0 {
             return Ok(0);
         }
         // A failed engine leaves them waiting: recovery finishes them.
-        self.check()?;
-        let (claims, last_row) = self.rounds.take();
+        self.env.check()?;
+        let (claims, last_row) = self.log.rounds().take();
         let r = self.settle_round(&claims, last_row);
         if r.is_err() {
-            self.fail();
+            self.env.fail();
         }
         r.map(|()| claims.len())
     }
 
     /// Whether claims have waited `tail_round_ms` for a round (the serve loop runs one).
     pub fn settle_due(&self) -> bool {
-        self.rounds
-            .waited(Duration::from_millis(self.config.tail_round_ms))
+        self.log
+            .rounds()
+            .waited(Duration::from_millis(self.env.config.tail_round_ms))
     }
 
     /// One round: each touched shard flushed once, the audit log synced to the last row,
@@ -116,17 +117,18 @@ impl Engine {
         for (name, slot) in claims.iter().flat_map(|c| &c.shards) {
             by_shard.entry(name.as_str()).or_insert(slot);
         }
-        self.flush_shards(by_shard.into_values())?;
+        flush_shards(by_shard.into_values(), &|| self.is_failed())?;
         if let Some(last) = last_row {
-            self.audit.sync_to(last)?;
+            self.log.audit().sync_to(last)?;
         }
         for _ in claims {
-            self.hit(Step::AfterAuditSync.at())?;
+            self.env.hit(Step::AfterAuditSync.at())?;
         }
         let lsns: Vec<Lsn> = claims.iter().map(|c| c.lsn).collect();
         let dones = self.append_dones(&lsns)?;
         for (c, done) in claims.iter().zip(dones) {
-            self.close_claim(c, done);
+            lock(&self.planner).close(c, done);
+            self.env.finished_cv.notify_all();
             self.stats.latency.finish.record(c.committed.elapsed());
         }
         let n = claims.len() as u64;
@@ -134,44 +136,6 @@ impl Engine {
         self.stats.tail_settled.fetch_add(n, Ordering::Relaxed);
         self.stats.tail_waiting.fetch_sub(n, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// The claim `c` is settled and its `done` record appended at `done`: a checkpoint may
-    /// pass it, a later batch under its spool name may be answered once the `done` is
-    /// durable, and every frame of its shards up to its lsn is flushed (they apply in lsn
-    /// order).
-    fn close_claim(&self, c: &Waiting, done: Lsn) {
-        let mut p = lock(&self.planner);
-        p.tails.done(&c.source, c.lsn, done);
-        for (name, _) in &c.shards {
-            match p.vouched.get_mut(name) {
-                Some(v) => *v = (*v).max(c.lsn),
-                None => {
-                    p.vouched.insert(name.clone(), c.lsn);
-                }
-            }
-        }
-        p.open.remove(&c.lsn);
-        drop(p);
-        self.finished_cv.notify_all();
-    }
-
-    /// Each shard flushes everything applied so far, and all are waited for.
-    fn flush_shards<'a>(
-        &self,
-        slots: impl Iterator<Item = &'a Arc<ShardSlot>>,
-    ) -> Result<(), EngineError> {
-        let mut flushes = Vec::new();
-        for (k, slot) in slots.enumerate() {
-            flushes.push((slot, slot.send_flush(k)?));
-        }
-        let mut first_err = None;
-        for (slot, rx) in &flushes {
-            if let Err(e) = slot.wait(rx, &|| self.is_failed()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
     }
 
     /// The `done` records of the claims at `claims`, in one write (not synced on their own);
@@ -186,10 +150,28 @@ impl Engine {
             .iter()
             .map(|p| (RecordType::Done as u8, p.as_slice()))
             .collect();
-        let lsns = self.wal.append_many_nowait(&frames)?;
+        let lsns = self.log.wal().append_many_nowait(&frames)?;
         for _ in &lsns {
-            self.hit(Step::AfterDone.at())?;
+            self.env.hit(Step::AfterDone.at())?;
         }
         Ok(lsns)
     }
+}
+
+/// Each shard flushes everything applied so far, and all are waited for.
+fn flush_shards<'a>(
+    slots: impl Iterator<Item = &'a Arc<ShardSlot>>,
+    failed: &dyn Fn() -> bool,
+) -> Result<(), EngineError> {
+    let mut flushes = Vec::new();
+    for (k, slot) in slots.enumerate() {
+        flushes.push((slot, slot.send_flush(k)?));
+    }
+    let mut first_err = None;
+    for (slot, rx) in &flushes {
+        if let Err(e) = slot.wait(rx, failed) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }

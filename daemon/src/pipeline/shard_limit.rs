@@ -5,7 +5,7 @@
 //! which op of a batch would create one too many. It never creates or opens a shard.
 //!
 //! A shard counts once its directory exists or an owner opened it: a claim opens every shard
-//! it touches under the planner lock (`Engine::slot`, which calls [`KnownShards::note`]), so
+//! it touches under the planner lock (`ShardSet::slot`, which calls [`KnownShards::note`]), so
 //! a shard planned by an earlier batch, even in the same group, is counted before the next
 //! batch is planned. A rejected batch opens nothing.
 

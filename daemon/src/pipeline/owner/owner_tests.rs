@@ -31,7 +31,7 @@ fn slot_with(
     let opener = ShardOpener {
         storage: Arc::new(disk.clone()),
         dir: PathBuf::from("/sim/s"),
-        // As `Engine::slot` opens a shard recovery found nothing flushed on.
+        // As `ShardSet::slot` opens a shard recovery found nothing flushed on.
         opts: ShardOptions {
             synced_through_lsn: Some(0),
             ..ShardOptions::default()

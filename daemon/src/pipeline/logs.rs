@@ -1,0 +1,194 @@
+//! The log and claims: the engine's part that owns the WAL and the audit log, the thread
+//! that syncs a claim step's records, the answered claims waiting for their durability
+//! round, what the engine remembers of checkpoints, and the WAL lsns kept for standbys just
+//! re-seeded. It appends, syncs and retires; it never plans, and it decides no order of
+//! steps (the engine does: `plan.rs`, `settle.rs`, `checkpoint.rs`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use roost_storage::{lock, NoRoom};
+use roost_wal::{Lsn, Wal, WalError};
+
+use super::backup_gate::Pins;
+use super::checkpoint_state::CheckpointState;
+use super::claim_sync::ClaimSyncer;
+use super::records::{read_audit, Checkpoint, ClaimRecord};
+use super::round_queue::Rounds;
+use crate::error::EngineError;
+
+pub(super) struct Logs {
+    wal: Arc<Wal>,
+    audit: Arc<Wal>,
+    /// The last checkpoint and what the next needs (`checkpoint.rs`); held for moments.
+    checkpoints: Mutex<CheckpointState>,
+    /// Held while a checkpoint runs: one at a time.
+    checkpoint_running: Mutex<()>,
+    /// WAL lsns kept for standbys that were just re-seeded (`backup_gate.rs`).
+    pins: Arc<Pins>,
+    /// Answered claims waiting for their durability tail's round (`settle.rs`); they hold
+    /// shard owners, so this part is dropped after the shard pool.
+    rounds: Rounds,
+    /// The thread that syncs a claim step's WAL records while its results are prepared;
+    /// declared last, so joined after the log role and the shard pool are gone, as before.
+    claim_syncer: ClaimSyncer,
+    /// On a real disk (a file's age is known there).
+    real: bool,
+}
+
+impl Logs {
+    pub(super) fn new(wal: Arc<Wal>, audit: Arc<Wal>, pins: Arc<Pins>, real: bool) -> Logs {
+        let claim_syncer = ClaimSyncer::start(wal.clone());
+        Logs {
+            wal,
+            audit,
+            checkpoints: Mutex::new(CheckpointState::default()),
+            checkpoint_running: Mutex::new(()),
+            pins,
+            rounds: Rounds::default(),
+            claim_syncer,
+            real,
+        }
+    }
+
+    pub(super) fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+
+    pub(super) fn audit(&self) -> &Arc<Wal> {
+        &self.audit
+    }
+
+    /// What the engine remembers of checkpoints, locked for a moment.
+    pub(super) fn state(&self) -> MutexGuard<'_, CheckpointState> {
+        lock(&self.checkpoints)
+    }
+
+    /// Held while a checkpoint runs (or a base backup waits for one to finish).
+    pub(super) fn one_checkpoint(&self) -> MutexGuard<'_, ()> {
+        lock(&self.checkpoint_running)
+    }
+
+    pub(super) fn pins(&self) -> &Arc<Pins> {
+        &self.pins
+    }
+
+    pub(super) fn rounds(&self) -> &Rounds {
+        &self.rounds
+    }
+
+    /// Asks the claim syncer for the WAL durable through `lsn` (`None`: sync here).
+    pub(super) fn ask_sync(&self, lsn: Lsn) -> Option<Receiver<Result<Instant, WalError>>> {
+        self.claim_syncer.ask(lsn)
+    }
+
+    /// The WAL's first lsn a standby may still need below (the last checkpoint's start).
+    pub(super) fn checkpoint_from(&self) -> Lsn {
+        self.state().last.as_ref().map_or(1, |c| c.wal_from)
+    }
+
+    /// The last checkpoint, if any.
+    pub(super) fn last_checkpoint(&self) -> Option<Checkpoint> {
+        self.state().last.clone()
+    }
+
+    /// Records a checkpoint (or a pass with nothing new) in the state status reads.
+    pub(super) fn checkpoint_taken(&self, wal_bytes: u64, c: Option<&Checkpoint>) {
+        let mut st = self.state();
+        st.wal_bytes_at_last = wal_bytes;
+        st.taken = Some(Instant::now());
+        if let Some(c) = c {
+            st.keys_through = c.keys_through;
+            st.last_at_ms = c.at_ms;
+            st.last = Some(c.clone());
+        }
+    }
+
+    /// The first of the WAL and the audit log with no spare segment: which, and why.
+    pub(super) fn shortage(&self) -> Option<(String, NoRoom)> {
+        if let Some(why) = self.wal.spare_missing() {
+            return Some(("wal".into(), why));
+        }
+        if let Some(why) = self.audit.spare_missing() {
+            return Some(("audit".into(), why));
+        }
+        None
+    }
+
+    /// The WAL's and the audit log's spare segments made again.
+    pub(super) fn refill_spares(&self) -> Result<(), EngineError> {
+        self.wal.refill_spare()?;
+        self.audit.refill_spare()?;
+        Ok(())
+    }
+
+    /// The audit log's oldest segments, wholly below the checkpoint's audit mark, while it is
+    /// over `bytes_max` or they are older than `secs_max` (`audit_retain_*`).
+    pub(super) fn retire_audit(
+        &self,
+        c: &Checkpoint,
+        bytes_max: Option<u64>,
+        secs_max: Option<u64>,
+    ) -> Result<usize, EngineError> {
+        if bytes_max.is_none() && secs_max.is_none() {
+            return Ok(0);
+        }
+        let segs = self.audit.segment_files();
+        let mut total: u64 = segs.iter().map(|s| s.2).sum();
+        let mut below = None;
+        for (i, (_, path, seg_bytes)) in segs.iter().enumerate() {
+            let next_first = segs.get(i + 1).map(|s| s.0);
+            // Whole segment below the mark: its successor starts at or below it.
+            if next_first.is_none_or(|n| n > c.audit_from) {
+                break;
+            }
+            let too_big = bytes_max.is_some_and(|m| total > m);
+            let too_old = secs_max.is_some_and(|s| self.file_age(path) > Duration::from_secs(s));
+            if !(too_big || too_old) {
+                break;
+            }
+            total -= seg_bytes;
+            below = next_first;
+        }
+        match below {
+            Some(lsn) => Ok(self.audit.retire_below(lsn)?),
+            None => Ok(0),
+        }
+    }
+
+    /// Step 3 of recovery: the audit rows already written for unfinished claims, by claim
+    /// lsn, read from the audit log's `from` on.
+    pub(super) fn audited_rows(
+        &self,
+        unfinished: &BTreeMap<Lsn, ClaimRecord>,
+        from: Lsn,
+    ) -> Result<HashMap<Lsn, HashSet<u32>>, EngineError> {
+        let mut audited: HashMap<Lsn, HashSet<u32>> = HashMap::new();
+        let Some(first) = unfinished.keys().next().copied() else {
+            return Ok(audited);
+        };
+        for row in read_audit(&self.audit, from) {
+            let (_, a) = row?;
+            if a.claim_lsn >= first && unfinished.contains_key(&a.claim_lsn) {
+                audited.entry(a.claim_lsn).or_default().insert(a.op_index);
+            }
+        }
+        Ok(audited)
+    }
+
+    /// How long ago `path` was last written (zero when unknown: the simulated disk has no
+    /// clock, and an unreadable time keeps the file).
+    fn file_age(&self, path: &Path) -> Duration {
+        if !self.real {
+            return Duration::ZERO;
+        }
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+}

@@ -481,6 +481,11 @@ fn alone_answers_through_a_partition_and_the_standby_catches_up() {
     a.start(None);
     let proxy = Proxy::start(a.addr()).expect("proxy");
     b.start(Some(&proxy.addr()));
+    // The standby fetching first: a batch sent while it still starts may wait past
+    // `standby_timeout_ms` (2 s) and go out alone, which a machine under load once showed.
+    wait_for("the standby connected", LIMIT, || {
+        a.status()["replication"]["standbys"][0]["connected"] == true
+    });
     drop_in(&a.spool(), "before.json", &batch("before", "s", 1));
     wait_for("before", LIMIT, || a.result("before.json").is_some());
     assert_eq!(a.status()["replication"]["published_alone"], 0);

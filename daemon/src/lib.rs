@@ -47,7 +47,7 @@ pub mod spool;
 /// safety.
 pub fn no_transparent_huge_pages() {
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::debug!(error = %e, "prctl(PR_SET_THP_DISABLE) refused; huge pages stay on");
+        tracing::debug!(error = %e, "prctl(PR_SET_THP_DISABLE) refused; transparent huge pages stay enabled");
     }
 }
 

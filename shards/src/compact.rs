@@ -19,8 +19,8 @@ use crate::frame::{
 };
 use crate::{
     index_frame, map_segment, parse_seg_name, Loc, OpenReport, Seg, SegData, Shard, ShardError,
-    DEAD, GONE,
 };
+use crate::index::{MemRun, Slot};
 
 mod steps;
 
@@ -139,6 +139,30 @@ impl Space {
         s.max_lsn = lsn;
     }
 
+    /// A sealed segment loaded from its index file: its figures as the scan would count them.
+    pub(crate) fn set_sealed(
+        &mut self,
+        si: usize,
+        used: u64,
+        live: u64,
+        max_lsn: u64,
+        compacted: Option<CompactHeader>,
+    ) {
+        *self.at(si) = SegSpace {
+            used,
+            live,
+            max_lsn,
+            compacted,
+            blocked_until_lsn: 0,
+        };
+    }
+
+    /// (bytes of frames, bytes a compaction keeps) of segment `si`.
+    pub(crate) fn used_live(&self, si: usize) -> (u64, u64) {
+        let s = self.get(si);
+        (s.used, s.live)
+    }
+
     pub(crate) fn add_live(&mut self, si: usize, bytes: u64) {
         self.at(si).live += bytes;
     }
@@ -198,6 +222,9 @@ struct Job {
     /// Where each copied create's record landed in the new file.
     placed: HashMap<u64, u32>,
     kept_deletes: HashSet<u64>,
+    /// Ids deleted by a frame in the run: a dead create with its delete here is dropped
+    /// (its delete is vouched, and goes with the run).
+    deleted_in_run: HashSet<u64>,
     /// The caller's horizon when the job started: a dead record's create is dropped only if
     /// the delete that hides it is in a sealed segment wholly at or below it.
     horizon_lsn: u64,

@@ -12,6 +12,9 @@ mod index;
 mod mmap;
 mod open;
 use open::index_frame;
+mod runs;
+use runs::RunFrame;
+mod seal;
 mod segment;
 
 use std::io;
@@ -27,7 +30,7 @@ use tracing::{debug, info, warn};
 pub use compact::{CompactOptions, CompactProgress, CompactionStats, COMPACT_TMP_SUFFIX};
 pub use frame::{Txn, TxnOp};
 use frame::{OP_CREATE, OP_HEADER_LEN};
-use index::{Index, Loc, DEAD, GONE};
+use index::{Index, Loc, DEAD};
 use segment::{
     create_and_lock, map_segment, open_segments, parse_seg_name, scan_frames, seg_name, Seg,
     SegData,
@@ -150,15 +153,6 @@ pub struct OpenReport {
     pub max_lsn: u64,
 }
 
-/// One frame the shard holds, in lsn order.
-#[derive(Clone, Copy, Debug)]
-struct FrameMeta {
-    lsn: u64,
-    seg: u32,
-    offset: u32,
-    len: u32,
-}
-
 /// The ops of one held frame, for `roost verify`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrameSummary {
@@ -177,7 +171,6 @@ pub struct Shard {
     /// Bytes used in the last segment.
     write_offset: usize,
     index: Index,
-    frames: Vec<FrameMeta>,
     max_lsn: u64,
     /// Largest id any create in any held frame used (deleted or not): ids are never reused.
     max_id: u64,
@@ -229,14 +222,18 @@ impl Shard {
     /// Whether `lsn` is held: a frame for it is, or it lies in a compacted segment's lsn range
     /// ("held, compacted": every transaction for this shard up to the range's end was applied
     /// and flushed before its frames were compacted away; docs/shard-format.md).
-    pub fn holds(&self, lsn: u64) -> bool {
-        self.frames.binary_search_by_key(&lsn, |f| f.lsn).is_ok()
-            || self.compaction.space.compacted_holds(lsn)
+    pub fn holds(&self, lsn: u64) -> Result<bool, ShardError> {
+        if self.compaction.space.compacted_holds(lsn) {
+            return Ok(true);
+        }
+        let f = self.index.frame(lsn).map_err(self.index_err("read index"))?;
+        Ok(f.is_some())
     }
 
     /// Every lsn held as a frame, in order (lsns held compacted: [`Shard::compacted_ranges`]).
-    pub fn held_lsns(&self) -> impl Iterator<Item = u64> + '_ {
-        self.frames.iter().map(|f| f.lsn)
+    pub fn held_lsns(&self) -> Result<Vec<u64>, ShardError> {
+        let frames = self.index.frames().map_err(self.index_err("read index"))?;
+        Ok(frames.into_iter().map(|(_, f)| f.lsn).collect())
     }
 
     /// Largest id ever created here, deleted or not.
@@ -252,8 +249,9 @@ impl Shard {
         self.index.len() == 0
     }
 
-    pub fn contains(&self, id: u64) -> bool {
-        self.index.get(id).is_some()
+    pub fn contains(&self, id: u64) -> Result<bool, ShardError> {
+        let loc = self.index.get(id).map_err(self.index_err("read index"))?;
+        Ok(loc.is_some())
     }
 
     /// Entries the in-memory index has room for (for the memory benchmark).
@@ -261,10 +259,10 @@ impl Shard {
         self.index.capacity()
     }
 
-    /// Bytes the in-memory index holds: its entries, and the list of frames held (one entry
-    /// a frame: a batch on the spool is one frame a shard), for `status.memory`.
+    /// Bytes the index holds in memory (the runs of segments not sealed yet, and each sealed
+    /// segment's page directory and dead bits), for `status.memory`.
     pub fn index_bytes(&self) -> usize {
-        self.index.bytes() + self.frames.len() * std::mem::size_of::<FrameMeta>()
+        self.index.bytes()
     }
 
     fn io_err(&self, op: &'static str, seg: usize) -> impl FnOnce(io::Error) -> ShardError + '_ {
@@ -279,7 +277,7 @@ impl Shard {
     }
 
     pub fn get(&self, id: u64) -> Result<Option<Vec<u8>>, ShardError> {
-        let Some(loc) = self.index.get(id) else {
+        let Some(loc) = self.index.get(id).map_err(self.index_err("read index"))? else {
             return Ok(None);
         };
         let rec = self.read_record(loc)?;
@@ -317,12 +315,16 @@ impl Shard {
 
     /// Every live record in id order.
     pub fn scan(&self) -> Result<Vec<(u64, Vec<u8>)>, ShardError> {
-        let ids: Vec<u64> = self.index.ids().collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(loc) = self.index.get(id) {
-                out.push((id, self.read_record(loc)?));
-            }
+        let mut locs = Vec::with_capacity(self.index.len());
+        self.index
+            .for_each_live(|id, loc| {
+                locs.push((id, loc));
+                Ok(())
+            })
+            .map_err(self.index_err("read index"))?;
+        let mut out = Vec::with_capacity(locs.len());
+        for (id, loc) in locs {
+            out.push((id, self.read_record(loc)?));
         }
         // Once at the end, not every few reads: a release walks every segment.
         self.release_pages();
@@ -331,14 +333,15 @@ impl Shard {
 
     /// The ops of every held frame (for `roost verify`).
     pub fn frame_summaries(&self) -> Result<Vec<FrameSummary>, ShardError> {
-        let mut out = Vec::with_capacity(self.frames.len());
-        for f in &self.frames {
-            let bytes = self.segs[f.seg as usize]
+        let frames = self.index.frames().map_err(self.index_err("read index"))?;
+        let mut out = Vec::with_capacity(frames.len());
+        for (si, f) in frames {
+            let bytes = self.segs[si]
                 .read(f.offset as usize, f.len as usize)
-                .map_err(self.io_err("read", f.seg as usize))?;
+                .map_err(self.io_err("read", si))?;
             let (_, view) = frame::probe(&bytes);
             let view = view.map_err(|why| ShardError::Corrupt {
-                segment: self.segs[f.seg as usize].path.clone(),
+                segment: self.segs[si].path.clone(),
                 offset: f.offset as u64,
                 lsn: f.lsn,
                 reason: format!("frame changed since open: {why}"),
@@ -370,7 +373,7 @@ impl Shard {
     pub fn apply(&mut self, txn: &Txn) -> Result<Applied, ShardError> {
         self.check_writable()?;
         if txn.lsn <= self.max_lsn {
-            return if self.holds(txn.lsn) {
+            return if self.holds(txn.lsn)? {
                 self.check_held(txn).map(|()| Applied::AlreadyHeld)
             } else {
                 Err(ShardError::OutOfOrder {
@@ -381,7 +384,8 @@ impl Shard {
         }
         for op in &txn.ops {
             if let TxnOp::Create { id, .. } = op {
-                if self.index.get(*id).is_some() || *id <= self.max_id && self.id_was_used(*id) {
+                let live = self.index.get(*id).map_err(self.index_err("read index"))?;
+                if live.is_some() || *id <= self.max_id && self.id_was_used(*id) {
                     return Err(ShardError::DuplicateId {
                         id: *id,
                         lsn: txn.lsn,
@@ -423,13 +427,15 @@ impl Shard {
         })?;
         let space = &mut self.compaction.space;
         space.on_frame(si, len, txn.lsn);
-        index_frame(&mut self.index, &mut self.max_id, space, si, at, &view);
-        self.frames.push(FrameMeta {
-            lsn: txn.lsn,
-            seg: si as u32,
-            offset: at as u32,
-            len: len as u32,
-        });
+        let indexed = index_frame(&mut self.index, &mut self.max_id, space, si, at, &view);
+        if let Err(e) = indexed {
+            // The frame is written and the index half-changed: refuse further writes.
+            let e = self.index_err("read index")(e);
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        let (offset, len) = (at as u32, len as u32);
+        self.index.push_frame(si, RunFrame { lsn: txn.lsn, offset, len });
         self.max_lsn = txn.lsn;
         self.write_offset = at + bytes.len();
         // Zeros written ahead may have set it past `at`.
@@ -466,11 +472,10 @@ impl Shard {
     /// lsn was handed out again): refuse loudly rather than answer a batch whose ops were
     /// never applied.
     fn check_held(&self, txn: &Txn) -> Result<(), ShardError> {
-        let Ok(i) = self.frames.binary_search_by_key(&txn.lsn, |f| f.lsn) else {
+        let found = self.index.frame(txn.lsn).map_err(self.index_err("read index"))?;
+        let Some((si, m)) = found else {
             return Ok(());
         };
-        let m = self.frames[i];
-        let si = m.seg as usize;
         let stored = self.segs[si]
             .read(m.offset as usize, m.len as usize)
             .map_err(self.io_err("read", si))?;
@@ -502,7 +507,8 @@ impl Shard {
     /// ids are minted increasing, so no fresh create is ever that low. Rare path: linear in
     /// frames.
     fn id_was_used(&self, id: u64) -> bool {
-        if self.index.entry(id).is_some() || id <= self.compaction.space.compacted_id_max() {
+        let entry = self.index.entry(id);
+        if !matches!(entry, Ok(None)) || id <= self.compaction.space.compacted_id_max() {
             return true;
         }
         self.frame_summaries()
@@ -578,6 +584,7 @@ impl Shard {
             path: path.clone(),
             data,
         });
+        self.index.ensure(self.segs.len() - 1, seq);
         self.write_offset = 0;
         self.zeroed_to = 0;
         let next = self.next_segment_bytes(0);
@@ -585,6 +592,7 @@ impl Shard {
             spare.grow(storage, next).map_err(io("grow spare"))?;
         }
         self.refill_spare()?;
+        self.seal_runs();
         Ok(())
     }
 
@@ -680,20 +688,15 @@ impl Shard {
         // kept frames before them would stay unsynced while `flush` answered Ok. (The
         // simulated disk's range flush keeps them unsynced too, so the sim tests see it.)
         self.flush()?;
-        let Some(k) = self.frames.iter().position(|f| f.lsn >= lsn) else {
+        let found = self.index.first_frame_from(lsn);
+        let Some((si, first, end, dropped)) = found.map_err(self.index_err("read index"))? else {
             return Ok(0);
         };
-        let dropped = self.frames.len() - k;
-        let first = self.frames[k];
-        let si = first.seg as usize;
-        let end = self
-            .frames
-            .iter()
-            .filter(|f| f.seg == first.seg)
-            .map(|f| (f.offset + f.len) as usize)
-            .max()
-            .unwrap_or(first.offset as usize);
-        let start = first.offset as usize;
+        // Their index files first (and the dead file, when a sealed segment is cut): a crash
+        // from here on scans what changes.
+        let sealed = (si..self.segs.len()).any(|i| self.index.is_sealed(i));
+        self.unseal(si..self.segs.len(), sealed || si + 1 < self.segs.len())?;
+        let (start, end) = (first.offset as usize, end as usize);
         let zeros = vec![0u8; end - start];
         let r = self.segs[si]
             .write(start, &zeros)
@@ -720,6 +723,6 @@ impl Shard {
         self.sync_dir()?;
         self.rebuild()?;
         info!(shard = %self.name, lsn, dropped, "shard: truncated");
-        Ok(dropped)
+        Ok(dropped as usize)
     }
 }

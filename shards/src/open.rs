@@ -15,30 +15,27 @@ pub(crate) fn index_frame(
     seg: usize,
     at: usize,
     view: &frame::FrameView,
-) -> (u64, u64) {
+) -> io::Result<(u64, u64)> {
     let (mut creates, mut deletes) = (0, 0);
     for op in &view.ops {
         if op.kind == OP_CREATE {
-            let loc = Loc {
-                seg: seg as u32,
-                offset: (at + op.record_offset) as u32,
-                len: op.record_len as u32,
-            };
-            index.insert(op.id, loc);
+            let offset = (at + op.record_offset) as u32;
+            index.insert(seg, op.id, offset, op.record_len as u32);
             space.add_live(seg, frame::op_bytes(op.record_len) as u64);
             *max_id = (*max_id).max(op.id);
             creates += 1;
         } else {
-            if let Some(old) = index.remove(op.id, seg) {
-                space.sub_live(old.seg as usize, frame::op_bytes(old.len as usize) as u64);
-                if (old.seg as usize) < seg {
+            if let Some(old) = index.remove(op.id, seg)? {
+                let old_seg = (old.seg & !DEAD) as usize;
+                space.sub_live(old_seg, frame::op_bytes(old.len as usize) as u64);
+                if old_seg < seg {
                     space.add_live(seg, OP_HEADER_LEN as u64);
                 }
             }
             deletes += 1;
         }
     }
-    (creates, deletes)
+    Ok((creates, deletes))
 }
 
 impl Shard {
@@ -76,7 +73,6 @@ impl Shard {
             segs,
             write_offset: 0,
             index: Index::default(),
-            frames: Vec::new(),
             max_lsn: 0,
             max_id: 0,
             dirty_from: None,
@@ -104,11 +100,11 @@ impl Shard {
         Ok(shard)
     }
 
-    /// Scans every segment, verifies every frame, drops (zeroes, when writable) a torn last
-    /// frame, and rebuilds the index from scratch.
+    /// Rebuilds the index: each sealed segment from its index file when one matches, every
+    /// other segment by a scan that verifies every frame and drops (zeroes, when writable) a
+    /// torn last frame; then writes the index files the scans make possible.
     pub(crate) fn rebuild(&mut self) -> Result<(), ShardError> {
         self.index.clear();
-        self.frames.clear();
         self.max_lsn = 0;
         self.max_id = 0;
         self.write_offset = 0;
@@ -119,15 +115,27 @@ impl Shard {
             segments: self.segs.len() as u64,
             ..OpenReport::default()
         };
+        self.remove_stale_indexes()?;
+        let dead = match self.opts.read_only {
+            true => None,
+            false => runs::dead::read(self.storage.as_ref(), &self.dir)
+                .map_err(self.index_err("read dead file"))?,
+        };
         let nsegs = self.segs.len();
         for si in 0..nsegs {
-            match compact::header_of(&self.segs[si])? {
-                Some(h) => self.rebuild_compacted(si, h, si + 1 == nsegs, &mut report)?,
-                None => self.rebuild_segment(si, si + 1 == nsegs, &mut report)?,
+            let last = si + 1 == nsegs;
+            let compacted = compact::header_of(&self.segs[si])?;
+            if !last && self.load_sealed(si, compacted, dead.as_ref(), &mut report)? {
+                continue;
+            }
+            self.index.ensure(si, self.seq_at(si));
+            match compacted {
+                Some(h) => self.rebuild_compacted(si, h, last, &mut report)?,
+                None => self.rebuild_segment(si, last, &mut report)?,
             }
         }
+        self.seal_runs();
         self.index.shrink();
-        self.frames.shrink_to_fit();
         // The scan read every segment through its map: none of it stays resident.
         self.release_pages();
         report.records = self.index.len() as u64;
@@ -136,8 +144,8 @@ impl Shard {
         Ok(())
     }
 
-    /// Adds segment `si`'s frames to the index and the frame list, sets the write offset when
-    /// it is the `last` segment, and drops a torn tail found there.
+    /// Adds segment `si`'s frames to the index, sets the write offset when it is the `last`
+    /// segment, and drops a torn tail found there.
     pub(crate) fn rebuild_segment(
         &mut self,
         si: usize,
@@ -150,19 +158,20 @@ impl Shard {
             path: seg.path.clone(),
             source,
         })?;
-        let (index, max_id, frames) = (&mut self.index, &mut self.max_id, &mut self.frames);
+        let (index, max_id) = (&mut self.index, &mut self.max_id);
         let space = &mut self.compaction.space;
+        let mut failed = None;
         let on_frame = |pos: usize, v: &frame::FrameView| {
             space.on_frame(si, v.len as u64, v.lsn);
-            let (c, d) = index_frame(index, max_id, space, si, pos, v);
-            report.records += c;
-            report.deletes += d;
-            frames.push(FrameMeta {
-                lsn: v.lsn,
-                seg: si as u32,
-                offset: pos as u32,
-                len: v.len as u32,
-            });
+            match index_frame(index, max_id, space, si, pos, v) {
+                Ok((c, d)) => {
+                    report.records += c;
+                    report.deletes += d;
+                }
+                Err(e) => failed = failed.take().or(Some(e)),
+            }
+            let (offset, len) = (pos as u32, v.len as u32);
+            index.push_frame(si, RunFrame { lsn: v.lsn, offset, len });
             report.frames += 1;
         };
         let synced_through = self.opts.synced_through_lsn;
@@ -174,6 +183,13 @@ impl Shard {
                 reason: c.reason,
             },
         )?;
+        if let Some(source) = failed {
+            return Err(ShardError::Io {
+                op: "read index",
+                path: seg.path.clone(),
+                source,
+            });
+        }
         if last {
             self.write_offset = end.pos;
         }

@@ -38,7 +38,10 @@ impl Shard {
         };
         let bytes = job.read_bytes - before;
         match r {
-            Ok(()) if phase == Phase::Retire => Ok(self.finished(&job, bytes)),
+            Ok(()) if phase == Phase::Retire => {
+                self.seal_runs();
+                Ok(self.finished(&job, bytes))
+            }
             Ok(()) => {
                 self.compaction.job = Some(job);
                 Ok(CompactProgress::Working { bytes })
@@ -182,6 +185,8 @@ impl Shard {
         for seg in &self.segs[first..=last] {
             old_bytes += file_len(seg).map_err(io_at("stat", &seg.path))?;
         }
+        let deleted = self.index.deletes_of(first, last);
+        let deleted_in_run = deleted.map_err(self.index_err("read index"))?.into_iter().collect();
         let retire = self.segs[first..last]
             .iter()
             .map(|s| s.path.clone())
@@ -207,6 +212,7 @@ impl Shard {
             written: 0,
             placed: HashMap::new(),
             kept_deletes: HashSet::new(),
+            deleted_in_run,
             retire,
             old_bytes,
             new_bytes: 0,
@@ -286,7 +292,7 @@ impl Shard {
             if space.compacted.is_none() {
                 fold_range(&mut job.header, view.lsn, view.lsn, 0);
             }
-            self.keep_ops(job, si, pos, &bytes[pos..pos + view.len], &view);
+            self.keep_ops(job, si, pos, &bytes[pos..pos + view.len], &view)?;
             if job.out.len() >= LIVE_FRAME_BYTES_MAX {
                 write_out(job)?;
             }
@@ -300,7 +306,14 @@ impl Shard {
 
     /// Adds a frame's still-needed ops to the output: creates [`Shard::keeps_create`] keeps,
     /// and a delete whose create is on disk in a segment before the run.
-    fn keep_ops(&self, job: &mut Job, si: usize, at: usize, bytes: &[u8], view: &FrameView) {
+    fn keep_ops(
+        &self,
+        job: &mut Job,
+        si: usize,
+        at: usize,
+        bytes: &[u8],
+        view: &FrameView,
+    ) -> Result<(), ShardError> {
         for op in &view.ops {
             if op.kind == OP_CREATE {
                 job.header.id_max = job.header.id_max.max(op.id);
@@ -309,7 +322,7 @@ impl Shard {
                     offset: (at + op.record_offset) as u32,
                     len: op.record_len as u32,
                 };
-                if self.keeps_create(job, op.id, here) {
+                if self.keeps_create(job, op.id, here)? {
                     let rec = &bytes[op.record_offset..op.record_offset + op.record_len];
                     let in_frame = job.out.push_create(op.id, rec);
                     let offset = COMPACT_HEADER_LEN as u64 + job.written + in_frame as u64;
@@ -317,47 +330,52 @@ impl Shard {
                 }
                 continue;
             }
-            let before_run = self
-                .index
-                .entry(op.id)
+            let entry = self.index.entry(op.id).map_err(self.index_err("read index"))?;
+            let before_run = entry
                 .and_then(|l| l.on_disk_seg())
                 .is_some_and(|s| s < job.first);
             if before_run && job.kept_deletes.insert(op.id) {
                 job.out.push_delete(op.id);
             }
         }
+        Ok(())
     }
 
     /// A create at `here` is kept when it is the record's create and the record is live, or
     /// deleted by a frame not yet vouched for: a power loss may take that delete, and the record
     /// must then still be on disk.
-    fn keeps_create(&self, job: &Job, id: u64, here: Loc) -> bool {
-        match self.index.entry(id) {
+    fn keeps_create(&self, job: &Job, id: u64, here: Loc) -> Result<bool, ShardError> {
+        let entry = self.index.entry(id).map_err(self.index_err("read index"))?;
+        Ok(match entry {
             Some(l) if l.is_live() => l == here,
             Some(l) => {
-                l.on_disk_seg() == Some(here.seg as usize) && !self.vouched(l.offset as usize, job)
+                l.on_disk_seg() == Some(here.seg as usize)
+                    && !job.deleted_in_run.contains(&id)
+                    && !self.vouched(l.offset as usize, job)
             }
             None => false,
-        }
+        })
     }
 
     /// Whether every frame of segment `si` is at or below the job's horizon (the caller vouches
     /// those are flushed and finished).
     fn vouched(&self, si: usize, job: &Job) -> bool {
-        self.compaction.space.get(si).max_lsn <= job.horizon_lsn
+        si < self.segs.len() && self.compaction.space.get(si).max_lsn <= job.horizon_lsn
     }
 
     /// Unmaps the old segments and puts the new one in their place (memory first: the same
     /// records either way), then renames the temporary file over the last old segment, fsyncs
     /// the directory and opens the new file under its name.
     fn swap_in(&mut self, job: &mut Job) -> Result<(), ShardError> {
-        self.check_all_placed(job)?;
+        let run = self.compacted_run(job)?;
+        // The old segments' index files go before any of them changes.
+        self.unseal(job.first..job.last + 1, false)?;
         let ro = self.opts.read_only;
         let new = open_seg(self.storage.as_ref(), &job.tmp, ro)?;
         job.new_bytes = file_len(&new).map_err(io_at("stat", &job.tmp))?;
         let old: Vec<Seg> = self.segs.splice(job.first..=job.last, [new]).collect();
         drop(old); // unmapped before any of them loses its name
-        self.relocate(job);
+        self.relocate(job, run);
         self.storage
             .rename(&job.tmp, &job.target)
             .map_err(io_at("rename compacted segment", &job.target))?;
@@ -367,48 +385,44 @@ impl Shard {
         Ok(())
     }
 
-    /// Every record live in the run must have been copied (a delete after its copy is fine: the
-    /// delete is in a later segment and hides the copy on replay). Anything else is a bug; stop
-    /// before the swap rather than lose a record.
-    fn check_all_placed(&self, job: &Job) -> Result<(), ShardError> {
-        let run = job.first..=job.last;
-        for id in self.index.ids() {
-            let on_run = self
-                .index
-                .get(id)
-                .is_some_and(|l| run.contains(&(l.seg as usize)));
-            if on_run && !job.placed.contains_key(&id) {
-                let seg = &self.segs[job.first];
-                return Err(corrupt(
-                    seg,
-                    0,
-                    0,
-                    format!("compaction missed live id {id}"),
-                ));
+    /// The index run of the compacted segment: every record live in the run must have been
+    /// copied (a delete after its copy is fine: the delete is in a later segment and hides the
+    /// copy on replay; anything else is a bug: stop before the swap rather than lose a record);
+    /// a dead record copied stays dead; what was not copied is gone. Returns the run, the
+    /// bytes of its live creates, and whether a dead one was kept.
+    fn compacted_run(&self, job: &Job) -> Result<(MemRun, u64, bool), ShardError> {
+        let (mut run, mut live, mut kept_dead) = (MemRun::default(), 0u64, false);
+        let mut missed = None;
+        let walk = self.index.entries_of(job.first, job.last, |id, loc| {
+            let Some(at) = job.placed.get(&id) else {
+                if loc.is_live() {
+                    missed = missed.or(Some(id));
+                }
+                return;
+            };
+            let dead_by = (!loc.is_live()).then(|| self.index.seq(loc.offset as usize));
+            if loc.is_live() {
+                live += frame::op_bytes(loc.len as usize) as u64;
+            } else {
+                kept_dead = true;
             }
+            let dead_by = dead_by.map(|s| s.unwrap_or(u64::MAX));
+            run.push(id, Slot { offset: *at, len: loc.len, dead_by });
+        });
+        walk.map_err(self.index_err("read index"))?;
+        if let Some(id) = missed {
+            let seg = &self.segs[job.first];
+            return Err(corrupt(seg, 0, 0, format!("compaction missed live id {id}")));
         }
-        Ok(())
+        let mut deletes: Vec<u64> = job.kept_deletes.iter().copied().collect();
+        deletes.sort_unstable();
+        run.deletes = deletes;
+        Ok((run, live, kept_dead))
     }
 
-    /// Rewrites the index, the frame list and the space accounting for the splice of
-    /// `first..=last` into one segment at `first`.
-    fn relocate(&mut self, job: &Job) {
-        let (first, last) = (job.first as u32, job.last as u32);
-        let shift = last - first;
-        let (mut live, mut kept_dead) = (0u64, false);
-        self.index.relocate(|id, loc| {
-            let (new, state) = relocated(job, id, loc);
-            match state {
-                Kept::Live => live += frame::op_bytes(loc.len as usize) as u64,
-                Kept::Dead => kept_dead = true,
-                Kept::Other => {}
-            }
-            new
-        });
-        self.frames.retain(|f| f.seg < first || f.seg > last);
-        for f in self.frames.iter_mut().filter(|f| f.seg > last) {
-            f.seg -= shift;
-        }
+    /// Puts the compacted segment's run and space in place of the old segments'.
+    fn relocate(&mut self, job: &Job, (run, live, kept_dead): (MemRun, u64, bool)) {
+        self.index.splice(job.first, job.last, run);
         let sp = &mut self.compaction.space;
         sp.at(job.last);
         let new = SegSpace {
@@ -461,7 +475,12 @@ impl Shard {
         while pos < bytes.len() {
             let (_, view) = frame::probe_live(&bytes[pos..]);
             let view = view.map_err(|why| bad(pos, why))?;
-            let (c, d) = index_frame(index, max_id, space, si, pos, &view);
+            let indexed = index_frame(index, max_id, space, si, pos, &view);
+            let (c, d) = indexed.map_err(|source| ShardError::Io {
+                op: "read index",
+                path: seg.path.clone(),
+                source,
+            })?;
             report.records += c;
             report.deletes += d;
             pos += view.len;
@@ -486,59 +505,6 @@ impl Shard {
             self.write_offset = self.opts.segment_bytes as usize;
         }
         Ok(())
-    }
-}
-
-/// What became of an index entry in a swap.
-enum Kept {
-    /// A live record copied into the new segment.
-    Live,
-    /// A dead record copied (its delete not yet vouched for).
-    Dead,
-    /// Outside the run, or dropped.
-    Other,
-}
-
-/// An index entry's location after the run `first..=last` became one segment at `first`:
-/// later segments move down; a create in the run moves to where it was copied, or is gone.
-fn relocated(job: &Job, id: u64, loc: Loc) -> (Loc, Kept) {
-    let (first, last) = (job.first as u32, job.last as u32);
-    let moved = |s: u32| match s {
-        s if s < first => s,
-        s if s <= last => first,
-        s => s - (last - first),
-    };
-    let dead = loc.seg & DEAD;
-    let seg = loc.seg & !DEAD;
-    // A dead entry's offset is the segment of its delete (see `Loc`).
-    let offset = if dead != 0 {
-        moved(loc.offset)
-    } else {
-        loc.offset
-    };
-    let len = loc.len;
-    if seg < first || seg > last {
-        let seg = moved(seg) | dead;
-        return (Loc { seg, offset, len }, Kept::Other);
-    }
-    match (job.placed.get(&id), dead) {
-        (Some(at), 0) => (
-            Loc {
-                seg: first,
-                offset: *at,
-                len,
-            },
-            Kept::Live,
-        ),
-        (Some(_), _) => (
-            Loc {
-                seg: first | DEAD,
-                offset,
-                len,
-            },
-            Kept::Dead,
-        ),
-        (None, _) => (Loc { seg: GONE, ..loc }, Kept::Other),
     }
 }
 

@@ -1,0 +1,199 @@
+//! Sealed segments' index files (`runs.rs`) on the shard's side: a sealed segment's run is
+//! written to its file and leaves memory (`Shard::seal_runs`, after a roll, an open's scan and
+//! a compaction), and open puts a matching file in place of a scan (`Shard::load_sealed`).
+//! A failure to write one is logged and leaves the run in memory (the next roll tries again):
+//! the segment is what is durable, the file only saves work.
+
+use super::*;
+use crate::runs::dead;
+use crate::runs::{DiskRun, RunHeader, INDEX_SUFFIX};
+
+impl Shard {
+    pub(crate) fn index_err(&self, op: &'static str) -> impl FnOnce(io::Error) -> ShardError + '_ {
+        move |source| ShardError::Io {
+            op,
+            path: self.dir.clone(),
+            source,
+        }
+    }
+
+    /// The sequence in segment `si`'s name.
+    pub(crate) fn seq_at(&self, si: usize) -> u64 {
+        self.segs[si]
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_seg_name)
+            .unwrap_or(0)
+    }
+
+    /// Open: puts sealed segment `si`'s index file in place of a scan when it matches the
+    /// segment (false: scan it). Then applies the deletes of this segment that the `dead`
+    /// file does not reflect yet.
+    pub(crate) fn load_sealed(
+        &mut self,
+        si: usize,
+        compacted: Option<frame::CompactHeader>,
+        dead: Option<&dead::DeadFile>,
+        report: &mut OpenReport,
+    ) -> Result<bool, ShardError> {
+        if self.opts.read_only {
+            return Ok(false);
+        }
+        let run = match DiskRun::open(&self.storage, &self.segs[si]) {
+            Ok(Some(run)) => run,
+            Ok(None) => return Ok(false),
+            Err(why) => {
+                warn!(shard = %self.name, segment = %self.segs[si].path.display(), why,
+                    "shard: index file not used; scanning the segment");
+                return Ok(false);
+            }
+        };
+        let h = run.header;
+        let in_order = h.lsn_lo > self.max_lsn || (h.frames == 0 && compacted.is_none());
+        if h.compacted != compacted.is_some() || !in_order {
+            warn!(shard = %self.name, segment = %self.segs[si].path.display(),
+                "shard: index file does not fit its place; scanning the segment");
+            return Ok(false);
+        }
+        let seq = self.seq_at(si);
+        self.index.load(si, seq, run, dead);
+        let live = (h.entry_bytes + h.far_delete_bytes).saturating_sub(self.index.dead_bytes(si));
+        let max_lsn = h.lsn_hi.max(self.max_lsn);
+        let space = &mut self.compaction.space;
+        space.set_sealed(si, h.used, live, max_lsn, compacted);
+        for (target, len) in self.index.replay_deletes(si).map_err(self.index_err("read index"))? {
+            let bytes = frame::op_bytes(len as usize) as u64;
+            self.compaction.space.sub_live(target, bytes);
+        }
+        self.max_lsn = max_lsn;
+        self.max_id = self.max_id.max(h.max_id);
+        report.frames += h.frames;
+        report.deletes += h.deletes;
+        Ok(true)
+    }
+
+    /// Writes the index file of every sealed segment whose run is still in memory (all but
+    /// the last segment; their frames are flushed), then the `dead` file when anything
+    /// changed. Failures are logged; the runs stay in memory.
+    pub(crate) fn seal_runs(&mut self) {
+        if self.opts.read_only || self.segs.len() < 2 {
+            return;
+        }
+        let mut sealed = false;
+        for si in 0..self.segs.len() - 1 {
+            if self.index.is_sealed(si) {
+                continue;
+            }
+            let Some(header) = self.run_header(si) else {
+                continue;
+            };
+            let storage = self.storage.clone();
+            match self.index.seal(&storage, si, &self.segs[si], header) {
+                Ok(()) => sealed = true,
+                Err(e) => {
+                    warn!(shard = %self.name, segment = %self.segs[si].path.display(), error = %e,
+                        "shard: index file not written; the segment's index stays in memory");
+                    return;
+                }
+            }
+        }
+        if sealed || self.index.dead_dirty() {
+            self.write_dead();
+        }
+    }
+
+    /// The `dead` file, covering every sealed segment's deletes.
+    pub(crate) fn write_dead(&mut self) {
+        let covers = self.seq_at(self.segs.len() - 2);
+        let file = self.index.dead_file(covers);
+        let written = file.and_then(|f| dead::write(self.storage.as_ref(), &self.dir, &f));
+        match written {
+            Ok(()) => self.index.dead_written(),
+            Err(e) => warn!(shard = %self.name, error = %e,
+                "shard: dead file not written; open will replay the deletes"),
+        }
+    }
+
+    /// What identifies sealed segment `si` and its space, for its index file (`None`: a
+    /// segment without frames, nothing to seal).
+    fn run_header(&self, si: usize) -> Option<RunHeader> {
+        let seg = &self.segs[si];
+        let (used, live) = self.compaction.space.used_live(si);
+        let mut h = RunHeader {
+            seg_len: seg.len() as u64,
+            used,
+            entry_bytes: self.index.entry_bytes(si),
+            far_delete_bytes: live.saturating_sub(self.index.live_bytes(si)),
+            ..RunHeader::default()
+        };
+        match compact::header_of(seg).ok()? {
+            Some(c) => {
+                let head = seg.read(0, frame::COMPACT_HEADER_LEN).ok()?;
+                h.compacted = true;
+                h.anchor_len = head.len() as u32;
+                h.anchor_crc = crc32fast::hash(&head);
+                (h.lsn_lo, h.lsn_hi, h.max_id) = (c.lsn_lo, c.lsn_hi, c.id_max);
+            }
+            None => {
+                let f = self.index.last_frame(si)?;
+                let head = seg.read(f.offset as usize, 4).ok()?;
+                h.anchor_offset = u64::from(f.offset);
+                h.anchor_len = f.len;
+                h.anchor_crc = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+                h.max_id = self.index.max_entry_id(si);
+            }
+        }
+        Some(h)
+    }
+
+    /// Open: removes index files whose segment is gone (a compaction retired it, a cut removed
+    /// it) and temporaries left by a crash.
+    pub(crate) fn remove_stale_indexes(&self) -> Result<(), ShardError> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        let names = self.storage.list(&self.dir).map_err(self.index_err("list"))?;
+        for name in names {
+            let stale = match name.strip_suffix(INDEX_SUFFIX) {
+                Some(stem) => !self.segs.iter().any(|s| s.path.file_stem() == Some(stem.as_ref())),
+                None => name.ends_with(".idx.tmp") || name == "dead.tmp",
+            };
+            if stale {
+                let path = self.dir.join(&name);
+                self.storage.remove(&path).map_err(|source| ShardError::Io {
+                    op: "remove stale index file",
+                    path,
+                    source,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before segments `range` change (a cut, a compaction's swap): their index files go,
+    /// and with `dead` also the `dead` file (its bits may count deletes that go too).
+    pub(crate) fn unseal(
+        &mut self,
+        range: std::ops::Range<usize>,
+        dead: bool,
+    ) -> Result<(), ShardError> {
+        for seg in &self.segs[range] {
+            let path = runs::index_path(&seg.path);
+            match self.storage.remove(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(ShardError::Io {
+                        op: "remove index file",
+                        path,
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+        }
+        if dead {
+            dead::remove(self.storage.as_ref(), &self.dir).map_err(self.index_err("remove dead file"))?;
+        }
+        self.sync_dir()
+    }
+}

@@ -322,6 +322,8 @@ impl Shard {
                 Ok(())
             })
             .map_err(self.index_err("read index"))?;
+        // Runs are in segment order; ids are increasing across them only when minted so.
+        locs.sort_unstable_by_key(|(id, _)| *id);
         let mut out = Vec::with_capacity(locs.len());
         for (id, loc) in locs {
             out.push((id, self.read_record(loc)?));

@@ -594,8 +594,7 @@ impl Shard {
             spare.grow(storage, next).map_err(io("grow spare"))?;
         }
         self.refill_spare()?;
-        self.seal_runs();
-        Ok(())
+        self.seal_runs()
     }
 
     /// The size of the segment after the last one: `first_segment_bytes` for a shard

@@ -134,7 +134,7 @@ impl Shard {
                 None => self.rebuild_segment(si, last, &mut report)?,
             }
         }
-        self.seal_runs();
+        self.seal_runs()?;
         self.index.shrink();
         // The scan read every segment through its map: none of it stays resident.
         self.release_pages();

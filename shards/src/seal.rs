@@ -1,8 +1,8 @@
 //! Sealed segments' index files (`runs.rs`) on the shard's side: a sealed segment's run is
 //! written to its file and leaves memory (`Shard::seal_runs`, after a roll, an open's scan and
 //! a compaction), and open puts a matching file in place of a scan (`Shard::load_sealed`).
-//! A failure to write one is logged and leaves the run in memory (the next roll tries again):
-//! the segment is what is durable, the file only saves work.
+//! A failure to write one poisons the shard, as any write failure does (the daemon stops with
+//! its I/O exit code): the segments are durable and a reopen rebuilds what is missing.
 
 use super::*;
 use crate::runs::dead;
@@ -75,10 +75,10 @@ impl Shard {
 
     /// Writes the index file of every sealed segment whose run is still in memory (all but
     /// the last segment; their frames are flushed), then the `dead` file when anything
-    /// changed. Failures are logged; the runs stay in memory.
-    pub(crate) fn seal_runs(&mut self) {
+    /// changed. A failure poisons the shard.
+    pub(crate) fn seal_runs(&mut self) -> Result<(), ShardError> {
         if self.opts.read_only || self.segs.len() < 2 {
-            return;
+            return Ok(());
         }
         let mut sealed = false;
         for si in 0..self.segs.len() - 1 {
@@ -89,29 +89,35 @@ impl Shard {
                 continue;
             };
             let storage = self.storage.clone();
-            match self.index.seal(&storage, si, &self.segs[si], header) {
-                Ok(()) => sealed = true,
-                Err(e) => {
-                    warn!(shard = %self.name, segment = %self.segs[si].path.display(), error = %e,
-                        "shard: index file not written; the segment's index stays in memory");
-                    return;
-                }
+            if let Err(source) = self.index.seal(&storage, si, &self.segs[si], header) {
+                let path = runs::index_path(&self.segs[si].path);
+                return Err(self.poison("write index file", path, source));
             }
+            sealed = true;
         }
         if sealed || self.index.dead_dirty() {
-            self.write_dead();
+            self.write_dead()?;
         }
+        Ok(())
+    }
+
+    fn poison(&mut self, op: &'static str, path: PathBuf, source: io::Error) -> ShardError {
+        let e = ShardError::Io { op, path, source };
+        warn!(shard = %self.name, error = %e, "shard: index file write failed, shard poisoned");
+        self.poisoned = Some(e.to_string());
+        e
     }
 
     /// The `dead` file, covering every sealed segment's deletes.
-    pub(crate) fn write_dead(&mut self) {
+    fn write_dead(&mut self) -> Result<(), ShardError> {
         let covers = self.seq_at(self.segs.len() - 2);
         let file = self.index.dead_file(covers);
-        let written = file.and_then(|f| dead::write(self.storage.as_ref(), &self.dir, &f));
-        match written {
-            Ok(()) => self.index.dead_written(),
-            Err(e) => warn!(shard = %self.name, error = %e,
-                "shard: dead file not written; open will replay the deletes"),
+        match file.and_then(|f| dead::write(self.storage.as_ref(), &self.dir, &f)) {
+            Ok(()) => {
+                self.index.dead_written();
+                Ok(())
+            }
+            Err(source) => Err(self.poison("write dead file", self.dir.join(dead::DEAD_FILE), source)),
         }
     }
 

@@ -39,8 +39,8 @@ impl Shard {
         let bytes = job.read_bytes - before;
         match r {
             Ok(()) if phase == Phase::Retire => {
-                self.seal_runs();
-                Ok(self.finished(&job, bytes))
+                let progress = self.finished(&job, bytes);
+                self.seal_runs().map(|()| progress)
             }
             Ok(()) => {
                 self.compaction.job = Some(job);

@@ -75,7 +75,10 @@ impl Owner {
             return Err(why.clone_for_reply());
         }
         match self.held.open(&self.name) {
-            Ok(shard) => Ok(shard.contains(id)),
+            Ok(shard) => shard.contains(id).map_err(|source| EngineError::Shard {
+                shard: self.name.clone(),
+                source,
+            }),
             Err(e) => {
                 tracing::warn!(shard = %self.name, error = %e, "shard owner stopped: reopen failed");
                 let r = Err(e.clone_for_reply());

@@ -17,10 +17,10 @@ use tracing::{info, warn};
 use crate::frame::{
     self, CompactHeader, FrameView, LiveFrame, COMPACT_HEADER_LEN, OP_CREATE, OP_HEADER_LEN,
 };
+use crate::index::{MemRun, Slot};
 use crate::{
     index_frame, map_segment, parse_seg_name, Loc, OpenReport, Seg, SegData, Shard, ShardError,
 };
-use crate::index::{MemRun, Slot};
 
 mod steps;
 

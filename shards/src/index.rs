@@ -93,6 +93,18 @@ struct DiskBody {
 }
 
 impl DiskBody {
+    /// A run without dead entries whose deletes are known through segment `known_through`.
+    fn new(run: DiskRun, known_through: u64) -> DiskBody {
+        DiskBody {
+            run,
+            dead: Vec::new(),
+            dead_count: 0,
+            dead_bytes: 0,
+            dead_by: 0,
+            known_through,
+        }
+    }
+
     fn is_dead(&self, rank: usize) -> bool {
         self.dead
             .get(rank / 64)
@@ -140,8 +152,9 @@ impl Run {
     fn lsn_range(&self) -> Option<(u64, u64)> {
         match &self.body {
             Body::Mem(m) => Some((m.frames.first()?.lsn, m.frames.last()?.lsn)),
-            Body::Disk(d) => (d.run.header.frames > 0)
-                .then_some((d.run.header.lsn_lo, d.run.header.lsn_hi)),
+            Body::Disk(d) => {
+                (d.run.header.frames > 0).then_some((d.run.header.lsn_lo, d.run.header.lsn_hi))
+            }
         }
     }
 }
@@ -220,7 +233,9 @@ impl Index {
 
     fn loc_of(&self, si: usize, hit: &Hit) -> Loc {
         let (offset, len, dead_by) = match (&self.runs[si].body, hit) {
-            (Body::Mem(m), Hit::Mem(i)) => (m.slots[*i].offset, m.slots[*i].len, m.slots[*i].dead_by),
+            (Body::Mem(m), Hit::Mem(i)) => {
+                (m.slots[*i].offset, m.slots[*i].len, m.slots[*i].dead_by)
+            }
             (Body::Disk(d), Hit::Disk(r, e)) => {
                 (e.offset, e.len, d.is_dead(*r).then_some(d.dead_by))
             }
@@ -254,30 +269,12 @@ impl Index {
 
     /// Marks a live record dead by a delete in segment `by_seg`; returns where it was.
     pub(crate) fn remove(&mut self, id: u64, by_seg: usize) -> io::Result<Option<Loc>> {
-        let by = self.runs.get(by_seg).map_or(0, |r| r.seq);
+        // A segment without a run (never so) counts as not vouched for: u64::MAX.
+        let by = self.runs.get(by_seg).map_or(u64::MAX, |r| r.seq);
         if let Some(m) = self.mem(by_seg) {
             m.deletes.push(id);
         }
-        let Some((si, hit)) = self.find(id)? else {
-            return Ok(None);
-        };
-        let loc = self.loc_of(si, &hit);
-        if !loc.is_live() {
-            return Ok(None);
-        }
-        match (&mut self.runs[si].body, hit) {
-            (Body::Mem(m), Hit::Mem(i)) => {
-                m.slots[i].dead_by = Some(by);
-                m.live -= 1;
-            }
-            (Body::Disk(d), Hit::Disk(r, e)) => {
-                d.set_dead(r, e.len, by);
-                self.dead_dirty = true;
-            }
-            _ => return Ok(None),
-        }
-        self.pending.push(Pending { id, by });
-        Ok(Some(loc))
+        self.remove_as(id, by)
     }
 
     /// The entry for `id`, live or dead.
@@ -303,7 +300,14 @@ impl Index {
                 Body::Mem(m) => {
                     for (id, s) in m.ids.iter().zip(&m.slots) {
                         if s.dead_by.is_none() {
-                            f(*id, Loc { seg: si as u32, offset: s.offset, len: s.len })?;
+                            f(
+                                *id,
+                                Loc {
+                                    seg: si as u32,
+                                    offset: s.offset,
+                                    len: s.len,
+                                },
+                            )?;
                         }
                     }
                 }
@@ -311,7 +315,14 @@ impl Index {
                     if d.is_dead(rank) {
                         return Ok(());
                     }
-                    f(e.id, Loc { seg: si as u32, offset: e.offset, len: e.len })
+                    f(
+                        e.id,
+                        Loc {
+                            seg: si as u32,
+                            offset: e.offset,
+                            len: e.len,
+                        },
+                    )
                 })?,
             }
         }
@@ -413,14 +424,7 @@ impl Index {
                 .find(|r| r.seq == seq && r.ident == u64::from(ident) && r.entries == h.entries)?;
             Some((d.covers_seq, r))
         });
-        let mut body = DiskBody {
-            run,
-            dead: Vec::new(),
-            dead_count: 0,
-            dead_bytes: 0,
-            dead_by: 0,
-            known_through: seq.saturating_sub(1),
-        };
+        let mut body = DiskBody::new(run, seq.saturating_sub(1));
         if let Some((covers, r)) = known.filter(|(c, _)| *c >= seq) {
             body.dead = r.bits.clone();
             body.dead_count = r.count();
@@ -531,24 +535,23 @@ impl Index {
         };
         runs::write(storage.as_ref(), &seg.path, &content)?;
         let opened = DiskRun::open(storage, seg).map_err(|why| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("index file just written: {why}"))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("index file just written: {why}"),
+            )
         })?;
         let Some(run) = opened else {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "index file just written"));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "index file just written",
+            ));
         };
         let seq = self.runs[si].seq;
         let Body::Mem(m) = std::mem::replace(&mut self.runs[si].body, Body::Mem(MemRun::default()))
         else {
             return Ok(());
         };
-        let mut body = DiskBody {
-            run,
-            dead: Vec::new(),
-            dead_count: 0,
-            dead_bytes: 0,
-            dead_by: 0,
-            known_through: u64::MAX,
-        };
+        let mut body = DiskBody::new(run, u64::MAX);
         for (rank, s) in m.slots.iter().enumerate() {
             if let Some(by) = s.dead_by {
                 body.set_dead(rank, s.len, by);
@@ -598,7 +601,9 @@ impl Index {
             if let Some(r) = runs.iter_mut().find(|r| r.seq == seq) {
                 if let Some(w) = r.bits.get_mut(rank / 64) {
                     *w &= !(1 << (rank % 64));
-                    r.bytes = r.bytes.saturating_sub(frame::op_bytes(e.len as usize) as u64);
+                    r.bytes = r
+                        .bytes
+                        .saturating_sub(frame::op_bytes(e.len as usize) as u64);
                 }
             }
         }
@@ -736,6 +741,11 @@ impl Index {
                 Body::Disk(d) => d.run.header.frames,
             })
             .sum();
-        Ok(Some((si, frames[k], end, (frames.len() - k) as u64 + later)))
+        Ok(Some((
+            si,
+            frames[k],
+            end,
+            (frames.len() - k) as u64 + later,
+        )))
     }
 }

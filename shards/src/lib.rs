@@ -226,7 +226,10 @@ impl Shard {
         if self.compaction.space.compacted_holds(lsn) {
             return Ok(true);
         }
-        let f = self.index.frame(lsn).map_err(self.index_err("read index"))?;
+        let f = self
+            .index
+            .frame(lsn)
+            .map_err(self.index_err("read index"))?;
         Ok(f.is_some())
     }
 
@@ -437,7 +440,14 @@ impl Shard {
             return Err(e);
         }
         let (offset, len) = (at as u32, len as u32);
-        self.index.push_frame(si, RunFrame { lsn: txn.lsn, offset, len });
+        self.index.push_frame(
+            si,
+            RunFrame {
+                lsn: txn.lsn,
+                offset,
+                len,
+            },
+        );
         self.max_lsn = txn.lsn;
         self.write_offset = at + bytes.len();
         // Zeros written ahead may have set it past `at`.
@@ -474,7 +484,10 @@ impl Shard {
     /// lsn was handed out again): refuse loudly rather than answer a batch whose ops were
     /// never applied.
     fn check_held(&self, txn: &Txn) -> Result<(), ShardError> {
-        let found = self.index.frame(txn.lsn).map_err(self.index_err("read index"))?;
+        let found = self
+            .index
+            .frame(txn.lsn)
+            .map_err(self.index_err("read index"))?;
         let Some((si, m)) = found else {
             return Ok(());
         };

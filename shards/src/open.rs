@@ -171,7 +171,14 @@ impl Shard {
                 Err(e) => failed = failed.take().or(Some(e)),
             }
             let (offset, len) = (pos as u32, v.len as u32);
-            index.push_frame(si, RunFrame { lsn: v.lsn, offset, len });
+            index.push_frame(
+                si,
+                RunFrame {
+                    lsn: v.lsn,
+                    offset,
+                    len,
+                },
+            );
             report.frames += 1;
         };
         let synced_through = self.opts.synced_through_lsn;

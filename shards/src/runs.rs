@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use roost_storage::{replace_file, OpenMode, Storage, StorageFile};
 
+use crate::frame::{u32_at, u64_at};
 use crate::segment::Seg;
 
 pub(crate) const INDEX_SUFFIX: &str = ".idx";
@@ -138,18 +139,6 @@ impl RunHeader {
     }
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
 fn pages(n: u64, per: usize) -> u64 {
     n.div_ceil(per as u64)
 }
@@ -169,30 +158,8 @@ pub(crate) struct RunContent<'a> {
 pub(crate) fn encode(c: &RunContent) -> Vec<u8> {
     let mut out = c.header.encode();
     let mut dir = Vec::new();
-    for chunk in c.entries.chunks(ENTRIES_PER_PAGE) {
-        let page = page_of(chunk.iter().flat_map(|e| {
-            let mut b = [0u8; ENTRY];
-            b[..8].copy_from_slice(&e.id.to_le_bytes());
-            b[8..12].copy_from_slice(&e.offset.to_le_bytes());
-            b[12..].copy_from_slice(&e.len.to_le_bytes());
-            b
-        }));
-        dir.extend_from_slice(&chunk[0].id.to_le_bytes());
-        dir.extend_from_slice(&crc32fast::hash(&page).to_le_bytes());
-        out.extend_from_slice(&page);
-    }
-    for chunk in c.frames.chunks(ENTRIES_PER_PAGE) {
-        let page = page_of(chunk.iter().flat_map(|f| {
-            let mut b = [0u8; ENTRY];
-            b[..8].copy_from_slice(&f.lsn.to_le_bytes());
-            b[8..12].copy_from_slice(&f.offset.to_le_bytes());
-            b[12..].copy_from_slice(&f.len.to_le_bytes());
-            b
-        }));
-        dir.extend_from_slice(&chunk[0].lsn.to_le_bytes());
-        dir.extend_from_slice(&crc32fast::hash(&page).to_le_bytes());
-        out.extend_from_slice(&page);
-    }
+    put_pages(&mut out, &mut dir, c.entries, |e| (e.id, e.offset, e.len));
+    put_pages(&mut out, &mut dir, c.frames, |f| (f.lsn, f.offset, f.len));
     for chunk in c.deletes.chunks(DELETES_PER_PAGE) {
         let page = page_of(chunk.iter().flat_map(|id| id.to_le_bytes()));
         dir.extend_from_slice(&crc32fast::hash(&page).to_le_bytes());
@@ -202,6 +169,28 @@ pub(crate) fn encode(c: &RunContent) -> Vec<u8> {
     out.extend_from_slice(&dir);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// Pages of 16-byte items (a u64 key, two u32s), each page's first key and checksum to `dir`.
+fn put_pages<T>(
+    out: &mut Vec<u8>,
+    dir: &mut Vec<u8>,
+    items: &[T],
+    fields: impl Fn(&T) -> (u64, u32, u32),
+) {
+    for chunk in items.chunks(ENTRIES_PER_PAGE) {
+        let page = page_of(chunk.iter().flat_map(|t| {
+            let (key, a, b) = fields(t);
+            let mut bytes = [0u8; ENTRY];
+            bytes[..8].copy_from_slice(&key.to_le_bytes());
+            bytes[8..12].copy_from_slice(&a.to_le_bytes());
+            bytes[12..].copy_from_slice(&b.to_le_bytes());
+            bytes
+        }));
+        dir.extend_from_slice(&fields(&chunk[0]).0.to_le_bytes());
+        dir.extend_from_slice(&crc32fast::hash(&page).to_le_bytes());
+        out.extend_from_slice(&page);
+    }
 }
 
 fn page_of(bytes: impl Iterator<Item = u8>) -> Vec<u8> {
@@ -326,9 +315,15 @@ impl DiskRun {
             }
         }
         let at_path = |e: io::Error| {
-            io::Error::new(e.kind(), format!("index file {} page {page}: {e}", self.path.display()))
+            io::Error::new(
+                e.kind(),
+                format!("index file {} page {page}: {e}", self.path.display()),
+            )
         };
-        let file = self.storage.open(&self.path, OpenMode::Read).map_err(at_path)?;
+        let file = self
+            .storage
+            .open(&self.path, OpenMode::Read)
+            .map_err(at_path)?;
         let mut buf = vec![0u8; PAGE].into_boxed_slice();
         file.read_at(&mut buf, (1 + page) * PAGE as u64)
             .map_err(at_path)?;
@@ -390,9 +385,7 @@ impl DiskRun {
         };
         let page = self.read_page((self.entry_fence.len() + p) as u64)?;
         let n = entries_on(self.header.frames, p);
-        Ok((0..n)
-            .map(|i| frame_at(&page, i))
-            .find(|f| f.lsn == lsn))
+        Ok((0..n).map(|i| frame_at(&page, i)).find(|f| f.lsn == lsn))
     }
 
     /// Every frame in lsn order.
@@ -429,22 +422,24 @@ fn entries_on(total: u64, page: usize) -> usize {
     (total as usize - page * ENTRIES_PER_PAGE).min(ENTRIES_PER_PAGE)
 }
 
-fn entry_at(page: &[u8], i: usize) -> RunEntry {
+/// The `i`-th 16-byte item of a page: its key and two u32s.
+fn item_at(page: &[u8], i: usize) -> (u64, u32, u32) {
     let at = i * ENTRY;
-    RunEntry {
-        id: u64_at(page, at),
-        offset: u32_at(page, at + 8),
-        len: u32_at(page, at + 12),
-    }
+    (
+        u64_at(page, at),
+        u32_at(page, at + 8),
+        u32_at(page, at + 12),
+    )
+}
+
+fn entry_at(page: &[u8], i: usize) -> RunEntry {
+    let (id, offset, len) = item_at(page, i);
+    RunEntry { id, offset, len }
 }
 
 fn frame_at(page: &[u8], i: usize) -> RunFrame {
-    let at = i * ENTRY;
-    RunFrame {
-        lsn: u64_at(page, at),
-        offset: u32_at(page, at + 8),
-        len: u32_at(page, at + 12),
-    }
+    let (lsn, offset, len) = item_at(page, i);
+    RunFrame { lsn, offset, len }
 }
 
 /// The segment must be the one the index describes: the same length, and (for frames) the

@@ -62,7 +62,11 @@ impl Shard {
         let max_lsn = h.lsn_hi.max(self.max_lsn);
         let space = &mut self.compaction.space;
         space.set_sealed(si, h.used, live, max_lsn, compacted);
-        for (target, len) in self.index.replay_deletes(si).map_err(self.index_err("read index"))? {
+        for (target, len) in self
+            .index
+            .replay_deletes(si)
+            .map_err(self.index_err("read index"))?
+        {
             let bytes = frame::op_bytes(len as usize) as u64;
             self.compaction.space.sub_live(target, bytes);
         }
@@ -117,7 +121,9 @@ impl Shard {
                 self.index.dead_written();
                 Ok(())
             }
-            Err(source) => Err(self.poison("write dead file", self.dir.join(dead::DEAD_FILE), source)),
+            Err(source) => {
+                Err(self.poison("write dead file", self.dir.join(dead::DEAD_FILE), source))
+            }
         }
     }
 
@@ -159,19 +165,27 @@ impl Shard {
         if self.opts.read_only {
             return Ok(());
         }
-        let names = self.storage.list(&self.dir).map_err(self.index_err("list"))?;
+        let names = self
+            .storage
+            .list(&self.dir)
+            .map_err(self.index_err("list"))?;
         for name in names {
             let stale = match name.strip_suffix(INDEX_SUFFIX) {
-                Some(stem) => !self.segs.iter().any(|s| s.path.file_stem() == Some(stem.as_ref())),
+                Some(stem) => !self
+                    .segs
+                    .iter()
+                    .any(|s| s.path.file_stem() == Some(stem.as_ref())),
                 None => name.ends_with(".idx.tmp") || name == "dead.tmp",
             };
             if stale {
                 let path = self.dir.join(&name);
-                self.storage.remove(&path).map_err(|source| ShardError::Io {
-                    op: "remove stale index file",
-                    path,
-                    source,
-                })?;
+                self.storage
+                    .remove(&path)
+                    .map_err(|source| ShardError::Io {
+                        op: "remove stale index file",
+                        path,
+                        source,
+                    })?;
             }
         }
         Ok(())
@@ -198,7 +212,8 @@ impl Shard {
             }
         }
         if dead {
-            dead::remove(self.storage.as_ref(), &self.dir).map_err(self.index_err("remove dead file"))?;
+            dead::remove(self.storage.as_ref(), &self.dir)
+                .map_err(self.index_err("remove dead file"))?;
         }
         self.sync_dir()
     }

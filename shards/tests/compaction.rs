@@ -132,7 +132,9 @@ fn answers(s: &Shard) -> Answers {
         records: s.scan().unwrap(),
         max_id: s.max_id(),
         max_lsn: s.max_lsn(),
-        held: (1..=s.max_lsn() + 2).filter(|l| s.holds(*l).unwrap()).collect(),
+        held: (1..=s.max_lsn() + 2)
+            .filter(|l| s.holds(*l).unwrap())
+            .collect(),
     }
 }
 
@@ -445,7 +447,9 @@ fn delete_of_an_older_segments_record_survives_compaction_of_its_own_segment() {
         "deleted record came back after compaction"
     );
     assert_eq!(s.scan().unwrap(), want);
-    assert!((1..=created).filter(|i| *i != 3).all(|i| s.contains(i).unwrap()));
+    assert!((1..=created)
+        .filter(|i| *i != 3)
+        .all(|i| s.contains(i).unwrap()));
 }
 
 /// Goal: an id whose create and delete were both compacted away can never be created again
@@ -506,7 +510,10 @@ fn lsn_in_a_compacted_range_is_held_and_reapply_is_a_no_op() {
     compact_all(&mut s, horizon, 1 << 20);
     let ranges = s.compacted_ranges();
     let (lo, hi) = *ranges.first().unwrap();
-    assert!(lo < hi && s.holds(lo).unwrap() && s.holds(hi - 1).unwrap(), "{ranges:?}");
+    assert!(
+        lo < hi && s.holds(lo).unwrap() && s.holds(hi - 1).unwrap(),
+        "{ranges:?}"
+    );
     let writes = disk.write_count();
     let other = Txn {
         lsn: hi - 1,

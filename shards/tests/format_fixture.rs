@@ -222,7 +222,12 @@ fn shard_v2_fixture_still_opens() {
     // the range they read as held; docs/shard-format.md says why that is safe); 16 is a frame.
     assert_eq!(shard.compacted_ranges(), vec![(3, 15)]);
     assert_eq!(shard.held_lsns().unwrap(), vec![16]);
-    assert!(shard.holds(3).unwrap() && shard.holds(14).unwrap() && shard.holds(16).unwrap() && !shard.holds(2).unwrap());
+    assert!(
+        shard.holds(3).unwrap()
+            && shard.holds(14).unwrap()
+            && shard.holds(16).unwrap()
+            && !shard.holds(2).unwrap()
+    );
     assert_eq!(shard.open_report().segments, 2);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("users");

@@ -131,10 +131,19 @@ fn index_bytes_do_not_grow_with_the_records_kept() {
         }
     }
     let at_full = s.index_bytes() as u64;
-    assert!(at_half <= one_segment + 16_384, "{at_half} B at {half} records");
-    assert!(at_full <= one_segment + 32_768, "{at_full} B at {frames} records");
+    assert!(
+        at_half <= one_segment + 16_384,
+        "{at_half} B at {half} records"
+    );
+    assert!(
+        at_full <= one_segment + 32_768,
+        "{at_full} B at {frames} records"
+    );
     // All in memory, as before index files, it was 44 B a record.
-    assert!(at_full < frames * 44 / 8, "{at_full} B for {frames} records");
+    assert!(
+        at_full < frames * 44 / 8,
+        "{at_full} B for {frames} records"
+    );
     s.flush().unwrap();
     drop(s);
     let s = Shard::open(&dir, opts).unwrap();

@@ -768,7 +768,9 @@ fn churn_txn(l: u64) -> Txn {
         })
         .collect();
     if l > 4 {
-        ops.push(TxnOp::Delete { id: 3 * (l - 4) + 1 });
+        ops.push(TxnOp::Delete {
+            id: 3 * (l - 4) + 1,
+        });
     }
     Txn { lsn: l, ops }
 }
@@ -801,13 +803,26 @@ fn index_files_power_loss_at_every_sync_keeps_every_delete() {
             s.apply(&churn_txn(l)).unwrap();
             s.flush().unwrap();
         }
-        let idx = disk.paths().iter().filter(|p| p.to_string_lossy().ends_with(".idx")).count();
-        assert!(idx >= 5, "{idx} index files: the workload must seal segments");
-        assert!(disk.paths().iter().any(|p| p.ends_with("dead")), "no dead file");
+        let idx = disk
+            .paths()
+            .iter()
+            .filter(|p| p.to_string_lossy().ends_with(".idx"))
+            .count();
+        assert!(
+            idx >= 5,
+            "{idx} index files: the workload must seal segments"
+        );
+        assert!(
+            disk.paths().iter().any(|p| p.ends_with("dead")),
+            "no dead file"
+        );
         disk.sync_count()
     };
     for freeze in 0..=total {
-        for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: freeze + 7 }] {
+        for mode in [
+            CrashMode::PowerDrop,
+            CrashMode::PowerTear { seed: freeze + 7 },
+        ] {
             let disk = SimStorage::new();
             disk.set_faults(SimFaults {
                 freeze_after_syncs: Some(freeze),
@@ -827,7 +842,10 @@ fn index_files_power_loss_at_every_sync_keeps_every_delete() {
             let crashed = disk.crash(mode);
             let s = open_sim(&crashed, 512).unwrap_or_else(|e| panic!("{what}: {e}"));
             let max = s.max_lsn();
-            assert!(max >= flushed, "{what}: lost flushed lsn {flushed}, have {max}");
+            assert!(
+                max >= flushed,
+                "{what}: lost flushed lsn {flushed}, have {max}"
+            );
             assert_eq!(contents(&s), churn_live(max), "{what}: first open");
             assert_eq!(s.len(), churn_live(max).len(), "{what}: len");
             drop(s);
@@ -969,7 +987,9 @@ fn a_damaged_index_page_is_an_error_naming_the_file() {
     assert!(!errors.is_empty(), "no read met the damaged page");
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
     assert!(
-        errors.iter().all(|e| e.contains(&name) && e.contains("page 0")),
+        errors
+            .iter()
+            .all(|e| e.contains(&name) && e.contains("page 0")),
         "{errors:?}"
     );
     drop(s);

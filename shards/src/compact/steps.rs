@@ -186,7 +186,10 @@ impl Shard {
             old_bytes += file_len(seg).map_err(io_at("stat", &seg.path))?;
         }
         let deleted = self.index.deletes_of(first, last);
-        let deleted_in_run = deleted.map_err(self.index_err("read index"))?.into_iter().collect();
+        let deleted_in_run = deleted
+            .map_err(self.index_err("read index"))?
+            .into_iter()
+            .collect();
         let retire = self.segs[first..last]
             .iter()
             .map(|s| s.path.clone())
@@ -330,7 +333,10 @@ impl Shard {
                 }
                 continue;
             }
-            let entry = self.index.entry(op.id).map_err(self.index_err("read index"))?;
+            let entry = self
+                .index
+                .entry(op.id)
+                .map_err(self.index_err("read index"))?;
             let before_run = entry
                 .and_then(|l| l.on_disk_seg())
                 .is_some_and(|s| s < job.first);
@@ -407,12 +413,24 @@ impl Shard {
                 kept_dead = true;
             }
             let dead_by = dead_by.map(|s| s.unwrap_or(u64::MAX));
-            run.push(id, Slot { offset: *at, len: loc.len, dead_by });
+            run.push(
+                id,
+                Slot {
+                    offset: *at,
+                    len: loc.len,
+                    dead_by,
+                },
+            );
         });
         walk.map_err(self.index_err("read index"))?;
         if let Some(id) = missed {
             let seg = &self.segs[job.first];
-            return Err(corrupt(seg, 0, 0, format!("compaction missed live id {id}")));
+            return Err(corrupt(
+                seg,
+                0,
+                0,
+                format!("compaction missed live id {id}"),
+            ));
         }
         let mut deletes: Vec<u64> = job.kept_deletes.iter().copied().collect();
         deletes.sort_unstable();

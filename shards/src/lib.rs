@@ -76,6 +76,10 @@ pub struct ShardOptions {
     /// ext4), so writing the space ahead once lets the next flushes write data only. Zeros
     /// are what the space reads as anyway. The WAL does the same (`zero_ahead_bytes` there).
     pub zero_ahead_bytes: u64,
+    /// Open sealed segments from their index files (issue 44; `docs/shard-format.md`, "The
+    /// index") instead of scanning their frames. `roost verify` turns it off to read every
+    /// frame. A read-only open uses the files it finds and writes none.
+    pub index_files: bool,
 }
 
 impl Default for ShardOptions {
@@ -86,6 +90,7 @@ impl Default for ShardOptions {
             read_only: false,
             synced_through_lsn: None,
             zero_ahead_bytes: 1 << 20,
+            index_files: true,
         }
     }
 }

@@ -116,9 +116,9 @@ impl Shard {
             ..OpenReport::default()
         };
         self.remove_stale_indexes()?;
-        let dead = match self.opts.read_only {
-            true => None,
-            false => runs::dead::read(self.storage.as_ref(), &self.dir)
+        let dead = match self.opts.index_files {
+            false => None,
+            true => runs::dead::read(self.storage.as_ref(), &self.dir)
                 .map_err(self.index_err("read dead file"))?,
         };
         let nsegs = self.segs.len();

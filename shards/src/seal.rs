@@ -37,7 +37,7 @@ impl Shard {
         dead: Option<&dead::DeadFile>,
         report: &mut OpenReport,
     ) -> Result<bool, ShardError> {
-        if self.opts.read_only {
+        if !self.opts.index_files {
             return Ok(false);
         }
         let run = match DiskRun::open(&self.storage, &self.segs[si]) {

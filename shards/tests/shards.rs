@@ -997,3 +997,43 @@ fn a_damaged_index_page_is_an_error_naming_the_file() {
     let s = open_sim(&disk, 512).unwrap();
     assert_eq!(contents(&s), churn_live(40));
 }
+
+/// Goal (issue 44): an open reads sealed segments through their index files, so it no longer
+/// checks their frames (that is `roost verify`'s job), and `index_files: false` (what verify
+/// opens with) reads and checks every frame as before. Method: a flipped byte in the first
+/// frame of the first sealed segment: a read-only and a writable open both open; the same
+/// read-only open without index files refuses it as corruption naming the segment.
+#[test]
+fn index_files_skip_sealed_frames_and_verify_reads_them_all() {
+    let disk = SimStorage::new();
+    let mut s = open_sim(&disk, 512).unwrap();
+    for l in 1..=40u64 {
+        s.apply(&churn_txn(l)).unwrap();
+    }
+    s.flush().unwrap();
+    drop(s);
+    let first = sim_dir().join("0000000001.seg");
+    let mut b = disk.file_bytes(&first).unwrap();
+    b[40] ^= 0x01;
+    disk.put_file_bytes(&first, b);
+    let open_with = |read_only: bool, index_files: bool| {
+        let o = ShardOptions {
+            read_only,
+            index_files,
+            ..opts(512)
+        };
+        Shard::open_with(Arc::new(disk.clone()), sim_dir(), o)
+    };
+    let ro = open_with(true, true).unwrap();
+    assert_eq!(ro.get(3 * 40).unwrap(), Some(rec(3 * 40)));
+    drop(ro);
+    match open_with(true, false) {
+        Err(e) => assert!(
+            e.is_corruption() && e.to_string().contains("0000000001.seg"),
+            "{e}"
+        ),
+        Ok(_) => panic!("a read of every frame must find the flipped byte"),
+    }
+    let rw = open_with(false, true).unwrap();
+    assert_eq!(rw.len(), churn_live(40).len());
+}

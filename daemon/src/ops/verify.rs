@@ -337,6 +337,7 @@ fn load_shards(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &m
         let dir = data_dir.join(SHARDS_DIR).join(name);
         let opts = ShardOptions {
             read_only: true,
+            index_files: false,
             synced_through_lsn: Some(f.vouched.get(name).copied().unwrap_or(0)),
             ..ShardOptions::default()
         };

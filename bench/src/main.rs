@@ -34,6 +34,7 @@ mod pg;
 mod probe;
 mod profile;
 mod replication;
+mod shard_gets;
 mod soak;
 mod spool;
 mod stream;
@@ -172,6 +173,11 @@ fn main() -> anyhow::Result<()> {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(1_000_000);
             return spool::populate(dir, n, 8);
+        }
+        Some("--shard-gets") => {
+            let dir = Path::new(args.get(2).context("--shard-gets DIR [N]")?);
+            let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(2_000);
+            return shard_gets::run(dir, n);
         }
         Some("--compaction-latency") => return compaction::run(),
         Some("--ceiling") => return ceiling::run(),

@@ -265,12 +265,25 @@ impl DiskRun {
             pages(header.frames, ENTRIES_PER_PAGE),
         );
         let dp = pages(header.deletes, DELETES_PER_PAGE);
-        let dir_at = (1 + ep + fp + dp) * PAGE as u64;
-        let dir_len = ((ep + fp) * 12 + dp * 4) as usize;
         let len = file.len().map_err(|e| format!("stat: {e}"))?;
-        if len != dir_at + dir_len as u64 + 4 {
-            return Err(format!("length {len} differs from what its header counts"));
-        }
+        // Counts from a damaged header may be anything: no product may wrap, and nothing is
+        // allocated before the file's length agrees with them.
+        let sizes = (|| {
+            let dir_at = (1 + ep)
+                .checked_add(fp)?
+                .checked_add(dp)?
+                .checked_mul(PAGE as u64)?;
+            let dir_len = (ep + fp).checked_mul(12)?.checked_add(dp.checked_mul(4)?)?;
+            Some((
+                dir_at,
+                dir_len,
+                dir_at.checked_add(dir_len)?.checked_add(4)?,
+            ))
+        })();
+        let (dir_at, dir_len) = match sizes {
+            Some((at, dl, total)) if total == len => (at, dl as usize),
+            _ => return Err(format!("length {len} differs from what its header counts")),
+        };
         let mut dir = vec![0u8; dir_len + 4];
         file.read_at(&mut dir, dir_at)
             .map_err(|e| format!("read directory: {e}"))?;

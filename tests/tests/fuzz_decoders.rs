@@ -155,6 +155,67 @@ fn open_shard(bytes: Vec<u8>) -> Outcome {
     out
 }
 
+/// A shard of several 512-byte segments whose records four transactions older are deleted:
+/// sealed segments with index files and a `dead` file. Returns the disk and its live records.
+fn shard_with_index_files() -> (SimStorage, Vec<(u64, Vec<u8>)>) {
+    let disk = SimStorage::new();
+    let opts = ShardOptions {
+        segment_bytes: 512,
+        first_segment_bytes: 512,
+        ..ShardOptions::default()
+    };
+    let mut s = Shard::open_with(Arc::new(disk.clone()), "/s/x", opts).unwrap();
+    for l in 1..=24u64 {
+        let mut ops: Vec<TxnOp> = (0..2)
+            .map(|i| TxnOp::Create {
+                id: 2 * l + i,
+                record: format!("{{\"n\":{l}}}").into_bytes(),
+            })
+            .collect();
+        if l > 4 {
+            ops.push(TxnOp::Delete { id: 2 * (l - 4) });
+        }
+        s.apply(&Txn { lsn: l, ops }).unwrap();
+    }
+    s.flush().unwrap();
+    let records = s.scan().unwrap();
+    (disk, records)
+}
+
+/// Mutates one of the shard's index files or its `dead` file (which one: `pick`), opens it
+/// read-only and writable: the records must be exactly the ones written, or an error (a page
+/// read that meets damage); never other records.
+fn open_with_mutated_index(pick: usize, edits: &[(usize, u8, u8)]) {
+    let (disk, want) = shard_with_index_files();
+    let mut files: Vec<PathBuf> = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".idx") || p.ends_with("dead"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let victim = &files[pick % files.len()];
+    let bytes = disk.file_bytes(victim).unwrap();
+    disk.put_file_bytes(victim, mutate(bytes, edits));
+    for read_only in [true, false] {
+        let opts = ShardOptions {
+            segment_bytes: 512,
+            first_segment_bytes: 512,
+            read_only,
+            ..ShardOptions::default()
+        };
+        let got = Shard::open_with(Arc::new(disk.clone()), "/s/x", opts).and_then(|s| s.scan());
+        if let Ok(records) = got {
+            assert_eq!(
+                records,
+                want,
+                "{} mutated, read_only {read_only}",
+                victim.display()
+            );
+        }
+    }
+}
+
 fn mutate(mut v: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
     for (pos, byte, how) in edits {
         if v.is_empty() {
@@ -251,6 +312,13 @@ proptest! {
     fn shard_mutated_segment(edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
         limit_memory();
         let _ = open_shard(mutate(valid_shard_segment(), &edits));
+    }
+
+    /// Issue 44: a damaged index file or `dead` file gives the same records or an error.
+    #[test]
+    fn shard_mutated_index_file(pick in any::<usize>(), edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
+        limit_memory();
+        open_with_mutated_index(pick, &edits);
     }
 }
 

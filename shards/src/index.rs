@@ -174,6 +174,8 @@ pub(crate) struct Index {
     /// Dead bits of sealed runs set by deletes in segments not sealed yet: their frames may
     /// not be durable, so the `dead` file leaves them out until their segment is sealed.
     pending: Vec<Pending>,
+    /// At least every run's largest id: a create of a new id (above it) looks at no run.
+    max_hi: u64,
 }
 
 /// A delete the `dead` file may not reflect yet: the id, and the sequence of the segment
@@ -189,6 +191,7 @@ impl Index {
         self.runs.clear();
         self.pending.clear();
         self.dead_dirty = false;
+        self.max_hi = 0;
     }
 
     /// Makes sure segment `si` (sequence `seq`) has a run: an empty one in memory.
@@ -215,6 +218,9 @@ impl Index {
     }
 
     fn find(&self, id: u64) -> io::Result<Option<(usize, Hit)>> {
+        if id > self.max_hi {
+            return Ok(None);
+        }
         for (si, run) in self.runs.iter().enumerate().rev() {
             match run.id_range() {
                 Some((lo, hi)) if lo <= id && id <= hi => {}
@@ -257,6 +263,7 @@ impl Index {
 
     /// A create at `offset` of segment `si`.
     pub(crate) fn insert(&mut self, si: usize, id: u64, offset: u32, len: u32) {
+        self.max_hi = self.max_hi.max(id);
         if let Some(m) = self.mem(si) {
             let slot = Slot {
                 offset,
@@ -417,6 +424,7 @@ impl Index {
     /// `dead` file when that names this very run.
     pub(crate) fn load(&mut self, si: usize, seq: u64, run: DiskRun, dead: Option<&DeadFile>) {
         let (h, ident) = (run.header, run.ident);
+        self.max_hi = self.max_hi.max(h.id_hi);
         let known = dead.and_then(|d| {
             let r = d
                 .runs

@@ -252,3 +252,75 @@ fn shard_v2_fixture_still_opens() {
         );
     }
 }
+
+// Index files, version 1 (issue 44): sealed segments' `.idx` files and the `dead` file.
+
+fn fixture_idx_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shard-idx-v1")
+}
+
+/// Regenerates `tests/fixtures/shard-idx-v1` (see `regenerate_shard_v1_fixture`): the version
+/// 2 history without compaction, so that rolls seal segments, write their index files and
+/// the `dead` file (deletes of records in sealed segments among them).
+#[test]
+#[ignore = "regenerates tests/fixtures/shard-idx-v1"]
+fn regenerate_shard_idx_fixture() {
+    let dir = fixture_idx_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut shard = Shard::open(&dir, opts(false)).unwrap();
+    for txn in txns_v2() {
+        assert_eq!(shard.apply(&txn).unwrap(), Applied::Written);
+        shard.flush().unwrap();
+    }
+    drop(shard);
+    // Neither the lock nor the spare segment is part of the format.
+    std::fs::remove_file(dir.join(roost_shards::LOCK_FILE)).unwrap();
+    std::fs::remove_file(dir.join("SPARE")).unwrap();
+}
+
+/// Goal: the committed index files (version 1) and `dead` file are read by today's code, not
+/// rebuilt: a copy whose sealed segments' first frame is damaged still opens (its frames are
+/// not read) with exactly the records written, read-only and writable, and the files are
+/// left as they were; opened without index files, the same copy is refused as corrupt (so
+/// the files were what was used). Method: compare against what the generator wrote.
+#[test]
+fn shard_idx_fixture_is_read_not_rebuilt() {
+    let files: Vec<String> = std::fs::read_dir(fixture_idx_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(files.iter().filter(|f| f.ends_with(".idx")).count() >= 2, "{files:?}");
+    assert!(files.iter().any(|f| f == "dead"), "{files:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("users");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in &files {
+        std::fs::copy(fixture_idx_dir().join(f), dir.join(f)).unwrap();
+    }
+    let seg = dir.join("0000000001.seg");
+    let mut b = std::fs::read(&seg).unwrap();
+    b[40] ^= 0x01; // inside the first frame, not the last one (the anchor)
+    std::fs::write(&seg, b).unwrap();
+    let want: Vec<(u64, Vec<u8>)> = [4, 5, 7, 8].into_iter().map(|id| (id, rec(id))).collect();
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .filter(|f| f.ends_with(".idx") || *f == "dead")
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    for read_only in [true, false] {
+        let shard = Shard::open(&dir, opts(read_only)).unwrap();
+        assert_eq!(shard.scan().unwrap(), want, "read_only {read_only}");
+        assert_eq!((shard.max_id(), shard.max_lsn()), (8, 16));
+    }
+    let after: Vec<Vec<u8>> = files
+        .iter()
+        .filter(|f| f.ends_with(".idx") || *f == "dead")
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    assert_eq!(before, after, "the index files were rewritten");
+    let scan_all = ShardOptions {
+        index_files: false,
+        ..opts(true)
+    };
+    assert!(matches!(Shard::open(&dir, scan_all), Err(e) if e.is_corruption()));
+}

@@ -415,6 +415,14 @@ impl Index {
             .sum()
     }
 
+    /// Segment `si`'s run, when it is in memory.
+    pub(crate) fn mem_run(&self, si: usize) -> Option<&MemRun> {
+        match &self.runs.get(si)?.body {
+            Body::Mem(m) => Some(m),
+            Body::Disk(_) => None,
+        }
+    }
+
     /// Whether segment `si`'s run is on disk.
     pub(crate) fn is_sealed(&self, si: usize) -> bool {
         matches!(self.runs.get(si).map(|r| &r.body), Some(Body::Disk(_)))

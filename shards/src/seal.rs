@@ -218,3 +218,100 @@ impl Shard {
         self.sync_dir()
     }
 }
+
+impl Shard {
+    /// For `roost verify` (a shard opened with `index_files: false`, so every run was built by
+    /// a scan): every sealed segment's index file that an open would use must say what the scan
+    /// found, and the `dead` file must mark no live record dead. Returns what disagrees (each
+    /// names the file; removing it makes the next writable open rebuild it).
+    pub fn index_file_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let sealed = self.segs.len().saturating_sub(1);
+        for si in 0..sealed {
+            let Some(m) = self.index.mem_run(si) else {
+                continue;
+            };
+            let run = match DiskRun::open(&self.storage, &self.segs[si]) {
+                Ok(Some(run)) => run,
+                Ok(None) | Err(_) => continue, // not used by an open: rebuilt by the next one
+            };
+            if let Err(why) = same_run(&run, m) {
+                out.push(format!(
+                    "{}: {why}; remove it to rebuild it",
+                    run.path.display()
+                ));
+            }
+        }
+        if let Err(why) = self.dead_file_agrees() {
+            out.push(format!(
+                "{}: {why}",
+                self.dir.join(dead::DEAD_FILE).display()
+            ));
+        }
+        out
+    }
+
+    /// Every bit the `dead` file sets for a run whose index file matches is a dead entry here.
+    fn dead_file_agrees(&self) -> Result<(), String> {
+        let file = dead::read(self.storage.as_ref(), &self.dir).map_err(|e| e.to_string())?;
+        let Some(file) = file else {
+            return Ok(());
+        };
+        for si in 0..self.segs.len().saturating_sub(1) {
+            let (Some(m), seq) = (self.index.mem_run(si), self.seq_at(si)) else {
+                continue;
+            };
+            let Ok(Some(run)) = DiskRun::open(&self.storage, &self.segs[si]) else {
+                continue;
+            };
+            let ident = u64::from(run.ident);
+            let Some(d) = file.runs.iter().find(|r| r.seq == seq && r.ident == ident) else {
+                continue;
+            };
+            for (rank, slot) in m.slots.iter().enumerate() {
+                let bit = d
+                    .bits
+                    .get(rank / 64)
+                    .is_some_and(|w| w & (1 << (rank % 64)) != 0);
+                if bit && slot.dead_by.is_none() {
+                    return Err(format!(
+                        "marks live id {} of segment {seq} dead",
+                        m.ids[rank]
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether an index file holds exactly the run a scan built.
+fn same_run(run: &DiskRun, m: &crate::index::MemRun) -> Result<(), String> {
+    let io = |e: io::Error| e.to_string();
+    let mut entries = Vec::new();
+    run.for_each_entry(|_, e| {
+        entries.push((e.id, e.offset, e.len));
+        Ok(())
+    })
+    .map_err(io)?;
+    let scanned: Vec<_> = m
+        .ids
+        .iter()
+        .zip(&m.slots)
+        .map(|(id, s)| (*id, s.offset, s.len))
+        .collect();
+    if entries != scanned {
+        return Err(format!(
+            "{} entries, the segment {}",
+            entries.len(),
+            scanned.len()
+        ));
+    }
+    if run.frames().map_err(io)? != m.frames {
+        return Err("its frames differ from the segment's".to_owned());
+    }
+    if run.deletes().map_err(io)? != m.deletes {
+        return Err("its deletes differ from the segment's".to_owned());
+    }
+    Ok(())
+}

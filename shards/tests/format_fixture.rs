@@ -289,7 +289,10 @@ fn shard_idx_fixture_is_read_not_rebuilt() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .collect();
-    assert!(files.iter().filter(|f| f.ends_with(".idx")).count() >= 2, "{files:?}");
+    assert!(
+        files.iter().filter(|f| f.ends_with(".idx")).count() >= 2,
+        "{files:?}"
+    );
     assert!(files.iter().any(|f| f == "dead"), "{files:?}");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("users");

@@ -1037,3 +1037,52 @@ fn index_files_skip_sealed_frames_and_verify_reads_them_all() {
     let rw = open_with(false, true).unwrap();
     assert_eq!(rw.len(), churn_live(40).len());
 }
+
+/// Goal (issue 44): `roost verify` finds a `dead` file that marks a live record dead, which a
+/// writable open would trust (the record would vanish). Method: set the bit of live id 3 in
+/// the first run's bits and fix the file's checksum; a scan of every frame
+/// (`index_files: false`, as verify opens) then reports it, naming the id, while an open that
+/// trusts the file has lost the record; an intact shard reports nothing.
+#[test]
+fn verify_finds_a_dead_file_that_marks_a_live_record_dead() {
+    let disk = SimStorage::new();
+    let mut s = open_sim(&disk, 512).unwrap();
+    for l in 1..=40u64 {
+        s.apply(&churn_txn(l)).unwrap();
+    }
+    s.flush().unwrap();
+    drop(s);
+    let scan_all = || {
+        let o = ShardOptions {
+            read_only: true,
+            index_files: false,
+            ..opts(512)
+        };
+        Shard::open_with(Arc::new(disk.clone()), sim_dir(), o).unwrap()
+    };
+    assert_eq!(scan_all().index_file_problems(), Vec::<String>::new());
+    let path = sim_dir().join("dead");
+    let mut b = disk.file_bytes(&path).unwrap();
+    // Header 32 B; the first run: seq, ident, entries, bytes, by_seq, words, then its words.
+    assert_eq!(
+        u64::from_le_bytes(b[32..40].try_into().unwrap()),
+        1,
+        "first run is seq 1"
+    );
+    b[80] |= 1; // rank 0 of segment 1: id 3, live
+    let n = b.len() - 4;
+    let crc = crc32fast::hash(&b[..n]);
+    b[n..].copy_from_slice(&crc.to_le_bytes());
+    disk.put_file_bytes(&path, b);
+    let problems = scan_all().index_file_problems();
+    assert!(
+        problems.len() == 1 && problems[0].contains("marks live id 3"),
+        "{problems:?}"
+    );
+    let trusting = open_sim(&disk, 512).unwrap();
+    assert_eq!(
+        trusting.get(3).unwrap(),
+        None,
+        "the trusted file hides id 3"
+    );
+}

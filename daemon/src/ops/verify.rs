@@ -341,8 +341,12 @@ fn load_shards(storage: &Arc<dyn Storage>, data_dir: &Path, f: &mut Files, r: &m
             synced_through_lsn: Some(f.vouched.get(name).copied().unwrap_or(0)),
             ..ShardOptions::default()
         };
-        let opened = Shard::open_with(storage.clone(), &dir, opts)
-            .and_then(|s| Ok((s.frame_summaries()?, s.compacted_ranges())));
+        let opened = Shard::open_with(storage.clone(), &dir, opts).and_then(|s| {
+            for p in s.index_file_problems() {
+                r.violation(format!("shard {name}: index file: {p}"));
+            }
+            Ok((s.frame_summaries()?, s.compacted_ranges()))
+        });
         match opened {
             Err(e) => r.violation(format!("shard {name}: {e}")),
             Ok((fs, ranges)) => {

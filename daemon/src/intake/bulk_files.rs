@@ -427,7 +427,7 @@ impl<'a> Lines<'a> {
             match lines::parse_line(line, &self.limits) {
                 Err(inv) => {
                     debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");
-                    engine.note_invalid();
+                    engine.stats.invalid.fetch_add(1, Ordering::Relaxed);
                     parsed.push(Err(BatchResult::invalid(&inv)));
                 }
                 Ok(b) => parsed.push(Ok((b, source))),

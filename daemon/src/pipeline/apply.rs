@@ -88,7 +88,7 @@ impl Engine {
                 WalEntry::Done(done) => {
                     if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
-                        self.wait_unflushed(sent)?;
+                        sent.map(|s| self.wait_commits(s)).transpose()?;
                     }
                     let w = FlushWith {
                         audit: self.log.audit(),
@@ -105,7 +105,7 @@ impl Engine {
             Some((last, _)) => self.log.wal().sync_to(last.lsn()),
             None => Ok(()),
         };
-        let applied = self.wait_unflushed(sent);
+        let applied = sent.map(|s| self.wait_commits(s)).transpose();
         synced?;
         applied?;
         let w = FlushWith {
@@ -128,8 +128,8 @@ impl Engine {
 
     /// A run of claims' shard transactions sent to their owners and their audit rows
     /// written (fetched claims have no audit rows here yet: rows past the WAL's end were
-    /// cut at start-up); remembered until flushed. [`Engine::wait_unflushed`] waits for
-    /// the owners.
+    /// cut at start-up); remembered until flushed. The caller waits for the owners
+    /// ([`Engine::wait_commits`]).
     fn send_unflushed<'c>(
         &self,
         run: &[(Lsn, &'c ClaimRecord)],
@@ -153,13 +153,6 @@ impl Engine {
         }
         u.last_row = row.or(u.last_row);
         Ok(Some(sent))
-    }
-
-    fn wait_unflushed(&self, sent: Option<SentCommits<'_>>) -> Result<(), EngineError> {
-        match sent {
-            Some(sent) => self.wait_commits(sent).map(|_| ()),
-            None => Ok(()),
-        }
     }
 
     /// A standby's recovery: each claim's shard transactions and audit rows (held lsns and

@@ -24,7 +24,8 @@
 //! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
 //! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
 //! and audit payloads), `owner` (shard owners on a thread pool), `crash` (named crash
-//! points), `trigger` (before-triggers), `stats` (counters, histograms).
+//! points), `trigger` (before-triggers), `stats` (counters, histograms), `figures` (what
+//! status and metrics read of the parts, in one snapshot).
 
 mod answers;
 mod apply;
@@ -37,6 +38,7 @@ pub mod crash;
 pub mod disk;
 mod effects_flush;
 mod env;
+mod figures;
 mod finish;
 mod held;
 pub mod intake_bytes;
@@ -80,6 +82,7 @@ use keys::{KeyAt, KeyFound, KeyState};
 use stats::Stats;
 
 pub use apply::Fetched;
+pub use figures::Figures;
 pub use finish::committed_result;
 pub use keys::now_ms;
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
@@ -148,6 +151,36 @@ impl Planner {
             open: BTreeMap::new(),
             vouched: HashMap::new(),
             last_claim: (0, 0),
+        }
+    }
+
+    /// What the planner knows of `key`: the map (keys the WAL still answers), else the
+    /// index on disk (`keys`). A checkpoint adds a key's run before it takes the key out of
+    /// the map, so a key is always in one or the other.
+    fn key(&self, keys: &keys::KeyWindow, key: &str) -> Result<Option<KeyState>, EngineError> {
+        match self.keys.get(key) {
+            Some(k) => Ok(Some(*k)),
+            None => keys.indexed(key),
+        }
+    }
+
+    /// Whether `id` exists on `shard` by the planned overlays (`None`: they do not say, the
+    /// shard's committed state does).
+    fn planned(&self, shard: &str, id: u64) -> Option<bool> {
+        let o = self.overlay.get(shard)?;
+        if o.deleted.contains(&id) {
+            return Some(false);
+        }
+        o.created.contains(&id).then_some(true)
+    }
+
+    /// The claims' keys answer duplicates from now on: their answers are given, and every
+    /// one of them is rebuilt from its durable claim (`committed_result`).
+    fn mark_answered(&mut self, claims: &[(Lsn, &records::ClaimRecord)]) {
+        for (_, c) in claims {
+            if let Some(k) = self.keys.get_mut(&c.request_key) {
+                k.done = true;
+            }
         }
     }
 
@@ -308,20 +341,12 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn recovery_report(&self) -> &RecoveryReport {
-        &self.recovery
-    }
-
     pub fn spool(&self) -> &SpoolPaths {
         self.answers.spool()
     }
 
     pub fn config(&self) -> &Config {
         &self.env.config
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        self.env.layout.data_dir()
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -336,29 +361,10 @@ impl Engine {
         self.env.is_failed()
     }
 
-    /// Record counts per shard opened since start (a shard closed while idle answers with
-    /// the count it closed with).
-    pub fn shard_counts(&self) -> BTreeMap<String, usize> {
-        self.shard_figures()
-            .into_iter()
-            .map(|(k, f)| (k, f.records))
-            .collect()
-    }
-
-    /// Each shard opened since start: its records, largest id, and whether it is open now.
+    /// Each shard opened since start: its records, largest id, and whether it is open now
+    /// (a shard closed while idle answers with the record count it closed with).
     pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
         self.shards.figures()
-    }
-
-    /// Shards whose `Shard` is open now (maps, file descriptors and lock held); those that
-    /// exist beyond it are closed (`shard_idle_close_ms`, or not used since start).
-    pub fn shards_open(&self) -> u64 {
-        self.stats.shards_open.load(Ordering::Relaxed)
-    }
-
-    /// Milliseconds since open.
-    pub fn uptime_ms(&self) -> u64 {
-        self.env.uptime_ms()
     }
 
     /// The last lsn written to the WAL.
@@ -377,6 +383,7 @@ impl Engine {
         // wedged on a flush stops the watchdog like a wedged batch (`settle.rs`).
         let waiting = self.stats.tail_waiting.load(Ordering::Relaxed);
         let since = self
+            .env
             .uptime_ms()
             .saturating_sub(self.stats.last_progress_ms.load(Ordering::Relaxed));
         (in_flight == 0 && waiting == 0) || since < stall.as_millis() as u64
@@ -395,28 +402,6 @@ impl Engine {
             self.log.wal().sync_to(last)?;
         }
         Ok(())
-    }
-
-    pub fn wal_stats(&self) -> (u64, u64) {
-        (self.log.wal().append_count(), self.log.wal().sync_count())
-    }
-
-    /// (appends, syncs) of the audit log since open.
-    pub fn audit_stats(&self) -> (u64, u64) {
-        (
-            self.log.audit().append_count(),
-            self.log.audit().sync_count(),
-        )
-    }
-
-    /// (rounds, results) published since start.
-    pub fn publish_stats(&self) -> (u64, u64) {
-        self.answers.stats()
-    }
-
-    /// Records an invalid input: counted, result written, input already moved by the caller.
-    pub fn note_invalid(&self) {
-        self.stats.invalid.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn role(&self) -> Role {

@@ -98,7 +98,12 @@ impl Engine {
                 }
                 _ => {}
             }
-            offsets.push(self.append_entry(*e)?);
+            // The record into this WAL (a new epoch first into `LEADER_EPOCHS`).
+            self.log_role.note_epoch(e.epoch(), e.lsn())?;
+            let wal = self.log.wal();
+            let (_, offset) =
+                wal.append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
+            offsets.push(offset);
         }
         let sent = self.send_unflushed(&run)?;
         let synced = match decoded.last() {
@@ -114,16 +119,6 @@ impl Engine {
         };
         self.held.flush_behind(self.shards.flusher(), &w)?;
         Ok(offsets)
-    }
-
-    /// One record into this WAL (a new epoch first into `LEADER_EPOCHS`); its offset.
-    fn append_entry<E: Fetched>(&self, e: &E) -> Result<u64, EngineError> {
-        self.log_role.note_epoch(e.epoch(), e.lsn())?;
-        let (_, offset) =
-            self.log
-                .wal()
-                .append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
-        Ok(offset)
     }
 
     /// A run of claims' shard transactions sent to their owners and their audit rows

@@ -174,6 +174,34 @@ impl Planner {
         o.created.contains(&id).then_some(true)
     }
 
+    /// Walks the deletes of `batch` up to `limit` in order against committed state
+    /// (`shards`) plus the planned overlays: the first that names an id that does not
+    /// exist, and why.
+    fn missing_delete(
+        &self,
+        shards: &shard_set::ShardSet,
+        batch: &crate::batch::Batch,
+        limit: usize,
+    ) -> Result<Option<(usize, String)>, EngineError> {
+        let mut deleted_here: HashSet<(&str, u64)> = HashSet::new();
+        for (i, op) in batch.ops[..limit].iter().enumerate() {
+            if let crate::batch::BatchOp::Delete { shard, id } = op {
+                let exists = match self.planned(shard, *id) {
+                    Some(planned) => planned,
+                    None => shards.holds(shard, *id)?,
+                } && !deleted_here.contains(&(shard.as_str(), *id));
+                if !exists {
+                    return Ok(Some((
+                        i,
+                        format!("id {id} does not exist on shard {shard}"),
+                    )));
+                }
+                deleted_here.insert((shard, *id));
+            }
+        }
+        Ok(None)
+    }
+
     /// The claims' keys answer duplicates from now on: their answers are given, and every
     /// one of them is rebuilt from its durable claim (`committed_result`).
     fn mark_answered(&mut self, claims: &[(Lsn, &records::ClaimRecord)]) {

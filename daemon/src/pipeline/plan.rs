@@ -316,8 +316,14 @@ impl Engine {
             Some(KeyFound::InFlight) => return Ok(Slot::Later),
             None | Some(KeyFound::Free) => {}
         }
+        // The checks that depend on state, up to the static rejection: the first op that
+        // would create a shard past `shards_max` (`shard_limit.rs`), else the first delete
+        // of an id that does not exist before it.
         let limit = static_reject.as_ref().map_or(b.ops.len(), |(i, _)| *i);
-        if let Some(why) = self.plan_state(p, b, limit)?.or(static_reject) {
+        let over = self.shards.first_over(b, limit, self.env.config.shards_max);
+        let limit = over.as_ref().map_or(limit, |(i, _)| *i);
+        let state_reject = p.missing_delete(&self.shards, b, limit)?.or(over);
+        if let Some(why) = state_reject.or(static_reject) {
             let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
             let r = rejected(
                 &self.stats,
@@ -375,49 +381,6 @@ impl Engine {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-    }
-
-    /// The checks that depend on state, under the planner lock, up to `limit`: the first op
-    /// that would create a shard past `shards_max` (`shard_limit.rs`), else the first delete
-    /// of an id that does not exist before it.
-    pub(super) fn plan_state(
-        &self,
-        p: &Planner,
-        batch: &Batch,
-        limit: usize,
-    ) -> Result<Option<(usize, String)>, EngineError> {
-        let over = self
-            .shards
-            .first_over(batch, limit, self.env.config.shards_max);
-        let limit = over.as_ref().map_or(limit, |(i, _)| *i);
-        Ok(self.plan_deletes(p, batch, limit)?.or(over))
-    }
-
-    /// Walks the deletes up to `limit` in order against committed state plus planned
-    /// overlays: the first that names an id that does not exist, and why.
-    fn plan_deletes(
-        &self,
-        p: &Planner,
-        batch: &Batch,
-        limit: usize,
-    ) -> Result<Option<(usize, String)>, EngineError> {
-        let mut deleted_here: HashSet<(&str, u64)> = HashSet::new();
-        for (i, op) in batch.ops[..limit].iter().enumerate() {
-            if let BatchOp::Delete { shard, id } = op {
-                let exists = match p.planned(shard, *id) {
-                    Some(planned) => planned,
-                    None => self.shards.holds(shard, *id)?,
-                } && !deleted_here.contains(&(shard.as_str(), *id));
-                if !exists {
-                    return Ok(Some((
-                        i,
-                        format!("id {id} does not exist on shard {shard}"),
-                    )));
-                }
-                deleted_here.insert((shard, *id));
-            }
-        }
-        Ok(None)
     }
 
     /// Claim, under the planner lock: mint ids, append plan + ids + fingerprint as one WAL

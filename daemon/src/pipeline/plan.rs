@@ -30,7 +30,7 @@ use super::crash::Step;
 use super::invariants;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
 use super::stats::Stats;
-use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::config::Config;
 use crate::error::EngineError;
@@ -416,48 +416,13 @@ impl Engine {
         };
         invariants::claim_follows(p.last_claim, lsn, first_id);
         p.last_claim = (lsn, p.next_id);
-        self.register_claim(p, lsn, offset, &claim)?;
-        Ok((lsn, claim))
-    }
-
-    /// The claim appended at `lsn` (WAL `offset`), registered under the planner lock: its
-    /// shards' turns, the overlays of the ids it creates and deletes, its key, its name's
-    /// claim and where the audit log stood.
-    fn register_claim(
-        &self,
-        p: &mut Planner,
-        lsn: Lsn,
-        offset: u64,
-        claim: &ClaimRecord,
-    ) -> Result<(), EngineError> {
+        // Registered under the planner lock: its shards' turns, then the planner's state.
         for name in claim.touched_shards() {
             let slot = self.shards.slot(name)?;
             lock(&slot.turns).insert(lsn);
         }
-        for op in &claim.ops {
-            // Looked up before an entry is made: no name copied per op once the shard has one.
-            if !p.overlay.contains_key(op.shard()) {
-                p.overlay.insert(op.shard().to_owned(), Overlay::default());
-            }
-            let Some(o) = p.overlay.get_mut(op.shard()) else {
-                continue;
-            };
-            match op {
-                PlannedOp::Create { id, .. } => o.created.insert(*id),
-                PlannedOp::Delete { id, .. } => o.deleted.insert(*id),
-            };
-        }
-        let key = KeyState {
-            lsn,
-            fingerprint: claim.fingerprint,
-            done: false,
-            rejected: false,
-            at: KeyAt::Wal { offset },
-        };
-        p.keys.insert(claim.request_key.clone(), key);
-        p.tails.claimed(&claim.source, lsn);
-        p.open.insert(lsn, self.log.audit().next_lsn());
-        Ok(())
+        p.register(lsn, offset, &claim, self.log.audit().next_lsn());
+        Ok((lsn, claim))
     }
 
     /// Under the planner lock: appends a `rejected` record (not synced) and binds the key

@@ -209,8 +209,9 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn read(r: &Roost) -> Counters {
         let e = &r.engine;
-        let ((_, wal_syncs), (_, audit_syncs), (rounds, published)) =
-            (e.wal_stats(), e.audit_stats(), e.publish_stats());
+        let f = e.figures();
+        let (wal_syncs, audit_syncs) = (f.wal_syncs, f.audit_syncs);
+        let (rounds, published) = (f.result_rounds, f.results_published);
         Counters {
             committed: e.stats.committed.load(Ordering::Relaxed),
             wal_syncs,

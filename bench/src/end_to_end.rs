@@ -138,10 +138,10 @@ fn raw_disk(base: &Path, sz: &Sizes) -> anyhow::Result<Raw> {
 fn bursts(roost_dir: &Path, peer_dir: &Path, sz: &Sizes) -> anyhow::Result<Bursts> {
     let warm = Duration::from_secs(1).min(sz.cell);
     let r = Roost::start(roost_dir)?;
-    let (_, s0) = r.engine.wal_stats();
+    let s0 = r.engine.figures().wal_syncs;
     let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
     let roost = burst(&r.spool, sz.burst, &SMALL)?;
-    let (_, s1) = r.engine.wal_stats();
+    let s1 = r.engine.figures().wal_syncs;
     let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
     let per_sync = (c1 - c0) as f64 / (s1 - s0).max(1) as f64;
     println!("roost burst: {roost:.0} batches/s, {per_sync:.1} batches per WAL fdatasync");
@@ -209,12 +209,13 @@ struct RoostCounts {
 /// One closed-loop cell of roost, started afresh on `dir`: its rate; its counters added.
 fn roost_cell(dir: &Path, c: usize, sz: &Sizes, counts: &mut RoostCounts) -> anyhow::Result<f64> {
     let r = Roost::start(dir)?;
-    let (_, s0) = r.engine.wal_stats();
+    let s0 = r.engine.figures().wal_syncs;
     let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
     let (rate, _) = closed_loop(&r.spool, c, sz.cell, &SMALL)?;
-    let (_, s1) = r.engine.wal_stats();
+    let s1 = r.engine.figures().wal_syncs;
     let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
-    let (ro, pu) = r.engine.publish_stats();
+    let f = r.engine.figures();
+    let (ro, pu) = (f.result_rounds, f.results_published);
     drop(r);
     counts.batches += c1 - c0;
     counts.syncs += s1 - s0;

@@ -75,7 +75,7 @@ fn roost_bulk(r: &Roost, files: &[(String, Vec<Vec<u8>>)]) -> anyhow::Result<Bul
         std::fs::write(sp.join("tmp").join(name), lines.join(&b'\n'))
             .with_context(|| format!("write {name}"))?;
     }
-    let (_, s0) = r.engine.wal_stats();
+    let s0 = r.engine.figures().wal_syncs;
     let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
     let b0 = r.engine.wal().append_bytes();
     let start = Instant::now();
@@ -92,7 +92,7 @@ fn roost_bulk(r: &Roost, files: &[(String, Vec<Vec<u8>>)]) -> anyhow::Result<Bul
         check_result(&out, lines.len())?;
     }
     let el = start.elapsed().as_secs_f64();
-    let (_, s1) = r.engine.wal_stats();
+    let s1 = r.engine.figures().wal_syncs;
     let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
     let b1 = r.engine.wal().append_bytes();
     crate::spool::clear_out(sp);
@@ -149,11 +149,11 @@ fn stream_round(base: &Path, round: usize, n: usize, rows: &mut [StreamRow]) -> 
         let c = row.0;
         let dir = base.join(format!("roost-s{round}-{c}"));
         let r = Roost::start(&dir)?;
-        let (_, s0) = r.engine.wal_stats();
+        let s0 = r.engine.figures().wal_syncs;
         let c0 = r.engine.stats.committed.load(Ordering::Relaxed);
         let lines = stream_lines(&format!("s{round}-{c}"), n, &w);
         let rate = crate::stream::burst(&dir.join("stream.sock"), &lines, c)?;
-        let (_, s1) = r.engine.wal_stats();
+        let s1 = r.engine.figures().wal_syncs;
         let c1 = r.engine.stats.committed.load(Ordering::Relaxed);
         drop(r);
         let per_sync = (c1 - c0) as f64 / (s1 - s0).max(1) as f64;

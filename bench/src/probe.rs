@@ -84,7 +84,9 @@ fn sqlite(base: &Path, cell: &Cell) -> anyhow::Result<()> {
 
 /// Wal appends, wal syncs, shard txns, shard flushes, audit syncs, results, result rounds.
 fn counters(e: &Engine) -> [u64; 7] {
-    let ((a, s), (_, au), (ro, pu)) = (e.wal_stats(), e.audit_stats(), e.publish_stats());
+    let f = e.figures();
+    let (a, s, au) = (f.wal_appends, f.wal_syncs, f.audit_syncs);
+    let (ro, pu) = (f.result_rounds, f.results_published);
     let (t, f) = (
         e.stats.shard_txns.load(Ordering::Relaxed),
         e.stats.shard_flushes.load(Ordering::Relaxed),

@@ -278,7 +278,7 @@ pub fn soak_run(name: &str, dir: &Path) -> anyhow::Result<()> {
         let fresh_rss_kib = probe(name, dir)?;
         let t = Instant::now();
         engine = open(dir, &cfg)?;
-        let report = engine.recovery_report();
+        let report = engine.figures().recovery;
         row = Row {
             batches: until,
             rss_kib: rss_anon_kib(),
@@ -317,7 +317,7 @@ pub fn soak_restart(name: &str, dir: &Path, n: usize) -> anyhow::Result<()> {
     let mut ms = Vec::new();
     for _ in 0..n.max(1) {
         let engine = open(dir, &cfg)?;
-        ms.push(engine.recovery_report().duration.as_secs_f64() * 1e3);
+        ms.push(engine.figures().recovery.duration.as_secs_f64() * 1e3);
         drop(engine);
     }
     let mut sorted = ms.clone();
@@ -378,7 +378,7 @@ fn measure(engine: &Engine, dir: &Path) -> Row {
     Row {
         parts,
         allocated: allocated_bytes(dir),
-        live_keys: engine.live_keys() as u64,
+        live_keys: engine.figures().live_keys() as u64,
         reclaimed: engine
             .shard_compaction()
             .values()

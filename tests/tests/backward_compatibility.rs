@@ -431,7 +431,7 @@ fn data_dir_opens_and_carries_on_in_every_version() {
 fn data_dir_opens_and_carries_on(version: u8) {
     let (_t, data) = fixture_copy(version);
     let engine = open(&data);
-    let rec = engine.recovery_report();
+    let rec = engine.figures().recovery;
     let records = 6 + u64::from(version >= REJECTION_RECORDED);
     assert_eq!((rec.wal_records, rec.batches_finished), (records, 0));
     if version >= REJECTION_RECORDED {
@@ -540,19 +540,23 @@ fn key_table_without_index_opens_and_answers_its_keys() {
         ..config(&data)
     };
     let engine = open_with(cfg.clone());
-    let rec = engine.recovery_report();
+    let rec = engine.figures().recovery;
     assert_eq!(
         (rec.wal_records, rec.batches_finished),
         (0, 0),
         "replay starts at the checkpoint, after every fixture batch"
     );
-    assert_eq!(engine.cached_keys(), 0, "no fixture key comes from the WAL");
+    assert_eq!(
+        engine.figures().cached_keys,
+        0,
+        "no fixture key comes from the WAL"
+    );
     assert!(
         data.join(KEY_INDEX_DIR).is_dir(),
         "open wrote the key index"
     );
     assert_eq!(
-        engine.key_index_stats().entries,
+        engine.figures().key_index.entries,
         4,
         "open indexed the table's four keys"
     );
@@ -574,7 +578,7 @@ fn key_table_without_index_opens_and_answers_its_keys() {
 
     let engine = open_with(cfg);
     assert_eq!(
-        engine.key_index_stats().entries,
+        engine.figures().key_index.entries,
         4,
         "a reopen indexes nothing twice"
     );

@@ -97,7 +97,7 @@ fn a_checkpoint_retires_the_wal_and_keys_answer_from_the_table() {
     drop(e);
     let disk = disk.crash(CrashMode::Process);
     let e = open_engine(&disk, no_crash()).expect("reopen");
-    let replayed = e.recovery_report().wal_records;
+    let replayed = e.figures().recovery.wal_records;
     assert!(
         replayed < 30,
         "replayed {replayed} records: recovery starts at the checkpoint"
@@ -254,15 +254,19 @@ fn checkpointed_keys_leave_memory_and_answer_through_the_index() {
     let disk = SimStorage::new();
     let e = open_engine(&disk, no_crash()).expect("open");
     let answers = submit_all(&e, 0, 60);
-    assert_eq!(e.cached_keys(), 60, "the WAL answers them: in memory");
+    assert_eq!(
+        e.figures().cached_keys,
+        60,
+        "the WAL answers them: in memory"
+    );
     e.checkpoint().expect("checkpoint").expect("taken");
     assert_eq!(
-        e.cached_keys(),
+        e.figures().cached_keys,
         0,
         "checkpointed keys are not held in memory"
     );
-    assert_eq!(e.live_keys(), 60);
-    assert_eq!(e.key_index_stats().entries, 60);
+    assert_eq!(e.figures().live_keys(), 60);
+    assert_eq!(e.figures().key_index.entries, 60);
     let reads = |e: &Engine| {
         e.stats
             .key_index_reads
@@ -274,7 +278,10 @@ fn checkpointed_keys_leave_memory_and_answer_through_the_index() {
     assert_eq!(reads(&e), 60, "a new key reads no record");
     drop(e);
     let e = open_engine(&disk.crash(CrashMode::Process), no_crash()).expect("reopen");
-    assert!(e.cached_keys() <= 2, "open loads no checkpointed key");
+    assert!(
+        e.figures().cached_keys <= 2,
+        "open loads no checkpointed key"
+    );
     same_answers(&e, &answers, "through the index after a restart");
     drop(e);
     verified(&disk, "after the index answered");
@@ -327,11 +334,11 @@ fn a_key_older_than_the_window_is_a_new_batch() {
     let e = open_engine_with(&disk, no_crash(), tune).expect("open");
     let first = submit_all(&e, 0, 2);
     e.checkpoint().expect("checkpoint");
-    assert_eq!(e.live_keys(), 2);
+    assert_eq!(e.figures().live_keys(), 2);
     same_answers(&e, &first, "inside the window");
     std::thread::sleep(std::time::Duration::from_millis(1100));
     e.checkpoint().expect("checkpoint after the window");
-    assert_eq!(e.live_keys(), 0, "both keys forgotten");
+    assert_eq!(e.figures().live_keys(), 0, "both keys forgotten");
     let again = e
         .one_file(&parse(&batch(0)), "late.json")
         .expect("late retry");

@@ -58,7 +58,8 @@ fn concurrent_batches_share_flushes_and_stay_ordered() {
     assert_eq!(ids.len(), threads * per * 2, "ids unique");
     let txns = engine.stats.shard_txns.load(Ordering::Relaxed);
     let flushes = engine.stats.shard_flushes.load(Ordering::Relaxed);
-    let (appends, syncs) = engine.wal_stats();
+    let f = engine.figures();
+    let (appends, syncs) = (f.wal_appends, f.wal_syncs);
     println!("{} batches: {txns} shard txns in {flushes} flushes; {appends} wal appends in {syncs} syncs", threads * per);
     assert_eq!(txns, (threads * per * 2) as u64);
     assert!(

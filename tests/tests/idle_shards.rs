@@ -100,11 +100,11 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     wait_closed(&e, "s", || fds_under(&shard_dir) == 0);
     assert!(!is_open(&e, "s"), "the engine says s is closed");
     assert_eq!(
-        e.shard_counts().get("s"),
-        Some(&3),
+        e.shard_figures().get("s").map(|f| f.records),
+        Some(3),
         "count kept while closed"
     );
-    assert_eq!(e.shards_open(), 0);
+    assert_eq!(e.figures().shards_open, 0);
 
     let d = e.one_detached(&delete("b", "s", made[1]), "bulk/f/2");
     assert_eq!(d.expect("b").status(), Status::Committed, "the id exists");
@@ -135,7 +135,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     .map(|(id, _)| id)
     .collect();
     assert_eq!(live, vec![made[0], made[2], more[0]]);
-    assert_eq!(e.shard_counts().get("s"), Some(&3));
+    assert_eq!(e.shard_figures().get("s").map(|f| f.records), Some(3));
 }
 
 /// The records of shard `s` on `disk`, by id.
@@ -160,7 +160,7 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
     let on_b = ids(&e
         .one_detached(&creates("b1", "b", 2), "bulk/f/2")
         .expect("b1"));
-    wait_closed(&e, "a and b", || e.shards_open() == 0);
+    wait_closed(&e, "a and b", || e.figures().shards_open == 0);
     let del = e.one_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
     assert_eq!(del.expect("a2").status(), Status::Committed);
     let late = ids(&e
@@ -186,7 +186,7 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
         let report = roost::ops::verify::verify(Arc::new(copy.clone()), &data_dir());
         assert!(report.ok(), "{mode:?}: {:?}", report.violations);
     }
-    wait_closed(&e, "a after its reopen", || e.shards_open() == 0);
+    wait_closed(&e, "a after its reopen", || e.figures().shards_open == 0);
     let gone = e.one_detached(&delete("a4", "a", on_a[0]), "bulk/f/6");
     assert!(
         matches!(gone.expect("a4"), BatchResult::Rejected { .. }),

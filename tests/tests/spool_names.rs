@@ -56,7 +56,7 @@ fn recovery_leaves_a_reused_names_new_input_alone() {
     disk.put_file_bytes(&spool("new", "n.json"), y_bytes.clone());
     let disk = disk.crash(CrashMode::Process);
     let e = open_engine(&disk, no_crash()).expect("recovery");
-    assert_eq!(e.recovery_report().batches_finished, 1, "x finished again");
+    assert_eq!(e.figures().recovery.batches_finished, 1, "x finished again");
     assert_eq!(
         disk.file_bytes(&spool("new", "n.json")),
         Some(y_bytes),
@@ -94,7 +94,7 @@ fn a_consumed_answer_never_comes_back_after_the_name_was_reused() {
     let disk = disk.crash(CrashMode::PowerDrop);
     let e = open_engine(&disk, no_crash()).expect("recovery");
     assert_eq!(
-        e.recovery_report().batches_finished,
+        e.figures().recovery.batches_finished,
         0,
         "x's done record was lost: it is finished again"
     );

@@ -271,6 +271,18 @@ async fn campaign(cl: &Cluster, node: &Node, (sent, ttl): (Instant, i64)) -> Res
     };
     let fence_at = renew_after_win(cl, sent + fence_after(ttl)).await;
     node.repl.lease_renewed_until(fence_at);
+    lead_won(cl, node, (epoch, rev, fence_at), members).await
+}
+
+/// Promotes this node into `epoch`, won at etcd revision `rev` with `members` in sync
+/// (this node among them) and fenced from `fence_at`, and names it in etcd; a win it cannot
+/// lead is given up at once (revoking the lease).
+async fn lead_won(
+    cl: &Cluster,
+    node: &Node,
+    (epoch, rev, fence_at): (u32, i64, Instant),
+    members: Vec<String>,
+) -> Result<(), String> {
     let standbys: BTreeSet<String> = members.iter().filter(|n| **n != cl.name).cloned().collect();
     let e = node.engine.clone();
     let lead = Lead::Won {

@@ -121,7 +121,7 @@ fn legacy_figures(engine: &Engine, repl: &Replication) -> Vec<Figure> {
         gauge(
             "roost_checkpoint_wal_from",
             "Deprecated: the old name of roost_checkpoint_wal_from_lsn (docs/metrics.md).",
-            checkpoint_lsn(engine),
+            checkpoint_lsn(&engine.figures()),
         ),
         gauge(
             "roost_replication_hw",
@@ -249,8 +249,8 @@ fn batches(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
 /// The WAL, the audit log and the shards.
 fn pipeline_figures(engine: &Engine) -> Vec<Figure> {
     let s = &engine.stats;
-    let (appends, syncs) = engine.wal_stats();
-    let (_, audit_syncs) = engine.audit_stats();
+    let f = engine.figures();
+    let (appends, syncs, audit_syncs) = (f.wal_appends, f.wal_syncs, f.audit_syncs);
     vec![
         gauge(
             "roost_batches_in_flight",
@@ -317,7 +317,8 @@ fn pipeline_figures(engine: &Engine) -> Vec<Figure> {
 
 /// Result rounds, the last lsn and the last checkpoint.
 fn durability_figures(engine: &Engine) -> Vec<Figure> {
-    let (rounds, published) = engine.publish_stats();
+    let f = engine.figures();
+    let (rounds, published) = (f.result_rounds, f.results_published);
     vec![
         counter(
             "roost_result_rounds",
@@ -337,23 +338,23 @@ fn durability_figures(engine: &Engine) -> Vec<Figure> {
         gauge(
             "roost_checkpoint_wal_from_lsn",
             "Where recovery starts: the last checkpoint's lsn (0 before the first).",
-            checkpoint_lsn(engine),
+            checkpoint_lsn(&f),
         ),
         seconds(
             "roost_checkpoint_age",
             "Time since the last checkpoint (0 before the first).",
-            checkpoint_age_seconds(engine),
+            checkpoint_age_seconds(&f),
         ),
     ]
 }
 
-fn checkpoint_lsn(engine: &Engine) -> u64 {
-    engine.last_checkpoint().map_or(0, |c| c.wal_from)
+fn checkpoint_lsn(f: &crate::pipeline::Figures) -> u64 {
+    f.last_checkpoint.as_ref().map_or(0, |c| c.wal_from)
 }
 
-fn checkpoint_age_seconds(engine: &Engine) -> f64 {
-    engine
-        .last_checkpoint()
+fn checkpoint_age_seconds(f: &crate::pipeline::Figures) -> f64 {
+    f.last_checkpoint
+        .as_ref()
         .map_or(0.0, |c| now_ms().saturating_sub(c.at_ms) as f64 / 1e3)
 }
 
@@ -448,16 +449,17 @@ fn file_figures(engine: &Engine) -> Vec<Figure> {
 /// Memory by part and the request keys.
 fn memory_figures(engine: &Engine) -> Vec<Figure> {
     let mem = engine.memory();
+    let f = engine.figures();
     vec![
         gauge(
             "roost_live_request_keys",
             "Request keys remembered now (inside the window or not yet checkpointed).",
-            engine.live_keys() as u64,
+            f.live_keys() as u64,
         ),
         gauge(
             "roost_key_index_runs",
             "Sorted runs of the request-key index on disk.",
-            engine.key_index_stats().runs,
+            f.key_index.runs,
         ),
         gauge(
             "roost_memory_key_filter",
@@ -546,9 +548,9 @@ fn role(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
 /// Per shard: live records and compaction.
 fn per_shard(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
     let records = engine
-        .shard_counts()
+        .shard_figures()
         .into_iter()
-        .map(|(name, n)| (name, ConstGauge::new(n as u64)));
+        .map(|(name, f)| (name, ConstGauge::new(f.records as u64)));
     let head = (
         "roost_shard_records",
         "Live records per shard.",

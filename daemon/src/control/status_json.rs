@@ -2,12 +2,13 @@
 //! figures (and a cluster node's view). The shape is a public contract: fields are only
 //! added, never renamed or removed. Never writes anything.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
 use crate::cluster::Cluster;
-use crate::pipeline::{now_ms, Engine};
+use crate::pipeline::{now_ms, Engine, Figures};
 use crate::replica::{Node, Replication};
 
 /// [`status_json`] with the `cluster` object of a cluster node.
@@ -23,11 +24,12 @@ pub fn status_with(node: &Node, cluster: Option<&Cluster>) -> serde_json::Value 
 pub fn status_json(node: &Node) -> serde_json::Value {
     let engine = &*node.engine;
     let s = &engine.stats;
-    let (appends, syncs) = engine.wal_stats();
-    let (rounds, published) = engine.publish_stats();
+    let f = engine.figures();
+    let (appends, syncs) = (f.wal_appends, f.wal_syncs);
+    let (rounds, published) = (f.result_rounds, f.results_published);
     let committed = s.committed.load(Ordering::Relaxed);
     let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
-    let rec = engine.recovery_report();
+    let rec = &f.recovery;
     json!({
         "epoch": node.repl.epoch_shown(),
         "replication": replication_json(engine, &node.repl),
@@ -58,15 +60,15 @@ pub fn status_json(node: &Node) -> serde_json::Value {
         "bulk": bulk_json(engine),
         "file_groups": s.file_groups.load(Ordering::Relaxed),
         "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
-        "checkpoint": checkpoint_json(engine),
-        "live_keys": engine.live_keys(),
+        "checkpoint": checkpoint_json(&f),
+        "live_keys": f.live_keys(),
         "memory": memory_json(engine),
-        "key_index": key_index_json(engine),
-        "shard_limit": shard_limit_json(engine),
+        "key_index": key_index_json(engine, &f),
+        "shard_limit": shard_limit_json(engine, &f),
         "shard_compaction": compaction_json(engine),
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        "uptime_ms": engine.uptime_ms(),
-        "shards": engine.shard_counts(),
+        "uptime_ms": f.uptime_ms,
+        "shards": engine.shard_figures().into_iter().map(|(k, s)| (k, s.records)).collect::<BTreeMap<_, _>>(),
         "latency_ms": latency_json(engine),
         "recovery": {
             "duration_ms": rec.duration.as_millis() as u64,
@@ -99,10 +101,10 @@ fn latency_json(engine: &Engine) -> serde_json::Value {
 }
 
 /// The shards that exist and are open, their limits, idle closes and reopens.
-fn shard_limit_json(engine: &Engine) -> serde_json::Value {
+fn shard_limit_json(engine: &Engine, f: &Figures) -> serde_json::Value {
     json!({
-        "shards": engine.shards_known(),
-        "open": engine.shards_open(),
+        "shards": f.shards_known,
+        "open": f.shards_open,
         "shards_max": engine.config().shards_max,
         "shard_threads": engine.config().shard_threads,
         "shard_idle_close_ms": engine.config().shard_idle_close_ms,
@@ -153,8 +155,8 @@ fn memory_json(engine: &Engine) -> serde_json::Value {
 }
 
 /// The request-key index on disk: runs, keys they hold, bytes, merges, keys read through it.
-fn key_index_json(engine: &Engine) -> serde_json::Value {
-    let ix = engine.key_index_stats();
+fn key_index_json(engine: &Engine, f: &Figures) -> serde_json::Value {
+    let ix = f.key_index;
     json!({
         "runs": ix.runs,
         "keys": ix.entries,
@@ -218,8 +220,8 @@ fn bulk_json(engine: &Engine) -> serde_json::Value {
 }
 
 /// The last checkpoint: where recovery starts, its age; `null` before the first.
-fn checkpoint_json(engine: &Engine) -> serde_json::Value {
-    match engine.last_checkpoint() {
+fn checkpoint_json(f: &Figures) -> serde_json::Value {
+    match &f.last_checkpoint {
         None => serde_json::Value::Null,
         Some(c) => json!({
             "wal_from": c.wal_from,

@@ -18,6 +18,7 @@
 //! lines answered already answer again by their keys, with the same ids. A crash anywhere
 //! ends the same way: the file is still in `new/` until its result is out.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use tracing::{debug, info, warn};
 use super::invalid_files::quarantine;
 use super::Shared;
 use crate::batch::{Batch, BatchResult, Invalid};
+use crate::config::Config;
 use crate::error::EngineError;
 use crate::intake::bulk_lines::{self as lines, Limits, Line};
 use crate::pipeline::intake_bytes::IntakeHeld;
@@ -42,9 +44,7 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
             file = name,
             "bulk file waits for a place (bulk_files_in_flight_max)"
         );
-        if let Ok(mut w) = sh.bulk_waiting.lock() {
-            w.push(name.to_owned());
-        }
+        wait_in_new(sh, name);
         return Ok(());
     };
     let path = engine.spool().new.join(name);
@@ -55,20 +55,33 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         request_key: None,
         error,
     };
-    let bytes = match read_dropped_as(&path, cfg.bulk_file_bytes_max, "bulk_file_bytes_max") {
-        Ok(Intake::Gone) => return Ok(()),
-        Ok(Intake::Refused(reason)) => return quarantine(sh, name, &whole(reason)),
-        Ok(Intake::Bytes(b)) => b,
-        Err(e) => {
-            let why = format!("cannot read: {e}");
-            return quarantine(sh, name, &whole(why));
-        }
+    let bytes = match read_whole(cfg, &path) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(()),
+        Err(why) => return quarantine(sh, name, &whole(why)),
     };
-    let limits = Limits::of(cfg);
-    let batches = match lines::lines(&bytes, &limits) {
+    let batches = match lines::lines(&bytes, &Limits::of(cfg)) {
         Ok(l) => l,
         Err(why) => return quarantine(sh, name, &whole(why)),
     };
+    answer_and_publish(sh, name, &batches)
+}
+
+/// The bulk file at `path`, read whole under `bulk_file_bytes_max`: `None` when it is gone,
+/// `Err` with why when it is refused whole (the caller quarantines it).
+fn read_whole(cfg: &Config, path: &Path) -> Result<Option<Vec<u8>>, String> {
+    match read_dropped_as(path, cfg.bulk_file_bytes_max, "bulk_file_bytes_max") {
+        Ok(Intake::Gone) => Ok(None),
+        Ok(Intake::Refused(reason)) => Err(reason),
+        Ok(Intake::Bytes(b)) => Ok(Some(b)),
+        Err(e) => Err(format!("cannot read: {e}")),
+    }
+}
+
+/// Answers the lines of bulk file `name` (through the leader when this node forwards) and
+/// publishes its result, or leaves the file in `new/` for later (see the module comment).
+fn answer_and_publish(sh: &Shared, name: &str, batches: &[Line<'_>]) -> Result<(), EngineError> {
+    let engine = &sh.engine;
     let t0 = Instant::now();
     let ending = sh.ending.subscribe();
     let stop = || *ending.borrow();
@@ -83,7 +96,7 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
         Some(_) => &forwarded,
         None => &local,
     };
-    let Some(answers) = answer_lines_with(engine, (name, &batches), &stop, submit)? else {
+    let Some(answers) = answer_lines_with(engine, (name, batches), &stop, submit)? else {
         engine.stats.bulk.deferred.fetch_add(1, Ordering::Relaxed);
         info!(
             file = name,
@@ -107,12 +120,20 @@ pub(crate) fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Bulk file `name` waits in `new/` until a bulk file frees its place or its bytes: it is
+/// handed back to the loop then ([`Slot`]'s drop).
+fn wait_in_new(sh: &Shared, name: &str) {
+    if let Ok(mut w) = sh.bulk_waiting.lock() {
+        w.push(name.to_owned());
+    }
+}
+
 /// The bulk file's size held against `intake_bytes_max` before it is read (given back
 /// once it is answered, before its place), or `None` when it does not fit now: the file
 /// waits in `new/` and is handed back to the loop when a bulk file frees its place. A file
 /// that cannot be looked at is read anyway (the read says why); one over
 /// `bulk_file_bytes_max` holds that much (the read refuses it).
-fn take_bytes(sh: &Shared, path: &std::path::Path, name: &str) -> Option<Option<IntakeHeld>> {
+fn take_bytes(sh: &Shared, path: &Path, name: &str) -> Option<Option<IntakeHeld>> {
     let cfg = sh.engine.config();
     let Ok(meta) = std::fs::metadata(path) else {
         return Some(None);
@@ -126,9 +147,7 @@ fn take_bytes(sh: &Shared, path: &std::path::Path, name: &str) -> Option<Option<
                 bytes = n,
                 "bulk file waits for room (intake_bytes_max)"
             );
-            if let Ok(mut w) = sh.bulk_waiting.lock() {
-                w.push(name.to_owned());
-            }
+            wait_in_new(sh, name);
             None
         }
     }
@@ -408,7 +427,7 @@ impl<'a> Lines<'a> {
             match lines::parse_line(line, &self.limits) {
                 Err(inv) => {
                     debug!(file = self.name, line = line.number, error = %inv.error, "invalid bulk line");
-                    engine.note_invalid();
+                    engine.stats.invalid.fetch_add(1, Ordering::Relaxed);
                     parsed.push(Err(BatchResult::invalid(&inv)));
                 }
                 Ok(b) => parsed.push(Ok((b, source))),

@@ -1,6 +1,8 @@
 //! An invalid spool file: its `invalid` answer published and the file moved to `failed/`
 //! (bounded by `FailedDir`), for single files and bulk files alike.
 
+use std::sync::atomic::Ordering;
+
 use tracing::{error, warn};
 
 use super::Shared;
@@ -24,7 +26,7 @@ pub(crate) fn quarantine(sh: &Shared, name: &str, inv: &batch::Invalid) -> Resul
             f.add(name, cfg.failed_files_max, cfg.failed_bytes_max);
         }
     }
-    engine.note_invalid();
+    engine.stats.invalid.fetch_add(1, Ordering::Relaxed);
     let wrote = engine.publish(name, &BatchResult::invalid(inv));
     match &moved {
         // The move lasts at once: a file that came back to new/ would be judged again

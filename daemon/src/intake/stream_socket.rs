@@ -407,7 +407,11 @@ async fn start_lines(ctx: &Ctx, lines: Vec<(Line, Place)>, conn: u64, n: &mut u6
                 answers.push(None);
             }
             Err(inv) => {
-                ctx.shared.engine.note_invalid();
+                ctx.shared
+                    .engine
+                    .stats
+                    .invalid
+                    .fetch_add(1, Ordering::Relaxed);
                 answers.push(Some(ready(Answer::Result(BatchResult::invalid(&inv)))));
             }
         }

@@ -88,7 +88,7 @@ impl Engine {
                 WalEntry::Done(done) => {
                     if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
-                        self.wait_unflushed(sent)?;
+                        sent.map(|s| self.wait_commits(s)).transpose()?;
                     }
                     let w = FlushWith {
                         audit: self.log.audit(),
@@ -98,14 +98,19 @@ impl Engine {
                 }
                 _ => {}
             }
-            offsets.push(self.append_entry(*e)?);
+            // The record into this WAL (a new epoch first into `LEADER_EPOCHS`).
+            self.log_role.note_epoch(e.epoch(), e.lsn())?;
+            let wal = self.log.wal();
+            let (_, offset) =
+                wal.append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
+            offsets.push(offset);
         }
         let sent = self.send_unflushed(&run)?;
         let synced = match decoded.last() {
             Some((last, _)) => self.log.wal().sync_to(last.lsn()),
             None => Ok(()),
         };
-        let applied = self.wait_unflushed(sent);
+        let applied = sent.map(|s| self.wait_commits(s)).transpose();
         synced?;
         applied?;
         let w = FlushWith {
@@ -116,20 +121,10 @@ impl Engine {
         Ok(offsets)
     }
 
-    /// One record into this WAL (a new epoch first into `LEADER_EPOCHS`); its offset.
-    fn append_entry<E: Fetched>(&self, e: &E) -> Result<u64, EngineError> {
-        self.log_role.note_epoch(e.epoch(), e.lsn())?;
-        let (_, offset) =
-            self.log
-                .wal()
-                .append_replicated_at(e.lsn(), e.epoch(), e.kind(), e.payload())?;
-        Ok(offset)
-    }
-
     /// A run of claims' shard transactions sent to their owners and their audit rows
     /// written (fetched claims have no audit rows here yet: rows past the WAL's end were
-    /// cut at start-up); remembered until flushed. [`Engine::wait_unflushed`] waits for
-    /// the owners.
+    /// cut at start-up); remembered until flushed. The caller waits for the owners
+    /// ([`Engine::wait_commits`]).
     fn send_unflushed<'c>(
         &self,
         run: &[(Lsn, &'c ClaimRecord)],
@@ -153,13 +148,6 @@ impl Engine {
         }
         u.last_row = row.or(u.last_row);
         Ok(Some(sent))
-    }
-
-    fn wait_unflushed(&self, sent: Option<SentCommits<'_>>) -> Result<(), EngineError> {
-        match sent {
-            Some(sent) => self.wait_commits(sent).map(|_| ()),
-            None => Ok(()),
-        }
     }
 
     /// A standby's recovery: each claim's shard transactions and audit rows (held lsns and

@@ -28,6 +28,7 @@ use roost_wal::Lsn;
 use tracing::{debug, info};
 
 use super::crash::Step;
+use super::env::Env;
 use super::keys;
 use super::records::{self, Checkpoint};
 use super::Engine;
@@ -82,7 +83,7 @@ impl Engine {
         self.env.hit(Step::AfterKeyIndex.at())?;
         c.keys_through = c.wal_from.saturating_sub(1);
         c.at_ms = now;
-        self.write_checkpoint(&c)?;
+        write_checkpoint(&self.env, &c)?;
         let horizon = c.wal_from.saturating_sub(1);
         self.shards.horizon().store(horizon, Ordering::Relaxed);
         lock(&self.planner).forget_below(c.wal_from);
@@ -106,7 +107,7 @@ impl Engine {
     /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or
     /// `checkpoint_interval_ms` passed with something appended, or the key cache full.
     pub fn checkpoint_due(&self) -> bool {
-        let full = self.cached_keys() as u64 >= self.env.config.key_cache_keys_max();
+        let full = lock(&self.planner).keys.len() as u64 >= self.env.config.key_cache_keys_max();
         let st = self.log.state();
         let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
         if full && since >= KEY_CACHE_RETRY {
@@ -142,11 +143,6 @@ impl Engine {
     /// Compaction figures per open shard.
     pub fn shard_compaction(&self) -> BTreeMap<String, roost_shards::CompactionStats> {
         self.shards.compaction()
-    }
-
-    /// The last checkpoint, if any.
-    pub fn last_checkpoint(&self) -> Option<Checkpoint> {
-        self.log.last_checkpoint()
     }
 
     /// Under the planner lock: X (the first open claim, else the WAL's end), the audit mark,
@@ -186,14 +182,6 @@ impl Engine {
         }
     }
 
-    /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.
-    fn write_checkpoint(&self, c: &Checkpoint) -> Result<(), EngineError> {
-        let bytes = records::encode_checkpoint(c).map_err(EngineError::Encode)?;
-        self.env
-            .replace_file(&self.env.layout.checkpoint(), &bytes)?;
-        self.env.hit(Step::AfterCheckpoint.at())
-    }
-
     /// Step 4: index runs wholly out of the window removed, the key table trimmed below the
     /// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments
     /// removed).
@@ -207,4 +195,11 @@ impl Engine {
             (self.log.retire_audit(c, bytes_max, secs_max)).inspect_err(|_| self.env.fail())?;
         Ok((forgot, audit))
     }
+}
+
+/// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.
+fn write_checkpoint(env: &Env, c: &Checkpoint) -> Result<(), EngineError> {
+    let bytes = records::encode_checkpoint(c).map_err(EngineError::Encode)?;
+    env.replace_file(&env.layout.checkpoint(), &bytes)?;
+    env.hit(Step::AfterCheckpoint.at())
 }

@@ -45,29 +45,9 @@ pub struct MemoryReport {
 }
 
 impl Engine {
-    /// Shards that exist, against `shards_max` (issue 25, item 3).
-    pub fn shards_known(&self) -> usize {
-        self.shards.known_count()
-    }
-
-    /// Keys remembered now: those the WAL answers plus those the index holds (a run's keys
-    /// count until the run expires whole).
-    pub fn live_keys(&self) -> usize {
-        self.cached_keys() + self.keys.index_stats().entries as usize
-    }
-
-    /// Keys in the in-memory map (not yet checkpointed, or in flight).
-    pub fn cached_keys(&self) -> usize {
-        roost_storage::lock(&self.planner).keys.len()
-    }
-
-    pub fn key_index_stats(&self) -> roost_keyindex::IndexStats {
-        self.keys.index_stats()
-    }
-
     pub fn memory(&self) -> MemoryReport {
         let ix = self.keys.index_stats();
-        let cache_keys = self.cached_keys() as u64;
+        let cache_keys = roost_storage::lock(&self.planner).keys.len() as u64;
         // A closed shard's index is not in memory.
         let open: Vec<_> = self
             .shard_figures()

@@ -19,12 +19,14 @@
 //! The engine's parts, each owning its state: `logs` (the WAL, the audit log, the claim
 //! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
 //! `shard_set` (the shard pool), `answers` (the spool and the publisher), `pause` (intake
-//! paused on a full disk), `env` (storage, configuration, the latch, the directory lock).
+//! paused on a full disk), `env` (storage, configuration, the latch, the directory lock),
+//! `planner` (what the planner lock guards: keys, the id counter, overlays, open claims).
 //! The steps that coordinate them: `plan` (the way in, Plan and Claim), `finish` (Commit,
 //! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
 //! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
 //! and audit payloads), `owner` (shard owners on a thread pool), `crash` (named crash
-//! points), `trigger` (before-triggers), `stats` (counters, histograms).
+//! points), `trigger` (before-triggers), `stats` (counters, histograms), `figures` (what
+//! status and metrics read of the parts, in one snapshot).
 
 mod answers;
 mod apply;
@@ -37,6 +39,7 @@ pub mod crash;
 pub mod disk;
 mod effects_flush;
 mod env;
+mod figures;
 mod finish;
 mod held;
 pub mod intake_bytes;
@@ -49,6 +52,7 @@ mod names;
 mod owner;
 mod pause;
 mod plan;
+mod planner;
 pub mod records;
 mod recover;
 mod room;
@@ -60,7 +64,7 @@ pub mod stats;
 mod tails;
 pub mod trigger;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -77,9 +81,11 @@ use crate::spool::{Publisher, SpoolPaths};
 use crash::CrashHook;
 use disk::io_err;
 use keys::{KeyAt, KeyFound, KeyState};
+use planner::Planner;
 use stats::Stats;
 
 pub use apply::Fetched;
+pub use figures::Figures;
 pub use finish::committed_result;
 pub use keys::now_ms;
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
@@ -99,100 +105,6 @@ pub struct EngineOptions {
     pub crash: Arc<dyn CrashHook>,
     /// Makes the engine's [`LogRole`] once its WAL is open (`roost::replica::Opener`).
     pub log_role: Arc<dyn OpenLogRole>,
-}
-
-/// Ids planned but not yet committed, per shard: planning sees committed state plus these.
-#[derive(Default)]
-struct Overlay {
-    created: HashSet<u64>,
-    deleted: HashSet<u64>,
-}
-
-impl Overlay {
-    /// The shard applied a create (`created`) or a delete of `id`: the shard says from now
-    /// on. A delete also takes the id out of `created`, where an earlier create's batch may
-    /// still have left it (waiting on another of its shards): otherwise a later delete of
-    /// the same id would plan as if it still existed. Ids are never reused.
-    fn applied(&mut self, id: u64, created: bool) {
-        if !created {
-            self.deleted.remove(&id);
-        }
-        self.created.remove(&id);
-    }
-}
-
-/// What the planner lock guards: the request keys, the id counter, the overlays.
-struct Planner {
-    keys: HashMap<String, KeyState>,
-    next_id: u64,
-    overlay: HashMap<String, Overlay>,
-    /// Claims whose `done` is not known durable, by spool name (`names.rs`).
-    tails: tails::Tails,
-    /// Claims without a `done` record yet, each with the audit log's next lsn when it was
-    /// made (its rows come after): the next checkpoint stops below the first.
-    open: BTreeMap<Lsn, Lsn>,
-    /// Per shard, the largest claim lsn with a `done` record: every frame up to it flushed.
-    vouched: HashMap<String, Lsn>,
-    /// The last claim this planner made: its lsn and the id after its ids (checked by
-    /// `invariants::claim_follows`).
-    last_claim: (Lsn, u64),
-}
-
-impl Planner {
-    fn new() -> Planner {
-        Planner {
-            keys: HashMap::new(),
-            next_id: 1,
-            overlay: HashMap::new(),
-            tails: tails::Tails::default(),
-            open: BTreeMap::new(),
-            vouched: HashMap::new(),
-            last_claim: (0, 0),
-        }
-    }
-
-    /// The shards hold these batches' ops now (each touched shard's name and the ids its
-    /// transaction creates or deletes): planning no longer needs their overlays.
-    fn applied<'t>(&mut self, touched: impl Iterator<Item = (&'t str, &'t [(u64, bool)])>) {
-        for (name, ids) in touched {
-            let Some(o) = self.overlay.get_mut(name) else {
-                continue;
-            };
-            for &(id, created) in ids {
-                o.applied(id, created);
-            }
-        }
-    }
-
-    /// The claim `c` is settled and its `done` record appended at `done`: a checkpoint may
-    /// pass it, a later batch under its spool name may be answered once the `done` is
-    /// durable, and every frame of its shards up to its lsn is flushed (they apply in lsn
-    /// order). The caller wakes the waiters once the lock is released.
-    fn close(&mut self, c: &round_queue::Waiting, done: Lsn) {
-        self.tails.done(&c.source, c.lsn, done);
-        for (name, _) in &c.shards {
-            match self.vouched.get_mut(name) {
-                Some(v) => *v = (*v).max(c.lsn),
-                None => {
-                    self.vouched.insert(name.clone(), c.lsn);
-                }
-            }
-        }
-        self.open.remove(&c.lsn);
-    }
-
-    /// A checkpoint's step 3 (`checkpoint.rs`): keys whose batch is below `wal_from` leave
-    /// the map (a key a newer batch took stays): the index answers them from now on. Every
-    /// batch below `wal_from` is finished and its key is in the table and its index: the
-    /// keys this checkpoint moved, and those an earlier checkpoint copied and indexed before
-    /// a crash kept its `CHECKPOINT` from being written (the replay put them back in the
-    /// map; their WAL goes next).
-    fn forget_below(&mut self, wal_from: Lsn) {
-        self.keys.retain(|_, k| k.lsn >= wal_from);
-        if self.keys.capacity() > 4 * self.keys.len().max(1024) {
-            self.keys.shrink_to_fit(); // give back what a burst between checkpoints took
-        }
-    }
 }
 
 /// The engine coordinates its parts; each owns its state behind a narrow interface.
@@ -308,20 +220,12 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn recovery_report(&self) -> &RecoveryReport {
-        &self.recovery
-    }
-
     pub fn spool(&self) -> &SpoolPaths {
         self.answers.spool()
     }
 
     pub fn config(&self) -> &Config {
         &self.env.config
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        self.env.layout.data_dir()
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -336,29 +240,10 @@ impl Engine {
         self.env.is_failed()
     }
 
-    /// Record counts per shard opened since start (a shard closed while idle answers with
-    /// the count it closed with).
-    pub fn shard_counts(&self) -> BTreeMap<String, usize> {
-        self.shard_figures()
-            .into_iter()
-            .map(|(k, f)| (k, f.records))
-            .collect()
-    }
-
-    /// Each shard opened since start: its records, largest id, and whether it is open now.
+    /// Each shard opened since start: its records, largest id, and whether it is open now
+    /// (a shard closed while idle answers with the record count it closed with).
     pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
         self.shards.figures()
-    }
-
-    /// Shards whose `Shard` is open now (maps, file descriptors and lock held); those that
-    /// exist beyond it are closed (`shard_idle_close_ms`, or not used since start).
-    pub fn shards_open(&self) -> u64 {
-        self.stats.shards_open.load(Ordering::Relaxed)
-    }
-
-    /// Milliseconds since open.
-    pub fn uptime_ms(&self) -> u64 {
-        self.env.uptime_ms()
     }
 
     /// The last lsn written to the WAL.
@@ -377,6 +262,7 @@ impl Engine {
         // wedged on a flush stops the watchdog like a wedged batch (`settle.rs`).
         let waiting = self.stats.tail_waiting.load(Ordering::Relaxed);
         let since = self
+            .env
             .uptime_ms()
             .saturating_sub(self.stats.last_progress_ms.load(Ordering::Relaxed));
         (in_flight == 0 && waiting == 0) || since < stall.as_millis() as u64
@@ -395,28 +281,6 @@ impl Engine {
             self.log.wal().sync_to(last)?;
         }
         Ok(())
-    }
-
-    pub fn wal_stats(&self) -> (u64, u64) {
-        (self.log.wal().append_count(), self.log.wal().sync_count())
-    }
-
-    /// (appends, syncs) of the audit log since open.
-    pub fn audit_stats(&self) -> (u64, u64) {
-        (
-            self.log.audit().append_count(),
-            self.log.audit().sync_count(),
-        )
-    }
-
-    /// (rounds, results) published since start.
-    pub fn publish_stats(&self) -> (u64, u64) {
-        self.answers.stats()
-    }
-
-    /// Records an invalid input: counted, result written, input already moved by the caller.
-    pub fn note_invalid(&self) {
-        self.stats.invalid.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn role(&self) -> Role {
@@ -561,29 +425,5 @@ pub fn lock_data_dir(
         Ok(l) => Ok(Some(l)),
         Err(LockError::Held { path }) => Err(EngineError::Locked { path }),
         Err(LockError::Io { op, path, source }) => Err(EngineError::Io { op, path, source }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Overlay;
-
-    #[test]
-    fn an_applied_delete_takes_the_id_out_of_a_create_still_in_the_overlay() {
-        // Batch 1 created 100 (applied on this shard, its overlay kept while it waits on
-        // another shard); batch 2 deleted 100 and was applied here: 100 exists no more.
-        let mut o = Overlay::default();
-        o.created.insert(100);
-        o.deleted.insert(100);
-        o.applied(100, false);
-        assert!(!o.created.contains(&100) && !o.deleted.contains(&100));
-        // Batch 1's own clearing afterwards changes nothing.
-        o.applied(100, true);
-        assert!(o.created.is_empty() && o.deleted.is_empty());
-        // A delete planned but not applied yet still hides a create already applied.
-        o.created.insert(7);
-        o.deleted.insert(7);
-        o.applied(7, true);
-        assert!(o.deleted.contains(&7) && !o.created.contains(&7));
     }
 }

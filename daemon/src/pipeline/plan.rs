@@ -29,8 +29,10 @@ use tracing::{debug, warn};
 use super::crash::Step;
 use super::invariants;
 use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
-use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Overlay, Planner};
+use super::stats::Stats;
+use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
+use crate::config::Config;
 use crate::error::EngineError;
 use crate::spool;
 use crate::spool::Prepared;
@@ -249,13 +251,17 @@ impl Engine {
     fn before_lock(&self, b: &Batch, first_with_key: bool) -> Result<Slot, EngineError> {
         let fp = fingerprint(b);
         if first_with_key {
-            if let Some(r) = self.check_key(&b.request_key, fp)? {
+            // The answer for a key already seen, if it has one: a conflict (another
+            // fingerprint) or the original result (finished). An unfinished claim of the
+            // same batch has none yet.
+            let k = lock(&self.planner).key(&self.keys, &b.request_key)?;
+            if let Some(r) = self.answer_for(&b.request_key, fp, k)? {
                 return Ok(Slot::Answered(r));
             }
         }
         Ok(Slot::Plan {
             fp,
-            static_reject: self.precheck(b),
+            static_reject: precheck(&self.env.config, b),
         })
     }
 
@@ -305,78 +311,32 @@ impl Engine {
         self.env.check()?;
         // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
         self.gate_wal()?;
-        match self.key_state(p, &b.request_key)?.map(|k| k.check(fp)) {
+        match p.key(&self.keys, &b.request_key)?.map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),
             None | Some(KeyFound::Free) => {}
         }
+        // The checks that depend on state, up to the static rejection: the first op that
+        // would create a shard past `shards_max` (`shard_limit.rs`), else the first delete
+        // of an id that does not exist before it.
         let limit = static_reject.as_ref().map_or(b.ops.len(), |(i, _)| *i);
-        if let Some(why) = self.plan_state(p, b, limit)?.or(static_reject) {
+        let over = self.shards.first_over(b, limit, self.env.config.shards_max);
+        let limit = over.as_ref().map_or(limit, |(i, _)| *i);
+        let state_reject = p.missing_delete(&self.shards, b, limit)?.or(over);
+        if let Some(why) = state_reject.or(static_reject) {
             let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
-            let r = self.rejected(&rec.request_key, rec.op_index as usize, rec.reason);
+            let r = rejected(
+                &self.stats,
+                &rec.request_key,
+                rec.op_index as usize,
+                rec.reason,
+            );
             return Ok(Slot::Rejected(lsn, r));
         }
         self.env.hit(Step::AfterPlan.at())?;
         self.reserve_room(b)?;
         let (lsn, claim) = self.claim(p, b, source, fp)?;
         Ok(Slot::Claimed(lsn, claim))
-    }
-
-    /// Static checks and before-triggers, in op order, without any lock: the first op that
-    /// fails and why. These outcomes depend on the op alone, so they are the same on every
-    /// attempt.
-    pub(super) fn precheck(&self, batch: &Batch) -> Option<(usize, String)> {
-        for (i, op) in batch.ops.iter().enumerate() {
-            let Some(sc) = self.env.config.shard(op.shard()) else {
-                let reason = format!(
-                    "shard {:?} is not declared in the configuration",
-                    op.shard()
-                );
-                return Some((i, reason));
-            };
-            if let BatchOp::Create { record, .. } = op {
-                if record.len() > sc.record_bytes_max as usize {
-                    let reason = format!(
-                        "record is {} bytes, over record_bytes_max {}",
-                        record.len(),
-                        sc.record_bytes_max
-                    );
-                    return Some((i, reason));
-                }
-                if let Some(f) = missing_field(record, &sc.required_fields) {
-                    return Some((i, format!("record lacks required field {f:?}")));
-                }
-            }
-            if let Some(argv) = &sc.before_trigger {
-                let input = trigger_input(&batch.request_key, i, op);
-                let limit = Duration::from_millis(sc.trigger_timeout_ms);
-                if let Err(reason) = super::trigger::run(argv, &input, limit) {
-                    return Some((i, reason));
-                }
-            }
-        }
-        None
-    }
-
-    /// The answer for a key already seen, if it has one: a conflict (another fingerprint) or
-    /// the original result (finished). An unfinished claim of the same batch has none yet.
-    pub(super) fn check_key(&self, key: &str, fp: u64) -> Result<Option<BatchResult>, EngineError> {
-        let k = self.key_state(&lock(&self.planner), key)?;
-        self.answer_for(key, fp, k)
-    }
-
-    /// What the planner knows of `key`: the map (keys the WAL still answers), else the
-    /// index on disk. Called under the planner lock: a checkpoint adds a key's run before
-    /// it takes the key out of the map, so a key is always in one or the other.
-    pub(super) fn key_state(
-        &self,
-        p: &Planner,
-        key: &str,
-    ) -> Result<Option<KeyState>, EngineError> {
-        match p.keys.get(key) {
-            Some(k) => Ok(Some(*k)),
-            None => self.keys.indexed(key),
-        }
     }
 
     /// Must be called without the planner lock (it may sync the WAL).
@@ -393,7 +353,7 @@ impl Engine {
             // could take it and the key would then plan as new (issue 13, item 6).
             KeyFound::Answered(k) if k.fingerprint != fp => {
                 self.answer_durable(k.lsn)?;
-                Ok(Some(self.conflict(key, k.lsn)))
+                Ok(Some(conflict(&self.stats, key, k.lsn)))
             }
             KeyFound::Answered(k) => {
                 self.answer_durable(k.lsn)?;
@@ -409,7 +369,7 @@ impl Engine {
         let mut p = lock(&self.planner);
         loop {
             self.env.check()?;
-            match self.key_state(&p, key)?.map(|k| k.check(fp)) {
+            match p.key(&self.keys, key)?.map(|k| k.check(fp)) {
                 // The batch in flight gave up its answer (a stop, a step down): so does this.
                 Some(KeyFound::InFlight) => self.log_role.still_answering(p.keys[key].lsn)?,
                 None | Some(KeyFound::Free | KeyFound::Answered(_)) => return Ok(()),
@@ -421,47 +381,6 @@ impl Engine {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-    }
-
-    /// The checks that depend on state, under the planner lock, up to `limit`: the first op
-    /// that would create a shard past `shards_max` (`shard_limit.rs`), else the first delete
-    /// of an id that does not exist before it.
-    pub(super) fn plan_state(
-        &self,
-        p: &Planner,
-        batch: &Batch,
-        limit: usize,
-    ) -> Result<Option<(usize, String)>, EngineError> {
-        let over = self
-            .shards
-            .first_over(batch, limit, self.env.config.shards_max);
-        let limit = over.as_ref().map_or(limit, |(i, _)| *i);
-        Ok(self.plan_deletes(p, batch, limit)?.or(over))
-    }
-
-    /// Walks the deletes up to `limit` in order against committed state plus planned
-    /// overlays: the first that names an id that does not exist, and why.
-    fn plan_deletes(
-        &self,
-        p: &Planner,
-        batch: &Batch,
-        limit: usize,
-    ) -> Result<Option<(usize, String)>, EngineError> {
-        let mut deleted_here: HashSet<(&str, u64)> = HashSet::new();
-        for (i, op) in batch.ops[..limit].iter().enumerate() {
-            if let BatchOp::Delete { shard, id } = op {
-                let exists =
-                    self.exists(p, shard, *id)? && !deleted_here.contains(&(shard.as_str(), *id));
-                if !exists {
-                    return Ok(Some((
-                        i,
-                        format!("id {id} does not exist on shard {shard}"),
-                    )));
-                }
-                deleted_here.insert((shard, *id));
-            }
-        }
-        Ok(None)
     }
 
     /// Claim, under the planner lock: mint ids, append plan + ids + fingerprint as one WAL
@@ -497,48 +416,13 @@ impl Engine {
         };
         invariants::claim_follows(p.last_claim, lsn, first_id);
         p.last_claim = (lsn, p.next_id);
-        self.register_claim(p, lsn, offset, &claim)?;
-        Ok((lsn, claim))
-    }
-
-    /// The claim appended at `lsn` (WAL `offset`), registered under the planner lock: its
-    /// shards' turns, the overlays of the ids it creates and deletes, its key, its name's
-    /// claim and where the audit log stood.
-    fn register_claim(
-        &self,
-        p: &mut Planner,
-        lsn: Lsn,
-        offset: u64,
-        claim: &ClaimRecord,
-    ) -> Result<(), EngineError> {
+        // Registered under the planner lock: its shards' turns, then the planner's state.
         for name in claim.touched_shards() {
             let slot = self.shards.slot(name)?;
             lock(&slot.turns).insert(lsn);
         }
-        for op in &claim.ops {
-            // Looked up before an entry is made: no name copied per op once the shard has one.
-            if !p.overlay.contains_key(op.shard()) {
-                p.overlay.insert(op.shard().to_owned(), Overlay::default());
-            }
-            let Some(o) = p.overlay.get_mut(op.shard()) else {
-                continue;
-            };
-            match op {
-                PlannedOp::Create { id, .. } => o.created.insert(*id),
-                PlannedOp::Delete { id, .. } => o.deleted.insert(*id),
-            };
-        }
-        let key = KeyState {
-            lsn,
-            fingerprint: claim.fingerprint,
-            done: false,
-            rejected: false,
-            at: KeyAt::Wal { offset },
-        };
-        p.keys.insert(claim.request_key.clone(), key);
-        p.tails.claimed(&claim.source, lsn);
-        p.open.insert(lsn, self.log.audit().next_lsn());
-        Ok(())
+        p.register(lsn, offset, &claim, self.log.audit().next_lsn());
+        Ok((lsn, claim))
     }
 
     /// Under the planner lock: appends a `rejected` record (not synced) and binds the key
@@ -589,46 +473,6 @@ impl Engine {
         self.wait_replicated(lsn)
     }
 
-    /// Whether `id` exists on `shard` for planning: committed state plus planned overlays.
-    fn exists(&self, p: &Planner, shard: &str, id: u64) -> Result<bool, EngineError> {
-        if let Some(o) = p.overlay.get(shard) {
-            if o.deleted.contains(&id) {
-                return Ok(false);
-            }
-            if o.created.contains(&id) {
-                return Ok(true);
-            }
-        }
-        // A shard never written has no segments yet: nothing exists on it, and a rejected
-        // delete must not create it.
-        let open = self.shards.opened(shard);
-        let slot = match open {
-            Some(s) => s,
-            None if self.shards.has_segments(shard) => self.shards.slot(shard)?,
-            None => return Ok(false),
-        };
-        slot.contains(id)
-    }
-
-    pub(super) fn rejected(&self, key: &str, op_index: usize, reason: String) -> BatchResult {
-        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        debug!(request_key = key, op_index, reason = %reason, "batch rejected");
-        BatchResult::Rejected {
-            request_key: key.to_owned(),
-            op_index: op_index as u32,
-            reason,
-        }
-    }
-
-    fn conflict(&self, key: &str, lsn: Lsn) -> BatchResult {
-        self.stats.conflict.fetch_add(1, Ordering::Relaxed);
-        BatchResult::Conflict {
-            request_key: key.to_owned(),
-            lsn,
-            reason: format!("request key already used at lsn {lsn} with a different batch"),
-        }
-    }
-
     /// The original answer for a key seen before: its claim's committed result, or its
     /// recorded rejection, read from the one record that holds it (the WAL, or the key table
     /// once the WAL below a checkpoint is gone).
@@ -644,7 +488,7 @@ impl Engine {
                     // A checkpoint moved the key to the table and retired the segment since
                     // `k` was read: read where the key points now.
                     Err(WalError::Missing { .. }) => {
-                        let now = self.key_state(&lock(&self.planner), key)?;
+                        let now = lock(&self.planner).key(&self.keys, key)?;
                         return match now {
                             Some(n) if matches!(n.at, KeyAt::Keys { .. }) => self.duplicate(key, n),
                             _ => Err(inconsistent("its record left the wal")),
@@ -670,6 +514,63 @@ impl Engine {
                 Ok(super::keys::answer(&kr))
             }
         }
+    }
+}
+
+/// Static checks and before-triggers, in op order, without any lock: the first op that
+/// fails and why. These outcomes depend on the op alone, so they are the same on every
+/// attempt.
+fn precheck(config: &Config, batch: &Batch) -> Option<(usize, String)> {
+    for (i, op) in batch.ops.iter().enumerate() {
+        let Some(sc) = config.shard(op.shard()) else {
+            let reason = format!(
+                "shard {:?} is not declared in the configuration",
+                op.shard()
+            );
+            return Some((i, reason));
+        };
+        if let BatchOp::Create { record, .. } = op {
+            if record.len() > sc.record_bytes_max as usize {
+                let reason = format!(
+                    "record is {} bytes, over record_bytes_max {}",
+                    record.len(),
+                    sc.record_bytes_max
+                );
+                return Some((i, reason));
+            }
+            if let Some(f) = missing_field(record, &sc.required_fields) {
+                return Some((i, format!("record lacks required field {f:?}")));
+            }
+        }
+        if let Some(argv) = &sc.before_trigger {
+            let input = trigger_input(&batch.request_key, i, op);
+            let limit = Duration::from_millis(sc.trigger_timeout_ms);
+            if let Err(reason) = super::trigger::run(argv, &input, limit) {
+                return Some((i, reason));
+            }
+        }
+    }
+    None
+}
+
+/// A rejection's answer (counted).
+fn rejected(stats: &Stats, key: &str, op_index: usize, reason: String) -> BatchResult {
+    stats.rejected.fetch_add(1, Ordering::Relaxed);
+    debug!(request_key = key, op_index, reason = %reason, "batch rejected");
+    BatchResult::Rejected {
+        request_key: key.to_owned(),
+        op_index: op_index as u32,
+        reason,
+    }
+}
+
+/// A conflict's answer (counted): the key was used at `lsn` with another batch.
+fn conflict(stats: &Stats, key: &str, lsn: Lsn) -> BatchResult {
+    stats.conflict.fetch_add(1, Ordering::Relaxed);
+    BatchResult::Conflict {
+        request_key: key.to_owned(),
+        lsn,
+        reason: format!("request key already used at lsn {lsn} with a different batch"),
     }
 }
 

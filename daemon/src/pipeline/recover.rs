@@ -67,7 +67,12 @@ impl Engine {
         );
         let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
         self.shards.set_synced_through(ledger.vouched.clone());
-        self.open_named_shards(&shard_names)?;
+        // Step 2: every shard the WAL names opened. Ids are never reused even if the WAL
+        // were retired below a create, because each shard remembers its largest id.
+        if let Some(max_id) = self.shards.largest_id(&shard_names)? {
+            let mut p = lock(&self.planner);
+            p.next_id = p.next_id.max(max_id + 1);
+        }
         let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
         if finished > 0 {
             // The finished batches' `done` records, durable before anything new is taken: a
@@ -157,18 +162,6 @@ impl Engine {
         }
         p.vouched = ledger.vouched.clone();
         Ok((ledger, shard_names, records))
-    }
-
-    /// Step 2: opens every shard the WAL names. Ids are never reused even if the WAL were
-    /// retired below a create, because each shard remembers its largest id.
-    fn open_named_shards(&self, names: &BTreeSet<String>) -> Result<(), EngineError> {
-        for name in names {
-            let slot = self.shards.slot(name)?;
-            let max_id = slot.stats()?.max_id;
-            let mut p = lock(&self.planner);
-            p.next_id = p.next_id.max(max_id + 1);
-        }
-        Ok(())
     }
 
     /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use roost_storage::lock;
@@ -32,7 +32,7 @@ use super::finish::Tail;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, DoneRecord, RecordType};
 use super::round_queue::Waiting;
-use super::{Engine, Planner};
+use super::Engine;
 use crate::error::EngineError;
 
 impl Engine {
@@ -56,7 +56,11 @@ impl Engine {
         });
         // Under the planner lock, so a reused name that found none of its earlier claims
         // waiting (`names.rs`) is already waiting on `finished_cv` when this one comes.
-        let p = self.mark_answered(claims);
+        let mut p = lock(&self.planner);
+        p.mark_answered(claims);
+        self.stats
+            .committed
+            .fetch_add(claims.len() as u64, Ordering::Relaxed);
         self.stats
             .tail_waiting
             .fetch_add(claims.len() as u64, Ordering::Relaxed);
@@ -67,22 +71,6 @@ impl Engine {
             self.settle()?;
         }
         Ok(())
-    }
-
-    /// The claims' keys answer duplicates from now on: their answers are given, and every
-    /// one of them is rebuilt from its durable claim (`committed_result`). Returns the
-    /// planner lock, still held.
-    fn mark_answered(&self, claims: &[(Lsn, &ClaimRecord)]) -> MutexGuard<'_, Planner> {
-        let mut p = lock(&self.planner);
-        for (_, c) in claims {
-            if let Some(k) = p.keys.get_mut(&c.request_key) {
-                k.done = true;
-            }
-        }
-        self.stats
-            .committed
-            .fetch_add(claims.len() as u64, Ordering::Relaxed);
-        p
     }
 
     /// Runs a round for every claim waiting (none: nothing is done). Returns how many it

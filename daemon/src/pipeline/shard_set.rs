@@ -243,6 +243,30 @@ impl ShardSet {
             .collect()
     }
 
+    /// Whether `id` exists on `shard` in committed state. A shard never written has no
+    /// segments yet: nothing exists on it, and a rejected delete must not create it.
+    pub(super) fn holds(&self, shard: &str, id: u64) -> Result<bool, EngineError> {
+        let slot = match self.opened(shard) {
+            Some(s) => s,
+            None if self.has_segments(shard) => self.slot(shard)?,
+            None => return Ok(false),
+        };
+        slot.contains(id)
+    }
+
+    /// The largest id the shards `names` hold, each opened (`None` without a name).
+    pub(super) fn largest_id<'n>(
+        &self,
+        names: impl IntoIterator<Item = &'n String>,
+    ) -> Result<Option<u64>, EngineError> {
+        let mut largest = None;
+        for name in names {
+            let max_id = self.slot(name)?.stats()?.max_id;
+            largest = largest.max(Some(max_id));
+        }
+        Ok(largest)
+    }
+
     /// The first shard (by name) with no spare segment, and why.
     pub(super) fn shortage(&self) -> Option<(String, NoRoom)> {
         let slots = lock(&self.slots);

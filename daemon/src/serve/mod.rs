@@ -60,7 +60,7 @@ pub fn serve_until(node: Node, stop: Arc<Notify>) -> Result<Ended, EngineError> 
         .build()
         .map_err(|source| EngineError::Io {
             op: "start runtime",
-            path: engine.data_dir().to_path_buf(),
+            path: engine.config().data_dir.clone(),
             source,
         })?;
     rt.block_on(serve_async(node, stop))
@@ -642,7 +642,7 @@ async fn last_checkpoint(shared: &Arc<Shared>) {
     let last = last.unwrap_or_else(|e| {
         Err(EngineError::Io {
             op: "final checkpoint",
-            path: shared.engine.data_dir().to_path_buf(),
+            path: shared.engine.config().data_dir.clone(),
             source: std::io::Error::other(e.to_string()),
         })
     });

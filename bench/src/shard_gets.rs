@@ -3,7 +3,8 @@
 //! figures are marked warm), the shard directory `DIR` is opened read-only as `roost get`
 //! opens it (its sealed segments through their index files; nothing written), then `N`
 //! (default 2,000) gets of ids drawn uniformly from `1..=max_id` are timed one by one. Prints
-//! the open's time, the process's VmRSS after the open and after the gets, how many ids were
+//! the open's time (`ROOST_GETS_WRITABLE=1`: opened writable, as the daemon opens it), the
+//! process's VmRSS after the open and after the gets, how many ids were
 //! present, and the gets' p50 / p99 / max. No figure is asserted; every record found must be a
 //! JSON object.
 
@@ -32,8 +33,10 @@ fn drop_caches() -> bool {
 pub fn run(dir: &Path, n: usize) -> anyhow::Result<()> {
     let cold = drop_caches();
     let t0 = Instant::now();
+    // `ROOST_GETS_WRITABLE=1`: open as the daemon does (writable, lock taken), for its time.
+    let writable = std::env::var_os("ROOST_GETS_WRITABLE").is_some_and(|v| v == "1");
     let opts = ShardOptions {
-        read_only: true,
+        read_only: !writable,
         ..ShardOptions::default()
     };
     let shard = Shard::open(dir, opts).with_context(|| format!("opening {}", dir.display()))?;

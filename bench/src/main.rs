@@ -174,11 +174,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or(1_000_000);
             return spool::populate(dir, n, 8);
         }
-        Some("--shard-gets") => {
-            let dir = Path::new(args.get(2).context("--shard-gets DIR [N]")?);
-            let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(2_000);
-            return shard_gets::run(dir, n);
-        }
+        Some("--shard-gets") => return shard_gets::main(&args[2..]),
         Some("--compaction-latency") => return compaction::run(),
         Some("--ceiling") => return ceiling::run(),
         Some("--ceiling-profile") => return profile::run(&args[2..]),

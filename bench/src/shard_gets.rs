@@ -30,7 +30,14 @@ fn drop_caches() -> bool {
     synced && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
-pub fn run(dir: &Path, n: usize) -> anyhow::Result<()> {
+/// `--shard-gets DIR [N]`.
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let dir = Path::new(args.first().context("--shard-gets DIR [N]")?);
+    let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2_000);
+    run(dir, n)
+}
+
+fn run(dir: &Path, n: usize) -> anyhow::Result<()> {
     let cold = drop_caches();
     let t0 = Instant::now();
     // `ROOST_GETS_WRITABLE=1`: open as the daemon does (writable, lock taken), for its time.

@@ -230,6 +230,123 @@ fn no_source_file_is_over_800_lines() {
     );
 }
 
+/// STYLE.md: a function fits on a screen, as TigerBeetle's do.
+const FN_LINES_MAX: usize = 70;
+
+/// Whether `line` starts a function with a body (rustfmt layout): its indentation, else None.
+fn fn_start(line: &str) -> Option<usize> {
+    let t = line.trim_start();
+    let mut rest = t;
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let named = rest.starts_with("fn ") && !line.trim_end().ends_with(';');
+    named.then(|| line.len() - t.len())
+}
+
+/// The lines of the function starting at `lines[i]` (to its closing brace at the same
+/// indentation), or None for a trait method without a body.
+fn fn_length(lines: &[&str], i: usize, ind: usize) -> Option<usize> {
+    if lines[i].trim_end().ends_with('}') {
+        return Some(1);
+    }
+    for (j, l) in lines.iter().enumerate().skip(i + 1) {
+        let at = l.len() - l.trim_start().len();
+        if at == ind && l.trim_start().starts_with('}') {
+            return Some(j - i + 1);
+        }
+        if at == ind && l.trim_end().ends_with(';') {
+            return None;
+        }
+    }
+    None
+}
+
+/// The functions of `text` over [`FN_LINES_MAX`] lines, as (line, length); unit tests
+/// (`#[cfg(test)] mod` blocks) aside.
+fn long_functions(text: &str) -> Vec<(usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < lines.len() {
+        if lines[i].trim() == "#[cfg(test)]" && i + 1 < lines.len() {
+            let next = lines[i + 1];
+            let ind = next.len() - next.trim_start().len();
+            if next.trim_start().starts_with("mod ") && next.trim_end().ends_with('{') {
+                i += fn_length(&lines, i + 1, ind).unwrap_or(1) + 1;
+                continue;
+            }
+        }
+        if let Some(ind) = fn_start(lines[i]) {
+            match fn_length(&lines, i, ind) {
+                Some(n) if n > FN_LINES_MAX => out.push((i + 1, n)),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The functions over the limit in the non-test sources of `crates` (the test harness crate
+/// under `tests/` aside), as "path:line (lines)".
+fn functions_over_the_limit(crates: &[(String, PathBuf)]) -> Vec<String> {
+    let mut over = Vec::new();
+    let harness = |src: &PathBuf| src.parent().is_some_and(|p| p.ends_with("tests"));
+    for (name, src) in crates.iter().filter(|(_, src)| !harness(src)) {
+        let mut list = Vec::new();
+        rust_files(src, &mut list);
+        for f in list {
+            let file_name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+            if file_name.is_some_and(|n| n.ends_with("tests.rs")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).expect("a source file");
+            let rel = f
+                .strip_prefix(src)
+                .expect("under src")
+                .display()
+                .to_string();
+            for (line, n) in long_functions(&text) {
+                over.push(format!("{name}/src/{rel}:{line} ({n})"));
+            }
+        }
+    }
+    over
+}
+
+/// Goal: no function in the non-test sources of any workspace crate is over 70 lines
+/// (STYLE.md; issue 46). Method: every `fn` with a body, from its line to its closing brace;
+/// seen failing by `a_long_function_is_seen`.
+#[test]
+fn no_function_is_over_70_lines() {
+    let crates = workspace_crates();
+    let over = functions_over_the_limit(&crates);
+    assert!(
+        over.is_empty(),
+        "functions over {FN_LINES_MAX} lines: {over:?}"
+    );
+}
+
+#[test]
+fn a_long_function_is_seen() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    let text = format!(
+        "pub(crate) fn long() {{\n{}}}\n\nfn fits() {{\n{}}}\ntrait T {{\n    fn m(&self);\n}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+        body(69),
+        body(68),
+        body(90)
+    );
+    assert_eq!(long_functions(&text), vec![(1, 71)]);
+}
+
 /// The unit-test files (`*tests.rs`) of `crates` not declared as `#[cfg(test)] mod NAME;` by
 /// the file of their parent module, as paths.
 fn test_files_not_under_cfg_test(crates: &[(String, PathBuf)]) -> Vec<String> {

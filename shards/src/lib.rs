@@ -392,17 +392,7 @@ impl Shard {
                 })
             };
         }
-        for op in &txn.ops {
-            if let TxnOp::Create { id, .. } = op {
-                let live = self.index.get(*id).map_err(self.index_err("read index"))?;
-                if live.is_some() || *id <= self.max_id && self.id_was_used(*id) {
-                    return Err(ShardError::DuplicateId {
-                        id: *id,
-                        lsn: txn.lsn,
-                    });
-                }
-            }
-        }
+        self.check_new_ids(txn)?;
         let bytes = frame::encode(txn);
         let len = bytes.len() as u64;
         if len > self.opts.segment_bytes || len > u32::MAX as u64 {
@@ -458,6 +448,22 @@ impl Shard {
         // Zeros written ahead may have set it past `at`.
         self.dirty_from = Some(self.dirty_from.map_or(at, |d| d.min(at)));
         Ok(Applied::Written)
+    }
+
+    /// Every id `txn` creates must never have been used here (live, dead, or compacted away).
+    fn check_new_ids(&self, txn: &Txn) -> Result<(), ShardError> {
+        for op in &txn.ops {
+            if let TxnOp::Create { id, .. } = op {
+                let live = self.index.get(*id).map_err(self.index_err("read index"))?;
+                if live.is_some() || *id <= self.max_id && self.id_was_used(*id) {
+                    return Err(ShardError::DuplicateId {
+                        id: *id,
+                        lsn: txn.lsn,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Before a frame ending at `end` is written: once `end` comes within half of

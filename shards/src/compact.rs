@@ -283,10 +283,15 @@ fn file_len(seg: &Seg) -> io::Result<u64> {
 }
 
 /// The compact header a segment starts with, if it is a compacted one.
-pub(crate) fn header_of(seg: &Seg) -> Result<Option<CompactHeader>, ShardError> {
+pub(crate) fn header_of(
+    storage: &dyn Storage,
+    seg: &Seg,
+) -> Result<Option<CompactHeader>, ShardError> {
     let len = file_len(seg).map_err(io_at("stat", &seg.path))?;
     let n = (len as usize).min(COMPACT_HEADER_LEN);
-    let head = seg.read(0, n).map_err(io_at("read", &seg.path))?;
+    let head = seg
+        .read_cold(storage, 0, n)
+        .map_err(io_at("read", &seg.path))?;
     CompactHeader::decode(&head).map_err(|why| corrupt(seg, 0, 0, why.to_owned()))
 }
 
@@ -325,7 +330,7 @@ pub(crate) fn recover(
     }
     let mut superseded: Vec<(u64, u64)> = Vec::new();
     for seg in &segs {
-        if let (Some(h), Some(seq)) = (header_of(seg)?, seq_of(&seg.path)) {
+        if let (Some(h), Some(seq)) = (header_of(storage, seg)?, seq_of(&seg.path)) {
             superseded.push((h.first_seq, seq));
         }
     }

@@ -124,7 +124,7 @@ impl Shard {
         let nsegs = self.segs.len();
         for si in 0..nsegs {
             let last = si + 1 == nsegs;
-            let compacted = compact::header_of(&self.segs[si])?;
+            let compacted = compact::header_of(self.storage.as_ref(), &self.segs[si])?;
             if !last && self.load_sealed(si, compacted, dead.as_ref(), &mut report)? {
                 continue;
             }

@@ -248,7 +248,7 @@ impl DiskRun {
         file.read_at(&mut head, 0)
             .map_err(|e| format!("read header: {e}"))?;
         let header = RunHeader::decode(&head)?;
-        check_anchor(seg, &header)?;
+        check_anchor(storage.as_ref(), seg, &header)?;
         let mut run = DiskRun::with_directory(path, header, file.as_ref())?;
         run.ident = u32_at(&head, PAGE - 4);
         run.storage = storage.clone();
@@ -458,7 +458,7 @@ fn frame_at(page: &[u8], i: usize) -> RunFrame {
 /// The segment must be the one the index describes: the same length, and (for frames) the
 /// frame at the anchor verifies with the stored checksum and the last lsn; (compacted) its
 /// header's bytes hash to the anchor.
-fn check_anchor(seg: &Seg, h: &RunHeader) -> Result<(), Refusal> {
+fn check_anchor(storage: &dyn Storage, seg: &Seg, h: &RunHeader) -> Result<(), Refusal> {
     if seg.len() as u64 != h.seg_len {
         return Err(format!(
             "its segment is {} bytes, the index says {}",
@@ -467,7 +467,7 @@ fn check_anchor(seg: &Seg, h: &RunHeader) -> Result<(), Refusal> {
         ));
     }
     let bytes = seg
-        .read(h.anchor_offset as usize, h.anchor_len as usize)
+        .read_cold(storage, h.anchor_offset as usize, h.anchor_len as usize)
         .map_err(|e| format!("read anchor: {e}"))?;
     if h.compacted {
         return (crc32fast::hash(&bytes) == h.anchor_crc)

@@ -139,9 +139,10 @@ impl Shard {
             far_delete_bytes: live.saturating_sub(self.index.live_bytes(si)),
             ..RunHeader::default()
         };
-        match compact::header_of(seg).ok()? {
+        let storage = self.storage.as_ref();
+        match compact::header_of(storage, seg).ok()? {
             Some(c) => {
-                let head = seg.read(0, frame::COMPACT_HEADER_LEN).ok()?;
+                let head = seg.read_cold(storage, 0, frame::COMPACT_HEADER_LEN).ok()?;
                 h.compacted = true;
                 h.anchor_len = head.len() as u32;
                 h.anchor_crc = crc32fast::hash(&head);
@@ -149,7 +150,7 @@ impl Shard {
             }
             None => {
                 let f = self.index.last_frame(si)?;
-                let head = seg.read(f.offset as usize, 4).ok()?;
+                let head = seg.read_cold(storage, f.offset as usize, 4).ok()?;
                 h.anchor_offset = u64::from(f.offset);
                 h.anchor_len = f.len;
                 h.anchor_crc = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);

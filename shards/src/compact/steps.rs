@@ -177,7 +177,7 @@ impl Shard {
             .storage
             .open(&tmp, OpenMode::CreateNew)
             .map_err(io_at("create", &tmp))?;
-        let first_seq = match header_of(&self.segs[first])? {
+        let first_seq = match header_of(self.storage.as_ref(), &self.segs[first])? {
             Some(h) => h.first_seq,
             None => seq_of(&self.segs[first].path).unwrap_or(seq),
         };

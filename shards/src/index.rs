@@ -37,13 +37,35 @@ impl Loc {
     }
 }
 
-/// An entry of a run in memory: where its create is in the run's segment, and, when dead,
-/// the sequence of the segment whose frame deleted it.
+/// An entry of a run in memory (12 bytes): where its create is in the run's segment, and,
+/// when dead, the sequence of the segment whose frame deleted it (`dead`: 0 while live;
+/// sequences start at 1, and one past `u32::MAX` is kept as `u32::MAX`, later: safe, see
+/// `Loc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub(crate) offset: u32,
     pub(crate) len: u32,
-    pub(crate) dead_by: Option<u64>,
+    dead: u32,
+}
+
+impl Slot {
+    pub(crate) fn new(offset: u32, len: u32, dead_by: Option<u64>) -> Slot {
+        let dead = dead_by.map_or(0, |by| u32::try_from(by.max(1)).unwrap_or(u32::MAX));
+        Slot { offset, len, dead }
+    }
+
+    /// The sequence of the segment that deleted it (`None` while live).
+    pub(crate) fn dead_by(&self) -> Option<u64> {
+        match self.dead {
+            0 => None,
+            u32::MAX => Some(u64::MAX),
+            by => Some(u64::from(by)),
+        }
+    }
+
+    fn kill(&mut self, by: u64) {
+        *self = Slot::new(self.offset, self.len, Some(by));
+    }
 }
 
 /// A run in memory: ids sorted with their slots (ids are minted increasing and a shard
@@ -63,7 +85,7 @@ impl MemRun {
         match self.ids.last() {
             Some(last) if *last >= id => match self.ids.binary_search(&id) {
                 Ok(i) => {
-                    self.live -= usize::from(self.slots[i].dead_by.is_none());
+                    self.live -= usize::from(self.slots[i].dead_by().is_none());
                     self.slots[i] = slot;
                 }
                 Err(i) => {
@@ -76,7 +98,7 @@ impl MemRun {
                 self.slots.push(slot);
             }
         }
-        self.live += usize::from(slot.dead_by.is_none());
+        self.live += usize::from(slot.dead_by().is_none());
     }
 }
 
@@ -240,7 +262,7 @@ impl Index {
     fn loc_of(&self, si: usize, hit: &Hit) -> Loc {
         let (offset, len, dead_by) = match (&self.runs[si].body, hit) {
             (Body::Mem(m), Hit::Mem(i)) => {
-                (m.slots[*i].offset, m.slots[*i].len, m.slots[*i].dead_by)
+                (m.slots[*i].offset, m.slots[*i].len, m.slots[*i].dead_by())
             }
             (Body::Disk(d), Hit::Disk(r, e)) => {
                 (e.offset, e.len, d.is_dead(*r).then_some(d.dead_by))
@@ -265,11 +287,7 @@ impl Index {
     pub(crate) fn insert(&mut self, si: usize, id: u64, offset: u32, len: u32) {
         self.max_hi = self.max_hi.max(id);
         if let Some(m) = self.mem(si) {
-            let slot = Slot {
-                offset,
-                len,
-                dead_by: None,
-            };
+            let slot = Slot::new(offset, len, None);
             m.push(id, slot);
         }
     }
@@ -306,7 +324,7 @@ impl Index {
             match &run.body {
                 Body::Mem(m) => {
                     for (id, s) in m.ids.iter().zip(&m.slots) {
-                        if s.dead_by.is_none() {
+                        if s.dead_by().is_none() {
                             f(
                                 *id,
                                 Loc {
@@ -500,7 +518,7 @@ impl Index {
         }
         match (&mut self.runs[si].body, hit) {
             (Body::Mem(m), Hit::Mem(i)) => {
-                m.slots[i].dead_by = Some(by);
+                m.slots[i].kill(by);
                 m.live -= 1;
             }
             (Body::Disk(d), Hit::Disk(r, e)) => {
@@ -569,7 +587,7 @@ impl Index {
         };
         let mut body = DiskBody::new(run, u64::MAX);
         for (rank, s) in m.slots.iter().enumerate() {
-            if let Some(by) = s.dead_by {
+            if let Some(by) = s.dead_by() {
                 body.set_dead(rank, s.len, by);
             }
         }
@@ -637,7 +655,7 @@ impl Index {
             Some(Body::Mem(m)) => m
                 .slots
                 .iter()
-                .filter(|s| s.dead_by.is_none())
+                .filter(|s| s.dead_by().is_none())
                 .map(|s| frame::op_bytes(s.len as usize) as u64)
                 .sum(),
             _ => 0,

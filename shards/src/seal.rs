@@ -274,7 +274,7 @@ impl Shard {
                     .bits
                     .get(rank / 64)
                     .is_some_and(|w| w & (1 << (rank % 64)) != 0);
-                if bit && slot.dead_by.is_none() {
+                if bit && slot.dead_by().is_none() {
                     return Err(format!(
                         "marks live id {} of segment {seq} dead",
                         m.ids[rank]

@@ -130,7 +130,7 @@ fn open_scan_and_reads_leave_no_segment_pages_resident() {
 /// `index_bytes` (what `status.memory.shard_index_bytes` sums) does not grow with the records
 /// a shard keeps: a sealed segment's entries and frames are in its index file on disk, and
 /// memory holds only each 4 KiB page's first key and checksum (under 0.1 B a record), plus
-/// the segment being written (up to 1 MiB of 56-byte frames here, at 48 B each). Twice the
+/// the segment being written (up to 1 MiB of 56-byte frames here, at 36 B each). Twice the
 /// records cost at most one more segment's worth; a reopen holds the same.
 #[test]
 fn index_bytes_do_not_grow_with_the_records_kept() {

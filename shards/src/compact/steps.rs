@@ -413,14 +413,7 @@ impl Shard {
                 kept_dead = true;
             }
             let dead_by = dead_by.map(|s| s.unwrap_or(u64::MAX));
-            run.push(
-                id,
-                Slot {
-                    offset: *at,
-                    len: loc.len,
-                    dead_by,
-                },
-            );
+            run.push(id, Slot::new(*at, loc.len, dead_by));
         });
         walk.map_err(self.index_err("read index"))?;
         if let Some(id) = missed {

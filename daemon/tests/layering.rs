@@ -189,29 +189,33 @@ fn no_circle_between_files_in_any_crate() {
 /// one job. Unit-test files (`*tests.rs`) are not counted; an inline `#[cfg(test)]` module is.
 const FILE_LINES_MAX: usize = 800;
 
-/// The source files of `crates` over [`FILE_LINES_MAX`] lines, as "path (lines)".
-fn files_over_the_limit(crates: &[(String, PathBuf)]) -> Vec<String> {
-    let mut over = Vec::new();
+/// Every non-test source file of `crates` (unit-test files `*tests.rs` aside): `f` is called
+/// with its path as "crate/src/rel" and its text.
+fn each_source(crates: &[(String, PathBuf)], mut f: impl FnMut(String, &str)) {
     for (name, src) in crates {
         let mut list = Vec::new();
         rust_files(src, &mut list);
-        for f in list {
-            let file_name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        for file in list {
+            let file_name = file.file_name().map(|n| n.to_string_lossy().into_owned());
             if file_name.is_some_and(|n| n.ends_with("tests.rs")) {
                 continue;
             }
-            let text = std::fs::read_to_string(&f).expect("a source file");
-            let lines = text.lines().count();
-            if lines > FILE_LINES_MAX {
-                let rel = f
-                    .strip_prefix(src)
-                    .expect("under src")
-                    .display()
-                    .to_string();
-                over.push(format!("{name}/src/{rel} ({lines})"));
-            }
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            let rel = file.strip_prefix(src).expect("under src").display();
+            f(format!("{name}/src/{rel}"), &text);
         }
     }
+}
+
+/// The source files of `crates` over [`FILE_LINES_MAX`] lines, as "path (lines)".
+fn files_over_the_limit(crates: &[(String, PathBuf)]) -> Vec<String> {
+    let mut over = Vec::new();
+    each_source(crates, |path, text| {
+        let lines = text.lines().count();
+        if lines > FILE_LINES_MAX {
+            over.push(format!("{path} ({lines})"));
+        }
+    });
     over
 }
 
@@ -297,27 +301,18 @@ fn long_functions(text: &str) -> Vec<(usize, usize)> {
 /// The functions over the limit in the non-test sources of `crates` (the test harness crate
 /// under `tests/` aside), as "path:line (lines)".
 fn functions_over_the_limit(crates: &[(String, PathBuf)]) -> Vec<String> {
-    let mut over = Vec::new();
     let harness = |src: &PathBuf| src.parent().is_some_and(|p| p.ends_with("tests"));
-    for (name, src) in crates.iter().filter(|(_, src)| !harness(src)) {
-        let mut list = Vec::new();
-        rust_files(src, &mut list);
-        for f in list {
-            let file_name = f.file_name().map(|n| n.to_string_lossy().into_owned());
-            if file_name.is_some_and(|n| n.ends_with("tests.rs")) {
-                continue;
-            }
-            let text = std::fs::read_to_string(&f).expect("a source file");
-            let rel = f
-                .strip_prefix(src)
-                .expect("under src")
-                .display()
-                .to_string();
-            for (line, n) in long_functions(&text) {
-                over.push(format!("{name}/src/{rel}:{line} ({n})"));
-            }
+    let crates: Vec<(String, PathBuf)> = crates
+        .iter()
+        .filter(|(_, s)| !harness(s))
+        .cloned()
+        .collect();
+    let mut over = Vec::new();
+    each_source(&crates, |path, text| {
+        for (line, n) in long_functions(text) {
+            over.push(format!("{path}:{line} ({n})"));
         }
-    }
+    });
     over
 }
 

@@ -855,17 +855,99 @@ fn index_files_power_loss_at_every_sync_keeps_every_delete() {
     }
 }
 
+/// The shard's index files, in name order.
+fn idx_files(disk: &SimStorage) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = disk
+        .paths()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".idx"))
+        .collect();
+    v.sort();
+    v
+}
+
+type Harm = Box<dyn Fn(&SimStorage)>;
+
+/// Flips a byte (at `at(length)`) of the index file `pick` chooses.
+fn flip(at: fn(usize) -> usize, pick: fn(&[std::path::PathBuf]) -> std::path::PathBuf) -> Harm {
+    Box::new(move |disk: &SimStorage| {
+        let p = pick(&idx_files(disk));
+        let mut b = disk.file_bytes(&p).unwrap();
+        let i = at(b.len());
+        b[i] ^= 0x40;
+        disk.put_file_bytes(&p, b);
+    })
+}
+
+/// Puts the index files of a twin history in place: the same workload up to `n`, but each
+/// transaction deletes another record (frames of the same lengths at the same offsets).
+fn twin_index_files(n: u64) -> Harm {
+    Box::new(move |disk: &SimStorage| {
+        let other = SimStorage::new();
+        let mut s = open_sim(&other, 512).unwrap();
+        for l in 1..=n {
+            let mut t = churn_txn(l);
+            if let Some(TxnOp::Delete { id }) = t.ops.last_mut() {
+                *id += 1;
+            }
+            s.apply(&t).unwrap();
+        }
+        s.flush().unwrap();
+        drop(s);
+        for p in idx_files(disk) {
+            disk.put_file_bytes(&p, other.file_bytes(&p).unwrap());
+        }
+    })
+}
+
+/// What [`a_damaged_or_stale_index_file_is_rebuilt_not_trusted`] does to a shard of `n`
+/// transactions.
+fn stale_harms(n: u64) -> Vec<(&'static str, Harm)> {
+    let dead = || sim_dir().join("dead");
+    vec![
+        ("header", flip(|_| 40, |f| f[0].clone())),
+        ("directory", flip(|len| len - 9, |f| f[2].clone())),
+        (
+            "dead file flipped",
+            Box::new(move |disk: &SimStorage| {
+                let mut b = disk.file_bytes(&dead()).unwrap();
+                b[40] ^= 1;
+                disk.put_file_bytes(&dead(), b);
+            }),
+        ),
+        (
+            "dead file removed",
+            Box::new(move |disk: &SimStorage| {
+                roost_storage::Storage::remove(disk, &dead()).unwrap()
+            }),
+        ),
+        (
+            "index file of other frames at the same place",
+            twin_index_files(n),
+        ),
+        (
+            "index file of another segment",
+            Box::new(|disk: &SimStorage| {
+                let files = idx_files(disk);
+                let other = disk.file_bytes(&files[0]).unwrap();
+                disk.put_file_bytes(&files[3], other);
+            }),
+        ),
+    ]
+}
+
 /// Goal (issue 44): an index file or `dead` file that is damaged, stale or missing is never
 /// trusted: open scans the segment (or replays the deletes) and answers exactly as before.
-/// Method: a shard with sealed segments and deletes of their records; then each of: a flipped
-/// byte in an index file's header or directory, or in the `dead` file; the `dead` file
-/// removed; an index file put beside another segment. Every reopen must hold the same records,
-/// and every record must read back. (A flipped byte in a page is found when the page is read:
-/// see the next test.)
+/// Method: a shard with sealed segments and deletes of their records; then each of
+/// [`stale_harms`]: a flipped byte in an index file's header or directory, or in the `dead`
+/// file; the `dead` file removed; the index files of a twin history; an index file put beside
+/// another segment. Every reopen must hold the same records, and every record must read back.
+/// (A flipped byte in a page is found when the page is read: see the next test.)
 #[test]
 fn a_damaged_or_stale_index_file_is_rebuilt_not_trusted() {
     let n = 40u64;
-    let build = || {
+    let want = churn_live(n);
+    for (what, harm) in stale_harms(n) {
         let disk = SimStorage::new();
         let mut s = open_sim(&disk, 512).unwrap();
         for l in 1..=n {
@@ -873,79 +955,6 @@ fn a_damaged_or_stale_index_file_is_rebuilt_not_trusted() {
         }
         s.flush().unwrap();
         drop(s);
-        disk
-    };
-    let want = churn_live(n);
-    let idx_files = |disk: &SimStorage| -> Vec<std::path::PathBuf> {
-        let mut v: Vec<_> = disk
-            .paths()
-            .into_iter()
-            .filter(|p| p.to_string_lossy().ends_with(".idx"))
-            .collect();
-        v.sort();
-        v
-    };
-    type Harm = Box<dyn Fn(&SimStorage)>;
-    let flip = |at: fn(usize) -> usize, pick: fn(&[std::path::PathBuf]) -> std::path::PathBuf| {
-        move |disk: &SimStorage| {
-            let files = idx_files(disk);
-            let p = pick(&files);
-            let mut b = disk.file_bytes(&p).unwrap();
-            let i = at(b.len());
-            b[i] ^= 0x40;
-            disk.put_file_bytes(&p, b);
-        }
-    };
-    let harms: Vec<(&str, Harm)> = vec![
-        ("header", Box::new(flip(|_| 40, |f| f[0].clone()))),
-        ("directory", Box::new(flip(|len| len - 9, |f| f[2].clone()))),
-        (
-            "dead file flipped",
-            Box::new(|disk: &SimStorage| {
-                let p = sim_dir().join("dead");
-                let mut b = disk.file_bytes(&p).unwrap();
-                b[40] ^= 1;
-                disk.put_file_bytes(&p, b);
-            }),
-        ),
-        (
-            "dead file removed",
-            Box::new(|disk: &SimStorage| {
-                roost_storage::Storage::remove(disk, &sim_dir().join("dead")).unwrap()
-            }),
-        ),
-        (
-            "index file of other frames at the same place",
-            Box::new(move |disk: &SimStorage| {
-                // The same workload, but each transaction deletes another record: frames of
-                // the same lengths at the same offsets, other deletes.
-                let other = SimStorage::new();
-                let mut s = open_sim(&other, 512).unwrap();
-                for l in 1..=n {
-                    let mut t = churn_txn(l);
-                    if let Some(TxnOp::Delete { id }) = t.ops.last_mut() {
-                        *id += 1;
-                    }
-                    s.apply(&t).unwrap();
-                }
-                s.flush().unwrap();
-                drop(s);
-                for p in idx_files(disk) {
-                    disk.put_file_bytes(&p, other.file_bytes(&p).unwrap());
-                }
-            }),
-        ),
-        (
-            "index file of another segment",
-            Box::new(move |disk: &SimStorage| {
-                let files = idx_files(disk);
-                let other = disk.file_bytes(&files[0]).unwrap();
-                disk.put_file_bytes(&files[3], other);
-            }),
-        ),
-    ];
-    for (what, harm) in harms {
-        let disk = build();
         harm(&disk);
         let s = open_sim(&disk, 512).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(contents(&s), want, "{what}");

@@ -92,6 +92,11 @@ pub struct Config {
     /// A shard's segments are at most this size; a new shard's first segment and its spare
     /// are 64 KiB, and each next segment twice the last (`ShardOptions::first_segment_bytes`).
     pub shard_segment_bytes: u64,
+    /// A shard's segment being written rolls once its index in memory holds this many
+    /// entries (creates, frames and deletes; about 20 B each), so each open shard holds at
+    /// most that much index in memory, and an open scans at most that many entries; a segment
+    /// rolled early is cut to what it holds. 0: segments roll only when full.
+    pub shard_index_entries_max: usize,
     /// Zeros written ahead of each log's and shard's end, this many bytes at a time (0:
     /// none): the preallocated space the next appends land in becomes written extents, so
     /// their syncs need no extent conversion (a journal commit on ext4). The logs' bytes
@@ -244,6 +249,7 @@ impl Default for Config {
             rescan_interval_ms: 1_000,
             wal_segment_bytes: 64 << 20,
             shard_segment_bytes: 16 << 20,
+            shard_index_entries_max: roost_shards::INDEX_ENTRIES_MAX,
             zero_ahead_bytes: 1 << 20,
             failed_files_max: 1_000,
             failed_bytes_max: 256 << 20,
@@ -310,6 +316,10 @@ pub const KEY_CACHE_BYTES_PER_KEY: u64 = 160;
 /// The most batches a durability round may wait for: what recovery may apply again after a
 /// power loss grows with it.
 pub const TAIL_ROUND_CLAIMS_MAX: usize = 65_536;
+
+/// The smallest `shard_index_entries_max` other than 0: fewer would roll a segment every few
+/// frames.
+pub const SHARD_INDEX_ENTRIES_MIN: usize = 64;
 
 /// The shortest `shard_idle_close_ms` other than 0: a shorter one would close and reopen a
 /// shard between two batches of a steady trickle, each reopen a scan of its segments.
@@ -435,6 +445,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "tail_round_claims = {} must be 1 to {TAIL_ROUND_CLAIMS_MAX} and tail_round_ms = {} above 0",
                 self.tail_round_claims, self.tail_round_ms
+            )));
+        }
+        if (1..SHARD_INDEX_ENTRIES_MIN).contains(&self.shard_index_entries_max) {
+            return Err(ConfigError::Invalid(format!(
+                "shard_index_entries_max = {} is below {SHARD_INDEX_ENTRIES_MIN} (0: segments roll only when full)",
+                self.shard_index_entries_max
             )));
         }
         if (1..SHARD_IDLE_CLOSE_MS_MIN).contains(&self.shard_idle_close_ms) {

@@ -441,6 +441,12 @@ impl Index {
         }
     }
 
+    /// Entries (creates, frames and deletes) of segment `si`'s run in memory (0 when sealed).
+    pub(crate) fn mem_entries(&self, si: usize) -> usize {
+        self.mem_run(si)
+            .map_or(0, |m| m.ids.len() + m.frames.len() + m.deletes.len())
+    }
+
     /// Whether segment `si`'s run is on disk.
     pub(crate) fn is_sealed(&self, si: usize) -> bool {
         matches!(self.runs.get(si).map(|r| &r.body), Some(Body::Disk(_)))

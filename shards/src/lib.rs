@@ -80,7 +80,18 @@ pub struct ShardOptions {
     /// index") instead of scanning their frames. `roost verify` turns it off to read every
     /// frame. A read-only open uses the files it finds and writes none.
     pub index_files: bool,
+    /// The segment being written rolls once its index run in memory holds this many
+    /// entries (creates, frames and deletes; 0: no limit), as Kafka rolls a log segment whose
+    /// offset index is full: it bounds that run's memory (about 20 B an entry) and the scan an
+    /// open makes of the last segment, whatever the records' size. A segment rolled before it
+    /// is full gives back the space it did not use (as every rolled segment does:
+    /// `Shard::trim_rolled`).
+    pub index_entries_max: usize,
 }
+
+/// The default [`ShardOptions::index_entries_max`]: about 2.5 MiB of index in memory per
+/// open shard, and an open's scan of at most that many entries.
+pub const INDEX_ENTRIES_MAX: usize = 128 << 10;
 
 impl Default for ShardOptions {
     fn default() -> Self {
@@ -91,6 +102,7 @@ impl Default for ShardOptions {
             synced_through_lsn: None,
             zero_ahead_bytes: 1 << 20,
             index_files: true,
+            index_entries_max: INDEX_ENTRIES_MAX,
         }
     }
 }
@@ -413,7 +425,7 @@ impl Shard {
             let room = self.opts.segment_bytes.min(seg.len() as u64);
             self.write_offset as u64 + len <= room
         });
-        if !fits {
+        if !fits || self.run_full() {
             self.roll(len)?;
         }
         let si = self.segs.len() - 1;
@@ -586,6 +598,7 @@ impl Shard {
     /// by an older binary may be larger).
     fn roll(&mut self, frame_len: u64) -> Result<(), ShardError> {
         self.flush()?;
+        let used = self.write_offset;
         let seq = self.next_seq();
         let path = self.dir.join(seg_name(seq));
         let io = |op: &'static str| {
@@ -624,6 +637,9 @@ impl Shard {
             spare.grow(storage, next).map_err(io("grow spare"))?;
         }
         self.refill_spare()?;
+        if let Some(rolled) = self.segs.len().checked_sub(2) {
+            self.trim_rolled(rolled, used);
+        }
         self.seal_runs()
     }
 
@@ -659,10 +675,15 @@ impl Shard {
     /// to refuse.
     pub fn reserve(&mut self, frame_len: u64) -> Result<bool, ShardError> {
         self.check_writable()?;
-        let room = self.segs.last().map_or(0, |seg| {
-            let room = self.opts.segment_bytes.min(seg.len() as u64);
-            room.saturating_sub(self.write_offset as u64)
-        });
+        let room = match self.segs.last() {
+            // A full run rolls at the next frame, whatever room the segment has left.
+            Some(_) if self.run_full() => 0,
+            Some(seg) => {
+                let room = self.opts.segment_bytes.min(seg.len() as u64);
+                room.saturating_sub(self.write_offset as u64)
+            }
+            None => 0,
+        };
         if frame_len <= room || frame_len > self.opts.segment_bytes {
             return Ok(true);
         }

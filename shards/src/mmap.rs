@@ -17,8 +17,10 @@
 //!    any segment is mapped, and every roost process that writes takes it first. Readers in
 //!    other roost processes (`roost get` while the daemon runs) use plain `pread`, never a map.
 //! 2. Shrinking: a segment is preallocated (posix_fallocate) to its full length *before* it is
-//!    mapped (the seam refuses a file shorter than the map) and is never truncated while
-//!    mapped; torn tails are zeroed by writes, not cut. So no page of the mapping can fall past
+//!    mapped (the seam refuses a file shorter than the map) and is never truncated below what
+//!    is mapped: torn tails are zeroed by writes, not cut, and a rolled segment that gives
+//!    back its unused space (`Shard::trim_rolled`) is first mapped again at its shorter length
+//!    (the old map dropped), then cut to exactly that length. So no page of the map can fall past
 //!    end-of-file (SIGBUS), and ENOSPC surfaces at allocation time as an error, never as SIGBUS
 //!    on a sparse page.
 //! 3. This process: the map is owned by one `MappedSegment` (the file handle it was made from

@@ -5,6 +5,7 @@
 //! its I/O exit code): the segments are durable and a reopen rebuilds what is missing.
 
 use super::*;
+use crate::mmap::MappedSegment;
 use crate::runs::dead;
 use crate::runs::{DiskRun, RunHeader, INDEX_SUFFIX};
 
@@ -103,6 +104,45 @@ impl Shard {
             self.write_dead()?;
         }
         Ok(())
+    }
+
+    /// Whether the last segment's run in memory holds [`ShardOptions::index_entries_max`]
+    /// entries or more: its next frame goes to a new segment.
+    pub(crate) fn run_full(&self) -> bool {
+        let max = self.opts.index_entries_max;
+        max > 0
+            && self.write_offset > 0
+            && self.index.mem_entries(self.segs.len().saturating_sub(1)) >= max
+    }
+
+    /// Segment `si`, just rolled with its frames ending at `used` (flushed), gives back the
+    /// preallocated space past them (its run filled first, or a frame did not fit): it is mapped
+    /// again at `used` rounded up to a page, then its file is cut to that length. The map
+    /// never passes the file's end (`mmap.rs`, point 2). Either length is a valid segment
+    /// after a crash (zeros past the last frame read as its end), so the cut is not synced;
+    /// a cut that fails leaves the file as long as it was, which wastes space and nothing
+    /// else (logged).
+    pub(crate) fn trim_rolled(&mut self, si: usize, used: usize) {
+        let keep = (used as u64).next_multiple_of(4096);
+        let seg = &self.segs[si];
+        if self.opts.read_only || keep >= seg.len() as u64 || used == 0 {
+            return;
+        }
+        let remapped = self
+            .storage
+            .open(&seg.path, OpenMode::ReadWrite)
+            .and_then(|file| {
+                let map = MappedSegment::map(file.as_ref(), keep)?;
+                Ok((file, map))
+            });
+        let cut = remapped.and_then(|(file, map)| {
+            self.segs[si].data = SegData::Mapped(map);
+            file.set_len(keep)
+        });
+        if let Err(e) = cut {
+            warn!(shard = %self.name, segment = %self.segs[si].path.display(), keep, error = %e,
+                "shard: rolled segment not trimmed; its unused space stays allocated");
+        }
     }
 
     fn poison(&mut self, op: &'static str, path: PathBuf, source: io::Error) -> ShardError {

@@ -173,6 +173,24 @@ fn shards_max_is_positive_and_covers_the_declared_shards() {
     assert!(e.to_string().contains("shards_max = 1"), "{e}");
 }
 
+/// Goal (issue 44): the index a shard holds in memory is bounded by a key, 0 or at least
+/// the minimum.
+#[test]
+fn shard_index_entries_max_is_0_or_at_least_the_minimum() {
+    let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();
+    assert_eq!(Config::default().shard_index_entries_max, 131_072);
+    assert!(
+        load("shard_index_entries_max = 0").is_ok(),
+        "0: roll when full"
+    );
+    assert!(load("shard_index_entries_max = 64").is_ok());
+    let e = load("shard_index_entries_max = 63").expect_err("below the minimum");
+    assert!(
+        e.to_string().contains("shard_index_entries_max = 63"),
+        "{e}"
+    );
+}
+
 #[test]
 fn durability_rounds_are_bounded() {
     let load = |text: &str| toml::from_str::<Config>(text).expect("toml").validate();

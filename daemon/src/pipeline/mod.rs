@@ -60,6 +60,7 @@ mod round_queue;
 mod settle;
 mod shard_limit;
 mod shard_set;
+pub use shard_set::shard_options;
 pub mod stats;
 mod tails;
 pub mod trigger;

@@ -123,12 +123,7 @@ impl ShardSet {
         let opener = ShardOpener {
             storage: env.storage.clone(),
             dir: env.layout.shards(),
-            opts: ShardOptions {
-                segment_bytes: c.shard_segment_bytes,
-                read_only: false,
-                zero_ahead_bytes: c.zero_ahead_bytes,
-                ..ShardOptions::default()
-            },
+            opts: shard_options(c),
         };
         Ok(ShardSet {
             flusher,
@@ -398,4 +393,27 @@ fn touched_ids(ops: &[TxnOp]) -> Vec<(u64, bool)> {
             TxnOp::Delete { id } => (*id, false),
         })
         .collect()
+}
+
+/// The options every writable shard is opened with (the engine's, a cut's), as the
+/// configuration implies; nothing vouched for yet.
+pub fn shard_options(config: &crate::config::Config) -> roost_shards::ShardOptions {
+    roost_shards::ShardOptions {
+        segment_bytes: config.shard_segment_bytes,
+        read_only: false,
+        zero_ahead_bytes: config.zero_ahead_bytes,
+        index_entries_max: config.shard_index_entries_max,
+        ..roost_shards::ShardOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod options_tests {
+    /// Goal (issue 44): `shard_index_entries_max` reaches every shard the daemon opens.
+    #[test]
+    fn the_index_entries_key_reaches_the_shards() {
+        let config: crate::config::Config =
+            toml::from_str("shard_index_entries_max = 500").expect("toml");
+        assert_eq!(super::shard_options(&config).index_entries_max, 500);
+    }
 }

@@ -102,11 +102,8 @@ impl Cutter {
             // What `done` records vouch for is opened as the engine opens it: damage there
             // is corruption (exit 65), never a torn tail to cut.
             let opts = ShardOptions {
-                segment_bytes: self.config.shard_segment_bytes,
-                read_only: false,
                 synced_through_lsn: Some(vouched),
-                zero_ahead_bytes: self.config.zero_ahead_bytes,
-                ..ShardOptions::default()
+                ..crate::pipeline::shard_options(&self.config)
             };
             let name = dir.display().to_string();
             let shard_err = |source| EngineError::Shard {

@@ -63,11 +63,11 @@ impl Engine {
         let offsets = self
             .apply_chunk(&decoded)
             .inspect_err(|_| self.env.fail())?;
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         let mut ledger = lock(&self.held.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
             let at = KeyAt::Wal { offset };
-            super::recover::absorb(&mut p, &mut ledger, e.lsn(), at, d, audit_mark)?;
+            p.absorb(&mut ledger, e.lsn(), at, d, audit_mark)?;
         }
         p.vouched = ledger.vouched.clone();
         Ok(())
@@ -88,7 +88,8 @@ impl Engine {
                 WalEntry::Done(done) => {
                     if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
-                        sent.map(|s| self.wait_commits(s)).transpose()?;
+                        sent.map(|s| self.claims.wait_commits(s, &|| self.is_failed()))
+                            .transpose()?;
                     }
                     let w = FlushWith {
                         audit: self.log.audit(),
@@ -110,7 +111,9 @@ impl Engine {
             Some((last, _)) => self.log.wal().sync_to(last.lsn()),
             None => Ok(()),
         };
-        let applied = sent.map(|s| self.wait_commits(s)).transpose();
+        let applied = sent
+            .map(|s| self.claims.wait_commits(s, &|| self.is_failed()))
+            .transpose();
         synced?;
         applied?;
         let w = FlushWith {
@@ -124,7 +127,7 @@ impl Engine {
     /// A run of claims' shard transactions sent to their owners and their audit rows
     /// written (fetched claims have no audit rows here yet: rows past the WAL's end were
     /// cut at start-up); remembered until flushed. The caller waits for the owners
-    /// ([`Engine::wait_commits`]).
+    /// (`Claims::wait_commits` in `claim_lock.rs`).
     fn send_unflushed<'c>(
         &self,
         run: &[(Lsn, &'c ClaimRecord)],
@@ -133,11 +136,11 @@ impl Engine {
             return Ok(None);
         }
         let sent = self.shards.send_commits(run)?;
-        let row = match self.write_group_audit_rows(run, &[]) {
+        let row = match self.log.write_audit_rows(run, &[], &self.env) {
             Ok(row) => row,
             Err(e) => {
                 // The owners still answer before this returns (no owner writing after it).
-                let _ = self.wait_commits(sent);
+                let _ = self.claims.wait_commits(sent, &|| self.is_failed());
                 return Err(e);
             }
         };
@@ -165,11 +168,19 @@ impl Engine {
         let none = HashSet::new();
         for (lsn, claim) in claims {
             let sent = self.shards.send_commits(&[(lsn, claim)])?;
-            for t in self.wait_commits(sent)?.into_iter().flatten() {
+            for t in self
+                .claims
+                .wait_commits(sent, &|| self.is_failed())?
+                .into_iter()
+                .flatten()
+            {
                 touched.insert(t.name.to_owned(), t.slot);
             }
             let done_rows = audited.get(&lsn).unwrap_or(&none);
-            if let Some(row) = self.write_group_audit_rows(&[(lsn, claim)], &[done_rows])? {
+            if let Some(row) =
+                self.log
+                    .write_audit_rows(&[(lsn, claim)], &[done_rows], &self.env)?
+            {
                 last_row = Some(row);
             }
         }

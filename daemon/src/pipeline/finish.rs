@@ -17,16 +17,15 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::crash::Step;
 use super::invariants;
 use super::plan::{is_detached, Slot};
-use super::records::{self, AuditRecord, ClaimRecord, RecordType};
-use super::shard_set::{SentCommits, Touched};
-use super::Engine;
-use crate::batch::{Batch, BatchResult, OpResult};
+use super::records::ClaimRecord;
+use super::shard_set::Touched;
+use super::{committed_result, Engine};
+use crate::batch::{Batch, BatchResult};
 use crate::error::EngineError;
 use crate::spool::Prepared;
 
@@ -88,47 +87,15 @@ impl Engine {
         if claims.is_empty() {
             return Ok((Vec::new(), tail));
         }
-        tail.touched = self.wait_commits(self.shards.send_commits(claims)?)?;
+        tail.touched = self
+            .claims
+            .wait_commits(self.shards.send_commits(claims)?, &|| self.is_failed())?;
         tail.committed = Instant::now();
         for _ in claims {
             self.stats.latency.commit.record(tail.committed - t_commit);
         }
-        tail.last_row = self.write_group_audit_rows(claims, audited)?;
+        tail.last_row = self.log.write_audit_rows(claims, audited, &self.env)?;
         Ok((self.answer_claims(claims, started, prepared)?, tail))
-    }
-
-    /// Every shard's answer collected (all of them, even after a failure, so no owner is
-    /// still writing when this returns), then the planning overlays cleared under one lock.
-    pub(super) fn wait_commits<'c>(
-        &self,
-        s: SentCommits<'c>,
-    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let touched = s.wait(&|| self.is_failed())?;
-        let all = touched.iter().flatten();
-        lock(&self.planner).applied(all.map(|t| (t.name, t.ids.as_slice())));
-        Ok(touched)
-    }
-
-    /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
-    /// write, then each row's crash point in order; returns the last row's lsn.
-    pub(super) fn write_group_audit_rows(
-        &self,
-        claims: &[(Lsn, &ClaimRecord)],
-        audited: &[&HashSet<u32>],
-    ) -> Result<Option<Lsn>, EngineError> {
-        let mut rows = Vec::with_capacity(claims.iter().map(|(_, c)| c.ops.len()).sum());
-        for (i, (lsn, c)) in claims.iter().enumerate() {
-            rows.extend(audit_rows(*lsn, c, audited.get(i).copied())?);
-        }
-        let frames: Vec<(u8, &[u8])> = rows
-            .iter()
-            .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
-            .collect();
-        let lsns = self.log.audit().append_many_nowait(&frames)?;
-        for (i, _) in &rows {
-            self.env.hit(Step::AfterAudit.nth(*i))?;
-        }
-        Ok(lsns.last().copied())
     }
 
     /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
@@ -152,7 +119,8 @@ impl Engine {
         let synced = self.log.wal().synced_lsn();
         for (lsn, _) in claims {
             invariants::answer_is_durable(*lsn, synced);
-            self.wait_replicated(*lsn)?;
+            self.log
+                .wait_replicated(*lsn, self.log_role.as_ref(), &self.stats)?;
         }
         let mut answers = Vec::with_capacity(claims.len());
         // A spool file's name and its answer's place in `answers`.
@@ -216,7 +184,8 @@ impl Engine {
         let r = match slot {
             Slot::Answered(r) => self.reply(source, r.clone())?,
             Slot::Rejected(lsn, r) => {
-                self.answer_durable(*lsn)?;
+                self.log
+                    .answer_durable(*lsn, self.log_role.as_ref(), &self.stats)?;
                 self.reply(source, r.clone())?
             }
             Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
@@ -281,47 +250,5 @@ impl Engine {
         }
         self.answers.publish_bytes(name, bytes)?;
         self.answers.remove_input_synced(name)
-    }
-}
-
-/// The claim's audit rows (op index, encoded row), one per op not in `audited`.
-fn audit_rows(
-    lsn: Lsn,
-    claim: &ClaimRecord,
-    audited: Option<&HashSet<u32>>,
-) -> Result<Vec<(usize, Vec<u8>)>, EngineError> {
-    let mut rows = Vec::with_capacity(claim.ops.len());
-    for (i, op) in claim.ops.iter().enumerate() {
-        if audited.is_some_and(|a| a.contains(&(i as u32))) {
-            continue;
-        }
-        let row = AuditRecord {
-            claim_lsn: lsn,
-            request_key: claim.request_key.clone(),
-            op_index: i as u32,
-            op: op.kind(),
-            shard: op.shard().to_owned(),
-            id: op.id(),
-        };
-        let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
-        rows.push((i, payload));
-    }
-    Ok(rows)
-}
-
-/// The committed result of a claim: the same whenever it is rebuilt.
-pub fn committed_result(lsn: Lsn, c: &ClaimRecord) -> BatchResult {
-    BatchResult::Committed {
-        request_key: c.request_key.clone(),
-        lsn,
-        ops: c
-            .ops
-            .iter()
-            .map(|op| OpResult {
-                op: op.kind().as_str().to_owned(),
-                shard: op.shard().to_owned(),
-                id: op.id(),
-            })
-            .collect(),
     }
 }

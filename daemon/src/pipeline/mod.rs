@@ -6,9 +6,9 @@
 //! how the answers are delivered, [`Deliver`]), from a bounded pool of blocking workers, and
 //! crash tests call it directly over a simulated disk. Many batches may be in the pipeline
 //! at once:
-//! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
-//!   order and ids are minted in lsn order, unique across all shards and never reused
-//!   (`plan.rs`).
+//! - Planning and the claim append happen under one lock (the planner's, in `claims`), so
+//!   lsn order is plan order and ids are minted in lsn order, unique across all shards and
+//!   never reused (`claim_lock.rs`).
 //! - Claim syncs are group-committed by the WAL: waiting workers share fdatasyncs.
 //! - Each shard has one owner (`owner.rs`), run on a bounded pool of threads, that applies
 //!   transactions strictly in lsn order (the turns registered at claim time) and flushes once per round for all of them,
@@ -20,7 +20,8 @@
 //! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
 //! `shard_set` (the shard pool), `answers` (the spool and the publisher), `pause` (intake
 //! paused on a full disk), `env` (storage, configuration, the latch, the directory lock),
-//! `planner` (what the planner lock guards: keys, the id counter, overlays, open claims).
+//! `claims` (the planner lock and what it guards: keys, the id counter, overlays, open
+//! claims; the claim and rejection records appended under it).
 //! The steps that coordinate them: `plan` (the way in, Plan and Claim), `finish` (Commit,
 //! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
 //! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
@@ -34,6 +35,7 @@ pub mod backup;
 pub mod backup_gate;
 mod checkpoint;
 mod checkpoint_state;
+mod claim_lock;
 mod claim_sync;
 pub mod crash;
 pub mod disk;
@@ -67,7 +69,7 @@ pub mod trigger;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
@@ -86,8 +88,7 @@ use stats::Stats;
 
 pub use apply::Fetched;
 pub use figures::Figures;
-pub use finish::committed_result;
-pub use keys::now_ms;
+pub use keys::{committed_result, now_ms};
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
@@ -126,7 +127,8 @@ pub struct Engine {
     /// The log and claims (`logs.rs`): the WAL, the audit log, the claim syncer, the
     /// checkpoint state, the rounds waiting for their tail.
     log: logs::Logs,
-    planner: Mutex<Planner>,
+    /// The claims part (`claim_lock.rs`): the planner and its lock.
+    claims: claim_lock::Claims,
     /// A standby's claims held back or applied unflushed (`apply.rs`).
     held: held::HeldClaims,
     /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
@@ -207,7 +209,7 @@ impl Engine {
             shards,
             log_role,
             log,
-            planner: Mutex::new(Planner::new()),
+            claims: claim_lock::Claims::new(),
             held: held::HeldClaims::default(),
             pause: pause::IntakePause::new(stats.clone()),
             stats,
@@ -285,19 +287,6 @@ impl Engine {
 
     pub fn role(&self) -> Role {
         self.log_role.role()
-    }
-
-    /// Under `ack = "standby"`, waits until a standby holds the record at `lsn` durably (or,
-    /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
-    /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
-    /// the batch stays claimed for recovery (or for the new primary).
-    fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
-        let below = || self.log.checkpoint_from();
-        let waited = self.log_role.wait_replicated(lsn, &below)?;
-        if let Some(t) = waited {
-            self.stats.latency.replicate.record(t);
-        }
-        Ok(())
     }
 }
 

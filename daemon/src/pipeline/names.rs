@@ -16,7 +16,6 @@
 
 use std::time::Duration;
 
-use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
@@ -33,7 +32,7 @@ impl Engine {
     /// makes those durable (see the module comment).
     /// `own` is the claim being answered, if any.
     pub(super) fn settle_name(&self, name: &str, own: Option<Lsn>) -> Result<(), EngineError> {
-        let mut t = lock(&self.planner);
+        let mut t = self.claims.lock();
         loop {
             self.env.check()?;
             t.tails.forget_synced(self.log.wal().synced_lsn());
@@ -48,7 +47,7 @@ impl Engine {
                     // (`settle.rs`), then look again.
                     drop(t);
                     self.settle()?;
-                    t = lock(&self.planner);
+                    t = self.claims.lock();
                 }
                 Err(()) => {
                     // One still before its answer: its hand-in (under this lock) wakes us.

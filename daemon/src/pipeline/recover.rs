@@ -3,7 +3,7 @@
 //! and claimed ids (`RoostApplyBatch.tla`: a claim is always finished with the same ids).
 //! Nothing new is taken until this returns.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use roost_wal::Lsn;
@@ -12,10 +12,8 @@ use tracing::info;
 use roost_storage::{lock, read_all, OpenMode};
 
 use super::keys;
-use super::records::{
-    decode_checkpoint, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord, PlannedOp, WalEntry,
-};
-use super::{io_err, Engine, KeyAt, KeyState};
+use super::records::{decode_checkpoint, Checkpoint, ClaimLedger, ClaimRecord};
+use super::{io_err, Engine};
 use crate::error::EngineError;
 
 /// What recovery did at open.
@@ -65,12 +63,14 @@ impl Engine {
             0,
             self.log.wal().recovery_report().records,
         );
-        let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
+        let mut report = |done, total| progress.report("replaying records", done, total);
+        let (ledger, shard_names, records) =
+            self.claims.replay(self.log.wal(), &ckpt, &mut report)?;
         self.shards.set_synced_through(ledger.vouched.clone());
         // Step 2: every shard the WAL names opened. Ids are never reused even if the WAL
         // were retired below a create, because each shard remembers its largest id.
         if let Some(max_id) = self.shards.largest_id(&shard_names)? {
-            let mut p = lock(&self.planner);
+            let mut p = self.claims.lock();
             p.next_id = p.next_id.max(max_id + 1);
         }
         let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
@@ -107,7 +107,7 @@ impl Engine {
         let c = read_checkpoint(self.env.storage.as_ref(), &self.env.layout)?;
         let now = keys::now_ms();
         let table_through = self.keys.catch_up_index()?;
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         p.next_id = p.next_id.max(c.next_id);
         p.vouched = c.shards.iter().cloned().collect();
         drop(p);
@@ -131,37 +131,6 @@ impl Engine {
         st.found_at_open = self.log.wal().recovery_report().bytes_scanned;
         st.last = (c.wal_from > 1).then(|| c.clone());
         Ok(c)
-    }
-
-    /// Step 1: replays the WAL from the checkpoint into the planner (every key, the highest
-    /// id ever claimed) and a ledger of the unfinished claims; returns the shards the
-    /// checkpoint and the WAL name, and the record count.
-    fn replay_wal(
-        &self,
-        ckpt: &Checkpoint,
-        progress: &mut Progress<'_>,
-    ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
-        let total = self.log.wal().recovery_report().records;
-        let mut ledger = ClaimLedger {
-            from: ckpt.wal_from,
-            vouched: ckpt.shards.iter().cloned().collect(),
-            ..ClaimLedger::default()
-        };
-        let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
-        let mut records = 0u64;
-        let mut p = lock(&self.planner);
-        for entry in read_wal_frames(self.log.wal(), ckpt.wal_from) {
-            let (rec, entry) = entry?;
-            records += 1;
-            progress.report("replaying records", records, total);
-            if let WalEntry::Claim(c) = &entry {
-                shard_names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
-            }
-            let at = KeyAt::Wal { offset: rec.offset };
-            absorb(&mut p, &mut ledger, rec.lsn, at, entry, ckpt.audit_from)?;
-        }
-        p.vouched = ledger.vouched.clone();
-        Ok((ledger, shard_names, records))
     }
 
     /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes
@@ -212,7 +181,7 @@ impl Engine {
             if cfg!(feature = "mutant-no-claim") {
                 // The mutant: the claim is not kept across the retry. The key is forgotten,
                 // so the client's retry plans again and mints fresh ids.
-                lock(&self.planner).keys.remove(&claim.request_key);
+                self.claims.lock().keys.remove(&claim.request_key);
                 continue;
             }
             info!(lsn, request_key = %claim.request_key, "recovery: finishing claimed batch");
@@ -221,57 +190,6 @@ impl Engine {
         }
         Ok(finished)
     }
-}
-
-/// One replayed (or, on a standby, fetched) WAL record into the planner: keys, the id
-/// counter, open claims (with `audit_mark`, the audit lsn their rows come after) and the
-/// ledger of claims without a `done`.
-pub(super) fn absorb(
-    p: &mut super::Planner,
-    ledger: &mut ClaimLedger,
-    lsn: Lsn,
-    at: KeyAt,
-    entry: WalEntry,
-    audit_mark: Lsn,
-) -> Result<(), EngineError> {
-    match entry {
-        WalEntry::Claim(c) => {
-            for op in &c.ops {
-                if let PlannedOp::Create { id, .. } = op {
-                    p.next_id = p.next_id.max(id + 1);
-                }
-            }
-            let key = KeyState {
-                lsn,
-                fingerprint: c.fingerprint,
-                done: false,
-                rejected: false,
-                at,
-            };
-            p.keys.insert(c.request_key.clone(), key);
-            p.open.insert(lsn, audit_mark);
-            ledger.claim(lsn, c);
-        }
-        WalEntry::Done(d) => {
-            p.open.remove(&d.claim_lsn);
-            if let Some(c) = ledger.done_after(lsn, &d)? {
-                if let Some(k) = p.keys.get_mut(&c.request_key) {
-                    k.done = true;
-                }
-            }
-        }
-        WalEntry::Rejected(r) => {
-            let key = KeyState {
-                lsn,
-                fingerprint: r.fingerprint,
-                done: true,
-                rejected: true,
-                at,
-            };
-            p.keys.insert(r.request_key, key);
-        }
-    }
-    Ok(())
 }
 
 /// The last checkpoint in the data directory, or the empty one (replay from lsn 1) when

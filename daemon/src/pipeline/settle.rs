@@ -30,7 +30,7 @@ use roost_wal::Lsn;
 use super::crash::Step;
 use super::finish::Tail;
 use super::owner::ShardSlot;
-use super::records::{self, ClaimRecord, DoneRecord, RecordType};
+use super::records::ClaimRecord;
 use super::round_queue::Waiting;
 use super::Engine;
 use crate::error::EngineError;
@@ -56,7 +56,7 @@ impl Engine {
         });
         // Under the planner lock, so a reused name that found none of its earlier claims
         // waiting (`names.rs`) is already waiting on `finished_cv` when this one comes.
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         p.mark_answered(claims);
         self.stats
             .committed
@@ -113,9 +113,9 @@ impl Engine {
             self.env.hit(Step::AfterAuditSync.at())?;
         }
         let lsns: Vec<Lsn> = claims.iter().map(|c| c.lsn).collect();
-        let dones = self.append_dones(&lsns)?;
+        let dones = self.log.append_dones(&lsns, &self.env)?;
         for (c, done) in claims.iter().zip(dones) {
-            lock(&self.planner).close(c, done);
+            self.claims.lock().close(c, done);
             self.env.finished_cv.notify_all();
             self.stats.latency.finish.record(c.committed.elapsed());
         }
@@ -124,25 +124,6 @@ impl Engine {
         self.stats.tail_settled.fetch_add(n, Ordering::Relaxed);
         self.stats.tail_waiting.fetch_sub(n, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
-    /// returns their lsns.
-    fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
-        let mut payloads = Vec::with_capacity(claims.len());
-        for lsn in claims {
-            let done = DoneRecord { claim_lsn: *lsn };
-            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
-        }
-        let frames: Vec<(u8, &[u8])> = payloads
-            .iter()
-            .map(|p| (RecordType::Done as u8, p.as_slice()))
-            .collect();
-        let lsns = self.log.wal().append_many_nowait(&frames)?;
-        for _ in &lsns {
-            self.env.hit(Step::AfterDone.at())?;
-        }
-        Ok(lsns)
     }
 }
 

@@ -362,7 +362,7 @@ fn checkpoint_age_seconds(f: &crate::pipeline::Figures) -> f64 {
 fn intake_figures(engine: &Engine) -> Vec<Figure> {
     let s = &engine.stats;
     let st = &s.stream;
-    let paused = engine.paused();
+    let paused = engine.room().paused();
     vec![
         gauge(
             "roost_intake_paused",

@@ -175,12 +175,12 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
         let reason = format!("this node is the {}: its spool is closed", role.name());
         return json!({"state": "closed", "reason": reason, "pauses": pauses});
     }
-    let claims = engine.deferred_claims();
+    let claims = engine.standby().deferred_claims();
     if claims > 0 {
         let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
         return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
     }
-    match engine.paused() {
+    match engine.room().paused() {
         None => json!({"state": "open", "pauses": pauses}),
         Some(p) => json!({
             "state": "paused",
@@ -283,7 +283,7 @@ fn replication_json(engine: &Engine, repl: &Replication) -> serde_json::Value {
         "standby_connected": repl.standbys().iter().any(|(_, s)| s.connected),
         "waiting_for_standby": repl.waiting_for_standby(),
         "published_alone": repl.published_alone(),
-        "claims_to_finish": engine.deferred_claims(),
+        "claims_to_finish": engine.standby().deferred_claims(),
         "follow": follow,
     })
 }

@@ -29,12 +29,15 @@ use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::held::{self, FlushWith};
-use super::log_role::{Lead, Role};
+use super::claim_lock::Claims;
+use super::env::Env;
+use super::held::{self, FlushWith, HeldClaims};
+use super::keys::KeyAt;
+use super::log_role::{Lead, LogRole, Role};
+use super::logs::Logs;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
-use super::shard_set::SentCommits;
-use super::{Engine, KeyAt};
+use super::shard_set::{SentCommits, ShardSet};
 use crate::error::EngineError;
 
 /// A record fetched from the primary, as the engine sees it: the replication protocol's
@@ -47,14 +50,26 @@ pub trait Fetched {
     fn payload(&self) -> &[u8];
 }
 
-impl Engine {
+/// A standby's side of the engine: the held claims it works on, with the parts it applies
+/// through (the shard pool, the logs, the claims part for the overlays, the environment for
+/// the latch and crash points, the log role for epochs). Got from `Engine::standby`.
+pub struct Standby<'a> {
+    pub(super) held: &'a HeldClaims,
+    pub(super) shards: &'a ShardSet,
+    pub(super) log: &'a Logs,
+    pub(super) claims: &'a Claims,
+    pub(super) env: &'a Env,
+    pub(super) log_role: &'a dyn LogRole,
+}
+
+impl Standby<'_> {
     /// Applies records fetched from the primary (see the module comment); `entries[0]`
     /// continues this WAL. A failure latches the engine like any write failure.
     pub fn apply_replicated<E: Fetched>(&self, entries: &[E]) -> Result<(), EngineError> {
         let _one = lock(&self.held.apply_lock);
-        if self.role() != Role::Standby {
+        if self.log_role.role() != Role::Standby {
             return Err(EngineError::NotPrimary {
-                role: self.role().name(),
+                role: self.log_role.role().name(),
             });
         }
         self.env.check()?;
@@ -88,12 +103,12 @@ impl Engine {
                 WalEntry::Done(done) => {
                     if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
-                        sent.map(|s| self.claims.wait_commits(s, &|| self.is_failed()))
+                        sent.map(|s| self.claims.wait_commits(s, &|| self.env.is_failed()))
                             .transpose()?;
                     }
                     let w = FlushWith {
                         audit: self.log.audit(),
-                        failed: &|| self.is_failed(),
+                        failed: &|| self.env.is_failed(),
                     };
                     self.held.effects_durable(done.claim_lsn, &w)?;
                 }
@@ -112,13 +127,13 @@ impl Engine {
             None => Ok(()),
         };
         let applied = sent
-            .map(|s| self.claims.wait_commits(s, &|| self.is_failed()))
+            .map(|s| self.claims.wait_commits(s, &|| self.env.is_failed()))
             .transpose();
         synced?;
         applied?;
         let w = FlushWith {
             audit: self.log.audit(),
-            failed: &|| self.is_failed(),
+            failed: &|| self.env.is_failed(),
         };
         self.held.flush_behind(self.shards.flusher(), &w)?;
         Ok(offsets)
@@ -136,11 +151,11 @@ impl Engine {
             return Ok(None);
         }
         let sent = self.shards.send_commits(run)?;
-        let row = match self.log.write_audit_rows(run, &[], &self.env) {
+        let row = match self.log.write_audit_rows(run, &[], self.env) {
             Ok(row) => row,
             Err(e) => {
                 // The owners still answer before this returns (no owner writing after it).
-                let _ = self.claims.wait_commits(sent, &|| self.is_failed());
+                let _ = self.claims.wait_commits(sent, &|| self.env.is_failed());
                 return Err(e);
             }
         };
@@ -170,36 +185,36 @@ impl Engine {
             let sent = self.shards.send_commits(&[(lsn, claim)])?;
             for t in self
                 .claims
-                .wait_commits(sent, &|| self.is_failed())?
+                .wait_commits(sent, &|| self.env.is_failed())?
                 .into_iter()
                 .flatten()
             {
                 touched.insert(t.name.to_owned(), t.slot);
             }
             let done_rows = audited.get(&lsn).unwrap_or(&none);
-            if let Some(row) =
-                self.log
-                    .write_audit_rows(&[(lsn, claim)], &[done_rows], &self.env)?
+            if let Some(row) = self
+                .log
+                .write_audit_rows(&[(lsn, claim)], &[done_rows], self.env)?
             {
                 last_row = Some(row);
             }
         }
         let w = FlushWith {
             audit: self.log.audit(),
-            failed: &|| self.is_failed(),
+            failed: &|| self.env.is_failed(),
         };
         held::flush_effects(&touched, last_row, &w)
     }
 
     /// Promotion (`roost promote`, or an election won in etcd): this standby becomes the
     /// primary of the epoch `lead` names. The claims it holds without a `done` are finished
-    /// (with their claimed ids) before intake opens ([`Engine::finish_deferred`]).
+    /// (with their claimed ids) before intake opens (`Engine::finish_deferred`).
     pub fn promote(&self, lead: Lead) -> Result<u32, EngineError> {
         let _one = lock(&self.held.apply_lock);
-        if self.role() != Role::Standby {
+        if self.log_role.role() != Role::Standby {
             return Err(EngineError::Replication(format!(
                 "promote: this node is the {}, not a standby",
-                self.role().name()
+                self.log_role.role().name()
             )));
         }
         self.env.check()?;
@@ -221,29 +236,6 @@ impl Engine {
     /// Claims waiting to be finished before intake opens.
     pub fn deferred_claims(&self) -> usize {
         lock(&self.held.deferred).len()
-    }
-
-    /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
-    /// promoted standby's), oldest first, each waiting for a standby like a live answer.
-    /// Intake stays closed until this returns.
-    pub fn finish_deferred(&self) -> Result<u64, EngineError> {
-        let claims: BTreeMap<Lsn, ClaimRecord> =
-            lock(&self.held.deferred).iter().cloned().collect();
-        if claims.is_empty() {
-            return Ok(0);
-        }
-        let from = self.log.state().last.as_ref().map_or(1, |c| c.audit_from);
-        let audited = self.log.audited_rows(&claims, from)?;
-        let none = HashSet::new();
-        for (lsn, claim) in &claims {
-            info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
-            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
-        }
-        // The `done` records durable before intake opens (a reused name must never see
-        // these batches finished again: `names.rs`).
-        self.sync()?;
-        lock(&self.held.deferred).clear();
-        Ok(claims.len() as u64)
     }
 }
 

@@ -29,8 +29,9 @@ use tracing::{debug, info};
 
 use super::crash::Step;
 use super::env::Env;
-use super::keys;
+use super::keys::{self, KeyWindow};
 use super::log_role::{LogRole, Role};
+use super::logs::Logs;
 use super::records::{self, Checkpoint};
 use super::Engine;
 use crate::config::{Ack, Config, StandbyLost};
@@ -67,7 +68,7 @@ impl Engine {
         let mut c = self.claims.checkpoint_point(&self.log, &self.shards, cap);
         if let Some(last) = last.filter(|l| l.wal_from >= c.wal_from) {
             // Nothing new below the first open claim; the window still moves.
-            self.retire_tables(now, &last)?;
+            retire_tables((&self.keys, &self.log, &self.env), now, &last)?;
             self.log.checkpoint_taken(wal_bytes, None);
             return Ok(None);
         }
@@ -94,7 +95,8 @@ impl Engine {
         let keep = c.wal_from.min(self.log.pins().lowest().unwrap_or(Lsn::MAX));
         let retired = wal.retire_below(keep).inspect_err(|_| fail())?;
         self.env.hit(Step::AfterWalRetired.at())?;
-        let (forgot, audit_retired) = self.retire_tables(now, &c)?;
+        let parts = (&self.keys, &self.log, &self.env);
+        let (forgot, audit_retired) = retire_tables(parts, now, &c)?;
         info!(
             wal_from = c.wal_from,
             keys_copied = moved.len(),
@@ -147,20 +149,6 @@ impl Engine {
     pub fn shard_compaction(&self) -> BTreeMap<String, roost_shards::CompactionStats> {
         self.shards.compaction()
     }
-
-    /// Step 4: index runs wholly out of the window removed, the key table trimmed below the
-    /// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments
-    /// removed).
-    fn retire_tables(&self, now: u64, c: &Checkpoint) -> Result<(usize, usize), EngineError> {
-        let forgot = self.keys.retire(now).inspect_err(|_| self.env.fail())?;
-        let (bytes_max, secs_max) = (
-            self.env.config.audit_retain_bytes,
-            self.env.config.audit_retain_secs,
-        );
-        let audit =
-            (self.log.retire_audit(c, bytes_max, secs_max)).inspect_err(|_| self.env.fail())?;
-        Ok((forgot, audit))
-    }
 }
 
 /// A primary that waits for its standby never checkpoints past what the standby holds: if
@@ -175,6 +163,19 @@ fn standby_cap(config: &Config, role: &dyn LogRole, wal_from: Lsn) -> Lsn {
     } else {
         wal_from
     }
+}
+
+/// Step 4: index runs wholly out of the window removed, the key table trimmed below the
+/// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments removed).
+fn retire_tables(
+    (keys, log, env): (&KeyWindow, &Logs, &Env),
+    now: u64,
+    c: &Checkpoint,
+) -> Result<(usize, usize), EngineError> {
+    let forgot = keys.retire(now).inspect_err(|_| env.fail())?;
+    let (bytes_max, secs_max) = (env.config.audit_retain_bytes, env.config.audit_retain_secs);
+    let audit = (log.retire_audit(c, bytes_max, secs_max)).inspect_err(|_| env.fail())?;
+    Ok((forgot, audit))
 }
 
 /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.

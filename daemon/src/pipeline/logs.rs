@@ -114,6 +114,32 @@ impl Logs {
         }
     }
 
+    /// At open, what the engine remembers of checkpoints, from the last one (`c`), the key
+    /// table (`keys_at`: the last lsn it holds and its newest stamp), the checkpoint interval
+    /// and the time now.
+    pub(super) fn resume_from(
+        &self,
+        c: &Checkpoint,
+        (table_through, keys_max_at_ms): (Lsn, u64),
+        interval: Duration,
+        now: u64,
+    ) {
+        let mut st = self.state();
+        st.keys_through = table_through.max(c.keys_through);
+        // Stamps never go back along the table, even if the clock did: a run written after
+        // the last CHECKPOINT (a crash between them) may hold a newer one.
+        st.last_at_ms = c.at_ms.max(keys_max_at_ms);
+        // The interval counts from the checkpoint itself, not from this start; the WAL found
+        // here counts towards the next checkpoint's bytes.
+        let age = match c.at_ms {
+            0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
+            at => Duration::from_millis(now.saturating_sub(at)).min(interval),
+        };
+        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
+        st.found_at_open = self.wal.recovery_report().bytes_scanned;
+        st.last = (c.wal_from > 1).then(|| c.clone());
+    }
+
     /// The first of the WAL and the audit log with no spare segment: which, and why.
     pub(super) fn shortage(&self) -> Option<(String, NoRoom)> {
         if let Some(why) = self.wal.spare_missing() {

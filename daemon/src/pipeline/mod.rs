@@ -82,11 +82,11 @@ use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::CrashHook;
 use disk::io_err;
-use keys::{KeyAt, KeyFound, KeyState};
+use keys::{KeyFound, KeyState};
 use planner::Planner;
 use stats::Stats;
 
-pub use apply::Fetched;
+pub use apply::{Fetched, Standby};
 pub use figures::Figures;
 pub use keys::{committed_result, now_ms};
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
@@ -96,6 +96,7 @@ pub use pause::Pause;
 pub use plan::{is_detached, one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
+pub use room::Room;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
 /// spool directories) and the crash hook.
@@ -283,6 +284,29 @@ impl Engine {
             self.log.wal().sync_to(last)?;
         }
         Ok(())
+    }
+
+    /// Room on disk for new batches: whether intake is paused, and the way to resume it.
+    pub fn room(&self) -> Room<'_> {
+        Room {
+            log: &self.log,
+            keys: &self.keys,
+            shards: &self.shards,
+            pause: &self.pause,
+            layout: &self.env.layout,
+        }
+    }
+
+    /// The standby's side: applying fetched records, promotion, the claims held back.
+    pub fn standby(&self) -> Standby<'_> {
+        Standby {
+            held: &self.held,
+            shards: &self.shards,
+            log: &self.log,
+            claims: &self.claims,
+            env: &self.env,
+            log_role: self.log_role.as_ref(),
+        }
     }
 
     pub fn role(&self) -> Role {

@@ -109,7 +109,7 @@ impl Engine {
     ) -> Result<T, EngineError> {
         self.env.check()?;
         self.log_role.check_primary()?;
-        self.gate()?;
+        self.room().gate()?;
         self.stats.in_flight.fetch_add(n, Ordering::Relaxed);
         let r = work();
         self.stats.in_flight.fetch_sub(n, Ordering::Relaxed);
@@ -310,7 +310,7 @@ impl Engine {
     ) -> Result<Slot, EngineError> {
         self.env.check()?;
         // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
-        self.gate_wal()?;
+        self.room().gate_wal()?;
         match p.key(&self.keys, &b.request_key)?.map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),
@@ -334,7 +334,7 @@ impl Engine {
             return Ok(Slot::Rejected(lsn, r));
         }
         self.env.hit(Step::AfterPlan.at())?;
-        self.reserve_room(b)?;
+        self.room().reserve_room(b)?;
         let (lsn, claim) = p.claim(&self.log, &self.shards, (b, source, fp))?;
         Ok(Slot::Claimed(lsn, claim))
     }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use roost_wal::Lsn;
 
 use super::keys::{KeyAt, KeyState, KeyWindow};
-use super::records::{ClaimLedger, ClaimRecord, PlannedOp, WalEntry};
+use super::records::{Checkpoint, ClaimLedger, ClaimRecord, PlannedOp, WalEntry};
 use super::round_queue::Waiting;
 use super::shard_set::ShardSet;
 use super::tails::Tails;
@@ -236,6 +236,12 @@ impl Planner {
             }
         }
         Ok(())
+    }
+
+    /// At open, from the last checkpoint: the id counter and each shard's flushed mark.
+    pub(super) fn resume_from(&mut self, c: &Checkpoint) {
+        self.next_id = self.next_id.max(c.next_id);
+        self.vouched = c.shards.iter().cloned().collect();
     }
 
     /// A checkpoint's step 3 (`checkpoint.rs`): keys whose batch is below `wal_from` leave

@@ -4,6 +4,7 @@
 //! Nothing new is taken until this returns.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use roost_wal::Lsn;
@@ -57,7 +58,19 @@ impl Engine {
             last_call: Instant::now(),
             last_log: Instant::now(),
         };
-        let ckpt = self.load_checkpoint()?;
+        // Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
+        // keys still in the window, the id counter and each shard's flushed mark.
+        let (storage, layout) = (self.env.storage.as_ref(), &self.env.layout);
+        let _ = storage.remove(&layout.checkpoint().with_extension("tmp"));
+        let ckpt = read_checkpoint(storage, layout)?;
+        let now = keys::now_ms();
+        let table_through = self.keys.catch_up_index()?;
+        self.claims.lock().resume_from(&ckpt);
+        let horizon = ckpt.wal_from.saturating_sub(1);
+        self.shards.horizon().store(horizon, Ordering::Relaxed);
+        let interval = Duration::from_millis(self.env.config.checkpoint_interval_ms);
+        let keys_at = (table_through, self.keys.max_at_ms());
+        self.log.resume_from(&ckpt, keys_at, interval, now);
         callback(
             "replaying records",
             0,
@@ -97,42 +110,6 @@ impl Engine {
         Ok(self)
     }
 
-    /// Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
-    /// keys still in the window, the id counter and each shard's flushed mark.
-    fn load_checkpoint(&mut self) -> Result<Checkpoint, EngineError> {
-        let _ = self
-            .env
-            .storage
-            .remove(&self.env.layout.checkpoint().with_extension("tmp"));
-        let c = read_checkpoint(self.env.storage.as_ref(), &self.env.layout)?;
-        let now = keys::now_ms();
-        let table_through = self.keys.catch_up_index()?;
-        let mut p = self.claims.lock();
-        p.next_id = p.next_id.max(c.next_id);
-        p.vouched = c.shards.iter().cloned().collect();
-        drop(p);
-        self.shards.horizon().store(
-            c.wal_from.saturating_sub(1),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        let mut st = self.log.state();
-        st.keys_through = table_through.max(c.keys_through);
-        // Stamps never go back along the table, even if the clock did: a run written after
-        // the last CHECKPOINT (a crash between them) may hold a newer one.
-        st.last_at_ms = c.at_ms.max(self.keys.max_at_ms());
-        // The interval counts from the checkpoint itself, not from this start; the WAL found
-        // here counts towards the next checkpoint's bytes.
-        let interval = Duration::from_millis(self.env.config.checkpoint_interval_ms);
-        let age = match c.at_ms {
-            0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
-            at => Duration::from_millis(now.saturating_sub(at)).min(interval),
-        };
-        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
-        st.found_at_open = self.log.wal().recovery_report().bytes_scanned;
-        st.last = (c.wal_from > 1).then(|| c.clone());
-        Ok(c)
-    }
-
     /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes
     /// their `done`s); a primary under `ack = "standby"` leaves them for
     /// [`Engine::finish_deferred`] (their results wait for a standby, which can only
@@ -149,7 +126,8 @@ impl Engine {
             let claims = ledger.unfinished.clone();
             *lock(&self.held.ledger) = ledger;
             let audited = self.log.audited_rows(&claims, ckpt.audit_from)?;
-            self.apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
+            self.standby()
+                .apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
             return Ok(0);
         }
         if r.enabled() {
@@ -189,6 +167,29 @@ impl Engine {
             finished += 1;
         }
         Ok(finished)
+    }
+
+    /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
+    /// promoted standby's), oldest first, each waiting for a standby like a live answer.
+    /// Intake stays closed until this returns.
+    pub fn finish_deferred(&self) -> Result<u64, EngineError> {
+        let claims: BTreeMap<Lsn, ClaimRecord> =
+            lock(&self.held.deferred).iter().cloned().collect();
+        if claims.is_empty() {
+            return Ok(0);
+        }
+        let from = self.log.state().last.as_ref().map_or(1, |c| c.audit_from);
+        let audited = self.log.audited_rows(&claims, from)?;
+        let none = HashSet::new();
+        for (lsn, claim) in &claims {
+            info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
+        }
+        // The `done` records durable before intake opens (a reused name must never see
+        // these batches finished again: `names.rs`).
+        self.sync()?;
+        lock(&self.held.deferred).clear();
+        Ok(claims.len() as u64)
     }
 }
 

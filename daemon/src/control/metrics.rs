@@ -548,7 +548,8 @@ fn role(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
 /// Per shard: live records and compaction.
 fn per_shard(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
     let records = engine
-        .shard_figures()
+        .shards()
+        .figures()
         .into_iter()
         .map(|(name, f)| (name, ConstGauge::new(f.records as u64)));
     let head = (
@@ -558,7 +559,7 @@ fn per_shard(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
         MetricType::Gauge,
     );
     labelled(enc, head, "shard", records)?;
-    let compaction = engine.shard_compaction();
+    let compaction = engine.shards().compaction();
     let rows = |f: fn(&roost_shards::CompactionStats) -> u64| {
         compaction
             .iter()

@@ -68,7 +68,7 @@ pub fn status_json(node: &Node) -> serde_json::Value {
         "shard_compaction": compaction_json(engine),
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": f.uptime_ms,
-        "shards": engine.shard_figures().into_iter().map(|(k, s)| (k, s.records)).collect::<BTreeMap<_, _>>(),
+        "shards": engine.shards().figures().into_iter().map(|(k, s)| (k, s.records)).collect::<BTreeMap<_, _>>(),
         "latency_ms": latency_json(engine),
         "recovery": {
             "duration_ms": rec.duration.as_millis() as u64,
@@ -115,7 +115,7 @@ fn shard_limit_json(engine: &Engine, f: &Figures) -> serde_json::Value {
 
 /// Compaction per shard.
 fn compaction_json(engine: &Engine) -> serde_json::Value {
-    let per_shard = engine.shard_compaction().into_iter().map(|(k, c)| {
+    let per_shard = engine.shards().compaction().into_iter().map(|(k, c)| {
         let v = json!({
             "compactions": c.compactions,
             "reclaimed_bytes": c.reclaimed_bytes,

@@ -19,7 +19,6 @@
 //!    segments below the oldest run left; audit segments wholly below the checkpoint's audit mark go if
 //!    `audit_retain_bytes` / `audit_retain_secs` say so (by default the audit log is kept).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -143,11 +142,6 @@ impl Engine {
             ("shards", shards),
             ("checkpoint", checkpoint),
         ]
-    }
-
-    /// Compaction figures per open shard.
-    pub fn shard_compaction(&self) -> BTreeMap<String, roost_shards::CompactionStats> {
-        self.shards.compaction()
     }
 }
 

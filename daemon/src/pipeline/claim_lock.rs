@@ -6,6 +6,7 @@
 //! the engine decides the order of steps (`plan.rs`, `finish.rs`, `checkpoint.rs`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use super::records::{
     RejectedRecord, WalEntry,
 };
 use super::shard_set::{SentCommits, ShardSet, Touched};
+use super::stats::Stats;
 use crate::batch::{Batch, BatchOp, BatchResult};
 use crate::error::EngineError;
 
@@ -197,6 +199,32 @@ impl Claims {
         p.vouched = ledger.vouched.clone();
         Ok((ledger, shard_names, records))
     }
+
+    /// The answer for a key seen before, if it has one: a conflict (another fingerprint) or
+    /// the original result, once the record it cites is durable. Must be called without the
+    /// planner lock (it may sync the WAL).
+    pub(super) fn answer_for(
+        &self,
+        (keys, log, role, stats): (&KeyWindow, &Logs, &dyn LogRole, &Stats),
+        (key, fp): (&str, u64),
+        k: Option<KeyState>,
+    ) -> Result<Option<BatchResult>, EngineError> {
+        let Some(k) = k else { return Ok(None) };
+        match k.check(fp) {
+            KeyFound::Free | KeyFound::InFlight => Ok(None),
+            // The answer cites the record at k.lsn: it must be durable first, or a power loss
+            // could take it and the key would then plan as new (issue 13, item 6).
+            KeyFound::Answered(k) if k.fingerprint != fp => {
+                log.answer_durable(k.lsn, role, stats)?;
+                Ok(Some(conflict(stats, key, k.lsn)))
+            }
+            KeyFound::Answered(k) => {
+                log.answer_durable(k.lsn, role, stats)?;
+                stats.duplicate.fetch_add(1, Ordering::Relaxed);
+                self.duplicate(log.wal(), keys, key, k).map(Some)
+            }
+        }
+    }
 }
 
 impl Planner {
@@ -296,5 +324,15 @@ impl Planner {
                 },
             })
             .collect()
+    }
+}
+
+/// A conflict's answer (counted): the key was used at `lsn` with another batch.
+fn conflict(stats: &Stats, key: &str, lsn: Lsn) -> BatchResult {
+    stats.conflict.fetch_add(1, Ordering::Relaxed);
+    BatchResult::Conflict {
+        request_key: key.to_owned(),
+        lsn,
+        reason: format!("request key already used at lsn {lsn} with a different batch"),
     }
 }

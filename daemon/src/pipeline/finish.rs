@@ -19,31 +19,13 @@ use std::time::Instant;
 
 use roost_wal::Lsn;
 
-use super::crash::Step;
-use super::invariants;
-use super::plan::{is_detached, Slot};
+use super::plan::Slot;
 use super::records::ClaimRecord;
-use super::shard_set::Touched;
-use super::{committed_result, Engine};
+use super::round_queue::Tail;
+use super::Engine;
 use crate::batch::{Batch, BatchResult};
 use crate::error::EngineError;
 use crate::spool::Prepared;
-
-/// What a group still owes once its answers are made: each claim's touched shards (to
-/// flush, then to close the claim with) and the last audit row written (to sync).
-pub(super) struct Tail<'c> {
-    touched: Vec<Vec<Touched<'c>>>,
-    last_row: Option<Lsn>,
-    /// When the commit step ended: the finish phase's start, for its latency.
-    committed: Instant,
-}
-
-impl<'c> Tail<'c> {
-    /// Each claim's touched shards, the last audit row, when the commit step ended.
-    pub(super) fn into_parts(self) -> (Vec<Vec<Touched<'c>>>, Option<Lsn>, Instant) {
-        (self.touched, self.last_row, self.committed)
-    }
-}
 
 impl Engine {
     /// Recovery's finish for the durable claim at `lsn`, as a group of one; `audited` holds
@@ -57,7 +39,7 @@ impl Engine {
     ) -> Result<BatchResult, EngineError> {
         let claims = [(lsn, claim)];
         let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None, None)?;
-        self.hold_for_round(&claims, tail)?;
+        self.tail().hold_for_round(&claims, tail)?;
         self.settle()?;
         r.pop().ok_or(EngineError::Inconsistent {
             lsn,
@@ -70,7 +52,7 @@ impl Engine {
     /// in claim order. `started` is when a live group entered the pipeline; `None` in
     /// recovery. `prepared`: the live claims' result files, written and synced while the
     /// claims were (`plan.rs`, `sync_claims`). What is left is the [`Tail`], for
-    /// [`Engine::hold_for_round`] (`settle.rs`).
+    /// `Settler::hold_for_round` (`settle.rs`).
     pub(super) fn commit_and_answer<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
@@ -95,59 +77,10 @@ impl Engine {
             self.stats.latency.commit.record(tail.committed - t_commit);
         }
         tail.last_row = self.log.write_audit_rows(claims, audited, &self.env)?;
-        Ok((self.answer_claims(claims, started, prepared)?, tail))
-    }
-
-    /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
-    /// "standby"`; a wait that gives up leaves every file in `new/`). A detached claim's
-    /// answer is only handed back. A live file's name settles and its input goes, then every
-    /// live result is published in one round (`Publisher::publish_many`): the input goes
-    /// first, since the claim holds the batch from here on and a client may reuse the name
-    /// as soon as it sees the answer (a removal after it could take the new file). An
-    /// earlier batch under the name settles first (its `done` durable): once the input is
-    /// gone, recovery must never finish the earlier one again, or it would publish the
-    /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
-    /// publishes only what is still this batch's (`names.rs`). `prepared`, if given, must
-    /// hold exactly the results published here (by name): its temporaries are
-    /// renamed, not written again.
-    fn answer_claims(
-        &self,
-        claims: &[(Lsn, &ClaimRecord)],
-        started: Option<Instant>,
-        prepared: Option<Prepared<'_>>,
-    ) -> Result<Vec<BatchResult>, EngineError> {
-        let synced = self.log.wal().synced_lsn();
-        for (lsn, _) in claims {
-            invariants::answer_is_durable(*lsn, synced);
-            self.log
-                .wait_replicated(*lsn, self.log_role.as_ref(), &self.stats)?;
-        }
-        let mut answers = Vec::with_capacity(claims.len());
-        // A spool file's name and its answer's place in `answers`.
-        let mut files: Vec<(&str, usize)> = Vec::new();
-        for (lsn, c) in claims {
-            let r = committed_result(*lsn, c);
-            if is_detached(&c.source) {
-                self.env.hit(Step::AfterResult.at())?;
-            } else if started.is_none() {
-                self.recovery_answer(c, &r)?;
-                self.env.hit(Step::AfterResult.at())?;
-            } else {
-                self.settle_name(&c.source, Some(*lsn))?;
-                self.answers.remove_input(&c.source)?;
-                self.env.hit(Step::AfterInputRemoved.at())?;
-                files.push((c.source.as_str(), answers.len()));
-            }
-            answers.push(r);
-        }
-        self.answers.publish_claims(&files, &answers, prepared)?;
-        for _ in &files {
-            if let Some(t0) = started {
-                self.stats.latency.batch.record(t0.elapsed());
-            }
-            self.env.hit(Step::AfterResult.at())?;
-        }
-        Ok(answers)
+        let role = self.log_role.as_ref();
+        let answered =
+            (self.answers).answer_claims(&self.tail(), role, claims, (started, prepared));
+        Ok((answered?, tail))
     }
 
     /// Every item's answer that needs no other batch to finish first, handed to `hand` as
@@ -182,11 +115,11 @@ impl Engine {
     ) -> Result<Option<BatchResult>, EngineError> {
         let key = b.request_key.as_str();
         let r = match slot {
-            Slot::Answered(r) => self.reply(source, r.clone())?,
+            Slot::Answered(r) => self.answers.reply(&self.tail(), source, r.clone())?,
             Slot::Rejected(lsn, r) => {
                 self.log
                     .answer_durable(*lsn, self.log_role.as_ref(), &self.stats)?;
-                self.reply(source, r.clone())?
+                self.answers.reply(&self.tail(), source, r.clone())?
             }
             Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
                 lsn: *lsn,
@@ -194,42 +127,27 @@ impl Engine {
             })?,
             Slot::Known { fp, k } => {
                 let r = self
-                    .answer_for(key, *fp, Some(*k))?
+                    .claims
+                    .answer_for(
+                        (&self.keys, &self.log, self.log_role.as_ref(), &self.stats),
+                        (key, *fp),
+                        Some(*k),
+                    )?
                     .ok_or(EngineError::Inconsistent {
                         lsn: k.lsn,
                         detail: format!("request key {key:?} has no answer"),
                     })?;
-                self.reply(source, r)?
+                self.answers.reply(&self.tail(), source, r)?
             }
             Slot::Later | Slot::Plan { .. } => return Ok(None),
         };
         Ok(Some(r))
     }
 
-    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
-    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
-    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
-    /// against newer state, and the answer the client read could change. What is left is
-    /// the moment between the result's `out/` sync and this one. A detached answer is only
-    /// handed back.
-    fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
-        if is_detached(source) {
-            return Ok(r);
-        }
-        self.publish(source, &r)?;
-        self.answers.remove_input_synced(source)?;
-        Ok(r)
-    }
-
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
     /// settles any earlier claim under the same name (`names.rs`).
     pub fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
-        let own = match r {
-            BatchResult::Committed { lsn, .. } => Some(*lsn),
-            _ => None,
-        };
-        self.settle_name(source, own)?;
-        self.answers.publish(source, r)
+        self.answers.publish_settled(&self.tail(), source, r)
     }
 
     /// An answer to spool file `name` that no claim of this node finishes, once it is
@@ -245,10 +163,6 @@ impl Engine {
     ///   it would wait forever; if this node leads again, recovery's answer for it touches no
     ///   other request's input or answer (`names.rs`).
     pub fn answer_file(&self, name: &str, bytes: &[u8], settle: bool) -> Result<(), EngineError> {
-        if settle {
-            self.settle_name(name, None)?;
-        }
-        self.answers.publish_bytes(name, bytes)?;
-        self.answers.remove_input_synced(name)
+        self.answers.answer_file(&self.tail(), name, bytes, settle)
     }
 }

@@ -50,7 +50,8 @@ impl Engine {
         let cache_keys = self.claims.lock().keys.len() as u64;
         // A closed shard's index is not in memory.
         let open: Vec<_> = self
-            .shard_figures()
+            .shards
+            .figures()
             .into_values()
             .filter(|f| f.open)
             .collect();

@@ -66,7 +66,6 @@ pub mod stats;
 mod tails;
 pub mod trigger;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -86,6 +85,7 @@ use keys::{KeyFound, KeyState};
 use planner::Planner;
 use stats::Stats;
 
+pub use answers::is_detached;
 pub use apply::{Fetched, Standby};
 pub use figures::Figures;
 pub use keys::{committed_result, now_ms};
@@ -93,10 +93,11 @@ pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
 pub use pause::Pause;
-pub use plan::{is_detached, one_answer, Deliver};
+pub use plan::{one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
 pub use room::Room;
+pub use shard_set::ShardSet;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
 /// spool directories) and the crash hook.
@@ -243,10 +244,9 @@ impl Engine {
         self.env.is_failed()
     }
 
-    /// Each shard opened since start: its records, largest id, and whether it is open now
-    /// (a shard closed while idle answers with the record count it closed with).
-    pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
-        self.shards.figures()
+    /// The shard pool, for its figures (`ShardSet::figures`, `ShardSet::compaction`).
+    pub fn shards(&self) -> &ShardSet {
+        &self.shards
     }
 
     /// The last lsn written to the WAL.
@@ -307,6 +307,27 @@ impl Engine {
             env: &self.env,
             log_role: self.log_role.as_ref(),
         }
+    }
+
+    /// The durability tail's rounds (`settle.rs`).
+    fn tail(&self) -> settle::Settler<'_> {
+        settle::Settler {
+            log: &self.log,
+            claims: &self.claims,
+            env: &self.env,
+            stats: &self.stats,
+        }
+    }
+
+    /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
+    /// closed. A failure latches the engine: the claims it held stay open for recovery.
+    pub fn settle(&self) -> Result<usize, EngineError> {
+        self.tail().settle()
+    }
+
+    /// Whether claims have waited `tail_round_ms` for a round (the serve loop runs one).
+    pub fn settle_due(&self) -> bool {
+        self.tail().settle_due()
     }
 
     pub fn role(&self) -> Role {

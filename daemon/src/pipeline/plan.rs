@@ -25,15 +25,15 @@ use std::time::{Duration, Instant};
 use roost_wal::Lsn;
 use tracing::{debug, warn};
 
+use super::answers::is_detached;
 use super::crash::Step;
 use super::records::ClaimRecord;
 use super::stats::Stats;
-use super::{committed_result, Engine, KeyFound, KeyState, Planner};
+use super::{Engine, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::spool;
-use crate::spool::Prepared;
 
 /// How a group's answers are delivered: the one thing the intake decides.
 pub enum Deliver<'a> {
@@ -176,7 +176,8 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let (prepared, synced) = self.sync_claims(&claims)?;
+        let (prepared, synced) =
+            (self.answers).prepare_during_sync(&self.log, &self.env, &claims)?;
         for _ in &claims {
             self.env.hit(Step::AfterClaimSync.at())?;
             self.stats.latency.plan.record(planned - t0);
@@ -192,58 +193,11 @@ impl Engine {
             None => self.answers(items, &slots, committed, hand),
             Some(_) => Ok(Vec::new()),
         };
-        self.hold_for_round(&claims, tail)?;
+        self.tail().hold_for_round(&claims, tail)?;
         match halt {
             Some(e) => Err(e),
             None => answers,
         }
-    }
-
-    /// Claim: the claims' one WAL sync, and meanwhile their spool files' results prepared
-    /// (`Publisher::prepare`: written to temporaries and synced, not renamed): a committed
-    /// result's bytes are fixed at its claim (`committed_result`: lsn, key, ops and ids), so
-    /// a closed-loop client waits for two syncs in a row (claim and results at once, then
-    /// `out/`) instead of three. Nothing is renamed before the claim is durable and
-    /// committed (`answer_claims`); a group not published drops its temporaries. Returns
-    /// the group and when the claims were durable (the claim phase's latency ends there,
-    /// not when the results are ready).
-    fn sync_claims<'p>(
-        &'p self,
-        claims: &[(Lsn, &ClaimRecord)],
-    ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
-        let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
-            return Ok((None, Instant::now()));
-        };
-        let sync = || self.log.wal().sync_to(last).map(|()| Instant::now());
-        let files: Vec<(&str, Vec<u8>)> = claims
-            .iter()
-            .filter(|(_, c)| !is_detached(&c.source))
-            .map(|(lsn, c)| (c.source.as_str(), committed_result(*lsn, c).to_json_line()))
-            .collect();
-        if files.is_empty() {
-            return Ok((None, sync()?));
-        }
-        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        let prepare = || -> Result<Prepared<'p>, EngineError> {
-            let p = self.answers.prepare(&many)?;
-            self.env.hit(Step::AfterResultsPrepared.at())?;
-            Ok(p)
-        };
-        if !self.answers.syncs_each() {
-            // `syncfs`: the temporaries' data is synced by the round, after the claim.
-            let p = prepare()?;
-            return Ok((Some(p), sync()?));
-        }
-        let asked = self.log.ask_sync(last);
-        let prepared = prepare();
-        let synced = match asked.map(|rx| rx.recv()) {
-            Some(Ok(r)) => r,
-            // No syncer thread (none could be had, or it is gone): synced here, after.
-            _ => sync(),
-        };
-        // A failed claim sync drops the prepared group: its temporaries go.
-        let synced_at = synced?;
-        Ok((Some(prepared?), synced_at))
     }
 
     /// Before the planner lock: the cheap idempotency check (for the first item with its
@@ -255,7 +209,11 @@ impl Engine {
             // fingerprint) or the original result (finished). An unfinished claim of the
             // same batch has none yet.
             let k = self.claims.lock().key(&self.keys, &b.request_key)?;
-            if let Some(r) = self.answer_for(&b.request_key, fp, k)? {
+            if let Some(r) = self.claims.answer_for(
+                (&self.keys, &self.log, self.log_role.as_ref(), &self.stats),
+                (&b.request_key, fp),
+                k,
+            )? {
                 return Ok(Slot::Answered(r));
             }
         }
@@ -338,34 +296,6 @@ impl Engine {
         let (lsn, claim) = p.claim(&self.log, &self.shards, (b, source, fp))?;
         Ok(Slot::Claimed(lsn, claim))
     }
-
-    /// Must be called without the planner lock (it may sync the WAL).
-    pub(super) fn answer_for(
-        &self,
-        key: &str,
-        fp: u64,
-        k: Option<KeyState>,
-    ) -> Result<Option<BatchResult>, EngineError> {
-        let Some(k) = k else { return Ok(None) };
-        match k.check(fp) {
-            KeyFound::Free | KeyFound::InFlight => Ok(None),
-            // The answer cites the record at k.lsn: it must be durable first, or a power loss
-            // could take it and the key would then plan as new (issue 13, item 6).
-            KeyFound::Answered(k) if k.fingerprint != fp => {
-                self.log
-                    .answer_durable(k.lsn, self.log_role.as_ref(), &self.stats)?;
-                Ok(Some(conflict(&self.stats, key, k.lsn)))
-            }
-            KeyFound::Answered(k) => {
-                self.log
-                    .answer_durable(k.lsn, self.log_role.as_ref(), &self.stats)?;
-                self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
-                self.claims
-                    .duplicate(self.log.wal(), &self.keys, key, k)
-                    .map(Some)
-            }
-        }
-    }
 }
 
 /// Static checks and before-triggers, in op order, without any lock: the first op that
@@ -415,16 +345,6 @@ fn rejected(stats: &Stats, key: &str, op_index: usize, reason: String) -> BatchR
     }
 }
 
-/// A conflict's answer (counted): the key was used at `lsn` with another batch.
-fn conflict(stats: &Stats, key: &str, lsn: Lsn) -> BatchResult {
-    stats.conflict.fetch_add(1, Ordering::Relaxed);
-    BatchResult::Conflict {
-        request_key: key.to_owned(),
-        lsn,
-        reason: format!("request key already used at lsn {lsn} with a different batch"),
-    }
-}
-
 /// What a before-trigger reads on stdin for op `i`.
 fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
     let v = match op {
@@ -458,10 +378,4 @@ pub fn one_answer(answers: Vec<BatchResult>) -> Result<BatchResult, EngineError>
         lsn: 0,
         detail: "a batch submitted alone got no answer".into(),
     })
-}
-
-/// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a
-/// streamed batch). Spool names never contain `/`.
-pub fn is_detached(source: &str) -> bool {
-    source.contains('/')
 }

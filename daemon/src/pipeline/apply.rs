@@ -50,16 +50,17 @@ pub trait Fetched {
     fn payload(&self) -> &[u8];
 }
 
-/// A standby's side of the engine: the held claims it works on, with the parts it applies
-/// through (the shard pool, the logs, the claims part for the overlays, the environment for
-/// the latch and crash points, the log role for epochs). Got from `Engine::standby`.
+/// A standby's side of the engine: the held claims it works on and the log role (epochs,
+/// promotion), with the parts it applies through (the shard pool, the logs, the claims
+/// part for the overlays, the environment for the latch and crash points). Got from
+/// `Engine::standby`.
 pub struct Standby<'a> {
     pub(super) held: &'a HeldClaims,
+    pub(super) log_role: &'a dyn LogRole,
     pub(super) shards: &'a ShardSet,
     pub(super) log: &'a Logs,
     pub(super) claims: &'a Claims,
     pub(super) env: &'a Env,
-    pub(super) log_role: &'a dyn LogRole,
 }
 
 impl Standby<'_> {

@@ -301,11 +301,11 @@ impl Engine {
     pub fn standby(&self) -> Standby<'_> {
         Standby {
             held: &self.held,
+            log_role: self.log_role.as_ref(),
             shards: &self.shards,
             log: &self.log,
             claims: &self.claims,
             env: &self.env,
-            log_role: self.log_role.as_ref(),
         }
     }
 

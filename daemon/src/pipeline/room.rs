@@ -31,10 +31,15 @@ use crate::layout::Layout;
 /// Room on disk for new batches: the logs' and shards' spare segments, and the pause they
 /// cause, seen together (`Engine::room`).
 pub struct Room<'a> {
+    /// The WAL and the audit log, each with its spare.
     pub(super) log: &'a Logs,
+    /// The key table, with its spare.
     pub(super) keys: &'a KeyWindow,
+    /// Each shard's spare, and the room a batch's frame needs on it.
     pub(super) shards: &'a ShardSet,
+    /// The pause a missing spare causes, remembered and logged once.
     pub(super) pause: &'a IntakePause,
+    /// Where a shard's files are, to name the one that has no room.
     pub(super) layout: &'a Layout,
 }
 

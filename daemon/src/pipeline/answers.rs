@@ -1,7 +1,9 @@
 //! Publishing answers: the engine's part that owns the spool's paths and the [`Publisher`].
-//! It writes `out/NAME`, removes `new/NAME`, and tells recovery whose batch a spool name
-//! holds now (`names.rs` has the rules); it never plans, claims or decides when an answer
-//! may go out (the engine settles a reused name first).
+//! It prepares a group's results while its claims sync, gives every answer (a committed
+//! claim's, a rejection's, a duplicate's, a file's without a claim): writes `out/NAME` once
+//! an earlier claim under the name has settled (through the tail's rounds, `Settler`),
+//! removes `new/NAME`, and tells recovery whose batch a spool name holds now (`names.rs` has
+//! the rules). It never plans or claims: what it answers, the engine has made durable.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! A standby applies what it fetched (docs/replication.md, "In the daemon"), and a node
-//! finishes the claims it holds when it starts serving or is promoted.
+//! A standby applies what it fetched (docs/replication.md, "In the daemon"), and is
+//! promoted (the claims it holds are then finished by `Engine::finish_deferred`, in
+//! `recover.rs`, before intake opens).
 //!
 //! One fetched chunk, record by record in lsn order, is the primary's own rule replayed:
 //! 1. a claim's effects (shard frames and audit rows exactly as recovery writes them) are

@@ -18,16 +18,18 @@
 //!
 //! The engine's parts, each owning its state: `logs` (the WAL, the audit log, the claim
 //! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
-//! `shard_set` (the shard pool), `answers` (the spool and the publisher), `pause` (intake
-//! paused on a full disk), `env` (storage, configuration, the latch, the directory lock),
-//! `claims` (the planner lock and what it guards: keys, the id counter, overlays, open
-//! claims; the claim and rejection records appended under it).
-//! The steps that coordinate them: `plan` (the way in, Plan and Claim), `finish` (Commit,
-//! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
-//! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
-//! and audit payloads), `owner` (shard owners on a thread pool), `crash` (named crash
-//! points), `trigger` (before-triggers), `stats` (counters, histograms), `figures` (what
-//! status and metrics read of the parts, in one snapshot).
+//! `shard_set` (the shard pool), `answers` (the spool and the publisher: every answer),
+//! `pause` (intake paused on a full disk), `held` (a standby's claims), `env` (storage,
+//! configuration, the latch, the directory lock), `claim_lock` (the planner lock and what
+//! it guards: keys, the id counter, overlays, open claims; the claim and rejection records
+//! appended under it, the WAL replayed into it). Views that borrow the parts one job needs:
+//! `room` (spares and the pause), `apply` (`Standby`), `settle` (the tail's rounds, and
+//! `names`: spool names reused during a tail). The steps that coordinate them: `plan` (the
+//! way in, Plan and Claim), `finish` (Commit, Finish), `recover` (open-time replay),
+//! `checkpoint`; and `records` (the WAL and audit payloads), `owner` (shard owners on a
+//! thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
+//! (counters, histograms), `figures` (what status and metrics read of the parts, in one
+//! snapshot).
 
 mod answers;
 mod apply;

@@ -1,7 +1,8 @@
 //! Recovery at open: replay the WAL, open every shard it names, find the audit rows already
 //! written, and finish every claimed batch without a `done` record from its recorded plan
 //! and claimed ids (`RoostApplyBatch.tla`: a claim is always finished with the same ids).
-//! Nothing new is taken until this returns.
+//! Nothing new is taken until this returns. Claims left for later (under `ack = "standby"`,
+//! or a promoted standby's) are finished by `Engine::finish_deferred` before intake opens.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;

@@ -86,7 +86,7 @@ fn stream(dir: &Path, rate: u64, count: usize, tag: &str) -> anyhow::Result<(Vec
         e.submit(&[(&b, "s.json")], Deliver::Files)?;
         lat.push(t.elapsed());
     }
-    let figures = e.shard_compaction().remove("s").unwrap_or_default();
+    let figures = e.shards().compaction().remove("s").unwrap_or_default();
     println!("  {tag}: {figures:?}");
     let reclaimed = figures.reclaimed_bytes;
     lat.sort();

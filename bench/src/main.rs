@@ -147,7 +147,7 @@ fn restart_probe(dir: &Path) -> anyhow::Result<()> {
     let t = Instant::now();
     let engine = open_engine(dir, Config::default())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    let records: usize = engine.shard_figures().values().map(|f| f.records).sum();
+    let records: usize = engine.shards().figures().values().map(|f| f.records).sum();
     let after = rss_anon_kib();
     println!("{ms:.0} {records} {}", after.saturating_sub(before));
     Ok(())

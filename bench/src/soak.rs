@@ -380,7 +380,8 @@ fn measure(engine: &Engine, dir: &Path) -> Row {
         allocated: allocated_bytes(dir),
         live_keys: engine.figures().live_keys() as u64,
         reclaimed: engine
-            .shard_compaction()
+            .shards()
+            .compaction()
             .values()
             .map(|c| c.reclaimed_bytes)
             .sum(),

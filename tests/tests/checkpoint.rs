@@ -391,7 +391,7 @@ fn idle_owners_compact_below_the_checkpoint_and_nothing_changes() {
     e.checkpoint().expect("checkpoint");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let stats = loop {
-        let s = e.shard_compaction().remove("s1").expect("s1 figures");
+        let s = e.shards().compaction().remove("s1").expect("s1 figures");
         if s.compactions > 0 && !s.in_progress {
             break s;
         }

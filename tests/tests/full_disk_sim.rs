@@ -55,8 +55,8 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
     assert_eq!((part.as_str(), why.needed_bytes), ("shard s1", 16 << 10));
     assert!(!e.is_failed(), "a pause latches nothing");
     let last = e.last_lsn();
-    assert!(e.paused().is_some());
-    assert!(!e.try_resume().expect("no room is no error"));
+    assert!(e.room().paused().is_some());
+    assert!(!e.room().try_resume().expect("no room is no error"));
     assert!(
         matches!(
             e.one_file(&parse(&batch(refused)), "x.json"),
@@ -74,8 +74,8 @@ fn a_full_disk_pauses_intake_without_a_latch_and_loses_nothing() {
         assert_eq!(seen.as_ref(), Some(r), "b{i} after the power loss");
     }
     limit(&disk, None);
-    assert!(e.try_resume().expect("resume"));
-    assert!(e.paused().is_none());
+    assert!(e.room().try_resume().expect("resume"));
+    assert!(e.room().paused().is_none());
     let r = e
         .one_file(&parse(&batch(refused)), &format!("b{refused}.json"))
         .expect("taken after the resume");
@@ -113,7 +113,7 @@ fn a_full_disk_refuses_a_group_without_a_latch_and_loses_nothing() {
     let disk = disk.crash(CrashMode::PowerDrop);
     limit(&disk, None);
     let e = open_engine(&disk, no_crash()).expect("recovery");
-    assert!(e.try_resume().expect("resume"));
+    assert!(e.room().try_resume().expect("resume"));
     for (g, rs) in answered.iter().enumerate() {
         assert_eq!(
             &run(&e, g as u64).expect("again"),
@@ -223,7 +223,7 @@ fn a_full_disk_refuses_a_group_of_files_without_a_latch_and_loses_nothing() {
     let disk = disk.crash(CrashMode::PowerDrop);
     limit(&disk, None);
     let e = open_engine_with(&disk, no_crash(), big_shards).expect("recovery");
-    assert!(e.try_resume().expect("resume"));
+    assert!(e.room().try_resume().expect("resume"));
     for (g, rs) in answered.iter().enumerate() {
         for (k, r) in rs.iter().enumerate() {
             let i = g as u64 * GROUP + k as u64;
@@ -303,7 +303,7 @@ fn a_frame_larger_than_its_shards_spare_pauses_before_the_claim() {
     assert!(!e.is_failed(), "a pause latches nothing");
     assert_eq!(e.last_lsn(), last, "nothing claimed");
     limit(&disk, None);
-    assert!(e.try_resume().expect("resume"));
+    assert!(e.room().try_resume().expect("resume"));
     let r = e
         .one_file(&big, "big.json")
         .expect("taken after the resume");

@@ -68,7 +68,7 @@ fn fds_under(dir: &Path) -> usize {
 }
 
 fn is_open(e: &Engine, shard: &str) -> bool {
-    e.shard_figures().get(shard).is_some_and(|f| f.open)
+    e.shards().figures().get(shard).is_some_and(|f| f.open)
 }
 
 /// Goal: an idle shard holds no file descriptor, and once used again answers as it would
@@ -100,7 +100,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     wait_closed(&e, "s", || fds_under(&shard_dir) == 0);
     assert!(!is_open(&e, "s"), "the engine says s is closed");
     assert_eq!(
-        e.shard_figures().get("s").map(|f| f.records),
+        e.shards().figures().get("s").map(|f| f.records),
         Some(3),
         "count kept while closed"
     );
@@ -135,7 +135,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     .map(|(id, _)| id)
     .collect();
     assert_eq!(live, vec![made[0], made[2], more[0]]);
-    assert_eq!(e.shard_figures().get("s").map(|f| f.records), Some(3));
+    assert_eq!(e.shards().figures().get("s").map(|f| f.records), Some(3));
 }
 
 /// The records of shard `s` on `disk`, by id.

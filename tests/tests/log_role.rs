@@ -161,7 +161,7 @@ fn an_answer_waits_for_the_log_roles_acknowledgement_point() {
     };
     assert_eq!(answered, lsn, "recovery answered another claim");
     assert_eq!(
-        engine.shard_figures().get("a").map(|f| f.records),
+        engine.shards().figures().get("a").map(|f| f.records),
         Some(1),
         "created twice or never"
     );

@@ -95,7 +95,7 @@ fn apply(e: &Engine, entries: &[Entry], chunk: usize) {
     let from = e.wal().next_lsn();
     let rest: Vec<Entry> = entries.iter().filter(|x| x.lsn >= from).cloned().collect();
     for c in rest.chunks(chunk) {
-        if e.apply_replicated(c).is_err() {
+        if e.standby().apply_replicated(c).is_err() {
             return;
         }
     }
@@ -231,7 +231,9 @@ fn apply_all(e: &Engine, entries: &[Entry], chunk: usize) -> Result<(), String> 
     let from = e.wal().next_lsn();
     let rest: Vec<Entry> = entries.iter().filter(|x| x.lsn >= from).cloned().collect();
     for c in rest.chunks(chunk) {
-        e.apply_replicated(c).map_err(|err| err.to_string())?;
+        e.standby()
+            .apply_replicated(c)
+            .map_err(|err| err.to_string())?;
     }
     Ok(())
 }

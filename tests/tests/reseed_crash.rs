@@ -164,7 +164,7 @@ fn apply(e: &Engine, entries: &[Entry]) {
     let from = e.wal().next_lsn();
     let rest: Vec<Entry> = entries.iter().filter(|x| x.lsn >= from).cloned().collect();
     for c in rest.chunks(3) {
-        e.apply_replicated(c).expect("apply");
+        e.standby().apply_replicated(c).expect("apply");
     }
 }
 

@@ -103,7 +103,7 @@ fn lead_and_submit(tune: fn(&mut Config), lead: Option<Lead>) -> Vec<Seen> {
         .expect("open"),
     );
     if let Some(lead) = lead {
-        engine.promote(lead).expect("promote");
+        engine.standby().promote(lead).expect("promote");
     }
     let repl = opener.made().expect("replication");
     assert!(

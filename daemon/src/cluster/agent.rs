@@ -289,7 +289,7 @@ async fn lead_won(
         epoch,
         isr: standbys,
     };
-    let promoted = tokio::task::spawn_blocking(move || e.promote(lead)).await;
+    let promoted = tokio::task::spawn_blocking(move || e.standby().promote(lead)).await;
     match promoted {
         Ok(Ok(_)) => {
             cl.elections_won.fetch_add(1, Ordering::Relaxed);

@@ -12,7 +12,7 @@
 //!   etcd's in-sync set names is lost (no node may campaign).
 //!
 //! The replication side (fencing, answers waiting for every in-sync standby) is
-//! `replica/fencing.rs`; promotion into a won epoch is `Engine::promote(Lead::Won)`.
+//! `replica/fencing.rs`; promotion into a won epoch is `Standby::promote(Lead::Won)`.
 
 mod agent;
 pub mod etcd_keys;

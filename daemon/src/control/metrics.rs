@@ -362,7 +362,7 @@ fn checkpoint_age_seconds(f: &crate::pipeline::Figures) -> f64 {
 fn intake_figures(engine: &Engine) -> Vec<Figure> {
     let s = &engine.stats;
     let st = &s.stream;
-    let paused = engine.paused();
+    let paused = engine.room().paused();
     vec![
         gauge(
             "roost_intake_paused",
@@ -548,7 +548,8 @@ fn role(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
 /// Per shard: live records and compaction.
 fn per_shard(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
     let records = engine
-        .shard_figures()
+        .shards()
+        .figures()
         .into_iter()
         .map(|(name, f)| (name, ConstGauge::new(f.records as u64)));
     let head = (
@@ -558,7 +559,7 @@ fn per_shard(enc: &mut DescriptorEncoder, engine: &Engine) -> fmt::Result {
         MetricType::Gauge,
     );
     labelled(enc, head, "shard", records)?;
-    let compaction = engine.shard_compaction();
+    let compaction = engine.shards().compaction();
     let rows = |f: fn(&roost_shards::CompactionStats) -> u64| {
         compaction
             .iter()

@@ -84,11 +84,11 @@ async fn answer(request: &str, node: &Node, cluster: Option<&Arc<Cluster>>) -> S
     }
 }
 
-/// `promote`: this standby becomes the primary of a new epoch (`Engine::promote`); the
+/// `promote`: this standby becomes the primary of a new epoch (`Standby::promote`); the
 /// serve loop then stops following, finishes the claims it holds and opens the spool.
 async fn promote(engine: &Arc<Engine>) -> serde_json::Value {
     let e = engine.clone();
-    match tokio::task::spawn_blocking(move || e.promote(Lead::Next)).await {
+    match tokio::task::spawn_blocking(move || e.standby().promote(Lead::Next)).await {
         Ok(Ok(epoch)) => {
             json!({"promoted": true, "epoch": epoch, "next_lsn": engine.last_lsn() + 1})
         }

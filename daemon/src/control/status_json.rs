@@ -68,7 +68,7 @@ pub fn status_json(node: &Node) -> serde_json::Value {
         "shard_compaction": compaction_json(engine),
         "disk_bytes": engine.disk_bytes().into_iter().map(|(k, v)| (k.to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "uptime_ms": f.uptime_ms,
-        "shards": engine.shard_figures().into_iter().map(|(k, s)| (k, s.records)).collect::<BTreeMap<_, _>>(),
+        "shards": engine.shards().figures().into_iter().map(|(k, s)| (k, s.records)).collect::<BTreeMap<_, _>>(),
         "latency_ms": latency_json(engine),
         "recovery": {
             "duration_ms": rec.duration.as_millis() as u64,
@@ -115,7 +115,7 @@ fn shard_limit_json(engine: &Engine, f: &Figures) -> serde_json::Value {
 
 /// Compaction per shard.
 fn compaction_json(engine: &Engine) -> serde_json::Value {
-    let per_shard = engine.shard_compaction().into_iter().map(|(k, c)| {
+    let per_shard = engine.shards().compaction().into_iter().map(|(k, c)| {
         let v = json!({
             "compactions": c.compactions,
             "reclaimed_bytes": c.reclaimed_bytes,
@@ -175,12 +175,12 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
         let reason = format!("this node is the {}: its spool is closed", role.name());
         return json!({"state": "closed", "reason": reason, "pauses": pauses});
     }
-    let claims = engine.deferred_claims();
+    let claims = engine.standby().deferred_claims();
     if claims > 0 {
         let reason = "claims from before the start are finished first (under ack = \"standby\" they wait for a standby)";
         return json!({"state": "finishing_claims", "claims": claims, "reason": reason, "pauses": pauses});
     }
-    match engine.paused() {
+    match engine.room().paused() {
         None => json!({"state": "open", "pauses": pauses}),
         Some(p) => json!({
             "state": "paused",
@@ -283,7 +283,7 @@ fn replication_json(engine: &Engine, repl: &Replication) -> serde_json::Value {
         "standby_connected": repl.standbys().iter().any(|(_, s)| s.connected),
         "waiting_for_standby": repl.waiting_for_standby(),
         "published_alone": repl.published_alone(),
-        "claims_to_finish": engine.deferred_claims(),
+        "claims_to_finish": engine.standby().deferred_claims(),
         "follow": follow,
     })
 }

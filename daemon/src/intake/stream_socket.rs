@@ -442,7 +442,7 @@ fn ready(a: Answer) -> oneshot::Receiver<Answer> {
 fn closed(sh: &Shared) -> Option<&'static str> {
     if sh.stopping() {
         Some("the daemon is stopping: send it again under the same key once it is back")
-    } else if sh.engine.deferred_claims() > 0 {
+    } else if sh.engine.standby().deferred_claims() > 0 {
         Some("claims from before the start are being finished: send it again shortly")
     } else {
         None

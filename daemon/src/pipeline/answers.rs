@@ -1,15 +1,26 @@
 //! Publishing answers: the engine's part that owns the spool's paths and the [`Publisher`].
-//! It writes `out/NAME`, removes `new/NAME`, and tells recovery whose batch a spool name
-//! holds now (`names.rs` has the rules); it never plans, claims or decides when an answer
-//! may go out (the engine settles a reused name first).
+//! It prepares a group's results while its claims sync, gives every answer (a committed
+//! claim's, a rejection's, a duplicate's, a file's without a claim): writes `out/NAME` once
+//! an earlier claim under the name has settled (through the tail's rounds, `Settler`),
+//! removes `new/NAME`, and tells recovery whose batch a spool name holds now (`names.rs` has
+//! the rules). It never plans or claims: what it answers, the engine has made durable.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use roost_storage::{read_all, OpenMode, Storage};
+use roost_wal::Lsn;
 
+use super::crash::Step;
 use super::disk::io_err;
+use super::env::Env;
+use super::invariants;
+use super::keys::committed_result;
+use super::log_role::LogRole;
+use super::logs::Logs;
 use super::records::ClaimRecord;
+use super::settle::Settler;
 use crate::batch::{self, BatchResult};
 use crate::config::Config;
 use crate::error::EngineError;
@@ -181,4 +192,164 @@ impl Answers {
             .map(Some)
             .map_err(io_err("read", path))
     }
+
+    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
+    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
+    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
+    /// against newer state, and the answer the client read could change. What is left is
+    /// the moment between the result's `out/` sync and this one. A detached answer is only
+    /// handed back.
+    pub(super) fn reply(
+        &self,
+        tail: &Settler,
+        source: &str,
+        r: BatchResult,
+    ) -> Result<BatchResult, EngineError> {
+        if is_detached(source) {
+            return Ok(r);
+        }
+        self.publish_settled(tail, source, &r)?;
+        self.remove_input_synced(source)?;
+        Ok(r)
+    }
+
+    /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
+    /// settles any earlier claim under the same name (`names.rs`).
+    pub(super) fn publish_settled(
+        &self,
+        tail: &Settler,
+        source: &str,
+        r: &BatchResult,
+    ) -> Result<(), EngineError> {
+        let own = match r {
+            BatchResult::Committed { lsn, .. } => Some(*lsn),
+            _ => None,
+        };
+        tail.settle_name(source, own)?;
+        self.publish(source, r)
+    }
+
+    /// An answer to spool file `name` that no claim of this node finishes (see
+    /// `Engine::answer_file`): `out/NAME` published (after any earlier claim under the name
+    /// settles, if `settle`), then `new/NAME` removed and `new/` synced at once.
+    pub(super) fn answer_file(
+        &self,
+        tail: &Settler,
+        name: &str,
+        bytes: &[u8],
+        settle: bool,
+    ) -> Result<(), EngineError> {
+        if settle {
+            tail.settle_name(name, None)?;
+        }
+        self.publish_bytes(name, bytes)?;
+        self.remove_input_synced(name)
+    }
+
+    /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
+    /// "standby"`; a wait that gives up leaves every file in `new/`). A detached claim's
+    /// answer is only handed back. A live file's name settles and its input goes, then every
+    /// live result is published in one round (`Publisher::publish_many`): the input goes
+    /// first, since the claim holds the batch from here on and a client may reuse the name
+    /// as soon as it sees the answer (a removal after it could take the new file). An
+    /// earlier batch under the name settles first (its `done` durable): once the input is
+    /// gone, recovery must never finish the earlier one again, or it would publish the
+    /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
+    /// publishes only what is still this batch's (`names.rs`). `prepared`, if given, must
+    /// hold exactly the results published here (by name): its temporaries are
+    /// renamed, not written again.
+    pub(super) fn answer_claims(
+        &self,
+        tail: &Settler,
+        role: &dyn LogRole,
+        claims: &[(Lsn, &ClaimRecord)],
+        (started, prepared): (Option<Instant>, Option<Prepared<'_>>),
+    ) -> Result<Vec<BatchResult>, EngineError> {
+        let synced = tail.log.wal().synced_lsn();
+        for (lsn, _) in claims {
+            invariants::answer_is_durable(*lsn, synced);
+            tail.log.wait_replicated(*lsn, role, tail.stats)?;
+        }
+        let mut answers = Vec::with_capacity(claims.len());
+        // A spool file's name and its answer's place in `answers`.
+        let mut files: Vec<(&str, usize)> = Vec::new();
+        for (lsn, c) in claims {
+            let r = committed_result(*lsn, c);
+            if is_detached(&c.source) {
+                tail.env.hit(Step::AfterResult.at())?;
+            } else if started.is_none() {
+                self.recovery_answer(tail, c, &r)?;
+                tail.env.hit(Step::AfterResult.at())?;
+            } else {
+                tail.settle_name(&c.source, Some(*lsn))?;
+                self.remove_input(&c.source)?;
+                tail.env.hit(Step::AfterInputRemoved.at())?;
+                files.push((c.source.as_str(), answers.len()));
+            }
+            answers.push(r);
+        }
+        self.publish_claims(&files, &answers, prepared)?;
+        for _ in &files {
+            if let Some(t0) = started {
+                tail.stats.latency.batch.record(t0.elapsed());
+            }
+            tail.env.hit(Step::AfterResult.at())?;
+        }
+        Ok(answers)
+    }
+
+    /// Claim: the claims' one WAL sync, and meanwhile their spool files' results prepared
+    /// (`Publisher::prepare`: written to temporaries and synced, not renamed): a committed
+    /// result's bytes are fixed at its claim (`committed_result`: lsn, key, ops and ids), so
+    /// a closed-loop client waits for two syncs in a row (claim and results at once, then
+    /// `out/`) instead of three. Nothing is renamed before the claim is durable and
+    /// committed (`answer_claims`); a group not published drops its temporaries. Returns
+    /// the group and when the claims were durable (the claim phase's latency ends there,
+    /// not when the results are ready).
+    pub(super) fn prepare_during_sync<'p>(
+        &'p self,
+        log: &Logs,
+        env: &Env,
+        claims: &[(Lsn, &ClaimRecord)],
+    ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
+        let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
+            return Ok((None, Instant::now()));
+        };
+        let sync = || log.wal().sync_to(last).map(|()| Instant::now());
+        let files: Vec<(&str, Vec<u8>)> = claims
+            .iter()
+            .filter(|(_, c)| !is_detached(&c.source))
+            .map(|(lsn, c)| (c.source.as_str(), committed_result(*lsn, c).to_json_line()))
+            .collect();
+        if files.is_empty() {
+            return Ok((None, sync()?));
+        }
+        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        let prepare = || -> Result<Prepared<'p>, EngineError> {
+            let p = self.prepare(&many)?;
+            env.hit(Step::AfterResultsPrepared.at())?;
+            Ok(p)
+        };
+        if !self.syncs_each() {
+            // `syncfs`: the temporaries' data is synced by the round, after the claim.
+            let p = prepare()?;
+            return Ok((Some(p), sync()?));
+        }
+        let asked = log.ask_sync(last);
+        let prepared = prepare();
+        let synced = match asked.map(|rx| rx.recv()) {
+            Some(Ok(r)) => r,
+            // No syncer thread (none could be had, or it is gone): synced here, after.
+            _ => sync(),
+        };
+        // A failed claim sync drops the prepared group: its temporaries go.
+        let synced_at = synced?;
+        Ok((Some(prepared?), synced_at))
+    }
+}
+
+/// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a
+/// streamed batch). Spool names never contain `/`.
+pub fn is_detached(source: &str) -> bool {
+    source.contains('/')
 }

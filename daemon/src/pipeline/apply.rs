@@ -1,5 +1,6 @@
-//! A standby applies what it fetched (docs/replication.md, "In the daemon"), and a node
-//! finishes the claims it holds when it starts serving or is promoted.
+//! A standby applies what it fetched (docs/replication.md, "In the daemon"), and is
+//! promoted (the claims it holds are then finished by `Engine::finish_deferred`, in
+//! `recover.rs`, before intake opens).
 //!
 //! One fetched chunk, record by record in lsn order, is the primary's own rule replayed:
 //! 1. a claim's effects (shard frames and audit rows exactly as recovery writes them) are
@@ -29,12 +30,15 @@ use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::held::{self, FlushWith};
-use super::log_role::{Lead, Role};
+use super::claim_lock::Claims;
+use super::env::Env;
+use super::held::{self, FlushWith, HeldClaims};
+use super::keys::KeyAt;
+use super::log_role::{Lead, LogRole, Role};
+use super::logs::Logs;
 use super::owner::ShardSlot;
 use super::records::{self, ClaimRecord, WalEntry};
-use super::shard_set::SentCommits;
-use super::{Engine, KeyAt};
+use super::shard_set::{SentCommits, ShardSet};
 use crate::error::EngineError;
 
 /// A record fetched from the primary, as the engine sees it: the replication protocol's
@@ -47,14 +51,27 @@ pub trait Fetched {
     fn payload(&self) -> &[u8];
 }
 
-impl Engine {
+/// A standby's side of the engine: the held claims it works on and the log role (epochs,
+/// promotion), with the parts it applies through (the shard pool, the logs, the claims
+/// part for the overlays, the environment for the latch and crash points). Got from
+/// `Engine::standby`.
+pub struct Standby<'a> {
+    pub(super) held: &'a HeldClaims,
+    pub(super) log_role: &'a dyn LogRole,
+    pub(super) shards: &'a ShardSet,
+    pub(super) log: &'a Logs,
+    pub(super) claims: &'a Claims,
+    pub(super) env: &'a Env,
+}
+
+impl Standby<'_> {
     /// Applies records fetched from the primary (see the module comment); `entries[0]`
     /// continues this WAL. A failure latches the engine like any write failure.
     pub fn apply_replicated<E: Fetched>(&self, entries: &[E]) -> Result<(), EngineError> {
         let _one = lock(&self.held.apply_lock);
-        if self.role() != Role::Standby {
+        if self.log_role.role() != Role::Standby {
             return Err(EngineError::NotPrimary {
-                role: self.role().name(),
+                role: self.log_role.role().name(),
             });
         }
         self.env.check()?;
@@ -63,11 +80,11 @@ impl Engine {
         let offsets = self
             .apply_chunk(&decoded)
             .inspect_err(|_| self.env.fail())?;
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         let mut ledger = lock(&self.held.ledger);
         for ((e, d), offset) in decoded.into_iter().zip(offsets) {
             let at = KeyAt::Wal { offset };
-            super::recover::absorb(&mut p, &mut ledger, e.lsn(), at, d, audit_mark)?;
+            p.absorb(&mut ledger, e.lsn(), at, d, audit_mark)?;
         }
         p.vouched = ledger.vouched.clone();
         Ok(())
@@ -88,11 +105,12 @@ impl Engine {
                 WalEntry::Done(done) => {
                     if run.iter().any(|(lsn, _)| *lsn == done.claim_lsn) {
                         let sent = self.send_unflushed(&std::mem::take(&mut run))?;
-                        sent.map(|s| self.wait_commits(s)).transpose()?;
+                        sent.map(|s| self.claims.wait_commits(s, &|| self.env.is_failed()))
+                            .transpose()?;
                     }
                     let w = FlushWith {
                         audit: self.log.audit(),
-                        failed: &|| self.is_failed(),
+                        failed: &|| self.env.is_failed(),
                     };
                     self.held.effects_durable(done.claim_lsn, &w)?;
                 }
@@ -110,12 +128,14 @@ impl Engine {
             Some((last, _)) => self.log.wal().sync_to(last.lsn()),
             None => Ok(()),
         };
-        let applied = sent.map(|s| self.wait_commits(s)).transpose();
+        let applied = sent
+            .map(|s| self.claims.wait_commits(s, &|| self.env.is_failed()))
+            .transpose();
         synced?;
         applied?;
         let w = FlushWith {
             audit: self.log.audit(),
-            failed: &|| self.is_failed(),
+            failed: &|| self.env.is_failed(),
         };
         self.held.flush_behind(self.shards.flusher(), &w)?;
         Ok(offsets)
@@ -124,7 +144,7 @@ impl Engine {
     /// A run of claims' shard transactions sent to their owners and their audit rows
     /// written (fetched claims have no audit rows here yet: rows past the WAL's end were
     /// cut at start-up); remembered until flushed. The caller waits for the owners
-    /// ([`Engine::wait_commits`]).
+    /// (`Claims::wait_commits` in `claim_lock.rs`).
     fn send_unflushed<'c>(
         &self,
         run: &[(Lsn, &'c ClaimRecord)],
@@ -133,11 +153,11 @@ impl Engine {
             return Ok(None);
         }
         let sent = self.shards.send_commits(run)?;
-        let row = match self.write_group_audit_rows(run, &[]) {
+        let row = match self.log.write_audit_rows(run, &[], self.env) {
             Ok(row) => row,
             Err(e) => {
                 // The owners still answer before this returns (no owner writing after it).
-                let _ = self.wait_commits(sent);
+                let _ = self.claims.wait_commits(sent, &|| self.env.is_failed());
                 return Err(e);
             }
         };
@@ -165,30 +185,38 @@ impl Engine {
         let none = HashSet::new();
         for (lsn, claim) in claims {
             let sent = self.shards.send_commits(&[(lsn, claim)])?;
-            for t in self.wait_commits(sent)?.into_iter().flatten() {
+            for t in self
+                .claims
+                .wait_commits(sent, &|| self.env.is_failed())?
+                .into_iter()
+                .flatten()
+            {
                 touched.insert(t.name.to_owned(), t.slot);
             }
             let done_rows = audited.get(&lsn).unwrap_or(&none);
-            if let Some(row) = self.write_group_audit_rows(&[(lsn, claim)], &[done_rows])? {
+            if let Some(row) = self
+                .log
+                .write_audit_rows(&[(lsn, claim)], &[done_rows], self.env)?
+            {
                 last_row = Some(row);
             }
         }
         let w = FlushWith {
             audit: self.log.audit(),
-            failed: &|| self.is_failed(),
+            failed: &|| self.env.is_failed(),
         };
         held::flush_effects(&touched, last_row, &w)
     }
 
     /// Promotion (`roost promote`, or an election won in etcd): this standby becomes the
     /// primary of the epoch `lead` names. The claims it holds without a `done` are finished
-    /// (with their claimed ids) before intake opens ([`Engine::finish_deferred`]).
+    /// (with their claimed ids) before intake opens (`Engine::finish_deferred`).
     pub fn promote(&self, lead: Lead) -> Result<u32, EngineError> {
         let _one = lock(&self.held.apply_lock);
-        if self.role() != Role::Standby {
+        if self.log_role.role() != Role::Standby {
             return Err(EngineError::Replication(format!(
                 "promote: this node is the {}, not a standby",
-                self.role().name()
+                self.log_role.role().name()
             )));
         }
         self.env.check()?;
@@ -210,29 +238,6 @@ impl Engine {
     /// Claims waiting to be finished before intake opens.
     pub fn deferred_claims(&self) -> usize {
         lock(&self.held.deferred).len()
-    }
-
-    /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
-    /// promoted standby's), oldest first, each waiting for a standby like a live answer.
-    /// Intake stays closed until this returns.
-    pub fn finish_deferred(&self) -> Result<u64, EngineError> {
-        let claims: BTreeMap<Lsn, ClaimRecord> =
-            lock(&self.held.deferred).iter().cloned().collect();
-        if claims.is_empty() {
-            return Ok(0);
-        }
-        let from = self.log.state().last.as_ref().map_or(1, |c| c.audit_from);
-        let audited = self.log.audited_rows(&claims, from)?;
-        let none = HashSet::new();
-        for (lsn, claim) in &claims {
-            info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
-            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
-        }
-        // The `done` records durable before intake opens (a reused name must never see
-        // these batches finished again: `names.rs`).
-        self.sync()?;
-        lock(&self.held.deferred).clear();
-        Ok(claims.len() as u64)
     }
 }
 

@@ -27,9 +27,12 @@ use std::time::Duration;
 use roost_wal::Lsn;
 
 use super::backup_gate::{BackupGate, Pins};
+use super::keys::KeyWindow;
 use super::log_role::Role;
+use super::logs::Logs;
 use super::{Checkpoint, Engine};
 use crate::error::EngineError;
+use crate::layout::Layout;
 
 /// How long a backup waits for a running compaction step.
 const COMPACTION_WAIT: Duration = Duration::from_secs(10);
@@ -54,6 +57,28 @@ pub struct BackupHold {
     pins: Arc<Pins>,
     replica: String,
     pub checkpoint: Checkpoint,
+}
+
+impl BackupSource {
+    /// What the copy of checkpoint `c` covers: the epochs below it, the key table and the
+    /// audit log up to their extents.
+    fn of(
+        c: Checkpoint,
+        epochs: Vec<(u32, Lsn)>,
+        keys: &KeyWindow,
+        log: &Logs,
+        layout: &Layout,
+    ) -> BackupSource {
+        let mut logs = keys.extent();
+        logs.extend(log.audit().extent());
+        BackupSource {
+            checkpoint: c,
+            epochs,
+            logs,
+            data_dir: layout.data_dir().to_path_buf(),
+            shards_dir: layout.shards(),
+        }
+    }
 }
 
 impl Drop for BackupHold {
@@ -99,24 +124,11 @@ impl Engine {
                 "no checkpoint to copy yet for {replica}: this primary holds its whole WAL"
             )));
         };
-        let listed = list(&self.backup_source(c.clone()))?;
+        let epochs = self.log_role.epochs_below(c.wal_from);
+        let source = BackupSource::of(c.clone(), epochs, &self.keys, &self.log, &self.env.layout);
+        let listed = list(&source)?;
         self.log.pins().pin(replica, c.wal_from);
         hold.checkpoint = c;
         Ok((hold, listed))
-    }
-
-    /// What the copy of checkpoint `c` covers: the epochs below it, the key table and the
-    /// audit log up to their extents.
-    fn backup_source(&self, c: Checkpoint) -> BackupSource {
-        let epochs = self.log_role.epochs_below(c.wal_from);
-        let mut logs = self.keys.extent();
-        logs.extend(self.log.audit().extent());
-        BackupSource {
-            checkpoint: c,
-            epochs,
-            logs,
-            data_dir: self.env.layout.data_dir().to_path_buf(),
-            shards_dir: self.env.layout.shards(),
-        }
     }
 }

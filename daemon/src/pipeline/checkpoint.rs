@@ -19,19 +19,21 @@
 //!    segments below the oldest run left; audit segments wholly below the checkpoint's audit mark go if
 //!    `audit_retain_bytes` / `audit_retain_secs` say so (by default the audit log is kept).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use roost_storage::{lock, OpenMode};
+use roost_storage::OpenMode;
 use roost_wal::Lsn;
 use tracing::{debug, info};
 
 use super::crash::Step;
 use super::env::Env;
-use super::keys;
+use super::keys::{self, KeyWindow};
+use super::log_role::{LogRole, Role};
+use super::logs::Logs;
 use super::records::{self, Checkpoint};
 use super::Engine;
+use crate::config::{Ack, Config, StandbyLost};
 use crate::error::EngineError;
 
 /// A full key cache makes a checkpoint due at most this often: when the checkpoint cannot
@@ -61,10 +63,11 @@ impl Engine {
             (st.last.clone(), st.keys_through, st.last_at_ms, wal_bytes)
         };
         let now = keys::now_ms().max(last_at_ms);
-        let mut c = self.checkpoint_point();
+        let cap = |x| standby_cap(&self.env.config, self.log_role.as_ref(), x);
+        let mut c = self.claims.checkpoint_point(&self.log, &self.shards, cap);
         if let Some(last) = last.filter(|l| l.wal_from >= c.wal_from) {
             // Nothing new below the first open claim; the window still moves.
-            self.retire_tables(now, &last)?;
+            retire_tables((&self.keys, &self.log, &self.env), now, &last)?;
             self.log.checkpoint_taken(wal_bytes, None);
             return Ok(None);
         }
@@ -86,12 +89,13 @@ impl Engine {
         write_checkpoint(&self.env, &c)?;
         let horizon = c.wal_from.saturating_sub(1);
         self.shards.horizon().store(horizon, Ordering::Relaxed);
-        lock(&self.planner).forget_below(c.wal_from);
+        self.claims.lock().forget_below(c.wal_from);
         // A standby just re-seeded starts its log at a pinned lsn (`backup.rs`).
         let keep = c.wal_from.min(self.log.pins().lowest().unwrap_or(Lsn::MAX));
         let retired = wal.retire_below(keep).inspect_err(|_| fail())?;
         self.env.hit(Step::AfterWalRetired.at())?;
-        let (forgot, audit_retired) = self.retire_tables(now, &c)?;
+        let parts = (&self.keys, &self.log, &self.env);
+        let (forgot, audit_retired) = retire_tables(parts, now, &c)?;
         info!(
             wal_from = c.wal_from,
             keys_copied = moved.len(),
@@ -107,7 +111,7 @@ impl Engine {
     /// Whether a checkpoint is due: `checkpoint_wal_bytes` appended since the last, or
     /// `checkpoint_interval_ms` passed with something appended, or the key cache full.
     pub fn checkpoint_due(&self) -> bool {
-        let full = lock(&self.planner).keys.len() as u64 >= self.env.config.key_cache_keys_max();
+        let full = self.claims.lock().keys.len() as u64 >= self.env.config.key_cache_keys_max();
         let st = self.log.state();
         let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
         if full && since >= KEY_CACHE_RETRY {
@@ -139,62 +143,33 @@ impl Engine {
             ("checkpoint", checkpoint),
         ]
     }
+}
 
-    /// Compaction figures per open shard.
-    pub fn shard_compaction(&self) -> BTreeMap<String, roost_shards::CompactionStats> {
-        self.shards.compaction()
+/// A primary that waits for its standby never checkpoints past what the standby holds: if
+/// it is ever demoted, what it must cut is above its checkpoint. Returns X so capped.
+fn standby_cap(config: &Config, role: &dyn LogRole, wal_from: Lsn) -> Lsn {
+    let r = &config.replication;
+    if r.ack == Ack::Standby
+        && r.when_standby_lost == StandbyLost::Wait
+        && role.role() == Role::Primary
+    {
+        wal_from.min(role.high_watermark().max(1))
+    } else {
+        wal_from
     }
+}
 
-    /// Under the planner lock: X (the first open claim, else the WAL's end), the audit mark,
-    /// the id counter, and what each shard has flushed.
-    fn checkpoint_point(&self) -> Checkpoint {
-        let p = lock(&self.planner);
-        let (wal_from, audit_from) = match p.open.first_key_value() {
-            Some((lsn, mark)) => (*lsn, *mark),
-            None => (self.log.wal().next_lsn(), self.log.audit().next_lsn()),
-        };
-        // A primary that waits for its standby never checkpoints past what the standby
-        // holds: if it is ever demoted, what it must cut is above its checkpoint.
-        let r = &self.env.config.replication;
-        let wal_from = if r.ack == crate::config::Ack::Standby
-            && r.when_standby_lost == crate::config::StandbyLost::Wait
-            && self.role() == super::Role::Primary
-        {
-            wal_from.min(self.log_role.high_watermark().max(1))
-        } else {
-            wal_from
-        };
-        let mut shards: Vec<(String, Lsn)> =
-            p.vouched.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        for name in &self.shards.names() {
-            if !p.vouched.contains_key(name) {
-                shards.push((name.clone(), 0));
-            }
-        }
-        shards.sort();
-        Checkpoint {
-            wal_from,
-            audit_from,
-            next_id: p.next_id,
-            shards,
-            keys_through: 0,
-            at_ms: 0,
-        }
-    }
-
-    /// Step 4: index runs wholly out of the window removed, the key table trimmed below the
-    /// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments
-    /// removed).
-    fn retire_tables(&self, now: u64, c: &Checkpoint) -> Result<(usize, usize), EngineError> {
-        let forgot = self.keys.retire(now).inspect_err(|_| self.env.fail())?;
-        let (bytes_max, secs_max) = (
-            self.env.config.audit_retain_bytes,
-            self.env.config.audit_retain_secs,
-        );
-        let audit =
-            (self.log.retire_audit(c, bytes_max, secs_max)).inspect_err(|_| self.env.fail())?;
-        Ok((forgot, audit))
-    }
+/// Step 4: index runs wholly out of the window removed, the key table trimmed below the
+/// oldest run left, the audit log trimmed. Returns (keys forgotten, audit segments removed).
+fn retire_tables(
+    (keys, log, env): (&KeyWindow, &Logs, &Env),
+    now: u64,
+    c: &Checkpoint,
+) -> Result<(usize, usize), EngineError> {
+    let forgot = keys.retire(now).inspect_err(|_| env.fail())?;
+    let (bytes_max, secs_max) = (env.config.audit_retain_bytes, env.config.audit_retain_secs);
+    let audit = (log.retire_audit(c, bytes_max, secs_max)).inspect_err(|_| env.fail())?;
+    Ok((forgot, audit))
 }
 
 /// Step 2: `CHECKPOINT.tmp`, synced, renamed over `CHECKPOINT`, the directory synced.

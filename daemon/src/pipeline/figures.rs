@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 
 use roost_keyindex::IndexStats;
-use roost_storage::lock;
 
 use super::records::Checkpoint;
 use super::recover::RecoveryReport;
@@ -65,7 +64,7 @@ impl Engine {
             results_published,
             shards_known: self.shards.known_count(),
             shards_open: self.stats.shards_open.load(Ordering::Relaxed),
-            cached_keys: lock(&self.planner).keys.len(),
+            cached_keys: self.claims.lock().keys.len(),
             key_index: self.keys.index_stats(),
             last_checkpoint: self.log.last_checkpoint(),
             recovery: self.recovery.clone(),

@@ -17,34 +17,15 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use roost_storage::lock;
 use roost_wal::Lsn;
 
-use super::crash::Step;
-use super::invariants;
-use super::plan::{is_detached, Slot};
-use super::records::{self, AuditRecord, ClaimRecord, RecordType};
-use super::shard_set::{SentCommits, Touched};
+use super::plan::Slot;
+use super::records::ClaimRecord;
+use super::round_queue::Tail;
 use super::Engine;
-use crate::batch::{Batch, BatchResult, OpResult};
+use crate::batch::{Batch, BatchResult};
 use crate::error::EngineError;
 use crate::spool::Prepared;
-
-/// What a group still owes once its answers are made: each claim's touched shards (to
-/// flush, then to close the claim with) and the last audit row written (to sync).
-pub(super) struct Tail<'c> {
-    touched: Vec<Vec<Touched<'c>>>,
-    last_row: Option<Lsn>,
-    /// When the commit step ended: the finish phase's start, for its latency.
-    committed: Instant,
-}
-
-impl<'c> Tail<'c> {
-    /// Each claim's touched shards, the last audit row, when the commit step ended.
-    pub(super) fn into_parts(self) -> (Vec<Vec<Touched<'c>>>, Option<Lsn>, Instant) {
-        (self.touched, self.last_row, self.committed)
-    }
-}
 
 impl Engine {
     /// Recovery's finish for the durable claim at `lsn`, as a group of one; `audited` holds
@@ -58,7 +39,7 @@ impl Engine {
     ) -> Result<BatchResult, EngineError> {
         let claims = [(lsn, claim)];
         let (mut r, tail) = self.commit_and_answer(&claims, &[audited], None, None)?;
-        self.hold_for_round(&claims, tail)?;
+        self.tail().hold_for_round(&claims, tail)?;
         self.settle()?;
         r.pop().ok_or(EngineError::Inconsistent {
             lsn,
@@ -71,7 +52,7 @@ impl Engine {
     /// in claim order. `started` is when a live group entered the pipeline; `None` in
     /// recovery. `prepared`: the live claims' result files, written and synced while the
     /// claims were (`plan.rs`, `sync_claims`). What is left is the [`Tail`], for
-    /// [`Engine::hold_for_round`] (`settle.rs`).
+    /// `Settler::hold_for_round` (`settle.rs`).
     pub(super) fn commit_and_answer<'c>(
         &self,
         claims: &[(Lsn, &'c ClaimRecord)],
@@ -88,98 +69,18 @@ impl Engine {
         if claims.is_empty() {
             return Ok((Vec::new(), tail));
         }
-        tail.touched = self.wait_commits(self.shards.send_commits(claims)?)?;
+        tail.touched = self
+            .claims
+            .wait_commits(self.shards.send_commits(claims)?, &|| self.is_failed())?;
         tail.committed = Instant::now();
         for _ in claims {
             self.stats.latency.commit.record(tail.committed - t_commit);
         }
-        tail.last_row = self.write_group_audit_rows(claims, audited)?;
-        Ok((self.answer_claims(claims, started, prepared)?, tail))
-    }
-
-    /// Every shard's answer collected (all of them, even after a failure, so no owner is
-    /// still writing when this returns), then the planning overlays cleared under one lock.
-    pub(super) fn wait_commits<'c>(
-        &self,
-        s: SentCommits<'c>,
-    ) -> Result<Vec<Vec<Touched<'c>>>, EngineError> {
-        let touched = s.wait(&|| self.is_failed())?;
-        let all = touched.iter().flatten();
-        lock(&self.planner).applied(all.map(|t| (t.name, t.ids.as_slice())));
-        Ok(touched)
-    }
-
-    /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
-    /// write, then each row's crash point in order; returns the last row's lsn.
-    pub(super) fn write_group_audit_rows(
-        &self,
-        claims: &[(Lsn, &ClaimRecord)],
-        audited: &[&HashSet<u32>],
-    ) -> Result<Option<Lsn>, EngineError> {
-        let mut rows = Vec::with_capacity(claims.iter().map(|(_, c)| c.ops.len()).sum());
-        for (i, (lsn, c)) in claims.iter().enumerate() {
-            rows.extend(audit_rows(*lsn, c, audited.get(i).copied())?);
-        }
-        let frames: Vec<(u8, &[u8])> = rows
-            .iter()
-            .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
-            .collect();
-        let lsns = self.log.audit().append_many_nowait(&frames)?;
-        for (i, _) in &rows {
-            self.env.hit(Step::AfterAudit.nth(*i))?;
-        }
-        Ok(lsns.last().copied())
-    }
-
-    /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
-    /// "standby"`; a wait that gives up leaves every file in `new/`). A detached claim's
-    /// answer is only handed back. A live file's name settles and its input goes, then every
-    /// live result is published in one round (`Publisher::publish_many`): the input goes
-    /// first, since the claim holds the batch from here on and a client may reuse the name
-    /// as soon as it sees the answer (a removal after it could take the new file). An
-    /// earlier batch under the name settles first (its `done` durable): once the input is
-    /// gone, recovery must never finish the earlier one again, or it would publish the
-    /// earlier answer where this one belongs. Recovery (`started` is `None`) removes and
-    /// publishes only what is still this batch's (`names.rs`). `prepared`, if given, must
-    /// hold exactly the results published here (by name): its temporaries are
-    /// renamed, not written again.
-    fn answer_claims(
-        &self,
-        claims: &[(Lsn, &ClaimRecord)],
-        started: Option<Instant>,
-        prepared: Option<Prepared<'_>>,
-    ) -> Result<Vec<BatchResult>, EngineError> {
-        let synced = self.log.wal().synced_lsn();
-        for (lsn, _) in claims {
-            invariants::answer_is_durable(*lsn, synced);
-            self.wait_replicated(*lsn)?;
-        }
-        let mut answers = Vec::with_capacity(claims.len());
-        // A spool file's name and its answer's place in `answers`.
-        let mut files: Vec<(&str, usize)> = Vec::new();
-        for (lsn, c) in claims {
-            let r = committed_result(*lsn, c);
-            if is_detached(&c.source) {
-                self.env.hit(Step::AfterResult.at())?;
-            } else if started.is_none() {
-                self.recovery_answer(c, &r)?;
-                self.env.hit(Step::AfterResult.at())?;
-            } else {
-                self.settle_name(&c.source, Some(*lsn))?;
-                self.answers.remove_input(&c.source)?;
-                self.env.hit(Step::AfterInputRemoved.at())?;
-                files.push((c.source.as_str(), answers.len()));
-            }
-            answers.push(r);
-        }
-        self.answers.publish_claims(&files, &answers, prepared)?;
-        for _ in &files {
-            if let Some(t0) = started {
-                self.stats.latency.batch.record(t0.elapsed());
-            }
-            self.env.hit(Step::AfterResult.at())?;
-        }
-        Ok(answers)
+        tail.last_row = self.log.write_audit_rows(claims, audited, &self.env)?;
+        let role = self.log_role.as_ref();
+        let answered =
+            (self.answers).answer_claims(&self.tail(), role, claims, (started, prepared));
+        Ok((answered?, tail))
     }
 
     /// Every item's answer that needs no other batch to finish first, handed to `hand` as
@@ -214,10 +115,11 @@ impl Engine {
     ) -> Result<Option<BatchResult>, EngineError> {
         let key = b.request_key.as_str();
         let r = match slot {
-            Slot::Answered(r) => self.reply(source, r.clone())?,
+            Slot::Answered(r) => self.answers.reply(&self.tail(), source, r.clone())?,
             Slot::Rejected(lsn, r) => {
-                self.answer_durable(*lsn)?;
-                self.reply(source, r.clone())?
+                self.log
+                    .answer_durable(*lsn, self.log_role.as_ref(), &self.stats)?;
+                self.answers.reply(&self.tail(), source, r.clone())?
             }
             Slot::Claimed(lsn, _) => committed.next().ok_or(EngineError::Inconsistent {
                 lsn: *lsn,
@@ -225,42 +127,27 @@ impl Engine {
             })?,
             Slot::Known { fp, k } => {
                 let r = self
-                    .answer_for(key, *fp, Some(*k))?
+                    .claims
+                    .answer_for(
+                        (&self.keys, &self.log, self.log_role.as_ref(), &self.stats),
+                        (key, *fp),
+                        Some(*k),
+                    )?
                     .ok_or(EngineError::Inconsistent {
                         lsn: k.lsn,
                         detail: format!("request key {key:?} has no answer"),
                     })?;
-                self.reply(source, r)?
+                self.answers.reply(&self.tail(), source, r)?
             }
             Slot::Later | Slot::Plan { .. } => return Ok(None),
         };
         Ok(Some(r))
     }
 
-    /// Publishes an answer that has no claim behind it (rejected, conflict, duplicate), then
-    /// removes the input and syncs `new/` at once (issue 13, item 6): the answer is not in
-    /// the WAL, so if a power loss brought the input back it would be planned again, maybe
-    /// against newer state, and the answer the client read could change. What is left is
-    /// the moment between the result's `out/` sync and this one. A detached answer is only
-    /// handed back.
-    fn reply(&self, source: &str, r: BatchResult) -> Result<BatchResult, EngineError> {
-        if is_detached(source) {
-            return Ok(r);
-        }
-        self.publish(source, &r)?;
-        self.answers.remove_input_synced(source)?;
-        Ok(r)
-    }
-
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
     /// settles any earlier claim under the same name (`names.rs`).
     pub fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
-        let own = match r {
-            BatchResult::Committed { lsn, .. } => Some(*lsn),
-            _ => None,
-        };
-        self.settle_name(source, own)?;
-        self.answers.publish(source, r)
+        self.answers.publish_settled(&self.tail(), source, r)
     }
 
     /// An answer to spool file `name` that no claim of this node finishes, once it is
@@ -276,52 +163,6 @@ impl Engine {
     ///   it would wait forever; if this node leads again, recovery's answer for it touches no
     ///   other request's input or answer (`names.rs`).
     pub fn answer_file(&self, name: &str, bytes: &[u8], settle: bool) -> Result<(), EngineError> {
-        if settle {
-            self.settle_name(name, None)?;
-        }
-        self.answers.publish_bytes(name, bytes)?;
-        self.answers.remove_input_synced(name)
-    }
-}
-
-/// The claim's audit rows (op index, encoded row), one per op not in `audited`.
-fn audit_rows(
-    lsn: Lsn,
-    claim: &ClaimRecord,
-    audited: Option<&HashSet<u32>>,
-) -> Result<Vec<(usize, Vec<u8>)>, EngineError> {
-    let mut rows = Vec::with_capacity(claim.ops.len());
-    for (i, op) in claim.ops.iter().enumerate() {
-        if audited.is_some_and(|a| a.contains(&(i as u32))) {
-            continue;
-        }
-        let row = AuditRecord {
-            claim_lsn: lsn,
-            request_key: claim.request_key.clone(),
-            op_index: i as u32,
-            op: op.kind(),
-            shard: op.shard().to_owned(),
-            id: op.id(),
-        };
-        let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
-        rows.push((i, payload));
-    }
-    Ok(rows)
-}
-
-/// The committed result of a claim: the same whenever it is rebuilt.
-pub fn committed_result(lsn: Lsn, c: &ClaimRecord) -> BatchResult {
-    BatchResult::Committed {
-        request_key: c.request_key.clone(),
-        lsn,
-        ops: c
-            .ops
-            .iter()
-            .map(|op| OpResult {
-                op: op.kind().as_str().to_owned(),
-                shard: op.shard().to_owned(),
-                id: op.id(),
-            })
-            .collect(),
+        self.answers.answer_file(&self.tail(), name, bytes, settle)
     }
 }

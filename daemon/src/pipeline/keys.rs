@@ -24,7 +24,7 @@ use roost_wal::format::frame_len;
 use roost_wal::{Lsn, Wal, WalError};
 
 use super::records::{
-    self, read_wal_frames, KeyAnswer, KeyRecord, OpKind, WalEntry, KEY_RECORD_TYPE,
+    self, read_wal_frames, ClaimRecord, KeyAnswer, KeyRecord, OpKind, WalEntry, KEY_RECORD_TYPE,
 };
 use super::stats::Stats;
 use crate::batch::{BatchResult, OpResult};
@@ -117,6 +117,23 @@ pub(super) fn answer(k: &KeyRecord) -> BatchResult {
             op_index: *op_index,
             reason: reason.clone(),
         },
+    }
+}
+
+/// The committed result of a claim: the same whenever it is rebuilt.
+pub fn committed_result(lsn: Lsn, c: &ClaimRecord) -> BatchResult {
+    BatchResult::Committed {
+        request_key: c.request_key.clone(),
+        lsn,
+        ops: c
+            .ops
+            .iter()
+            .map(|op| OpResult {
+                op: op.kind().as_str().to_owned(),
+                shard: op.shard().to_owned(),
+                id: op.id(),
+            })
+            .collect(),
     }
 }
 

@@ -1,8 +1,9 @@
 //! The log and claims: the engine's part that owns the WAL and the audit log, the thread
 //! that syncs a claim step's records, the answered claims waiting for their durability
 //! round, what the engine remembers of checkpoints, and the WAL lsns kept for standbys just
-//! re-seeded. It appends, syncs and retires; it never plans, and it decides no order of
-//! steps (the engine does: `plan.rs`, `settle.rs`, `checkpoint.rs`).
+//! re-seeded. It appends (audit rows, `done` records), syncs, waits for a standby to hold a
+//! record and retires; it never plans, and it decides no order of steps (the engine does:
+//! `plan.rs`, `settle.rs`, `checkpoint.rs`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -16,8 +17,14 @@ use roost_wal::{Lsn, Wal, WalError};
 use super::backup_gate::Pins;
 use super::checkpoint_state::CheckpointState;
 use super::claim_sync::ClaimSyncer;
-use super::records::{read_audit, Checkpoint, ClaimRecord};
+use super::crash::Step;
+use super::env::Env;
+use super::log_role::LogRole;
+use super::records::{
+    self, read_audit, AuditRecord, Checkpoint, ClaimRecord, DoneRecord, RecordType,
+};
 use super::round_queue::Rounds;
+use super::stats::Stats;
 use crate::error::EngineError;
 
 pub(super) struct Logs {
@@ -107,6 +114,32 @@ impl Logs {
         }
     }
 
+    /// At open, what the engine remembers of checkpoints, from the last one (`c`), the key
+    /// table (`keys_at`: the last lsn it holds and its newest stamp), the checkpoint interval
+    /// and the time now.
+    pub(super) fn resume_from(
+        &self,
+        c: &Checkpoint,
+        (table_through, keys_max_at_ms): (Lsn, u64),
+        interval: Duration,
+        now: u64,
+    ) {
+        let mut st = self.state();
+        st.keys_through = table_through.max(c.keys_through);
+        // Stamps never go back along the table, even if the clock did: a run written after
+        // the last CHECKPOINT (a crash between them) may hold a newer one.
+        st.last_at_ms = c.at_ms.max(keys_max_at_ms);
+        // The interval counts from the checkpoint itself, not from this start; the WAL found
+        // here counts towards the next checkpoint's bytes.
+        let age = match c.at_ms {
+            0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
+            at => Duration::from_millis(now.saturating_sub(at)).min(interval),
+        };
+        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
+        st.found_at_open = self.wal.recovery_report().bytes_scanned;
+        st.last = (c.wal_from > 1).then(|| c.clone());
+    }
+
     /// The first of the WAL and the audit log with no spare segment: which, and why.
     pub(super) fn shortage(&self) -> Option<(String, NoRoom)> {
         if let Some(why) = self.wal.spare_missing() {
@@ -179,6 +212,78 @@ impl Logs {
         Ok(audited)
     }
 
+    /// Every audit row of the claims (claim `i`'s rows in `audited[i]` skipped), in one
+    /// write, then each row's crash point in order; returns the last row's lsn.
+    pub(super) fn write_audit_rows(
+        &self,
+        claims: &[(Lsn, &ClaimRecord)],
+        audited: &[&HashSet<u32>],
+        env: &Env,
+    ) -> Result<Option<Lsn>, EngineError> {
+        let mut rows = Vec::with_capacity(claims.iter().map(|(_, c)| c.ops.len()).sum());
+        for (i, (lsn, c)) in claims.iter().enumerate() {
+            rows.extend(audit_rows(*lsn, c, audited.get(i).copied())?);
+        }
+        let frames: Vec<(u8, &[u8])> = rows
+            .iter()
+            .map(|(_, p)| (RecordType::Audit as u8, p.as_slice()))
+            .collect();
+        let lsns = self.audit.append_many_nowait(&frames)?;
+        for (i, _) in &rows {
+            env.hit(Step::AfterAudit.nth(*i))?;
+        }
+        Ok(lsns.last().copied())
+    }
+
+    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
+    /// returns their lsns.
+    pub(super) fn append_dones(&self, claims: &[Lsn], env: &Env) -> Result<Vec<Lsn>, EngineError> {
+        let mut payloads = Vec::with_capacity(claims.len());
+        for lsn in claims {
+            let done = DoneRecord { claim_lsn: *lsn };
+            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
+        }
+        let frames: Vec<(u8, &[u8])> = payloads
+            .iter()
+            .map(|p| (RecordType::Done as u8, p.as_slice()))
+            .collect();
+        let lsns = self.wal.append_many_nowait(&frames)?;
+        for _ in &lsns {
+            env.hit(Step::AfterDone.at())?;
+        }
+        Ok(lsns)
+    }
+
+    /// The record at `lsn` that an answer cites is durable (here, and on a standby under
+    /// `ack = "standby"`) before the answer is published.
+    pub(super) fn answer_durable(
+        &self,
+        lsn: Lsn,
+        role: &dyn LogRole,
+        stats: &Stats,
+    ) -> Result<(), EngineError> {
+        self.wal.sync_to(lsn)?;
+        self.wait_replicated(lsn, role, stats)
+    }
+
+    /// Under `ack = "standby"`, waits until a standby holds the record at `lsn` durably (or,
+    /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
+    /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
+    /// the batch stays claimed for recovery (or for the new primary).
+    pub(super) fn wait_replicated(
+        &self,
+        lsn: Lsn,
+        role: &dyn LogRole,
+        stats: &Stats,
+    ) -> Result<(), EngineError> {
+        let below = || self.checkpoint_from();
+        let waited = role.wait_replicated(lsn, &below)?;
+        if let Some(t) = waited {
+            stats.latency.replicate.record(t);
+        }
+        Ok(())
+    }
+
     /// How long ago `path` was last written (zero when unknown: the simulated disk has no
     /// clock, and an unreadable time keeps the file).
     fn file_age(&self, path: &Path) -> Duration {
@@ -191,4 +296,29 @@ impl Logs {
             .and_then(|t| t.elapsed().ok())
             .unwrap_or(Duration::ZERO)
     }
+}
+
+/// The claim's audit rows (op index, encoded row), one per op not in `audited`.
+fn audit_rows(
+    lsn: Lsn,
+    claim: &ClaimRecord,
+    audited: Option<&HashSet<u32>>,
+) -> Result<Vec<(usize, Vec<u8>)>, EngineError> {
+    let mut rows = Vec::with_capacity(claim.ops.len());
+    for (i, op) in claim.ops.iter().enumerate() {
+        if audited.is_some_and(|a| a.contains(&(i as u32))) {
+            continue;
+        }
+        let row = AuditRecord {
+            claim_lsn: lsn,
+            request_key: claim.request_key.clone(),
+            op_index: i as u32,
+            op: op.kind(),
+            shard: op.shard().to_owned(),
+            id: op.id(),
+        };
+        let payload = records::encode("audit row", &row).map_err(EngineError::Encode)?;
+        rows.push((i, payload));
+    }
+    Ok(rows)
 }

@@ -47,10 +47,11 @@ pub struct MemoryReport {
 impl Engine {
     pub fn memory(&self) -> MemoryReport {
         let ix = self.keys.index_stats();
-        let cache_keys = roost_storage::lock(&self.planner).keys.len() as u64;
+        let cache_keys = self.claims.lock().keys.len() as u64;
         // A closed shard's index is not in memory.
         let open: Vec<_> = self
-            .shard_figures()
+            .shards
+            .figures()
             .into_values()
             .filter(|f| f.open)
             .collect();

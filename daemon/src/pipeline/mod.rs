@@ -6,9 +6,9 @@
 //! how the answers are delivered, [`Deliver`]), from a bounded pool of blocking workers, and
 //! crash tests call it directly over a simulated disk. Many batches may be in the pipeline
 //! at once:
-//! - Planning and the claim append happen under one lock (`planner`), so lsn order is plan
-//!   order and ids are minted in lsn order, unique across all shards and never reused
-//!   (`plan.rs`).
+//! - Planning and the claim append happen under one lock (the planner's, in `claims`), so
+//!   lsn order is plan order and ids are minted in lsn order, unique across all shards and
+//!   never reused (`claim_lock.rs`).
 //! - Claim syncs are group-committed by the WAL: waiting workers share fdatasyncs.
 //! - Each shard has one owner (`owner.rs`), run on a bounded pool of threads, that applies
 //!   transactions strictly in lsn order (the turns registered at claim time) and flushes once per round for all of them,
@@ -18,15 +18,18 @@
 //!
 //! The engine's parts, each owning its state: `logs` (the WAL, the audit log, the claim
 //! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
-//! `shard_set` (the shard pool), `answers` (the spool and the publisher), `pause` (intake
-//! paused on a full disk), `env` (storage, configuration, the latch, the directory lock),
-//! `planner` (what the planner lock guards: keys, the id counter, overlays, open claims).
-//! The steps that coordinate them: `plan` (the way in, Plan and Claim), `finish` (Commit,
-//! Finish), `settle` (the tail), `recover` (open-time replay), `apply` (a standby), `room`
-//! (when intake pauses), `names` (spool names reused during a tail); and `records` (the WAL
-//! and audit payloads), `owner` (shard owners on a thread pool), `crash` (named crash
-//! points), `trigger` (before-triggers), `stats` (counters, histograms), `figures` (what
-//! status and metrics read of the parts, in one snapshot).
+//! `shard_set` (the shard pool), `answers` (the spool and the publisher: every answer),
+//! `pause` (intake paused on a full disk), `held` (a standby's claims), `env` (storage,
+//! configuration, the latch, the directory lock), `claim_lock` (the planner lock and what
+//! it guards: keys, the id counter, overlays, open claims; the claim and rejection records
+//! appended under it, the WAL replayed into it). Views that borrow the parts one job needs:
+//! `room` (spares and the pause), `apply` (`Standby`), `settle` (the tail's rounds, and
+//! `names`: spool names reused during a tail). The steps that coordinate them: `plan` (the
+//! way in, Plan and Claim), `finish` (Commit, Finish), `recover` (open-time replay),
+//! `checkpoint`; and `records` (the WAL and audit payloads), `owner` (shard owners on a
+//! thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
+//! (counters, histograms), `figures` (what status and metrics read of the parts, in one
+//! snapshot).
 
 mod answers;
 mod apply;
@@ -34,6 +37,7 @@ pub mod backup;
 pub mod backup_gate;
 mod checkpoint;
 mod checkpoint_state;
+mod claim_lock;
 mod claim_sync;
 pub mod crash;
 pub mod disk;
@@ -65,10 +69,9 @@ pub mod stats;
 mod tails;
 pub mod trigger;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roost_keyindex::{IndexOptions, KeyIndex};
@@ -81,21 +84,23 @@ use crate::layout::Layout;
 use crate::spool::{Publisher, SpoolPaths};
 use crash::CrashHook;
 use disk::io_err;
-use keys::{KeyAt, KeyFound, KeyState};
+use keys::{KeyFound, KeyState};
 use planner::Planner;
 use stats::Stats;
 
-pub use apply::Fetched;
+pub use answers::is_detached;
+pub use apply::{Fetched, Standby};
 pub use figures::Figures;
-pub use finish::committed_result;
-pub use keys::now_ms;
+pub use keys::{committed_result, now_ms};
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
 pub use pause::Pause;
-pub use plan::{is_detached, one_answer, Deliver};
+pub use plan::{one_answer, Deliver};
 pub use records::Checkpoint;
 pub use recover::{read_checkpoint, RecoveryReport};
+pub use room::Room;
+pub use shard_set::ShardSet;
 
 /// What the engine runs on: the storage seam, the configuration (which names the data and
 /// spool directories) and the crash hook.
@@ -127,7 +132,8 @@ pub struct Engine {
     /// The log and claims (`logs.rs`): the WAL, the audit log, the claim syncer, the
     /// checkpoint state, the rounds waiting for their tail.
     log: logs::Logs,
-    planner: Mutex<Planner>,
+    /// The claims part (`claim_lock.rs`): the planner and its lock.
+    claims: claim_lock::Claims,
     /// A standby's claims held back or applied unflushed (`apply.rs`).
     held: held::HeldClaims,
     /// Why intake is paused (a log has no spare segment: `room.rs`), since when.
@@ -208,7 +214,7 @@ impl Engine {
             shards,
             log_role,
             log,
-            planner: Mutex::new(Planner::new()),
+            claims: claim_lock::Claims::new(),
             held: held::HeldClaims::default(),
             pause: pause::IntakePause::new(stats.clone()),
             stats,
@@ -241,10 +247,9 @@ impl Engine {
         self.env.is_failed()
     }
 
-    /// Each shard opened since start: its records, largest id, and whether it is open now
-    /// (a shard closed while idle answers with the record count it closed with).
-    pub fn shard_figures(&self) -> BTreeMap<String, ShardFigures> {
-        self.shards.figures()
+    /// The shard pool, for its figures (`ShardSet::figures`, `ShardSet::compaction`).
+    pub fn shards(&self) -> &ShardSet {
+        &self.shards
     }
 
     /// The last lsn written to the WAL.
@@ -284,21 +289,52 @@ impl Engine {
         Ok(())
     }
 
-    pub fn role(&self) -> Role {
-        self.log_role.role()
+    /// Room on disk for new batches: whether intake is paused, and the way to resume it.
+    pub fn room(&self) -> Room<'_> {
+        Room {
+            log: &self.log,
+            keys: &self.keys,
+            shards: &self.shards,
+            pause: &self.pause,
+            layout: &self.env.layout,
+        }
     }
 
-    /// Under `ack = "standby"`, waits until a standby holds the record at `lsn` durably (or,
-    /// with `when_standby_lost = "alone"`, until none is in sync for `standby_timeout_ms`).
-    /// `Unreplicated` when the node stops or steps down meanwhile: nothing is published, and
-    /// the batch stays claimed for recovery (or for the new primary).
-    fn wait_replicated(&self, lsn: Lsn) -> Result<(), EngineError> {
-        let below = || self.log.checkpoint_from();
-        let waited = self.log_role.wait_replicated(lsn, &below)?;
-        if let Some(t) = waited {
-            self.stats.latency.replicate.record(t);
+    /// The standby's side: applying fetched records, promotion, the claims held back.
+    pub fn standby(&self) -> Standby<'_> {
+        Standby {
+            held: &self.held,
+            log_role: self.log_role.as_ref(),
+            shards: &self.shards,
+            log: &self.log,
+            claims: &self.claims,
+            env: &self.env,
         }
-        Ok(())
+    }
+
+    /// The durability tail's rounds (`settle.rs`).
+    fn tail(&self) -> settle::Settler<'_> {
+        settle::Settler {
+            log: &self.log,
+            claims: &self.claims,
+            env: &self.env,
+            stats: &self.stats,
+        }
+    }
+
+    /// Runs a round for every claim waiting (none: nothing is done). Returns how many it
+    /// closed. A failure latches the engine: the claims it held stay open for recovery.
+    pub fn settle(&self) -> Result<usize, EngineError> {
+        self.tail().settle()
+    }
+
+    /// Whether claims have waited `tail_round_ms` for a round (the serve loop runs one).
+    pub fn settle_due(&self) -> bool {
+        self.tail().settle_due()
+    }
+
+    pub fn role(&self) -> Role {
+        self.log_role.role()
     }
 }
 

@@ -7,33 +7,32 @@
 //!
 //! - Live: neither is a later batch's input under `NAME` removed nor any answer for `NAME`
 //!   published while an earlier claim under `NAME` lacks a durable `done` record; the worker
-//!   waits for that `done` and syncs the WAL up to it first ([`Engine::settle_name`]). So once
+//!   waits for that `done` and syncs the WAL up to it first ([`Settler::settle_name`]). So once
 //!   the later input is gone or its answer is out, recovery never finishes the earlier batch
 //!   again (and while the later input is still in `new/`, recovery sees it is another's).
 //! - Recovery: an earlier batch finished again removes `new/NAME` only if it holds that very
 //!   batch (same request key and fingerprint), and publishes its answer only if neither
-//!   `new/NAME` nor `out/NAME` belongs to another request ([`Engine::recovery_answer`]).
+//!   `new/NAME` nor `out/NAME` belongs to another request ([`Answers::recovery_answer`]).
 
 use std::time::Duration;
 
-use roost_storage::lock;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::answers::Owner;
+use super::answers::{Answers, Owner};
 use super::crash::Step;
 use super::records::ClaimRecord;
-use super::Engine;
+use super::settle::Settler;
 use crate::batch::BatchResult;
 use crate::error::EngineError;
 
-impl Engine {
+impl Settler<'_> {
     /// Before an answer for `name` is published: waits until every other claim under `name`
     /// has appended its `done` record (running the round an answered one waits for), then
     /// makes those durable (see the module comment).
     /// `own` is the claim being answered, if any.
     pub(super) fn settle_name(&self, name: &str, own: Option<Lsn>) -> Result<(), EngineError> {
-        let mut t = lock(&self.planner);
+        let mut t = self.claims.lock();
         loop {
             self.env.check()?;
             t.tails.forget_synced(self.log.wal().synced_lsn());
@@ -48,7 +47,7 @@ impl Engine {
                     // (`settle.rs`), then look again.
                     drop(t);
                     self.settle()?;
-                    t = lock(&self.planner);
+                    t = self.claims.lock();
                 }
                 Err(()) => {
                     // One still before its answer: its hand-in (under this lock) wakes us.
@@ -62,25 +61,28 @@ impl Engine {
             }
         }
     }
+}
 
+impl Answers {
     /// Recovery's answer for a claim finished again: removes `new/NAME` only if it is this
     /// batch, and publishes only where no other request's input or answer would be touched.
     pub(super) fn recovery_answer(
         &self,
+        tail: &Settler,
         claim: &ClaimRecord,
         r: &BatchResult,
     ) -> Result<(), EngineError> {
-        let input = self.answers.input_owner(claim)?;
+        let input = self.input_owner(claim)?;
         if input == Owner::This {
-            self.answers.remove_input(&claim.source)?;
+            self.remove_input(&claim.source)?;
         }
-        self.env.hit(Step::AfterInputRemoved.at())?;
-        let out = self.answers.answer_owner(claim)?;
+        tail.env.hit(Step::AfterInputRemoved.at())?;
+        let out = self.answer_owner(claim)?;
         if input == Owner::Another || out == Owner::Another {
             info!(file = %claim.source, request_key = %claim.request_key, ?input, ?out,
                 "recovery: the name now belongs to another request; its input and answer are left alone");
             return Ok(());
         }
-        self.publish(&claim.source, r)
+        self.publish_settled(tail, &claim.source, r)
     }
 }

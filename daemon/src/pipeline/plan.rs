@@ -22,20 +22,18 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use roost_storage::lock;
-use roost_wal::{Lsn, WalError};
+use roost_wal::Lsn;
 use tracing::{debug, warn};
 
+use super::answers::is_detached;
 use super::crash::Step;
-use super::invariants;
-use super::records::{self, ClaimRecord, PlannedOp, RecordType, RejectedRecord};
+use super::records::ClaimRecord;
 use super::stats::Stats;
-use super::{committed_result, Engine, KeyAt, KeyFound, KeyState, Planner};
+use super::{Engine, KeyFound, KeyState, Planner};
 use crate::batch::{fingerprint, missing_field, Batch, BatchOp, BatchResult};
 use crate::config::Config;
 use crate::error::EngineError;
 use crate::spool;
-use crate::spool::Prepared;
 
 /// How a group's answers are delivered: the one thing the intake decides.
 pub enum Deliver<'a> {
@@ -111,7 +109,7 @@ impl Engine {
     ) -> Result<T, EngineError> {
         self.env.check()?;
         self.log_role.check_primary()?;
-        self.gate()?;
+        self.room().gate()?;
         self.stats.in_flight.fetch_add(n, Ordering::Relaxed);
         let r = work();
         self.stats.in_flight.fetch_sub(n, Ordering::Relaxed);
@@ -142,7 +140,9 @@ impl Engine {
             }
             let again: Vec<(&Batch, &str)> = later.iter().map(|i| items[*i]).collect();
             for (b, _) in &again {
-                self.wait_in_flight(&b.request_key, fingerprint(b))?;
+                let k = (b.request_key.as_str(), fingerprint(b));
+                let (keys, role) = (&self.keys, self.log_role.as_ref());
+                self.claims.wait_in_flight(keys, &self.env, role, k)?;
             }
             let answers = self.pass(&again, &mut |j, r| hand(later[j], r))?;
             for (i, r) in later.into_iter().zip(answers) {
@@ -176,7 +176,8 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let (prepared, synced) = self.sync_claims(&claims)?;
+        let (prepared, synced) =
+            (self.answers).prepare_during_sync(&self.log, &self.env, &claims)?;
         for _ in &claims {
             self.env.hit(Step::AfterClaimSync.at())?;
             self.stats.latency.plan.record(planned - t0);
@@ -192,58 +193,11 @@ impl Engine {
             None => self.answers(items, &slots, committed, hand),
             Some(_) => Ok(Vec::new()),
         };
-        self.hold_for_round(&claims, tail)?;
+        self.tail().hold_for_round(&claims, tail)?;
         match halt {
             Some(e) => Err(e),
             None => answers,
         }
-    }
-
-    /// Claim: the claims' one WAL sync, and meanwhile their spool files' results prepared
-    /// (`Publisher::prepare`: written to temporaries and synced, not renamed): a committed
-    /// result's bytes are fixed at its claim (`committed_result`: lsn, key, ops and ids), so
-    /// a closed-loop client waits for two syncs in a row (claim and results at once, then
-    /// `out/`) instead of three. Nothing is renamed before the claim is durable and
-    /// committed (`answer_claims`); a group not published drops its temporaries. Returns
-    /// the group and when the claims were durable (the claim phase's latency ends there,
-    /// not when the results are ready).
-    fn sync_claims<'p>(
-        &'p self,
-        claims: &[(Lsn, &ClaimRecord)],
-    ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
-        let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
-            return Ok((None, Instant::now()));
-        };
-        let sync = || self.log.wal().sync_to(last).map(|()| Instant::now());
-        let files: Vec<(&str, Vec<u8>)> = claims
-            .iter()
-            .filter(|(_, c)| !is_detached(&c.source))
-            .map(|(lsn, c)| (c.source.as_str(), committed_result(*lsn, c).to_json_line()))
-            .collect();
-        if files.is_empty() {
-            return Ok((None, sync()?));
-        }
-        let many: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        let prepare = || -> Result<Prepared<'p>, EngineError> {
-            let p = self.answers.prepare(&many)?;
-            self.env.hit(Step::AfterResultsPrepared.at())?;
-            Ok(p)
-        };
-        if !self.answers.syncs_each() {
-            // `syncfs`: the temporaries' data is synced by the round, after the claim.
-            let p = prepare()?;
-            return Ok((Some(p), sync()?));
-        }
-        let asked = self.log.ask_sync(last);
-        let prepared = prepare();
-        let synced = match asked.map(|rx| rx.recv()) {
-            Some(Ok(r)) => r,
-            // No syncer thread (none could be had, or it is gone): synced here, after.
-            _ => sync(),
-        };
-        // A failed claim sync drops the prepared group: its temporaries go.
-        let synced_at = synced?;
-        Ok((Some(prepared?), synced_at))
     }
 
     /// Before the planner lock: the cheap idempotency check (for the first item with its
@@ -254,8 +208,12 @@ impl Engine {
             // The answer for a key already seen, if it has one: a conflict (another
             // fingerprint) or the original result (finished). An unfinished claim of the
             // same batch has none yet.
-            let k = lock(&self.planner).key(&self.keys, &b.request_key)?;
-            if let Some(r) = self.answer_for(&b.request_key, fp, k)? {
+            let k = self.claims.lock().key(&self.keys, &b.request_key)?;
+            if let Some(r) = self.claims.answer_for(
+                (&self.keys, &self.log, self.log_role.as_ref(), &self.stats),
+                (&b.request_key, fp),
+                k,
+            )? {
                 return Ok(Slot::Answered(r));
             }
         }
@@ -275,7 +233,7 @@ impl Engine {
         items: &[(&Batch, &str)],
         slots: &mut [Slot],
     ) -> Result<Option<EngineError>, EngineError> {
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         let mut halt = None;
         for ((b, source), slot) in items.iter().zip(slots.iter_mut()) {
             let Slot::Plan { fp, static_reject } = slot else {
@@ -310,7 +268,7 @@ impl Engine {
     ) -> Result<Slot, EngineError> {
         self.env.check()?;
         // A roll may have used the WAL's spare for an earlier item: pause cleanly here.
-        self.gate_wal()?;
+        self.room().gate_wal()?;
         match p.key(&self.keys, &b.request_key)?.map(|k| k.check(fp)) {
             Some(KeyFound::Answered(k)) => return Ok(Slot::Known { fp, k }),
             Some(KeyFound::InFlight) => return Ok(Slot::Later),
@@ -324,7 +282,7 @@ impl Engine {
         let limit = over.as_ref().map_or(limit, |(i, _)| *i);
         let state_reject = p.missing_delete(&self.shards, b, limit)?.or(over);
         if let Some(why) = state_reject.or(static_reject) {
-            let (lsn, rec) = self.append_rejection(p, b, source, fp, why)?;
+            let (lsn, rec) = p.append_rejection(self.log.wal(), (b, source, fp), why)?;
             let r = rejected(
                 &self.stats,
                 &rec.request_key,
@@ -334,186 +292,9 @@ impl Engine {
             return Ok(Slot::Rejected(lsn, r));
         }
         self.env.hit(Step::AfterPlan.at())?;
-        self.reserve_room(b)?;
-        let (lsn, claim) = self.claim(p, b, source, fp)?;
+        self.room().reserve_room(b)?;
+        let (lsn, claim) = p.claim(&self.log, &self.shards, (b, source, fp))?;
         Ok(Slot::Claimed(lsn, claim))
-    }
-
-    /// Must be called without the planner lock (it may sync the WAL).
-    pub(super) fn answer_for(
-        &self,
-        key: &str,
-        fp: u64,
-        k: Option<KeyState>,
-    ) -> Result<Option<BatchResult>, EngineError> {
-        let Some(k) = k else { return Ok(None) };
-        match k.check(fp) {
-            KeyFound::Free | KeyFound::InFlight => Ok(None),
-            // The answer cites the record at k.lsn: it must be durable first, or a power loss
-            // could take it and the key would then plan as new (issue 13, item 6).
-            KeyFound::Answered(k) if k.fingerprint != fp => {
-                self.answer_durable(k.lsn)?;
-                Ok(Some(conflict(&self.stats, key, k.lsn)))
-            }
-            KeyFound::Answered(k) => {
-                self.answer_durable(k.lsn)?;
-                self.stats.duplicate.fetch_add(1, Ordering::Relaxed);
-                self.duplicate(key, k).map(Some)
-            }
-        }
-    }
-
-    /// Waits while the same batch is claimed and in flight (it finishes, then its answer is
-    /// this one's).
-    fn wait_in_flight(&self, key: &str, fp: u64) -> Result<(), EngineError> {
-        let mut p = lock(&self.planner);
-        loop {
-            self.env.check()?;
-            match p.key(&self.keys, key)?.map(|k| k.check(fp)) {
-                // The batch in flight gave up its answer (a stop, a step down): so does this.
-                Some(KeyFound::InFlight) => self.log_role.still_answering(p.keys[key].lsn)?,
-                None | Some(KeyFound::Free | KeyFound::Answered(_)) => return Ok(()),
-            }
-            p = self
-                .env
-                .finished_cv
-                .wait_timeout(p, Duration::from_millis(50))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-    }
-
-    /// Claim, under the planner lock: mint ids, append plan + ids + fingerprint as one WAL
-    /// record (not yet synced), register the shards' turns and the overlays.
-    pub(super) fn claim(
-        &self,
-        p: &mut Planner,
-        batch: &Batch,
-        source: &str,
-        fp: u64,
-    ) -> Result<(Lsn, ClaimRecord), EngineError> {
-        let first_id = p.next_id;
-        let claim = ClaimRecord {
-            request_key: batch.request_key.clone(),
-            source: source.to_owned(),
-            fingerprint: fp,
-            ops: mint(p, batch),
-        };
-        let payload = records::encode("claim", &claim).map_err(EngineError::Encode)?;
-        let (lsn, offset) = match self
-            .log
-            .wal()
-            .append_nowait_at(RecordType::Claim as u8, &payload)
-        {
-            Ok(at) => at,
-            // No room for a new WAL segment: nothing written; the ids go back unused.
-            Err(WalError::NoSpace(why)) => {
-                p.next_id = first_id;
-                let part = "wal".to_owned();
-                return Err(EngineError::Paused { part, why });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        invariants::claim_follows(p.last_claim, lsn, first_id);
-        p.last_claim = (lsn, p.next_id);
-        // Registered under the planner lock: its shards' turns, then the planner's state.
-        for name in claim.touched_shards() {
-            let slot = self.shards.slot(name)?;
-            lock(&slot.turns).insert(lsn);
-        }
-        p.register(lsn, offset, &claim, self.log.audit().next_lsn());
-        Ok((lsn, claim))
-    }
-
-    /// Under the planner lock: appends a `rejected` record (not synced) and binds the key
-    /// to it.
-    pub(super) fn append_rejection(
-        &self,
-        p: &mut Planner,
-        batch: &Batch,
-        source: &str,
-        fp: u64,
-        (op_index, reason): (usize, String),
-    ) -> Result<(Lsn, RejectedRecord), EngineError> {
-        let rec = RejectedRecord {
-            request_key: batch.request_key.clone(),
-            source: source.to_owned(),
-            fingerprint: fp,
-            op_index: op_index as u32,
-            reason,
-        };
-        let payload = records::encode("rejected", &rec).map_err(EngineError::Encode)?;
-        let (lsn, offset) = match self
-            .log
-            .wal()
-            .append_nowait_at(RecordType::Rejected as u8, &payload)
-        {
-            Ok(at) => at,
-            Err(WalError::NoSpace(why)) => {
-                let part = "wal".to_owned();
-                return Err(EngineError::Paused { part, why });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let key = KeyState {
-            lsn,
-            fingerprint: fp,
-            done: true,
-            rejected: true,
-            at: KeyAt::Wal { offset },
-        };
-        p.keys.insert(rec.request_key.clone(), key);
-        Ok((lsn, rec))
-    }
-
-    /// The record at `lsn` that an answer cites is durable (here, and on a standby under
-    /// `ack = "standby"`) before the answer is published.
-    pub(super) fn answer_durable(&self, lsn: Lsn) -> Result<(), EngineError> {
-        self.log.wal().sync_to(lsn)?;
-        self.wait_replicated(lsn)
-    }
-
-    /// The original answer for a key seen before: its claim's committed result, or its
-    /// recorded rejection, read from the one record that holds it (the WAL, or the key table
-    /// once the WAL below a checkpoint is gone).
-    fn duplicate(&self, key: &str, k: KeyState) -> Result<BatchResult, EngineError> {
-        let lsn = k.lsn;
-        let inconsistent = |detail: &str| EngineError::Inconsistent {
-            lsn,
-            detail: format!("request key {key:?}: {detail}"),
-        };
-        match k.at {
-            KeyAt::Wal { offset } => {
-                let rec = match self.log.wal().read_record(lsn, offset) {
-                    // A checkpoint moved the key to the table and retired the segment since
-                    // `k` was read: read where the key points now.
-                    Err(WalError::Missing { .. }) => {
-                        let now = lock(&self.planner).key(&self.keys, key)?;
-                        return match now {
-                            Some(n) if matches!(n.at, KeyAt::Keys { .. }) => self.duplicate(key, n),
-                            _ => Err(inconsistent("its record left the wal")),
-                        };
-                    }
-                    r => r?,
-                };
-                match records::decode_wal(&rec)? {
-                    records::WalEntry::Claim(c) => Ok(super::committed_result(lsn, &c)),
-                    records::WalEntry::Rejected(r) => Ok(BatchResult::Rejected {
-                        request_key: r.request_key,
-                        op_index: r.op_index,
-                        reason: r.reason,
-                    }),
-                    records::WalEntry::Done(_) => Err(inconsistent("points at a done record")),
-                }
-            }
-            KeyAt::Keys { lsn: at, offset } => {
-                let kr = self.keys.read(at, offset)?;
-                if kr.lsn != lsn || kr.request_key != key {
-                    return Err(inconsistent("the key table holds another key there"));
-                }
-                Ok(super::keys::answer(&kr))
-            }
-        }
     }
 }
 
@@ -564,16 +345,6 @@ fn rejected(stats: &Stats, key: &str, op_index: usize, reason: String) -> BatchR
     }
 }
 
-/// A conflict's answer (counted): the key was used at `lsn` with another batch.
-fn conflict(stats: &Stats, key: &str, lsn: Lsn) -> BatchResult {
-    stats.conflict.fetch_add(1, Ordering::Relaxed);
-    BatchResult::Conflict {
-        request_key: key.to_owned(),
-        lsn,
-        reason: format!("request key already used at lsn {lsn} with a different batch"),
-    }
-}
-
 /// What a before-trigger reads on stdin for op `i`.
 fn trigger_input(key: &str, i: usize, op: &BatchOp) -> Vec<u8> {
     let v = match op {
@@ -607,33 +378,4 @@ pub fn one_answer(answers: Vec<BatchResult>) -> Result<BatchResult, EngineError>
         lsn: 0,
         detail: "a batch submitted alone got no answer".into(),
     })
-}
-
-/// Whether a claim's source is detached (no spool file of its own: a bulk file's line, a
-/// streamed batch). Spool names never contain `/`.
-pub fn is_detached(source: &str) -> bool {
-    source.contains('/')
-}
-
-/// The batch's ops as planned: each create gets the next id (`p.next_id` moves past them).
-fn mint(p: &mut Planner, batch: &Batch) -> Vec<PlannedOp> {
-    batch
-        .ops
-        .iter()
-        .map(|op| match op {
-            BatchOp::Create { shard, record, .. } => {
-                let id = p.next_id;
-                p.next_id += 1;
-                PlannedOp::Create {
-                    shard: shard.clone(),
-                    id,
-                    record: record.clone(),
-                }
-            }
-            BatchOp::Delete { shard, id } => PlannedOp::Delete {
-                shard: shard.clone(),
-                id: *id,
-            },
-        })
-        .collect()
 }

@@ -2,14 +2,14 @@
 //! answers, the id counter, the overlays of ids planned but not yet applied, the claims
 //! whose `done` is not known durable (by spool name, and open for the next checkpoint), and
 //! what each shard's `done` records vouch for. Planning, claims and recovery change it
-//! under that lock (`plan.rs`, `recover.rs`); it never writes a file.
+//! under that lock (`claim_lock.rs`); it never writes a file.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use roost_wal::Lsn;
 
 use super::keys::{KeyAt, KeyState, KeyWindow};
-use super::records::{ClaimRecord, PlannedOp};
+use super::records::{Checkpoint, ClaimLedger, ClaimRecord, PlannedOp, WalEntry};
 use super::round_queue::Waiting;
 use super::shard_set::ShardSet;
 use super::tails::Tails;
@@ -185,6 +185,63 @@ impl Planner {
             }
         }
         self.open.remove(&c.lsn);
+    }
+
+    /// One replayed (or, on a standby, fetched) WAL record into the planner: keys, the id
+    /// counter, open claims (with `audit_mark`, the audit lsn their rows come after) and the
+    /// ledger of claims without a `done`.
+    pub(super) fn absorb(
+        &mut self,
+        ledger: &mut ClaimLedger,
+        lsn: Lsn,
+        at: KeyAt,
+        entry: WalEntry,
+        audit_mark: Lsn,
+    ) -> Result<(), EngineError> {
+        match entry {
+            WalEntry::Claim(c) => {
+                for op in &c.ops {
+                    if let PlannedOp::Create { id, .. } = op {
+                        self.next_id = self.next_id.max(id + 1);
+                    }
+                }
+                let key = KeyState {
+                    lsn,
+                    fingerprint: c.fingerprint,
+                    done: false,
+                    rejected: false,
+                    at,
+                };
+                self.keys.insert(c.request_key.clone(), key);
+                self.open.insert(lsn, audit_mark);
+                ledger.claim(lsn, c);
+            }
+            WalEntry::Done(d) => {
+                self.open.remove(&d.claim_lsn);
+                if let Some(c) = ledger.done_after(lsn, &d)? {
+                    if let Some(k) = self.keys.get_mut(&c.request_key) {
+                        k.done = true;
+                    }
+                }
+            }
+            WalEntry::Rejected(r) => {
+                let key = KeyState {
+                    lsn,
+                    fingerprint: r.fingerprint,
+                    done: true,
+                    rejected: true,
+                    at,
+                };
+                self.keys.insert(r.request_key, key);
+            }
+        }
+        Ok(())
+    }
+
+    /// At open, from the last checkpoint: the id counter and each shard's flushed mark.
+    pub(super) fn resume_from(&mut self, c: &Checkpoint) {
+        self.next_id = self.next_id.max(c.next_id);
+        self.vouched = c.shards.iter().cloned().collect();
     }
 
     /// A checkpoint's step 3 (`checkpoint.rs`): keys whose batch is below `wal_from` leave

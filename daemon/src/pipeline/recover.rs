@@ -1,9 +1,11 @@
 //! Recovery at open: replay the WAL, open every shard it names, find the audit rows already
 //! written, and finish every claimed batch without a `done` record from its recorded plan
 //! and claimed ids (`RoostApplyBatch.tla`: a claim is always finished with the same ids).
-//! Nothing new is taken until this returns.
+//! Nothing new is taken until this returns. Claims left for later (under `ack = "standby"`,
+//! or a promoted standby's) are finished by `Engine::finish_deferred` before intake opens.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use roost_wal::Lsn;
@@ -12,10 +14,8 @@ use tracing::info;
 use roost_storage::{lock, read_all, OpenMode};
 
 use super::keys;
-use super::records::{
-    decode_checkpoint, read_wal_frames, Checkpoint, ClaimLedger, ClaimRecord, PlannedOp, WalEntry,
-};
-use super::{io_err, Engine, KeyAt, KeyState};
+use super::records::{decode_checkpoint, Checkpoint, ClaimLedger, ClaimRecord};
+use super::{io_err, Engine};
 use crate::error::EngineError;
 
 /// What recovery did at open.
@@ -59,18 +59,32 @@ impl Engine {
             last_call: Instant::now(),
             last_log: Instant::now(),
         };
-        let ckpt = self.load_checkpoint()?;
+        // Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
+        // keys still in the window, the id counter and each shard's flushed mark.
+        let (storage, layout) = (self.env.storage.as_ref(), &self.env.layout);
+        let _ = storage.remove(&layout.checkpoint().with_extension("tmp"));
+        let ckpt = read_checkpoint(storage, layout)?;
+        let now = keys::now_ms();
+        let table_through = self.keys.catch_up_index()?;
+        self.claims.lock().resume_from(&ckpt);
+        let horizon = ckpt.wal_from.saturating_sub(1);
+        self.shards.horizon().store(horizon, Ordering::Relaxed);
+        let interval = Duration::from_millis(self.env.config.checkpoint_interval_ms);
+        let keys_at = (table_through, self.keys.max_at_ms());
+        self.log.resume_from(&ckpt, keys_at, interval, now);
         callback(
             "replaying records",
             0,
             self.log.wal().recovery_report().records,
         );
-        let (ledger, shard_names, records) = self.replay_wal(&ckpt, &mut progress)?;
+        let mut report = |done, total| progress.report("replaying records", done, total);
+        let (ledger, shard_names, records) =
+            self.claims.replay(self.log.wal(), &ckpt, &mut report)?;
         self.shards.set_synced_through(ledger.vouched.clone());
         // Step 2: every shard the WAL names opened. Ids are never reused even if the WAL
         // were retired below a create, because each shard remembers its largest id.
         if let Some(max_id) = self.shards.largest_id(&shard_names)? {
-            let mut p = lock(&self.planner);
+            let mut p = self.claims.lock();
             p.next_id = p.next_id.max(max_id + 1);
         }
         let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
@@ -97,73 +111,6 @@ impl Engine {
         Ok(self)
     }
 
-    /// Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
-    /// keys still in the window, the id counter and each shard's flushed mark.
-    fn load_checkpoint(&mut self) -> Result<Checkpoint, EngineError> {
-        let _ = self
-            .env
-            .storage
-            .remove(&self.env.layout.checkpoint().with_extension("tmp"));
-        let c = read_checkpoint(self.env.storage.as_ref(), &self.env.layout)?;
-        let now = keys::now_ms();
-        let table_through = self.keys.catch_up_index()?;
-        let mut p = lock(&self.planner);
-        p.next_id = p.next_id.max(c.next_id);
-        p.vouched = c.shards.iter().cloned().collect();
-        drop(p);
-        self.shards.horizon().store(
-            c.wal_from.saturating_sub(1),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        let mut st = self.log.state();
-        st.keys_through = table_through.max(c.keys_through);
-        // Stamps never go back along the table, even if the clock did: a run written after
-        // the last CHECKPOINT (a crash between them) may hold a newer one.
-        st.last_at_ms = c.at_ms.max(self.keys.max_at_ms());
-        // The interval counts from the checkpoint itself, not from this start; the WAL found
-        // here counts towards the next checkpoint's bytes.
-        let interval = Duration::from_millis(self.env.config.checkpoint_interval_ms);
-        let age = match c.at_ms {
-            0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
-            at => Duration::from_millis(now.saturating_sub(at)).min(interval),
-        };
-        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
-        st.found_at_open = self.log.wal().recovery_report().bytes_scanned;
-        st.last = (c.wal_from > 1).then(|| c.clone());
-        Ok(c)
-    }
-
-    /// Step 1: replays the WAL from the checkpoint into the planner (every key, the highest
-    /// id ever claimed) and a ledger of the unfinished claims; returns the shards the
-    /// checkpoint and the WAL name, and the record count.
-    fn replay_wal(
-        &self,
-        ckpt: &Checkpoint,
-        progress: &mut Progress<'_>,
-    ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
-        let total = self.log.wal().recovery_report().records;
-        let mut ledger = ClaimLedger {
-            from: ckpt.wal_from,
-            vouched: ckpt.shards.iter().cloned().collect(),
-            ..ClaimLedger::default()
-        };
-        let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
-        let mut records = 0u64;
-        let mut p = lock(&self.planner);
-        for entry in read_wal_frames(self.log.wal(), ckpt.wal_from) {
-            let (rec, entry) = entry?;
-            records += 1;
-            progress.report("replaying records", records, total);
-            if let WalEntry::Claim(c) = &entry {
-                shard_names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
-            }
-            let at = KeyAt::Wal { offset: rec.offset };
-            absorb(&mut p, &mut ledger, rec.lsn, at, entry, ckpt.audit_from)?;
-        }
-        p.vouched = ledger.vouched.clone();
-        Ok((ledger, shard_names, records))
-    }
-
     /// Step 4, by role: a standby applies its unfinished claims' effects (the primary writes
     /// their `done`s); a primary under `ack = "standby"` leaves them for
     /// [`Engine::finish_deferred`] (their results wait for a standby, which can only
@@ -180,7 +127,8 @@ impl Engine {
             let claims = ledger.unfinished.clone();
             *lock(&self.held.ledger) = ledger;
             let audited = self.log.audited_rows(&claims, ckpt.audit_from)?;
-            self.apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
+            self.standby()
+                .apply_effects(claims.iter().map(|(l, c)| (*l, c)), &audited)?;
             return Ok(0);
         }
         if r.enabled() {
@@ -212,7 +160,7 @@ impl Engine {
             if cfg!(feature = "mutant-no-claim") {
                 // The mutant: the claim is not kept across the retry. The key is forgotten,
                 // so the client's retry plans again and mints fresh ids.
-                lock(&self.planner).keys.remove(&claim.request_key);
+                self.claims.lock().keys.remove(&claim.request_key);
                 continue;
             }
             info!(lsn, request_key = %claim.request_key, "recovery: finishing claimed batch");
@@ -221,57 +169,29 @@ impl Engine {
         }
         Ok(finished)
     }
-}
 
-/// One replayed (or, on a standby, fetched) WAL record into the planner: keys, the id
-/// counter, open claims (with `audit_mark`, the audit lsn their rows come after) and the
-/// ledger of claims without a `done`.
-pub(super) fn absorb(
-    p: &mut super::Planner,
-    ledger: &mut ClaimLedger,
-    lsn: Lsn,
-    at: KeyAt,
-    entry: WalEntry,
-    audit_mark: Lsn,
-) -> Result<(), EngineError> {
-    match entry {
-        WalEntry::Claim(c) => {
-            for op in &c.ops {
-                if let PlannedOp::Create { id, .. } = op {
-                    p.next_id = p.next_id.max(id + 1);
-                }
-            }
-            let key = KeyState {
-                lsn,
-                fingerprint: c.fingerprint,
-                done: false,
-                rejected: false,
-                at,
-            };
-            p.keys.insert(c.request_key.clone(), key);
-            p.open.insert(lsn, audit_mark);
-            ledger.claim(lsn, c);
+    /// Finishes the claims left for this moment (recovery's under `ack = "standby"`, or a
+    /// promoted standby's), oldest first, each waiting for a standby like a live answer.
+    /// Intake stays closed until this returns.
+    pub fn finish_deferred(&self) -> Result<u64, EngineError> {
+        let claims: BTreeMap<Lsn, ClaimRecord> =
+            lock(&self.held.deferred).iter().cloned().collect();
+        if claims.is_empty() {
+            return Ok(0);
         }
-        WalEntry::Done(d) => {
-            p.open.remove(&d.claim_lsn);
-            if let Some(c) = ledger.done_after(lsn, &d)? {
-                if let Some(k) = p.keys.get_mut(&c.request_key) {
-                    k.done = true;
-                }
-            }
+        let from = self.log.state().last.as_ref().map_or(1, |c| c.audit_from);
+        let audited = self.log.audited_rows(&claims, from)?;
+        let none = HashSet::new();
+        for (lsn, claim) in &claims {
+            info!(lsn, request_key = %claim.request_key, "finishing claimed batch");
+            self.finish(*lsn, claim, audited.get(lsn).unwrap_or(&none))?;
         }
-        WalEntry::Rejected(r) => {
-            let key = KeyState {
-                lsn,
-                fingerprint: r.fingerprint,
-                done: true,
-                rejected: true,
-                at,
-            };
-            p.keys.insert(r.request_key, key);
-        }
+        // The `done` records durable before intake opens (a reused name must never see
+        // these batches finished again: `names.rs`).
+        self.sync()?;
+        lock(&self.held.deferred).clear();
+        Ok(claims.len() as u64)
     }
-    Ok(())
 }
 
 /// The last checkpoint in the data directory, or the empty one (replay from lsn 1) when

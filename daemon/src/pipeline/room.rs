@@ -3,9 +3,9 @@
 //! of them has no spare (the disk had no room for it), intake pauses before the next claim:
 //! nothing is planned or written for new batches, their files stay in `new/`, reads and
 //! status go on, and a log line says which file needs how many bytes. The serve loop calls
-//! [`Engine::try_resume`] on its timer; once every spare is made, intake resumes by itself.
+//! [`Room::try_resume`] on its timer; once every spare is made, intake resumes by itself.
 //!
-//! Before a batch is claimed, [`Engine::reserve_room`] makes sure the spares can hold what
+//! Before a batch is claimed, [`Room::reserve_room`] makes sure the spares can hold what
 //! the batch will write after its claim (its frame on each shard, its audit rows), growing a
 //! spare that is smaller (a young log's segments are small and grow with use): a full disk
 //! then pauses the batch before its claim, never fails it half-way.
@@ -19,13 +19,31 @@ use roost_storage::{lock, NoRoom};
 use roost_wal::format::frame_len;
 use roost_wal::WalError;
 
-use super::pause::Pause;
+use super::keys::KeyWindow;
+use super::logs::Logs;
+use super::pause::{IntakePause, Pause};
 use super::records::{self, AuditRecord, OpKind};
-use super::Engine;
+use super::shard_set::ShardSet;
 use crate::batch::{Batch, BatchOp};
 use crate::error::EngineError;
+use crate::layout::Layout;
 
-impl Engine {
+/// Room on disk for new batches: the logs' and shards' spare segments, and the pause they
+/// cause, seen together (`Engine::room`).
+pub struct Room<'a> {
+    /// The WAL and the audit log, each with its spare.
+    pub(super) log: &'a Logs,
+    /// The key table, with its spare.
+    pub(super) keys: &'a KeyWindow,
+    /// Each shard's spare, and the room a batch's frame needs on it.
+    pub(super) shards: &'a ShardSet,
+    /// The pause a missing spare causes, remembered and logged once.
+    pub(super) pause: &'a IntakePause,
+    /// Where a shard's files are, to name the one that has no room.
+    pub(super) layout: &'a Layout,
+}
+
+impl Room<'_> {
     /// The first log with no spare segment: which part, and why.
     fn shortage(&self) -> Option<(String, NoRoom)> {
         if let Some(short) = self.log.shortage() {
@@ -46,7 +64,7 @@ impl Engine {
         }
     }
 
-    /// [`Engine::gate`] for the WAL alone, between the items of a group: planning an item
+    /// [`Room::gate`] for the WAL alone, between the items of a group: planning an item
     /// may roll the WAL and use its spare (the other logs and the shards roll only after
     /// planning, and `gate` saw them for the whole group).
     pub(super) fn gate_wal(&self) -> Result<(), EngineError> {
@@ -74,7 +92,7 @@ impl Engine {
             let slot = self.shards.slot(name)?;
             if !slot.reserve(frame as u64)? {
                 let why = lock(&slot.room).clone().unwrap_or_else(|| NoRoom {
-                    path: self.env.layout.shard(name),
+                    path: self.layout.shard(name),
                     needed_bytes: frame as u64,
                     error: "no room for the batch's frame".into(),
                 });

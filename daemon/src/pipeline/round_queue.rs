@@ -1,5 +1,6 @@
-//! The answered claims waiting for a durability round (`settle.rs`), and the round's own
-//! lock: only the bookkeeping, a leaf (it knows nothing of the engine).
+//! The answered claims waiting for a durability round (`settle.rs`), what a group owes when
+//! it hands them in, and the round's own lock: only the bookkeeping (it knows nothing of the
+//! engine).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use roost_storage::lock;
 use roost_wal::Lsn;
 
 use super::owner::ShardSlot;
+use super::shard_set::Touched;
 
 /// One answered claim waiting for its round: what closing it needs, owned.
 pub(super) struct Waiting {
@@ -63,5 +65,21 @@ impl Rounds {
         lock(&self.queue)
             .since
             .is_some_and(|t| t.elapsed() >= at_least)
+    }
+}
+
+/// What a group still owes once its answers are made: each claim's touched shards (to
+/// flush, then to close the claim with) and the last audit row written (to sync).
+pub(super) struct Tail<'c> {
+    pub(super) touched: Vec<Vec<Touched<'c>>>,
+    pub(super) last_row: Option<Lsn>,
+    /// When the commit step ended: the finish phase's start, for its latency.
+    pub(super) committed: Instant,
+}
+
+impl<'c> Tail<'c> {
+    /// Each claim's touched shards, the last audit row, when the commit step ended.
+    pub(super) fn into_parts(self) -> (Vec<Vec<Touched<'c>>>, Option<Lsn>, Instant) {
+        (self.touched, self.last_row, self.committed)
     }
 }

@@ -4,7 +4,7 @@
 //! touched flushed, the audit log synced, then its `done` record. None of that is on the
 //! client's wait (the answer stands on the durable claim: `finish.rs`), but run per group it
 //! cost a closed-loop client four times the device syncs of the answer itself. So a group
-//! only hands its claims in ([`Engine::hold_for_round`]: their keys answer duplicates from
+//! only hands its claims in ([`Settler::hold_for_round`]: their keys answer duplicates from
 //! then on), and a round settles every claim handed in since the last one: one flush per
 //! shard any of them touched, one audit sync, their `done` records in one write. A round runs:
 //! - in the worker that hands in the `tail_round_claims`-th claim waiting (the count keeps
@@ -27,15 +27,27 @@ use std::time::Duration;
 use roost_storage::lock;
 use roost_wal::Lsn;
 
+use super::claim_lock::Claims;
 use super::crash::Step;
-use super::finish::Tail;
+use super::env::Env;
+use super::logs::Logs;
 use super::owner::ShardSlot;
-use super::records::{self, ClaimRecord, DoneRecord, RecordType};
-use super::round_queue::Waiting;
-use super::Engine;
+use super::records::ClaimRecord;
+use super::round_queue::{Tail, Waiting};
+use super::stats::Stats;
 use crate::error::EngineError;
 
-impl Engine {
+/// The durability tail's rounds, run with the parts a round touches: the logs (the WAL, the
+/// audit log, the claims waiting), the claims part (a claim closed under the planner lock),
+/// the environment (the latch, crash points, the waiters' condvar) and the counters.
+pub(super) struct Settler<'a> {
+    pub(super) log: &'a Logs,
+    pub(super) claims: &'a Claims,
+    pub(super) env: &'a Env,
+    pub(super) stats: &'a Stats,
+}
+
+impl Settler<'_> {
     /// A group's claims, answered, handed to the next round (see the module comment): their
     /// keys answer from now on (a duplicate waiting for one is woken), and the round runs
     /// here if `tail_round_claims` are waiting now.
@@ -56,7 +68,7 @@ impl Engine {
         });
         // Under the planner lock, so a reused name that found none of its earlier claims
         // waiting (`names.rs`) is already waiting on `finished_cv` when this one comes.
-        let mut p = lock(&self.planner);
+        let mut p = self.claims.lock();
         p.mark_answered(claims);
         self.stats
             .committed
@@ -105,7 +117,7 @@ impl Engine {
         for (name, slot) in claims.iter().flat_map(|c| &c.shards) {
             by_shard.entry(name.as_str()).or_insert(slot);
         }
-        flush_shards(by_shard.into_values(), &|| self.is_failed())?;
+        flush_shards(by_shard.into_values(), &|| self.env.is_failed())?;
         if let Some(last) = last_row {
             self.log.audit().sync_to(last)?;
         }
@@ -113,9 +125,9 @@ impl Engine {
             self.env.hit(Step::AfterAuditSync.at())?;
         }
         let lsns: Vec<Lsn> = claims.iter().map(|c| c.lsn).collect();
-        let dones = self.append_dones(&lsns)?;
+        let dones = self.log.append_dones(&lsns, self.env)?;
         for (c, done) in claims.iter().zip(dones) {
-            lock(&self.planner).close(c, done);
+            self.claims.lock().close(c, done);
             self.env.finished_cv.notify_all();
             self.stats.latency.finish.record(c.committed.elapsed());
         }
@@ -124,25 +136,6 @@ impl Engine {
         self.stats.tail_settled.fetch_add(n, Ordering::Relaxed);
         self.stats.tail_waiting.fetch_sub(n, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// The `done` records of the claims at `claims`, in one write (not synced on their own);
-    /// returns their lsns.
-    fn append_dones(&self, claims: &[Lsn]) -> Result<Vec<Lsn>, EngineError> {
-        let mut payloads = Vec::with_capacity(claims.len());
-        for lsn in claims {
-            let done = DoneRecord { claim_lsn: *lsn };
-            payloads.push(records::encode("done", &done).map_err(EngineError::Encode)?);
-        }
-        let frames: Vec<(u8, &[u8])> = payloads
-            .iter()
-            .map(|p| (RecordType::Done as u8, p.as_slice()))
-            .collect();
-        let lsns = self.log.wal().append_many_nowait(&frames)?;
-        for _ in &lsns {
-            self.env.hit(Step::AfterDone.at())?;
-        }
-        Ok(lsns)
     }
 }
 

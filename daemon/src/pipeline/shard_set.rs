@@ -73,7 +73,9 @@ impl<'c> SentCommits<'c> {
     }
 }
 
-pub(super) struct ShardSet {
+/// The shard pool: the engine's part that owns the shards' owners and the threads they run
+/// on. Outside the engine only its figures are read.
+pub struct ShardSet {
     /// The thread that finishes a standby's flushes behind its fetches (`apply.rs`).
     /// Declared (so dropped) before `slots` and `_pool`: a flush it waits for is answered
     /// by a pool thread, and a pool stopped first would leave it waiting for ever (a hang
@@ -222,8 +224,9 @@ impl ShardSet {
             .collect()
     }
 
-    /// Each shard opened since start: its records, largest id, and whether it is open now.
-    pub(super) fn figures(&self) -> BTreeMap<String, ShardFigures> {
+    /// Each shard opened since start: its records, largest id, and whether it is open now
+    /// (a shard closed while idle answers with the record count it closed with).
+    pub fn figures(&self) -> BTreeMap<String, ShardFigures> {
         self.slots()
             .into_iter()
             .filter_map(|(k, s)| s.stats().ok().map(|f| (k, f)))
@@ -231,7 +234,7 @@ impl ShardSet {
     }
 
     /// Compaction figures per open shard.
-    pub(super) fn compaction(&self) -> BTreeMap<String, CompactionStats> {
+    pub fn compaction(&self) -> BTreeMap<String, CompactionStats> {
         self.slots()
             .into_iter()
             .filter_map(|(k, s)| s.compaction().ok().map(|c| (k, c)))

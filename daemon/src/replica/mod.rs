@@ -292,7 +292,7 @@ impl FollowerLog for FollowerSide {
     }
 
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), EngineError> {
-        self.engine.apply_replicated(entries)?;
+        self.engine.standby().apply_replicated(entries)?;
         let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
         self.repl.update_follow_status(|f| {
             f.leader_hw = f.leader_hw.max(leader_hw);

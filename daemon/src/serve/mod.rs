@@ -364,10 +364,10 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     if let Some(cl) = shared.forwarding() {
         return cl.leader_addr().is_some(); // a cluster standby forwards to the leader
     }
-    if e.role() != crate::pipeline::Role::Primary || e.deferred_claims() > 0 {
+    if e.role() != crate::pipeline::Role::Primary || e.standby().deferred_claims() > 0 {
         return false; // a standby's spool is closed; claims left over are finished first
     }
-    if shared.engine.paused().is_none() {
+    if shared.engine.room().paused().is_none() {
         return true;
     }
     if last_try.elapsed() < RESUME_EVERY {
@@ -375,7 +375,7 @@ async fn intake_open(shared: &Arc<Shared>, last_try: &mut Instant) -> bool {
     }
     *last_try = Instant::now();
     let engine = shared.engine.clone();
-    let r = tokio::task::spawn_blocking(move || engine.try_resume()).await;
+    let r = tokio::task::spawn_blocking(move || engine.room().try_resume()).await;
     match r {
         Ok(Ok(open)) => open,
         Ok(Err(e)) => {
@@ -412,7 +412,7 @@ fn maybe_checkpoint(shared: &Arc<Shared>) {
 /// are finished. Giving up because the node stops is not a failure: they stay claimed.
 fn maybe_finish_claims(shared: &Arc<Shared>) {
     if shared.engine.role() != crate::pipeline::Role::Primary
-        || shared.engine.deferred_claims() == 0
+        || shared.engine.standby().deferred_claims() == 0
         || shared.finishing.swap(true, Ordering::SeqCst)
     {
         return;

@@ -158,9 +158,9 @@ impl Health {
 fn intake(engine: &Engine, role: Role) -> &'static str {
     if role != Role::Primary {
         "closed"
-    } else if engine.deferred_claims() > 0 {
+    } else if engine.standby().deferred_claims() > 0 {
         "finishing_claims"
-    } else if engine.paused().is_some() {
+    } else if engine.room().paused().is_some() {
         "paused"
     } else {
         "open"

@@ -153,11 +153,12 @@ impl Shard {
         report: &mut OpenReport,
     ) -> Result<(), ShardError> {
         let seg = &self.segs[si];
-        let bytes = seg.bytes().map_err(|source| ShardError::Io {
-            op: "read",
-            path: seg.path.clone(),
-            source,
-        })?;
+        // Past its data end the segment reads as zeros: the scan stops there as it would at
+        // the first of those zeros, without touching the unwritten rest.
+        let end = seg.data_end(self.storage.as_ref());
+        let end = end.map_err(self.io_err("find data end", si))?;
+        let whole = seg.bytes().map_err(self.io_err("read", si))?;
+        let bytes = &whole[..end.min(whole.len())];
         let (index, max_id) = (&mut self.index, &mut self.max_id);
         let space = &mut self.compaction.space;
         let mut failed = None;
@@ -182,14 +183,15 @@ impl Shard {
             report.frames += 1;
         };
         let synced_through = self.opts.synced_through_lsn;
-        let end = scan_frames(&bytes, last, synced_through, &mut self.max_lsn, on_frame).map_err(
-            |c| ShardError::Corrupt {
-                segment: seg.path.clone(),
-                offset: c.offset as u64,
-                lsn: c.lsn,
-                reason: c.reason,
-            },
-        )?;
+        let end =
+            scan_frames(bytes, last, synced_through, &mut self.max_lsn, on_frame).map_err(|c| {
+                ShardError::Corrupt {
+                    segment: seg.path.clone(),
+                    offset: c.offset as u64,
+                    lsn: c.lsn,
+                    reason: c.reason,
+                }
+            })?;
         if let Some(source) = failed {
             return Err(ShardError::Io {
                 op: "read index",
@@ -203,7 +205,7 @@ impl Shard {
         if let Some((at, reason)) = end.torn {
             let torn_end = bytes.iter().rposition(|b| *b != 0).map_or(at, |p| p + 1);
             report.torn_bytes_dropped = (torn_end - at) as u64;
-            drop(bytes);
+            drop(whole);
             if !self.opts.read_only {
                 self.zero_torn_tail(si, at, torn_end, reason)?;
             }

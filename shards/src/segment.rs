@@ -84,6 +84,16 @@ impl Seg {
         }
     }
 
+    /// An offset past which the segment holds only zeros, as its file system tells without
+    /// reading ([`StorageFile::data_end`]), within its length: a scan of a preallocated
+    /// segment stops there instead of reading the unwritten rest.
+    pub(crate) fn data_end(&self, storage: &dyn Storage) -> io::Result<usize> {
+        let end = match &self.data {
+            SegData::Mapped(_) => storage.open(&self.path, OpenMode::Read)?.data_end()?,
+            SegData::Plain(f) => f.data_end()?,
+        };
+        Ok(usize::try_from(end).map_or(self.len(), |e| e.min(self.len())))
+    }
     /// The segment's length: mapped, or on disk.
     pub(crate) fn len(&self) -> usize {
         match &self.data {

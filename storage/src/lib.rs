@@ -20,6 +20,8 @@ pub use lock::{DirLock, LockError, LOCK_FILE};
 pub use mutex::lock;
 pub use real::{RealStorage, FILE_MODE, PRIVATE_FILE_MODE};
 pub use replace::{install, replace_file, ReplaceError};
-pub use seam::{read_all, write_zeros, MappedFile, OpenMode, Storage, StorageFile, StorageFs};
+pub use seam::{
+    read_all, read_data, write_zeros, MappedFile, OpenMode, Storage, StorageFile, StorageFs,
+};
 pub use sim::{CrashMode, SimFaults, SimStorage, SplitMix};
 pub use spare::{is_no_space, preallocate, zeros_due, NoRoom, Refilled, Spare, SPARE_FILE};

@@ -82,6 +82,15 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn drop_cache(&self) -> io::Result<()> {
         Ok(())
     }
+    /// An offset at and past which every byte of the file reads as zero, as the file system
+    /// can tell without reading: the end of its last data extent (`SEEK_DATA`/`SEEK_HOLE`),
+    /// where space reserved by [`StorageFile::allocate`] and never written is a hole unless
+    /// the page cache holds pages of it. A recovery scan of a preallocated segment stops
+    /// there instead of reading its zeros. Never more than the length; the length when the
+    /// file system cannot tell (the default).
+    fn data_end(&self) -> io::Result<u64> {
+        self.len()
+    }
     /// Reserves `[0, len)` so later writes there cannot fail for lack of space
     /// (`posix_fallocate`). Never shrinks.
     fn allocate(&self, len: u64) -> io::Result<()>;
@@ -210,6 +219,16 @@ fn zeros_in_pieces(
 }
 
 /// Reads a whole file through the seam.
+/// The file's bytes up to [`StorageFile::data_end`]: everything a scan for records needs
+/// (past it the file reads as zeros), without reading a preallocated segment's unwritten rest.
+pub fn read_data(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
+    let end = usize::try_from(file.data_end()?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;
+    let mut buf = vec![0u8; end];
+    file.read_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
 pub fn read_all(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
     let len = usize::try_from(file.len()?)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;

@@ -19,7 +19,7 @@ mod state;
 mod tree;
 use handle::SimHandle;
 pub use state::SimFaults;
-use state::{apply_write, sim_err, PendingWrite, SimFile, SimState};
+use state::{apply_write, sim_err, written_after, PendingWrite, SimFile, SimState};
 use tree::{settled_by, SimDir};
 
 /// What a simulated crash keeps.
@@ -90,7 +90,7 @@ impl SimStorage {
             _ => SplitMix(0),
         };
         for (path, f) in &st.files {
-            let (linked, content) = power_image(f, mode, &mut rng);
+            let (linked, content, written) = power_image(f, mode, &mut rng);
             if linked {
                 files.insert(
                     path.clone(),
@@ -103,6 +103,8 @@ impl SimStorage {
                         prior: None,
                         allocated: f.allocated,
                         via: None,
+                        live_written: written,
+                        durable_written: written,
                     },
                 );
             }
@@ -155,6 +157,8 @@ impl SimStorage {
     pub fn put_file_bytes(&self, path: &Path, bytes: Vec<u8>) {
         let mut st = self.lock();
         let f = st.files.entry(path.to_path_buf()).or_default();
+        f.live_written = bytes.len() as u64;
+        f.durable_written = bytes.len() as u64;
         f.live = bytes.clone();
         f.durable = bytes;
         f.pending.clear();
@@ -252,10 +256,12 @@ impl Storage for SimStorage {
                     f.prior = Some(f.durable.clone());
                     f.durable_linked = false;
                     f.durable = Vec::new();
+                    f.durable_written = 0;
                 }
                 // A new inode: whatever a durable-but-unlinked old entry held is gone for the
                 // live image; the durable image keeps the old file until the directory syncs.
                 f.live = Vec::new();
+                f.live_written = 0;
                 f.pending.clear();
                 f.pending.push(PendingWrite {
                     offset: 0,
@@ -368,6 +374,7 @@ impl StorageFs for SimFs {
         for (p, f) in st.files.iter_mut() {
             if f.live_linked && p.parent() == Some(self.dir.as_path()) {
                 f.durable = f.live.clone();
+                f.durable_written = f.live_written;
                 f.pending.clear();
             }
         }
@@ -379,17 +386,19 @@ impl StorageFs for SimFs {
     }
 }
 
-/// What a power loss of `mode` leaves of file `f`: whether it is linked, and its content.
-fn power_image(f: &SimFile, mode: CrashMode, rng: &mut SplitMix) -> (bool, Vec<u8>) {
+/// What a power loss of `mode` leaves of file `f`: whether it is linked, its content, and how
+/// far written bytes reach in it (an older inode brought back counts as written throughout).
+fn power_image(f: &SimFile, mode: CrashMode, rng: &mut SplitMix) -> (bool, Vec<u8>, u64) {
     match mode {
-        CrashMode::Process => (f.live_linked, f.live.clone()),
+        CrashMode::Process => (f.live_linked, f.live.clone(), f.live_written),
         CrashMode::PowerDrop | CrashMode::PowerTear { .. } if !f.durable_linked => match &f.prior {
-            Some(p) => (true, p.clone()),
-            None => (false, Vec::new()),
+            Some(p) => (true, p.clone(), p.len() as u64),
+            None => (false, Vec::new(), 0),
         },
-        CrashMode::PowerDrop => (f.durable_linked, f.durable.clone()),
+        CrashMode::PowerDrop => (f.durable_linked, f.durable.clone(), f.durable_written),
         CrashMode::PowerTear { .. } => {
             let mut img = f.durable.clone();
+            let mut written = f.durable_written;
             let keep = rng.below(f.pending.len() as u64 + 1) as usize;
             for (i, w) in f.pending.iter().take(keep).enumerate() {
                 let torn = i + 1 == keep && !w.resize && !w.bytes.is_empty();
@@ -399,8 +408,9 @@ fn power_image(f: &SimFile, mode: CrashMode, rng: &mut SplitMix) -> (bool, Vec<u
                     w.bytes.len()
                 };
                 apply_write(&mut img, w, n);
+                written = written_after(written, w, n);
             }
-            (f.durable_linked, img)
+            (f.durable_linked, img, written)
         }
     }
 }

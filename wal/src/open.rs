@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
 
-use roost_storage::{preallocate, read_all, OpenMode, RealStorage, Storage, StorageFile};
+use roost_storage::{preallocate, read_data, OpenMode, RealStorage, Storage, StorageFile};
 use tracing::{info, warn};
 
 use crate::cursor::Cursors;
@@ -280,7 +280,10 @@ pub(crate) fn recover_segment(
         // pages the disk never got, marked clean: read what the disk holds instead.
         file.drop_cache().map_err(io("drop cache at open"))?;
     }
-    let bytes = read_all(file.as_ref()).map_err(io("read"))?;
+    // Only what the file system holds as data: a preallocated segment's unwritten rest reads
+    // as zeros, so the scan ends there as it would at the first zeros of that rest.
+    let len = file.len().map_err(io("length"))?;
+    let bytes = read_data(file.as_ref()).map_err(io("read"))?;
     report.bytes_scanned += bytes.len() as u64;
     let scan = scan_segment(
         &bytes,
@@ -307,15 +310,15 @@ pub(crate) fn recover_segment(
         report.last_lsn = Some(scan.next_lsn - 1);
     }
     if let Ending::TornTail { offset, reason } = scan.ending {
-        report.torn_bytes_truncated = bytes.len() as u64 - offset;
+        report.torn_bytes_truncated = len - offset;
         report.torn_reason = Some(reason);
         if !opts.read_only {
             warn!(segment = %seg.path.display(), offset, reason, lsn = scan.next_lsn,
                 "wal: cutting torn tail");
-            cut_torn_tail(file.as_ref(), &seg.path, offset, bytes.len() as u64)?;
+            cut_torn_tail(file.as_ref(), &seg.path, offset, len)?;
         }
     }
-    Ok((file, scan, bytes.len() as u64))
+    Ok((file, scan, len))
 }
 
 /// Cuts `file` (a segment of `len` bytes) at `offset`, reserves the preallocated space again

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use roost_storage::{read_all, OpenMode, Storage};
+use roost_storage::{read_data, OpenMode, Storage};
 
 use crate::log::{Record, Segment};
 use crate::open::corrupt;
@@ -63,7 +63,7 @@ impl Replay {
             .storage
             .open(&seg.path, OpenMode::Read)
             .map_err(io("open"))?;
-        read_all(file.as_ref()).map_err(io("read"))
+        read_data(file.as_ref()).map_err(io("read"))
     }
 
     fn advance(&mut self) -> Result<Option<Record>, WalError> {

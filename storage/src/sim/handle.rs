@@ -6,7 +6,9 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::state::{apply_write, file_mut, resize, sim_err, split_pending, PendingWrite, SimState};
+use super::state::{
+    apply_write, file_mut, resize, sim_err, split_pending, written_after, PendingWrite, SimState,
+};
 use crate::seam::{MappedFile, StorageFile};
 
 #[derive(Clone, Debug)]
@@ -63,6 +65,7 @@ impl SimHandle {
             synced?;
             for w in &inside {
                 apply_write(&mut f.durable, w, w.bytes.len());
+                f.durable_written = written_after(f.durable_written, w, w.bytes.len());
             }
             Ok(())
         })
@@ -102,6 +105,7 @@ impl StorageFile for SimHandle {
                 resize: false,
             };
             apply_write(&mut f.live, &w, buf.len());
+            f.live_written = written_after(f.live_written, &w, buf.len());
             if !frozen {
                 f.pending.push(w);
             }
@@ -117,11 +121,24 @@ impl StorageFile for SimHandle {
         self.with(|st, p| {
             let f = file_mut(st, p)?;
             let mut img = f.durable.clone();
+            let mut written = f.durable_written;
             for w in &f.pending {
                 apply_write(&mut img, w, w.bytes.len());
+                written = written_after(written, w, w.bytes.len());
             }
             f.live = img;
+            f.live_written = written;
             Ok(())
+        })
+    }
+
+    /// As a file system answers from its extents: past the last written byte of the image a
+    /// read sees (allocated space never written is a hole), rounded up to a 4 KiB block.
+    fn data_end(&self) -> io::Result<u64> {
+        self.with(|st, p| {
+            let f = file_mut(st, p)?;
+            let len = f.live.len() as u64;
+            Ok(f.live_written.next_multiple_of(4096).min(len))
         })
     }
 

@@ -22,6 +22,12 @@ pub(crate) struct SimFile {
     /// content a power loss brings back under this path (the old inode's durable bytes).
     pub(crate) prior: Option<Vec<u8>>,
     pub(crate) allocated: u64,
+    /// How far written bytes (not merely allocated space) reach in the live image and in the
+    /// durable one: what [`crate::StorageFile::data_end`] answers, as a file system answers
+    /// from its written extents (zeros written count; a record's trailing zero bytes are
+    /// written bytes too).
+    pub(crate) live_written: u64,
+    pub(crate) durable_written: u64,
     /// Moved or removed with its directory: the directory whose sync settles this entry
     /// (`tree.rs`); its parent's when `None`.
     pub(crate) via: Option<PathBuf>,
@@ -132,6 +138,16 @@ pub(crate) fn sim_err(kind: io::ErrorKind, what: &str) -> io::Error {
     io::Error::new(kind, format!("simulated: {what}"))
 }
 
+/// How far written bytes reach after `w` lands with `n` of its bytes: a write reaches its
+/// end, a resize cuts what lay past it.
+pub(crate) fn written_after(written: u64, w: &PendingWrite, n: usize) -> u64 {
+    match (w.resize, n) {
+        (true, _) => written.min(w.offset),
+        (false, 0) => written,
+        (false, n) => written.max(w.offset + n as u64),
+    }
+}
+
 /// Resizes the live image to `len`; the resize is pending (a power loss may or may not keep
 /// it) unless the power already went.
 pub(crate) fn resize(f: &mut SimFile, len: u64, frozen: bool) {
@@ -141,6 +157,7 @@ pub(crate) fn resize(f: &mut SimFile, len: u64, frozen: bool) {
         resize: true,
     };
     apply_write(&mut f.live, &w, 0);
+    f.live_written = written_after(f.live_written, &w, 0);
     if !frozen {
         f.pending.push(w);
     }

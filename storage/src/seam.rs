@@ -222,17 +222,18 @@ fn zeros_in_pieces(
 /// The file's bytes up to [`StorageFile::data_end`]: everything a scan for records needs
 /// (past it the file reads as zeros), without reading a preallocated segment's unwritten rest.
 pub fn read_data(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
-    let end = usize::try_from(file.data_end()?)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;
-    let mut buf = vec![0u8; end];
-    file.read_at(&mut buf, 0)?;
-    Ok(buf)
+    read_to(file, file.data_end()?)
 }
 
 pub fn read_all(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
-    let len = usize::try_from(file.len()?)
+    read_to(file, file.len()?)
+}
+
+/// The file's first `end` bytes.
+fn read_to(file: &dyn StorageFile, end: u64) -> io::Result<Vec<u8>> {
+    let end = usize::try_from(end)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;
-    let mut buf = vec![0u8; len];
+    let mut buf = vec![0u8; end];
     file.read_at(&mut buf, 0)?;
     Ok(buf)
 }

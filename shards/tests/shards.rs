@@ -840,13 +840,7 @@ fn a_full_run_rolls_its_segment_and_power_loss_at_every_sync_keeps_every_delete(
 /// The length of each segment file on `disk`, in name order.
 fn seg_lens(disk: &SimStorage) -> Vec<u64> {
     use roost_storage::{OpenMode, Storage};
-    let mut paths: Vec<_> = disk
-        .paths()
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".seg"))
-        .collect();
-    paths.sort();
-    paths
+    files_ending(disk, ".seg")
         .iter()
         .map(|p| disk.open(p, OpenMode::Read).unwrap().len().unwrap())
         .collect()
@@ -916,10 +910,15 @@ fn power_loss_at_every_sync_keeps_every_delete(o: ShardOptions) {
 
 /// The shard's index files, in name order.
 fn idx_files(disk: &SimStorage) -> Vec<std::path::PathBuf> {
+    files_ending(disk, ".idx")
+}
+
+/// The files on `disk` whose names end with `suffix`, in name order.
+fn files_ending(disk: &SimStorage, suffix: &str) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = disk
         .paths()
         .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".idx"))
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
         .collect();
     v.sort();
     v

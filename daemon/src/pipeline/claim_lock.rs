@@ -5,7 +5,6 @@
 //! end and a checkpoint ask of it. It never publishes an answer and never flushes a shard;
 //! the engine decides the order of steps (`plan.rs`, `finish.rs`, `checkpoint.rs`).
 
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -168,36 +167,31 @@ impl Claims {
     }
 
     /// Recovery's step 1: replays the WAL from the checkpoint into the planner (every key,
-    /// the highest id ever claimed) and a ledger of the unfinished claims; returns the shards
-    /// the checkpoint and the WAL name, and the record count. `progress(done, total)` is
-    /// called per record.
+    /// the highest id ever claimed) and a ledger of the unfinished claims; returns it and
+    /// the record count. `progress(done, total)` is called per record.
     pub(super) fn replay(
         &self,
         wal: &Wal,
         ckpt: &Checkpoint,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(ClaimLedger, BTreeSet<String>, u64), EngineError> {
+    ) -> Result<(ClaimLedger, u64), EngineError> {
         let total = wal.recovery_report().records;
         let mut ledger = ClaimLedger {
             from: ckpt.wal_from,
             vouched: ckpt.shards.iter().cloned().collect(),
             ..ClaimLedger::default()
         };
-        let mut shard_names: BTreeSet<String> = ckpt.shards.iter().map(|s| s.0.clone()).collect();
         let mut records = 0u64;
         let mut p = self.lock();
         for entry in read_wal_frames(wal, ckpt.wal_from) {
             let (rec, entry) = entry?;
             records += 1;
             progress(records, total);
-            if let WalEntry::Claim(c) = &entry {
-                shard_names.extend(c.ops.iter().map(|op| op.shard().to_owned()));
-            }
             let at = KeyAt::Wal { offset: rec.offset };
             p.absorb(&mut ledger, rec.lsn, at, entry, ckpt.audit_from)?;
         }
         p.vouched = ledger.vouched.clone();
-        Ok((ledger, shard_names, records))
+        Ok((ledger, records))
     }
 
     /// The answer for a key seen before, if it has one: a conflict (another fingerprint) or
@@ -236,6 +230,7 @@ impl Planner {
         shards: &ShardSet,
         (batch, source, fp): (&Batch, &str, u64),
     ) -> Result<(Lsn, ClaimRecord), EngineError> {
+        self.open_shards(shards, batch)?;
         let first_id = self.next_id;
         let claim = ClaimRecord {
             request_key: batch.request_key.clone(),
@@ -301,6 +296,19 @@ impl Planner {
         };
         self.keys.insert(rec.request_key.clone(), key);
         Ok((lsn, rec))
+    }
+
+    /// Every shard the batch names opened (on first use since start: `ShardSet::slot`), and
+    /// the counter moved past the largest id each of them holds, before an id is minted.
+    /// The checkpoint's counter and the replayed claims already cover every id ever minted;
+    /// this keeps ids unique even if they did not (a restart opens no shard it does not
+    /// need, so it no longer reads every shard's largest id).
+    fn open_shards(&mut self, shards: &ShardSet, batch: &Batch) -> Result<(), EngineError> {
+        for op in &batch.ops {
+            shards.slot(op.shard())?;
+        }
+        self.next_id = self.next_id.max(shards.id_floor());
+        Ok(())
     }
 
     /// The batch's ops as planned: each create gets the next id (`next_id` moves past them).

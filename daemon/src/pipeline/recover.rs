@@ -78,15 +78,11 @@ impl Engine {
             self.log.wal().recovery_report().records,
         );
         let mut report = |done, total| progress.report("replaying records", done, total);
-        let (ledger, shard_names, records) =
-            self.claims.replay(self.log.wal(), &ckpt, &mut report)?;
+        let (ledger, records) = self.claims.replay(self.log.wal(), &ckpt, &mut report)?;
         self.shards.set_synced_through(ledger.vouched.clone());
-        // Step 2: every shard the WAL names opened. Ids are never reused even if the WAL
-        // were retired below a create, because each shard remembers its largest id.
-        if let Some(max_id) = self.shards.largest_id(&shard_names)? {
-            let mut p = self.claims.lock();
-            p.next_id = p.next_id.max(max_id + 1);
-        }
+        // Step 2 opens no shard: a shard opens on first use (an unfinished claim below, or
+        // a batch), and its largest id is folded into the counter before any id is minted
+        // for it (`Planner::claim`).
         let finished = self.settle_unfinished(ledger, &ckpt, &mut progress)?;
         if finished > 0 {
             // The finished batches' `done` records, durable before anything new is taken: a

@@ -8,7 +8,7 @@
 //! waits for is answered by a pool thread), then the owners, then the pool's threads.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,6 +98,10 @@ pub struct ShardSet {
     /// How every shard is opened: the storage, `shards/`, and the options but the vouched
     /// lsn (`synced_through`, set per shard).
     opener: ShardOpener,
+    /// One past the largest id any shard opened since start holds, folded in at each open:
+    /// the planner never mints below it for a shard it has opened (`Planner::claim`), so a
+    /// restart need not open a shard to learn its largest id (issue 44: lazy open).
+    id_floor: AtomicU64,
     /// What every owner runs with: the pool's threads, the crash hook, the progress clock,
     /// compaction's settings, its horizon (frames at or below the last checkpoint, whose
     /// batches are finished and never applied again) and its gate (`backup_gate.rs`).
@@ -134,6 +138,7 @@ impl ShardSet {
             _pool: PoolHandle(pool),
             synced_through: HashMap::new(),
             opener,
+            id_floor: AtomicU64::new(1),
             owners,
         })
     }
@@ -156,6 +161,8 @@ impl ShardSet {
             },
         };
         let shard = opener.open(name)?;
+        let floor = shard.max_id().saturating_add(1);
+        self.id_floor.fetch_max(floor, Ordering::Relaxed);
         let slot = Arc::new(ShardSlot::spawn(name, shard, opener, self.owners.clone()));
         shards.insert(name.to_owned(), slot.clone());
         lock(&self.known).note(name);
@@ -252,17 +259,9 @@ impl ShardSet {
         slot.contains(id)
     }
 
-    /// The largest id the shards `names` hold, each opened (`None` without a name).
-    pub(super) fn largest_id<'n>(
-        &self,
-        names: impl IntoIterator<Item = &'n String>,
-    ) -> Result<Option<u64>, EngineError> {
-        let mut largest = None;
-        for name in names {
-            let max_id = self.slot(name)?.stats()?.max_id;
-            largest = largest.max(Some(max_id));
-        }
-        Ok(largest)
+    /// One past the largest id of every shard opened since start (1 before any).
+    pub(super) fn id_floor(&self) -> u64 {
+        self.id_floor.load(Ordering::Relaxed)
     }
 
     /// The first shard (by name) with no spare segment, and why.

@@ -15,7 +15,9 @@
 //! live keys `roost status --json` reports, the data directory's allocated bytes and the key
 //! table's; the bulk throughput of the last [`RATE_FILES`] files before it; then a kill -9
 //! and the time from spawn until the control socket answers `status` (the WAL since the last
-//! checkpoint replayed), then SIGTERM (the graceful stop's time is recorded too: it
+//! checkpoint replayed) and one new batch, a create on one of the shards in turn sent over
+//! the stream socket, is committed (issue 44: a shard opens on first use, so the first
+//! commit pays for its open), then SIGTERM (the graceful stop's time is recorded too: it
 //! checkpoints) and the same restart time, the fresh daemon's VmRSS; then the page cache is
 //! dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`, root only; without it the figure is
 //! marked warm) and [`DUPS`] duplicates of random earlier lines (a uniform sample over every
@@ -125,11 +127,13 @@ struct Daemon {
     dir: PathBuf,
     child: ServeChild,
     starts: usize,
+    /// Shards the records spread over: each restart's first batch creates on the next.
+    shards: usize,
 }
 
 impl Daemon {
     /// Starts `roost serve` on `dir` (no configuration file) and waits until it answers.
-    fn start(bin: &Path, base: &Path) -> anyhow::Result<Daemon> {
+    fn start(bin: &Path, base: &Path, shards: usize) -> anyhow::Result<Daemon> {
         let dir = base.join("data");
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let (child, _) = spawn_ready(bin, &dir, &base.join("serve-0.log"))?;
@@ -139,6 +143,7 @@ impl Daemon {
             dir,
             child,
             starts: 1,
+            shards,
         })
     }
 
@@ -153,13 +158,31 @@ impl Daemon {
         serde_json::from_str(&text).with_context(|| format!("status JSON: {text}"))
     }
 
-    /// Starts it again (the old process must be gone): the time to the first `status`.
+    /// Starts it again (the old process must be gone): the time until `status` answers and
+    /// a new batch is committed.
     fn restart(&mut self) -> anyhow::Result<Duration> {
         let log = self.base.join(format!("serve-{}.log", self.starts));
+        let shard = self.starts % self.shards;
+        let key = format!("restart-{}-{}", std::process::id(), self.starts);
         self.starts += 1;
-        let (child, took) = spawn_ready(&self.bin, &self.dir, &log)?;
+        let (child, ready) = spawn_ready(&self.bin, &self.dir, &log)?;
         self.child = child;
-        Ok(took)
+        let t = Instant::now();
+        let line = format!(
+            r#"{{"request_key":"{key}","ops":[{{"op":"create","shard":"s{shard}","record":{{}}}}]}}"#
+        );
+        let answer = one_answer(&self.dir.join("stream.sock"), &line)?;
+        ensure!(
+            answer["status"] == "committed",
+            "the first batch after a restart: {answer}"
+        );
+        let commit = t.elapsed();
+        eprintln!(
+            "  restart: status after {:.0} ms, the first batch committed {:.0} ms later",
+            ready.as_secs_f64() * 1e3,
+            commit.as_secs_f64() * 1e3
+        );
+        Ok(ready + commit)
     }
 
     /// kill -9, then the restart's time and the WAL records it replayed.
@@ -517,6 +540,21 @@ fn duplicates(d: &Daemon, feed: &mut Feed, n: usize) -> anyhow::Result<Vec<f64>>
     Ok(lat)
 }
 
+/// Sends `line` on a new stream connection and returns its answer.
+fn one_answer(sock: &Path, line: &str) -> anyhow::Result<Value> {
+    let stream = connect_stream(sock)?;
+    stream.set_read_timeout(Some(LIMIT))?;
+    let mut w = stream.try_clone().context("clone the stream socket")?;
+    w.write_all(format!("{line}\n").as_bytes())
+        .context("send a batch")?;
+    let mut answer = String::new();
+    ensure!(
+        BufReader::new(stream).read_line(&mut answer)? > 0,
+        "the stream closed before an answer to {line}"
+    );
+    serde_json::from_str(&answer).with_context(|| format!("answer: {answer}"))
+}
+
 /// Connects to the stream socket, retrying for a while: it is bound a moment after the
 /// control socket.
 fn connect_stream(sock: &Path) -> anyhow::Result<UnixStream> {
@@ -617,7 +655,7 @@ pub fn run() -> anyhow::Result<()> {
         "roost keys-window bench in {} ({}): {} keys in bulk files of {} lines ({ops}) over {} shards, {DEPTH} in flight, default configuration",
         base.display(), bin.display(), last * sz.lines, sz.lines, sz.shards
     );
-    let mut d = Daemon::start(&bin, &base)?;
+    let mut d = Daemon::start(&bin, &base, sz.shards)?;
     let mut feed = Feed::new(&sz);
     let (t0, mut rows, mut baseline) = (Instant::now(), Vec::new(), f64::NAN);
     for &files in &sz.milestones {

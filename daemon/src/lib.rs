@@ -1,65 +1,16 @@
-//! `roost`: the batch-apply daemon. The folders are the parts, each depending only on those
-//! listed before it (no module cycles):
+//! `roost`: the command line (`cli`) and the drills (`drill`) of the batch-apply daemon,
+//! over the engine crate `roost-engine` (`engine/`), whose modules it re-exports so that
+//! `roost::pipeline` and the rest name the same things as before the split (issue 46).
 //!
-//! - `error` (the error type and the class -> exit code mapping) and `layout` (the data
-//!   directory's names), `logging` (the `ROOST_LOG` filter, stderr or the journal): leaves.
-//! - `config`, `batch` (parsing, fingerprint, result JSON).
-//! - `spool`: the spool directory (reading a dropped file, result publishing, `failed/`).
-//! - `pipeline`: the engine (Plan -> Claim -> Commit -> Finish, recovery), synchronous and
-//!   testable over a simulated disk.
-//! - `replica`: the engine joined to the replication protocol; `cluster`: leadership and
-//!   epochs from etcd, a standby's forwarding (issue 27).
-//! - `control`: the control socket (`roost status`), the status JSON, the metrics and their
-//!   HTTP endpoint, the systemd notify protocol.
-//! - `ops`: what operators use besides the pipeline: the offline `verify`, the test
-//!   cluster's certificates.
-//! - `intake`: every way a batch arrives (spool files, bulk files, the stream), each through
-//!   `Engine::submit`.
-//! - `serve`: the async shell around the engine (the loop, dispatch, sidecars, signals).
 //! - `drill`: `roost drill`, the crash and failover drills, which run `roost serve` as child
 //!   processes (`drill::child`, public so black-box tests start the daemon the same way).
 //! - `cli`: the command line. `main.rs` only sets up logging and calls `cli::run`.
 #![forbid(unsafe_code)]
 
-pub mod batch;
+pub use roost_engine::{
+    batch, cluster, config, control, error, intake, layout, logging, no_transparent_huge_pages,
+    ops, pipeline, replica, serve, spool,
+};
+
 pub mod cli;
-pub mod cluster;
-pub mod config;
-pub mod control;
 pub mod drill;
-pub mod error;
-pub mod intake;
-pub mod layout;
-pub mod logging;
-pub mod ops;
-pub mod pipeline;
-pub mod replica;
-pub mod serve;
-pub mod spool;
-
-/// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`, inherited
-/// by children, applied at every later fault). With them, mimalloc's fresh pages were
-/// faulted in 2 MiB at a time and zeroed whole, again after every purge: `clear_page` was 20-45%
-/// of the daemon's samples on 20 bulk files of 1,000 lines, and turning them off cut its CPU
-/// per batch from 75-88 to 65-69 µs (4 alternating pairs; docs/benchmarks.md, "Huge pages").
-/// mimalloc's `no_thp` feature stops it asking for them on a `madvise` system; this also
-/// covers one set to `always`. A kernel that refuses is only logged: it costs speed, not
-/// safety.
-pub fn no_transparent_huge_pages() {
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::debug!(error = %e, "prctl(PR_SET_THP_DISABLE) refused; transparent huge pages stay enabled");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn huge_pages_are_off_after_the_call() {
-        super::no_transparent_huge_pages();
-        assert_eq!(
-            rustix::thread::transparent_huge_pages_are_disabled().ok(),
-            Some(true),
-            "PR_GET_THP_DISABLE after PR_SET_THP_DISABLE"
-        );
-    }
-}

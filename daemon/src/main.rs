@@ -17,7 +17,7 @@ fn main() {
     stop_on_any_panic();
     let cli = roost::cli::Cli::parse();
     // The daemon logs at info; one-shot commands only say something when it matters.
-    // ROOST_LOG, ROOST_LOG_FORMAT and the journal: daemon/src/logging.rs.
+    // ROOST_LOG, ROOST_LOG_FORMAT and the journal: engine/src/logging.rs.
     let default = match cli.command {
         roost::cli::Command::Serve { .. } => LevelFilter::INFO,
         _ => LevelFilter::WARN,

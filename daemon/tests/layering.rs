@@ -1,6 +1,7 @@
 //! The daemon's folders are layers (ARCHITECTURE.md, "Code map"): each part may use only the
-//! parts below it, so there is no module cycle. Cargo enforces the crate graph; this test
-//! enforces the module graph inside the `roost` crate.
+//! parts below it, so there is no module cycle. Cargo enforces the crate graph (the engine,
+//! `roost-engine`, cannot use the command line or the drills of `roost` above it); this test
+//! enforces the module graph inside both crates.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -39,6 +40,22 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The sources of the daemon's two crates, each `src` with its files: `engine/src`
+/// (`roost-engine`) and `daemon/src` (`roost`: the command line and the drills, which see
+/// the engine's parts through its re-exports, so `crate::X` names the same parts in both).
+fn daemon_sources() -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let daemon = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let engine = daemon.parent().expect("the workspace root").join("engine");
+    [engine.join("src"), daemon.join("src")]
+        .into_iter()
+        .map(|src| {
+            let mut files = Vec::new();
+            rust_files(&src, &mut files);
+            (src, files)
+        })
+        .collect()
+}
+
 /// Every `crate::NAME` a file refers to.
 fn crate_refs(text: &str) -> Vec<String> {
     text.match_indices("crate::")
@@ -53,48 +70,53 @@ fn crate_refs(text: &str) -> Vec<String> {
 
 /// Goal: no part of the daemon refers to a part above it (which would allow a cycle), and
 /// every part is in the table (a new folder must be placed).
-/// Method: read every source file under `daemon/src`, take its part from its first path
-/// component, and check each `crate::X` it names against the layer table.
+/// Method: read every source file under `engine/src` and `daemon/src`, take its part from
+/// its first path component, and check each `crate::X` it names against the layer table.
 #[test]
 fn every_part_uses_only_the_parts_below_it() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    assert!(files.len() > 20, "found only {} files", files.len());
+    let sources = daemon_sources();
+    let count: usize = sources.iter().map(|(_, f)| f.len()).sum();
+    assert!(count > 20, "found only {count} files");
     let mut violations = Vec::new();
-    for f in &files {
-        let rel = f.strip_prefix(&src).expect("under src");
-        let first = rel.components().next().expect("a component");
-        let part = first
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_owned();
-        if part == "lib" || part == "main" {
-            continue;
-        }
-        let Some(mine) = rank(&part) else {
-            violations.push(format!(
-                "{}: part {part:?} is not in the layer table",
-                rel.display()
-            ));
-            continue;
-        };
-        let text = std::fs::read_to_string(f).expect("read source");
-        for r in crate_refs(&text) {
-            match rank(&r) {
-                Some(theirs) if theirs <= mine => {}
-                Some(_) => violations.push(format!(
-                    "{}: {part} uses {r}, a part above it",
-                    rel.display()
-                )),
-                None => {
-                    violations.push(format!("{}: crate::{r} is not a known part", rel.display()))
-                }
-            }
+    for (src, files) in &sources {
+        for f in files {
+            let rel = f.strip_prefix(src).expect("under src");
+            violations.extend(part_violations(rel, f));
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// What file `f` (`rel` under its `src`) names of the parts above its own.
+fn part_violations(rel: &Path, f: &Path) -> Vec<String> {
+    let first = rel.components().next().expect("a component");
+    let part = first
+        .as_os_str()
+        .to_string_lossy()
+        .trim_end_matches(".rs")
+        .to_owned();
+    if part == "lib" || part == "main" {
+        return Vec::new();
+    }
+    let Some(mine) = rank(&part) else {
+        return vec![format!(
+            "{}: part {part:?} is not in the layer table",
+            rel.display()
+        )];
+    };
+    let text = std::fs::read_to_string(f).expect("read source");
+    let mut violations = Vec::new();
+    for r in crate_refs(&text) {
+        match rank(&r) {
+            Some(theirs) if theirs <= mine => {}
+            Some(_) => violations.push(format!(
+                "{}: {part} uses {r}, a part above it",
+                rel.display()
+            )),
+            None => violations.push(format!("{}: crate::{r} is not a known part", rel.display())),
+        }
+    }
+    violations
 }
 
 /// Goal: the checker itself can fail: a reference upwards is reported.
@@ -114,21 +136,19 @@ mod files;
 /// report every strongly connected component of more than one file.
 #[test]
 fn no_circle_between_files() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut list = Vec::new();
-    rust_files(&src, &mut list);
-    let g = files::graph(&src, &list);
-    assert!(
-        g.values().map(|t| t.len()).sum::<usize>() > 100,
-        "too few edges: {g:?}"
-    );
-    let found = files::circles(&g);
-    let text: Vec<String> = found.iter().map(|c| c.join(", ")).collect();
-    assert!(
-        found.is_empty(),
-        "files in one circle, each line:\n{}",
-        text.join("\n")
-    );
+    let mut edges = 0;
+    for (src, list) in daemon_sources() {
+        let g = files::graph(&src, &list);
+        edges += g.values().map(|t| t.len()).sum::<usize>();
+        let found = files::circles(&g);
+        let text: Vec<String> = found.iter().map(|c| c.join(", ")).collect();
+        assert!(
+            found.is_empty(),
+            "files in one circle, each line:\n{}",
+            text.join("\n")
+        );
+    }
+    assert!(edges > 100, "too few edges: {edges}");
 }
 
 /// The workspace's crates that have sources: every `members` entry of the root `Cargo.toml`
@@ -160,6 +180,7 @@ fn no_circle_between_files_in_any_crate() {
     let names: Vec<&str> = crates.iter().map(|(n, _)| n.as_str()).collect();
     for must in [
         "daemon",
+        "engine",
         "storage",
         "wal",
         "shards",
@@ -460,32 +481,31 @@ fn tempfile_dir() -> PathBuf {
     d
 }
 
-/// Goal: no two files of the daemon share a name (`mod.rs` aside), so a name says which job
+/// Goal: no two files of the daemon share a name (`mod.rs` and each crate's `lib.rs` aside), so a name says which job
 /// (issue 30 found four `stream.rs`, three `bulk.rs`, two `backup.rs`).
-/// Method: count every file name under `daemon/src`.
+/// Method: count every file name under `engine/src` and `daemon/src`.
 #[test]
 fn no_two_files_share_a_name() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut list = Vec::new();
-    rust_files(&src, &mut list);
     let mut seen = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for f in &list {
-        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
-        let rel = f
-            .strip_prefix(&src)
-            .expect("under src")
-            .display()
-            .to_string();
-        seen.entry(name.unwrap_or_default()).or_default().push(rel);
+    for (src, list) in daemon_sources() {
+        for f in &list {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+            let rel = f
+                .strip_prefix(&src)
+                .expect("under src")
+                .display()
+                .to_string();
+            seen.entry(name.unwrap_or_default()).or_default().push(rel);
+        }
     }
     let twice: Vec<_> = seen
         .iter()
-        .filter(|(n, paths)| *n != "mod.rs" && paths.len() > 1)
+        .filter(|(n, paths)| !["mod.rs", "lib.rs"].contains(&n.as_str()) && paths.len() > 1)
         .collect();
     assert!(twice.is_empty(), "files that share a name: {twice:?}");
 }
 
-/// The crates the engine (`daemon/src/pipeline/`) must not name: it sees replication only
+/// The crates the engine (`engine/src/pipeline/`) must not name: it sees replication only
 /// through `LogRole` and `Fetched` (issue 46), etcd and the CLI not at all. (tokio is not
 /// listed: `pipeline/intake_bytes.rs`, the intakes' byte budget, is an async semaphore.)
 const ENGINE_MUST_NOT_NAME: &[&str] = &["roost_replication", "roost_etcd", "clap::"];
@@ -504,9 +524,9 @@ fn forbidden_in(text: &str) -> Vec<&'static str> {
 }
 
 /// Goal: the engine names no replication, etcd or CLI crate: the replication
-/// protocol's types stay in the replica adapter (`daemon/src/replica/`), which implements
+/// protocol's types stay in the replica adapter (`engine/src/replica/`), which implements
 /// the engine's traits for them.
-/// Method: read every file under `daemon/src/pipeline/` and look for those crates' paths
+/// Method: read every file under `engine/src/pipeline/` and look for those crates' paths
 /// outside comments; the check itself is shown to fail on a text that names one.
 #[test]
 fn the_engine_names_no_replication_etcd_or_cli_crate() {
@@ -516,7 +536,7 @@ fn the_engine_names_no_replication_etcd_or_cli_crate() {
     );
     assert_eq!(forbidden_in("use roost_etcd as e;"), ["roost_etcd"]);
     assert!(forbidden_in("// roost_replication::Entry is the adapter's").is_empty());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pipeline");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/pipeline");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     assert!(files.len() > 20, "only {} engine files", files.len());
@@ -541,19 +561,18 @@ fn the_engine_names_no_replication_etcd_or_cli_crate() {
 /// outside comments.
 #[test]
 fn no_downcast_of_the_log_role() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut list = Vec::new();
-    rust_files(&src, &mut list);
     let mut found = Vec::new();
-    for f in &list {
-        let text = std::fs::read_to_string(f).expect("a source file");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.find("//").map_or(line, |i| &line[..i]);
-            if ["into_any", "downcast::<", "dyn Any"]
-                .iter()
-                .any(|w| code.contains(w))
-            {
-                found.push(format!("{}:{}", f.display(), n + 1));
+    for (_, list) in daemon_sources() {
+        for f in &list {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.find("//").map_or(line, |i| &line[..i]);
+                if ["into_any", "downcast::<", "dyn Any"]
+                    .iter()
+                    .any(|w| code.contains(w))
+                {
+                    found.push(format!("{}:{}", f.display(), n + 1));
+                }
             }
         }
     }

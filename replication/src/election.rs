@@ -1,5 +1,5 @@
 //! The cluster's election in etcd (docs/cluster.md): its keys and values, and the pure rules
-//! the cluster agent (`daemon/src/cluster/agent.rs`) and the simulator (`sim/`) both apply:
+//! the cluster agent (`engine/src/cluster/agent.rs`) and the simulator (`sim/`) both apply:
 //! who may campaign, the in-sync set a win writes, how long a renewal keeps a leader
 //! answering. The keys, all under `[cluster] prefix`:
 //!

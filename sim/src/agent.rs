@@ -1,4 +1,4 @@
-//! The election driver of one node: a PORT of the cluster agent (daemon/src/cluster/
+//! The election driver of one node: a PORT of the cluster agent (engine/src/cluster/
 //! agent.rs), not the agent itself, which needs the engine and the real etcd client; the
 //! pure rules it applies (`may_campaign`, `isr_after_win`, `fence_after`) and the keys'
 //! values are the real ones, shared with the daemon (`roost_replication::election`, through

@@ -1,7 +1,7 @@
 //! The stand-in for etcd: a lease store (`Store`, pure, its time given by the caller), the
 //! host that serves it over the simulated network (one JSON line per request and answer),
 //! and the client the nodes call it with, every call bounded in time. What it keeps of
-//! etcd's semantics is what the agent (daemon/src/cluster/agent.rs) relies on: leases with
+//! etcd's semantics is what the agent (engine/src/cluster/agent.rs) relies on: leases with
 //! a TTL that a keepalive restarts from when etcd receives it, keys attached to a lease
 //! deleted when it expires, a revision counter, and transactions that compare create and
 //! mod revisions (`Equal`) and then put or delete. Watches, ranges and compaction are not

@@ -6,7 +6,7 @@
 //! through `Transport::with_dialer`), the wire frames (`wire.rs`) and the rules
 //! (`decide.rs`), on `roost_replication::testing::MemLog` as each node's log (`log.rs`
 //! wraps it, keeping per-standby state and asking for inline log calls). What is a PORT is
-//! the election driver (`agent.rs`): the cluster agent's loop (daemon/src/cluster/agent.rs)
+//! the election driver (`agent.rs`): the cluster agent's loop (engine/src/cluster/agent.rs)
 //! rewritten over the simulator's etcd stand-in (`etcd.rs`), applying the real pure rules
 //! and key values of `roost_replication::election` (`keys.rs`), because the real
 //! agent needs the engine and the real etcd client. The invariants are in `check.rs`, the

@@ -1,5 +1,5 @@
 //! The durability tail in rounds shared across groups (issue 30, "not slower";
-//! `daemon/src/pipeline/settle.rs`): answers never wait for a round, a round settles every
+//! `engine/src/pipeline/settle.rs`): answers never wait for a round, a round settles every
 //! claim answered since the last (each touched shard flushed once, one audit sync, the
 //! `done` records), what needs a claim closed runs the round itself, and a crash anywhere
 //! among several batches waiting for their round keeps every invariant.

@@ -1,4 +1,4 @@
-"""Delivery through the spool, exactly as `roost submit` does it (daemon/src/spool/deliver.rs):
+"""Delivery through the spool, exactly as `roost submit` does it (engine/src/spool/deliver.rs):
 write `tmp/.NAME.PID.N`, flush and fsync it, rename it into `new/NAME`, fsync `new/`. The
 daemon ignores dot-files and the rename is atomic, so it sees the whole file or none; once
 `submit` has delivered, the file survives a power loss. With `wait`, the result file

@@ -232,7 +232,7 @@ fn fixed_cases_are_as_before() {
 /// Goal: the daemon's corpus of batch files and bulk lines gives what it gave.
 #[test]
 fn the_test_corpus_is_as_before() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/tests/corpus");
     let mut inputs = Vec::new();
     for sub in [dir.clone(), dir.join("bulk")] {
         for entry in std::fs::read_dir(&sub).expect("the corpus") {

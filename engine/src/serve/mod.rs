@@ -10,7 +10,7 @@
 //! metrics, the systemd ticker), `stream` (the streaming intake's socket).
 
 mod handover;
-pub(crate) use handover::SWITCHOVER_WAIT;
+pub use handover::SWITCHOVER_WAIT;
 mod sidecars;
 pub mod signals;
 
@@ -490,7 +490,7 @@ const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// most (`standby_timeout_ms` when shorter). Their batches stay claimed and are finished
 /// at the next start; with [`STREAM_CLOSE_GRACE`] and the last checkpoint, a stop ends
 /// within 5 s in every state (issue 42).
-pub(crate) const STANDBY_GRACE_AT_STOP: Duration = Duration::from_secs(2);
+pub const STANDBY_GRACE_AT_STOP: Duration = Duration::from_secs(2);
 
 /// How often a paused intake tries to make the missing spare segments again.
 const RESUME_EVERY: Duration = Duration::from_secs(1);

@@ -21,7 +21,7 @@ const HANDOVER_WAIT: Duration = Duration::from_millis(500);
 /// How long a switchover's leader waits for its target to hold its log's durable end. Past
 /// it the handover goes on (the target may still win: it is in the in-sync set, so it holds
 /// every acknowledged batch; what it lacks is cut from this node when it rejoins).
-pub(crate) const SWITCHOVER_WAIT: Duration = Duration::from_secs(2);
+pub const SWITCHOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// The target of a switchover asked of this leader in its epoch (`cluster/agent.rs` checked
 /// that the target is in the in-sync set), or `None`.

@@ -1,10 +1,9 @@
-//! `roost`: the command line (`cli`) and the drills (`drill`) of the batch-apply daemon,
-//! over the engine crate `roost-engine` (`engine/`), whose modules it re-exports so that
-//! `roost::pipeline` and the rest name the same things as before the split (issue 46).
-//!
-//! - `drill`: `roost drill`, the crash and failover drills, which run `roost serve` as child
-//!   processes (`drill::child`, public so black-box tests start the daemon the same way).
-//! - `cli`: the command line. `main.rs` only sets up logging and calls `cli::run`.
+//! `roost`: the command line of the batch-apply daemon (`cli`; `main.rs` only sets up logging
+//! and calls `cli::run`), over the engine crate `roost-engine` (`engine/`) and the drills'
+//! crate `roost-drill` (`drill/`: `roost drill`, which runs `roost serve` as child processes;
+//! `drill::child` is public so black-box tests start the daemon the same way). It re-exports
+//! both, so `roost::pipeline`, `roost::drill` and the rest name what they named before the
+//! split (issue 46).
 #![forbid(unsafe_code)]
 
 pub use roost_engine::{
@@ -13,4 +12,6 @@ pub use roost_engine::{
 };
 
 pub mod cli;
-pub mod drill;
+
+/// `roost drill`, a crate of its own (`drill/`).
+pub use roost_drill as drill;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const SOURCE_ROOTS: &[&str] = &[
     "daemon/src",
     "engine/src",
+    "drill/src",
     "storage/src",
     "wal/src",
     "shards/src",

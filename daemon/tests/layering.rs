@@ -40,20 +40,26 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The sources of the daemon's two crates, each `src` with its files: `engine/src`
-/// (`roost-engine`) and `daemon/src` (`roost`: the command line and the drills, which see
-/// the engine's parts through its re-exports, so `crate::X` names the same parts in both).
-fn daemon_sources() -> Vec<(PathBuf, Vec<PathBuf>)> {
+/// The sources of the daemon's three crates, each `src` with the part its files belong to
+/// (`None`: a file's part is its first path component) and its files: `engine/src`
+/// (`roost-engine`), `drill/src` (`roost-drill`, all of it the part `drill`) and `daemon/src`
+/// (`roost`: the command line). The two above the engine see its parts through re-exports,
+/// so `crate::X` names the same parts in all three.
+fn daemon_sources() -> Vec<(PathBuf, Option<&'static str>, Vec<PathBuf>)> {
     let daemon = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let engine = daemon.parent().expect("the workspace root").join("engine");
-    [engine.join("src"), daemon.join("src")]
-        .into_iter()
-        .map(|src| {
-            let mut files = Vec::new();
-            rust_files(&src, &mut files);
-            (src, files)
-        })
-        .collect()
+    let root = daemon.parent().expect("the workspace root");
+    [
+        (root.join("engine/src"), None),
+        (root.join("drill/src"), Some("drill")),
+        (daemon.join("src"), None),
+    ]
+    .into_iter()
+    .map(|(src, part)| {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        (src, part, files)
+    })
+    .collect()
 }
 
 /// Every `crate::NAME` a file refers to.
@@ -70,31 +76,36 @@ fn crate_refs(text: &str) -> Vec<String> {
 
 /// Goal: no part of the daemon refers to a part above it (which would allow a cycle), and
 /// every part is in the table (a new folder must be placed).
-/// Method: read every source file under `engine/src` and `daemon/src`, take its part from
-/// its first path component, and check each `crate::X` it names against the layer table.
+/// Method: read every source file under `engine/src`, `drill/src` and `daemon/src`, take its
+/// part (`drill` for the drill crate, else its first path component), and check each
+/// `crate::X` it names against the layer table.
 #[test]
 fn every_part_uses_only_the_parts_below_it() {
     let sources = daemon_sources();
-    let count: usize = sources.iter().map(|(_, f)| f.len()).sum();
+    let count: usize = sources.iter().map(|(_, _, f)| f.len()).sum();
     assert!(count > 20, "found only {count} files");
     let mut violations = Vec::new();
-    for (src, files) in &sources {
+    for (src, part, files) in &sources {
         for f in files {
             let rel = f.strip_prefix(src).expect("under src");
-            violations.extend(part_violations(rel, f));
+            violations.extend(part_violations(rel, *part, f));
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
-/// What file `f` (`rel` under its `src`) names of the parts above its own.
-fn part_violations(rel: &Path, f: &Path) -> Vec<String> {
+/// What file `f` (`rel` under its `src`) names of the parts above its own: `part`, or else
+/// its first path component.
+fn part_violations(rel: &Path, part: Option<&str>, f: &Path) -> Vec<String> {
     let first = rel.components().next().expect("a component");
-    let part = first
-        .as_os_str()
-        .to_string_lossy()
-        .trim_end_matches(".rs")
-        .to_owned();
+    let part = match part {
+        Some(p) => p.to_owned(),
+        None => first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned(),
+    };
     if part == "lib" || part == "main" {
         return Vec::new();
     }
@@ -137,7 +148,7 @@ mod files;
 #[test]
 fn no_circle_between_files() {
     let mut edges = 0;
-    for (src, list) in daemon_sources() {
+    for (src, _, list) in daemon_sources() {
         let g = files::graph(&src, &list);
         edges += g.values().map(|t| t.len()).sum::<usize>();
         let found = files::circles(&g);
@@ -181,6 +192,7 @@ fn no_circle_between_files_in_any_crate() {
     for must in [
         "daemon",
         "engine",
+        "drill",
         "storage",
         "wal",
         "shards",
@@ -483,11 +495,11 @@ fn tempfile_dir() -> PathBuf {
 
 /// Goal: no two files of the daemon share a name (`mod.rs` and each crate's `lib.rs` aside), so a name says which job
 /// (issue 30 found four `stream.rs`, three `bulk.rs`, two `backup.rs`).
-/// Method: count every file name under `engine/src` and `daemon/src`.
+/// Method: count every file name under `engine/src`, `drill/src` and `daemon/src`.
 #[test]
 fn no_two_files_share_a_name() {
     let mut seen = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for (src, list) in daemon_sources() {
+    for (src, _, list) in daemon_sources() {
         for f in &list {
             let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
             let rel = f
@@ -562,7 +574,7 @@ fn the_engine_names_no_replication_etcd_or_cli_crate() {
 #[test]
 fn no_downcast_of_the_log_role() {
     let mut found = Vec::new();
-    for (_, list) in daemon_sources() {
+    for (_, _, list) in daemon_sources() {
         for f in &list {
             let text = std::fs::read_to_string(f).expect("a source file");
             for (n, line) in text.lines().enumerate() {

@@ -16,9 +16,9 @@ use anyhow::{bail, Context};
 use roost_etcd::testing::ReservedPort;
 use serde_json::Value;
 
+use super::child::ServeChild;
 use super::setup::{read_result, read_shards, DRILL_CONFIG, READY_LIMIT};
 use crate::batch::BatchResult;
-use crate::drill::child::ServeChild;
 use crate::pipeline::crash::CrashTarget;
 use crate::spool::SpoolPaths;
 

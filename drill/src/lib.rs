@@ -14,6 +14,14 @@
 //! at least a quarter as many lines, 50 to 200 a file: `bulk_judge`); all are judged together,
 //! and every answer still claimed in the WAL is compared with its claim (`claims`).
 
+//!
+//! A crate of its own (`roost-drill`, issue 46) over the engine crate; the `roost` binary
+//! runs it as `roost drill` and re-exports it as `roost::drill`.
+#![forbid(unsafe_code)]
+
+// The engine's parts, under the names they have inside the engine crate.
+pub(crate) use roost_engine::{batch, config, control, intake, layout, ops, pipeline, spool};
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -45,9 +53,9 @@ use self::batches::{Batches, Sent};
 pub use self::setup::DrillOptions;
 use self::setup::{pick_crash, read_result, read_shards, DRILL_CONFIG, READY_LIMIT, SHARDS};
 use crate::batch::{BatchResult, Status};
-use crate::drill::child::ServeChild;
 use crate::pipeline::crash::CrashTarget;
 use crate::spool::SpoolPaths;
+use child::ServeChild;
 
 /// Runs the drill; prints the report; returns the number of violations.
 pub fn run(opts: &DrillOptions) -> anyhow::Result<usize> {

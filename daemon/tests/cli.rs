@@ -11,7 +11,7 @@ use roost::drill::child::ServeChild;
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -505,7 +505,8 @@ fn sigkill_mid_stream_loses_nothing_and_duplicates_nothing() {
     verify_ok(t.path());
 }
 
-/// Goal: `roost verify` fails, naming the place, on a data directory with one flipped byte.
+/// Goal: `roost verify` fails, naming the place, on a data directory with one flipped byte,
+/// and the daemon stops with exit 65 (corruption), naming the file, when it opens that shard.
 #[test]
 fn verify_fails_on_a_flipped_byte() {
     let t = tempfile::tempdir().unwrap();
@@ -531,14 +532,23 @@ fn verify_fails_on_a_flipped_byte() {
         text.contains("VIOLATION shard s") && text.contains("0000000001.seg"),
         "{text}"
     );
-    // And the daemon refuses to start on it, with the corruption exit code.
-    let st = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(t.path().join("data"))
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(65));
+    // And the daemon stops with the corruption exit code once it opens the shard: a start
+    // opens a shard on first use (issue 44), so the first batch naming it finds the damage.
+    let mut d = Daemon::start(t.path(), &[]);
+    let b = write_batch(
+        t.path(),
+        "after.json",
+        &json!({"request_key": "after", "ops": [create("s", json!({"i": 9}))]}),
+    );
+    let out = roost(t.path(), &["submit", b.to_str().unwrap()]);
+    assert!(out.status.success(), "submit: {out:?}");
+    assert!(
+        d.0.died_within(Duration::from_secs(30)),
+        "still serving on a damaged shard"
+    );
+    let st = d.0.exited().unwrap().expect("exited");
+    assert_eq!(st.code(), Some(65), "{}", d.0.log_text());
+    assert!(d.0.log_text().contains("0000000001.seg"), "{}", d.0.log_text());
 }
 
 /// Goal: an unparseable file is quarantined in failed/ with an `invalid` result carrying line

@@ -195,11 +195,20 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
     assert_eq!(ids_on(&disk, "a"), want_a);
 }
 
+/// What `status` reports as the shards' bytes on disk.
+fn shard_bytes(e: &Engine) -> u64 {
+    e.disk_bytes()
+        .into_iter()
+        .find_map(|(part, b)| (part == "shards").then_some(b))
+        .expect("a shards part")
+}
+
 /// Goal: a restart opens no shard it does not need (issue 44: lazy open), and a shard
 /// opened later still never gets an id it holds. Method: on the simulated disk, batches
 /// create on shards `a`, `b` and `c`; the engine settles, takes a checkpoint and is dropped.
 /// Reopened, it has opened no shard (`figures` lists the shards opened since start); a
-/// create on `c` opens `c` alone, and its id is above every id made before.
+/// create on `c` opens `c` alone, and its id is above every id made before. The shards'
+/// bytes on disk that `status` shows are the same before and after the restart.
 #[test]
 fn a_restart_opens_no_shard_until_a_batch_names_it() {
     let disk = SimStorage::new();
@@ -213,12 +222,19 @@ fn a_restart_opens_no_shard_until_a_batch_names_it() {
     }
     e.settle().expect("settle");
     e.checkpoint().expect("checkpoint");
+    let on_disk = shard_bytes(&e);
+    assert!(on_disk > 0, "the three shards take disk");
     drop(e);
     let r = open_engine(&disk, no_crash()).expect("reopen");
     let opened: Vec<String> = r.shards().figures().into_keys().collect();
     assert!(
         opened.is_empty(),
         "shards opened by the restart: {opened:?}"
+    );
+    assert_eq!(
+        shard_bytes(&r),
+        on_disk,
+        "status counts the shards not opened too"
     );
     let next = ids(&r
         .one_detached(&creates("k-next", "c", 1), "bulk/f/2")

@@ -36,6 +36,13 @@ impl KnownShards {
         self.names.as_ref().map_or(0, HashSet::len)
     }
 
+    /// The shards that exist (none before recovery filled the set).
+    pub fn names(&self) -> Vec<String> {
+        self.names
+            .as_ref()
+            .map_or_else(Vec::new, |n| n.iter().cloned().collect())
+    }
+
     /// A shard was opened (created, if it was new).
     pub fn note(&mut self, name: &str) {
         if let Some(names) = &mut self.names {

@@ -286,8 +286,9 @@ impl ShardSet {
         Ok(())
     }
 
-    /// Bytes on disk of the shards opened since start (segments and spares, as
-    /// preallocated; a compacted shard segment is as long as its content).
+    /// Bytes on disk of every shard that exists, opened since start or not (segments and
+    /// spares, as preallocated or trimmed; a compacted shard segment is as long as its
+    /// content). Before recovery has counted the shards, those opened since start.
     pub(super) fn disk_bytes(&self) -> u64 {
         let storage = self.opener.storage.as_ref();
         let file_len = |p: &std::path::Path| {
@@ -296,7 +297,11 @@ impl ShardSet {
                 .and_then(|f| f.len())
                 .unwrap_or(0)
         };
-        self.names()
+        let mut names = lock(&self.known).names();
+        if names.is_empty() {
+            names = self.names();
+        }
+        names
             .iter()
             .map(|name| {
                 let dir = self.opener.dir.join(name);

@@ -548,7 +548,11 @@ fn verify_fails_on_a_flipped_byte() {
     );
     let st = d.0.exited().unwrap().expect("exited");
     assert_eq!(st.code(), Some(65), "{}", d.0.log_text());
-    assert!(d.0.log_text().contains("0000000001.seg"), "{}", d.0.log_text());
+    assert!(
+        d.0.log_text().contains("0000000001.seg"),
+        "{}",
+        d.0.log_text()
+    );
 }
 
 /// Goal: an unparseable file is quarantined in failed/ with an `invalid` result carrying line

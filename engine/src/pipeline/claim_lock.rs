@@ -302,10 +302,16 @@ impl Planner {
     /// the counter moved past the largest id each of them holds, before an id is minted.
     /// The checkpoint's counter and the replayed claims already cover every id ever minted;
     /// this keeps ids unique even if they did not (a restart opens no shard it does not
-    /// need, so it no longer reads every shard's largest id).
+    /// need, so it no longer reads every shard's largest id). Opened before the claim is
+    /// written, so a shard that cannot be opened or made leaves nothing claimed.
     fn open_shards(&mut self, shards: &ShardSet, batch: &Batch) -> Result<(), EngineError> {
+        let mut last = None;
         for op in &batch.ops {
-            shards.slot(op.shard())?;
+            // A batch's ops mostly name one shard in a row: one lookup for each run.
+            if last != Some(op.shard()) {
+                shards.slot(op.shard())?;
+                last = Some(op.shard());
+            }
         }
         self.next_id = self.next_id.max(shards.id_floor());
         Ok(())

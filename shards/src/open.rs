@@ -155,10 +155,9 @@ impl Shard {
         let seg = &self.segs[si];
         // Past its data end the segment reads as zeros: the scan stops there as it would at
         // the first of those zeros, without touching the unwritten rest.
-        let end = seg.data_end(self.storage.as_ref());
-        let end = end.map_err(self.io_err("find data end", si))?;
-        let whole = seg.bytes().map_err(self.io_err("read", si))?;
-        let bytes = &whole[..end.min(whole.len())];
+        let data = seg.data(self.storage.as_ref());
+        let data = data.map_err(self.io_err("read", si))?;
+        let bytes = data.as_ref();
         let (index, max_id) = (&mut self.index, &mut self.max_id);
         let space = &mut self.compaction.space;
         let mut failed = None;
@@ -205,7 +204,7 @@ impl Shard {
         if let Some((at, reason)) = end.torn {
             let torn_end = bytes.iter().rposition(|b| *b != 0).map_or(at, |p| p + 1);
             report.torn_bytes_dropped = (torn_end - at) as u64;
-            drop(whole);
+            drop(data);
             if !self.opts.read_only {
                 self.zero_torn_tail(si, at, torn_end, reason)?;
             }

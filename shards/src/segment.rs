@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use roost_storage::recovery::{decide, valid_record_follows, Action, Observation, Seen};
-use roost_storage::{read_all, DirLock, LockError, OpenMode, Storage, StorageFile};
+use roost_storage::{read_all, read_data, DirLock, LockError, OpenMode, Storage, StorageFile};
 
 use crate::frame::{self, FRAME_ALIGN};
 use crate::mmap::MappedSegment;
@@ -84,16 +84,26 @@ impl Seg {
         }
     }
 
-    /// An offset past which the segment holds only zeros, as its file system tells without
-    /// reading ([`StorageFile::data_end`]), within its length: a scan of a preallocated
-    /// segment stops there instead of reading the unwritten rest.
-    pub(crate) fn data_end(&self, storage: &dyn Storage) -> io::Result<usize> {
-        let end = match &self.data {
-            SegData::Mapped(_) => storage.open(&self.path, OpenMode::Read)?.data_end()?,
-            SegData::Plain(f) => f.data_end()?,
+    /// The segment's bytes up to its data end, what a scan of its frames needs: past
+    /// [`StorageFile::data_end`] (as its file system tells without reading) a preallocated
+    /// segment holds only zeros. A mapped segment's view is cut there (its pages past it
+    /// never touched); a plain file is read only that far.
+    pub(crate) fn data(&self, storage: &dyn Storage) -> io::Result<Cow<'_, [u8]>> {
+        let m = match &self.data {
+            SegData::Mapped(m) => m,
+            SegData::Plain(f) => return Ok(Cow::Owned(read_data(f.as_ref())?)),
         };
-        Ok(usize::try_from(end).map_or(self.len(), |e| e.min(self.len())))
+        let end = storage.open(&self.path, OpenMode::Read)?.data_end()?;
+        let end = usize::try_from(end).map_or(m.len(), |e| e.min(m.len()));
+        Ok(match m.bytes()? {
+            Cow::Borrowed(b) => Cow::Borrowed(&b[..end.min(b.len())]),
+            Cow::Owned(mut v) => {
+                v.truncate(end);
+                Cow::Owned(v)
+            }
+        })
     }
+
     /// The segment's length: mapped, or on disk.
     pub(crate) fn len(&self) -> usize {
         match &self.data {

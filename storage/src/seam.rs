@@ -218,13 +218,13 @@ fn zeros_in_pieces(
     Ok(())
 }
 
-/// Reads a whole file through the seam.
 /// The file's bytes up to [`StorageFile::data_end`]: everything a scan for records needs
 /// (past it the file reads as zeros), without reading a preallocated segment's unwritten rest.
 pub fn read_data(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
     read_to(file, file.data_end()?)
 }
 
+/// Reads a whole file through the seam.
 pub fn read_all(file: &dyn StorageFile) -> io::Result<Vec<u8>> {
     read_to(file, file.len()?)
 }

@@ -26,6 +26,63 @@ use crate::config::Config;
 use crate::error::EngineError;
 use crate::spool::{self, read_dropped, Intake, Prepared, Publisher, SpoolPaths};
 
+/// What becomes of `new/NAME` when its answer is given ([`Answers::deliver`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Input {
+    /// Removed before the answer is published, `new/` not synced: a durable claim holds the
+    /// batch, and a client may reuse the name as soon as it sees the answer (a removal
+    /// after it could take the new file).
+    RemovedFirst,
+    /// Removed once the answer is durable, and `new/` synced at once: the answer is in no
+    /// log, so an input a power loss brought back would be planned again.
+    RemovedAfter,
+    /// Left alone (quarantined by the caller, or another request's by now).
+    Kept,
+}
+
+/// One answer [`Answers::deliver`] gives.
+pub(super) struct Delivery<'a> {
+    pub(super) name: &'a str,
+    /// The result's bytes; `None` only for a name the prepared group holds.
+    pub(super) bytes: Option<&'a [u8]>,
+    /// `Some(own)`: an earlier claim under the name settles first (`own`: this answer's
+    /// own claim, which is not waited for); `None`: not settled against.
+    pub(super) settle: Option<Option<Lsn>>,
+    pub(super) input: Input,
+    /// A claim of this node: the claim's crash points are passed.
+    pub(super) claimed: bool,
+}
+
+impl<'a> Delivery<'a> {
+    /// An answer no claim of this node finishes.
+    pub(super) fn unclaimed(
+        name: &'a str,
+        bytes: &'a [u8],
+        settle: Option<Option<Lsn>>,
+        input: Input,
+    ) -> Delivery<'a> {
+        Delivery {
+            name,
+            bytes: Some(bytes),
+            settle,
+            input,
+            claimed: false,
+        }
+    }
+}
+
+/// The lsn of a committed answer's own claim (not waited for when its name settles).
+fn own_lsn(r: &BatchResult) -> Option<Lsn> {
+    match r {
+        BatchResult::Committed { lsn, .. } => Some(*lsn),
+        _ => None,
+    }
+}
+
+fn inconsistent(detail: String) -> EngineError {
+    EngineError::Inconsistent { lsn: 0, detail }
+}
+
 /// Whose `new/NAME` or `out/NAME` this is, for recovery.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Owner {
@@ -85,65 +142,74 @@ impl Answers {
             .map_err(io_err("remove input", &self.spool.new.join(source)))
     }
 
-    /// Removes `new/NAME` and syncs `new/` at once.
-    pub(super) fn remove_input_synced(&self, name: &str) -> Result<(), EngineError> {
-        self.remove_input(name)?;
-        self.storage
-            .sync_dir(&self.spool.new)
-            .map_err(io_err("sync", &self.spool.new))
-    }
-
-    /// Writes `out/NAME` durably, once the name is settled.
-    pub(super) fn publish(&self, source: &str, r: &BatchResult) -> Result<(), EngineError> {
-        self.publisher
-            .publish(source, r)
-            .map_err(io_err("write result", &self.spool.out.join(source)))
-    }
-
-    /// Writes `out/NAME` with `bytes` durably, once the name is settled.
-    pub(super) fn publish_bytes(&self, name: &str, bytes: &[u8]) -> Result<(), EngineError> {
-        self.publisher
-            .publish_bytes(name, bytes)
-            .map_err(io_err("write result", &self.spool.out.join(name)))
-    }
-
-    /// The results of `files` (name, place in `answers`) published in one round: the
-    /// `prepared` group's temporaries renamed if it holds exactly these names (it was made
-    /// from the same claims, so a difference is a bug: nothing is published and the engine
-    /// stops), else written now. Prepared results are not serialized again.
-    pub(super) fn publish_claims(
+    /// The one way an answer reaches the spool (claims, rejections, duplicates, bulk files'
+    /// results, forwarded answers, recovery's): for every item in order, an earlier claim
+    /// under its name settled first (`names.rs`) and, for a [`Input::RemovedFirst`] input,
+    /// `new/NAME` removed; then every result written to `out/` in one round (`prepared`,
+    /// when given, must hold exactly these names: its temporaries are renamed, not written
+    /// again; anything else is a bug and publishes nothing); then the [`Input::RemovedAfter`]
+    /// inputs removed and `new/` synced once. A claimed item passes the claim's crash points.
+    pub(super) fn deliver(
         &self,
-        files: &[(&str, usize)],
-        answers: &[BatchResult],
+        tail: &Settler,
+        items: &[Delivery<'_>],
         prepared: Option<Prepared<'_>>,
     ) -> Result<(), EngineError> {
-        let at = self.spool.out.join(files.first().map_or("", |(n, _)| *n));
-        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+        for d in items {
+            if let Some(own) = d.settle {
+                tail.settle_name(d.name, own)?;
+            }
+            if d.input == Input::RemovedFirst {
+                self.remove_input(d.name)?;
+            }
+            if d.claimed {
+                tail.env.hit(Step::AfterInputRemoved.at())?;
+            }
+        }
+        self.publish_all(items, prepared)?;
+        let mut removed = false;
+        for d in items.iter().filter(|d| d.input == Input::RemovedAfter) {
+            self.remove_input(d.name)?;
+            removed = true;
+        }
+        if removed {
+            (self.storage.sync_dir(&self.spool.new)).map_err(io_err("sync", &self.spool.new))?;
+        }
+        for _ in items.iter().filter(|d| d.claimed) {
+            tail.env.hit(Step::AfterResult.at())?;
+        }
+        Ok(())
+    }
+
+    /// `deliver`'s one round of `out/` writes.
+    fn publish_all(
+        &self,
+        items: &[Delivery<'_>],
+        prepared: Option<Prepared<'_>>,
+    ) -> Result<(), EngineError> {
+        let at = self.spool.out.join(items.first().map_or("", |d| d.name));
+        let names: Vec<&str> = items.iter().map(|d| d.name).collect();
         let r = match prepared {
             Some(p) if p.holds(&names) => p.publish(),
             Some(_) => {
-                return Err(EngineError::Inconsistent {
-                    lsn: 0,
-                    detail: format!(
-                        "the results prepared at the claims differ from the committed ones \
-                         (a group of {}, the first {})",
-                        files.len(),
-                        at.display()
-                    ),
-                })
+                return Err(inconsistent(format!(
+                    "the results prepared at the claims differ from the committed ones \
+                 (a group of {}, the first {})",
+                    items.len(),
+                    at.display()
+                )))
             }
-            None if files.is_empty() => return Ok(()),
+            None if items.is_empty() => return Ok(()),
             None => {
-                let lines: Vec<Vec<u8>> = files
-                    .iter()
-                    .map(|(_, i)| answers[*i].to_json_line())
-                    .collect();
-                let many: Vec<(&str, &[u8])> = names
-                    .iter()
-                    .zip(&lines)
-                    .map(|(n, l)| (*n, l.as_slice()))
-                    .collect();
-                self.publisher.publish_many(&many)
+                let many = items.iter().map(|d| match d.bytes {
+                    Some(b) => Ok((d.name, b)),
+                    None => Err(inconsistent(format!(
+                        "no result to publish at {}",
+                        at.display()
+                    ))),
+                });
+                self.publisher
+                    .publish_many(&many.collect::<Result<Vec<_>, _>>()?)
             }
         };
         r.map_err(io_err("write result", &at))
@@ -208,25 +274,23 @@ impl Answers {
         if is_detached(source) {
             return Ok(r);
         }
-        self.publish_settled(tail, source, &r)?;
-        self.remove_input_synced(source)?;
+        let line = r.to_json_line();
+        let d = Delivery::unclaimed(source, &line, Some(own_lsn(&r)), Input::RemovedAfter);
+        self.deliver(tail, &[d], None)?;
         Ok(r)
     }
 
     /// Writes `out/NAME` durably, in a round with the other batches finishing now; first
-    /// settles any earlier claim under the same name (`names.rs`).
+    /// settles any earlier claim under the same name (`names.rs`). The input is left alone.
     pub(super) fn publish_settled(
         &self,
         tail: &Settler,
         source: &str,
         r: &BatchResult,
     ) -> Result<(), EngineError> {
-        let own = match r {
-            BatchResult::Committed { lsn, .. } => Some(*lsn),
-            _ => None,
-        };
-        tail.settle_name(source, own)?;
-        self.publish(source, r)
+        let line = r.to_json_line();
+        let d = Delivery::unclaimed(source, &line, Some(own_lsn(r)), Input::Kept);
+        self.deliver(tail, &[d], None)
     }
 
     /// An answer to spool file `name` that no claim of this node finishes (see
@@ -239,11 +303,8 @@ impl Answers {
         bytes: &[u8],
         settle: bool,
     ) -> Result<(), EngineError> {
-        if settle {
-            tail.settle_name(name, None)?;
-        }
-        self.publish_bytes(name, bytes)?;
-        self.remove_input_synced(name)
+        let d = Delivery::unclaimed(name, bytes, settle.then_some(None), Input::RemovedAfter);
+        self.deliver(tail, &[d], None)
     }
 
     /// The claims' answers, in claim order, once every claim is on a standby (under `ack =
@@ -271,29 +332,38 @@ impl Answers {
             tail.log.wait_replicated(*lsn, role, tail.stats)?;
         }
         let mut answers = Vec::with_capacity(claims.len());
-        // A spool file's name and its answer's place in `answers`.
-        let mut files: Vec<(&str, usize)> = Vec::new();
+        // A live spool file's claim lsn, name and its answer's place in `answers`.
+        let mut files: Vec<(Lsn, &str, usize)> = Vec::new();
         for (lsn, c) in claims {
             let r = committed_result(*lsn, c);
             if is_detached(&c.source) {
                 tail.env.hit(Step::AfterResult.at())?;
             } else if started.is_none() {
-                self.recovery_answer(tail, c, &r)?;
-                tail.env.hit(Step::AfterResult.at())?;
+                self.recovery_answer(tail, (*lsn, c), &r)?;
             } else {
-                tail.settle_name(&c.source, Some(*lsn))?;
-                self.remove_input(&c.source)?;
-                tail.env.hit(Step::AfterInputRemoved.at())?;
-                files.push((c.source.as_str(), answers.len()));
+                files.push((*lsn, c.source.as_str(), answers.len()));
             }
             answers.push(r);
         }
-        self.publish_claims(&files, &answers, prepared)?;
-        for _ in &files {
-            if let Some(t0) = started {
+        // Prepared results are not serialized again.
+        let lines: Vec<Vec<u8>> = match prepared {
+            Some(_) => Vec::new(),
+            None => files.iter().map(|f| answers[f.2].to_json_line()).collect(),
+        };
+        let items: Vec<Delivery> = (files.iter().enumerate())
+            .map(|(k, (lsn, name, _))| Delivery {
+                name,
+                bytes: lines.get(k).map(Vec::as_slice),
+                settle: Some(Some(*lsn)),
+                input: Input::RemovedFirst,
+                claimed: true,
+            })
+            .collect();
+        self.deliver(tail, &items, prepared)?;
+        if let Some(t0) = started {
+            for _ in &files {
                 tail.stats.latency.batch.record(t0.elapsed());
             }
-            tail.env.hit(Step::AfterResult.at())?;
         }
         Ok(answers)
     }

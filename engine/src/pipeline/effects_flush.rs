@@ -1,7 +1,10 @@
-//! A standing thread that waits for a standby's shard flushes and syncs its audit log behind
-//! its fetches (`apply.rs`): the effects of the claims in one fetched chunk are made durable
-//! while the leader finishes them, so the chunk that brings their `done` records seldom waits.
-//! A leaf: it knows the shard slots and the audit log, not the engine.
+//! The one durability tail of applied effects ([`effects_durable`]: every touched shard's
+//! flush sent to its owner before any is waited for, every owner waited for and the first
+//! failure returned, then the audit log synced through the last row), run by the tail's
+//! rounds for live claims and recovery (`settle.rs`) and by a standby for its fetched chunks
+//! (`held.rs`, `apply.rs`); and a standing thread that runs its second half behind a
+//! standby's fetches, so the chunk that brings their `done` records seldom waits. A leaf: it
+//! knows the shard slots and the audit log, not the engine.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -40,7 +43,7 @@ impl EffectsFlusher {
             .name("roost-effects-flush".into())
             .spawn(move || {
                 for job in rx {
-                    let r = finish(&job.shards, job.last_row, &audit, &|| {
+                    let r = wait_durable(&job.shards, job.last_row, &audit, &|| {
                         failed.load(Ordering::SeqCst)
                     });
                     if r.is_err() {
@@ -78,9 +81,31 @@ impl EffectsFlusher {
     }
 }
 
-/// Every shard's answer, then the audit log synced through `last_row`: a flush's tail, on
-/// this thread or on the fetch path (`apply.rs`).
-pub(super) fn finish(
+/// The one tail: each shard in `slots` flushed (all sent, then all waited for), then the
+/// audit log synced through `last_row`. One error behaviour for every caller: a failed
+/// send returns at once (nothing sent is left unanswered: each owner answers its flush on
+/// its own), a failed flush is returned after every owner has answered.
+pub(super) fn effects_durable<'a>(
+    slots: impl IntoIterator<Item = &'a Arc<ShardSlot>>,
+    last_row: Option<Lsn>,
+    audit: &Wal,
+    failed: &dyn Fn() -> bool,
+) -> Result<(), EngineError> {
+    wait_durable(&send_flushes(slots)?, last_row, audit, failed)
+}
+
+/// The tail's first half: each shard's flush sent to its owner, in the order given.
+pub(super) fn send_flushes<'a>(
+    slots: impl IntoIterator<Item = &'a Arc<ShardSlot>>,
+) -> Result<Vec<SentFlush>, EngineError> {
+    (slots.into_iter().enumerate())
+        .map(|(k, slot)| Ok((slot.clone(), slot.send_flush(k)?)))
+        .collect()
+}
+
+/// The tail's second half: every shard's answer, then the audit log synced through
+/// `last_row`; on the flusher thread or the caller's.
+pub(super) fn wait_durable(
     shards: &[SentFlush],
     last_row: Option<Lsn>,
     audit: &Wal,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use roost_storage::lock;
 use roost_wal::{Lsn, Wal};
 
-use super::effects_flush::{self, EffectsFlusher, SentFlush};
+use super::effects_flush::{self, EffectsFlusher};
 use super::owner::ShardSlot;
 use super::records::{ClaimLedger, ClaimRecord};
 use crate::error::EngineError;
@@ -101,14 +101,14 @@ impl HeldClaims {
             return Ok(());
         }
         let u = std::mem::take(&mut *u);
-        let sent = send_flushes(&u.shards)?;
+        let sent = effects_flush::send_flushes(u.shards.values())?;
         match flusher.ask(sent, u.last_row) {
             Ok(outcome) => flushing.push_back(Flushing {
                 claims: u.claims,
                 outcome,
             }),
             // No thread: waited for here, as before the flusher.
-            Err(sent) => effects_flush::finish(&sent, u.last_row, w.audit, w.failed)?,
+            Err(sent) => effects_flush::wait_durable(&sent, u.last_row, w.audit, w.failed)?,
         }
         Ok(())
     }
@@ -131,22 +131,11 @@ impl HeldClaims {
     }
 }
 
-/// Each shard's flush sent to its owner, then every flush answered and the audit log
-/// synced through `last_row`.
+/// The one tail ([`effects_flush::effects_durable`]) over the shards a standby touched.
 pub(super) fn flush_effects(
     shards: &BTreeMap<String, Arc<ShardSlot>>,
     last_row: Option<Lsn>,
     w: &FlushWith,
 ) -> Result<(), EngineError> {
-    let sent = send_flushes(shards)?;
-    effects_flush::finish(&sent, last_row, w.audit, w.failed)
-}
-
-/// Each shard's flush sent to its owner, in the order of the map.
-fn send_flushes(shards: &BTreeMap<String, Arc<ShardSlot>>) -> Result<Vec<SentFlush>, EngineError> {
-    shards
-        .values()
-        .enumerate()
-        .map(|(k, slot)| Ok((slot.clone(), slot.send_flush(k)?)))
-        .collect()
+    effects_flush::effects_durable(shards.values(), last_row, w.audit, w.failed)
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use roost_wal::Lsn;
 use tracing::info;
 
-use super::answers::{Answers, Owner};
+use super::answers::{Answers, Delivery, Input, Owner};
 use super::crash::Step;
 use super::records::ClaimRecord;
 use super::settle::Settler;
@@ -64,25 +64,39 @@ impl Settler<'_> {
 }
 
 impl Answers {
-    /// Recovery's answer for a claim finished again: removes `new/NAME` only if it is this
-    /// batch, and publishes only where no other request's input or answer would be touched.
+    /// Recovery's answer for the claim at `lsn` finished again: removes `new/NAME` only if
+    /// it is this batch, and publishes only where no other request's input or answer would
+    /// be touched; the claim's crash points are passed either way.
     pub(super) fn recovery_answer(
         &self,
         tail: &Settler,
-        claim: &ClaimRecord,
+        (lsn, claim): (Lsn, &ClaimRecord),
         r: &BatchResult,
     ) -> Result<(), EngineError> {
         let input = self.input_owner(claim)?;
-        if input == Owner::This {
-            self.remove_input(&claim.source)?;
-        }
-        tail.env.hit(Step::AfterInputRemoved.at())?;
         let out = self.answer_owner(claim)?;
+        let removed = if input == Owner::This {
+            Input::RemovedFirst
+        } else {
+            Input::Kept
+        };
         if input == Owner::Another || out == Owner::Another {
+            if removed == Input::RemovedFirst {
+                self.remove_input(&claim.source)?;
+            }
+            tail.env.hit(Step::AfterInputRemoved.at())?;
             info!(file = %claim.source, request_key = %claim.request_key, ?input, ?out,
                 "recovery: the name now belongs to another request; its input and answer are left alone");
-            return Ok(());
+            return tail.env.hit(Step::AfterResult.at());
         }
-        self.publish_settled(tail, &claim.source, r)
+        let line = r.to_json_line();
+        let d = Delivery {
+            name: &claim.source,
+            bytes: Some(&line),
+            settle: Some(Some(lsn)),
+            input: removed,
+            claimed: true,
+        };
+        self.deliver(tail, &[d], None)
     }
 }

@@ -29,6 +29,7 @@ use roost_wal::Lsn;
 
 use super::claim_lock::Claims;
 use super::crash::Step;
+use super::effects_flush;
 use super::env::Env;
 use super::logs::Logs;
 use super::owner::ShardSlot;
@@ -117,10 +118,13 @@ impl Settler<'_> {
         for (name, slot) in claims.iter().flat_map(|c| &c.shards) {
             by_shard.entry(name.as_str()).or_insert(slot);
         }
-        flush_shards(by_shard.into_values(), &|| self.env.is_failed())?;
-        if let Some(last) = last_row {
-            self.log.audit().sync_to(last)?;
-        }
+        let failed = || self.env.is_failed();
+        effects_flush::effects_durable(
+            by_shard.into_values(),
+            last_row,
+            self.log.audit(),
+            &failed,
+        )?;
         for _ in claims {
             self.env.hit(Step::AfterAuditSync.at())?;
         }
@@ -137,22 +141,4 @@ impl Settler<'_> {
         self.stats.tail_waiting.fetch_sub(n, Ordering::Relaxed);
         Ok(())
     }
-}
-
-/// Each shard flushes everything applied so far, and all are waited for.
-fn flush_shards<'a>(
-    slots: impl Iterator<Item = &'a Arc<ShardSlot>>,
-    failed: &dyn Fn() -> bool,
-) -> Result<(), EngineError> {
-    let mut flushes = Vec::new();
-    for (k, slot) in slots.enumerate() {
-        flushes.push((slot, slot.send_flush(k)?));
-    }
-    let mut first_err = None;
-    for (slot, rx) in &flushes {
-        if let Err(e) = slot.wait(rx, failed) {
-            first_err.get_or_insert(e);
-        }
-    }
-    first_err.map_or(Ok(()), Err)
 }

@@ -14,9 +14,13 @@
 //! smoke), `ROOST_BENCH_ROUNDS=N` sets the rounds, `ROOST_BENCH_CLIENTS=1,4` the client
 //! counts. Each round's line ends with the leader's whole `latency_ms` (where an answer's
 //! time went: plan, claim, commit, replicate, batch). Every answer is checked; no figure is
-//! asserted.
+//! asserted. Beside roost, each round measures the replicated durable null (`null_pair.rs`:
+//! a leader and two followers that only log, sync and acknowledge) at the same client
+//! counts in both modes, the physical `standby / local` ratio of this machine;
+//! `roost-bench --null-pair` runs only that.
 
 pub(crate) mod clients;
+pub(crate) mod null_pair;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -319,11 +323,20 @@ pub fn run() -> anyhow::Result<()> {
         sync.ops_per_sec
     );
     let mut all: Vec<(&str, Round)> = Vec::new();
+    let mut nulls: Vec<NullRound> = Vec::new();
     for r in 0..sz.rounds {
         let mut order = MODES.to_vec();
         if r % 2 == 1 {
             order.reverse();
         }
+        let null = null_round(&root.join(format!("r{r}-null")), &sz)?;
+        println!(
+            "round {r} replicated durable null: clients {:?}: local {:?}/s, standby {:?}/s",
+            sz.clients,
+            rounded(&null.local),
+            rounded(&null.standby)
+        );
+        nulls.push(null);
         for ack in order {
             let x = run_round(&bin, &root.join(format!("r{r}-{ack}")), ack, &sz)?;
             print_round(r, ack, &x, &sz);
@@ -332,8 +345,83 @@ pub fn run() -> anyhow::Result<()> {
     }
     print_table(&all, &sz, sync.ops_per_sec);
     print_places(&all, &sz);
+    print_null(&all, &nulls, &sz);
     let _ = std::fs::remove_dir_all(&root);
     Ok(())
+}
+
+/// The replicated durable null's rates in one round, per client count.
+struct NullRound {
+    local: Vec<f64>,
+    standby: Vec<f64>,
+}
+
+/// Every client count of `sz`, in both modes, the two modes in turn for each count.
+fn null_round(dir: &Path, sz: &Sizes) -> anyhow::Result<NullRound> {
+    let mut r = NullRound {
+        local: Vec::new(),
+        standby: Vec::new(),
+    };
+    for &n in &sz.clients {
+        r.local
+            .push(null_pair::closed_loop(&dir.join("l"), n, sz.cell, false)?);
+        r.standby
+            .push(null_pair::closed_loop(&dir.join("s"), n, sz.cell, true)?);
+    }
+    Ok(r)
+}
+
+/// `--null-pair`: the replicated durable null alone, the raw rate beside it.
+pub fn run_null_pair() -> anyhow::Result<()> {
+    let sz = sizes();
+    let root = bench_base("target/bench-null-pair");
+    std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
+    let sync = raw_fdatasync(
+        &root.join("raw"),
+        1200,
+        Duration::from_secs(1),
+        SyncFile::Append,
+    )?;
+    println!(
+        "raw disk: {:.0} fdatasync/s (1.2 KB writes)",
+        sync.ops_per_sec
+    );
+    let mut nulls = Vec::new();
+    for r in 0..sz.rounds {
+        let null = null_round(&root.join(format!("r{r}")), &sz)?;
+        println!(
+            "round {r}: clients {:?}: local {:?}/s, standby {:?}/s",
+            sz.clients,
+            rounded(&null.local),
+            rounded(&null.standby)
+        );
+        nulls.push(null);
+    }
+    print_null(&[], &nulls, &sz);
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(())
+}
+
+/// The null's `standby / local` beside roost's stream and files at the leader: roost's
+/// ratio read against the machine's.
+fn print_null(all: &[(&str, Round)], nulls: &[NullRound], sz: &Sizes) {
+    println!();
+    println!("| clients (medians of rounds) | null local/s | null standby/s | null standby/local | roost stream standby/local | roost files standby/local |");
+    println!("|---|---|---|---|---|---|");
+    for (i, n) in sz.clients.iter().enumerate() {
+        let l = median(nulls.iter().map(|r| r.local[i]).collect());
+        let s = median(nulls.iter().map(|r| r.standby[i]).collect());
+        let roost = |intake: Intake| {
+            let f = |x: &Round| x.at[0].get(intake, i);
+            med(all, "standby", &f) / med(all, "local", &f)
+        };
+        println!(
+            "| {n} | {l:.0} | {s:.0} | {:.2} | {:.2} | {:.2} |",
+            s / l,
+            roost(Intake::Stream),
+            roost(Intake::Files)
+        );
+    }
 }
 
 /// One round's line: issue 27's figures first, as they always were, then issue 42's.

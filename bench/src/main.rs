@@ -181,6 +181,7 @@ fn main() -> anyhow::Result<()> {
         Some("--soak") => return soak::soak(),
         Some("--replication") => return replication::run(),
         Some("--cluster") => return cluster::run(),
+        Some("--null-pair") => return cluster::run_null_pair(),
         Some("--intake") => return intake::run(),
         Some("--pg") => return pg::run(),
         Some("--instructions") => return instructions::run(),
@@ -217,7 +218,7 @@ fn main() -> anyhow::Result<()> {
             return probe::run(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --intake | --pg | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --null-pair | --intake | --pg | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

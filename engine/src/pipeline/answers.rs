@@ -291,7 +291,7 @@ impl Answers {
         self.publish_claims(&files, &answers, prepared)?;
         for _ in &files {
             if let Some(t0) = started {
-                tail.stats.latency.batch.record(t0.elapsed());
+                tail.stats.latency.batch.record(tail.env.clock.since(t0));
             }
             tail.env.hit(Step::AfterResult.at())?;
         }
@@ -313,9 +313,9 @@ impl Answers {
         claims: &[(Lsn, &ClaimRecord)],
     ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
         let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
-            return Ok((None, Instant::now()));
+            return Ok((None, env.clock.now()));
         };
-        let sync = || log.wal().sync_to(last).map(|()| Instant::now());
+        let sync = || log.wal().sync_to(last).map(|()| env.clock.now());
         let files: Vec<(&str, Vec<u8>)> = claims
             .iter()
             .filter(|(_, c)| !is_detached(&c.source))

@@ -2,11 +2,18 @@
 //! schedules see every write: no `std::fs` (or `tokio::fs`) write in the source of the crates
 //! the daemon is made of, outside `storage/` (the seam itself), the command line and tests.
 //! Reads may use `std::fs` (a read changes nothing a crash could tear).
+//!
+//! And the engine's pipeline reads the time only through the seam's clock (`Storage::now`,
+//! `Storage::system_now`, the `Clock` handle), so the simulator drives its time as it drives
+//! its disk: no `Instant::now`, `SystemTime::now` or `.elapsed()` (the OS clock read behind
+//! the seam's back) in the source under `engine/src/pipeline/`, outside tests.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod source;
+
+use source::{production_code, repo, rust_files};
 
 /// The source folders scanned: the crates the daemon is built of (`storage/` is the seam).
 const ROOTS: &[&str] = &[
@@ -62,62 +69,6 @@ const WRITE_OPTIONS: &[&str] = &[
     ".truncate(true)",
 ];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// `text` without `//` comments and without the items under `#[cfg(test)]` (a test module
-/// or function, to its closing brace).
-fn production_code(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
-        .collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].trim() != "#[cfg(test)]" {
-            out.push_str(lines[i]);
-            out.push('\n');
-            i += 1;
-            continue;
-        }
-        // Skip to the line where the item's braces close.
-        let mut depth = 0i64;
-        let mut opened = false;
-        while i < lines.len() {
-            for c in lines[i].chars() {
-                match c {
-                    '{' => (depth, opened) = (depth + 1, true),
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-            }
-            i += 1;
-            if opened && depth <= 0 {
-                break;
-            }
-        }
-        out.push('\n'); // the count of lines stays close enough for a message
-    }
-    out
-}
-
 /// The writes around the seam in `code` (production code), as (line, call).
 fn writes_in(code: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
@@ -133,6 +84,23 @@ fn writes_in(code: &str) -> Vec<(usize, String)> {
         if WRITE_OPTIONS.iter().any(|o| chain.contains(o)) {
             let line = code[..at].lines().count().max(1);
             found.push((line, "OpenOptions for writing".to_owned()));
+        }
+    }
+    found
+}
+
+/// Where the pipeline's time is read only through the seam's clock.
+const CLOCK_ROOT: &str = "engine/src/pipeline";
+
+/// Reads of the OS clock: the time now, and an `Instant`'s or a `SystemTime`'s age.
+const CLOCK_READS: &[&str] = &["Instant::now", "SystemTime::now", ".elapsed()"];
+
+/// The reads of the OS clock in `code` (production code), as (line, read).
+fn clock_reads_in(code: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        for r in CLOCK_READS.iter().filter(|r| line.contains(**r)) {
+            found.push((n + 1, (*r).to_owned()));
         }
     }
     found
@@ -206,4 +174,62 @@ fn after() { tokio::fs::create_dir_all("d"); }
         "{found:?}"
     );
     assert_eq!(found[0].0, 4, "the line of the rename");
+}
+
+/// Goal: see the module comment (the pipeline's clock). Method: as for the writes, every
+/// source file under [`CLOCK_ROOT`] but unit-test files (`*tests.rs`), without comments and
+/// `#[cfg(test)]` items, searched for each of [`CLOCK_READS`].
+#[test]
+fn no_clock_read_in_the_pipeline_goes_around_the_storage_seam() {
+    let repo = repo();
+    let mut files = Vec::new();
+    rust_files(&repo.join(CLOCK_ROOT), &mut files);
+    assert!(files.len() > 30, "only {} source files found", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&repo).expect("under the repo");
+        let rel = rel.to_string_lossy().into_owned();
+        if rel.ends_with("tests.rs") {
+            continue; // a unit-test file, as in `no_file_write_goes_around_the_storage_seam`
+        }
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (line, read) in clock_reads_in(&production_code(&text)) {
+            bad.push(format!("{rel}:{line}: {read}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the OS clock read in the pipeline (read the storage's: `Clock::now`, `Clock::since`, \
+         `Clock::unix_ms`):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Goal: the clock scan sees each read in production code, a function passed by name
+/// included, and none in a test module or a comment. Method: a made-up source file.
+#[test]
+fn a_clock_read_around_the_seam_is_seen() {
+    let src = r#"
+fn due(q: &Queue, clock: &Clock) -> bool {
+    let t0 = Instant::now(); // Instant::now() again in a comment
+    q.since.get_or_insert_with(Instant::now);
+    clock.since(t0) > q.wait || t0.elapsed() > q.wait
+}
+#[cfg(test)]
+mod tests {
+    fn helper() -> u64 {
+        std::time::SystemTime::now().elapsed().unwrap().as_secs()
+    }
+}
+fn stamp() -> SystemTime { SystemTime::now() }
+"#;
+    let found = clock_reads_in(&production_code(src));
+    let want = [
+        (3, "Instant::now"),
+        (4, "Instant::now"),
+        (5, ".elapsed()"),
+        (13, "SystemTime::now"),
+    ];
+    let found: Vec<(usize, &str)> = found.iter().map(|(l, r)| (*l, r.as_str())).collect();
+    assert_eq!(found, want);
 }

@@ -1,12 +1,14 @@
 //! `roost-storage`: what the WAL and the shards share about putting bytes on a disk. It owns
 //! the storage seam (the [`Storage`] traits, [`RealStorage`] over the OS, [`SimStorage`] for
-//! crash tests), the recovery decision table both stores scan their segments with
-//! ([`recovery`]), the directory lock that keeps a second writer out ([`DirLock`]), the
-//! spare segment each log keeps preallocated ahead of need ([`Spare`]), the one atomic
-//! replacement of a small file ([`replace_file`]) and the one poison-tolerant [`lock`]. It
-//! never knows a record or frame format, never retries an I/O error and never does async.
+//! crash tests, and the seam's clock, handed around as a [`Clock`]), the recovery decision
+//! table both stores scan their segments with ([`recovery`]), the directory lock that keeps a
+//! second writer out ([`DirLock`]), the spare segment each log keeps preallocated ahead of
+//! need ([`Spare`]), the one atomic replacement of a small file ([`replace_file`]) and the
+//! one poison-tolerant [`lock`]. It never knows a record or frame format, never retries an
+//! I/O error and never does async.
 #![forbid(unsafe_code)]
 
+mod clock;
 mod lock;
 mod mutex;
 mod real;
@@ -16,6 +18,7 @@ mod seam;
 mod sim;
 mod spare;
 
+pub use clock::Clock;
 pub use lock::{DirLock, LockError, LOCK_FILE};
 pub use mutex::lock;
 pub use real::{RealStorage, FILE_MODE, PRIVATE_FILE_MODE};

@@ -1,12 +1,15 @@
 //! The storage seam itself: the traits every byte of roost's logs, shard segments and result
 //! files goes through ([`Storage`], [`StorageFile`], [`StorageFs`], and [`MappedFile`] for a
-//! mapped segment's writes and range flushes), the open modes, [`read_all`] and [`write_zeros`].
-//! This module only declares; the real disk is `real.rs`, the simulated one `sim.rs`. The seam
-//! never retries anything and never hides an error: callers latch on the first one.
+//! mapped segment's writes and range flushes), the clock a program on that storage reads
+//! ([`Storage::now`], [`Storage::system_now`]), the open modes, [`read_all`] and
+//! [`write_zeros`]. This module only declares; the real disk is `real.rs`, the simulated one
+//! `sim.rs`. The seam never retries anything and never hides an error: callers latch on the
+//! first one.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
+use std::time::{Instant, SystemTime};
 
 use memmap2::MmapRaw;
 
@@ -24,7 +27,14 @@ pub enum OpenMode {
     CreateNewPrivate,
 }
 
-/// A directory-level view of a disk.
+/// A directory-level view of a disk, and the clock of the machine it is on.
+///
+/// The clock lives in the seam because the simulator drives time the way it drives the
+/// disk: a test on [`crate::SimStorage`] runs the same calls production runs, and time moves
+/// there only when the test moves it (`SimStorage::advance`), so a decision such as "has this
+/// waited `tail_round_ms`?" is tested without waiting and replays the same from a seed. So
+/// whatever decides by the time (the engine's pipeline above all: `daemon/tests/
+/// seam_writes.rs` keeps `Instant::now` out of it) reads it here, not from `std::time`.
 pub trait Storage: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names (not paths) of the regular files in `dir`, in no particular order.
@@ -52,6 +62,17 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// True when files are real OS files, so a caller may memory-map them.
     fn is_real(&self) -> bool {
         false
+    }
+    /// The monotonic time now: every "since when" and "is it due" of a program on this
+    /// storage starts and ends with a reading of it (`clock.now() - t`, never `t.elapsed()`,
+    /// which reads the OS clock behind the seam's back). The OS clock by default.
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    /// The wall-clock time now (stamps written to disk, and ages computed from them), moved
+    /// with [`Storage::now`] by the simulator. The OS clock by default.
+    fn system_now(&self) -> SystemTime {
+        SystemTime::now()
     }
 }
 

@@ -4,19 +4,23 @@
 //! out of space, and produce the disk a restart would find after a process crash or a power
 //! loss (unsynced writes dropped, or a prefix of them kept with the last one torn). A mapped
 //! file's `flush_range` makes durable only the writes in its range, as `msync` does: what was
-//! written outside every flushed range is lost to a power loss like any unsynced write. It
-//! never touches the real file system.
+//! written outside every flushed range is lost to a power loss like any unsynced write. Its
+//! clock ([`Storage::now`]) is manual: time stands still until a test calls
+//! [`SimStorage::advance`]. It never touches the real file system.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::seam::{OpenMode, Storage, StorageFile, StorageFs};
 
+mod clock;
 mod handle;
 mod state;
 mod tree;
+use clock::SimClock;
 use handle::SimHandle;
 pub use state::SimFaults;
 use state::{apply_write, sim_err, written_after, PendingWrite, SimFile, SimState};
@@ -35,10 +39,15 @@ pub enum CrashMode {
     PowerTear { seed: u64 },
 }
 
-/// An in-memory disk with separate live and durable images. Cheap to clone (shared state).
+/// An in-memory disk with separate live and durable images, and a manual clock. Cheap to
+/// clone: a clone is the same disk, with the same clock (advancing one advances both). A
+/// crash copy ([`SimStorage::crash`]) is another disk with a clock of its own, started at the
+/// time this one shows at the crash: a restart never sees time go back (stamps on the disk
+/// stay in the past), and the copies taken from one disk move their time apart.
 #[derive(Clone, Debug, Default)]
 pub struct SimStorage {
     state: Arc<Mutex<SimState>>,
+    clock: Arc<SimClock>,
 }
 
 impl SimStorage {
@@ -70,9 +79,19 @@ impl SimStorage {
         self.lock().ops
     }
 
-    /// The disk a restarted process finds after `mode`. Counters and faults start afresh.
+    /// Moves this disk's clock (and its clones') `by` ahead: the only way its time passes.
+    /// Whatever decides by the time on this disk (a round due after `tail_round_ms`, a
+    /// shard's idle close, a request key's window) sees it at its next reading; nothing that
+    /// waits is woken.
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    /// The disk a restarted process finds after `mode`. Counters and faults start afresh;
+    /// the clock goes on from the time it shows now, on its own (see [`SimStorage`]).
     pub fn crash(&self, mode: CrashMode) -> SimStorage {
         let st = self.lock();
+        let clock = Arc::new(self.clock.copy());
         if mode == CrashMode::Process {
             // The page cache outlives the process: what was written stays readable, and what
             // was not synced is still not durable (a later power loss can take it).
@@ -82,6 +101,7 @@ impl SimStorage {
                     dirs: st.dirs.clone(),
                     ..SimState::default()
                 })),
+                clock,
             };
         }
         let mut files = BTreeMap::new();
@@ -130,6 +150,7 @@ impl SimStorage {
                 dirs,
                 ..SimState::default()
             })),
+            clock,
         }
     }
 
@@ -353,6 +374,14 @@ impl Storage for SimStorage {
             dir: dir.to_path_buf(),
         }))
     }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn system_now(&self) -> SystemTime {
+        self.clock.system_now()
+    }
 }
 
 /// The simulated `syncfs` makes durable only what callers may rely on: the data of the files
@@ -494,6 +523,54 @@ mod tests {
         assert_eq!(
             d.crash(CrashMode::PowerDrop).file_bytes(&p).unwrap(),
             b"one"
+        );
+    }
+
+    /// Goal: the simulated clock stands still until advanced (a real sleep moves it not at
+    /// all), moves its monotonic and wall-clock time together, is shared by a clone, and
+    /// goes on in a crash copy from the time shown at the crash, on its own from then on.
+    #[test]
+    fn the_clock_moves_only_when_advanced() {
+        use crate::Clock;
+        use std::time::Duration;
+        let d = SimStorage::new();
+        let (t0, w0) = (d.now(), d.system_now());
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            (d.now(), d.system_now()),
+            (t0, w0),
+            "a real sleep moves nothing"
+        );
+        let clone = d.clone();
+        clone.advance(Duration::from_millis(250));
+        assert_eq!(
+            d.now() - t0,
+            Duration::from_millis(250),
+            "a clone shares the clock"
+        );
+        assert_eq!(
+            d.system_now().duration_since(w0).unwrap(),
+            Duration::from_millis(250)
+        );
+        let copy = d.crash(CrashMode::Process);
+        assert_eq!(copy.now(), d.now(), "a crash copy starts at the time shown");
+        copy.advance(Duration::from_secs(1));
+        assert_eq!(
+            d.now() - t0,
+            Duration::from_millis(250),
+            "then goes on alone"
+        );
+        assert_eq!(d.crash(CrashMode::PowerDrop).now(), d.now());
+        let clock = Clock::of(Arc::new(d.clone()));
+        assert_eq!(clock.since(t0), Duration::from_millis(250));
+        assert_eq!(
+            clock.since(d.now() + Duration::from_secs(1)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            clock.unix_ms(),
+            1_704_067_200_250,
+            "the wall clock starts at a fixed time"
         );
     }
 

@@ -44,14 +44,18 @@ fn ids(r: &BatchResult) -> Vec<u64> {
 
 /// Runs the durability round the serve loop would (a shard closes only once everything it
 /// holds is flushed), then waits (up to 10 s) until `closed()` holds: the pool's tick
-/// closes an idle shard.
-fn wait_closed(e: &Engine, what: &str, closed: impl Fn() -> bool) {
+/// closes an idle shard. On the simulated disk (`sim`) its clock is moved as the wait goes
+/// (the idle time and the tick run by it; a real directory's clock moves by itself).
+fn wait_closed(e: &Engine, sim: Option<&SimStorage>, what: &str, closed: impl Fn() -> bool) {
     if let Err(err) = e.settle() {
         panic!("durability round: {err}");
     }
     let until = Instant::now() + Duration::from_secs(10);
     while !closed() {
         assert!(Instant::now() < until, "{what}: never closed while idle");
+        if let Some(disk) = sim {
+            disk.advance(Duration::from_millis(20));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -97,7 +101,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
         .one_detached(&creates("a", "s", 3), "bulk/f/1")
         .expect("a"));
     assert!(fds_under(&shard_dir) >= 2, "segment and lock open in use");
-    wait_closed(&e, "s", || fds_under(&shard_dir) == 0);
+    wait_closed(&e, None, "s", || fds_under(&shard_dir) == 0);
     assert!(!is_open(&e, "s"), "the engine says s is closed");
     assert_eq!(
         e.shards().figures().get("s").map(|f| f.records),
@@ -109,7 +113,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
     let d = e.one_detached(&delete("b", "s", made[1]), "bulk/f/2");
     assert_eq!(d.expect("b").status(), Status::Committed, "the id exists");
     assert!(is_open(&e, "s") && fds_under(&shard_dir) >= 2, "reopened");
-    wait_closed(&e, "s again", || fds_under(&shard_dir) == 0);
+    wait_closed(&e, None, "s again", || fds_under(&shard_dir) == 0);
     let never = e.one_detached(&delete("c", "s", 999_999), "bulk/f/3");
     assert!(
         matches!(never.expect("c"), BatchResult::Rejected { op_index: 0, .. }),
@@ -119,7 +123,7 @@ fn an_idle_shard_holds_no_descriptor_and_reopens_for_the_next_batch() {
         .one_detached(&creates("d", "s", 1), "bulk/f/4")
         .expect("d"));
     assert!(more[0] > made[2], "ids go on from the largest");
-    wait_closed(&e, "s a third time", || !is_open(&e, "s"));
+    wait_closed(&e, None, "s a third time", || !is_open(&e, "s"));
     let live: Vec<u64> = roost_shards::Shard::open_with(
         RealStorage::shared(),
         &shard_dir,
@@ -160,7 +164,7 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
     let on_b = ids(&e
         .one_detached(&creates("b1", "b", 2), "bulk/f/2")
         .expect("b1"));
-    wait_closed(&e, "a and b", || e.figures().shards_open == 0);
+    wait_closed(&e, Some(&disk), "a and b", || e.figures().shards_open == 0);
     let del = e.one_detached(&delete("a2", "a", on_a[0]), "bulk/f/3");
     assert_eq!(del.expect("a2").status(), Status::Committed);
     let late = ids(&e
@@ -186,7 +190,9 @@ fn closed_and_reopened_shards_recover_after_a_process_kill_and_a_power_loss() {
         let report = roost::ops::verify::verify(Arc::new(copy.clone()), &data_dir());
         assert!(report.ok(), "{mode:?}: {:?}", report.violations);
     }
-    wait_closed(&e, "a after its reopen", || e.figures().shards_open == 0);
+    wait_closed(&e, Some(&disk), "a after its reopen", || {
+        e.figures().shards_open == 0
+    });
     let gone = e.one_detached(&delete("a4", "a", on_a[0]), "bulk/f/6");
     assert!(
         matches!(gone.expect("a4"), BatchResult::Rejected { .. }),

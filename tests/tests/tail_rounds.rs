@@ -160,6 +160,35 @@ fn a_reused_name_runs_the_round_its_earlier_batch_waits_for() {
     );
 }
 
+/// Goal: the serve loop's round (`Engine::settle_due`) comes once the oldest claim waiting
+/// has waited `tail_round_ms` by the storage's clock, not by the real one: on the simulated
+/// disk nothing comes due while its clock stands still, however long the test really waits,
+/// and it is due the moment the clock has moved `tail_round_ms`, with no real wait.
+/// Method: a batch answered, its claim waiting; a real sleep of twice `tail_round_ms`;
+/// the clock moved one millisecond short of it, then by that millisecond; a round.
+#[test]
+fn a_round_comes_due_by_the_storage_clock_not_the_real_one() {
+    let disk = SimStorage::new();
+    let e = open_engine(&disk, no_crash()).expect("open");
+    let wait = Duration::from_millis(e.config().tail_round_ms);
+    assert!(!e.settle_due(), "nothing waits");
+    let b = parse(&create_on("k", SHARDS));
+    e.one_file(&b, "f.json").expect("batch");
+    assert_eq!(figures(&e).2, 1, "the claim waits for its round");
+    assert!(!e.settle_due(), "just handed in");
+    std::thread::sleep(wait * 2);
+    assert!(
+        !e.settle_due(),
+        "due after a real wait, with the disk's clock standing still"
+    );
+    disk.advance(wait - Duration::from_millis(1));
+    assert!(!e.settle_due(), "due a millisecond early");
+    disk.advance(Duration::from_millis(1));
+    assert!(e.settle_due(), "not due once the clock moved tail_round_ms");
+    assert_eq!(e.settle().expect("round"), 1);
+    assert!(!e.settle_due(), "nothing waits after the round");
+}
+
 fn c(shard: &str, tag: &str) -> serde_json::Value {
     json!({"op": "create", "shard": shard, "record": {"tag": tag}})
 }

@@ -51,11 +51,11 @@ pub fn production_code(text: &str) -> String {
                 }
             }
             i += 1;
+            out.push('\n'); // a blank line for each one dropped: the line numbers stay true
             if opened && depth <= 0 {
                 break;
             }
         }
-        out.push('\n'); // the count of lines stays close enough for a message
     }
     out
 }

@@ -18,7 +18,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::cluster::Cluster;
-use crate::pipeline::{now_ms, Engine};
+use crate::pipeline::Engine;
 use crate::replica::{Node, Replication};
 
 /// The two text formats roost writes.
@@ -343,7 +343,7 @@ fn durability_figures(engine: &Engine) -> Vec<Figure> {
         seconds(
             "roost_checkpoint_age",
             "Time since the last checkpoint (0 before the first).",
-            checkpoint_age_seconds(&f),
+            checkpoint_age_seconds(&f, engine.clock().unix_ms()),
         ),
     ]
 }
@@ -352,10 +352,11 @@ fn checkpoint_lsn(f: &crate::pipeline::Figures) -> u64 {
     f.last_checkpoint.as_ref().map_or(0, |c| c.wal_from)
 }
 
-fn checkpoint_age_seconds(f: &crate::pipeline::Figures) -> f64 {
+/// The last checkpoint's age at `now_ms` (the engine's clock), in seconds.
+fn checkpoint_age_seconds(f: &crate::pipeline::Figures, now_ms: u64) -> f64 {
     f.last_checkpoint
         .as_ref()
-        .map_or(0.0, |c| now_ms().saturating_sub(c.at_ms) as f64 / 1e3)
+        .map_or(0.0, |c| now_ms.saturating_sub(c.at_ms) as f64 / 1e3)
 }
 
 /// Intake: disk-full pauses, the stream socket.

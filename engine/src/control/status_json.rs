@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use crate::cluster::Cluster;
-use crate::pipeline::{now_ms, Engine, Figures};
+use crate::pipeline::{Engine, Figures};
 use crate::replica::{Node, Replication};
 
 /// [`status_json`] with the `cluster` object of a cluster node.
@@ -60,7 +60,7 @@ pub fn status_json(node: &Node) -> serde_json::Value {
         "bulk": bulk_json(engine),
         "file_groups": s.file_groups.load(Ordering::Relaxed),
         "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
-        "checkpoint": checkpoint_json(&f),
+        "checkpoint": checkpoint_json(&f, engine.clock().unix_ms()),
         "live_keys": f.live_keys(),
         "memory": memory_json(engine),
         "key_index": key_index_json(engine, &f),
@@ -189,7 +189,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
             "file": p.why.path.display().to_string(),
             "needed_bytes": p.why.needed_bytes,
             "error": p.why.error,
-            "paused_ms": p.since.elapsed().as_millis() as u64,
+            "paused_ms": engine.clock().since(p.since).as_millis() as u64,
             "pauses": pauses,
         }),
     }
@@ -219,14 +219,15 @@ fn bulk_json(engine: &Engine) -> serde_json::Value {
     })
 }
 
-/// The last checkpoint: where recovery starts, its age; `null` before the first.
-fn checkpoint_json(f: &Figures) -> serde_json::Value {
+/// The last checkpoint: where recovery starts, its age at `now_ms` (the engine's clock);
+/// `null` before the first.
+fn checkpoint_json(f: &Figures, now_ms: u64) -> serde_json::Value {
     match &f.last_checkpoint {
         None => serde_json::Value::Null,
         Some(c) => json!({
             "wal_from": c.wal_from,
             "keys_through": c.keys_through,
-            "age_ms": now_ms().saturating_sub(c.at_ms),
+            "age_ms": now_ms.saturating_sub(c.at_ms),
         }),
     }
 }

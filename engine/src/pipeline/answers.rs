@@ -362,7 +362,7 @@ impl Answers {
         self.deliver(tail, &items, prepared)?;
         if let Some(t0) = started {
             for _ in &files {
-                tail.stats.latency.batch.record(t0.elapsed());
+                tail.stats.latency.batch.record(tail.env.clock.since(t0));
             }
         }
         Ok(answers)
@@ -383,9 +383,9 @@ impl Answers {
         claims: &[(Lsn, &ClaimRecord)],
     ) -> Result<(Option<Prepared<'p>>, Instant), EngineError> {
         let Some(last) = claims.iter().map(|(l, _)| *l).max() else {
-            return Ok((None, Instant::now()));
+            return Ok((None, env.clock.now()));
         };
-        let sync = || log.wal().sync_to(last).map(|()| Instant::now());
+        let sync = || log.wal().sync_to(last).map(|()| env.clock.now());
         let files: Vec<(&str, Vec<u8>)> = claims
             .iter()
             .filter(|(_, c)| !is_detached(&c.source))

@@ -118,7 +118,7 @@ impl Engine {
         };
         // A checkpoint already running finishes first; later ones see the hold.
         drop(self.log.one_checkpoint());
-        self.shards.gate().wait_compaction(COMPACTION_WAIT)?;
+        (self.shards.gate()).wait_compaction(&self.env.clock, COMPACTION_WAIT)?;
         let Some(c) = self.log.state().last.clone() else {
             return Err(EngineError::Replication(format!(
                 "no checkpoint to copy yet for {replica}: this primary holds its whole WAL"

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use roost_storage::lock;
+use roost_storage::{lock, Clock};
 use roost_wal::Lsn;
 
 use crate::error::EngineError;
@@ -27,11 +27,11 @@ pub struct BackupGate {
 
 impl BackupGate {
     /// Waits until no compaction step runs (a backup counted itself first, so no new step
-    /// starts); gives up after `max`.
-    pub fn wait_compaction(&self, max: Duration) -> Result<(), EngineError> {
-        let t0 = Instant::now();
+    /// starts); gives up after `max` by `clock`.
+    pub fn wait_compaction(&self, clock: &Clock, max: Duration) -> Result<(), EngineError> {
+        let t0 = clock.now();
         while self.compacting.load(Ordering::SeqCst) > 0 {
-            if t0.elapsed() > max {
+            if clock.since(t0) > max {
                 return Err(EngineError::Replication(format!(
                     "a shard compaction step did not finish within {max:?}"
                 )));
@@ -63,32 +63,45 @@ impl BackupGate {
     }
 }
 
-/// Per standby, the lsn its log starts at after a backup, and when it was pinned.
-#[derive(Debug, Default)]
-pub struct Pins(Mutex<HashMap<String, (Lsn, Instant)>>);
+/// Per standby, the lsn its log starts at after a backup, and when it was pinned (by the
+/// storage's clock).
+#[derive(Debug)]
+pub struct Pins {
+    pins: Mutex<HashMap<String, (Lsn, Instant)>>,
+    clock: Clock,
+}
 
 impl Pins {
+    /// No pins yet; their age runs by `clock`.
+    pub fn new(clock: Clock) -> Pins {
+        Pins {
+            pins: Mutex::default(),
+            clock,
+        }
+    }
+
     /// The lowest pinned lsn still wanted (expired pins go).
     pub fn lowest(&self) -> Option<Lsn> {
-        let mut p = lock(&self.0);
-        p.retain(|_, (_, at)| at.elapsed() < PIN_TTL);
+        let mut p = lock(&self.pins);
+        p.retain(|_, (_, at)| self.clock.since(*at) < PIN_TTL);
         p.values().map(|(l, _)| *l).min()
     }
 
     pub fn pin(&self, replica: &str, lsn: Lsn) {
-        lock(&self.0).insert(replica.to_owned(), (lsn, Instant::now()));
+        let now = self.clock.now();
+        lock(&self.pins).insert(replica.to_owned(), (lsn, now));
     }
 
     /// The pin of `replica` lasts [`PIN_TTL`] from now.
     pub fn touch(&self, replica: &str) {
-        if let Some(p) = lock(&self.0).get_mut(replica) {
-            p.1 = Instant::now();
+        if let Some(p) = lock(&self.pins).get_mut(replica) {
+            p.1 = self.clock.now();
         }
     }
 
     /// `replica` fetched at `fetch_lsn`: a pin it passed goes.
     pub fn fetched(&self, replica: &str, fetch_lsn: Lsn) {
-        let mut p = lock(&self.0);
+        let mut p = lock(&self.pins);
         if p.get(replica).is_some_and(|(l, _)| fetch_lsn > *l) {
             p.remove(replica);
         }

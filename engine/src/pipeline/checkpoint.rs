@@ -28,7 +28,7 @@ use tracing::{debug, info};
 
 use super::crash::Step;
 use super::env::Env;
-use super::keys::{self, KeyWindow};
+use super::keys::KeyWindow;
 use super::log_role::{LogRole, Role};
 use super::logs::Logs;
 use super::records::{self, Checkpoint};
@@ -62,7 +62,7 @@ impl Engine {
             let wal_bytes = wal.append_bytes() + st.found_at_open;
             (st.last.clone(), st.keys_through, st.last_at_ms, wal_bytes)
         };
-        let now = keys::now_ms().max(last_at_ms);
+        let now = self.env.clock.unix_ms().max(last_at_ms);
         let cap = |x| standby_cap(&self.env.config, self.log_role.as_ref(), x);
         let mut c = self.claims.checkpoint_point(&self.log, &self.shards, cap);
         if let Some(last) = last.filter(|l| l.wal_from >= c.wal_from) {
@@ -113,7 +113,7 @@ impl Engine {
     pub fn checkpoint_due(&self) -> bool {
         let full = self.claims.lock().keys.len() as u64 >= self.env.config.key_cache_keys_max();
         let st = self.log.state();
-        let since = st.taken.map_or(Duration::MAX, |t| t.elapsed());
+        let since = st.taken.map_or(Duration::MAX, |t| self.env.clock.since(t));
         if full && since >= KEY_CACHE_RETRY {
             return true; // the key cache is full: move its keys to the index on disk
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use roost_storage::Clock;
 use roost_wal::{Lsn, Wal, WalError};
 
 /// One sync asked for: the lsn to make durable, and where its outcome goes (when the WAL
@@ -22,15 +23,16 @@ pub(super) struct ClaimSyncer {
 }
 
 impl ClaimSyncer {
-    /// Starts the thread on `wal`. When no thread can be had, [`ClaimSyncer::ask`] answers
-    /// `None` and each claim step syncs after preparing (`sync_claims`).
-    pub fn start(wal: Arc<Wal>) -> ClaimSyncer {
+    /// Starts the thread on `wal`, telling when a sync ended by `clock`. When no thread can
+    /// be had, [`ClaimSyncer::ask`] answers `None` and each claim step syncs after preparing
+    /// (`sync_claims`).
+    pub fn start(wal: Arc<Wal>, clock: Clock) -> ClaimSyncer {
         let (tx, rx) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("roost-claim-sync".into())
             .spawn(move || {
                 for (lsn, reply) in rx {
-                    let _ = reply.send(wal.sync_to(lsn).map(|()| Instant::now()));
+                    let _ = reply.send(wal.sync_to(lsn).map(|()| clock.now()));
                 }
             })
             .ok();

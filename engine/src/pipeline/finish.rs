@@ -60,7 +60,7 @@ impl Engine {
         started: Option<Instant>,
         prepared: Option<Prepared<'_>>,
     ) -> Result<(Vec<BatchResult>, Tail<'c>), EngineError> {
-        let t_commit = Instant::now();
+        let t_commit = self.env.clock.now();
         let mut tail = Tail {
             touched: Vec::new(),
             last_row: None,
@@ -72,7 +72,7 @@ impl Engine {
         tail.touched = self
             .claims
             .wait_commits(self.shards.send_commits(claims)?, &|| self.is_failed())?;
-        tail.committed = Instant::now();
+        tail.committed = self.env.clock.now();
         for _ in claims {
             self.stats.latency.commit.record(tail.committed - t_commit);
         }

@@ -16,13 +16,13 @@
 //! its record is read.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use roost_keyindex::{Entry, IndexStats, KeyIndex, RunMeta};
-use roost_storage::NoRoom;
+use roost_storage::{Clock, NoRoom};
 use roost_wal::format::frame_len;
 use roost_wal::{Lsn, Wal, WalError};
 
+use super::env::Env;
 use super::records::{
     self, read_wal_frames, ClaimRecord, KeyAnswer, KeyRecord, OpKind, WalEntry, KEY_RECORD_TYPE,
 };
@@ -84,18 +84,13 @@ pub(super) struct KeyWindow {
     /// `request_key_window_secs`.
     window_secs: u64,
     stats: Arc<Stats>,
+    /// The storage's clock: the window is wall-clock time (`Clock::unix_ms`).
+    clock: Clock,
 }
 
 /// Table records indexed per run when open catches the index up (a data directory from
 /// before the index, or a crash between the table's sync and the run's).
 const CATCH_UP_RUN_KEYS: usize = 1 << 20;
-
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The answer a key record holds, exactly as the client first saw it.
 pub(super) fn answer(k: &KeyRecord) -> BatchResult {
@@ -170,17 +165,13 @@ pub(super) fn record_of(lsn: Lsn, entry: &WalEntry, at_ms: u64) -> Option<KeyRec
 pub(super) type Moved = (String, Lsn, Lsn, u64, u64);
 
 impl KeyWindow {
-    pub(super) fn new(
-        table: Wal,
-        index: KeyIndex,
-        window_secs: u64,
-        stats: Arc<Stats>,
-    ) -> KeyWindow {
+    pub(super) fn new(table: Wal, index: KeyIndex, window_secs: u64, env: &Env) -> KeyWindow {
         KeyWindow {
             table,
             index,
             window_secs,
-            stats,
+            stats: env.stats.clone(),
+            clock: env.clock.clone(),
         }
     }
 
@@ -242,7 +233,7 @@ impl KeyWindow {
     /// A checkpointed key still inside the window: its newest table record, found through
     /// the index and read to compare the key (the index holds only hashes).
     pub(super) fn indexed(&self, key: &str) -> Result<Option<KeyState>, EngineError> {
-        let cutoff = self.cutoff_ms(now_ms());
+        let cutoff = self.cutoff_ms(self.clock.unix_ms());
         for (lsn, offset) in self.index.candidates(key.as_bytes())? {
             let rec = match self.table.read_record(lsn, offset) {
                 // Expired and retired since the lookup: older than the window.

@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use roost_storage::{lock, NoRoom};
+use roost_storage::{lock, Clock, NoRoom, Storage};
 use roost_wal::{Lsn, Wal, WalError};
 
 use super::backup_gate::Pins;
@@ -44,20 +44,29 @@ pub(super) struct Logs {
     claim_syncer: ClaimSyncer,
     /// On a real disk (a file's age is known there).
     real: bool,
+    /// The storage's clock (when a checkpoint was taken, how old a file is).
+    clock: Clock,
 }
 
 impl Logs {
-    pub(super) fn new(wal: Arc<Wal>, audit: Arc<Wal>, pins: Arc<Pins>, real: bool) -> Logs {
-        let claim_syncer = ClaimSyncer::start(wal.clone());
+    /// The logs over `wal` and `audit`, on `storage` (its clock, and whether it is real).
+    pub(super) fn new(
+        (wal, audit): (Arc<Wal>, Arc<Wal>),
+        pins: Arc<Pins>,
+        storage: &Arc<dyn Storage>,
+    ) -> Logs {
+        let clock = Clock::of(storage.clone());
+        let claim_syncer = ClaimSyncer::start(wal.clone(), clock.clone());
         Logs {
             wal,
             audit,
             checkpoints: Mutex::new(CheckpointState::default()),
             checkpoint_running: Mutex::new(()),
             pins,
-            rounds: Rounds::default(),
+            rounds: Rounds::new(clock.clone()),
             claim_syncer,
-            real,
+            real: storage.is_real(),
+            clock,
         }
     }
 
@@ -106,7 +115,7 @@ impl Logs {
     pub(super) fn checkpoint_taken(&self, wal_bytes: u64, c: Option<&Checkpoint>) {
         let mut st = self.state();
         st.wal_bytes_at_last = wal_bytes;
-        st.taken = Some(Instant::now());
+        st.taken = Some(self.clock.now());
         if let Some(c) = c {
             st.keys_through = c.keys_through;
             st.last_at_ms = c.at_ms;
@@ -135,7 +144,8 @@ impl Logs {
             0 => Duration::ZERO, // no checkpoint yet: the interval runs from this start
             at => Duration::from_millis(now.saturating_sub(at)).min(interval),
         };
-        st.taken = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
+        let now = self.clock.now();
+        st.taken = Some(now.checked_sub(age).unwrap_or(now));
         st.found_at_open = self.wal.recovery_report().bytes_scanned;
         st.last = (c.wal_from > 1).then(|| c.clone());
     }
@@ -284,8 +294,8 @@ impl Logs {
         Ok(())
     }
 
-    /// How long ago `path` was last written (zero when unknown: the simulated disk has no
-    /// clock, and an unreadable time keeps the file).
+    /// How long ago `path` was last written, by the storage's clock (zero when unknown: the
+    /// simulated disk keeps no file times, and an unreadable time keeps the file).
     fn file_age(&self, path: &Path) -> Duration {
         if !self.real {
             return Duration::ZERO;
@@ -293,7 +303,7 @@ impl Logs {
         std::fs::metadata(path)
             .and_then(|m| m.modified())
             .ok()
-            .and_then(|t| t.elapsed().ok())
+            .and_then(|t| self.clock.system_now().duration_since(t).ok())
             .unwrap_or(Duration::ZERO)
     }
 }

@@ -19,12 +19,12 @@
 //! The engine's parts, each owning its state: `logs` (the WAL, the audit log, the claim
 //! syncer, checkpoint state, the rounds waiting for their tail), `keys` (the key window),
 //! `shard_set` (the shard pool), `answers` (the spool and the publisher: every answer),
-//! `pause` (intake paused on a full disk), `held` (a standby's claims), `env` (storage,
-//! configuration, the latch, the directory lock), `claim_lock` (the planner lock and what
-//! it guards: keys, the id counter, overlays, open claims; the claim and rejection records
-//! appended under it, the WAL replayed into it). Views that borrow the parts one job needs:
-//! `room` (spares and the pause), `apply` (`Standby`), `settle` (the tail's rounds, and
-//! `names`: spool names reused during a tail). The steps that coordinate them: `plan` (the
+//! `pause` (intake paused on a full disk), `held` (a standby's claims), `env` (storage and
+//! its clock, configuration, the latch, the directory lock), `claim_lock` (the planner lock
+//! and what it guards: keys, the id counter, overlays, open claims; the claim and rejection
+//! records appended under it, the WAL replayed into it). Views that borrow the parts one job
+//! needs: `room` (spares and the pause), `apply` (`Standby`), `settle` (the tail's rounds,
+//! and `names`: spool names reused during a tail). The steps that coordinate them: `plan` (the
 //! way in, Plan and Claim), `finish` (Commit, Finish), `recover` (open-time replay),
 //! `checkpoint`; and `records` (the WAL and audit payloads), `owner` (shard owners on a
 //! thread pool), `crash` (named crash points), `trigger` (before-triggers), `stats`
@@ -72,10 +72,10 @@ pub mod trigger;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use roost_keyindex::{IndexOptions, KeyIndex};
-use roost_storage::{DirLock, LockError, Storage};
+use roost_storage::{Clock, DirLock, LockError, Storage};
 use roost_wal::{Lsn, Wal, WalOptions};
 
 use crate::config::Config;
@@ -91,7 +91,7 @@ use stats::Stats;
 pub use answers::is_detached;
 pub use apply::{Fetched, Standby};
 pub use figures::Figures;
-pub use keys::{committed_result, now_ms};
+pub use keys::committed_result;
 pub use log_role::{Lead, LogRole, OpenLogRole, Role, RoleParts};
 pub use memory::MemoryReport;
 pub use owner::ShardFigures;
@@ -161,13 +161,13 @@ impl Engine {
         opts: EngineOptions,
         progress: &dyn Fn(&str, u64, u64),
     ) -> Result<Engine, EngineError> {
-        let started = Instant::now();
         let EngineOptions {
             storage,
             config,
             crash,
             log_role,
         } = opts;
+        let started = storage.now();
         let layout = Layout::new(&config.data_dir);
         storage
             .create_dir_all(layout.data_dir())
@@ -185,19 +185,10 @@ impl Engine {
         let (failed, finished_cv) = (parts.failed.clone(), parts.changed.clone());
         let backup_pins = parts.pins.clone();
         let log_role = log_role.open(parts)?;
-        let log = logs::Logs::new(wal, audit.clone(), backup_pins, storage.is_real());
-        let (stats, opened) = (Arc::new(Stats::default()), Instant::now());
-        let mut env = env::Env {
-            storage,
-            layout,
-            config,
-            crash,
-            failed,
-            finished_cv,
-            opened,
-            stats: stats.clone(),
-            _lock: None,
-        };
+        let log = logs::Logs::new((wal, audit.clone()), backup_pins, &storage);
+        let stats = Arc::new(Stats::default());
+        let (parts, latch) = ((layout, config, crash), (failed, finished_cv));
+        let mut env = env::Env::new(storage, parts, latch, stats.clone());
         let shards = shard_set::ShardSet::start(&env, &audit)
             .map_err(io_err("start shard threads", env.layout.data_dir()))?;
         // The lock joins `env` once every part has started: an open that fails before drops
@@ -207,7 +198,7 @@ impl Engine {
         let intake = intake_bytes::Intakes::new(config.intake_bytes());
         let answers = answers::Answers::new(env.storage.clone(), config.clone(), spool, publisher);
         let window_secs = config.request_key_window_secs;
-        let key_window = keys::KeyWindow::new(key_table, index, window_secs, stats.clone());
+        let key_window = keys::KeyWindow::new(key_table, index, window_secs, &env);
         let engine = Engine {
             answers,
             keys: key_window,
@@ -216,7 +207,7 @@ impl Engine {
             log,
             claims: claim_lock::Claims::new(),
             held: held::HeldClaims::default(),
-            pause: pause::IntakePause::new(stats.clone()),
+            pause: pause::IntakePause::new(stats.clone(), env.clock.clone()),
             stats,
             intake,
             recovery: RecoveryReport::default(),
@@ -237,6 +228,11 @@ impl Engine {
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.env.storage
+    }
+
+    /// The storage's clock, which the engine reads for every time it decides by.
+    pub fn clock(&self) -> &Clock {
+        &self.env.clock
     }
 
     pub fn wal(&self) -> &Wal {
@@ -378,7 +374,7 @@ fn role_parts(
         wal: wal.clone(),
         failed: Arc::default(),
         changed: Arc::default(),
-        pins: Arc::default(),
+        pins: Arc::new(backup_gate::Pins::new(Clock::of(storage.clone()))),
     }
 }
 

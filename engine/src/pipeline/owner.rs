@@ -18,10 +18,10 @@
 //! number of shards; a shard waiting for an earlier turn, or compacting, is also run on the
 //! pool's tick (every [`TICK`]), as the thread per shard woke every 200 ms.
 //!
-//! An owner whose shard has been idle for `shard_idle_close_ms`, with nothing pending (no
-//! message, no turn, nothing applied and not flushed, no compaction under way), closes it:
-//! the `Shard` is dropped (maps, segment file descriptors, directory lock), and only its
-//! figures are kept ([`Held`]). The next message that needs the shard reopens it through the
+//! An owner whose shard has been idle for `shard_idle_close_ms` (by the storage's clock, as
+//! is the pool's tick), with nothing pending (no message, no turn, nothing applied and not
+//! flushed, no compaction under way), closes it: the `Shard` is dropped (maps, segment file
+//! descriptors, directory lock), and only its figures are kept ([`Held`]). The next message that needs the shard reopens it through the
 //! same [`ShardOpener`] the first use took, recovering its segments, before it is handled; a
 //! failure to reopen stops the owner like a failed write, and its askers get the failure
 //! with its class.
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use roost_shards::{
     CompactOptions, CompactProgress, CompactionStats, Shard, ShardOptions, Txn, TxnOp,
 };
-use roost_storage::{lock, NoRoom, Storage};
+use roost_storage::{lock, Clock, NoRoom, Storage};
 use roost_wal::Lsn;
 
 use super::crash::{CrashHook, CrashPoint, Step};
@@ -149,13 +149,17 @@ pub struct ShardSlot {
     spare_have: Arc<AtomicU64>,
 }
 
-/// What the owner needs from the engine: the crash hook, the progress clock and the pool.
+/// What the owner needs from the engine: the crash hook, the storage's clock and the moment
+/// of open (progress, the idle close, compaction's budget) and the pool.
 #[derive(Clone)]
 pub struct OwnerContext {
     /// The threads the owner's rounds run on.
     pub pool: Arc<ShardPool>,
     pub crash: Arc<dyn CrashHook>,
     pub stats: Arc<Stats>,
+    /// The storage's clock: every time the owner reads.
+    pub clock: Clock,
+    /// A reading of `clock` at the engine's open.
     pub opened: Instant,
     /// Compaction: only lsns at or below this (the last checkpoint) are compacted.
     pub horizon: Arc<AtomicU64>,
@@ -170,9 +174,10 @@ pub struct OwnerContext {
 
 impl OwnerContext {
     fn hit(&self, point: CrashPoint) -> Result<(), EngineError> {
-        self.stats
-            .last_progress_ms
-            .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.stats.last_progress_ms.store(
+            self.clock.since(self.opened).as_millis() as u64,
+            Ordering::Relaxed,
+        );
         self.crash.hit(point)
     }
 }
@@ -190,10 +195,11 @@ impl ShardSlot {
         let room = Arc::new(Mutex::new(shard.spare_missing()));
         let spare_have = Arc::new(AtomicU64::new(shard.spare_have()));
         let pool = Arc::downgrade(&ctx.pool);
+        let now = ctx.clock.now();
         let owner = Owner {
             name: name.to_owned(),
             held: Held::new(shard, opener, ctx.stats.clone()),
-            used_at: Instant::now(),
+            used_at: now,
             turns: turns.clone(),
             room: room.clone(),
             spare_have: spare_have.clone(),
@@ -201,7 +207,7 @@ impl ShardSlot {
             pending: BTreeMap::new(),
             flushes: Vec::new(),
             dead: None,
-            compacted_at: Instant::now(),
+            compacted_at: now,
         };
         let cell = Arc::new(Cell {
             name: name.to_owned(),
@@ -366,7 +372,9 @@ pub struct ShardPool {
     stop: AtomicBool,
     /// Every shard owner started on this pool (dropped ones are pruned on a tick).
     cells: Mutex<Vec<Weak<Cell>>>,
-    /// When the last tick ran, and how many ran.
+    /// The storage's clock, which says when a tick is due.
+    clock: Clock,
+    /// When the last tick ran (by `clock`), and how many ran.
     ticked: Mutex<(Instant, u64)>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }

@@ -1,12 +1,12 @@
-//! Whether intake is paused for want of disk room (`room.rs` decides when), and since when:
-//! the engine's part that remembers the pause, logs its start and end once each, and counts
-//! it. It never looks at a log or a shard.
+//! Whether intake is paused for want of disk room (`room.rs` decides when), and since when
+//! (by the storage's clock): the engine's part that remembers the pause, logs its start and
+//! end once each, and counts it. It never looks at a log or a shard.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use roost_storage::{lock, NoRoom};
+use roost_storage::{lock, Clock, NoRoom};
 use tracing::{info, warn};
 
 use super::stats::Stats;
@@ -18,6 +18,7 @@ pub struct Pause {
     /// `wal`, `audit` or `shard NAME`.
     pub part: String,
     pub why: NoRoom,
+    /// A reading of the storage's clock (`Engine::clock`).
     pub since: Instant,
 }
 
@@ -25,13 +26,15 @@ pub struct Pause {
 pub(super) struct IntakePause {
     current: Mutex<Option<Pause>>,
     stats: Arc<Stats>,
+    clock: Clock,
 }
 
 impl IntakePause {
-    pub(super) fn new(stats: Arc<Stats>) -> IntakePause {
+    pub(super) fn new(stats: Arc<Stats>, clock: Clock) -> IntakePause {
         IntakePause {
             current: Mutex::new(None),
             stats,
+            clock,
         }
     }
 
@@ -53,7 +56,7 @@ impl IntakePause {
             *p = Some(Pause {
                 part: part.to_owned(),
                 why: why.clone(),
-                since: Instant::now(),
+                since: self.clock.now(),
             });
         }
     }
@@ -66,7 +69,8 @@ impl IntakePause {
     /// Intake goes on (logged when it had been paused).
     pub(super) fn resumed(&self) {
         if let Some(p) = lock(&self.current).take() {
-            info!(part = %p.part, paused_ms = p.since.elapsed().as_millis() as u64,
+            let paused_ms = self.clock.since(p.since).as_millis() as u64;
+            info!(part = %p.part, paused_ms,
                 "intake resumed: the spare segments are made again");
         }
     }

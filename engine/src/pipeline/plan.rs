@@ -20,8 +20,9 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use roost_storage::Clock;
 use roost_wal::Lsn;
 use tracing::{debug, warn};
 
@@ -158,7 +159,7 @@ impl Engine {
         items: &[(&Batch, &str)],
         hand: &mut dyn FnMut(usize, &BatchResult),
     ) -> Result<Vec<Option<BatchResult>>, EngineError> {
-        let t0 = Instant::now();
+        let t0 = self.env.clock.now();
         let mut slots = Vec::with_capacity(items.len());
         let mut seen = HashSet::with_capacity(items.len());
         for (b, _) in items {
@@ -168,7 +169,7 @@ impl Engine {
             slots.push(self.before_lock(b, first)?);
         }
         let halt = self.plan_group(items, &mut slots)?;
-        let planned = Instant::now();
+        let planned = self.env.clock.now();
         let claims: Vec<(Lsn, &ClaimRecord)> = slots
             .iter()
             .filter_map(|s| match s {
@@ -219,7 +220,7 @@ impl Engine {
         }
         Ok(Slot::Plan {
             fp,
-            static_reject: precheck(&self.env.config, b),
+            static_reject: precheck(&self.env.config, &self.env.clock, b),
         })
     }
 
@@ -301,7 +302,7 @@ impl Engine {
 /// Static checks and before-triggers, in op order, without any lock: the first op that
 /// fails and why. These outcomes depend on the op alone, so they are the same on every
 /// attempt.
-fn precheck(config: &Config, batch: &Batch) -> Option<(usize, String)> {
+fn precheck(config: &Config, clock: &Clock, batch: &Batch) -> Option<(usize, String)> {
     for (i, op) in batch.ops.iter().enumerate() {
         let Some(sc) = config.shard(op.shard()) else {
             let reason = format!(
@@ -326,7 +327,7 @@ fn precheck(config: &Config, batch: &Batch) -> Option<(usize, String)> {
         if let Some(argv) = &sc.before_trigger {
             let input = trigger_input(&batch.request_key, i, op);
             let limit = Duration::from_millis(sc.trigger_timeout_ms);
-            if let Err(reason) = super::trigger::run(argv, &input, limit) {
+            if let Err(reason) = super::trigger::run(argv, &input, limit, clock) {
                 return Some((i, reason));
             }
         }

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 use roost_wal::Lsn;
 use tracing::info;
 
-use roost_storage::{lock, read_all, OpenMode};
+use roost_storage::{lock, read_all, Clock, OpenMode};
 
-use super::keys;
 use super::records::{decode_checkpoint, Checkpoint, ClaimLedger, ClaimRecord};
 use super::{io_err, Engine};
 use crate::error::EngineError;
@@ -28,21 +27,24 @@ pub struct RecoveryReport {
     pub audit_torn_bytes: u64,
 }
 
-/// Calls the caller's progress callback about ten times a second and logs once a second.
+/// Calls the caller's progress callback about ten times a second and logs once a second
+/// (by the storage's clock).
 struct Progress<'a> {
     callback: &'a dyn Fn(&str, u64, u64),
+    clock: Clock,
     last_call: Instant,
     last_log: Instant,
 }
 
 impl Progress<'_> {
     fn report(&mut self, phase: &str, done: u64, total: u64) {
-        if self.last_call.elapsed() >= Duration::from_millis(100) {
-            self.last_call = Instant::now();
+        let now = self.clock.now();
+        if now.saturating_duration_since(self.last_call) >= Duration::from_millis(100) {
+            self.last_call = now;
             (self.callback)(phase, done, total);
         }
-        if self.last_log.elapsed() >= Duration::from_secs(1) {
-            self.last_log = Instant::now();
+        if now.saturating_duration_since(self.last_log) >= Duration::from_secs(1) {
+            self.last_log = now;
             info!(phase, done, total, "recovery progress");
         }
     }
@@ -54,17 +56,19 @@ impl Engine {
         started: Instant,
         callback: &dyn Fn(&str, u64, u64),
     ) -> Result<Engine, EngineError> {
+        let (clock, now) = (self.env.clock.clone(), self.env.clock.now());
         let mut progress = Progress {
             callback,
-            last_call: Instant::now(),
-            last_log: Instant::now(),
+            clock,
+            last_call: now,
+            last_log: now,
         };
         // Step 0: the last checkpoint (or an empty one: replay from lsn 1), the key table's
         // keys still in the window, the id counter and each shard's flushed mark.
         let (storage, layout) = (self.env.storage.as_ref(), &self.env.layout);
         let _ = storage.remove(&layout.checkpoint().with_extension("tmp"));
         let ckpt = read_checkpoint(storage, layout)?;
-        let now = keys::now_ms();
+        let now = self.env.clock.unix_ms();
         let table_through = self.keys.catch_up_index()?;
         self.claims.lock().resume_from(&ckpt);
         let horizon = ckpt.wal_from.saturating_sub(1);
@@ -90,7 +94,7 @@ impl Engine {
             self.sync()?;
         }
         self.recovery = RecoveryReport {
-            duration: started.elapsed(),
+            duration: self.env.clock.since(started),
             wal_records: records,
             batches_finished: finished,
             wal_torn_bytes: self.log.wal().recovery_report().torn_bytes_truncated,

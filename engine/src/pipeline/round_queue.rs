@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use roost_storage::lock;
+use roost_storage::{lock, Clock};
 use roost_wal::Lsn;
 
 use super::owner::ShardSlot;
@@ -22,11 +22,12 @@ pub(super) struct Waiting {
 }
 
 /// The claims waiting for a round, and the lock a round holds while it runs.
-#[derive(Default)]
 pub(super) struct Rounds {
     queue: Mutex<Queue>,
     /// Held while a round runs: one at a time.
     pub running: Mutex<()>,
+    /// The storage's clock: how long the oldest claim has waited.
+    clock: Clock,
 }
 
 /// What waits: the claims in hand-in order, the last audit row any of them wrote, and when
@@ -39,12 +40,20 @@ struct Queue {
 }
 
 impl Rounds {
+    pub fn new(clock: Clock) -> Rounds {
+        Rounds {
+            queue: Mutex::default(),
+            running: Mutex::default(),
+            clock,
+        }
+    }
+
     /// Adds answered claims (and the last audit row they wrote); returns how many wait now.
     pub fn hand_in(&self, claims: impl Iterator<Item = Waiting>, last_row: Option<Lsn>) -> usize {
         let mut q = lock(&self.queue);
         q.claims.extend(claims);
         q.last_row = q.last_row.max(last_row);
-        q.since.get_or_insert_with(Instant::now);
+        q.since.get_or_insert_with(|| self.clock.now());
         q.claims.len()
     }
 
@@ -60,11 +69,11 @@ impl Rounds {
         lock(&self.queue).claims.len()
     }
 
-    /// Whether the oldest claim waiting has waited `at_least`.
+    /// Whether the oldest claim waiting has waited `at_least`, by the storage's clock.
     pub fn waited(&self, at_least: Duration) -> bool {
         lock(&self.queue)
             .since
-            .is_some_and(|t| t.elapsed() >= at_least)
+            .is_some_and(|t| self.clock.since(t) >= at_least)
     }
 }
 

@@ -133,7 +133,7 @@ impl Settler<'_> {
         for (c, done) in claims.iter().zip(dones) {
             self.claims.lock().close(c, done);
             self.env.finished_cv.notify_all();
-            self.stats.latency.finish.record(c.committed.elapsed());
+            (self.stats.latency.finish).record(self.env.clock.since(c.committed));
         }
         let n = claims.len() as u64;
         self.stats.tail_rounds.fetch_add(1, Ordering::Relaxed);

@@ -112,13 +112,14 @@ impl ShardSet {
     /// Starts the standby's effects flusher, then the pool's `shard_threads` threads.
     pub(super) fn start(env: &Env, audit: &Arc<Wal>) -> std::io::Result<ShardSet> {
         let flusher = EffectsFlusher::start(audit.clone(), env.failed.clone());
-        let pool = ShardPool::start(env.config.shard_threads)?;
+        let pool = ShardPool::start(env.config.shard_threads, env.clock.clone())?;
         let c = &env.config;
         let idle_close_ms = c.shard_idle_close_ms;
         let owners = OwnerContext {
             pool: pool.clone(),
             crash: env.crash.clone(),
             stats: env.stats.clone(),
+            clock: env.clock.clone(),
             opened: env.opened,
             horizon: Arc::new(AtomicU64::new(0)),
             gate: Arc::default(),

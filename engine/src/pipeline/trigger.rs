@@ -1,19 +1,22 @@
 //! Before-triggers: a configured program run for an op, with the op as JSON on stdin, no
 //! shell, under a time limit. Exit 0 accepts the op; anything else rejects it with the
-//! (bounded) stderr as the reason. A trigger that hangs is killed at the limit; one that
-//! cannot be started rejects the op with the reason.
+//! (bounded) stderr as the reason. A trigger that hangs is killed at the limit, by the
+//! storage's clock (on the simulated disk, once the test has moved it past the limit); one
+//! that cannot be started rejects the op with the reason.
 
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use roost_storage::Clock;
 
 /// At most this much of a trigger's stderr is kept (the rest is drained and dropped).
 pub const TRIGGER_STDERR_BYTES_MAX: usize = 4096;
 
-/// `Ok(())` accepts; `Err(reason)` rejects.
-pub fn run(argv: &[String], input: &[u8], timeout: Duration) -> Result<(), String> {
+/// `Ok(())` accepts; `Err(reason)` rejects. `timeout` runs by `clock`.
+pub fn run(argv: &[String], input: &[u8], timeout: Duration, clock: &Clock) -> Result<(), String> {
     let Some((prog, args)) = argv.split_first() else {
         return Err("before_trigger is empty".into());
     };
@@ -30,7 +33,7 @@ pub fn run(argv: &[String], input: &[u8], timeout: Duration) -> Result<(), Strin
         .spawn()
         .map_err(|e| format!("before_trigger {prog:?} could not start: {e}"))?;
     let (writer, stderr_rx) = feed_and_drain(&mut child, input);
-    let status = wait_until(&mut child, prog, timeout);
+    let status = wait_until(&mut child, prog, (timeout, clock));
     // A grandchild may still hold the pipes open: never wait on it for long.
     let stderr = stderr_rx
         .recv_timeout(Duration::from_millis(200))
@@ -82,18 +85,18 @@ fn feed_and_drain(
     (writer, rx)
 }
 
-/// Waits for the trigger until `timeout`, then kills its whole process group (a trigger's own
-/// children die with it).
+/// Waits for the trigger until `timeout` has passed by `clock`, then kills its whole process
+/// group (a trigger's own children die with it).
 fn wait_until(
     child: &mut std::process::Child,
     prog: &str,
-    timeout: Duration,
+    (timeout, clock): (Duration, &Clock),
 ) -> Result<std::process::ExitStatus, String> {
-    let deadline = Instant::now() + timeout;
+    let deadline = clock.now() + timeout;
     loop {
         match child.try_wait() {
             Ok(Some(st)) => return Ok(st),
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if clock.now() >= deadline => {
                 if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
                     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
                 }

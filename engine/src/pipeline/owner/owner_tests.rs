@@ -38,11 +38,13 @@ fn slot_with(
         },
     };
     let shard = opener.open("s").expect("open");
+    let clock = Clock::of(Arc::new(disk.clone()));
     let ctx = OwnerContext {
-        pool: ShardPool::start(2).expect("pool"),
+        pool: ShardPool::start(2, clock.clone()).expect("pool"),
         crash,
         stats: Arc::new(Stats::default()),
-        opened: Instant::now(),
+        opened: clock.now(),
+        clock,
         horizon: Arc::new(AtomicU64::new(0)),
         gate: Arc::new(BackupGate::default()),
         compact_rate: 0,
@@ -167,13 +169,38 @@ fn the_reply_waits_for_the_largest_lsn_whatever_the_message_order() {
     );
 }
 
-/// Waits until the owner says its shard is closed.
-fn wait_closed(s: &ShardSlot) {
+/// Waits until the owner says its shard is closed, moving `disk`'s clock a tick at a time
+/// (the owner's idle time and the pool's tick run by it).
+fn wait_closed(disk: &SimStorage, s: &ShardSlot) {
     let until = Instant::now() + PATIENCE;
     while s.stats().expect("stats").open {
         assert!(Instant::now() < until, "never closed while idle");
+        disk.advance(TICK);
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Goal: a shard's idle close runs by the storage's clock, not the real one: on the
+/// simulated disk, a shard idle for ten times its `idle_close` in real time stays open
+/// while the disk's clock stands still (rounds run on the pool meanwhile, each looking at
+/// the idle close), and closes once the clock is moved past it.
+#[test]
+fn an_idle_close_waits_for_the_storage_clock() {
+    let disk = SimStorage::new();
+    let s = slot_on(&disk, None, Some(Duration::from_millis(20)));
+    let rx = s.send_apply(creates(&[1])).expect("send");
+    assert!(answer(&rx, "applied").is_ok());
+    let rx = s.send_flush(0).expect("flush");
+    assert!(answer(&rx, "flushed").is_ok());
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        // Each poll is a round on the pool, ending with the idle close's check.
+        assert!(
+            s.stats().expect("stats").open,
+            "closed with the clock standing still"
+        );
+    }
+    wait_closed(&disk, &s);
 }
 
 #[test]
@@ -188,12 +215,12 @@ fn a_shard_closed_while_idle_reopens_and_a_failed_reopen_keeps_its_class() {
     assert!(answer(&rx, "applied").is_ok());
     let rx = s.send_flush(0).expect("flush");
     assert!(answer(&rx, "flushed").is_ok());
-    wait_closed(&s);
+    wait_closed(&disk, &s);
     let kept = s.stats().expect("stats");
     assert_eq!((kept.records, kept.max_id, kept.open), (2, 2, false));
     assert!(s.contains(2).expect("reopened"), "answers as before");
     assert!(s.stats().expect("stats").open);
-    wait_closed(&s);
+    wait_closed(&disk, &s);
     let seg = PathBuf::from("/sim/s/0000000001.seg");
     let mut bytes = disk.file_bytes(&seg).expect("segment");
     let at = bytes.windows(2).position(|w| w == b"{}").expect("frame 1");

@@ -102,14 +102,15 @@ impl Cell {
 }
 
 impl ShardPool {
-    /// Starts `threads` pool threads (at least one).
-    pub fn start(threads: usize) -> std::io::Result<Arc<ShardPool>> {
+    /// Starts `threads` pool threads (at least one), ticking by `clock`.
+    pub fn start(threads: usize, clock: Clock) -> std::io::Result<Arc<ShardPool>> {
         let pool = Arc::new(ShardPool {
             queue: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
             cells: Mutex::new(Vec::new()),
-            ticked: Mutex::new((Instant::now(), 0)),
+            ticked: Mutex::new((clock.now(), 0)),
+            clock,
             threads: Mutex::new(Vec::new()),
         });
         for i in 0..threads.max(1) {
@@ -140,17 +141,18 @@ impl ShardPool {
         q.pop_front()
     }
 
-    /// Once per [`TICK`] (one thread does it): queues the shards that asked for a tick, and
-    /// every shard every [`FULL_TICK_EVERY`] ticks.
+    /// Once per [`TICK`] by the storage's clock (one thread does it): queues the shards that
+    /// asked for a tick, and every shard every [`FULL_TICK_EVERY`] ticks.
     pub(super) fn tick_if_due(&self) {
         let n = {
             let Ok(mut t) = self.ticked.try_lock() else {
                 return;
             };
-            if t.0.elapsed() < TICK {
+            let now = self.clock.now();
+            if now.saturating_duration_since(t.0) < TICK {
                 return;
             }
-            *t = (Instant::now(), t.1 + 1);
+            *t = (now, t.1 + 1);
             t.1
         };
         let cells: Vec<Arc<Cell>> = {

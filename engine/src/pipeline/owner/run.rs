@@ -54,11 +54,12 @@ impl Owner {
             || shard.unflushed()
             || shard.compaction_stats().in_progress
             || shard.spare_missing().is_some();
-        if busy || self.used_at.elapsed() < after {
+        let idle = self.ctx.clock.since(self.used_at);
+        if busy || idle < after {
             return;
         }
         self.held.close();
-        tracing::debug!(shard = %self.name, idle_ms = self.used_at.elapsed().as_millis() as u64, "shard closed while idle");
+        tracing::debug!(shard = %self.name, idle_ms = idle.as_millis() as u64, "shard closed while idle");
     }
 
     /// An open shard whose idle close comes sooner than the pool's full tick asks for every
@@ -168,9 +169,10 @@ impl Drop for Held {
 impl Owner {
     /// Queues an apply or a flush; answers a read at once.
     pub(super) fn take(&mut self, m: ShardMsg) {
+        let now = self.ctx.clock.now();
         match m {
             ShardMsg::Apply { mut txns, reply } => {
-                self.used_at = Instant::now();
+                self.used_at = now;
                 // Applied in lsn order: the largest lsn is the message's last, and a failure
                 // before it leaves it pending, refused with the failure (`refuse_all`).
                 let mut reply = Some(reply);
@@ -187,11 +189,11 @@ impl Owner {
                 }
             }
             ShardMsg::Flush { k, reply } => {
-                self.used_at = Instant::now();
+                self.used_at = now;
                 self.flushes.push((k, reply));
             }
             ShardMsg::Contains { id, reply } => {
-                self.used_at = Instant::now();
+                self.used_at = now;
                 let _ = reply.send(self.contains(id));
             }
             ShardMsg::Stats { reply } => {
@@ -201,11 +203,11 @@ impl Owner {
                 let _ = reply.send(self.held.compaction());
             }
             ShardMsg::Refill { reply } => {
-                self.used_at = Instant::now();
+                self.used_at = now;
                 let _ = reply.send(self.refill());
             }
             ShardMsg::Reserve { bytes, reply } => {
-                self.used_at = Instant::now();
+                self.used_at = now;
                 let _ = reply.send(self.reserve(bytes));
             }
         }
@@ -267,8 +269,8 @@ impl Owner {
     /// Returns whether compaction may have more to do (a step that did something, or one
     /// not due yet).
     pub(super) fn compact_idle(&mut self) -> bool {
-        let rate = self.ctx.compact_rate;
-        let elapsed = self.compacted_at.elapsed();
+        let (rate, now) = (self.ctx.compact_rate, self.ctx.clock.now());
+        let elapsed = now.saturating_duration_since(self.compacted_at);
         // A closed shard is not reopened to compact: it compacts once a message reopens it.
         let Some(shard) = self.held.shard.as_mut() else {
             return false;
@@ -279,7 +281,7 @@ impl Owner {
         if elapsed < Duration::from_millis(10) {
             return true;
         }
-        self.compacted_at = Instant::now();
+        self.compacted_at = now;
         let budget = (rate as f64 * elapsed.as_secs_f64()) as u64;
         let o = CompactOptions {
             budget_bytes: budget.clamp(1, COMPACT_STEP_MAX),

@@ -402,24 +402,29 @@ pub fn run_null_pair() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The null's `standby / local` beside roost's stream and files at the leader: roost's
-/// ratio read against the machine's.
+/// The null's `standby / local` beside roost's stream and files at the leader, and the
+/// ratio roost's stream would have if `ack = "standby"` cost it only what it costs the null
+/// (the null's added wait per request, `n / standby - n / local`, on top of roost's own
+/// `ack = "local"` wait): roost's ratio read against what this machine allows.
 fn print_null(all: &[(&str, Round)], nulls: &[NullRound], sz: &Sizes) {
     println!();
-    println!("| clients (medians of rounds) | null local/s | null standby/s | null standby/local | roost stream standby/local | roost files standby/local |");
-    println!("|---|---|---|---|---|---|");
-    for (i, n) in sz.clients.iter().enumerate() {
+    println!("| clients (medians of rounds) | null local/s | null standby/s | null standby/local | null's added wait, ms | roost stream standby/local | roost stream if it added only the null's wait | roost files standby/local |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, &n) in sz.clients.iter().enumerate() {
         let l = median(nulls.iter().map(|r| r.local[i]).collect());
         let s = median(nulls.iter().map(|r| r.standby[i]).collect());
-        let roost = |intake: Intake| {
-            let f = |x: &Round| x.at[0].get(intake, i);
-            med(all, "standby", &f) / med(all, "local", &f)
-        };
+        let stream = |x: &Round| x.at[0].get(Intake::Stream, i);
+        let files = |x: &Round| x.at[0].get(Intake::Files, i);
+        let local_stream = med(all, "local", &stream);
+        let added = n as f64 / s - n as f64 / l;
+        let wait = n as f64 / local_stream;
         println!(
-            "| {n} | {l:.0} | {s:.0} | {:.2} | {:.2} | {:.2} |",
+            "| {n} | {l:.0} | {s:.0} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} |",
             s / l,
-            roost(Intake::Stream),
-            roost(Intake::Files)
+            added * 1e3,
+            med(all, "standby", &stream) / local_stream,
+            wait / (wait + added),
+            med(all, "standby", &files) / med(all, "local", &files),
         );
     }
 }

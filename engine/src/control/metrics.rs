@@ -6,6 +6,7 @@
 //! writes `# UNIT`), and a renamed metric's old name is exported beside the new one only with
 //! `metrics_legacy_names = true` (docs/metrics.md, "Renamed"). Never changes the engine.
 
+use roost_storage::Clock;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -343,7 +344,7 @@ fn durability_figures(engine: &Engine) -> Vec<Figure> {
         seconds(
             "roost_checkpoint_age",
             "Time since the last checkpoint (0 before the first).",
-            checkpoint_age_seconds(&f, engine.clock().unix_ms()),
+            checkpoint_age_seconds(&f, Clock::of(engine.storage().clone()).unix_ms()),
         ),
     ]
 }

@@ -2,6 +2,7 @@
 //! figures (and a cluster node's view). The shape is a public contract: fields are only
 //! added, never renamed or removed. Never writes anything.
 
+use roost_storage::Clock;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -60,7 +61,7 @@ pub fn status_json(node: &Node) -> serde_json::Value {
         "bulk": bulk_json(engine),
         "file_groups": s.file_groups.load(Ordering::Relaxed),
         "files_in_groups": s.files_in_groups.load(Ordering::Relaxed),
-        "checkpoint": checkpoint_json(&f, engine.clock().unix_ms()),
+        "checkpoint": checkpoint_json(&f, Clock::of(engine.storage().clone()).unix_ms()),
         "live_keys": f.live_keys(),
         "memory": memory_json(engine),
         "key_index": key_index_json(engine, &f),
@@ -189,7 +190,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
             "file": p.why.path.display().to_string(),
             "needed_bytes": p.why.needed_bytes,
             "error": p.why.error,
-            "paused_ms": engine.clock().since(p.since).as_millis() as u64,
+            "paused_ms": Clock::of(engine.storage().clone()).since(p.since).as_millis() as u64,
             "pauses": pauses,
         }),
     }

@@ -230,11 +230,6 @@ impl Engine {
         &self.env.storage
     }
 
-    /// The storage's clock, which the engine reads for every time it decides by.
-    pub fn clock(&self) -> &Clock {
-        &self.env.clock
-    }
-
     pub fn wal(&self) -> &Wal {
         self.log.wal()
     }

@@ -329,7 +329,7 @@ pub fn run() -> anyhow::Result<()> {
         if r % 2 == 1 {
             order.reverse();
         }
-        let null = null_round(&root.join(format!("r{r}-null")), &sz)?;
+        let null = null_round(&root.join(format!("r{r}-null")), &sz, r)?;
         println!(
             "round {r} replicated durable null: clients {:?}: local {:?}/s, standby {:?}/s",
             sz.clients,
@@ -356,17 +356,22 @@ struct NullRound {
     standby: Vec<f64>,
 }
 
-/// Every client count of `sz`, in both modes, the two modes in turn for each count.
-fn null_round(dir: &Path, sz: &Sizes) -> anyhow::Result<NullRound> {
+/// Every client count of `sz`, in both modes, the two modes in turn for each count (which
+/// goes first alternates with the round, as roost's modes do).
+fn null_round(dir: &Path, sz: &Sizes, round: usize) -> anyhow::Result<NullRound> {
     let mut r = NullRound {
         local: Vec::new(),
         standby: Vec::new(),
     };
     for &n in &sz.clients {
-        r.local
-            .push(null_pair::closed_loop(&dir.join("l"), n, sz.cell, false)?);
-        r.standby
-            .push(null_pair::closed_loop(&dir.join("s"), n, sz.cell, true)?);
+        let odd = !round.is_multiple_of(2);
+        for standby in [odd, !odd] {
+            let rate = null_pair::closed_loop(&dir.join("pair"), n, sz.cell, standby)?;
+            match standby {
+                true => r.standby.push(rate),
+                false => r.local.push(rate),
+            }
+        }
     }
     Ok(r)
 }
@@ -388,7 +393,7 @@ pub fn run_null_pair() -> anyhow::Result<()> {
     );
     let mut nulls = Vec::new();
     for r in 0..sz.rounds {
-        let null = null_round(&root.join(format!("r{r}")), &sz)?;
+        let null = null_round(&root.join(format!("r{r}")), &sz, r)?;
         println!(
             "round {r}: clients {:?}: local {:?}/s, standby {:?}/s",
             sz.clients,

@@ -1,7 +1,8 @@
 //! One finish function and one durability tail (issue 46): every answer reaches the spool
-//! through `Answers::deliver` (the only caller of the publisher's writes and of the input's
-//! removal), and every claim's applied effects become durable through `effects_durable`'s
-//! halves (the only sender of a shard flush). ARCHITECTURE.md names both; this test fails
+//! through `Answers::deliver` (the only caller of the publisher's writes, and with
+//! recovery's ownership check the only remover of an input), and every claim's applied
+//! effects become durable through `effects_durable`'s halves (the only sender of a shard
+//! flush). ARCHITECTURE.md names both; this test fails
 //! when a second path appears in the engine's production code.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
@@ -16,7 +17,16 @@ use source::{production_code, repo, rust_files};
 /// (what is called, the functions allowed to call it, as `file:fn`).
 const ONE_PATH: &[(&str, &[&str])] = &[
     (".publish_many(", &["pipeline/answers.rs:publish_all"]),
-    (".publish()", &["pipeline/answers.rs:publish_all"]),
+    (".publish_bytes(", &[]),
+    (
+        ".publish(",
+        &[
+            "pipeline/answers.rs:publish_all",
+            // `Engine::publish`, which delivers (`finish.rs`).
+            "intake/invalid_files.rs:quarantine",
+        ],
+    ),
+    ("::publish", &[]),
     (
         "remove_input(",
         &[
@@ -99,7 +109,7 @@ fn every_answer_goes_through_deliver_and_every_flush_through_the_one_tail() {
     assert!(files.len() > 50, "the engine's sources were not found");
     let found = callers(&files);
     for (call, fns) in ONE_PATH {
-        for f in *fns {
+        for f in fns.iter() {
             let seen = found.iter().any(|(who, c)| who == f && c == call);
             assert!(seen, "{f} no longer calls {call}: update the list");
         }
@@ -130,13 +140,20 @@ fn architecture_names_the_one_finish_and_the_one_tail() {
 
 #[test]
 fn a_second_path_is_seen() {
-    let files = vec![(
-        "pipeline/plan.rs".to_owned(),
-        production_code("fn sneak() {\n    self.publisher.publish_many(&x);\n}\n"),
-    )];
+    let text = "fn sneak() {\n    self.publisher.publish_many(&x);\n}\nfn one(p: &Publisher) {\n    p.publish(name, r)?;\n    p.publish_bytes(name, b)?;\n    Publisher::publish_many(p, &x)?;\n}\n#[cfg(test)]\nmod tests;\nfn after() { s.send_flush(0); }\n";
+    let files = vec![("pipeline/plan.rs".to_owned(), production_code(text))];
     let second = second_paths(&callers(&files));
-    assert_eq!(
-        second,
-        vec!["pipeline/plan.rs:sneak calls .publish_many(".to_owned()]
-    );
+    let expected = [
+        "pipeline/plan.rs:after calls .send_flush(",
+        "pipeline/plan.rs:one calls .publish(",
+        "pipeline/plan.rs:one calls .publish_bytes(",
+        "pipeline/plan.rs:one calls ::publish",
+        "pipeline/plan.rs:sneak calls .publish_many(",
+    ];
+    assert_eq!(second, expected);
+}
+
+#[test]
+fn the_source_reader_keeps_what_it_must() {
+    source::production_code_self_check();
 }

@@ -36,21 +36,34 @@ const FOLLOWERS: usize = 2;
 /// What the leader and its threads share.
 #[derive(Default)]
 struct Shared {
-    /// Requests written to the leader's log (the last one's number).
+    /// Requests written to the leader's log (the last one's number); every condvar below
+    /// waits under it, so no signal is missed between a check and a wait.
     written: Mutex<u64>,
-    /// Signalled whenever `synced` or an ack moves, or a request is written.
-    moved: Condvar,
+    /// Signalled when a request is written: the syncer and the shippers wait on it.
+    work: Condvar,
+    /// Signalled when `synced` or an ack moves (or a sync failed): the clients wait on it.
+    answered: Condvar,
     synced: AtomicU64,
     acked: [AtomicU64; FOLLOWERS],
     /// Bytes written and not yet shipped, per follower, with the last request's number.
     outbox: [Mutex<(Vec<u8>, u64)>; FOLLOWERS],
+    /// A sync or a write failed: every request fails at once.
+    failed: AtomicBool,
     stop: AtomicBool,
 }
 
 impl Shared {
-    fn notify(&self) {
+    /// Wakes the clients (after `synced` or an ack moved).
+    fn answer(&self) {
         let _g = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        self.moved.notify_all();
+        self.answered.notify_all();
+    }
+
+    /// Wakes everyone (a stop or a failure).
+    fn wake_all(&self) {
+        let _g = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        self.work.notify_all();
+        self.answered.notify_all();
     }
 }
 
@@ -142,7 +155,7 @@ impl Pair {
                 o.0.extend_from_slice(bytes);
                 o.1 = *w;
             }
-            sh.moved.notify_all();
+            sh.work.notify_all();
             *w
         };
         let done = || {
@@ -153,23 +166,30 @@ impl Pair {
         let mut g = sh.written.lock().unwrap_or_else(|p| p.into_inner());
         while !done() {
             ensure!(
+                !sh.failed.load(Ordering::SeqCst),
+                "a sync or a write failed"
+            );
+            ensure!(
                 Instant::now() < deadline,
                 "request {n} unanswered after {ANSWER_WAIT:?}"
             );
-            g = (sh.moved.wait_timeout(g, Duration::from_millis(50)))
+            g = (sh.answered.wait_timeout(g, Duration::from_millis(50)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
         Ok(())
     }
+}
 
-    fn stop(self) {
+impl Drop for Pair {
+    /// Every thread told, its socket shut, and joined.
+    fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.notify();
+        self.shared.wake_all();
         for s in &self.sockets {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        for t in self.threads {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -181,17 +201,21 @@ fn sync_leader(sh: &Shared, file: &File) {
         let target = {
             let mut w = sh.written.lock().unwrap_or_else(|p| p.into_inner());
             while *w <= sh.synced.load(Ordering::Acquire) && !sh.stop.load(Ordering::SeqCst) {
-                w = (sh.moved.wait_timeout(w, Duration::from_millis(50)))
+                w = (sh.work.wait_timeout(w, Duration::from_millis(50)))
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
             *w
         };
-        if sh.stop.load(Ordering::SeqCst) || file.sync_data().is_err() {
+        if sh.stop.load(Ordering::SeqCst) {
             return;
         }
+        if file.sync_data().is_err() {
+            sh.failed.store(true, Ordering::SeqCst);
+            return sh.wake_all();
+        }
         sh.synced.store(target, Ordering::Release);
-        sh.notify();
+        sh.answer();
     }
 }
 
@@ -204,7 +228,7 @@ fn ship(sh: &Shared, f: usize, mut out: TcpStream) {
                 if sh.stop.load(Ordering::SeqCst) {
                     return;
                 }
-                w = (sh.moved.wait_timeout(w, Duration::from_millis(50)))
+                w = (sh.work.wait_timeout(w, Duration::from_millis(50)))
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
@@ -227,7 +251,7 @@ fn take_acks(sh: &Shared, f: usize, mut back: TcpStream) {
     let mut buf = [0u8; 8];
     while back.read_exact(&mut buf).is_ok() {
         sh.acked[f].store(u64::from_le_bytes(buf), Ordering::Release);
-        sh.notify();
+        sh.answer();
     }
 }
 
@@ -263,8 +287,12 @@ fn follower(log: Log, stream: TcpStream, sh: Arc<Shared>) -> anyhow::Result<[Joi
             }
             g.0
         };
-        if sh.stop.load(Ordering::SeqCst) || file.sync_data().is_err() {
+        if sh.stop.load(Ordering::SeqCst) {
             return;
+        }
+        if file.sync_data().is_err() {
+            sh.failed.store(true, Ordering::SeqCst);
+            return sh.wake_all();
         }
         state.0.lock().unwrap_or_else(|p| p.into_inner()).1 = target;
         if output.write_all(&target.to_le_bytes()).is_err() {
@@ -304,9 +332,7 @@ pub fn closed_loop(
             .map_err(|_| anyhow::anyhow!("a client panicked"))??;
     }
     let rate = total as f64 / start.elapsed().as_secs_f64();
-    if let Ok(p) = Arc::try_unwrap(pair) {
-        p.stop();
-    }
+    drop(pair); // the last reference: its threads stop (`Drop`)
     let _ = std::fs::remove_dir_all(dir);
     Ok(rate)
 }
@@ -332,7 +358,7 @@ mod tests {
             }
             assert!(pair.shared.synced.load(Ordering::Acquire) >= n);
         }
-        pair.stop();
+        drop(pair);
         let rate = closed_loop(&dir, 2, Duration::from_millis(200), true).expect("run");
         assert!(rate > 0.0);
     }

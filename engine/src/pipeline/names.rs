@@ -73,30 +73,22 @@ impl Answers {
         (lsn, claim): (Lsn, &ClaimRecord),
         r: &BatchResult,
     ) -> Result<(), EngineError> {
+        // The input goes at once, as before any other step: a client that saw the answer
+        // may reuse the name, and recovery must not take the new file.
         let input = self.input_owner(claim)?;
+        if input == Owner::This {
+            self.remove_input(&claim.source)?;
+        }
+        tail.env.hit(Step::AfterInputRemoved.at())?;
         let out = self.answer_owner(claim)?;
-        let removed = if input == Owner::This {
-            Input::RemovedFirst
-        } else {
-            Input::Kept
-        };
         if input == Owner::Another || out == Owner::Another {
-            if removed == Input::RemovedFirst {
-                self.remove_input(&claim.source)?;
-            }
-            tail.env.hit(Step::AfterInputRemoved.at())?;
             info!(file = %claim.source, request_key = %claim.request_key, ?input, ?out,
                 "recovery: the name now belongs to another request; its input and answer are left alone");
             return tail.env.hit(Step::AfterResult.at());
         }
         let line = r.to_json_line();
-        let d = Delivery {
-            name: &claim.source,
-            bytes: Some(&line),
-            settle: Some(Some(lsn)),
-            input: removed,
-            claimed: true,
-        };
-        self.deliver(tail, &[d], None)
+        let d = Delivery::unclaimed(&claim.source, &line, Some(Some(lsn)), Input::Kept);
+        self.deliver(tail, &[d], None)?;
+        tail.env.hit(Step::AfterResult.at())
     }
 }

@@ -18,7 +18,7 @@ pub struct Pause {
     /// `wal`, `audit` or `shard NAME`.
     pub part: String,
     pub why: NoRoom,
-    /// A reading of the storage's clock (`Engine::clock`).
+    /// A reading of the storage's clock (`Env::clock`; status reads `Clock::of` the storage).
     pub since: Instant,
 }
 

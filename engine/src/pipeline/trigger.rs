@@ -86,17 +86,21 @@ fn feed_and_drain(
 }
 
 /// Waits for the trigger until `timeout` has passed by `clock`, then kills its whole process
-/// group (a trigger's own children die with it).
+/// group (a trigger's own children die with it). The sleeps between looks are counted too:
+/// they take at least their length of real time, so a trigger (a real process) is killed
+/// in time even on a simulated disk whose clock stands still.
 fn wait_until(
     child: &mut std::process::Child,
     prog: &str,
     (timeout, clock): (Duration, &Clock),
 ) -> Result<std::process::ExitStatus, String> {
     let deadline = clock.now() + timeout;
+    let step = Duration::from_millis(2);
+    let mut slept = Duration::ZERO;
     loop {
         match child.try_wait() {
             Ok(Some(st)) => return Ok(st),
-            Ok(None) if clock.now() >= deadline => {
+            Ok(None) if clock.now() >= deadline || slept >= timeout => {
                 if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
                     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
                 }
@@ -107,7 +111,10 @@ fn wait_until(
                     timeout.as_millis()
                 ));
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                std::thread::sleep(step);
+                slept += step;
+            }
             Err(e) => return Err(format!("before_trigger {prog:?}: wait failed: {e}")),
         }
     }

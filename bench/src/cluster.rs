@@ -312,16 +312,7 @@ pub fn run() -> anyhow::Result<()> {
         "roost cluster benchmark in {} with {}: {} rounds; 3 nodes + etcd on loopback, mutual TLS, lease_ms 3000; burst of {} files, closed-loop clients {:?} for {:?} each; batches of 10 creates of ~100 B; file and stream clients (one batch outstanding each) and a bulk file of {} lines, at the leader and at a standby",
         root.display(), bin.display(), sz.rounds, sz.burst, sz.clients, sz.cell, sz.bulk
     );
-    let sync = raw_fdatasync(
-        &root.join("raw-sync"),
-        1200,
-        Duration::from_secs(1),
-        SyncFile::Append,
-    )?;
-    println!(
-        "raw disk: {:.0} fdatasync/s (1.2 KB writes)",
-        sync.ops_per_sec
-    );
+    let sync = raw_sync(&root)?;
     let mut all: Vec<(&str, Round)> = Vec::new();
     let mut nulls: Vec<NullRound> = Vec::new();
     for r in 0..sz.rounds {
@@ -330,12 +321,7 @@ pub fn run() -> anyhow::Result<()> {
             order.reverse();
         }
         let null = null_round(&root.join(format!("r{r}-null")), &sz, r)?;
-        println!(
-            "round {r} replicated durable null: clients {:?}: local {:?}/s, standby {:?}/s",
-            sz.clients,
-            rounded(&null.local),
-            rounded(&null.standby)
-        );
+        print_null_round(&format!("round {r} replicated durable null"), &null, &sz);
         nulls.push(null);
         for ack in order {
             let x = run_round(&bin, &root.join(format!("r{r}-{ack}")), ack, &sz)?;
@@ -343,7 +329,7 @@ pub fn run() -> anyhow::Result<()> {
             all.push((ack, x));
         }
     }
-    print_table(&all, &sz, sync.ops_per_sec);
+    print_table(&all, &sz, sync);
     print_places(&all, &sz);
     print_null(&all, &nulls, &sz);
     let _ = std::fs::remove_dir_all(&root);
@@ -381,30 +367,36 @@ pub fn run_null_pair() -> anyhow::Result<()> {
     let sz = sizes();
     let root = bench_base("target/bench-null-pair");
     std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
-    let sync = raw_fdatasync(
-        &root.join("raw"),
-        1200,
-        Duration::from_secs(1),
-        SyncFile::Append,
-    )?;
-    println!(
-        "raw disk: {:.0} fdatasync/s (1.2 KB writes)",
-        sync.ops_per_sec
-    );
+    raw_sync(&root)?;
     let mut nulls = Vec::new();
     for r in 0..sz.rounds {
         let null = null_round(&root.join(format!("r{r}")), &sz, r)?;
-        println!(
-            "round {r}: clients {:?}: local {:?}/s, standby {:?}/s",
-            sz.clients,
-            rounded(&null.local),
-            rounded(&null.standby)
-        );
+        print_null_round(&format!("round {r}"), &null, &sz);
         nulls.push(null);
     }
     print_null(&[], &nulls, &sz);
     let _ = std::fs::remove_dir_all(&root);
     Ok(())
+}
+
+/// The raw disk's fdatasync rate in `root` (1.2 KB appends for a second), printed.
+fn raw_sync(root: &Path) -> anyhow::Result<f64> {
+    let one = Duration::from_secs(1);
+    let sync = raw_fdatasync(&root.join("raw-sync"), 1200, one, SyncFile::Append)?;
+    println!(
+        "raw disk: {:.0} fdatasync/s (1.2 KB writes)",
+        sync.ops_per_sec
+    );
+    Ok(sync.ops_per_sec)
+}
+
+fn print_null_round(label: &str, null: &NullRound, sz: &Sizes) {
+    println!(
+        "{label}: clients {:?}: local {:?}/s, standby {:?}/s",
+        sz.clients,
+        rounded(&null.local),
+        rounded(&null.standby)
+    );
 }
 
 /// The null's `standby / local` beside roost's stream and files at the leader, and the
@@ -423,13 +415,18 @@ fn print_null(all: &[(&str, Round)], nulls: &[NullRound], sz: &Sizes) {
         let local_stream = med(all, "local", &stream);
         let added = n as f64 / s - n as f64 / l;
         let wait = n as f64 / local_stream;
+        // `-` where roost did not run (`--null-pair`).
+        let r = |x: f64| match x.is_nan() {
+            true => "-".to_owned(),
+            false => format!("{x:.2}"),
+        };
         println!(
-            "| {n} | {l:.0} | {s:.0} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} |",
+            "| {n} | {l:.0} | {s:.0} | {:.2} | {:.3} | {} | {} | {} |",
             s / l,
             added * 1e3,
-            med(all, "standby", &stream) / local_stream,
-            wait / (wait + added),
-            med(all, "standby", &files) / med(all, "local", &files),
+            r(med(all, "standby", &stream) / local_stream),
+            r(wait / (wait + added)),
+            r(med(all, "standby", &files) / med(all, "local", &files)),
         );
     }
 }

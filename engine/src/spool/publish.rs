@@ -9,6 +9,7 @@ use roost_storage::{OpenMode, Storage, StorageFs};
 use tracing::{debug, warn};
 
 use super::sync_helpers::{SyncFile, SyncHelpers};
+#[cfg(test)]
 use crate::batch::BatchResult;
 use crate::config::ResultSync;
 
@@ -155,12 +156,16 @@ impl Publisher {
         roost_storage::lock(&self.st)
     }
 
-    /// Writes `out/NAME` atomically and durably; returns once it is both.
+    /// Writes `out/NAME` atomically and durably; returns once it is both. The tests' short
+    /// way: the engine gives every answer through `Answers::deliver`, which calls
+    /// [`Publisher::publish_many`] or [`Prepared::publish`] (`daemon/tests/one_path.rs`).
+    #[cfg(test)]
     pub fn publish(&self, name: &str, result: &BatchResult) -> io::Result<()> {
         self.publish_bytes(name, &result.to_json_line())
     }
 
-    /// [`Publisher::publish`] of ready-made bytes (a bulk file's result lines).
+    /// [`Publisher::publish`] of ready-made bytes.
+    #[cfg(test)]
     pub fn publish_bytes(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         self.publish_many(&[(name, bytes)])
     }

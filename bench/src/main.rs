@@ -157,6 +157,24 @@ pub(crate) fn bench_dir() -> PathBuf {
     bench_base("target/bench-e2e")
 }
 
+/// `roost-bench --stream-load SOCKET CLIENTS SECS`: closed-loop stream clients (batches of
+/// 10 creates of ~100 B, keys new to any daemon) against a running daemon's stream socket,
+/// for `perf` and `strace` beside a daemon of one's own; prints the rate.
+fn stream_load(args: &[String]) -> anyhow::Result<()> {
+    let usage = "--stream-load SOCKET CLIENTS SECS";
+    let socket = Path::new(args.first().context(usage)?);
+    let clients = args.get(1).and_then(|s| s.parse().ok()).context(usage)?;
+    let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).context(usage)?;
+    let w = spool::Workload {
+        ops: 10,
+        record_bytes: 100,
+    };
+    let dur = Duration::from_secs_f64(secs);
+    let rate = cluster::clients::stream_closed_loop(socket, clients, dur, &w)?;
+    println!("{clients} stream clients: {rate:.0} batches/s");
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     // As the `roost` binary does: roost runs in this process.
     roost::no_transparent_huge_pages();
@@ -211,6 +229,7 @@ fn main() -> anyhow::Result<()> {
         Some("--soak-report") => {
             return soak::soak_report(Path::new(args.get(2).context("--soak-report CSV")?));
         }
+        Some("--stream-load") => return stream_load(&args[2..]),
         Some("--closed-loop") => {
             let clients = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
             let secs = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5.0);
@@ -218,7 +237,7 @@ fn main() -> anyhow::Result<()> {
             return probe::run(clients, Duration::from_secs_f64(secs), burst_first);
         }
         Some(_) => {
-            eprintln!("usage: roost-bench [--ceiling | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --null-pair | --intake | --pg | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
+            eprintln!("usage: roost-bench [--ceiling | --stream-load SOCKET CLIENTS SECS | --ceiling-profile [N] [fsync|syncfs] | --soak | --replication | --cluster | --null-pair | --intake | --pg | --keys | --soak-report CSV | --soak-restart NAME DIR N] (ROOST_BENCH_QUICK=1 for tiny sizes, ROOST_BENCH_DIR=DIR for the files, ROOST_SOAK_BATCHES=N for the soak's length, ROOST_SOAK_SAMPLES=N, ROOST_SOAK_RUNS=retention|no-retention, ROOST_SOAK_CSV=PATH)");
             std::process::exit(2);
         }
         None => {}

@@ -10,6 +10,7 @@ use common::stream::*;
 use common::*;
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
@@ -99,6 +100,84 @@ fn a_thousand_batches_stream_in_order() {
         4 * n,
         (4 * n) as f64 / secs
     );
+}
+
+/// One closed-loop client of `many_closed_loop_clients_share_groups`: `n` batches on its
+/// own connection, one at a time, each answer read before the next line; then the shared
+/// key `both`, sent by every client at once. Returns the answers, in order.
+fn closed_loop_client(data: &Path, c: usize, n: usize, both: &str) -> Vec<Value> {
+    let s = connect(data, Duration::from_secs(60));
+    let mut w = s.try_clone().expect("clone");
+    let mut r = std::io::BufReader::new(s);
+    let mut out = Vec::with_capacity(n + 1);
+    for i in 0..n {
+        let key = format!("cl{c}-{i}");
+        w.write_all(batch_line(&key, &format!("s{}", i % 4), 2).as_bytes())
+            .expect("write a line");
+        out.push(read_answer(&mut r));
+    }
+    w.write_all(batch_line(both, "s0", 3).as_bytes())
+        .expect("write the shared key");
+    out.push(read_answer(&mut r));
+    out
+}
+
+/// Goal (issue 47): 24 closed-loop clients, each with one batch outstanding on its own
+/// connection, are served in groups shared across connections (`stream_gather.rs`): every
+/// answer is committed under its own key with ids of its own, the key all of them send
+/// last gets one answer (the same ids for every client), the shards hold each record once,
+/// and `status` shows fewer groups than batches (it showed one group per batch before).
+#[test]
+fn many_closed_loop_clients_share_groups() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let _d = serve(t.path(), &[]);
+    let data = t.path().join("data");
+    let (clients, n) = (24, 25);
+    let all: Vec<Vec<Value>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..clients)
+            .map(|c| {
+                let data = &data;
+                s.spawn(move || closed_loop_client(data, c, n, "shared"))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    let mut seen = HashSet::new();
+    let mut shared_ids = None;
+    for (c, answers) in all.iter().enumerate() {
+        assert_eq!(answers.len(), n + 1);
+        for (i, a) in answers[..n].iter().enumerate() {
+            assert_eq!(a["request_key"], format!("cl{c}-{i}"), "{a}");
+            assert_eq!(a["status"], "committed", "{a}");
+            assert_eq!(ids(a).len(), 2, "{a}");
+            for id in ids(a) {
+                assert!(seen.insert(id), "id {id} minted twice");
+            }
+        }
+        let last = &answers[n];
+        assert_eq!(last["status"], "committed", "{last}");
+        let got = ids(last);
+        assert_eq!(
+            *shared_ids.get_or_insert_with(|| got.clone()),
+            got,
+            "{last}"
+        );
+    }
+    let shared = shared_ids.expect("the shared key's ids");
+    assert!(shared.iter().all(|id| !seen.contains(id)), "{shared:?}");
+    let on_shards: usize = (0..4).map(|s| scan(&data, &format!("s{s}")).len()).sum();
+    assert_eq!(on_shards, seen.len() + shared.len(), "each record once");
+    let status = roost_at(&data, &["status", "--json"]);
+    let v: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    let (groups, batches) = (&v["stream"]["groups"], &v["stream"]["batches_in_groups"]);
+    let total = (clients * (n + 1)) as u64;
+    assert_eq!(batches.as_u64(), Some(total), "{v}");
+    let groups = groups.as_u64().expect("groups");
+    assert!(
+        groups > 0 && groups < total,
+        "{groups} groups for {total} batches: {v}"
+    );
+    println!("{total} batches from {clients} closed-loop clients in {groups} groups");
 }
 
 /// Goal: on one connection, a duplicate (same key, same content) gets the original answer

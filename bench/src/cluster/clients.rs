@@ -25,8 +25,18 @@ const STREAM_BATCHES_MAX: usize = 1_000_000;
 /// answered from the window, not committed again).
 static CELL: AtomicUsize = AtomicUsize::new(0);
 
-fn cell_id() -> usize {
-    CELL.fetch_add(1, Ordering::Relaxed)
+/// A cell's key prefix: the process id and its start time beside the cell's number, so that
+/// a later run against the same daemon (`--stream-load`) sends new keys too, not keys its
+/// window answers from the key table.
+fn cell_id() -> String {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("{}p{ms}", std::process::id())
+    });
+    format!("{run}c{}", CELL.fetch_add(1, Ordering::Relaxed))
 }
 
 /// `clients` connections to `socket`, each sending one batch and reading its answer before
@@ -49,7 +59,7 @@ pub fn stream_closed_loop_count(
     dur: Duration,
     w: &Workload,
 ) -> anyhow::Result<usize> {
-    let cell = cell_id();
+    let cell = &cell_id();
     let counts = std::thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
             .map(|c| s.spawn(move || stream_client(socket, &format!("sl{cell}-{c}"), dur, w)))

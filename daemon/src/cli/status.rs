@@ -164,8 +164,14 @@ fn intake_text(out: &mut String, v: &serde_json::Value) {
     let st = &v["stream"];
     let _ = writeln!(
         out,
-        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable)",
-        st["connections"], st["connections_total"], st["refused"], st["answers"], st["unavailable"]
+        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable), {} batches in {} groups",
+        st["connections"],
+        st["connections_total"],
+        st["refused"],
+        st["answers"],
+        st["unavailable"],
+        st["batches_in_groups"],
+        st["groups"]
     );
     let b = &v["bulk"];
     let _ = writeln!(

@@ -407,6 +407,16 @@ fn intake_figures(engine: &Engine) -> Vec<Figure> {
             "Stream answers 'unavailable' (not taken now; retry under the same key).",
             load(&st.unavailable),
         ),
+        counter(
+            "roost_stream_groups",
+            "Groups the streamed batches ran in (all connections together) since start.",
+            load(&st.groups),
+        ),
+        counter(
+            "roost_stream_batches_in_groups",
+            "Streamed batches run in those groups since start.",
+            load(&st.batches_in_groups),
+        ),
     ]
 }
 

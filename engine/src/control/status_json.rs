@@ -197,7 +197,7 @@ fn intake_json(engine: &Engine) -> serde_json::Value {
 }
 
 /// The streaming intake: connections open, accepted and refused since start, answer lines
-/// sent (of which `unavailable`).
+/// sent (of which `unavailable`), the groups its batches ran in and their batches.
 fn stream_json(engine: &Engine) -> serde_json::Value {
     let s = &engine.stats.stream;
     json!({
@@ -206,6 +206,8 @@ fn stream_json(engine: &Engine) -> serde_json::Value {
         "refused": s.refused.load(Ordering::Relaxed),
         "answers": s.answers.load(Ordering::Relaxed),
         "unavailable": s.unavailable.load(Ordering::Relaxed),
+        "groups": s.groups.load(Ordering::Relaxed),
+        "batches_in_groups": s.batches_in_groups.load(Ordering::Relaxed),
     })
 }
 

@@ -14,6 +14,7 @@ pub mod bulk_files;
 pub mod bulk_lines;
 pub mod events;
 mod invalid_files;
+mod stream_gather;
 pub mod stream_protocol;
 pub mod stream_socket;
 pub mod worker;

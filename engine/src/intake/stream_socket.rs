@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
+use super::stream_gather::{Gather, Lines};
 use super::Shared;
 use crate::batch::{Batch, BatchResult};
 use crate::intake::stream_protocol::{next_line, parse_line, Answer, Line};
@@ -62,6 +63,8 @@ struct Ctx {
     running_max: usize,
     /// What one connection may hold of `intake_bytes_max` (at least one line).
     share_bytes: u64,
+    /// Batches from all connections gathered into groups (`stream_gather.rs`).
+    gather: Arc<Gather>,
 }
 
 /// The listener and what the graceful stop needs to wind it down.
@@ -102,6 +105,7 @@ impl Stream {
             in_flight_max: permits(cfg.stream_in_flight_max) as usize,
             running_max: running_max as usize,
             share_bytes: cfg.intake_bytes() / u64::from(conns_max),
+            gather: Arc::default(),
         });
         let accept = match crate::control::socket::bind_socket(&socket) {
             Ok(l) => {
@@ -449,8 +453,9 @@ fn closed(sh: &Shared) -> Option<&'static str> {
     }
 }
 
-/// Starts `batches` (batch, source) as one group on the blocking pool once as many stream
-/// slots are free; one answer to come per batch, in order.
+/// Starts `batches` (batch, source) on the blocking pool once as many stream slots are free,
+/// in a group with whatever other connections sent meanwhile (`stream_gather.rs`); one
+/// answer to come per batch, in order.
 async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receiver<Answer>> {
     let unavailable = |batches: &[(Batch, String)], why: &str| {
         let one = |b: &Batch| ready(Answer::unavailable(Some(&b.request_key), why));
@@ -473,11 +478,12 @@ async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receive
         return unavailable(&batches, why);
     };
     let (txs, rxs): (Vec<_>, Vec<_>) = batches.iter().map(|_| oneshot::channel()).unzip();
-    let sh = ctx.shared.clone();
-    tokio::task::spawn_blocking(move || {
-        run(&sh, &batches, txs);
-        drop(slots);
-    });
+    let lines = Lines {
+        batches,
+        txs,
+        slots,
+    };
+    ctx.gather.start(&ctx.shared, lines, run);
     rxs
 }
 

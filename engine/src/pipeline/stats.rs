@@ -78,6 +78,10 @@ pub struct StreamStats {
     pub answers: AtomicU64,
     /// Of those, `unavailable` answers (not taken now: retry under the same key).
     pub unavailable: AtomicU64,
+    /// Groups the streamed batches ran in, all connections together
+    /// (`intake/stream_gather.rs`), and the batches they ran.
+    pub groups: AtomicU64,
+    pub batches_in_groups: AtomicU64,
 }
 
 /// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).

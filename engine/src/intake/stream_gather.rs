@@ -1,0 +1,125 @@
+//! Streamed batches from every connection gathered into groups (issue 47). A connection's
+//! lines already run as one group when they come together; closed-loop clients send one
+//! line each, so without this every batch was a group of its own: its own trip to the
+//! blocking pool, its own turn at the planner's lock, its own wait for the claim sync and
+//! its own message to each shard owner it touches. Here at most `GROUPS_RUNNING` groups run
+//! at once; batches that come while they do wait in one queue, and the first group to end
+//! takes the whole queue as its next group on the same thread. One client alone, or a few,
+//! never wait (fewer groups than that run); many share one plan, one claim sync and one
+//! message per shard owner, as a pipelined connection's lines do.
+//!
+//! Nothing about an answer changes: each batch is still answered on its own channel as soon
+//! as the engine hands it over, a connection's answers are written in its order by its
+//! writer, and a group's failure answers its batches as a connection's group did.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use roost_storage::lock;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use super::stream_protocol::Answer;
+use super::Shared;
+use crate::batch::Batch;
+
+/// Groups of streamed batches running at once, all connections together: two, so that one
+/// group plans and claims while the other waits for its claim sync and its shard owners.
+/// Every other batch waits in the queue and joins the next group.
+pub(super) const GROUPS_RUNNING: usize = 2;
+
+/// One connection's lines, started together: each batch with its source and its answer's
+/// channel, and their places among the running batches (freed when the group ends).
+pub(super) struct Lines {
+    pub batches: Vec<(Batch, String)>,
+    pub txs: Vec<oneshot::Sender<Answer>>,
+    pub slots: OwnedSemaphorePermit,
+}
+
+/// Runs one group: its batches (batch, source) and their answers' channels.
+pub(super) type RunGroup = fn(&Shared, &[(Batch, String)], Vec<oneshot::Sender<Answer>>);
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Lines>,
+    running: usize,
+}
+
+/// The queue and the count of running groups.
+#[derive(Default)]
+pub(super) struct Gather {
+    queue: Mutex<Queue>,
+}
+
+impl Gather {
+    /// Queues `lines`; if fewer than `GROUPS_RUNNING` groups run, starts one on the
+    /// blocking pool with everything queued, which then runs what queues meanwhile until
+    /// nothing is left. `run` runs one group (its batches, their answers' channels).
+    pub(super) fn start(self: &Arc<Self>, sh: &Arc<Shared>, lines: Lines, run: RunGroup) {
+        let first = {
+            let mut q = lock(&self.queue);
+            q.waiting.push(lines);
+            if q.running >= GROUPS_RUNNING {
+                return;
+            }
+            q.running += 1;
+            std::mem::take(&mut q.waiting)
+        };
+        let (gather, sh) = (self.clone(), sh.clone());
+        tokio::task::spawn_blocking(move || gather.drain(&sh, first, run));
+    }
+
+    /// Runs `group`, then whatever queued meanwhile, until the queue is empty.
+    fn drain(&self, sh: &Shared, mut group: Vec<Lines>, run: RunGroup) {
+        let mut running = Running {
+            gather: self,
+            counted: true,
+        };
+        loop {
+            let mut batches = Vec::new();
+            let mut txs = Vec::new();
+            let mut slots = Vec::with_capacity(group.len());
+            for l in group {
+                batches.extend(l.batches);
+                txs.extend(l.txs);
+                slots.push(l.slots);
+            }
+            let stream = &sh.engine.stats.stream;
+            stream.groups.fetch_add(1, Ordering::Relaxed);
+            (stream.batches_in_groups).fetch_add(batches.len() as u64, Ordering::Relaxed);
+            run(sh, &batches, txs);
+            drop(slots);
+            match running.next() {
+                Some(next) => group = next,
+                None => return,
+            }
+        }
+    }
+}
+
+/// A running group's count in the queue: taken back when the queue is found empty, or if
+/// the group's thread unwinds (a panic must not leave the count up and the queue unserved).
+struct Running<'a> {
+    gather: &'a Gather,
+    counted: bool,
+}
+
+impl Running<'_> {
+    /// Everything queued, or `None` (the count taken back) when nothing is.
+    fn next(&mut self) -> Option<Vec<Lines>> {
+        let mut q = lock(&self.gather.queue);
+        if q.waiting.is_empty() {
+            q.running -= 1;
+            self.counted = false;
+            return None;
+        }
+        Some(std::mem::take(&mut q.waiting))
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            lock(&self.gather.queue).running -= 1;
+        }
+    }
+}

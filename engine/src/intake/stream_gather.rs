@@ -8,6 +8,9 @@
 //! never wait (fewer groups than that run); many share one plan, one claim sync and one
 //! message per shard owner, as a pipelined connection's lines do.
 //!
+//! Only where a group's run is this node's own work ([`gathers`]): a standby that forwards,
+//! or a leader under `ack = "standby"`, runs each connection's lines at once, as before.
+//!
 //! Nothing about an answer changes: each batch is still answered on its own channel as soon
 //! as the engine hands it over, a connection's answers are written in its order by its
 //! writer, and a group's failure answers its batches as a connection's group did.
@@ -22,10 +25,13 @@ use super::stream_protocol::Answer;
 use super::Shared;
 use crate::batch::Batch;
 
-/// Groups of streamed batches running at once, all connections together: two, so that one
-/// group plans and claims while the other waits for its claim sync and its shard owners.
-/// Every other batch waits in the queue and joins the next group.
-pub(super) const GROUPS_RUNNING: usize = 2;
+/// Groups of streamed batches running at once, all connections together: four, so that up
+/// to four closed-loop clients never wait for a place (each runs as before), and while one
+/// group plans and claims others wait for their claim sync and their shard owners. Every
+/// other batch waits in the queue and joins the next group. Measured on a journaled ext4
+/// image (docs/benchmarks.md, "Groups across connections"): two lost about 10 % at four
+/// clients and gained nothing beyond the noise at 16 and 64; eight lost at 64.
+pub(super) const GROUPS_RUNNING: usize = 4;
 
 /// One connection's lines, started together: each batch with its source and its answer's
 /// channel, and their places among the running batches (freed when the group ends).
@@ -53,8 +59,15 @@ pub(super) struct Gather {
 impl Gather {
     /// Queues `lines`; if fewer than `GROUPS_RUNNING` groups run, starts one on the
     /// blocking pool with everything queued, which then runs what queues meanwhile until
-    /// nothing is left. `run` runs one group (its batches, their answers' channels).
+    /// nothing is left. `run` runs one group (its batches, their answers' channels). Where
+    /// a group waits for another node ([`gathers`] false), `lines` run as a group of their
+    /// own at once, as before.
     pub(super) fn start(self: &Arc<Self>, sh: &Arc<Shared>, lines: Lines, run: RunGroup) {
+        let sh = sh.clone();
+        if !gathers(&sh) {
+            tokio::task::spawn_blocking(move || run_group(&sh, vec![lines], run));
+            return;
+        }
         let first = {
             let mut q = lock(&self.queue);
             q.waiting.push(lines);
@@ -64,7 +77,7 @@ impl Gather {
             q.running += 1;
             std::mem::take(&mut q.waiting)
         };
-        let (gather, sh) = (self.clone(), sh.clone());
+        let gather = self.clone();
         tokio::task::spawn_blocking(move || gather.drain(&sh, first, run));
     }
 
@@ -75,25 +88,41 @@ impl Gather {
             counted: true,
         };
         loop {
-            let mut batches = Vec::new();
-            let mut txs = Vec::new();
-            let mut slots = Vec::with_capacity(group.len());
-            for l in group {
-                batches.extend(l.batches);
-                txs.extend(l.txs);
-                slots.push(l.slots);
-            }
-            let stream = &sh.engine.stats.stream;
-            stream.groups.fetch_add(1, Ordering::Relaxed);
-            (stream.batches_in_groups).fetch_add(batches.len() as u64, Ordering::Relaxed);
-            run(sh, &batches, txs);
-            drop(slots);
+            run_group(sh, group, run);
             match running.next() {
                 Some(next) => group = next,
                 None => return,
             }
         }
     }
+}
+
+/// Whether a group's run is this node's own work only (plan, claim sync, commit), so that
+/// the running groups keep the disk and the cores busy. A standby forwards its groups to the leader
+/// and waits for them to come back, and under `ack = "standby"` a group waits for a
+/// standby's acknowledgement: a group holding one of four places through a network round
+/// trip would stall the queue behind it, so there every connection's lines run at once as
+/// their own group, and the leader's WAL and the forwarding connection group them instead.
+fn gathers(sh: &Shared) -> bool {
+    let local = sh.engine.config().replication.ack == crate::config::Ack::Local;
+    local && sh.forwarding().is_none()
+}
+
+/// Runs `lines` as one group and frees their places among the running batches.
+fn run_group(sh: &Shared, lines: Vec<Lines>, run: RunGroup) {
+    let mut batches = Vec::new();
+    let mut txs = Vec::new();
+    let mut slots = Vec::with_capacity(lines.len());
+    for l in lines {
+        batches.extend(l.batches);
+        txs.extend(l.txs);
+        slots.push(l.slots);
+    }
+    let stream = &sh.engine.stats.stream;
+    stream.groups.fetch_add(1, Ordering::Relaxed);
+    (stream.batches_in_groups).fetch_add(batches.len() as u64, Ordering::Relaxed);
+    run(sh, &batches, txs);
+    drop(slots);
 }
 
 /// A running group's count in the queue: taken back when the queue is found empty, or if

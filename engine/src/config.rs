@@ -201,9 +201,11 @@ pub struct Config {
     /// A request line longer than this is skipped to its newline without being kept and
     /// answered `invalid` [default: `spool_file_bytes_max`].
     pub stream_line_bytes_max: Option<u64>,
-    /// Streamed batches run at once, all connections together (each connection's buffered
-    /// lines go as one group, a thread per group) [default: 4 × `batches_in_flight_max`:
-    /// four full groups of 64, so one group's syncs overlap the others' work].
+    /// Streamed batches run at once or queued for the next group, all connections
+    /// together (a connection's buffered lines, and other connections' that wait with
+    /// them, go as one group of at most 64, at most four groups at once on a node that
+    /// answers on its own, a thread per group) [default: 4 × `batches_in_flight_max`: four
+    /// full groups of 64, so one group's syncs overlap the others' work].
     pub stream_batches_running_max: Option<usize>,
     /// Bytes of unanswered input each intake holds in memory at most (issue 44): bulk files
     /// read and not yet answered, all together, and stream lines read and not yet answered,

@@ -159,19 +159,27 @@ fn latency_text(l: &serde_json::Value) -> String {
     )
 }
 
+/// ", N batches in M groups" of the stream's figures; nothing from a daemon that keeps no
+/// such figures (one from before 7 December 2026).
+fn stream_groups(st: &serde_json::Value) -> String {
+    match (st["batches_in_groups"].as_u64(), st["groups"].as_u64()) {
+        (Some(b), Some(g)) => format!(", {b} batches in {g} groups"),
+        _ => String::new(),
+    }
+}
+
 /// The intakes beside single files: the stream socket, bulk files, groups of files.
 fn intake_text(out: &mut String, v: &serde_json::Value) {
     let st = &v["stream"];
     let _ = writeln!(
         out,
-        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable), {} batches in {} groups",
+        "  stream: {} connections open ({} since start, {} refused), {} answers ({} unavailable){}",
         st["connections"],
         st["connections_total"],
         st["refused"],
         st["answers"],
         st["unavailable"],
-        st["batches_in_groups"],
-        st["groups"]
+        stream_groups(st)
     );
     let b = &v["bulk"];
     let _ = writeln!(

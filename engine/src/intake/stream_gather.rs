@@ -4,16 +4,20 @@
 //! blocking pool, its own turn at the planner's lock, its own wait for the claim sync and
 //! its own message to each shard owner it touches. Here at most `GROUPS_RUNNING` groups run
 //! at once; batches that come while they do wait in one queue, and the first group to end
-//! takes the whole queue as its next group on the same thread. One client alone, or a few,
-//! never wait (fewer groups than that run); many share one plan, one claim sync and one
-//! message per shard owner, as a pipelined connection's lines do.
+//! takes what is queued (up to `group_max` batches, whole connections' lines) as its next
+//! group on the same thread. A few clients seldom wait (fewer groups than that run); many
+//! share one plan, one claim sync and one message per shard owner, as a pipelined
+//! connection's lines do.
 //!
 //! Only where a group's run is this node's own work ([`gathers`]): a standby that forwards,
 //! or a leader under `ack = "standby"`, runs each connection's lines at once, as before.
 //!
-//! Nothing about an answer changes: each batch is still answered on its own channel as soon
-//! as the engine hands it over, a connection's answers are written in its order by its
-//! writer, and a group's failure answers its batches as a connection's group did.
+//! Each batch is still answered on its own channel as soon as the engine hands it over, and
+//! a connection's answers are written in its order by its writer. What a group shares is
+//! its fate when the engine stops a whole pass (intake paused by a full disk, the node no
+//! longer primary, a pipeline failure): every batch of the group not answered yet gets
+//! `unavailable`, now with other connections' batches beside it; the same key sent again
+//! gets the original answer if it was claimed (docs/contract.md, "Streaming intake").
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -25,12 +29,12 @@ use super::stream_protocol::Answer;
 use super::Shared;
 use crate::batch::Batch;
 
-/// Groups of streamed batches running at once, all connections together: four, so that up
-/// to four closed-loop clients never wait for a place (each runs as before), and while one
-/// group plans and claims others wait for their claim sync and their shard owners. Every
-/// other batch waits in the queue and joins the next group. Measured on a journaled ext4
-/// image (docs/benchmarks.md, "Groups across connections"): two lost about 10 % at four
-/// clients and gained nothing beyond the noise at 16 and 64; eight lost at 64.
+/// Groups of streamed batches running at once, all connections together: four, so that a
+/// few closed-loop clients seldom wait for a place, and while one group plans and claims
+/// others wait for their claim sync and their shard owners. Every other batch waits in the
+/// queue and joins the next group. Measured on a journaled ext4 image (docs/benchmarks.md,
+/// "Groups across connections"): two lost about 10 % at four clients and gained nothing
+/// beyond the noise at 16 and 64; eight lost at 64.
 pub(super) const GROUPS_RUNNING: usize = 4;
 
 /// One connection's lines, started together: each batch with its source and its answer's
@@ -46,19 +50,27 @@ pub(super) type RunGroup = fn(&Shared, &[(Batch, String)], Vec<oneshot::Sender<A
 
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<Lines>,
+    waiting: std::collections::VecDeque<Lines>,
     running: usize,
 }
 
-/// The queue and the count of running groups.
-#[derive(Default)]
+/// The queue and the count of running groups; `group_max` bounds the batches a group takes
+/// from the queue (a connection's lines are never split).
 pub(super) struct Gather {
     queue: Mutex<Queue>,
+    group_max: usize,
 }
 
 impl Gather {
+    pub(super) fn new(group_max: usize) -> Gather {
+        Gather {
+            queue: Mutex::default(),
+            group_max: group_max.max(1),
+        }
+    }
+
     /// Queues `lines`; if fewer than `GROUPS_RUNNING` groups run, starts one on the
-    /// blocking pool with everything queued, which then runs what queues meanwhile until
+    /// blocking pool with what is queued, which then runs what queues meanwhile until
     /// nothing is left. `run` runs one group (its batches, their answers' channels). Where
     /// a group waits for another node ([`gathers`] false), `lines` run as a group of their
     /// own at once, as before.
@@ -70,39 +82,45 @@ impl Gather {
         }
         let first = {
             let mut q = lock(&self.queue);
-            q.waiting.push(lines);
+            q.waiting.push_back(lines);
             if q.running >= GROUPS_RUNNING {
                 return;
             }
             q.running += 1;
-            std::mem::take(&mut q.waiting)
+            self.take(&mut q)
         };
-        let gather = self.clone();
-        tokio::task::spawn_blocking(move || gather.drain(&sh, first, run));
-    }
-
-    /// Runs `group`, then whatever queued meanwhile, until the queue is empty.
-    fn drain(&self, sh: &Shared, mut group: Vec<Lines>, run: RunGroup) {
-        let mut running = Running {
-            gather: self,
+        // Counted from here: a task dropped unrun (the runtime ending) or a spawn that
+        // fails still gives the place back when the guard drops, so no queue is stranded.
+        let running = Running {
+            gather: self.clone(),
             counted: true,
         };
-        loop {
-            run_group(sh, group, run);
-            match running.next() {
-                Some(next) => group = next,
-                None => return,
+        tokio::task::spawn_blocking(move || running.drain(&sh, first, run));
+    }
+
+    /// The next group from the queue: whole connections' lines in arrival order, up to
+    /// `group_max` batches (always the first).
+    fn take(&self, q: &mut Queue) -> Vec<Lines> {
+        let mut group = Vec::new();
+        let mut batches = 0;
+        while let Some(l) = q.waiting.front() {
+            if !group.is_empty() && batches + l.batches.len() > self.group_max {
+                break;
             }
+            batches += l.batches.len();
+            group.extend(q.waiting.pop_front());
         }
+        group
     }
 }
 
 /// Whether a group's run is this node's own work only (plan, claim sync, commit), so that
-/// the running groups keep the disk and the cores busy. A standby forwards its groups to the leader
-/// and waits for them to come back, and under `ack = "standby"` a group waits for a
-/// standby's acknowledgement: a group holding one of four places through a network round
-/// trip would stall the queue behind it, so there every connection's lines run at once as
-/// their own group, and the leader's WAL and the forwarding connection group them instead.
+/// the running groups keep the disk and the cores busy. A standby forwards its groups to
+/// the leader and waits for them to come back, and under `ack = "standby"` a group waits
+/// for a standby's acknowledgement: a group holding one of four places through a network
+/// round trip would stall the queue behind it, so there every connection's lines run at
+/// once as their own group, and the leader's WAL and the forwarding connection group them
+/// instead.
 fn gathers(sh: &Shared) -> bool {
     let local = sh.engine.config().replication.ack == crate::config::Ack::Local;
     local && sh.forwarding().is_none()
@@ -125,15 +143,27 @@ fn run_group(sh: &Shared, lines: Vec<Lines>, run: RunGroup) {
     drop(slots);
 }
 
-/// A running group's count in the queue: taken back when the queue is found empty, or if
-/// the group's thread unwinds (a panic must not leave the count up and the queue unserved).
-struct Running<'a> {
-    gather: &'a Gather,
+/// A running group's place in the count: given back when the queue is found empty, or when
+/// the guard drops otherwise (its thread unwinds, or its task never ran), so that a count
+/// left up can never leave the queue unserved.
+struct Running {
+    gather: Arc<Gather>,
     counted: bool,
 }
 
-impl Running<'_> {
-    /// Everything queued, or `None` (the count taken back) when nothing is.
+impl Running {
+    /// Runs `group`, then whatever queued meanwhile, until the queue is empty.
+    fn drain(mut self, sh: &Shared, mut group: Vec<Lines>, run: RunGroup) {
+        loop {
+            run_group(sh, group, run);
+            match self.next() {
+                Some(next) => group = next,
+                None => return,
+            }
+        }
+    }
+
+    /// The next group from the queue, or `None` (the place given back) when it is empty.
     fn next(&mut self) -> Option<Vec<Lines>> {
         let mut q = lock(&self.gather.queue);
         if q.waiting.is_empty() {
@@ -141,11 +171,11 @@ impl Running<'_> {
             self.counted = false;
             return None;
         }
-        Some(std::mem::take(&mut q.waiting))
+        Some(self.gather.take(&mut q))
     }
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         if self.counted {
             lock(&self.gather.queue).running -= 1;

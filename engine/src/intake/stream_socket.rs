@@ -3,9 +3,11 @@
 //! answer line per request, in request order, each written only once its batch is as
 //! durable as a published result file (the protocol itself is `intake::stream_protocol`). Per connection
 //! a reader parses lines and starts batches on the blocking pool (the lines already
-//! buffered, up to `GROUP_MAX`, as one `Engine::submit` with `Deliver::Early`, which hands
-//! each answer over where a spool file's result would be published, before the group's durability
-//! tail), and a writer writes the answers in order. A batch's place in its connection's
+//! buffered, up to `GROUP_MAX`, together, and with other connections' lines that wait with
+//! them, up to `GROUP_MAX` batches a group: `stream_gather.rs`; a group is one
+//! `Engine::submit` with `Deliver::Early`, which hands each answer over where a spool file's
+//! result would be published, before the group's durability tail), and a writer writes the
+//! answers in order. A batch's place in its connection's
 //! window frees once its answer is written; its place among the running batches once its
 //! group has handed its claims to the durability tail's next round (`pipeline/settle.rs`).
 //!
@@ -105,7 +107,7 @@ impl Stream {
             in_flight_max: permits(cfg.stream_in_flight_max) as usize,
             running_max: running_max as usize,
             share_bytes: cfg.intake_bytes() / u64::from(conns_max),
-            gather: Arc::default(),
+            gather: Arc::new(Gather::new(GROUP_MAX.min(running_max as usize))),
         });
         let accept = match crate::control::socket::bind_socket(&socket) {
             Ok(l) => {
@@ -136,7 +138,8 @@ impl Stream {
         }
     }
 
-    /// Streamed batches started on the blocking pool right now.
+    /// Streamed batches started (running on the blocking pool, or queued for the next
+    /// group: `stream_gather.rs`) right now.
     pub fn running(&self) -> usize {
         self.running_max as usize - self.running.available_permits()
     }
@@ -256,7 +259,8 @@ struct Pending {
 
 /// Request lines the reader takes as one group when they are already buffered: their
 /// batches run as one `Engine::submit` (one planner pass, one WAL sync, one flush per
-/// shard). A client that waits for each answer sends groups of one.
+/// shard). A client that waits for each answer sends groups of one, which
+/// `stream_gather.rs` joins with other connections' into groups of at most this many.
 const GROUP_MAX: usize = 64;
 
 /// A request line's place: in its connection's window, and its bytes held against

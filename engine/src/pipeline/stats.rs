@@ -81,6 +81,7 @@ pub struct StreamStats {
     /// Groups the streamed batches ran in, all connections together
     /// (`intake/stream_gather.rs`), and the batches they ran.
     pub groups: AtomicU64,
+    /// The streamed batches those groups ran.
     pub batches_in_groups: AtomicU64,
 }
 

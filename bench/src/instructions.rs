@@ -2,7 +2,8 @@
 //! instructions counted by valgrind's callgrind, which gives the same count on a busy machine
 //! as on a quiet one (time does not: these machines are shared, and `perf stat` has no
 //! hardware counters on their VMs). For each intake (one closed-loop client dropping spool
-//! files, one closed-loop stream client, one bulk file) a fresh `roost serve` runs under
+//! files, one closed-loop stream client, 16 closed-loop stream clients at once, one bulk
+//! file) a fresh `roost serve` runs under
 //! `valgrind --tool=callgrind` with the default configuration; after a warm-up the counters
 //! are zeroed (`callgrind_control --zero`), the intake's batches run, and the counters are
 //! dumped (`callgrind_control --dump`): every instruction of every thread of the daemon
@@ -46,6 +47,9 @@ fn sizes() -> (Duration, Duration, usize) {
 enum Intake {
     Files,
     Stream,
+    /// 16 closed-loop stream clients at once: what groups across connections share
+    /// (`intake/stream_gather.rs`, issue 47).
+    Streams,
     Bulk,
 }
 
@@ -54,6 +58,7 @@ impl Intake {
         match self {
             Intake::Files => "spool files, 1 closed-loop client",
             Intake::Stream => "stream socket, 1 closed-loop client",
+            Intake::Streams => "stream socket, 16 closed-loop clients",
             Intake::Bulk => "bulk file",
         }
     }
@@ -71,7 +76,7 @@ pub fn run() -> anyhow::Result<()> {
         W.ops,
         W.record_bytes
     );
-    for intake in [Intake::Files, Intake::Stream, Intake::Bulk] {
+    for intake in [Intake::Files, Intake::Stream, Intake::Streams, Intake::Bulk] {
         let (batches, instructions) =
             measure(&bin, &base, intake).with_context(|| format!("measuring {}", intake.name()))?;
         println!(
@@ -144,6 +149,7 @@ fn drive(
     match intake {
         Intake::Files => Ok(closed_loop(spool, 1, dur, &W)?.1.len()),
         Intake::Stream => stream_closed_loop_count(socket, 1, dur, &W),
+        Intake::Streams => stream_closed_loop_count(socket, 16, dur, &W),
         Intake::Bulk => {
             bulk_file(spool, lines, &W)?;
             Ok(lines)

@@ -39,14 +39,14 @@ pub fn bind_socket(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Binds the control socket ([`bind_socket`]) and answers requests until the task is
-/// dropped: a request line of at most 256 bytes, read within 5 s.
+/// Answers requests on the control socket (bound by [`bind_socket`] before `serving` is
+/// logged and READY=1 sent, so that `roost status` works as soon as they say so) until the
+/// task is dropped: a request line of at most 256 bytes, read within 5 s.
 pub async fn serve_socket(
-    path: PathBuf,
+    listener: tokio::net::UnixListener,
     node: Node,
     cluster: Option<Arc<Cluster>>,
 ) -> std::io::Result<()> {
-    let listener = bind_socket(&path)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let (node, cluster) = (node.clone(), cluster.clone());

@@ -30,10 +30,17 @@ impl Sidecars {
         cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Sidecars {
         let socket = socket::socket_path(cfg);
+        // Bound here, not in the task: `serving` and READY=1 come after this returns, and
+        // a client that trusts them must find the socket (a task may run later).
+        let bound = socket::bind_socket(&socket);
         let control = tokio::spawn({
             let (sock, node, cluster) = (socket.clone(), node.clone(), cluster.clone());
             async move {
-                if let Err(e) = socket::serve_socket(sock.clone(), node, cluster).await {
+                let served = match bound {
+                    Ok(listener) => socket::serve_socket(listener, node, cluster).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = served {
                     warn!(socket = %sock.display(), error = %e, "control socket unavailable; `roost status` will not work");
                 }
             }

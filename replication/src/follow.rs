@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::decide::{follower_truncation, plausible_epoch, Truncation};
 use crate::log::{Entry, Epoch, FollowerLog, Lsn};
 use crate::status::FollowerStatus;
-use crate::task::{follow_call, shutdown_requested, wait_shutdown, Cancelled};
+use crate::task::{follow_call, shutdown_requested, wait_shutdown, watch_moved, Cancelled};
 use crate::transport::{Stream, Transport};
 use crate::wire::{self, FrameReader, Message, WireError, DEFAULT_FRAME_BYTES_MAX};
 
@@ -335,6 +335,9 @@ impl<F: FollowerLog> Session<'_, F> {
     ) -> Result<std::convert::Infallible, End<F::Error>> {
         let mut stream = self.connect(shutdown).await?;
         let mut reader = FrameReader::default();
+        // Fetching ahead, records are acknowledged when the log says they are durable, not
+        // when their append returns (issue 42: the ack no longer waits for the apply).
+        let mut durable_rx = self.log.durable_watch().filter(|_| self.ahead);
         self.status.set_connected(true);
         info!(
             leader = self.leader,
@@ -356,7 +359,7 @@ impl<F: FollowerLog> Session<'_, F> {
                 }
             };
             let answer = self
-                .exchange((&mut stream, &mut reader), sent, shutdown)
+                .exchange((&mut stream, &mut reader), sent, &mut durable_rx, shutdown)
                 .await?;
             self.handle(answer, sent).await?;
             self.answered = true;
@@ -379,12 +382,14 @@ impl<F: FollowerLog> Session<'_, F> {
     }
 
     /// Sends one fetch and reads its answer, within the timeouts and watching shutdown;
-    /// fetching ahead, the pending append lands meanwhile and is acknowledged at once
-    /// (`Durable`).
+    /// fetching ahead, the pending append lands meanwhile and what it made durable is
+    /// acknowledged at once (`Durable`): as the log's durable watch moves, if it keeps
+    /// one, else when the append lands.
     async fn exchange(
         &mut self,
         (stream, reader): (&mut Stream, &mut FrameReader),
         sent: Sent,
+        durable_rx: &mut Option<watch::Receiver<Lsn>>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Message, End<F::Error>> {
         let fetch = self.fetch(sent);
@@ -397,14 +402,13 @@ impl<F: FollowerLog> Session<'_, F> {
             tokio::select! {
                 _ = wait_shutdown(shutdown) => return Err(End::Done(FollowEnd::Shutdown)),
                 r = tokio::time::timeout_at(deadline, reader.next(stream, max)) => break r,
-                landed = self.landing() => {
-                    self.landed(landed)?;
-                    if self.durable > told {
-                        told = self.durable;
-                        let durable = Message::Durable { durable_lsn: told };
-                        self.write(stream, &durable, "writing a Durable").await?;
-                    }
-                }
+                landed = self.landing() => self.landed(landed)?,
+                moved = watch_moved(durable_rx) => self.saw_durable(moved, durable_rx),
+            }
+            if self.durable > told {
+                told = self.durable;
+                let durable = Message::Durable { durable_lsn: told };
+                self.write(stream, &durable, "writing a Durable").await?;
             }
         };
         let leader = || self.leader.to_string();

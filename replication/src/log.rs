@@ -147,6 +147,15 @@ pub trait FollowerLog: Send + Sync + 'static {
     }
     /// The epoch of the last record, 0 when the log is empty.
     fn last_epoch(&self) -> Epoch;
+    /// The durable end (as `durable_end`) as a watch, if this log keeps one, sent whenever
+    /// it moves, by the sync itself: a follower fetching ahead then acknowledges records
+    /// (a `Durable` frame) as soon as they are durable, while the rest of their `append`
+    /// (applying them) still runs. Only records this session appended or found are
+    /// acknowledged, never past the running append's end. `None`: acknowledged when
+    /// `append` returns.
+    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        None
+    }
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd;
     /// Appends records that continue the log (`entries[0].lsn == log_end()`), durably, and
     /// applies them; `leader_hw` is the leader's high watermark. `entries` is empty when an

@@ -82,3 +82,14 @@ pub(crate) async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
         }
     }
 }
+
+/// A log watch's next value (a durable end); never, without one. `Err` once its sender is
+/// gone.
+pub(crate) async fn watch_moved(
+    rx: &mut Option<watch::Receiver<crate::log::Lsn>>,
+) -> Result<crate::log::Lsn, watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await.map(|()| *rx.borrow_and_update()),
+        None => std::future::pending().await,
+    }
+}

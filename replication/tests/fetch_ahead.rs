@@ -30,7 +30,8 @@ async fn a_follower_fetches_ahead_and_acknowledges_only_what_is_durable() {
     }
 }
 
-async fn fetches_ahead(watch: bool) {
+/// A leader of epoch 1 holding lsn 1-3 for follower `f`, served with 60 s long-polls.
+async fn leader_of_three(watch: bool) -> (Arc<MemLog>, Leader) {
     let leader = Arc::new(match watch {
         true => MemLog::with_shippable_watch("leader"),
         false => MemLog::new("leader"),
@@ -44,6 +45,11 @@ async fn fetches_ahead(watch: bool) {
         ..LeaderOptions::default()
     };
     let server = Leader::start_with(Arc::clone(&leader), long).await;
+    (leader, server)
+}
+
+async fn fetches_ahead(watch: bool) {
+    let (leader, server) = leader_of_three(watch).await;
     let flog = Arc::new(MemLog::new("f"));
     let gated = TestFollower::gated(&flog);
     let mut opts = fast_opts("f");
@@ -77,6 +83,38 @@ async fn fetches_ahead(watch: bool) {
     )
     .await;
     assert_eq!(leader.hw(), 5);
+    assert_eq!(records(&flog), records(&leader));
+    f.stop().await;
+    server.stop().await;
+}
+
+/// Goal: a follower whose log keeps a durable watch acknowledges records as soon as the
+/// watch says they are durable, not when their append returns (a standby's apply after
+/// its WAL sync is off the leader's wait). Method: the append makes the records durable,
+/// sends the watch, then waits at a shut gate; the leader's acknowledgement and hw must
+/// reach the log end while no append has returned. Then the gate opens and a new record
+/// follows as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_acknowledges_at_its_durable_watch_before_the_append_returns() {
+    let (leader, server) = leader_of_three(true).await;
+    let flog = Arc::new(MemLog::new("f"));
+    let log = TestFollower::durable_first(&flog);
+    let mut opts = fast_opts("f");
+    opts.wait_ms = 60_000;
+    let f = Follower::start(&server.addr, Arc::clone(&log), opts);
+    eventually("lsn 1-3 acknowledged while their append still runs", || {
+        leader.acked("f") == Some(4)
+    })
+    .await;
+    let returned = log.returned.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(returned, 0, "acknowledged only once the append returned");
+    assert_eq!(leader.hw(), 4);
+    log.gate.open();
+    leader.write_durable(0, b"d");
+    eventually("lsn 4 acknowledged after the gate opened", || {
+        leader.acked("f") == Some(5)
+    })
+    .await;
     assert_eq!(records(&flog), records(&leader));
     f.stop().await;
     server.stop().await;

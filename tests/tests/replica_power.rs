@@ -190,7 +190,7 @@ fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
 /// WAL record: EIO once, the process goes on) stops the standby before any `done` record
 /// vouches for effects that were not written, and a restart (the page cache kept) fetches
 /// the rest and ends equal to the primary. A shard owner's failed apply fails the chunk
-/// (`pipeline/apply.rs` waits for the owners before the chunk is acknowledged), and the
+/// (`pipeline/apply.rs` waits for the owners before the chunk's append returns), and the
 /// owner refuses every later flush; a `done` let through over it would be durable and the
 /// restart would never apply that claim again. Method: count the writes of a whole standby
 /// run; fail each in turn (writes on the owners' threads and on the applying one may

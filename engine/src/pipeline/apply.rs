@@ -9,8 +9,9 @@
 //! 2. before a `done` record is appended, the effects of its claim are made durable (every
 //!    shard touched since the last flush, then the audit log): a `done` is never durable
 //!    before what it vouches for;
-//! 3. the chunk's records are synced (the next fetch acknowledges them), and the planner
-//!    learns them (keys, ids, open claims), as replay does;
+//! 3. the chunk's records are synced (a `Durable` frame acknowledges them as the sync
+//!    ends, through the WAL's durable watch: `replica/role.rs`), and the planner learns
+//!    them (keys, ids, open claims), as replay does;
 //! 4. the effects applied so far start flushing behind the chunk (`effects_flush.rs`): the
 //!    shard owners flush, a standing thread waits for them and syncs the audit log.
 //!
@@ -94,7 +95,10 @@ impl Standby<'_> {
     /// The claims' transactions go to the shard owners together (one message per shard
     /// for a run of claims) and are waited for after the WAL sync, so that the owners
     /// apply (behind a flush of the chunk before, perhaps) while the WAL syncs: the next
-    /// fetch, which acknowledges the chunk, waits for the longer of the two, not for both.
+    /// fetch, which acknowledges the chunk, waits for the longer of the two, not for both
+    /// (with the durable watch, the acknowledgement leaves at the sync; the chunk's append
+    /// still returns only once the owners answered, so a failed apply stops the standby
+    /// before any later `done`).
     /// The chunk's effects start flushing behind it (step 4).
     fn apply_chunk<E: Fetched>(&self, decoded: &[(&E, WalEntry)]) -> Result<Vec<u64>, EngineError> {
         let mut offsets = Vec::with_capacity(decoded.len());

@@ -287,6 +287,10 @@ impl FollowerLog for FollowerSide {
         self.repl.last_epoch()
     }
 
+    fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.repl.durable_watch()
+    }
+
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
         self.repl.end_offset_for(epoch)
     }

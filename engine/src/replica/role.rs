@@ -104,6 +104,10 @@ pub struct Replication {
     /// (`Wal::on_written`, `Wal::on_synced`): what a caught-up standby's long-poll waits
     /// on. `None` if the WAL had a hook already.
     pub(super) shippable: Option<tokio::sync::watch::Receiver<Lsn>>,
+    /// The durable end (the lsn after the last synced record), sent by the WAL's syncs: a
+    /// standby acknowledges fetched records by it as soon as its WAL holds them, before
+    /// their effects are applied (`FollowerLog::durable_watch`). `None` as `shippable`.
+    pub(super) durable: Option<tokio::sync::watch::Receiver<Lsn>>,
     /// Set while this node leads an epoch it won in etcd: records may be shipped before
     /// this node's own sync (`shippable_end`).
     pub(super) ship_written: Arc<AtomicBool>,
@@ -134,17 +138,17 @@ impl Opener {
     }
 }
 
-/// A watch of `wal`'s shippable end, kept current by the WAL's own writes and syncs: the
-/// written end while `ship_written` is set, else the durable end (the lsn after the last
-/// synced record). `None` if the WAL already has a hook.
-fn shippable_watch(
-    wal: &Wal,
-    ship_written: &Arc<AtomicBool>,
-) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+/// Watches of `wal`'s shippable end and of its durable end, kept current by the WAL's own
+/// writes and syncs. The shippable end is the written end while `ship_written` is set, else
+/// the durable end (the lsn after the last synced record). `None` if the WAL already has a
+/// hook.
+fn wal_watches(wal: &Wal, ship_written: &Arc<AtomicBool>) -> Option<(LsnWatch, LsnWatch)> {
     let (tx, rx) = tokio::sync::watch::channel(wal.synced_lsn() + 1);
+    let (durable_tx, durable_rx) = tokio::sync::watch::channel(wal.synced_lsn() + 1);
     let tx = Arc::new(tx);
     let (synced_tx, early) = (tx.clone(), ship_written.clone());
     let synced: roost_wal::SyncedHook = Arc::new(move |synced: Lsn| {
+        durable_tx.send_replace(synced + 1);
         if !early.load(Ordering::SeqCst) {
             synced_tx.send_replace(synced + 1);
         }
@@ -155,8 +159,10 @@ fn shippable_watch(
             tx.send_replace(written + 1);
         }
     });
-    (wal.on_synced(synced) && wal.on_written(written)).then_some(rx)
+    (wal.on_synced(synced) && wal.on_written(written)).then_some((rx, durable_rx))
 }
+
+type LsnWatch = tokio::sync::watch::Receiver<Lsn>;
 
 impl Replication {
     /// The role (a standby when `[replication] follow` is set, or in a cluster), the
@@ -183,6 +189,7 @@ impl Replication {
     fn new(parts: RoleParts, role: Role, file: EpochFile, epochs: LeaderEpochs) -> Replication {
         let parts_wal = parts.wal.clone();
         let ship_written = Arc::new(AtomicBool::new(false));
+        let (shippable, durable) = wal_watches(&parts_wal, &ship_written).unzip();
         Replication {
             storage: parts.storage.clone(),
             config: parts.config.clone(),
@@ -204,7 +211,8 @@ impl Replication {
             isr: Mutex::new(None),
             lease_until_ms: AtomicU64::new(0),
             opened: Instant::now(),
-            shippable: shippable_watch(&parts_wal, &ship_written),
+            shippable,
+            durable,
             ship_written,
         }
     }
@@ -271,6 +279,11 @@ impl Replication {
     /// the WAL had hooks already): what a caught-up standby's long-poll waits on.
     pub fn shippable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
         self.shippable.clone()
+    }
+
+    /// The WAL's durable end as a watch, sent at every sync (`None` as `shippable_watch`).
+    pub fn durable_watch(&self) -> Option<tokio::sync::watch::Receiver<Lsn>> {
+        self.durable.clone()
     }
 }
 

@@ -10,6 +10,7 @@
 //! lands (`settle`). A session never ends, and no other answer is acted on, with one
 //! running.
 
+use tokio::sync::watch;
 use tracing::warn;
 
 use super::{Appended, End, FollowError, Pending, Sent, Session};
@@ -83,6 +84,23 @@ impl<F: FollowerLog> Session<'_, F> {
         self.durable = now.fetch_lsn;
         self.status.appended(p.count, p.bytes);
         Ok(())
+    }
+
+    /// The log's durable watch moved (`moved`, `Err` once its sender is gone: no longer
+    /// watched): what it says is durable counts, up to the end of the running append (the
+    /// records this session wrote; nothing else is appended meanwhile).
+    pub(super) fn saw_durable(
+        &mut self,
+        moved: Result<Lsn, watch::error::RecvError>,
+        durable_rx: &mut Option<watch::Receiver<Lsn>>,
+    ) {
+        let Ok(durable) = moved else {
+            *durable_rx = None;
+            return;
+        };
+        if let Some(p) = &self.pending {
+            self.durable = self.durable.max(durable.min(p.due.fetch_lsn));
+        }
     }
 
     /// A leader that answers a `FetchAhead` with "unknown message type" predates it: fetch

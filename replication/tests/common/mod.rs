@@ -165,6 +165,12 @@ pub struct TestFollower {
     pub hw_truncation: bool,
     /// Appends wait until it is open (a sync that takes as long as the test wants).
     pub gate: Gate,
+    /// Set (`durable_first`): an append makes its records durable and says so on this
+    /// watch (`durable_watch`) before it waits at the gate, as a standby's WAL sync comes
+    /// before the rest of its apply.
+    pub durable: Option<watch::Sender<Lsn>>,
+    /// Appends that returned.
+    pub returned: AtomicU32,
 }
 
 impl TestFollower {
@@ -173,6 +179,8 @@ impl TestFollower {
             log: Arc::clone(log),
             hw_truncation,
             gate: Gate::new(true),
+            durable: None,
+            returned: AtomicU32::new(0),
         })
     }
 
@@ -182,6 +190,19 @@ impl TestFollower {
             log: Arc::clone(log),
             hw_truncation: false,
             gate: Gate::new(false),
+            durable: None,
+            returned: AtomicU32::new(0),
+        })
+    }
+
+    /// As `gated`, with the records durable (and the durable watch sent) before the gate.
+    pub fn durable_first(log: &Arc<MemLog>) -> Arc<Self> {
+        Arc::new(TestFollower {
+            log: Arc::clone(log),
+            hw_truncation: false,
+            gate: Gate::new(false),
+            durable: Some(watch::channel(FollowerLog::log_end(&**log)).0),
+            returned: AtomicU32::new(0),
         })
     }
 
@@ -215,9 +236,23 @@ impl FollowerLog for TestFollower {
     fn end_offset_for(&self, epoch: Epoch) -> EpochEnd {
         FollowerLog::end_offset_for(&*self.log, epoch)
     }
+    fn durable_watch(&self) -> Option<watch::Receiver<Lsn>> {
+        self.durable.as_ref().map(|d| d.subscribe())
+    }
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), MemError> {
-        self.gate.pass();
-        self.log.append(entries, leader_hw)
+        match &self.durable {
+            Some(durable) => {
+                self.log.append(entries, leader_hw)?;
+                durable.send_replace(FollowerLog::log_end(&*self.log));
+                self.gate.pass();
+            }
+            None => {
+                self.gate.pass();
+                self.log.append(entries, leader_hw)?;
+            }
+        }
+        self.returned.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
     fn truncate_to(&self, lsn: Lsn) -> Result<(), MemError> {
         FollowerLog::truncate_to(&*self.log, lsn)

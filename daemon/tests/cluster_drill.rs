@@ -90,7 +90,7 @@ fn assert_single_faults(text: &str, strikes: usize) {
 /// printed, not asserted (an etcd election on a loaded machine may outlast a 1 s lease).
 #[test]
 fn killing_one_of_three_etcd_members_over_delayed_links_loses_nothing() {
-    let text = drill(&[
+    let run = drill(&[
         "--etcd-members",
         "3",
         "--kills",
@@ -102,6 +102,7 @@ fn killing_one_of_three_etcd_members_over_delayed_links_loses_nothing() {
         "--delay-ms",
         "5",
     ]);
+    let text = &run.text;
     assert!(text.contains("violations: none"), "{text}");
     assert!(
         text.contains("etcd members 3, delay 5 ms each way"),
@@ -134,7 +135,8 @@ fn killing_one_of_three_etcd_members_over_delayed_links_loses_nothing() {
 /// rolling line with a number (printed, not bounded), no violation, a probe per stop.
 #[test]
 fn a_rolling_restart_stops_each_node_gracefully_and_loses_nothing() {
-    let text = drill(&["--rolling", "--kills", "3", "--batches", "60"]);
+    let run = drill(&["--rolling", "--kills", "3", "--batches", "60"]);
+    let text = &run.text;
     let ms = text
         .lines()
         .find_map(|l| {
@@ -157,7 +159,8 @@ fn a_rolling_restart_stops_each_node_gracefully_and_loses_nothing() {
 /// with a number (printed, not bounded).
 #[test]
 fn three_switchovers_move_the_leader_and_lose_nothing() {
-    let text = drill(&["--switchovers", "--kills", "3", "--batches", "60"]);
+    let run = drill(&["--switchovers", "--kills", "3", "--batches", "60"]);
+    let text = &run.text;
     assert!(text.contains("violations: none"), "{text}");
     assert!(text.contains("    Switch: 3 strikes;"), "{text}");
     let done = text
@@ -176,7 +179,8 @@ fn three_switchovers_move_the_leader_and_lose_nothing() {
 /// changes without a fault: 0" (the epochs seen led, beyond the first), no violation.
 #[test]
 fn twenty_quiet_seconds_under_load_change_no_leader() {
-    let text = drill(&["--quiet-secs", "20"]);
+    let run = drill(&["--quiet-secs", "20"]);
+    let text = &run.text;
     let k = text
         .lines()
         .find_map(|l| {
@@ -190,8 +194,8 @@ fn twenty_quiet_seconds_under_load_change_no_leader() {
 }
 
 /// Runs `roost drill --cluster --lease-ms 1000 EXTRA` in a fresh directory; requires exit 0
-/// and returns its report (printed).
-fn drill(extra: &[&str]) -> String {
+/// and returns its report (printed) with the directory, which a failing test keeps.
+fn drill(extra: &[&str]) -> DrillRun {
     let t = tempfile::tempdir().expect("tempdir");
     let out = Command::new(BIN)
         .arg("--data-dir")
@@ -208,7 +212,24 @@ fn drill(extra: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr),
         kept(t)
     );
-    text
+    DrillRun { text, dir: Some(t) }
+}
+
+/// A drill's report, and its directory (every node's log, etcd's, the data): removed when
+/// the test ends well, kept for reading when one of its checks fails (the drill itself
+/// passed, but the report did not say what the test wants: a CI flake must leave the
+/// nodes' logs behind).
+struct DrillRun {
+    text: String,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for DrillRun {
+    fn drop(&mut self) {
+        if let (true, Some(t)) = (std::thread::panicking(), self.dir.take()) {
+            eprintln!("{}", kept(t));
+        }
+    }
 }
 
 /// A failed drill's directory (every node's log, etcd's, the data) is kept for reading: its

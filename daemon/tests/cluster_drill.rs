@@ -24,30 +24,8 @@ use common::BIN;
 
 #[test]
 fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(t.path())
-        .args([
-            "drill",
-            "--cluster",
-            "--lease-ms",
-            "1000",
-            "--kills",
-            "20",
-            "--batches",
-            "400",
-        ])
-        .output()
-        .expect("run roost drill --cluster");
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}");
-    assert!(
-        out.status.success(),
-        "drill failed: {text}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        kept(t)
-    );
+    let run = drill(&["--kills", "20", "--batches", "400"]);
+    let text = &run.text;
     assert!(text.contains("violations: none"), "{text}");
     assert!(text.contains(", 20 failovers"), "{text}");
     assert!(text.contains("lost: 0"), "{text}");
@@ -58,8 +36,8 @@ fn twenty_failovers_lose_nothing_and_never_two_leaders_in_one_epoch() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse::<u64>().ok());
     assert!(p99.is_some(), "no failover time in the report: {text}");
-    assert_client_waits(&text);
-    assert_single_faults(&text, 20);
+    assert_client_waits(text);
+    assert_single_faults(text, 20);
 }
 
 /// Each strike struck a cluster whose every node could take over: the drill waited for the

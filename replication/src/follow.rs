@@ -361,6 +361,9 @@ impl<F: FollowerLog> Session<'_, F> {
             let answer = self
                 .exchange((&mut stream, &mut reader), sent, &mut durable_rx, shutdown)
                 .await?;
+            // The answer acts once the pending append lands; what it makes durable
+            // meanwhile is acknowledged as it goes (the next records came first).
+            self.settle_acking(&mut stream, &mut durable_rx).await?;
             self.handle(answer, sent).await?;
             self.answered = true;
         }

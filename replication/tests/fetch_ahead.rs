@@ -98,7 +98,7 @@ async fn fetches_ahead(watch: bool) {
 async fn a_follower_acknowledges_at_its_durable_watch_before_the_append_returns() {
     let (leader, server) = leader_of_three(true).await;
     let flog = Arc::new(MemLog::new("f"));
-    let log = TestFollower::durable_first(&flog);
+    let log = TestFollower::durable_first(&flog, false);
     let mut opts = fast_opts("f");
     opts.wait_ms = 60_000;
     let f = Follower::start(&server.addr, Arc::clone(&log), opts);
@@ -115,6 +115,46 @@ async fn a_follower_acknowledges_at_its_durable_watch_before_the_append_returns(
         leader.acked("f") == Some(5)
     })
     .await;
+    assert_eq!(records(&flog), records(&leader));
+    f.stop().await;
+    server.stop().await;
+}
+
+/// Goal: as above when the next records come before the sync ends (the follower then
+/// waits for the append before acting on them): the acknowledgement still leaves at the
+/// sync, between fetches, not when the append returns. Method: the append is held before
+/// its records are durable; a record written meanwhile is read for the fetch sent ahead
+/// (its answer now waits for the append); then the records become durable while the rest
+/// of the append waits at a shut gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_waiting_for_the_append_does_not_hold_back_its_acknowledgement() {
+    let (leader, server) = leader_of_three(true).await;
+    let flog = Arc::new(MemLog::new("f"));
+    let log = TestFollower::durable_first(&flog, true);
+    let mut opts = fast_opts("f");
+    opts.wait_ms = 60_000;
+    let f = Follower::start(&server.addr, Arc::clone(&log), opts);
+    eventually("the first append starts", || log.before.reached() >= 1).await;
+    leader.write_durable(0, b"d");
+    eventually("lsn 4 read for the fetch sent ahead", || {
+        leader.furthest_read() >= 4
+    })
+    .await;
+    // Time for the answer to reach the follower, which then waits for the append.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        leader.acked("f").unwrap_or(0) <= 1,
+        "acknowledged before durable"
+    );
+    log.before.open();
+    eventually("lsn 1-3 acknowledged while their append still runs", || {
+        leader.acked("f") == Some(4)
+    })
+    .await;
+    let returned = log.returned.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(returned, 0, "acknowledged only once the append returned");
+    log.gate.open();
+    eventually("lsn 4 acknowledged", || leader.acked("f") == Some(5)).await;
     assert_eq!(records(&flog), records(&leader));
     f.stop().await;
     server.stop().await;

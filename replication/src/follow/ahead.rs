@@ -2,7 +2,9 @@
 //! last one sync, so that a leader with few batches in flight never waits for a whole
 //! standby cycle (receive, append, sync) before it can ship the next. Only what is durable
 //! is acknowledged: a `FetchAhead` carries the durable end beside its `fetch_lsn`, and a
-//! `Durable` frame tells the leader when an append lands while a fetch waits. The model is
+//! `Durable` frame tells the leader when an append's records are durable (as the log's
+//! durable watch says, else when it lands), while a fetch waits or before the next answer
+//! is acted on. The model is
 //! `roost-repmodel election --fetch-before-sync` (docs/replication-model.md): the leader's
 //! high watermark and its in-sync catch-up both read the durable end, never `fetch_lsn`.
 //!
@@ -15,8 +17,9 @@ use tracing::warn;
 
 use super::{Appended, End, FollowError, Pending, Sent, Session};
 use crate::log::{Entry, Epoch, FollowerLog, Lsn};
-use crate::task::follow_call;
-use crate::wire::kind;
+use crate::task::{follow_call, watch_moved};
+use crate::transport::Stream;
+use crate::wire::{kind, Message};
 
 impl<F: FollowerLog> Session<'_, F> {
     /// Starts appending `entries` (the answer to `sent`, with the leader's `hw`) beside the
@@ -83,6 +86,31 @@ impl<F: FollowerLog> Session<'_, F> {
         }
         self.durable = now.fetch_lsn;
         self.status.appended(p.count, p.bytes);
+        Ok(())
+    }
+
+    /// Waits for the pending append to land, acknowledging (`Durable`) what the log's
+    /// durable watch says it made durable meanwhile: an answer that came before the append
+    /// landed waits for it, but the leader need not wait for the whole append to hear of
+    /// its sync. The frame goes between fetches (the leader takes a `Durable` then too).
+    pub(super) async fn settle_acking(
+        &mut self,
+        stream: &mut Stream,
+        durable_rx: &mut Option<watch::Receiver<Lsn>>,
+    ) -> Result<(), End<F::Error>> {
+        let mut told = self.durable;
+        while self.pending.is_some() {
+            tokio::select! {
+                landed = self.landing() => self.landed(landed)?,
+                moved = watch_moved(durable_rx) => self.saw_durable(moved, durable_rx),
+            }
+            // Once landed, the next fetch carries the durable end: no frame needed.
+            if self.pending.is_some() && self.durable > told {
+                told = self.durable;
+                let durable = Message::Durable { durable_lsn: told };
+                self.write(stream, &durable, "writing a Durable").await?;
+            }
+        }
         Ok(())
     }
 

@@ -171,6 +171,9 @@ pub struct TestFollower {
     pub durable: Option<watch::Sender<Lsn>>,
     /// Appends that returned.
     pub returned: AtomicU32,
+    /// With `durable`: appends wait here before their records are durable (open unless
+    /// made by `durable_first(_, true)`).
+    pub before: Gate,
 }
 
 impl TestFollower {
@@ -181,6 +184,7 @@ impl TestFollower {
             gate: Gate::new(true),
             durable: None,
             returned: AtomicU32::new(0),
+            before: Gate::new(true),
         })
     }
 
@@ -192,17 +196,20 @@ impl TestFollower {
             gate: Gate::new(false),
             durable: None,
             returned: AtomicU32::new(0),
+            before: Gate::new(true),
         })
     }
 
-    /// As `gated`, with the records durable (and the durable watch sent) before the gate.
-    pub fn durable_first(log: &Arc<MemLog>) -> Arc<Self> {
+    /// As `gated`, with the records durable (and the durable watch sent) before the gate;
+    /// `held`: appends also wait before their records are durable, until `before` opens.
+    pub fn durable_first(log: &Arc<MemLog>, held: bool) -> Arc<Self> {
         Arc::new(TestFollower {
             log: Arc::clone(log),
             hw_truncation: false,
             gate: Gate::new(false),
             durable: Some(watch::channel(FollowerLog::log_end(&**log)).0),
             returned: AtomicU32::new(0),
+            before: Gate::new(!held),
         })
     }
 
@@ -242,6 +249,7 @@ impl FollowerLog for TestFollower {
     fn append(&self, entries: &[Entry], leader_hw: Lsn) -> Result<(), MemError> {
         match &self.durable {
             Some(durable) => {
+                self.before.pass();
                 self.log.append(entries, leader_hw)?;
                 durable.send_replace(FollowerLog::log_end(&*self.log));
                 self.gate.pass();

@@ -361,9 +361,12 @@ impl<F: FollowerLog> Session<'_, F> {
             let answer = self
                 .exchange((&mut stream, &mut reader), sent, &mut durable_rx, shutdown)
                 .await?;
-            // The answer acts once the pending append lands; what it makes durable
-            // meanwhile is acknowledged as it goes (the next records came first).
-            self.settle_acking(&mut stream, &mut durable_rx).await?;
+            // Records act once the pending append lands; what it makes durable meanwhile
+            // is acknowledged as it goes (any other answer may come with the connection
+            // closing: `handle` settles quietly for it).
+            if matches!(answer, Message::Records { .. }) {
+                self.settle_acking(&mut stream, &mut durable_rx).await?;
+            }
             self.handle(answer, sent).await?;
             self.answered = true;
         }

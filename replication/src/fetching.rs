@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 use crate::decide::{leader_answer, Answer, FetchView};
 use crate::log::{Entry, Epoch, LeaderLog, Lsn};
 use crate::options::LeaderOptions;
-use crate::task::{lead_call, wait_shutdown, Cancelled};
+use crate::task::{lead_call, wait_shutdown, watch_moved, Cancelled};
 use crate::transport::Stream;
 use crate::wire::{self, write_encoded, FrameReader, Message, WireError, ENTRY_HEADER_BYTES};
 
@@ -260,7 +260,7 @@ async fn long_poll<L: LeaderLog>(
                     return Ok(false);
                 }
             }
-            changed = changed(&mut durable) => {
+            changed = watch_moved(&mut durable) => {
                 if changed.is_err() {
                     return Ok(true); // the log is gone: answer now, from what it says
                 }
@@ -287,14 +287,6 @@ async fn long_poll<L: LeaderLog>(
 /// that a `Durable` frame does not start a second.
 type SliceWait =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Lsn, Cancelled>> + Send>>;
-
-/// The watch's next change; never, without a watch.
-async fn changed(w: &mut Option<watch::Receiver<Lsn>>) -> Result<(), watch::error::RecvError> {
-    match w {
-        Some(w) => w.changed().await,
-        None => std::future::pending().await,
-    }
-}
 
 /// The slice's end; never, without one.
 async fn finished(w: &mut Option<SliceWait>) -> Result<Lsn, Cancelled> {

@@ -83,8 +83,8 @@ pub(crate) async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-/// A log watch's next value (a durable end); never, without one. `Err` once its sender is
-/// gone.
+/// A log watch's next value (a shippable or durable end), marked seen; never, without one.
+/// `Err` once its sender is gone.
 pub(crate) async fn watch_moved(
     rx: &mut Option<watch::Receiver<crate::log::Lsn>>,
 ) -> Result<crate::log::Lsn, watch::error::RecvError> {

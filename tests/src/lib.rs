@@ -65,6 +65,24 @@ pub fn test_config() -> Config {
     }
 }
 
+/// `c` made node "a" of a cluster of `members` (an etcd that is never reached: the engine
+/// alone does not talk to it), replicating on a port never listened on.
+pub fn cluster_node_a(c: &mut Config, members: &[&str]) {
+    c.replication.name = Some("a".into());
+    c.replication.listen = Some("127.0.0.1:9".into());
+    c.replication.members = members.iter().map(|m| m.to_string()).collect();
+    c.cluster = Some(roost::config::ClusterConfig {
+        etcd: vec!["http://127.0.0.1:9".into()],
+        name: Some("a".into()),
+        advertise: "127.0.0.1:9".into(),
+        lease_ms: 3000,
+        prefix: "/roost/test".into(),
+        etcd_ca: None,
+        etcd_cert: None,
+        etcd_key: None,
+    });
+}
+
 /// [`open_engine`] with `tune` applied to the test configuration.
 pub fn open_engine_with(
     disk: &SimStorage,

@@ -12,13 +12,13 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use roost::config::{ClusterConfig, Config};
+use roost::config::Config;
 use roost::error::EngineError;
 use roost::pipeline::crash::{CrashHook, CrashPoint, Step};
 use roost::pipeline::{Engine, EngineOptions, Lead};
 use roost::replica::Replication;
 use roost_storage::SimStorage;
-use roost_tests::{create_on, parse, test_config, SubmitOne};
+use roost_tests::{cluster_node_a, create_on, parse, test_config, SubmitOne};
 use roost_wal::Lsn;
 
 /// What the leader showed while a claim was written and not yet synced.
@@ -66,19 +66,7 @@ impl CrashHook for Look {
 }
 
 fn clustered(c: &mut Config) {
-    c.replication.name = Some("a".into());
-    c.replication.listen = Some("127.0.0.1:9".into());
-    c.replication.members = vec!["a".into(), "b".into()];
-    c.cluster = Some(ClusterConfig {
-        etcd: vec!["http://127.0.0.1:9".into()],
-        name: Some("a".into()),
-        advertise: "127.0.0.1:9".into(),
-        lease_ms: 3000,
-        prefix: "/roost/test".into(),
-        etcd_ca: None,
-        etcd_cert: None,
-        etcd_key: None,
-    });
+    cluster_node_a(c, &["a", "b"]);
 }
 
 fn static_primary(c: &mut Config) {

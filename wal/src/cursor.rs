@@ -47,11 +47,10 @@ impl Cursors {
         Some(self.0.remove(best))
     }
 
-    /// Keeps `c` as the most recently used (replacing one at the same place), dropping the
-    /// least recently used beyond [`CURSORS_MAX`].
+    /// Keeps `c` as the most recently used, dropping the least recently used beyond
+    /// [`CURSORS_MAX`]. Two cursors at one place are both kept: two followers in step (both
+    /// caught up) stop at the same place, and each takes one out at its next read.
     pub(crate) fn put(&mut self, c: Cursor) {
-        self.0
-            .retain(|o| !(o.first_lsn == c.first_lsn && o.lsn == c.lsn));
         if self.0.len() >= CURSORS_MAX {
             self.0.remove(0);
         }

@@ -53,6 +53,8 @@ impl Replication {
         e.last_fetch = Instant::now();
         e.connected = true;
         e.behind = false;
+        let hw = self.high_watermark_with(&s);
+        let told = self.acked_told.swap(hw, Ordering::SeqCst);
         drop(s);
         // A load first: no write to a shared line on every fetch, only after a loss.
         if self.alone_logged.load(Ordering::Relaxed)
@@ -65,8 +67,11 @@ impl Replication {
         }
         self.pins().fetched(name, fetch_lsn);
         self.note_position();
-        self.acked_cv.notify_all();
-        self.high_watermark()
+        if hw > told {
+            self.ack_wakes.fetch_add(1, Ordering::Relaxed);
+            self.acked_cv.notify_all();
+        }
+        hw
     }
 
     /// Remembers where the WAL is, in lsns and in bytes, at this acknowledgement.

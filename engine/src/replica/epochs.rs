@@ -82,6 +82,7 @@ impl Replication {
         }
         let taken = self.take_epoch(epoch)?;
         *lock(&self.isr) = Some(isr);
+        self.acked_told.store(0, Ordering::SeqCst);
         // An epoch won in etcd is never resumed (a cluster node starts as a follower), so its
         // records may reach a standby before this node's own sync (`shippable_end`).
         self.ship_written.store(true, Ordering::SeqCst);

@@ -127,6 +127,8 @@ impl Replication {
                 info!(standby = name, "in sync: answers wait for it from now on");
             }
         }
+        // The high watermark may be lower now: the next acknowledgement must wake.
+        self.acked_told.store(0, Ordering::SeqCst);
     }
 
     /// Removes `name` (after etcd no longer names it: until then answers still wait for it).
@@ -136,6 +138,6 @@ impl Replication {
                 warn!(standby = name, "out of sync: answers no longer wait for it");
             }
         }
-        self.acked_cv.notify_all();
+        self.wake_acked();
     }
 }

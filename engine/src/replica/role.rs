@@ -75,8 +75,16 @@ pub struct Replication {
     pub(super) led: AtomicU32,
     pub(super) epochs: Mutex<LeaderEpochs>,
     pub(super) standbys: Mutex<HashMap<String, StandbyState>>,
-    /// Signalled when a standby acknowledges more, or the role changes.
+    /// Signalled when an acknowledgement raises the high watermark, or the role, the
+    /// standbys or the in-sync set change ([`Replication::wake_acked`]).
     pub(super) acked_cv: Condvar,
+    /// The high watermark the last acknowledgement computed (under the `standbys` lock): one
+    /// that does not raise it wakes no answer (with two standbys in sync, the first of the
+    /// two acknowledgements of a record cannot). 0 after any other change, so that the next
+    /// acknowledgement wakes all.
+    pub(super) acked_told: AtomicU64,
+    /// Wake-ups of the waiting answers by acknowledgements (for the tests).
+    pub(super) ack_wakes: AtomicU64,
     /// Set at a stop: answers waiting for a standby give up (their batches stay claimed).
     pub(super) giving_up: AtomicBool,
     /// This life drains (a stop or a rejoin began): the health checks answer 503.
@@ -201,6 +209,8 @@ impl Replication {
             epochs: Mutex::new(epochs),
             standbys: Mutex::new(HashMap::new()),
             acked_cv: Condvar::new(),
+            acked_told: AtomicU64::new(1),
+            ack_wakes: AtomicU64::new(0),
             giving_up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             since: Mutex::new(Instant::now()),
@@ -230,8 +240,22 @@ impl Replication {
     /// Wakes everything that waits on the role: answers for a standby, duplicates waiting on
     /// a batch in flight.
     pub(super) fn wake(&self) {
-        self.acked_cv.notify_all();
+        self.wake_acked();
         self.parts.changed.notify_all();
+    }
+
+    /// Wakes every answer waiting for a standby, and makes the next acknowledgement wake
+    /// them all again: a change other than an acknowledgement may have lowered the high
+    /// watermark below what the last one told.
+    pub(super) fn wake_acked(&self) {
+        self.acked_told.store(0, Ordering::SeqCst);
+        self.acked_cv.notify_all();
+    }
+
+    /// How many acknowledgements woke the answers waiting for a standby (each one that
+    /// raised the high watermark).
+    pub fn ack_wakes(&self) -> u64 {
+        self.ack_wakes.load(Ordering::Relaxed)
     }
 
     pub fn role(&self) -> Role {
@@ -295,7 +319,7 @@ impl Replication {
             e.connected = false;
             info!(standby = name, acked = e.acked, "standby disconnected");
         }
-        self.acked_cv.notify_all();
+        self.wake_acked();
     }
 
     /// Standby `name` must cut or be re-seeded before it holds anything new (`behind`).
@@ -330,7 +354,7 @@ impl Replication {
     /// At a stop: answers waiting for a standby give up now.
     pub fn stop_waiting_for_standby(&self) {
         self.giving_up.store(true, Ordering::SeqCst);
-        self.acked_cv.notify_all();
+        self.wake_acked();
     }
 
     /// What this standby knows of its primary (`None` on a primary).

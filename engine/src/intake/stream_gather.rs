@@ -9,8 +9,8 @@
 //! share one plan, one claim sync and one message per shard owner, as a pipelined
 //! connection's lines do.
 //!
-//! Only where a group's run is this node's own work ([`gathers`]): a standby that forwards,
-//! or a leader under `ack = "standby"`, runs each connection's lines at once, as before.
+//! Only where this node runs its groups itself ([`gathers`]): a standby that forwards runs
+//! each connection's lines at once, as before.
 //!
 //! Each batch is still answered on its own channel as soon as the engine hands it over, and
 //! a connection's answers are written in its order by its writer. What a group shares is
@@ -114,16 +114,16 @@ impl Gather {
     }
 }
 
-/// Whether a group's run is this node's own work only (plan, claim sync, commit), so that
-/// the running groups keep the disk and the cores busy. A standby forwards its groups to
-/// the leader and waits for them to come back, and under `ack = "standby"` a group waits
-/// for a standby's acknowledgement: a group holding one of four places through a network
+/// Whether this node runs the groups itself: a standby forwards its groups to the leader
+/// and waits for them to come back, and a group holding one of four places through that
 /// round trip would stall the queue behind it, so there every connection's lines run at
-/// once as their own group, and the leader's WAL and the forwarding connection group them
-/// instead.
+/// once as their own group, and the forwarding connection groups them instead. A leader
+/// under `ack = "standby"` gathers too: its groups wait for the standbys' acknowledgement
+/// as well, but since acknowledgements cost the leader little (`replica/ack.rs`, issue 42)
+/// gathering is measured ahead there (docs/scaling.md, "Where a loaded leader's time
+/// went").
 fn gathers(sh: &Shared) -> bool {
-    let local = sh.engine.config().replication.ack == crate::config::Ack::Local;
-    local && sh.forwarding().is_none()
+    sh.forwarding().is_none()
 }
 
 /// Runs `lines` as one group and frees their places among the running batches.

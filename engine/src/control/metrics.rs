@@ -417,6 +417,11 @@ fn intake_figures(engine: &Engine) -> Vec<Figure> {
             "Streamed batches run in those groups since start.",
             load(&st.batches_in_groups),
         ),
+        counter(
+            "roost_stream_stalled",
+            "Times the running stream groups had all stalled (a standby not acknowledging) and the waiting batches ran at once, each connection's on its own.",
+            load(&st.stalled),
+        ),
     ]
 }
 

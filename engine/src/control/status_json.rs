@@ -208,6 +208,7 @@ fn stream_json(engine: &Engine) -> serde_json::Value {
         "unavailable": s.unavailable.load(Ordering::Relaxed),
         "groups": s.groups.load(Ordering::Relaxed),
         "batches_in_groups": s.batches_in_groups.load(Ordering::Relaxed),
+        "stalled": s.stalled.load(Ordering::Relaxed),
     })
 }
 

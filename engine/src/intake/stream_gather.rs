@@ -21,6 +21,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use roost_storage::lock;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
@@ -48,10 +49,32 @@ pub(super) struct Lines {
 /// Runs one group: its batches (batch, source) and their answers' channels.
 pub(super) type RunGroup = fn(&Shared, &[(Batch, String)], Vec<oneshot::Sender<Answer>>);
 
-#[derive(Default)]
+/// How long the running groups may all go without one ending before the queue stops
+/// waiting for them: its lines then run at once, each connection's as a group of its own.
+/// A group waits for the standbys' acknowledgement under `ack = "standby"`; a frozen or cut
+/// off standby would hold all four places, and every line behind them, until it is dropped
+/// from the in-sync set, even a line answered from the key window at once (issue 42). Well
+/// above a loaded leader's wait for its standbys (p99 10-25 ms).
+const STALLED: Duration = Duration::from_millis(100);
+
 struct Queue {
     waiting: std::collections::VecDeque<Lines>,
     running: usize,
+    /// When a group last started or ended.
+    moved: Instant,
+    /// A check for a stall is due (one at a time).
+    watched: bool,
+}
+
+impl Default for Queue {
+    fn default() -> Queue {
+        Queue {
+            waiting: Default::default(),
+            running: 0,
+            moved: Instant::now(),
+            watched: false,
+        }
+    }
 }
 
 /// The queue and the count of running groups; `group_max` bounds the batches a group takes
@@ -84,9 +107,12 @@ impl Gather {
             let mut q = lock(&self.queue);
             q.waiting.push_back(lines);
             if q.running >= GROUPS_RUNNING {
+                drop(q);
+                self.watch(&sh, run);
                 return;
             }
             q.running += 1;
+            q.moved = Instant::now();
             self.take(&mut q)
         };
         // Counted from here: a task dropped unrun (the runtime ending) or a spawn that
@@ -96,6 +122,45 @@ impl Gather {
             counted: true,
         };
         tokio::task::spawn_blocking(move || running.drain(&sh, first, run));
+    }
+
+    /// Lines wait in the queue while every place is taken: once no group has started or
+    /// ended for [`STALLED`], every line queued runs at once as a group of its own (on no
+    /// place), and so does every line queued later while that lasts. Checked when a line is
+    /// queued and by one timer while lines wait.
+    fn watch(self: &Arc<Self>, sh: &Arc<Shared>, run: RunGroup) {
+        let (stalled, wait) = {
+            let mut q = lock(&self.queue);
+            let since = q.moved.elapsed();
+            if q.waiting.is_empty() || (since < STALLED && q.watched) {
+                return;
+            }
+            let stalled = since >= STALLED;
+            q.watched = !stalled;
+            let lines: Vec<Lines> = match stalled {
+                true => q.waiting.drain(..).collect(),
+                false => Vec::new(),
+            };
+            (lines, STALLED - since.min(STALLED))
+        };
+        if stalled.is_empty() {
+            let (me, sh) = (self.clone(), sh.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                lock(&me.queue).watched = false;
+                me.watch(&sh, run);
+            });
+            return;
+        }
+        sh.engine
+            .stats
+            .stream
+            .stalled
+            .fetch_add(1, Ordering::Relaxed);
+        for lines in stalled {
+            let sh = sh.clone();
+            tokio::task::spawn_blocking(move || run_group(&sh, vec![lines], run));
+        }
     }
 
     /// The next group from the queue: whole connections' lines in arrival order, up to
@@ -166,6 +231,7 @@ impl Running {
     /// The next group from the queue, or `None` (the place given back) when it is empty.
     fn next(&mut self) -> Option<Vec<Lines>> {
         let mut q = lock(&self.gather.queue);
+        q.moved = Instant::now();
         if q.waiting.is_empty() {
             q.running -= 1;
             self.counted = false;

@@ -83,6 +83,9 @@ pub struct StreamStats {
     pub groups: AtomicU64,
     /// The streamed batches those groups ran.
     pub batches_in_groups: AtomicU64,
+    /// Times the queue stopped waiting for running groups that had all stalled (a standby
+    /// not acknowledging): its lines ran at once, each connection's on its own.
+    pub stalled: AtomicU64,
 }
 
 /// Upper bounds of the latency buckets, in microseconds (the last bucket is +Inf).

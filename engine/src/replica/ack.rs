@@ -213,9 +213,14 @@ impl Replication {
     /// between the check and the wait (a missed one cost the full 50 ms).
     fn wait_for_acknowledgement(&self, lsn: Lsn) {
         let standbys = lock(&self.standbys);
-        if self.high_watermark_with(&standbys) > lsn {
+        let hw = self.high_watermark_with(&standbys);
+        if hw > lsn {
             return;
         }
+        // The next acknowledgement that raises the high watermark above what this answer
+        // sees wakes it, whatever lowered it meanwhile (a standby's timeout, an in-sync set
+        // changed beside an acknowledgement).
+        self.acked_told.fetch_min(hw, Ordering::SeqCst);
         let _woken = self
             .acked_cv
             .wait_timeout(standbys, Duration::from_millis(50))

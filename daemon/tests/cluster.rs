@@ -129,6 +129,60 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
     }
 }
 
+/// Goal (issue 42): a line streamed to a standby is answered there only once that standby's
+/// own log holds its claim durably, even where the leader (`ack = "local"`) answered at
+/// once: a failover after the answer finds the claim on this node too. Method: three nodes
+/// under `ack = "local"`; strace holds every `fdatasync` of one standby for 1.5 s (the
+/// leader answers in milliseconds); the line's answer at that standby must take at least
+/// that long. A lower bound only: a slow machine makes it later, never sooner.
+#[test]
+fn a_standby_answers_a_streamed_line_only_once_its_own_log_holds_it() {
+    use std::io::{BufReader, Write};
+    let t = tempfile::tempdir().expect("tempdir");
+    let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
+    let mut nodes = three(t.path(), etcd.client_url(), "ack = \"local\"");
+    start_all(&mut nodes);
+    let l = one_leader(&nodes, LIMIT);
+    let s = (l + 1) % 3;
+    submit_at(&nodes[s], "warm");
+    let pid = nodes[s].child.as_ref().expect("the standby runs").id();
+    let trace = t.path().join("strace.out");
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=fdatasync",
+            "-e",
+            "inject=fdatasync:delay_exit=1500000",
+        ])
+        .args(["-p", &pid.to_string()])
+        .spawn()
+        .expect("run strace");
+    std::thread::sleep(Duration::from_secs(1)); // attached to every thread by then
+    let mut conn = BufReader::new(common::stream::connect(&nodes[s].data, LIMIT));
+    let sent = Instant::now();
+    let line = common::stream::batch_line("held", "s", 1);
+    conn.get_mut().write_all(line.as_bytes()).expect("send");
+    let answer = common::stream::read_answer(&mut conn);
+    let waited = sent.elapsed();
+    let _ = strace.kill();
+    let _ = strace.wait();
+    assert_eq!(answer["status"], "committed", "{answer}");
+    let traced = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert!(
+        traced.contains("DELAYED"),
+        "no fdatasync was held: {traced}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "answered after {waited:?}, before the standby's log could hold the claim: {answer}"
+    );
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+}
+
 /// Goal: a leader killed with -9 is replaced within the lease and the fencing margin plus
 /// the election's own steps (bounded here by 3 lease periods); nothing it acknowledged is
 /// lost; restarted, it follows the new leader (a node started by a supervisor leads only

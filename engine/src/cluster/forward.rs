@@ -22,6 +22,9 @@ use crate::pipeline::{Engine, Role};
 /// How long one forward may wait for the leader's answer, and then for this node's log.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(10);
 
+/// How often a forward waiting for this node's log looks again whether it may still wait.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
 /// How often a forward waiting for the leader looks whether another node leads now.
 const LEADER_LOOK: Duration = Duration::from_millis(50);
 
@@ -32,31 +35,47 @@ const STOPPING: &str = "this node is stopping (or rejoining)";
 #[error("{0}")]
 pub struct NotNow(pub String);
 
-/// Forwards `batches` all at once (pipelined on the one connection to the leader, issue 42:
-/// a standby is as fast as the leader), then waits once for this node's log to hold what
-/// the answers cite; one outcome per batch, in order. Called on the blocking pool (it
-/// blocks on the runtime `rt`). Gives up at once when `ending` turns true (this life stops
-/// or rejoins: its log no longer moves, and a stop must not wait for the leader).
+/// What a forward needs of this node: its engine, the end of this life (a stop or rejoin:
+/// its log no longer moves, and a stop must not wait for the leader) and its log's durable
+/// end as a watch (`None`: looked at every millisecond instead).
+pub struct Here<'a> {
+    pub engine: &'a Engine,
+    pub ending: watch::Receiver<bool>,
+    pub durable: Option<watch::Receiver<Lsn>>,
+}
+
+/// [`forward`] from the blocking pool (spool files, bulk lines): blocks on the runtime `rt`.
 pub fn forward_all(
     cl: &Arc<Cluster>,
-    (engine, ending): (&Engine, &watch::Receiver<bool>),
+    here: Here<'_>,
     rt: &Handle,
     batches: &[&Batch],
 ) -> Vec<Result<BatchResult, NotNow>> {
-    let stopping = || *ending.borrow();
+    rt.block_on(forward(cl, here, batches))
+}
+
+/// Forwards `batches` all at once (pipelined on the one connection to the leader, issue 42:
+/// a standby is as fast as the leader), then waits once for this node's log to hold what
+/// the answers cite; one outcome per batch, in order. Gives up at once when `here.ending`
+/// turns true.
+pub async fn forward(
+    cl: &Arc<Cluster>,
+    mut here: Here<'_>,
+    batches: &[&Batch],
+) -> Vec<Result<BatchResult, NotNow>> {
     let every = |why: &str| {
         batches
             .iter()
             .map(|_| Err(NotNow(why.to_owned())))
             .collect()
     };
-    if stopping() {
+    if *here.ending.borrow() {
         return every(STOPPING);
     }
     let Some(addr) = cl.leader_addr() else {
         return every("no leader is known yet (cluster election in progress)");
     };
-    let Some(replies) = rt.block_on(send_all(cl, &addr, batches, ending.clone())) else {
+    let Some(replies) = send_all(cl, &addr, batches, here.ending.clone()).await else {
         return every(STOPPING);
     };
     let mut out: Vec<Result<(BatchResult, Lsn), NotNow>> = batches
@@ -67,14 +86,17 @@ pub fn forward_all(
     let need = out.iter().flatten().map(|(_, lsn)| *lsn).max().unwrap_or(0);
     if need > 0 {
         let key = &batches[0].request_key;
-        if let Err(e) = hold((engine, &stopping), need, key) {
+        if let Err(e) = hold(&mut here, need, key).await {
             return every(&e.0);
         }
     }
     out.drain(..)
         .map(|r| {
             r.map(|(result, _)| {
-                engine.stats.forwarded_out.fetch_add(1, Ordering::Relaxed);
+                here.engine
+                    .stats
+                    .forwarded_out
+                    .fetch_add(1, Ordering::Relaxed);
                 result
             })
         })
@@ -149,25 +171,31 @@ fn answer_of(
 
 /// Waits until this node's log holds every record below `durable_lsn` durably (fetched
 /// from the leader), at most [`FORWARD_WAIT`], while it is still a standby and not stopping
-/// (a node that stops or rejoins has stopped following: its log will not move).
-fn hold(
-    (engine, stopping): (&Engine, &dyn Fn() -> bool),
-    durable_lsn: u64,
-    key: &str,
-) -> Result<(), NotNow> {
+/// (a node that stops or rejoins has stopped following: its log will not move). Waits on
+/// the durable watch, not the WAL's lock and condition variable: many forwards wait at once
+/// and each sync would wake them all onto that lock (issue 42).
+async fn hold(here: &mut Here<'_>, durable_lsn: u64, key: &str) -> Result<(), NotNow> {
     let need = durable_lsn.saturating_sub(1);
     let until = Instant::now() + FORWARD_WAIT;
     loop {
-        let synced = engine
-            .wal()
-            .wait_synced_past(need.saturating_sub(1), Duration::from_millis(100));
+        let synced = here.engine.wal().synced_lsn();
         if synced >= need {
             return Ok(());
         }
-        if engine.role() != Role::Standby || stopping() || Instant::now() >= until {
+        let standby = here.engine.role() == Role::Standby;
+        if !standby || *here.ending.borrow() || Instant::now() >= until {
             return Err(NotNow(format!(
                 "request key {key:?}: this node does not hold the leader's answer yet (its log is durable to lsn {synced}, the answer cites {need})"
             )));
+        }
+        let Some(durable) = here.durable.as_mut() else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        };
+        let moved = durable.wait_for(|end| *end > need);
+        let ended = matches!(tokio::time::timeout(LOOK_AGAIN, moved).await, Ok(Err(_)));
+        if ended {
+            here.durable = None; // the log's watch ended: look every millisecond
         }
     }
 }

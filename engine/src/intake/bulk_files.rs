@@ -235,9 +235,8 @@ fn forward_lines(
     rt: &tokio::runtime::Handle,
     items: &[(&Batch, &str)],
 ) -> Result<Vec<BatchResult>, EngineError> {
-    let ending = sh.ending.subscribe();
     let batches: Vec<&Batch> = items.iter().map(|(b, _)| *b).collect();
-    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), rt, &batches);
+    let outcomes = crate::cluster::forward::forward_all(cl, sh.here(), rt, &batches);
     let mut out = Vec::with_capacity(outcomes.len());
     for (o, (_, source)) in outcomes.into_iter().zip(items) {
         match o {

@@ -116,6 +116,15 @@ impl Shared {
         self.cluster.as_ref().filter(|_| standby)
     }
 
+    /// What a forward to the leader needs of this node (`cluster/forward.rs`).
+    pub(crate) fn here(&self) -> crate::cluster::forward::Here<'_> {
+        crate::cluster::forward::Here {
+            engine: &self.engine,
+            ending: self.ending.subscribe(),
+            durable: self.repl.durable_watch(),
+        }
+    }
+
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }

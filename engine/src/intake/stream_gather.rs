@@ -9,8 +9,9 @@
 //! share one plan, one claim sync and one message per shard owner, as a pipelined
 //! connection's lines do.
 //!
-//! Only where this node runs its groups itself ([`gathers`]): a standby that forwards runs
-//! each connection's lines at once, as before.
+//! Only where this node runs its groups itself: a standby that forwards sends each
+//! connection's lines at once (`stream_socket.rs`, `forward`), and the forwarding
+//! connection groups them for the leader instead.
 //!
 //! Each batch is still answered on its own channel as soon as the engine hands it over, and
 //! a connection's answers are written in its order by its writer. What a group shares is
@@ -94,15 +95,9 @@ impl Gather {
 
     /// Queues `lines`; if fewer than `GROUPS_RUNNING` groups run, starts one on the
     /// blocking pool with what is queued, which then runs what queues meanwhile until
-    /// nothing is left. `run` runs one group (its batches, their answers' channels). Where
-    /// a group waits for another node ([`gathers`] false), `lines` run as a group of their
-    /// own at once, as before.
+    /// nothing is left. `run` runs one group (its batches, their answers' channels).
     pub(super) fn start(self: &Arc<Self>, sh: &Arc<Shared>, lines: Lines, run: RunGroup) {
         let sh = sh.clone();
-        if !gathers(&sh) {
-            tokio::task::spawn_blocking(move || run_group(&sh, vec![lines], run));
-            return;
-        }
         let first = {
             let mut q = lock(&self.queue);
             q.waiting.push_back(lines);
@@ -177,18 +172,6 @@ impl Gather {
         }
         group
     }
-}
-
-/// Whether this node runs the groups itself: a standby forwards its groups to the leader
-/// and waits for them to come back, and a group holding one of four places through that
-/// round trip would stall the queue behind it, so there every connection's lines run at
-/// once as their own group, and the forwarding connection groups them instead. A leader
-/// under `ack = "standby"` gathers too: its groups wait for the standbys' acknowledgement
-/// as well, but since acknowledgements cost the leader little (`replica/ack.rs`, issue 42)
-/// gathering is measured ahead there (docs/scaling.md, "Where a loaded leader's time
-/// went").
-fn gathers(sh: &Shared) -> bool {
-    sh.forwarding().is_none()
 }
 
 /// Runs `lines` as one group and frees their places among the running batches.

@@ -487,7 +487,10 @@ async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receive
         txs,
         slots,
     };
-    ctx.gather.start(&ctx.shared, lines, run);
+    match ctx.shared.forwarding().cloned() {
+        Some(cl) => drop(tokio::spawn(forward(ctx.shared.clone(), cl, lines))),
+        None => ctx.gather.start(&ctx.shared, lines, run),
+    }
     rxs
 }
 
@@ -498,9 +501,6 @@ async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receive
 /// worker's does), its batches answered `unavailable` too (they may be claimed: recovery
 /// finishes them and the same keys then get their answers).
 fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer>>) {
-    if let Some(cl) = sh.forwarding() {
-        return forward(sh, cl, batches, txs);
-    }
     let items: Vec<(&Batch, &str)> = batches.iter().map(|(b, s)| (b, s.as_str())).collect();
     let source = items.first().map_or("", |(_, s)| *s);
     let mut txs: Vec<Option<oneshot::Sender<Answer>>> = txs.into_iter().map(Some).collect();
@@ -534,18 +534,22 @@ fn run(sh: &Shared, batches: &[(Batch, String)], txs: Vec<oneshot::Sender<Answer
     }
 }
 
-/// A cluster standby's streamed batches: forwarded to the leader all at once, each answered
-/// once this node holds its claim (`cluster/forward.rs`), or answered `unavailable`.
-fn forward(
-    sh: &Shared,
-    cl: &Arc<crate::cluster::Cluster>,
-    batches: &[(Batch, String)],
-    txs: Vec<oneshot::Sender<Answer>>,
-) {
-    let rt = tokio::runtime::Handle::current();
-    let ending = sh.ending.subscribe();
+/// A cluster standby's streamed batches (one connection's lines): forwarded to the leader
+/// all at once, each answered once this node holds its claim (`cluster/forward.rs`), or
+/// answered `unavailable`. A task on the runtime, not a group on the blocking pool: it only
+/// waits, for the leader and then for this node's log (issue 42), and the forwarding
+/// connection groups what many connections send (`replication/src/forward.rs`).
+async fn forward(sh: Arc<Shared>, cl: Arc<crate::cluster::Cluster>, lines: Lines) {
+    let Lines {
+        batches,
+        txs,
+        slots,
+    } = lines;
+    let stream = &sh.engine.stats.stream;
+    stream.groups.fetch_add(1, Ordering::Relaxed);
+    (stream.batches_in_groups).fetch_add(batches.len() as u64, Ordering::Relaxed);
     let refs: Vec<&Batch> = batches.iter().map(|(b, _)| b).collect();
-    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), &rt, &refs);
+    let outcomes = crate::cluster::forward::forward(&cl, sh.here(), &refs).await;
     for (((b, _), tx), outcome) in batches.iter().zip(txs).zip(outcomes) {
         let a = match outcome {
             Ok(r) => Answer::Result(r),
@@ -553,6 +557,7 @@ fn forward(
         };
         let _ = tx.send(a);
     }
+    drop(slots);
 }
 
 /// Writes the answers in request order, flushing whenever the next one is not ready yet.

@@ -130,9 +130,8 @@ fn forward_group(
         }
     }
     let refs: Vec<&batch::Batch> = batches.iter().map(|(b, _)| b).collect();
-    let ending = sh.ending.subscribe();
     let rt = tokio::runtime::Handle::current();
-    let outcomes = crate::cluster::forward::forward_all(cl, (&sh.engine, &ending), &rt, &refs);
+    let outcomes = crate::cluster::forward::forward_all(cl, sh.here(), &rt, &refs);
     for ((_, name), outcome) in batches.iter().zip(outcomes) {
         match outcome {
             Ok(r) => {

@@ -66,9 +66,10 @@ fn three_nodes_elect_one_leader_and_every_spool_takes_batches() {
 /// Goal (issue 42): a standby's intake is the leader's: a bulk file dropped on a standby is
 /// forwarded line by line and its answers file appears there (it used to wait in `new/`
 /// until that node led); many files dropped at once on a standby are forwarded together
-/// (pipelined) and each is answered; every line and file keeps its ids when sent again to
-/// the leader. Method: three nodes, `ack = "standby"`; 40 lines in one bulk file and 40
-/// files at once, both at a standby.
+/// (pipelined) and answered in shared publishing rounds; every line and file keeps its ids
+/// when sent again to the leader. Method: three nodes, `ack = "standby"`; 40 lines in one
+/// bulk file and 40 files dropped while the standby is frozen (SIGSTOP), so that it finds
+/// them all at once.
 #[test]
 fn a_standby_forwards_bulk_files_and_many_files_at_once() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -84,6 +85,9 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
             line
         })
         .collect();
+    submit_at(&nodes[s], "warm");
+    // Frozen while they are dropped, the standby finds them all waiting at once.
+    nodes[s].signal("STOP");
     drop_in(&nodes[s].spool(), "load.jsonl", &body);
     for i in 0..40 {
         let key = format!("many-{i}");
@@ -93,6 +97,7 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
             &batch(&key, "s", 2),
         );
     }
+    nodes[s].signal("CONT");
     let out = nodes[s].spool().join("out/load.jsonl");
     wait_for("the bulk file's answers at the standby", LIMIT, || {
         out.exists()
@@ -121,6 +126,20 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
     assert!(!nodes[s].spool().join("new/load.jsonl").exists());
     let st = cluster(&nodes[s]);
     assert!(st["forwarded_out"].as_u64() >= Some(80), "{st}");
+    // Files forwarded together are answered in one publishing round: each group of k
+    // files saves k - 1 rounds (rounds shared by concurrent groups only save more).
+    let st = nodes[s].status();
+    let n = |k: &str| st[k].as_u64().unwrap_or(0);
+    let grouped = n("files_in_groups") - n("file_groups").min(n("files_in_groups"));
+    assert!(
+        grouped > 0,
+        "no files were forwarded together: the test proves nothing: {st}"
+    );
+    let saved = n("results_published").saturating_sub(n("result_rounds"));
+    assert!(
+        saved >= grouped,
+        "each forwarded file had a round of its own: {st}"
+    );
     for n in nodes.iter_mut() {
         n.stop();
     }

@@ -108,8 +108,8 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
     }
 }
 
-/// A cluster standby's files: forwarded to the leader all at once, each answered here once
-/// this node holds its claim (`cluster/forward.rs`); not now (no leader, a failover): left
+/// A cluster standby's files: forwarded to the leader all at once, answered here together
+/// (one publishing round) once this node holds their claims (`cluster/forward.rs`); not now (no leader, a failover): left
 /// in `new/` for the next rescan, to be sent again under its key. Invalid ones are
 /// quarantined first; a bulk file goes its own way (`process`).
 fn forward_group(
@@ -132,16 +132,24 @@ fn forward_group(
     let refs: Vec<&batch::Batch> = batches.iter().map(|(b, _)| b).collect();
     let rt = tokio::runtime::Handle::current();
     let outcomes = crate::cluster::forward::forward_all(cl, sh.here(), &rt, &refs);
+    let mut answered: Vec<(&str, Vec<u8>)> = Vec::with_capacity(batches.len());
     for ((_, name), outcome) in batches.iter().zip(outcomes) {
         match outcome {
             Ok(r) => {
                 debug!(file = name, status = ?r.status(), lsn = r.lsn(), "forwarded batch answered");
-                sh.engine.answer_file(name, &r.to_json_line(), false)?;
+                answered.push((name, r.to_json_line()));
             }
             Err(e) => {
                 debug!(file = name, error = %e, "forwarded batch not answered now; left in new/")
             }
         }
+    }
+    let files: Vec<(&str, &[u8])> = answered.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+    sh.engine.answer_files(&files, false)?;
+    if files.len() > 1 {
+        let stats = &sh.engine.stats;
+        stats.file_groups.fetch_add(1, Ordering::Relaxed);
+        (stats.files_in_groups).fetch_add(files.len() as u64, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -293,18 +293,24 @@ impl Answers {
         self.deliver(tail, &[d], None)
     }
 
-    /// An answer to spool file `name` that no claim of this node finishes (see
-    /// `Engine::answer_file`): `out/NAME` published (after any earlier claim under the name
-    /// settles, if `settle`), then `new/NAME` removed and `new/` synced at once.
-    pub(super) fn answer_file(
+    /// Answers to spool files (name, bytes) that no claim of this node finishes (see
+    /// `Engine::answer_files`): every `out/NAME` published in one round (after any earlier
+    /// claim under the name settles, if `settle`), then every `new/NAME` removed and `new/`
+    /// synced once.
+    pub(super) fn answer_files(
         &self,
         tail: &Settler,
-        name: &str,
-        bytes: &[u8],
+        files: &[(&str, &[u8])],
         settle: bool,
     ) -> Result<(), EngineError> {
-        let d = Delivery::unclaimed(name, bytes, settle.then_some(None), Input::RemovedAfter);
-        self.deliver(tail, &[d], None)
+        if files.is_empty() {
+            return Ok(());
+        }
+        let settle = settle.then_some(None);
+        let items: Vec<Delivery> = (files.iter())
+            .map(|(name, bytes)| Delivery::unclaimed(name, bytes, settle, Input::RemovedAfter))
+            .collect();
+        self.deliver(tail, &items, None)
     }
 
     /// The claims' answers, in claim order, once every claim is on a standby (under `ack =

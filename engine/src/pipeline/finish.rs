@@ -163,6 +163,13 @@ impl Engine {
     ///   it would wait forever; if this node leads again, recovery's answer for it touches no
     ///   other request's input or answer (`names.rs`).
     pub fn answer_file(&self, name: &str, bytes: &[u8], settle: bool) -> Result<(), EngineError> {
-        self.answers.answer_file(&self.tail(), name, bytes, settle)
+        self.answer_files(&[(name, bytes)], settle)
+    }
+
+    /// [`Engine::answer_file`] for many files at once, in one publishing round: a cluster
+    /// standby's forwarded files answered together (`intake/worker.rs`), as a leader's group
+    /// of claims is.
+    pub fn answer_files(&self, files: &[(&str, &[u8])], settle: bool) -> Result<(), EngineError> {
+        self.answers.answer_files(&self.tail(), files, settle)
     }
 }

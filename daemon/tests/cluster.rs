@@ -126,9 +126,19 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
     assert!(!nodes[s].spool().join("new/load.jsonl").exists());
     let st = cluster(&nodes[s]);
     assert!(st["forwarded_out"].as_u64() >= Some(80), "{st}");
-    // Files forwarded together are answered in one publishing round: each group of k
-    // files saves k - 1 rounds (rounds shared by concurrent groups only save more).
-    let st = nodes[s].status();
+    answered_in_shared_rounds(&nodes[s]);
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+    for n in &nodes {
+        n.verify();
+    }
+}
+
+/// Files a standby forwarded together were answered in one publishing round: each group of
+/// k files saved k - 1 rounds (rounds shared by concurrent groups only save more).
+fn answered_in_shared_rounds(standby: &Node) {
+    let st = standby.status();
     let n = |k: &str| st[k].as_u64().unwrap_or(0);
     let grouped = n("files_in_groups") - n("file_groups").min(n("files_in_groups"));
     assert!(
@@ -140,12 +150,6 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
         saved >= grouped,
         "each forwarded file had a round of its own: {st}"
     );
-    for n in nodes.iter_mut() {
-        n.stop();
-    }
-    for n in &nodes {
-        n.verify();
-    }
 }
 
 /// Goal (issue 42): a line streamed to a standby is answered there only once that standby's
@@ -157,6 +161,12 @@ fn a_standby_forwards_bulk_files_and_many_files_at_once() {
 #[test]
 fn a_standby_answers_a_streamed_line_only_once_its_own_log_holds_it() {
     use std::io::{BufReader, Write};
+    if let Err(reason) = common::strace::can_inject() {
+        if std::env::var("ROOST_ALLOW_NO_STRACE").as_deref() == Ok("1") {
+            return eprintln!("NOT RUN (ROOST_ALLOW_NO_STRACE=1): {reason}");
+        }
+        panic!("this test needs strace with --inject: {reason} (install strace, allow ptrace, or set ROOST_ALLOW_NO_STRACE=1)");
+    }
     let t = tempfile::tempdir().expect("tempdir");
     let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");
     let mut nodes = three(t.path(), etcd.client_url(), "ack = \"local\"");
@@ -178,7 +188,11 @@ fn a_standby_answers_a_streamed_line_only_once_its_own_log_holds_it() {
         .args(["-p", &pid.to_string()])
         .spawn()
         .expect("run strace");
-    std::thread::sleep(Duration::from_secs(1)); // attached to every thread by then
+    wait_for(
+        "strace attached to every thread of the standby",
+        LIMIT,
+        || every_thread_traced(pid),
+    );
     let mut conn = BufReader::new(common::stream::connect(&nodes[s].data, LIMIT));
     let sent = Instant::now();
     let line = common::stream::batch_line("held", "s", 1);
@@ -188,18 +202,32 @@ fn a_standby_answers_a_streamed_line_only_once_its_own_log_holds_it() {
     let _ = strace.kill();
     let _ = strace.wait();
     assert_eq!(answer["status"], "committed", "{answer}");
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "answered after {waited:?}, before the standby's log could hold the claim: {answer}"
+    );
     let traced = std::fs::read_to_string(&trace).unwrap_or_default();
     assert!(
         traced.contains("DELAYED"),
         "no fdatasync was held: {traced}"
     );
-    assert!(
-        waited >= Duration::from_millis(1400),
-        "answered after {waited:?}, before the standby's log could hold the claim: {answer}"
-    );
     for n in nodes.iter_mut() {
         n.stop();
     }
+}
+
+/// Whether every thread of `pid` has a tracer (strace attached to them all).
+fn every_thread_traced(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .is_some_and(|v| v.trim() != "0")
+    })
 }
 
 /// Goal: a leader killed with -9 is replaced within the lease and the fencing margin plus

@@ -171,14 +171,20 @@ fn answer_of(
 
 /// Waits until this node's log holds every record below `durable_lsn` durably (fetched
 /// from the leader), at most [`FORWARD_WAIT`], while it is still a standby and not stopping
-/// (a node that stops or rejoins has stopped following: its log will not move). Waits on
-/// the durable watch, not the WAL's lock and condition variable: many forwards wait at once
-/// and each sync would wake them all onto that lock (issue 42).
+/// (a node that stops or rejoins has stopped following: its log will not move). Reads and
+/// waits on the durable watch (the WAL sends it under its lock at every sync and cut), not
+/// the WAL's lock and condition variable: many forwards wait at once on the runtime, which
+/// must never block on that lock (a segment roll holds it through a sync), and each sync
+/// would wake them all onto it (issue 42). Without the watch: the WAL looked at every
+/// millisecond.
 async fn hold(here: &mut Here<'_>, durable_lsn: u64, key: &str) -> Result<(), NotNow> {
     let need = durable_lsn.saturating_sub(1);
     let until = Instant::now() + FORWARD_WAIT;
     loop {
-        let synced = here.engine.wal().synced_lsn();
+        let synced = match &here.durable {
+            Some(end) => end.borrow().saturating_sub(1),
+            None => here.engine.wal().synced_lsn(),
+        };
         if synced >= need {
             return Ok(());
         }
@@ -192,10 +198,18 @@ async fn hold(here: &mut Here<'_>, durable_lsn: u64, key: &str) -> Result<(), No
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;
         };
-        let moved = durable.wait_for(|end| *end > need);
-        let ended = matches!(tokio::time::timeout(LOOK_AGAIN, moved).await, Ok(Err(_)));
+        let mut ending = here.ending.clone();
+        let ended = tokio::select! {
+            moved = tokio::time::timeout(LOOK_AGAIN, durable.wait_for(|end| *end > need)) => {
+                matches!(moved, Ok(Err(_)))
+            }
+            stop = ending.wait_for(|e| *e) => match stop {
+                Ok(_) => false, // seen at the top of the loop
+                Err(_) => return Err(NotNow(STOPPING.to_owned())), // this life is gone
+            },
+        };
         if ended {
-            here.durable = None; // the log's watch ended: look every millisecond
+            here.durable = None; // the log's watch ended: look at the WAL every millisecond
         }
     }
 }

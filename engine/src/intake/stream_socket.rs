@@ -7,15 +7,16 @@
 //! them, up to `GROUP_MAX` batches a group: `stream_gather.rs`; a group is one
 //! `Engine::submit` with `Deliver::Early`, which hands each answer over where a spool file's
 //! result would be published, before the group's durability tail), and a writer writes the
-//! answers in order. A batch's place in its connection's
+//! answers in order. A cluster standby forwards each connection's lines from a task on the
+//! runtime instead (`forward`), ungathered: they only wait, for the leader and its own log. A batch's place in its connection's
 //! window frees once its answer is written; its place among the running batches once its
 //! group has handed its claims to the durability tail's next round (`pipeline/settle.rs`).
 //!
 //! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
 //! and its written answer; at that many its reader stops reading the socket, so a client
 //! that never reads its answers fills its own socket buffers and then blocks in its own
-//! writes, and nothing else waits for it. All connections together run at most
-//! `stream_batches_running_max` batches on the blocking pool at once. A request line is held up
+//! writes, and nothing else waits for it. All connections together run (or forward) at most
+//! `stream_batches_running_max` batches at once. A request line is held up
 //! to `stream_line_bytes_max` bytes; a longer one is skipped in chunks. At most
 //! `stream_connections_max` connections. The graceful stop reads no more lines, lets the
 //! batches started finish, gives the writers a bounded time for the last answers, and drops
@@ -56,7 +57,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// What every connection shares.
 struct Ctx {
     shared: Arc<Shared>,
-    /// Streamed batches on the blocking pool, all connections together.
+    /// Streamed batches running (or forwarded), all connections together.
     running: Arc<Semaphore>,
     state: watch::Receiver<u8>,
     line_bytes_max: usize,
@@ -138,8 +139,8 @@ impl Stream {
         }
     }
 
-    /// Streamed batches started (running on the blocking pool, or queued for the next
-    /// group: `stream_gather.rs`) right now.
+    /// Streamed batches started (running on the blocking pool, queued for the next group:
+    /// `stream_gather.rs`, or forwarded by a standby) right now.
     pub fn running(&self) -> usize {
         self.running_max as usize - self.running.available_permits()
     }
@@ -457,9 +458,10 @@ fn closed(sh: &Shared) -> Option<&'static str> {
     }
 }
 
-/// Starts `batches` (batch, source) on the blocking pool once as many stream slots are free,
-/// in a group with whatever other connections sent meanwhile (`stream_gather.rs`); one
-/// answer to come per batch, in order.
+/// Starts `batches` (batch, source) once as many stream slots are free: on the blocking
+/// pool in a group with whatever other connections sent meanwhile (`stream_gather.rs`), or
+/// on a forwarding standby as a task of their own (`forward`); one answer to come per
+/// batch, in order.
 async fn start(ctx: &Ctx, batches: Vec<(Batch, String)>) -> Vec<oneshot::Receiver<Answer>> {
     let unavailable = |batches: &[(Batch, String)], why: &str| {
         let one = |b: &Batch| ready(Answer::unavailable(Some(&b.request_key), why));

@@ -109,9 +109,9 @@ fn process(sh: &Shared, name: &str) -> Result<(), EngineError> {
 }
 
 /// A cluster standby's files: forwarded to the leader all at once, answered here together
-/// (one publishing round) once this node holds their claims (`cluster/forward.rs`); not now (no leader, a failover): left
-/// in `new/` for the next rescan, to be sent again under its key. Invalid ones are
-/// quarantined first; a bulk file goes its own way (`process`).
+/// (one publishing round) once this node holds their claims (`cluster/forward.rs`); not now
+/// (no leader, a failover): left in `new/` for the next rescan, to be sent again under its
+/// key. Invalid ones are quarantined first; a bulk file goes its own way (`process`).
 fn forward_group(
     sh: &Shared,
     cl: &Arc<crate::cluster::Cluster>,

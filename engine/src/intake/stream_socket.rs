@@ -8,9 +8,10 @@
 //! `Engine::submit` with `Deliver::Early`, which hands each answer over where a spool file's
 //! result would be published, before the group's durability tail), and a writer writes the
 //! answers in order. A cluster standby forwards each connection's lines from a task on the
-//! runtime instead (`forward`), ungathered: they only wait, for the leader and its own log. A batch's place in its connection's
-//! window frees once its answer is written; its place among the running batches once its
-//! group has handed its claims to the durability tail's next round (`pipeline/settle.rs`).
+//! runtime instead (`forward`), ungathered: they only wait, for the leader and its own log.
+//! A batch's place in its connection's window frees once its answer is written; its place
+//! among the running batches once its group has handed its claims to the durability tail's
+//! next round (`pipeline/settle.rs`), or once a standby's forward is answered.
 //!
 //! Bounds: a connection has at most `stream_in_flight_max` batches between its request line
 //! and its written answer; at that many its reader stops reading the socket, so a client

@@ -161,11 +161,8 @@ fn answered_in_shared_rounds(standby: &Node) {
 #[test]
 fn a_standby_answers_a_streamed_line_only_once_its_own_log_holds_it() {
     use std::io::{BufReader, Write};
-    if let Err(reason) = common::strace::can_inject() {
-        if std::env::var("ROOST_ALLOW_NO_STRACE").as_deref() == Ok("1") {
-            return eprintln!("NOT RUN (ROOST_ALLOW_NO_STRACE=1): {reason}");
-        }
-        panic!("this test needs strace with --inject: {reason} (install strace, allow ptrace, or set ROOST_ALLOW_NO_STRACE=1)");
+    if !common::strace::required("the held-fdatasync test") {
+        return;
     }
     let t = tempfile::tempdir().expect("tempdir");
     let etcd = EtcdServer::start(&t.path().join("etcd")).expect("etcd");

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::strace::{can_inject, max_calls_per_thread, Call, Trace, TracedServe};
+use common::strace::{max_calls_per_thread, Call, Trace, TracedServe};
 use common::{drop_in, BIN};
 use roost::drill::child::ServeChild;
 use serde_json::Value;
@@ -710,14 +710,7 @@ fn describe(out: &RunOutcome, e: &str) -> String {
 /// A scratch root, or None when strace cannot inject here and `ROOST_ALLOW_NO_STRACE=1`
 /// says that is fine (never a silent skip: the reason is printed, or the test fails).
 fn scratch() -> Option<tempfile::TempDir> {
-    if let Err(reason) = can_inject() {
-        if std::env::var("ROOST_ALLOW_NO_STRACE").as_deref() == Ok("1") {
-            eprintln!("fault walk NOT RUN (ROOST_ALLOW_NO_STRACE=1): {reason}");
-            return None;
-        }
-        panic!("the fault walk needs strace with --inject: {reason} (install strace, allow ptrace, or set ROOST_ALLOW_NO_STRACE=1)");
-    }
-    Some(tempfile::tempdir().expect("tempdir"))
+    common::strace::required("the fault walk").then(|| tempfile::tempdir().expect("tempdir"))
 }
 
 /// Builds a phase in a scratch root and walks it; fails with every anomaly, keeping the

@@ -217,6 +217,20 @@ pub fn max_calls_per_thread(calls: &[Call]) -> BTreeMap<String, usize> {
     max
 }
 
+/// Whether `what` may run here: true when strace can inject; else, with
+/// `ROOST_ALLOW_NO_STRACE=1`, false after a printed "NOT RUN" line with the reason (never a
+/// silent skip); else the test fails and says why.
+pub fn required(what: &str) -> bool {
+    let Err(reason) = can_inject() else {
+        return true;
+    };
+    if std::env::var("ROOST_ALLOW_NO_STRACE").as_deref() == Ok("1") {
+        eprintln!("{what} NOT RUN (ROOST_ALLOW_NO_STRACE=1): {reason}");
+        return false;
+    }
+    panic!("{what} needs strace with --inject: {reason} (install strace, allow ptrace, or set ROOST_ALLOW_NO_STRACE=1)");
+}
+
 /// Whether strace can trace and inject here: runs `echo` with its write failed by EIO and
 /// looks for echo's own error. Err names the reason (no strace, ptrace refused, no fault).
 pub fn can_inject() -> Result<(), String> {

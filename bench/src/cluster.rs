@@ -17,9 +17,13 @@
 //! asserted. Beside roost, each round measures the replicated durable null (`null_pair.rs`:
 //! a leader and two followers that only log, sync and acknowledge) at the same client
 //! counts in both modes, the physical `standby / local` ratio of this machine;
-//! `roost-bench --null-pair` runs only that.
+//! `roost-bench --null-pair` runs only that. Under each round's line, one line per stream
+//! cell says where its disk work went (`flushes.rs`): device flushes, each node's WAL
+//! syncs, shard flushes and durability rounds per batch, and the leader's wait for its
+//! standbys by bucket.
 
 pub(crate) mod clients;
+mod flushes;
 pub(crate) mod null_pair;
 
 use std::path::{Path, PathBuf};
@@ -233,6 +237,8 @@ struct Round {
     per_sync: f64,
     /// Batches the measured standby forwarded to the leader and answered, over the round.
     forwarded_out: u64,
+    /// Each stream cell's disk work (`flushes.rs`), one line per cell.
+    flushes: Vec<String>,
 }
 
 fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<Round> {
@@ -241,7 +247,8 @@ fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<R
     let lead = &nodes[0].spool;
     let burst = burst_timed(lead, sz.burst, &W)?.rate;
     clear_out(lead);
-    let at = measure(nodes, sz).with_context(|| {
+    let mut flushes = Vec::new();
+    let at = measure(&c, root, sz, &mut flushes).with_context(|| {
         let logs: Vec<String> = nodes
             .iter()
             .map(|n| n.child.log_path().display().to_string())
@@ -262,12 +269,25 @@ fn run_round(bin: &Path, root: &Path, ack: &str, sz: &Sizes) -> anyhow::Result<R
         burst,
         at,
         forwarded_out,
+        flushes,
     })
 }
 
 /// Every cell at `[leader, standby]`: for each client count files at one then the other,
-/// then the same for the stream, then one bulk file at each.
-fn measure(nodes: [&Node; 2], sz: &Sizes) -> anyhow::Result<[Place; 2]> {
+/// then the same for the stream (each stream cell's disk work added to `flushes`), then one
+/// bulk file at each.
+fn measure(
+    c: &Cluster,
+    root: &Path,
+    sz: &Sizes,
+    flushes: &mut Vec<String>,
+) -> anyhow::Result<[Place; 2]> {
+    let nodes = c.places();
+    let snapshot = || {
+        let statuses: Vec<Option<Value>> = c.nodes.iter().map(Node::status).collect();
+        let metrics = roost::control::socket::request(&c.nodes[c.leader].socket, "metrics");
+        flushes::Snapshot::take(&statuses, &metrics.unwrap_or_default(), root)
+    };
     let mut at = [Place::default(), Place::default()];
     let role = |p: usize| ["the leader", "a standby"][p];
     for &n in &sz.clients {
@@ -280,8 +300,11 @@ fn measure(nodes: [&Node; 2], sz: &Sizes) -> anyhow::Result<[Place; 2]> {
     }
     for &n in &sz.clients {
         for (p, node) in nodes.iter().enumerate() {
+            let before = snapshot();
             let rate = stream_closed_loop(&node.stream, n, sz.cell, &W)
                 .with_context(|| format!("{n} stream clients at {}", role(p)))?;
+            let work = before.per_batch(&snapshot(), c.leader, &NAMES);
+            flushes.push(format!("{n} stream clients at {}: {work}", role(p)));
             at[p].stream.push(rate);
         }
     }
@@ -441,6 +464,9 @@ fn print_round(r: usize, ack: &str, x: &Round, sz: &Sizes) {
         rounded(&standby.files), sz.clients, rounded(&lead.stream), rounded(&standby.stream),
         sz.bulk, lead.bulk, standby.bulk, x.forwarded_out, x.latency
     );
+    for line in &x.flushes {
+        println!("  round {r} ack={ack:<7} disk work, {line}");
+    }
 }
 
 /// The median over the rounds of `ack` of `f`.

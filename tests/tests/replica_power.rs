@@ -5,17 +5,21 @@
 //! then the engine opens as a standby) and fetches the rest. In every run it ends with the
 //! primary's records (lsn, epoch, type, content), the primary's shard contents, every audit
 //! row of every claim exactly once, and `verify` clean; a `done` record is never durable
-//! before its claim's effects (kept by the code; no schedule here has caught a skipped flush
-//! before a `done` yet: docs/replication.md). Beside it, one write of the run fails (EIO) at each point in
-//! turn, the process going on, with the same checks after a restart.
+//! before its claim's effects (a skipped flush before a `done` fails it: docs/replication.md).
+//! Beside it, one write of the run fails (EIO) at each point in turn, the process going on,
+//! with the same checks after a restart; and the syncs of a run are counted: a standby
+//! flushes its applied effects in quarter rounds of the leader's tail, not behind every
+//! chunk.
 #![forbid(unsafe_code)]
 // Tests may panic: that is how they fail (the unwrap/expect ban is for production code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use roost::config::Config;
+use roost::pipeline::records::WalEntry;
 use roost::pipeline::{Engine, EngineOptions};
 use roost::replica::cut::Cutter;
 use roost_replication::Entry;
@@ -76,7 +80,10 @@ fn standby_config() -> Config {
 }
 
 fn open_standby(disk: &SimStorage) -> Engine {
-    let cfg = standby_config();
+    open_standby_with(disk, standby_config())
+}
+
+fn open_standby_with(disk: &SimStorage, cfg: Config) -> Engine {
     let cut = Cutter::open_with(Arc::new(disk.clone()), &cfg).expect("cutter");
     cut.cut_past_end().expect("cut past end");
     drop(cut);
@@ -236,4 +243,76 @@ fn apply_all(e: &Engine, entries: &[Entry], chunk: usize) -> Result<(), String> 
             .map_err(|err| err.to_string())?;
     }
     Ok(())
+}
+
+/// Records of the primary's run whose apply also creates files (each shard's first
+/// segment, the audit log, `LEADER_EPOCHS`: their syncs and their directories'): the first
+/// two claims touch both shards.
+const WARM: usize = 2;
+
+/// The syncs of a standby's run that applies `entries` one record per chunk, the simulated
+/// clock moved `tick` before each, counted after the first [`WARM`] records and once the
+/// engine (and its flushing thread) is gone.
+fn syncs_of_run(entries: &[Entry], cfg: Config, tick: Duration) -> u64 {
+    let disk = SimStorage::new();
+    let e = open_standby_with(&disk, cfg);
+    let mut s0 = disk.sync_count();
+    for (i, x) in entries.iter().enumerate() {
+        if i == WARM {
+            s0 = disk.sync_count();
+        }
+        disk.advance(tick);
+        e.standby()
+            .apply_replicated(std::slice::from_ref(x))
+            .expect("apply");
+    }
+    drop(e);
+    disk.sync_count() - s0
+}
+
+/// Goal (issue 42): a standby flushes the effects it applied in quarter rounds of the
+/// leader's tail (`tail_round_claims / 4` claims, or the oldest `tail_round_ms / 4` old),
+/// not behind every chunk: at one closed-loop client the flush behind every chunk was four
+/// shard flushes and an audit sync per batch on each standby. Method: the primary's run
+/// (its `done` records all come after its claims), one record per chunk, syncs counted.
+/// With neither quarter reached, a run syncs its WAL once per chunk and flushes its shards
+/// and audit log once, for the first `done`; with the clock moved a quarter round before
+/// each chunk, or a quarter round of one claim, every chunk of claims flushes behind it.
+#[test]
+fn a_standby_flushes_in_quarter_rounds() {
+    let (_, entries) = primary();
+    let records = (entries.len() - WARM) as u64;
+    let kind = |x: &Entry| roost::pipeline::records::decode_wal_parts(x.lsn, x.kind, &x.payload);
+    let claims = (entries.iter().skip(WARM))
+        .take_while(|x| !matches!(kind(x), Ok(WalEntry::Done(_))))
+        .filter(|x| matches!(kind(x), Ok(WalEntry::Claim(_))))
+        .count() as u64;
+    assert!(
+        claims >= 6,
+        "the primary's run has {claims} claims before a done"
+    );
+    let once = (SHARDS.len() + 1) as u64;
+    let quiet = syncs_of_run(&entries, standby_config(), Duration::ZERO);
+    assert!(
+        quiet <= records + once,
+        "{quiet} syncs for {records} records: more than one per chunk and {once} for the first done"
+    );
+    let c = standby_config();
+    let aged = syncs_of_run(
+        &entries,
+        c.clone(),
+        Duration::from_millis(c.tail_round_ms / 4),
+    );
+    let mut one = standby_config();
+    one.tail_round_claims = 4;
+    let counted = syncs_of_run(&entries, one, Duration::ZERO);
+    for (what, n) in [("by age", aged), ("by count", counted)] {
+        assert!(
+            n >= records + claims,
+            "{what}: {n} syncs for {records} records, {claims} claims: not a flush behind each claim"
+        );
+    }
+    println!(
+        "{records} records, {claims} claims: {quiet} syncs, {aged} by age, {counted} by count"
+    );
 }

@@ -12,20 +12,28 @@
 //! 3. the chunk's records are synced (a `Durable` frame acknowledges them as the sync
 //!    ends, through the WAL's durable watch: `replica/role.rs`), and the planner learns
 //!    them (keys, ids, open claims), as replay does;
-//! 4. the effects applied so far start flushing behind the chunk (`effects_flush.rs`): the
-//!    shard owners flush, a standing thread waits for them and syncs the audit log.
+//! 4. once a quarter of the leader's tail round waits (`tail_round_claims` / 4 claims, or
+//!    the oldest applied `tail_round_ms` / 4 ago: `held::FlushDue`), the effects applied so
+//!    far start flushing behind the chunk (`effects_flush.rs`): the shard owners flush, a
+//!    standing thread waits for them and syncs the audit log.
 //!
-//! A `done` usually arrives a fetch after its claim, when the flush begun behind that fetch
-//! has had the leader's whole finish to run: the acknowledgement of the next claims waits
-//! for one WAL sync, not for the shards and the audit log (before issue 42 that flush ran
-//! when the `done` came, on the fetch path). A `done` whose claim came in the same chunk
-//! still flushes there and then. A power loss can take the effects of a
-//! claim without a `done`: recovery applies them again from the claim (`settle_unfinished`).
+//! The leader settles its claims in rounds (`settle.rs`) and sends their `done` records
+//! after each round, so a `done` usually arrives many fetches after its claim, when the
+//! flush begun behind an earlier fetch has run: the acknowledgement of the next claims
+//! waits for one WAL sync, not for the shards and the audit log (before issue 42 that flush
+//! ran when the `done` came, on the fetch path). Flushing in quarter rounds rather than
+//! behind every chunk takes four shard flushes and an audit sync per batch off a closed-loop
+//! client's standbys (issue 42, docs/scaling.md). A `done` whose claim is still unflushed
+//! (it came in the same chunk, or before the flush was due: a leader's round forced by a
+//! reused spool name, or a trickle of claims) flushes there and then. A power loss can
+//! take the effects of a claim without a `done`: recovery applies them again from the
+//! claim (`settle_unfinished`).
 //! Effects written before their claim reached the WAL are cut at the next start
 //! (`replica/cut.rs`) and come back with the same records.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use roost_storage::lock;
 use roost_wal::Lsn;
@@ -33,7 +41,7 @@ use tracing::info;
 
 use super::claim_lock::Claims;
 use super::env::Env;
-use super::held::{self, FlushWith, HeldClaims};
+use super::held::{self, FlushDue, FlushWith, HeldClaims};
 use super::keys::KeyAt;
 use super::log_role::{Lead, LogRole, Role};
 use super::logs::Logs;
@@ -141,8 +149,20 @@ impl Standby<'_> {
             audit: self.log.audit(),
             failed: &|| self.env.is_failed(),
         };
-        self.held.flush_behind(self.shards.flusher(), &w)?;
+        self.held
+            .flush_behind(self.shards.flusher(), &w, self.flush_due())?;
         Ok(offsets)
+    }
+
+    /// When applied effects start flushing behind the fetches: a quarter of the leader's
+    /// tail round, by count and by age (`held::FlushDue`).
+    fn flush_due(&self) -> FlushDue {
+        let c = &self.env.config;
+        FlushDue {
+            claims: (c.tail_round_claims / 4).max(1),
+            age: Duration::from_millis(c.tail_round_ms / 4),
+            now: self.env.clock.now(),
+        }
     }
 
     /// A run of claims' shard transactions sent to their owners and their audit rows
@@ -166,6 +186,7 @@ impl Standby<'_> {
             }
         };
         let mut u = lock(&self.held.unflushed);
+        u.since.get_or_insert_with(|| self.env.clock.now());
         u.claims.extend(run.iter().map(|(lsn, _)| *lsn));
         for t in sent.touched().flatten() {
             u.shards.insert(t.name.to_owned(), t.slot.clone());

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use roost_storage::lock;
 use roost_wal::{Lsn, Wal};
@@ -32,12 +33,37 @@ pub(super) struct HeldClaims {
 }
 
 /// Effects a standby applied and has not flushed yet: the claims, the shards they touched,
-/// the last audit row written.
+/// the last audit row written, and when the oldest of them was applied.
 #[derive(Default)]
 pub(super) struct Unflushed {
     pub(super) claims: BTreeSet<Lsn>,
     pub(super) shards: BTreeMap<String, Arc<ShardSlot>>,
     pub(super) last_row: Option<Lsn>,
+    pub(super) since: Option<Instant>,
+}
+
+/// When the effects a standby applied start flushing behind its fetches (step 4 of
+/// `apply.rs`): once `claims` of them wait, or the oldest has waited `age`. The leader
+/// settles its own in rounds (`settle.rs`) and sends their `done` records after each round;
+/// a standby that flushed behind every chunk made four shard flushes and an audit sync per
+/// batch at one client, most of the device flushes of a three-node cluster on one disk
+/// (issue 42). A quarter of the leader's round (`tail_round_claims`, `tail_round_ms`) keeps
+/// the flushes ahead of the `done` records that need them.
+#[derive(Clone, Copy)]
+pub(super) struct FlushDue {
+    pub claims: usize,
+    pub age: Duration,
+    pub now: Instant,
+}
+
+impl FlushDue {
+    /// Whether `u` is due (see the type).
+    fn reached(&self, u: &Unflushed) -> bool {
+        let old = u
+            .since
+            .is_some_and(|t| self.now.saturating_duration_since(t) >= self.age);
+        !u.claims.is_empty() && (u.claims.len() >= self.claims || old)
+    }
 }
 
 /// How many flushes a standby keeps running behind its fetches; past it, effects wait
@@ -77,13 +103,15 @@ impl HeldClaims {
         Ok(())
     }
 
-    /// Step 4 of `apply.rs`: the effects applied so far start flushing while the leader
-    /// finishes them (`effects_flush.rs`); flushes already finished are collected (a failure
-    /// latches). With [`FLUSHES_IN_FLIGHT`] running, the effects wait for the next chunk.
+    /// Step 4 of `apply.rs`: once `due`, the effects applied so far start flushing while the
+    /// leader finishes them (`effects_flush.rs`); flushes already finished are collected (a
+    /// failure latches). Not yet due, or with [`FLUSHES_IN_FLIGHT`] running, the effects
+    /// wait for a later chunk (or their `done`).
     pub(super) fn flush_behind(
         &self,
         flusher: &EffectsFlusher,
         w: &FlushWith,
+        due: FlushDue,
     ) -> Result<(), EngineError> {
         let mut flushing = lock(&self.flushing);
         while let Some(f) = flushing.front() {
@@ -97,7 +125,7 @@ impl HeldClaims {
             }
         }
         let mut u = lock(&self.unflushed);
-        if u.claims.is_empty() || flushing.len() >= FLUSHES_IN_FLIGHT {
+        if !due.reached(&u) || flushing.len() >= FLUSHES_IN_FLIGHT {
             return Ok(());
         }
         let u = std::mem::take(&mut *u);

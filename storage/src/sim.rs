@@ -74,6 +74,12 @@ impl SimStorage {
         self.lock().writes
     }
 
+    /// Reads (`read_at`) and length lookups (`len`) of open files so far: the calls a
+    /// real disk answers with `pread` and `statx`.
+    pub fn read_count(&self) -> u64 {
+        self.lock().reads
+    }
+
     /// Changing calls so far (see [`SimFaults::stop_after_ops`]).
     pub fn op_count(&self) -> u64 {
         self.lock().ops

@@ -3,7 +3,10 @@
 //! starts where the previous one stopped, so the log keeps a [`Cursor`] (segment, offset,
 //! lsn) per follower, at most [`crate::cursor::CURSORS_MAX`], and starts at the nearest one
 //! that fits; otherwise it walks the segment's headers from its start (one header read per
-//! record, no payloads). This module only reads; it never writes
+//! record, no payloads). The records themselves are read in runs: one read of up to
+//! [`READ_RUN_BYTES`], never past what was written, holds a follower's next records, so a
+//! fetch costs one call to the disk, not two per record and a length lookup. This module only
+//! reads; it never writes
 //! a segment, and it reads only records below the log's next lsn, which are whole in the page
 //! cache even while appends go on after them.
 
@@ -14,7 +17,9 @@ use std::sync::{Arc, MutexGuard};
 use roost_storage::{OpenMode, StorageFile};
 
 use crate::cursor::{Cursor, Cursors};
-use crate::format::{frame_len, LEN_OFFSET, LSN_OFFSET, RECORD_HEADER_LEN, VERSION_OFFSET};
+use crate::format::{
+    frame_len, probe, Probe, LEN_OFFSET, LSN_OFFSET, RECORD_HEADER_LEN, VERSION_OFFSET,
+};
 use crate::log::{read_frame, Segment, Wal};
 use crate::{Lsn, Record, WalError};
 
@@ -47,7 +52,7 @@ impl Wal {
         max_bytes: usize,
     ) -> Result<Vec<Record>, WalError> {
         let mut cur = self.lock_cursor();
-        let (segs, end) = {
+        let (segs, end, active) = {
             let g = self.lock();
             let first = g.segments.first().map_or(g.next_lsn, |s| s.first_lsn);
             if from < first || from > g.next_lsn || (from < until && from == g.next_lsn) {
@@ -55,7 +60,8 @@ impl Wal {
             }
             let i = g.segments.partition_point(|s| s.first_lsn <= from);
             let tail: Vec<Segment> = g.segments[i.saturating_sub(1)..].to_vec();
-            (tail, until.min(g.next_lsn))
+            let active = g.active.as_ref().map(|a| (a.first_lsn, a.write_offset));
+            (tail, until.min(g.next_lsn), active)
         };
         let mut out = Vec::new();
         let mut bytes = 0usize;
@@ -66,15 +72,16 @@ impl Wal {
                 break;
             }
             let seg_end = segs.get(i + 1).map_or(end, |s| s.first_lsn.min(end));
+            // Where this segment's records are known to end: the write offset of the active
+            // one (every record below `end` lies before it), else the file's length.
+            let written = match active {
+                Some((first, offset)) if first == seg.first_lsn => offset,
+                _ => seg.bytes,
+            };
             let mut pos = self.position(&mut cur, seg, lsn)?;
+            let mut window = Window::default();
             while pos.lsn < seg_end && (out.is_empty() || bytes < max_bytes) {
-                let r = read_frame(
-                    pos.file.as_ref(),
-                    &pos.path,
-                    pos.lsn,
-                    pos.offset,
-                    self.opts.payload_bytes_max,
-                )?;
+                let r = self.next_record(&pos, &mut window, written)?;
                 pos.offset += frame_len(r.payload.len()) as u64;
                 pos.lsn += 1;
                 bytes += r.payload.len();
@@ -95,6 +102,32 @@ impl Wal {
             cur.put(c);
         }
         Ok(out)
+    }
+
+    /// The record at `pos`: from `window` when it holds the whole frame (read again, up to
+    /// [`READ_RUN_BYTES`] and not past `written`, when it does not), else read on its own
+    /// (`read_frame`: a frame larger than the window, or one that does not verify, which
+    /// `read_frame` then names).
+    fn next_record(
+        &self,
+        pos: &Position,
+        window: &mut Window,
+        written: u64,
+    ) -> Result<Record, WalError> {
+        let max = self.opts.payload_bytes_max;
+        if let Some(r) = window.frame(pos, max) {
+            return Ok(r);
+        }
+        // A window read here already, or a frame larger than any window, is read on its own.
+        let larger = window.len_at(pos).is_some_and(|n| n > READ_RUN_BYTES);
+        let read_here = window.at == pos.offset && !window.buf.is_empty();
+        if !larger && !read_here {
+            *window = Window::read(pos, written);
+            if let Some(r) = window.frame(pos, max) {
+                return Ok(r);
+            }
+        }
+        read_frame(pos.file.as_ref(), &pos.path, pos.lsn, pos.offset, max)
     }
 
     /// Segment `seg` open at record `lsn` (which it holds, or which is its end): from the
@@ -143,6 +176,71 @@ impl Wal {
     }
 }
 
+/// Bytes [`Wal::read_from`] reads at once: a follower's next records usually fit, so a read
+/// takes one call where each record took two (its header, then its frame) and the walk to
+/// it a length lookup (issue 42: six calls per batch on a leader with two standbys).
+const READ_RUN_BYTES: usize = 64 << 10;
+
+/// Bytes of one segment read in one call, from offset `at`.
+#[derive(Default)]
+struct Window {
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl Window {
+    /// Up to [`READ_RUN_BYTES`] from `pos.offset`, not past `written`; empty if that is less
+    /// than a header or the read fails (the record is then read on its own, and a failure
+    /// reported there).
+    fn read(pos: &Position, written: u64) -> Window {
+        let want = (written.saturating_sub(pos.offset)).min(READ_RUN_BYTES as u64) as usize;
+        let mut buf = vec![0u8; want];
+        if want < RECORD_HEADER_LEN || pos.file.read_at(&mut buf, pos.offset).is_err() {
+            buf.clear();
+        }
+        Window {
+            at: pos.offset,
+            buf,
+        }
+    }
+
+    /// Where the frame at `pos` starts in the window, and its payload's length, if its header
+    /// is here.
+    fn header(&self, pos: &Position) -> Option<(usize, u32)> {
+        let start = usize::try_from(pos.offset.checked_sub(self.at)?).ok()?;
+        let head = self.buf.get(start..start.checked_add(RECORD_HEADER_LEN)?)?;
+        let len = u32::from_le_bytes(head[LEN_OFFSET..LEN_OFFSET + 4].try_into().ok()?);
+        Some((start, len))
+    }
+
+    /// The length of the frame at `pos` (header and payload), if its header is here.
+    fn len_at(&self, pos: &Position) -> Option<usize> {
+        self.header(pos)
+            .map(|(_, len)| RECORD_HEADER_LEN.saturating_add(len as usize))
+    }
+
+    /// Record `pos.lsn` if its whole frame is here and verifies (checksum, version, lsn).
+    fn frame(&self, pos: &Position, payload_bytes_max: u32) -> Option<Record> {
+        let (start, len) = self.header(pos)?;
+        if len > payload_bytes_max {
+            return None;
+        }
+        let end = start + RECORD_HEADER_LEN + len as usize;
+        let whole = self.buf.get(start..end)?;
+        match probe(whole, payload_bytes_max) {
+            Probe::Valid(h) if h.lsn == pos.lsn => Some(Record {
+                lsn: pos.lsn,
+                epoch: h.epoch,
+                record_type: h.record_type,
+                payload: whole[RECORD_HEADER_LEN..].to_vec(),
+                segment: pos.path.clone(),
+                offset: pos.offset,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Bytes read at a time by the header walk: one read covers many small records' headers.
 /// The first read is small (a walk from a cursor a few records back reads only what it
 /// needs: a whole chunk there was 12 % of a loaded leader's samples, issue 42); each next
@@ -159,7 +257,9 @@ fn skip_to(mut pos: Position, lsn: Lsn, payload_bytes_max: u32) -> Result<Positi
         path: pos.path.clone(),
         source,
     };
-    let file_len = pos.file.len().map_err(io)?;
+    // Looked up only when a walk is needed (a reader that goes on from its cursor never
+    // walks).
+    let mut file_len = None;
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_at = 0u64;
     let mut chunk = WALK_FIRST_CHUNK_BYTES;
@@ -167,7 +267,11 @@ fn skip_to(mut pos: Position, lsn: Lsn, payload_bytes_max: u32) -> Result<Positi
         let in_buf = pos.offset >= buf_at
             && pos.offset + RECORD_HEADER_LEN as u64 <= buf_at + buf.len() as u64;
         if !in_buf {
-            let want = (file_len.saturating_sub(pos.offset) as usize).min(chunk);
+            let len = match file_len {
+                Some(len) => len,
+                None => *file_len.insert(pos.file.len().map_err(io)?),
+            };
+            let want = (len.saturating_sub(pos.offset) as usize).min(chunk);
             chunk = (chunk * 2).min(WALK_CHUNK_BYTES);
             buf.resize(want.max(RECORD_HEADER_LEN), 0);
             let io = |source| WalError::Io {

@@ -725,3 +725,76 @@ fn the_synced_hook_hears_every_move_of_the_synced_lsn() {
     wal.truncate_from(lsn + 1).unwrap();
     assert_eq!((last_heard(), wal.synced_lsn()), (lsn, lsn));
 }
+
+/// Goal: a follower that goes on from where it stopped reads its next records with one call
+/// to the disk, however many there are (issue 42: each record took two reads, its header then
+/// its frame, after a lookup of the segment's length: six calls per batch on a leader with two
+/// standbys). Also from a sealed segment after a roll; and a record larger than one read, or
+/// one that does not verify, is still read on its own, with the error naming it.
+#[test]
+fn a_follower_reads_its_next_records_in_one_call() {
+    let disk = SimStorage::new();
+    let o = WalOptions {
+        payload_bytes_max: 256 << 10,
+        ..opts(1 << 20)
+    };
+    let wal = open(&disk, o).unwrap();
+    for lsn in 1..=60u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(60).unwrap();
+    wal.read_from(1, 2, usize::MAX).unwrap();
+    let mut from = 2u64;
+    for n in [1u64, 5, 20, 30] {
+        let r0 = disk.read_count();
+        let got = wal.read_from(from, from + n, usize::MAX).unwrap();
+        let want: Vec<(Lsn, Vec<u8>)> = (from..from + n).map(|l| (l, old(l))).collect();
+        let have: Vec<(Lsn, Vec<u8>)> = got.into_iter().map(|r| (r.lsn, r.payload)).collect();
+        assert_eq!(have, want);
+        assert_eq!(
+            disk.read_count() - r0,
+            1,
+            "calls to read {n} records from lsn {from}"
+        );
+        from += n;
+    }
+    // Appended since: the active segment's new records, then one over a whole read.
+    let big = vec![7u8; 100 << 10];
+    wal.append_nowait(1, &old(61)).unwrap();
+    wal.append_nowait(1, &big).unwrap();
+    wal.sync_to(62).unwrap();
+    assert_eq!(from, 58);
+    let r0 = disk.read_count();
+    let got = wal.read_from(from, 63, usize::MAX).unwrap();
+    let have: Vec<(Lsn, usize)> = got.iter().map(|r| (r.lsn, r.payload.len())).collect();
+    let want: Vec<(Lsn, usize)> = (58..=61u64).map(|l| (l, old(l).len())).collect();
+    assert_eq!(&have[..4], &want[..]);
+    assert_eq!(have[4], (62, big.len()));
+    assert_eq!(got[4].payload, big);
+    // One read for the run, then the large record's header and frame.
+    assert_eq!(
+        disk.read_count() - r0,
+        3,
+        "calls to read four records and a large one"
+    );
+    // A frame that does not verify in the window is read on its own, and named.
+    for lsn in 63..=64u64 {
+        wal.append_nowait(1, &old(lsn)).unwrap();
+    }
+    wal.sync_to(64).unwrap();
+    let seg = got[0].segment.clone();
+    let at = wal.read_from(63, 64, usize::MAX).unwrap()[0].offset;
+    let mut bytes = disk.file_bytes(&seg).unwrap();
+    let next = at as usize + roost_wal::format::frame_len(old(63).len());
+    bytes[next + roost_wal::format::RECORD_HEADER_LEN] ^= 0xFF;
+    disk.put_file_bytes(&seg, bytes);
+    match wal.read_from(64, 65, usize::MAX) {
+        Err(WalError::Corrupt {
+            segment,
+            offset,
+            lsn,
+            ..
+        }) => assert_eq!((segment, offset, lsn), (seg, next as u64, 64)),
+        other => panic!("expected the damaged record to be named: {other:?}"),
+    }
+}

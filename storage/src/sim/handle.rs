@@ -74,11 +74,15 @@ impl SimHandle {
 
 impl StorageFile for SimHandle {
     fn len(&self) -> io::Result<u64> {
-        self.with(|st, p| Ok(file_mut(st, p)?.live.len() as u64))
+        self.with(|st, p| {
+            st.reads += 1;
+            Ok(file_mut(st, p)?.live.len() as u64)
+        })
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.with(|st, p| {
+            st.reads += 1;
             let f = file_mut(st, p)?;
             let off = offset as usize;
             let end = off

@@ -108,6 +108,8 @@ pub(crate) struct SimState {
     /// client could have read before the cut.
     pub(crate) at_freeze: Option<BTreeMap<PathBuf, SimFile>>,
     pub(crate) writes: u64,
+    /// Reads and length lookups of open files (`read_count`).
+    pub(crate) reads: u64,
     pub(crate) faults: SimFaults,
 }
 

@@ -165,32 +165,43 @@ impl Want {
 
 /// Goal: see the module comment. Method: count the syncs of a whole standby run, then for
 /// every n, freeze durability at the n-th sync, lose the power (dropped or torn), restart the
-/// standby and let it fetch the rest.
+/// standby and let it fetch the rest. Twice: with the default tail round (this run's claims
+/// never fill a quarter of it, so every `done` flushes its claim's effects itself), and with
+/// `tail_round_claims = 4` (a flush begun behind every other claim, which a `done` waits
+/// for).
 #[test]
 fn a_standby_power_loss_at_every_sync_of_its_apply_loses_and_repeats_nothing() {
     let (pdisk, entries) = primary();
     let want = Want::of(&pdisk, &entries);
-    let whole = SimStorage::new();
-    apply(&open_standby(&whole), &entries, 3);
-    let syncs = whole.sync_count();
-    assert!(syncs > 20, "a standby run syncs {syncs} times");
-    assert_eq!(records(&whole), want.records);
+    let mut small = standby_config();
+    small.tail_round_claims = 4;
     let mut runs = 0;
-    for n in 0..syncs {
-        for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }] {
-            let disk = SimStorage::new();
-            disk.set_faults(SimFaults {
-                freeze_after_syncs: Some(n),
-                ..SimFaults::default()
-            });
-            apply(&open_standby(&disk), &entries, 3);
-            let after = disk.crash(mode);
-            apply(&open_standby(&after), &entries, 3);
-            want.check(&after, &format!("power loss ({mode:?}) after sync {n}"));
-            runs += 1;
+    for cfg in [standby_config(), small] {
+        let whole = SimStorage::new();
+        apply(&open_standby_with(&whole, cfg.clone()), &entries, 3);
+        let syncs = whole.sync_count();
+        assert!(syncs > 20, "a standby run syncs {syncs} times");
+        assert_eq!(records(&whole), want.records);
+        for n in 0..syncs {
+            for mode in [CrashMode::PowerDrop, CrashMode::PowerTear { seed: n }] {
+                let disk = SimStorage::new();
+                disk.set_faults(SimFaults {
+                    freeze_after_syncs: Some(n),
+                    ..SimFaults::default()
+                });
+                apply(&open_standby_with(&disk, cfg.clone()), &entries, 3);
+                let after = disk.crash(mode);
+                apply(&open_standby_with(&after, cfg.clone()), &entries, 3);
+                let what = format!(
+                    "tail_round_claims {}: power loss ({mode:?}) after sync {n}",
+                    cfg.tail_round_claims
+                );
+                want.check(&after, &what);
+                runs += 1;
+            }
         }
     }
-    assert!(runs >= 40, "only {runs} runs");
+    assert!(runs >= 80, "only {runs} runs");
 }
 
 /// Goal: a write that fails anywhere in a standby's apply (a shard frame, an audit row, a
@@ -277,7 +288,9 @@ fn syncs_of_run(entries: &[Entry], cfg: Config, tick: Duration) -> u64 {
 /// (its `done` records all come after its claims), one record per chunk, syncs counted.
 /// With neither quarter reached, a run syncs its WAL once per chunk and flushes its shards
 /// and audit log once, for the first `done`; with the clock moved a quarter round before
-/// each chunk, or a quarter round of one claim, every chunk of claims flushes behind it.
+/// each chunk, or a quarter round of one claim, flushes start behind the chunks (every other
+/// claim: a claim is not yet due in the chunk that applies it), more syncs than one per
+/// claim beyond the WAL's.
 #[test]
 fn a_standby_flushes_in_quarter_rounds() {
     let (_, entries) = primary();
@@ -314,5 +327,60 @@ fn a_standby_flushes_in_quarter_rounds() {
     }
     println!(
         "{records} records, {claims} claims: {quiet} syncs, {aged} by age, {counted} by count"
+    );
+}
+
+/// Goal (a review of the quarter rounds): a standby promoted while it holds claims whose
+/// effects it applied but has not flushed (less than a quarter round) finishes them with
+/// their audit rows durable before their `done` records. The rows are already in its audit
+/// log's page cache, so the finish writes none of them again, and its round would sync none
+/// before the `done`s. Method: the primary's claims (none of its `done`s) applied, the
+/// standby promoted and its claims finished, then the power lost (every unsynced write
+/// dropped): each claim keeps every audit row, once, and the shards what the primary's hold.
+#[test]
+fn a_promoted_standby_finishes_unflushed_claims_with_their_audit_rows_durable() {
+    let (pdisk, entries) = primary();
+    let is_done = |x: &Entry| {
+        let d = roost::pipeline::records::decode_wal_parts(x.lsn, x.kind, &x.payload);
+        matches!(d, Ok(WalEntry::Done(_)))
+    };
+    let claims: Vec<Entry> = entries
+        .iter()
+        .take_while(|x| !is_done(x))
+        .cloned()
+        .collect();
+    assert!(
+        claims.len() >= 8,
+        "the primary's run has {} records before a done",
+        claims.len()
+    );
+    let disk = SimStorage::new();
+    let e = open_standby(&disk);
+    apply(&e, &claims, 3);
+    assert_eq!(
+        e.wal().next_lsn(),
+        claims.len() as u64 + 1,
+        "every claim applied"
+    );
+    e.standby()
+        .promote(roost::pipeline::Lead::Next)
+        .expect("promote");
+    let finished = e.finish_deferred().expect("finish the claims");
+    assert!(finished >= 6, "{finished} claims finished");
+    let after = disk.crash(CrashMode::PowerDrop);
+    drop(e);
+    let want: BTreeMap<u64, Vec<u32>> = audit_by_claim(&pdisk)
+        .into_iter()
+        .filter(|(lsn, _)| *lsn <= claims.len() as u64)
+        .collect();
+    assert_eq!(
+        audit_by_claim(&after),
+        want,
+        "audit rows after the power loss"
+    );
+    assert_eq!(
+        contents(&after, &SHARDS),
+        contents(&pdisk, &SHARDS),
+        "shards"
     );
 }

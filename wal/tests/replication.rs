@@ -729,8 +729,8 @@ fn the_synced_hook_hears_every_move_of_the_synced_lsn() {
 /// Goal: a follower that goes on from where it stopped reads its next records with one call
 /// to the disk, however many there are (issue 42: each record took two reads, its header then
 /// its frame, after a lookup of the segment's length: six calls per batch on a leader with two
-/// standbys). Also from a sealed segment after a roll; and a record larger than one read, or
-/// one that does not verify, is still read on its own, with the error naming it.
+/// standbys). A record larger than one read, or one that does not verify, is still read on
+/// its own, with the error naming it.
 #[test]
 fn a_follower_reads_its_next_records_in_one_call() {
     let disk = SimStorage::new();

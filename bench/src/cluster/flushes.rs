@@ -89,8 +89,10 @@ impl Waits {
             let upto = c.saturating_sub(before);
             let share = upto.saturating_sub(below) as f64 / n as f64;
             below = upto;
-            if share >= 0.005 {
+            if share >= 0.005 && le.is_finite() {
                 shares.push(format!("<={}ms {:.0}%", le * 1e3, share * 100.0));
+            } else if share >= 0.005 {
+                shares.push(format!("beyond {:.0}%", share * 100.0));
             }
         }
         format!(
@@ -148,7 +150,7 @@ impl Snapshot {
 /// Linux 5.5 and later) for the device that holds `dir`.
 fn device_flushes(dir: &Path) -> Option<u64> {
     let dev = std::fs::metadata(dir).ok()?.dev();
-    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let (major, minor) = whole_disk(libc_major(dev), libc_minor(dev));
     let text = std::fs::read_to_string("/proc/diskstats").ok()?;
     text.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -160,6 +162,23 @@ fn device_flushes(dir: &Path) -> Option<u64> {
             None
         }
     })
+}
+
+/// The disk a partition `major:minor` is on (the kernel counts flushes on the whole disk
+/// only); itself when it is not a partition or `/sys` does not say.
+fn whole_disk(major: u64, minor: u64) -> (u64, u64) {
+    let sys = std::path::PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    if !sys.join("partition").exists() {
+        return (major, minor);
+    }
+    let parent = std::fs::read_to_string(sys.join("../dev")).unwrap_or_default();
+    match parent.trim().split_once(':') {
+        Some((a, b)) => match (a.parse(), b.parse()) {
+            (Ok(a), Ok(b)) => (a, b),
+            _ => (major, minor),
+        },
+        None => (major, minor),
+    }
 }
 
 /// glibc's `gnu_dev_major`.

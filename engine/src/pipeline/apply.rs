@@ -246,6 +246,11 @@ impl Standby<'_> {
         }
         self.env.check()?;
         self.held.drain_flushing()?;
+        let w = FlushWith {
+            audit: self.log.audit(),
+            failed: &|| self.env.is_failed(),
+        };
+        self.held.flush_unflushed(&w)?;
         let epoch = self.log_role.take_lead(lead)?;
         let unfinished = std::mem::take(&mut lock(&self.held.ledger).unfinished);
         let n = unfinished.len();

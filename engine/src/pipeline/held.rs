@@ -43,7 +43,8 @@ pub(super) struct Unflushed {
 }
 
 /// When the effects a standby applied start flushing behind its fetches (step 4 of
-/// `apply.rs`): once `claims` of them wait, or the oldest has waited `age`. The leader
+/// `apply.rs`): once `claims` of them wait, or the oldest has waited `age`, looked at as
+/// each chunk is applied (no timer). The leader
 /// settles its own in rounds (`settle.rs`) and sends their `done` records after each round;
 /// a standby that flushed behind every chunk made four shard flushes and an audit sync per
 /// batch at one client, most of the device flushes of a three-node cluster on one disk
@@ -86,7 +87,8 @@ pub(super) struct FlushWith<'a> {
 impl HeldClaims {
     /// Step 2 of `apply.rs`: before the `done` of `claim_lsn` is appended, its effects are
     /// durable: the flushes begun behind earlier chunks up to the one holding it are waited
-    /// for (they finish in order), or, when its claim came in this chunk, flushed now.
+    /// for (they finish in order), or, when its claim is still unflushed (it came in this
+    /// chunk, or its flush was not due yet), flushed now.
     pub(super) fn effects_durable(&self, claim_lsn: Lsn, w: &FlushWith) -> Result<(), EngineError> {
         let mut flushing = lock(&self.flushing);
         if let Some(k) = flushing.iter().position(|f| f.claims.contains(&claim_lsn)) {
@@ -139,6 +141,17 @@ impl HeldClaims {
             Err(sent) => effects_flush::wait_durable(&sent, u.last_row, w.audit, w.failed)?,
         }
         Ok(())
+    }
+
+    /// Every effect applied and not yet flushed, flushed now (promotion: the claims become
+    /// the new primary's to finish, and their audit rows, already written, are not written
+    /// again there, so the finish's round would not sync them before their `done`).
+    pub(super) fn flush_unflushed(&self, w: &FlushWith) -> Result<(), EngineError> {
+        let u = std::mem::take(&mut *lock(&self.unflushed));
+        if u.claims.is_empty() {
+            return Ok(());
+        }
+        flush_effects(&u.shards, u.last_row, w)
     }
 
     /// Every flush begun behind the fetches waited for (promotion, before intake opens).

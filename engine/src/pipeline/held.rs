@@ -44,12 +44,12 @@ pub(super) struct Unflushed {
 
 /// When the effects a standby applied start flushing behind its fetches (step 4 of
 /// `apply.rs`): once `claims` of them wait, or the oldest has waited `age`, looked at as
-/// each chunk is applied (no timer). The leader
-/// settles its own in rounds (`settle.rs`) and sends their `done` records after each round;
-/// a standby that flushed behind every chunk made four shard flushes and an audit sync per
-/// batch at one client, most of the device flushes of a three-node cluster on one disk
-/// (issue 42). A quarter of the leader's round (`tail_round_claims`, `tail_round_ms`) keeps
-/// the flushes ahead of the `done` records that need them.
+/// each chunk is applied (no timer). The leader settles its own in rounds (`settle.rs`) and
+/// sends their `done` records after each round; a standby that flushed behind every chunk
+/// made four shard flushes and an audit sync per batch at one client, most of the device
+/// flushes of a three-node cluster on one disk (issue 42). A quarter of a round
+/// (`tail_round_claims`, `tail_round_ms`) keeps the flushes ahead of the `done` records
+/// that need them.
 #[derive(Clone, Copy)]
 pub(super) struct FlushDue {
     pub claims: usize,
@@ -99,8 +99,7 @@ impl HeldClaims {
         }
         drop(flushing);
         if lock(&self.unflushed).claims.contains(&claim_lsn) {
-            let u = std::mem::take(&mut *lock(&self.unflushed));
-            return flush_effects(&u.shards, u.last_row, w);
+            return self.flush_unflushed(w);
         }
         Ok(())
     }

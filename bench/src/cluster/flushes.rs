@@ -150,7 +150,7 @@ impl Snapshot {
 /// Linux 5.5 and later) for the device that holds `dir`.
 fn device_flushes(dir: &Path) -> Option<u64> {
     let dev = std::fs::metadata(dir).ok()?.dev();
-    let (major, minor) = whole_disk(libc_major(dev), libc_minor(dev));
+    let (major, minor) = whole_disk(rustix::fs::major(dev).into(), rustix::fs::minor(dev).into());
     let text = std::fs::read_to_string("/proc/diskstats").ok()?;
     text.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -179,14 +179,4 @@ fn whole_disk(major: u64, minor: u64) -> (u64, u64) {
         },
         None => (major, minor),
     }
-}
-
-/// glibc's `gnu_dev_major`.
-fn libc_major(dev: u64) -> u64 {
-    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
-}
-
-/// glibc's `gnu_dev_minor`.
-fn libc_minor(dev: u64) -> u64 {
-    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
 }
